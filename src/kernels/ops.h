@@ -1,0 +1,21 @@
+#pragma once
+// Row-wise operations of the transformer block. Each works on one row at a
+// time in a fixed order, so results never depend on batch composition.
+#include <cstdint>
+
+namespace parspec {
+
+enum class RopeStyle;
+
+// out = x / sqrt(mean(x²) + eps) * w
+void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
+// Rotates the first rope_dims dims of each of n_heads heads (head_dim apart)
+// by angle position * inv_freq[i] for pair i.
+void rope(float* x, int n_heads, int head_dim, int rope_dims, int32_t position,
+          const float* inv_freq, RopeStyle style);
+// out = silu(gate) * up
+void swiglu(const float* gate, const float* up, int n, float* out);
+// y += x
+void add_inplace(float* y, const float* x, int n);
+
+}  // namespace parspec

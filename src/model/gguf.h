@@ -1,0 +1,142 @@
+#pragma once
+// GGUF v3 reader (memory-mapped, every offset/size/count bounds-checked) and
+// writer. Format facts: shared/notes/gguf.md.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "kernels/quant.h"
+
+namespace parspec {
+
+enum class GgufType : uint32_t {
+  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
+  STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+};
+std::string_view gguf_type_name(GgufType type);
+
+struct GgufValue;
+struct GgufArray {
+  GgufType elem_type = GgufType::U8;
+  std::vector<GgufValue> items;
+};
+
+// One metadata value. Integers are kept in the widest type of their
+// signedness; `type` remembers what the file said.
+struct GgufValue {
+  GgufType type = GgufType::U8;
+  std::variant<uint64_t, int64_t, double, bool, std::string, GgufArray> value;
+
+  static GgufValue u8(uint8_t v) { return {GgufType::U8, uint64_t{v}}; }
+  static GgufValue u32(uint32_t v) { return {GgufType::U32, uint64_t{v}}; }
+  static GgufValue i32(int32_t v) { return {GgufType::I32, int64_t{v}}; }
+  static GgufValue u64(uint64_t v) { return {GgufType::U64, v}; }
+  static GgufValue f32(float v) { return {GgufType::F32, double{v}}; }
+  static GgufValue boolean(bool v) { return {GgufType::BOOL, v}; }
+  static GgufValue string(std::string v) { return {GgufType::STRING, std::move(v)}; }
+  static GgufValue array(GgufType elem_type, std::vector<GgufValue> items);
+  static GgufValue string_array(const std::vector<std::string>& items);
+  static GgufValue f32_array(const std::vector<float>& items);
+  static GgufValue i32_array(const std::vector<int32_t>& items);
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  std::vector<int64_t> dims;  // dims[0] is the contiguous dimension
+  DType type = DType::F32;
+  uint64_t offset = 0;        // relative to the data section
+  uint64_t n_elements = 0;
+  uint64_t n_bytes = 0;
+};
+
+class GgufFile {
+ public:
+  // Maps the file and validates it completely. Throws Error naming the file and
+  // the problem (truncation, bad magic/version/type, absurd count or size,
+  // misaligned or overlapping tensor data, ...).
+  static std::unique_ptr<GgufFile> open(const std::string& path);
+  // Same checks over bytes in memory (tests and fuzzers). The bytes must
+  // outlive the returned object.
+  static std::unique_ptr<GgufFile> from_memory(const uint8_t* data, size_t size,
+                                               std::string name = "<memory>");
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint32_t alignment() const { return alignment_; }
+
+  // Metadata in file order.
+  const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return metadata_; }
+  const GgufValue* find(std::string_view key) const;
+  bool has(std::string_view key) const { return find(key) != nullptr; }
+
+  // Typed getters: throw Error if the key is missing or of another kind.
+  // get_int accepts every integer type and bool; get_float every numeric type.
+  std::string get_string(std::string_view key) const;
+  int64_t get_int(std::string_view key) const;
+  double get_float(std::string_view key) const;
+  bool get_bool(std::string_view key) const;
+  std::vector<std::string> get_string_array(std::string_view key) const;
+  std::vector<int64_t> get_int_array(std::string_view key) const;
+  std::vector<float> get_float_array(std::string_view key) const;
+  // Same, with a default when the key is absent (still throws on a wrong type).
+  std::string get_string(std::string_view key, const std::string& fallback) const;
+  int64_t get_int(std::string_view key, int64_t fallback) const;
+  double get_float(std::string_view key, double fallback) const;
+  bool get_bool(std::string_view key, bool fallback) const;
+
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  const GgufTensorInfo* find_tensor(std::string_view name) const;
+  // Pointer to a tensor's bytes inside the mapping (valid while *this lives).
+  const uint8_t* tensor_data(const GgufTensorInfo& info) const;
+
+ private:
+  GgufFile() = default;
+  void parse();
+
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  size_t size_ = 0;
+  void* mapping_ = nullptr;  // non-null when we own an mmap of size_ bytes
+  uint32_t version_ = 0;
+  uint32_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::pair<std::string, GgufValue>> metadata_;
+  std::map<std::string, size_t, std::less<>> metadata_index_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+// Builds a GGUF v3 file: metadata in insertion order, tensors aligned to
+// general.alignment (32 unless set).
+class GgufWriter {
+ public:
+  void set(std::string key, GgufValue value);  // replaces an existing key
+  // `data` must hold exactly the bytes of a tensor of this type and shape; it is copied.
+  void add_tensor(std::string name, std::vector<int64_t> dims, DType type, const void* data,
+                  size_t n_bytes);
+  // Writes to `path` atomically (temporary file + rename); throws Error on I/O failure.
+  void write(const std::string& path) const;
+  std::vector<uint8_t> to_bytes() const;
+
+ private:
+  struct Tensor {
+    std::string name;
+    std::vector<int64_t> dims;
+    DType type;
+    std::vector<uint8_t> data;
+  };
+  std::vector<std::pair<std::string, GgufValue>> metadata_;
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace parspec

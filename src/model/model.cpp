@@ -1,0 +1,237 @@
+#include "model/model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/ops.h"
+
+namespace parspec {
+
+void Batch::add(int32_t token, int32_t position, int32_t parent, bool logits) {
+  tokens.push_back(token);
+  positions.push_back(position);
+  parents.push_back(parent);
+  want_logits.push_back(logits ? 1 : 0);
+}
+
+Batch Batch::chain(const KvCache& kv, std::span<const int32_t> tokens, bool all_logits) {
+  check(kv.n_spec() == 0, "Batch::chain needs a cache without speculative cells");
+  Batch b;
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  for (int32_t i = 0; i < n; ++i)
+    b.add(tokens[i], kv.n_committed() + i, i == 0 ? -1 : i - 1, all_logits || i == n - 1);
+  return b;
+}
+
+namespace {
+
+WeightMatrix load_matrix(const GgufFile& file, const std::string& name, int64_t n_in,
+                         int64_t n_out) {
+  const GgufTensorInfo* t = file.find_tensor(name);
+  check(t != nullptr, file.path(), ": missing tensor ", name);
+  check(t->dims.size() == 2 && t->dims[0] == n_in && t->dims[1] == n_out, file.path(), ": tensor ",
+        name, " has shape [", t->dims[0], t->dims.size() > 1 ? ", " : "",
+        t->dims.size() > 1 ? std::to_string(t->dims[1]) : std::string(), "], expected [", n_in,
+        ", ", n_out, "]");
+  return WeightMatrix{t->type, n_in, n_out, file.tensor_data(*t)};
+}
+
+std::vector<float> load_vector(const GgufFile& file, const std::string& name, int64_t n) {
+  const GgufTensorInfo* t = file.find_tensor(name);
+  check(t != nullptr, file.path(), ": missing tensor ", name);
+  check(t->n_elements == static_cast<uint64_t>(n), file.path(), ": tensor ", name, " has ",
+        t->n_elements, " elements, expected ", n);
+  std::vector<float> out(n);
+  dequantize_row(t->type, file.tensor_data(*t), out.data(), n);
+  return out;
+}
+
+uint64_t matrix_bytes(const WeightMatrix& w) { return row_bytes(w.type, w.n_in) * w.n_out; }
+
+}  // namespace
+
+std::shared_ptr<Model> Model::load(const std::string& path) {
+  std::shared_ptr<Model> m(new Model());
+  m->file_ = GgufFile::open(path);
+  const GgufFile& f = *m->file_;
+  m->config_ = ModelConfig::from_gguf(f);
+  const ModelConfig& c = m->config_;
+
+  m->token_embd_ = load_matrix(f, "token_embd.weight", c.n_embd, c.n_vocab);
+  m->output_ = c.tied_embeddings ? m->token_embd_ : load_matrix(f, "output.weight", c.n_embd, c.n_vocab);
+  m->output_norm_ = load_vector(f, "output_norm.weight", c.n_embd);
+  m->weight_bytes_ = matrix_bytes(m->output_);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.attn_norm = load_vector(f, p + "attn_norm.weight", c.n_embd);
+    w.ffn_norm = load_vector(f, p + "ffn_norm.weight", c.n_embd);
+    w.wq = load_matrix(f, p + "attn_q.weight", c.n_embd, c.q_dim());
+    w.wk = load_matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
+    w.wv = load_matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
+    w.wo = load_matrix(f, p + "attn_output.weight", c.q_dim(), c.n_embd);
+    w.w_gate = load_matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
+    w.w_up = load_matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
+    w.w_down = load_matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+    if (c.qkv_bias) {
+      w.bq = load_vector(f, p + "attn_q.bias", c.q_dim());
+      w.bk = load_vector(f, p + "attn_k.bias", c.kv_dim());
+      w.bv = load_vector(f, p + "attn_v.bias", c.kv_dim());
+    }
+    for (const WeightMatrix* wm : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+      m->weight_bytes_ += matrix_bytes(*wm);
+    m->layers_.push_back(std::move(w));
+  }
+
+  const int n_pairs = c.rope_dims / 2;
+  m->rope_inv_freq_.resize(n_pairs);
+  for (int i = 0; i < n_pairs; ++i) {
+    double inv = std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dims);
+    if (!c.rope_freq_factors.empty()) inv /= c.rope_freq_factors[i];
+    inv /= c.rope_linear_scale;
+    m->rope_inv_freq_[i] = static_cast<float>(inv);
+  }
+  return m;
+}
+
+void Model::embed(std::span<const int32_t> tokens, float* hidden) const {
+  const size_t bytes = row_bytes(token_embd_.type, config_.n_embd);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t t = tokens[i];
+    check(t >= 0 && t < config_.n_vocab, "token id ", t, " is out of range (vocabulary has ",
+          config_.n_vocab, " tokens)");
+    dequantize_row(token_embd_.type, token_embd_.data + bytes * t, hidden + i * config_.n_embd,
+                   config_.n_embd);
+  }
+}
+
+void Model::attention_block(Worker& worker, int layer, const Batch& batch, KvCache& kv,
+                            int32_t first_cell, float* hidden) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = layers_.at(layer);
+  const int n = static_cast<int>(batch.size());
+  const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
+  std::vector<float> xn(static_cast<size_t>(n) * c.n_embd), q(static_cast<size_t>(n) * q_dim),
+      k(static_cast<size_t>(n) * kv_dim), v(static_cast<size_t>(n) * kv_dim),
+      att(static_cast<size_t>(n) * q_dim), o(static_cast<size_t>(n) * c.n_embd);
+
+  for (int i = 0; i < n; ++i)
+    rmsnorm(hidden + static_cast<size_t>(i) * c.n_embd, w.attn_norm.data(), c.n_embd, c.rms_eps,
+            &xn[static_cast<size_t>(i) * c.n_embd]);
+  matmul(worker, w.wq, xn.data(), n, q.data());
+  matmul(worker, w.wk, xn.data(), n, k.data());
+  matmul(worker, w.wv, xn.data(), n, v.data());
+  for (int i = 0; i < n; ++i) {
+    float* qi = &q[static_cast<size_t>(i) * q_dim];
+    float* ki = &k[static_cast<size_t>(i) * kv_dim];
+    float* vi = &v[static_cast<size_t>(i) * kv_dim];
+    if (c.qkv_bias) {
+      add_inplace(qi, w.bq.data(), q_dim);
+      add_inplace(ki, w.bk.data(), kv_dim);
+      add_inplace(vi, w.bv.data(), kv_dim);
+    }
+    rope(qi, c.n_head, hd, c.rope_dims, batch.positions[i], rope_inv_freq_.data(), c.rope_style);
+    rope(ki, c.n_head_kv, hd, c.rope_dims, batch.positions[i], rope_inv_freq_.data(), c.rope_style);
+    std::memcpy(kv.spec_k(layer, first_cell + i), ki, sizeof(float) * kv_dim);
+    std::memcpy(kv.spec_v(layer, first_cell + i), vi, sizeof(float) * kv_dim);
+  }
+
+  // Each query sees the committed prefix, its speculative ancestors (oldest
+  // first) and itself: the same keys in the same order as in plain decoding.
+  std::vector<std::vector<int32_t>> visible(n);
+  for (int i = 0; i < n; ++i) {
+    kv.ancestors(first_cell + i, visible[i]);
+    visible[i].push_back(first_cell + i);
+  }
+  const int32_t n_committed = kv.n_committed();
+  const int group = c.n_head / c.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  worker.parallel_for(static_cast<int64_t>(n) * c.n_head, [&](int64_t begin, int64_t end) {
+    AttentionScratch scratch;
+    std::vector<const float*> keys, values;
+    for (int64_t job = begin; job < end; ++job) {
+      const int i = static_cast<int>(job / c.n_head), h = static_cast<int>(job % c.n_head);
+      const int kv_off = (h / group) * hd;
+      keys.clear();
+      values.clear();
+      for (int32_t pos = 0; pos < n_committed; ++pos) {
+        keys.push_back(kv.committed_k(layer, pos) + kv_off);
+        values.push_back(kv.committed_v(layer, pos) + kv_off);
+      }
+      for (int32_t cell : visible[i]) {
+        keys.push_back(kv.spec_k(layer, cell) + kv_off);
+        values.push_back(kv.spec_v(layer, cell) + kv_off);
+      }
+      attend(&q[static_cast<size_t>(i) * q_dim + h * hd], keys.data(), values.data(),
+             static_cast<int>(keys.size()), hd, scale, scratch,
+             &att[static_cast<size_t>(i) * q_dim + h * hd]);
+    }
+  });
+  matmul(worker, w.wo, att.data(), n, o.data());
+  add_inplace(hidden, o.data(), n * c.n_embd);
+}
+
+void Model::mlp_block(Worker& worker, int layer, int n, float* hidden) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = layers_.at(layer);
+  std::vector<float> xn(static_cast<size_t>(n) * c.n_embd), gate(static_cast<size_t>(n) * c.n_ff),
+      up(static_cast<size_t>(n) * c.n_ff), o(static_cast<size_t>(n) * c.n_embd);
+  for (int i = 0; i < n; ++i)
+    rmsnorm(hidden + static_cast<size_t>(i) * c.n_embd, w.ffn_norm.data(), c.n_embd, c.rms_eps,
+            &xn[static_cast<size_t>(i) * c.n_embd]);
+  matmul(worker, w.w_gate, xn.data(), n, gate.data());
+  matmul(worker, w.w_up, xn.data(), n, up.data());
+  swiglu(gate.data(), up.data(), n * c.n_ff, gate.data());
+  matmul(worker, w.w_down, gate.data(), n, o.data());
+  add_inplace(hidden, o.data(), n * c.n_embd);
+}
+
+void Model::forward_layers(Worker& worker, const Batch& batch, KvCache& kv, int32_t first_cell,
+                           int layer_first, int layer_last, float* hidden) const {
+  check(layer_first >= kv.layer_first() && layer_last <= kv.layer_last() &&
+            layer_first <= layer_last,
+        "forward_layers: layers [", layer_first, ", ", layer_last, ") are not all in the cache's [",
+        kv.layer_first(), ", ", kv.layer_last(), ")");
+  for (int l = layer_first; l < layer_last; ++l) {
+    attention_block(worker, l, batch, kv, first_cell, hidden);
+    mlp_block(worker, l, static_cast<int>(batch.size()), hidden);
+  }
+}
+
+void Model::output_logits(Worker& worker, const float* hidden, int n, float* logits) const {
+  std::vector<float> xn(static_cast<size_t>(n) * config_.n_embd);
+  for (int i = 0; i < n; ++i)
+    rmsnorm(hidden + static_cast<size_t>(i) * config_.n_embd, output_norm_.data(), config_.n_embd,
+            config_.rms_eps, &xn[static_cast<size_t>(i) * config_.n_embd]);
+  matmul(worker, output_, xn.data(), n, logits);
+}
+
+std::vector<float> Model::forward(Worker& worker, const Batch& batch, KvCache& kv) const {
+  const size_t n = batch.size();
+  check(batch.positions.size() == n && batch.parents.size() == n && batch.want_logits.size() == n,
+        "forward: batch arrays differ in length");
+  if (n == 0) return {};
+  check(kv.layer_first() == 0 && kv.layer_last() == config_.n_layer,
+        "forward: the cache must cover all layers");
+  std::vector<float> hidden(n * config_.n_embd);
+  embed(batch.tokens, hidden.data());
+  const int32_t first_cell = kv.add_cells(batch.positions, batch.parents);
+  forward_layers(worker, batch, kv, first_cell, 0, config_.n_layer, hidden.data());
+
+  std::vector<float> selected;
+  size_t n_out = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!batch.want_logits[i]) continue;
+    if (n_out != i)
+      std::memcpy(&hidden[n_out * config_.n_embd], &hidden[i * config_.n_embd],
+                  sizeof(float) * config_.n_embd);
+    ++n_out;
+  }
+  std::vector<float> logits(n_out * config_.n_vocab);
+  if (n_out > 0) output_logits(worker, hidden.data(), static_cast<int>(n_out), logits.data());
+  return logits;
+}
+
+}  // namespace parspec

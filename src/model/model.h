@@ -1,0 +1,80 @@
+#pragma once
+// A loaded llama/qwen2 model (read-only after load, shareable between workers
+// and sequences) and its forward pass over a batch of speculative cells.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/worker.h"
+#include "kernels/matmul.h"
+#include "model/gguf.h"
+#include "model/kv_cache.h"
+#include "model/model_config.h"
+
+namespace parspec {
+
+// Tokens to run through the model. Every entry becomes a new speculative cell
+// of the KV cache (ids n_spec() .. n_spec()+size()-1 at call time) and attends
+// to the committed prefix, its ancestors through `parents`, and itself.
+// A chain is each entry the parent of the next; a tree is the general case.
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> parents;  // speculative cell id, or -1 (the committed prefix)
+  std::vector<uint8_t> want_logits;
+
+  size_t size() const { return tokens.size(); }
+  void add(int32_t token, int32_t position, int32_t parent, bool logits);
+  // A chain continuing the committed prefix of `kv` (which must have no
+  // speculative cells): positions n_committed.., logits for all entries or
+  // only the last.
+  static Batch chain(const KvCache& kv, std::span<const int32_t> tokens, bool all_logits);
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;
+  std::vector<float> bq, bk, bv;  // empty without biases
+  WeightMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+class Model {
+ public:
+  static std::shared_ptr<Model> load(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const GgufFile& gguf() const { return *file_; }
+  // Bytes of weights read per token (for roofline estimates).
+  uint64_t weight_bytes() const { return weight_bytes_; }
+
+  // Full pass: embed → all layers → norm → logits. Returns logits (n_vocab
+  // floats each) for the entries with want_logits, in batch order. The batch's
+  // cells are appended to kv's speculative area; commit them with kv.commit().
+  std::vector<float> forward(Worker& worker, const Batch& batch, KvCache& kv) const;
+
+  // Pieces for pipeline stages and layer-parallel drafting. Hidden states are
+  // batch.size() × n_embd, row-major. `first_cell` is what kv.add_cells returned
+  // for this batch.
+  void embed(std::span<const int32_t> tokens, float* hidden) const;
+  void forward_layers(Worker& worker, const Batch& batch, KvCache& kv, int32_t first_cell,
+                      int layer_first, int layer_last, float* hidden) const;
+  // h += attention(norm(h)) of one layer; h += mlp(norm(h)) of one layer.
+  void attention_block(Worker& worker, int layer, const Batch& batch, KvCache& kv,
+                       int32_t first_cell, float* hidden) const;
+  void mlp_block(Worker& worker, int layer, int n_tokens, float* hidden) const;
+  // Final norm + output projection for n rows of hidden state.
+  void output_logits(Worker& worker, const float* hidden, int n, float* logits) const;
+
+ private:
+  Model() = default;
+  ModelConfig config_;
+  std::unique_ptr<GgufFile> file_;
+  WeightMatrix token_embd_, output_;
+  std::vector<float> output_norm_;
+  std::vector<LayerWeights> layers_;
+  std::vector<float> rope_inv_freq_;  // per rotated pair, scaling folded in
+  uint64_t weight_bytes_ = 0;
+};
+
+}  // namespace parspec

@@ -1,0 +1,43 @@
+#pragma once
+// Hyper-parameters of a llama-family model, read from GGUF metadata.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace parspec {
+
+class GgufFile;
+
+enum class RopeStyle {
+  kAdjacent,  // rotates (x[2i], x[2i+1]): llama (the converter permutes Q/K rows)
+  kNeox,      // rotates (x[i], x[i + d/2]): qwen2
+};
+
+struct ModelConfig {
+  std::string arch;  // "llama" or "qwen2"
+  std::string name;
+  int n_vocab = 0;
+  int n_embd = 0;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  int n_ff = 0;
+  int n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  float rope_freq_base = 10000.0f;
+  float rope_linear_scale = 1.0f;  // positions are divided by this ("linear" scaling)
+  int rope_dims = 0;               // rotated dimensions per head (usually head_dim)
+  RopeStyle rope_style = RopeStyle::kAdjacent;
+  bool qkv_bias = false;
+  bool tied_embeddings = false;
+  std::vector<float> rope_freq_factors;  // llama3 scaling: divisors per frequency (empty: none)
+
+  int q_dim() const { return n_head * head_dim; }
+  int kv_dim() const { return n_head_kv * head_dim; }
+
+  // Validates shapes and required keys; throws Error naming what is wrong.
+  static ModelConfig from_gguf(const GgufFile& file);
+};
+
+}  // namespace parspec

@@ -1,0 +1,29 @@
+#pragma once
+// Writes random-weight llama/qwen2 GGUF models of any shape and weight type,
+// with a byte-level vocabulary, for tests and speed measurements.
+#include <cstdint>
+#include <string>
+
+#include "kernels/quant.h"
+
+namespace parspec {
+
+struct RandomModelSpec {
+  std::string arch = "llama";  // "llama" or "qwen2"
+  int n_vocab = 512;           // >= 258: 256 byte tokens, BOS, EOS, then unused fillers
+  int n_embd = 64;
+  int n_layer = 2;
+  int n_head = 4;
+  int n_head_kv = 2;
+  int n_ff = 128;
+  int n_ctx = 2048;
+  DType weight_type = DType::F32;  // linear layers and embeddings; norms stay F32
+  bool tied_embeddings = false;    // no output.weight
+  bool llama3_rope_freqs = false;  // adds rope_freqs.weight as Llama 3.1 converters do
+  float rope_freq_base = 10000.0f;
+  uint64_t seed = 1;
+};
+
+void write_random_model(const RandomModelSpec& spec, const std::string& path);
+
+}  // namespace parspec

@@ -1,0 +1,160 @@
+#include "tools/args.h"
+
+#include <charconv>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace parspec {
+
+namespace {
+
+std::vector<std::string> split_names(const std::string& names) {
+  std::vector<std::string> out;
+  std::stringstream ss(names);
+  for (std::string part; std::getline(ss, part, ',');) out.push_back(part);
+  return out;
+}
+
+template <class T>
+T parse_number(const std::string& flag, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || text.empty())
+    fail("invalid value '", text, "' for ", flag, " (expected a number)");
+  return value;
+}
+
+template <class T>
+std::string to_text(T v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+ArgParser::ArgParser(std::string command, std::string summary)
+    : command_(std::move(command)), summary_(std::move(summary)) {}
+
+ArgParser::Spec& ArgParser::add(const std::string& names, const std::string& value_name,
+                                const std::string& help, std::string default_text,
+                                std::function<void(const std::string&)> set) {
+  specs_.push_back({split_names(names), value_name, help, std::move(default_text), std::move(set)});
+  return specs_.back();
+}
+
+void ArgParser::flag(const std::string& names, bool* out, const std::string& help) {
+  add(names, "", help, "", [out](const std::string&) { *out = true; });
+}
+
+void ArgParser::option(const std::string& names, std::string* out, const std::string& value_name,
+                       const std::string& help) {
+  add(names, value_name, help, *out, [out](const std::string& v) { *out = v; });
+}
+
+void ArgParser::option(const std::string& names, int* out, const std::string& value_name,
+                       const std::string& help) {
+  add(names, value_name, help, to_text(*out),
+      [out, names](const std::string& v) { *out = parse_number<int>(names, v); });
+}
+
+void ArgParser::option(const std::string& names, int64_t* out, const std::string& value_name,
+                       const std::string& help) {
+  add(names, value_name, help, to_text(*out),
+      [out, names](const std::string& v) { *out = parse_number<int64_t>(names, v); });
+}
+
+void ArgParser::option(const std::string& names, uint64_t* out, const std::string& value_name,
+                       const std::string& help) {
+  add(names, value_name, help, to_text(*out),
+      [out, names](const std::string& v) { *out = parse_number<uint64_t>(names, v); });
+}
+
+void ArgParser::option(const std::string& names, float* out, const std::string& value_name,
+                       const std::string& help) {
+  add(names, value_name, help, to_text(*out),
+      [out, names](const std::string& v) { *out = parse_number<float>(names, v); });
+}
+
+void ArgParser::positional(const std::string& name, std::vector<std::string>* out,
+                           size_t max_count, const std::string& help) {
+  positional_name_ = name;
+  positional_help_ = help;
+  positional_ = out;
+  max_positional_ = max_count;
+}
+
+ArgParser::Spec* ArgParser::lookup(const std::string& name) {
+  for (auto& spec : specs_)
+    for (const auto& n : spec.names)
+      if (n == name) return &spec;
+  return nullptr;
+}
+
+bool ArgParser::given(const std::string& name) const {
+  for (const auto& spec : specs_)
+    for (const auto& n : spec.names)
+      if (n == name) return spec.seen;
+  return false;
+}
+
+bool ArgParser::parse(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(help().c_str(), stdout);
+      return false;
+    }
+    if (arg.size() > 1 && arg[0] == '-' && !(arg.size() > 1 && (std::isdigit(arg[1]) || arg[1] == '.'))) {
+      std::string value;
+      bool inline_value = false;
+      if (auto eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) {
+        value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+        inline_value = true;
+      }
+      Spec* spec = lookup(arg);
+      if (!spec) fail("unknown option '", arg, "' for '", command_, "' (see --help)");
+      spec->seen = true;
+      if (spec->value_name.empty()) {
+        if (inline_value) fail("option ", arg, " takes no value");
+        spec->set("");
+        continue;
+      }
+      if (!inline_value) {
+        if (i + 1 >= argc) fail("option ", arg, " needs a value (", spec->value_name, ")");
+        value = argv[++i];
+      }
+      spec->set(value);
+      continue;
+    }
+    if (!positional_ || positional_->size() >= max_positional_)
+      fail("unexpected argument '", arg, "' for '", command_, "' (see --help)");
+    positional_->push_back(arg);
+  }
+  return true;
+}
+
+std::string ArgParser::help() const {
+  std::ostringstream os;
+  os << "usage: parspec " << command_ << " [options]";
+  if (positional_) os << " " << positional_name_;
+  os << "\n\n" << summary_ << "\n\n";
+  if (positional_) os << "  " << positional_name_ << "\n      " << positional_help_ << "\n";
+  for (const auto& spec : specs_) {
+    os << "  ";
+    for (size_t i = 0; i < spec.names.size(); ++i) os << (i ? ", " : "") << spec.names[i];
+    if (!spec.value_name.empty()) os << " " << spec.value_name;
+    os << "\n      " << spec.help;
+    if (!spec.value_name.empty() && !spec.default_text.empty())
+      os << " (default: " << spec.default_text << ")";
+    os << "\n";
+  }
+  os << "  -h, --help\n      print this help and exit\n";
+  return os.str();
+}
+
+}  // namespace parspec

@@ -1,0 +1,59 @@
+#pragma once
+// Command-line parsing in llama.cpp's style: multi-letter short flags such as
+// -md and -td, long flags with a value as the next argument or after '='.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace parspec {
+
+class ArgParser {
+ public:
+  ArgParser(std::string command, std::string summary);
+
+  // `names` is a comma-separated list such as "-m,--model".
+  void flag(const std::string& names, bool* out, const std::string& help);
+  void option(const std::string& names, std::string* out, const std::string& value_name,
+              const std::string& help);
+  void option(const std::string& names, int* out, const std::string& value_name,
+              const std::string& help);
+  void option(const std::string& names, int64_t* out, const std::string& value_name,
+              const std::string& help);
+  void option(const std::string& names, uint64_t* out, const std::string& value_name,
+              const std::string& help);
+  void option(const std::string& names, float* out, const std::string& value_name,
+              const std::string& help);
+  // Accepts `max_positional` plain arguments (named in the usage line).
+  void positional(const std::string& name, std::vector<std::string>* out, size_t max_count,
+                  const std::string& help);
+
+  // Parses argv[first..argc). Returns false when --help was given (the help text
+  // has been printed to stdout). Throws Error for an unknown flag, a missing or
+  // malformed value, or too many positional arguments.
+  bool parse(int argc, char** argv, int first = 2);
+  // Whether a flag or option with this name was given on the command line.
+  bool given(const std::string& name) const;
+  std::string help() const;
+
+ private:
+  struct Spec {
+    std::vector<std::string> names;
+    std::string value_name;  // empty: a flag without value
+    std::string help;
+    std::string default_text;
+    std::function<void(const std::string&)> set;
+    bool seen = false;
+  };
+  Spec& add(const std::string& names, const std::string& value_name, const std::string& help,
+            std::string default_text, std::function<void(const std::string&)> set);
+  Spec* lookup(const std::string& name);
+
+  std::string command_, summary_;
+  std::vector<Spec> specs_;
+  std::string positional_name_, positional_help_;
+  std::vector<std::string>* positional_ = nullptr;
+  size_t max_positional_ = 0;
+};
+
+}  // namespace parspec
