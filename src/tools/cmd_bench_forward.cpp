@@ -1,0 +1,206 @@
+// parspec bench-forward: how fast the forward pass is on this machine, set
+// beside the memory-bandwidth roofline measured in the same run.
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/worker.h"
+#include "model/model.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace parspec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::vector<int> parse_int_list(const std::string& text, const char* flag) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  for (std::string part; std::getline(ss, part, ',');) {
+    try {
+      size_t used = 0;
+      out.push_back(std::stoi(part, &used));
+      check(used == part.size() && out.back() > 0, "");
+    } catch (...) {
+      fail("invalid list '", text, "' for ", flag, " (expected positive integers, e.g. 1,2)");
+    }
+  }
+  check(!out.empty(), "empty list for ", flag);
+  return out;
+}
+
+// Streaming read bandwidth in GB/s with the worker's threads: each thread sums
+// its own contiguous part of a buffer far larger than any cache.
+double measure_read_bandwidth(Worker& worker, size_t bytes) {
+  const size_t n = bytes / sizeof(float);
+  std::vector<float> buf(n);
+  worker.parallel_for(static_cast<int64_t>(n), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<float>(i & 1023);
+  });
+  std::vector<float> sums(worker.n_threads());
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    worker.run([&](int index, int count) {
+      int64_t b, e;
+      Worker::split(static_cast<int64_t>(n / 32), index, count, b, e);
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t i = b * 32; i < e * 32; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(&buf[i]));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(&buf[i + 8]));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(&buf[i + 16]));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(&buf[i + 24]));
+      }
+      float tmp[8];
+      _mm256_storeu_ps(tmp, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+      sums[index] = tmp[0] + tmp[7];
+    });
+    best = std::max(best, bytes / (ms_since(t0) * 1e6));
+  }
+  return best;
+}
+
+std::vector<int32_t> some_tokens(int n, int n_vocab, int salt) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + salt * 104729 + 13) % n_vocab);
+  return t;
+}
+
+// Median wall time (ms) of one forward over a chain of n tokens on top of a
+// committed context of `context` tokens.
+double forward_latency_ms(const Model& model, Worker& worker, KvCache& kv, int n, int repeat) {
+  std::vector<double> times;
+  for (int r = 0; r < repeat; ++r) {
+    Batch batch = Batch::chain(kv, some_tokens(n, model.config().n_vocab, r), false);
+    const auto t0 = Clock::now();
+    model.forward(worker, batch, kv);
+    times.push_back(ms_since(t0));
+    kv.discard_spec();
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+int cmd_bench_forward(int argc, char** argv) {
+  std::string model_path, threads_text = "1,2", batch_text = "1,2,4,8,16,32,64", json_path;
+  int context = 64, repeat = 5, decode_tokens = 16;
+  int64_t bandwidth_mib = 1024;
+  ArgParser args("bench-forward",
+                 "Measures single-token decode speed against the memory-bandwidth roofline\n"
+                 "(weight bytes / streaming read bandwidth, measured in the same run), and the\n"
+                 "latency L(n) of one forward pass over n tokens.");
+  args.option("-m,--model", &model_path, "FILE", "model (GGUF)");
+  args.option("-t,--threads", &threads_text, "LIST", "thread counts to measure");
+  args.option("-b,--batch-sizes", &batch_text, "LIST", "batch sizes n for L(n)");
+  args.option("--context", &context, "N", "committed tokens before each measured forward");
+  args.option("--decode-tokens", &decode_tokens, "N", "tokens decoded per decode measurement");
+  args.option("-r,--repeat", &repeat, "N", "repetitions (the median is reported)");
+  args.option("--bandwidth-mib", &bandwidth_mib, "MIB", "buffer size for the bandwidth test");
+  args.option("--json", &json_path, "FILE", "also write the results as JSON");
+  if (!args.parse(argc, argv)) return 0;
+  check(!model_path.empty(), "no model given (-m FILE)");
+  check(repeat >= 1 && decode_tokens >= 1 && context >= 1, "counts must be positive");
+  const std::vector<int> thread_counts = parse_int_list(threads_text, "--threads");
+  const std::vector<int> batch_sizes = parse_int_list(batch_text, "--batch-sizes");
+
+  auto model = Model::load(model_path);
+  const ModelConfig& c = model->config();
+  const int max_batch = *std::max_element(batch_sizes.begin(), batch_sizes.end());
+  const bool tty = isatty(fileno(stderr));
+  std::printf("model: %s (%s, %d layers, n_embd %d, %.1f MiB of weights per token)\n",
+              model_path.c_str(), c.arch.c_str(), c.n_layer, c.n_embd,
+              model->weight_bytes() / 1048576.0);
+
+  nlohmann::json results = nlohmann::json::array();
+  std::printf("\n| threads | read GB/s | roofline tok/s | decode tok/s | of roofline |");
+  for (int n : batch_sizes) std::printf(" L(%d) ms |", n);
+  std::printf(" L(8)/L(1) |\n|---|---|---|---|---|");
+  for (size_t i = 0; i < batch_sizes.size(); ++i) std::printf("---|");
+  std::printf("---|\n");
+  for (int threads : thread_counts) {
+    Worker worker(threads);
+    if (tty) std::fprintf(stderr, "[%d threads] measuring bandwidth...\n", threads);
+    const double gbps = measure_read_bandwidth(worker, static_cast<size_t>(bandwidth_mib) << 20);
+    const double roofline = gbps * 1e9 / model->weight_bytes();
+
+    KvCache kv(c, context + std::max(max_batch, decode_tokens) + 1);
+    model->forward(worker, Batch::chain(kv, some_tokens(context, c.n_vocab, 99), false), kv);
+    kv.commit([&] {
+      std::vector<int32_t> path(context);
+      for (int i = 0; i < context; ++i) path[i] = i;
+      return path;
+    }());
+
+    if (tty) std::fprintf(stderr, "[%d threads] decoding...\n", threads);
+    std::vector<double> decode_rates;
+    for (int r = 0; r < repeat; ++r) {
+      const std::vector<int32_t> toks = some_tokens(decode_tokens, c.n_vocab, r);
+      const auto t0 = Clock::now();
+      for (int32_t t : toks) {
+        model->forward(worker, Batch::chain(kv, std::span(&t, 1), true), kv);
+        const int32_t cell = 0;
+        kv.commit(std::span(&cell, 1));
+      }
+      decode_rates.push_back(decode_tokens * 1000.0 / ms_since(t0));
+      kv.truncate(context);
+    }
+    std::sort(decode_rates.begin(), decode_rates.end());
+    const double decode = decode_rates[decode_rates.size() / 2];
+
+    std::vector<double> latency;
+    for (int n : batch_sizes) {
+      if (tty) std::fprintf(stderr, "[%d threads] L(%d)...\n", threads, n);
+      latency.push_back(forward_latency_ms(*model, worker, kv, n, repeat));
+    }
+    auto l_of = [&](int n) {
+      for (size_t i = 0; i < batch_sizes.size(); ++i)
+        if (batch_sizes[i] == n) return latency[i];
+      return -1.0;
+    };
+    std::printf("| %d | %.1f | %.2f | %.2f | %.0f%% |", threads, gbps, roofline, decode,
+                100.0 * decode / roofline);
+    for (double l : latency) std::printf(" %.1f |", l);
+    if (l_of(1) > 0 && l_of(8) > 0)
+      std::printf(" %.2f |\n", l_of(8) / l_of(1));
+    else
+      std::printf(" – |\n");
+    std::fflush(stdout);
+
+    nlohmann::json lat = nlohmann::json::object();
+    for (size_t i = 0; i < batch_sizes.size(); ++i) lat[std::to_string(batch_sizes[i])] = latency[i];
+    results.push_back({{"threads", threads},
+                       {"read_gb_per_s", gbps},
+                       {"roofline_tok_per_s", roofline},
+                       {"decode_tok_per_s", decode},
+                       {"roofline_fraction", decode / roofline},
+                       {"latency_ms", lat}});
+  }
+  if (!json_path.empty()) {
+    nlohmann::json out = {{"model", model_path},
+                          {"weight_bytes", model->weight_bytes()},
+                          {"context", context},
+                          {"results", results}};
+    std::FILE* f = std::fopen(json_path.c_str(), "w");
+    check(f != nullptr, "cannot write '", json_path, "'");
+    std::fputs(out.dump(2).c_str(), f);
+    std::fclose(f);
+  }
+  return 0;
+}
+
+}  // namespace parspec

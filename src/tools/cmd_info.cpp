@@ -1,0 +1,73 @@
+// parspec info MODEL.gguf: what a model file contains.
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/gguf.h"
+#include "model/model_config.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace parspec {
+
+int cmd_info(int argc, char** argv) {
+  std::vector<std::string> files;
+  bool show_tensors = false;
+  ArgParser args("info", "Print architecture, shapes, tensor types and tokenizer of GGUF models.");
+  args.positional("MODEL.gguf", &files, 16, "model files to describe");
+  args.flag("--tensors", &show_tensors, "also list every tensor");
+  if (!args.parse(argc, argv)) return 0;
+  check(!files.empty(), "no model file given (usage: parspec info MODEL.gguf)");
+
+  for (const std::string& path : files) {
+    auto file = GgufFile::open(path);
+    const ModelConfig c = ModelConfig::from_gguf(*file);
+    uint64_t n_params = 0, n_bytes = 0;
+    std::map<std::string, int> type_counts;
+    for (const auto& t : file->tensors()) {
+      n_params += t.n_elements;
+      n_bytes += t.n_bytes;
+      ++type_counts[std::string(type_info(t.type).name)];
+    }
+    std::printf("%s\n", path.c_str());
+    std::printf("  architecture   %s%s%s\n", c.arch.c_str(), c.name.empty() ? "" : "  name: ",
+                c.name.c_str());
+    std::printf("  layers         %d\n", c.n_layer);
+    std::printf("  embedding      %d\n", c.n_embd);
+    std::printf("  heads          %d (kv %d, head dim %d)\n", c.n_head, c.n_head_kv, c.head_dim);
+    std::printf("  feed-forward   %d\n", c.n_ff);
+    std::printf("  vocabulary     %d\n", c.n_vocab);
+    std::printf("  context (train) %d\n", c.n_ctx_train);
+    std::printf("  rope           base %g, %s pairs, %d dims%s%s\n", c.rope_freq_base,
+                c.rope_style == RopeStyle::kNeox ? "neox" : "adjacent", c.rope_dims,
+                c.rope_freq_factors.empty() ? "" : ", llama3 frequency factors",
+                c.rope_linear_scale != 1.0f ? ", linear scaling" : "");
+    std::printf("  embeddings     %s\n", c.tied_embeddings ? "tied (output = token_embd)" : "untied");
+    std::printf("  parameters     %.2f M in %zu tensors, %.2f MiB\n", n_params / 1e6,
+                file->tensors().size(), n_bytes / 1048576.0);
+    std::printf("  tensor types  ");
+    for (const auto& [name, count] : type_counts) std::printf(" %s×%d", name.c_str(), count);
+    std::printf("\n");
+    try {
+      auto tok = Tokenizer::from_gguf(*file);
+      std::printf("  tokenizer      %s\n", tok->describe().c_str());
+    } catch (const Error& e) {
+      std::printf("  tokenizer      none usable (%s)\n", e.what());
+    }
+    if (show_tensors) {
+      for (const auto& t : file->tensors()) {
+        std::printf("    %-32s %-5s [", t.name.c_str(), std::string(type_info(t.type).name).c_str());
+        for (size_t i = 0; i < t.dims.size(); ++i)
+          std::printf("%s%lld", i ? ", " : "", static_cast<long long>(t.dims[i]));
+        std::printf("]\n");
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace parspec

@@ -1,0 +1,110 @@
+// parspec perplexity: the same chunking and scoring as llama.cpp's
+// llama-perplexity, so the numbers can be compared.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/worker.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace parspec {
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "cannot open '", path, "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// -log softmax(logits)[target], in double.
+double negative_log_likelihood(const float* logits, int n_vocab, int32_t target) {
+  double max_logit = logits[0];
+  for (int i = 1; i < n_vocab; ++i) max_logit = std::max(max_logit, static_cast<double>(logits[i]));
+  double sum = 0.0;
+  for (int i = 0; i < n_vocab; ++i) sum += std::exp(logits[i] - max_logit);
+  return std::log(sum) + max_logit - logits[target];
+}
+
+}  // namespace
+
+int cmd_perplexity(int argc, char** argv) {
+  std::string model_path, text_file;
+  int n_ctx = 512, n_threads = available_cores(), max_chunks = -1;
+  ArgParser args("perplexity",
+                 "Perplexity of a text: the tokens are cut into chunks of --ctx-size tokens, the\n"
+                 "first token of each chunk is replaced by BOS, and the predictions of the second\n"
+                 "half of each chunk are scored (as llama.cpp's llama-perplexity does).");
+  args.option("-m,--model", &model_path, "FILE", "model (GGUF)");
+  args.option("-f,--file", &text_file, "FILE", "text to score");
+  args.option("-c,--ctx-size", &n_ctx, "N", "tokens per chunk");
+  args.option("-t,--threads", &n_threads, "N", "threads");
+  args.option("--chunks", &max_chunks, "N", "score at most N chunks (-1: all)");
+  if (!args.parse(argc, argv)) return 0;
+  check(!model_path.empty(), "no model given (-m FILE)");
+  check(!text_file.empty(), "no text file given (-f FILE)");
+  check(n_ctx >= 4, "--ctx-size must be at least 4");
+
+  auto model = Model::load(model_path);
+  auto tokenizer = Tokenizer::from_gguf(model->gguf());
+  const std::vector<int32_t> tokens = tokenizer->encode(read_file(text_file), true, false);
+  const int n_chunks_all = static_cast<int>(tokens.size() / n_ctx);
+  if (n_chunks_all == 0)
+    fail("the text has ", tokens.size(), " tokens; at least ", n_ctx,
+         " (one chunk of --ctx-size) are needed");
+  const int n_chunks = max_chunks < 0 ? n_chunks_all : std::min(max_chunks, n_chunks_all);
+  const bool tty = isatty(fileno(stderr));
+  std::fprintf(stderr, "perplexity: %zu tokens, %d chunks of %d, scoring tokens %d..%d of each\n",
+               tokens.size(), n_chunks, n_ctx, n_ctx / 2 + 1, n_ctx - 1);
+
+  Worker worker(n_threads);
+  KvCache kv(model->config(), n_ctx);
+  const int n_vocab = model->config().n_vocab;
+  const int first = n_ctx / 2;
+  double nll_sum = 0.0, nll_sq_sum = 0.0;
+  int64_t n_scored = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int chunk = 0; chunk < n_chunks; ++chunk) {
+    std::vector<int32_t> chunk_tokens(tokens.begin() + static_cast<int64_t>(chunk) * n_ctx,
+                                      tokens.begin() + static_cast<int64_t>(chunk + 1) * n_ctx);
+    chunk_tokens[0] = tokenizer->bos();
+    kv.clear();
+    Batch batch = Batch::chain(kv, chunk_tokens, true);
+    const std::vector<float> logits = model->forward(worker, batch, kv);
+    for (int j = first; j < n_ctx - 1; ++j) {
+      const double nll = negative_log_likelihood(&logits[static_cast<size_t>(j) * n_vocab], n_vocab,
+                                                 chunk_tokens[j + 1]);
+      nll_sum += nll;
+      nll_sq_sum += nll * nll;
+      ++n_scored;
+    }
+    const double ppl = std::exp(nll_sum / n_scored);
+    if (tty) {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "\r[%d/%d] PPL so far %.4f (%.1f s)   ", chunk + 1, n_chunks, ppl, secs);
+    }
+    std::printf("[%d]%.4f%s", chunk + 1, ppl, chunk + 1 == n_chunks ? "\n" : ",");
+    std::fflush(stdout);
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  const double mean = nll_sum / n_scored;
+  const double var = std::max(0.0, nll_sq_sum / n_scored - mean * mean);
+  const double ppl = std::exp(mean);
+  std::fprintf(stderr, "estimate: %.4f +/- %.4f over %lld scored tokens\n", ppl,
+               ppl * std::sqrt(var / std::max<int64_t>(1, n_scored - 1)),
+               static_cast<long long>(n_scored));
+  std::printf("PPL = %.4f\n", ppl);
+  return 0;
+}
+
+}  // namespace parspec

@@ -1,0 +1,178 @@
+// Worker pool, KV cache bookkeeping, row-wise ops and attention kernels.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "core/worker.h"
+#include "kernels/attention.h"
+#include "kernels/ops.h"
+#include "model/kv_cache.h"
+#include "model/model_config.h"
+
+namespace parspec {
+namespace {
+
+TEST(Worker, RunsEveryThreadOncePerJob) {
+  Worker w(3);
+  for (int rep = 0; rep < 200; ++rep) {
+    std::atomic<int> mask{0};
+    w.run([&](int i, int n) {
+      EXPECT_EQ(n, 3);
+      mask.fetch_or(1 << i);
+    });
+    ASSERT_EQ(mask.load(), 7);
+  }
+}
+
+TEST(Worker, ParallelForCoversTheRangeExactlyOnce) {
+  Worker w(2);
+  for (int64_t n : {0, 1, 2, 3, 17, 1000}) {
+    std::vector<std::atomic<int>> hits(n);
+    w.parallel_for(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[i]++;
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+}
+
+TEST(Worker, TwoWorkersRunConcurrently) {
+  Worker a(1), b(1);
+  std::atomic<int> inside{0}, max_inside{0};
+  auto job = [&](int, int) {
+    int now = ++inside;
+    int prev = max_inside.load();
+    while (now > prev && !max_inside.compare_exchange_weak(prev, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    --inside;
+  };
+  std::thread t([&] { a.run(job); });
+  b.run(job);
+  t.join();
+  EXPECT_EQ(max_inside.load(), 2);
+}
+
+TEST(Worker, RejectsBadThreadCount) { EXPECT_THROW(Worker(0), Error); }
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_head_kv = 1;
+  c.head_dim = 4;
+  return c;
+}
+
+TEST(KvCache, CapacityIsEnforcedWithAClearError) {
+  KvCache kv(small_config(), 3);
+  const int32_t pos[] = {0, 1, 2, 3}, par[] = {-1, 0, 1, 2};
+  try {
+    kv.add_cells(pos, par);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context size exceeded"), std::string::npos);
+  }
+  EXPECT_EQ(kv.n_spec(), 0);
+}
+
+TEST(KvCache, CommitMovesRowsAndValidatesPaths) {
+  KvCache kv(small_config(), 8);
+  const int32_t pos[] = {0, 1, 1}, par[] = {-1, 0, 0};
+  kv.add_cells(pos, par);
+  for (int layer = 0; layer < 2; ++layer)
+    for (int c = 0; c < 3; ++c) kv.spec_k(layer, c)[0] = 100.0f * layer + c;
+  const int32_t bad_path[] = {1};
+  EXPECT_THROW(kv.commit(bad_path), Error);  // does not start at the prefix
+  const int32_t path[] = {0, 2};
+  kv.commit(path);
+  EXPECT_EQ(kv.n_committed(), 2);
+  EXPECT_EQ(kv.n_spec(), 0);
+  EXPECT_EQ(kv.committed_k(1, 0)[0], 100.0f);
+  EXPECT_EQ(kv.committed_k(1, 1)[0], 102.0f);
+  std::vector<int32_t> anc;
+  const int32_t pos2[] = {2, 3, 4}, par2[] = {-1, 0, 1};
+  kv.add_cells(pos2, par2);
+  kv.ancestors(2, anc);
+  EXPECT_EQ(anc, (std::vector<int32_t>{0, 1}));
+  EXPECT_THROW(kv.truncate(5), Error);
+  kv.truncate(1);
+  EXPECT_EQ(kv.n_committed(), 1);
+  EXPECT_EQ(kv.n_spec(), 0);
+}
+
+TEST(KvCache, FullCacheCommitDoesNotClobberRows) {
+  // Committed rows grow into slots that held speculative rows: a full cache
+  // is where that overlap happens.
+  KvCache kv(small_config(), 4);
+  const int32_t pos[] = {0, 1, 2, 3}, par[] = {-1, 0, 1, 2};
+  kv.add_cells(pos, par);
+  for (int c = 0; c < 4; ++c) kv.spec_v(0, c)[3] = static_cast<float>(c + 1);
+  const int32_t path[] = {0, 1, 2, 3};
+  kv.commit(path);
+  for (int p = 0; p < 4; ++p) EXPECT_EQ(kv.committed_v(0, p)[3], p + 1.0f);
+}
+
+TEST(Ops, RmsNormMatchesDefinition) {
+  const float x[4] = {1, -2, 3, -4}, w[4] = {1, 0.5f, 2, 1};
+  float out[4];
+  rmsnorm(x, w, 4, 1e-5f, out);
+  const double inv = 1.0 / std::sqrt((1 + 4 + 9 + 16) / 4.0 + 1e-5);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], x[i] * inv * w[i], 1e-6);
+}
+
+TEST(Ops, RopeStylesRotateTheRightPairs) {
+  const float inv_freq[2] = {1.0f, 0.5f};
+  float adj[4] = {1, 0, 1, 0}, neox[4] = {1, 1, 0, 0};
+  rope(adj, 1, 4, 4, 1, inv_freq, RopeStyle::kAdjacent);
+  rope(neox, 1, 4, 4, 1, inv_freq, RopeStyle::kNeox);
+  EXPECT_NEAR(adj[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(adj[1], std::sin(1.0), 1e-6);
+  EXPECT_NEAR(adj[2], std::cos(0.5), 1e-6);
+  EXPECT_NEAR(adj[3], std::sin(0.5), 1e-6);
+  // NeoX pairs are (0, 2) and (1, 3).
+  EXPECT_NEAR(neox[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(neox[2], std::sin(1.0), 1e-6);
+  EXPECT_NEAR(neox[1], std::cos(0.5), 1e-6);
+  EXPECT_NEAR(neox[3], std::sin(0.5), 1e-6);
+  // Position 0 is the identity.
+  float same[4] = {1, 2, 3, 4};
+  rope(same, 1, 4, 4, 0, inv_freq, RopeStyle::kAdjacent);
+  EXPECT_EQ(same[1], 2.0f);
+}
+
+TEST(Ops, SwigluMatchesDefinition) {
+  const float g[3] = {-1, 0, 2}, u[3] = {3, 4, 5};
+  float out[3];
+  swiglu(g, u, 3, out);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-6);
+}
+
+TEST(Attention, MatchesReferenceForManyShapes) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (int head_dim : {4, 8, 13, 64, 128}) {
+    for (int n_keys : {1, 2, 7, 100}) {
+      std::vector<float> q(head_dim), kd(n_keys * head_dim), vd(n_keys * head_dim), out(head_dim),
+          ref(head_dim);
+      for (auto* v : {&q, &kd, &vd})
+        for (float& x : *v) x = nd(rng);
+      std::vector<const float*> keys, values;
+      for (int j = 0; j < n_keys; ++j) {
+        keys.push_back(&kd[j * head_dim]);
+        values.push_back(&vd[j * head_dim]);
+      }
+      AttentionScratch scratch;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      attend(q.data(), keys.data(), values.data(), n_keys, head_dim, scale, scratch, out.data());
+      attend_reference(q.data(), keys.data(), values.data(), n_keys, head_dim, scale, ref.data());
+      for (int d = 0; d < head_dim; ++d) ASSERT_NEAR(out[d], ref[d], 1e-5) << head_dim << " " << n_keys;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace parspec

@@ -1,0 +1,245 @@
+// Forward pass structure: batch invariance (bit-exact), KV cache commit and
+// rollback, layer ranges, error handling.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "test_helpers.h"
+
+namespace parspec {
+namespace {
+
+using testing_support::bitwise_equal;
+using testing_support::TempDir;
+
+struct ModelCase {
+  const char* name;
+  RandomModelSpec spec;
+};
+
+RandomModelSpec spec_of(const char* arch, DType type, int n_embd, bool tied) {
+  RandomModelSpec s;
+  s.arch = arch;
+  s.weight_type = type;
+  s.n_embd = n_embd;
+  s.n_ff = 2 * n_embd;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_layer = 2;
+  s.n_vocab = 300;
+  s.tied_embeddings = tied;
+  s.seed = 7;
+  return s;
+}
+
+std::vector<ModelCase> model_cases() {
+  return {
+      {"llama_f32", spec_of("llama", DType::F32, 64, false)},
+      {"llama_q8_0", spec_of("llama", DType::Q8_0, 64, true)},
+      {"llama_q4_0", spec_of("llama", DType::Q4_0, 64, false)},
+      {"qwen2_f16", spec_of("qwen2", DType::F16, 64, true)},
+      {"llama_q4_k", spec_of("llama", DType::Q4_K, 256, false)},
+      {"qwen2_q6_k", spec_of("qwen2", DType::Q6_K, 256, false)},
+      {"llama_bf16", spec_of("llama", DType::BF16, 64, false)},
+  };
+}
+
+class ModelTest : public ::testing::TestWithParam<ModelCase> {
+ protected:
+  void SetUp() override {
+    model_ = Model::load(testing_support::write_model(dir_, "m.gguf", GetParam().spec));
+    n_vocab_ = model_->config().n_vocab;
+  }
+
+  void commit_all(KvCache& kv) {
+    std::vector<int32_t> path(kv.n_spec());
+    std::iota(path.begin(), path.end(), 0);
+    kv.commit(path);
+  }
+
+  // Logits of each of `tokens` decoded one at a time after `prompt`.
+  std::vector<float> decode_one_by_one(Worker& w, const std::vector<int32_t>& prompt,
+                                       const std::vector<int32_t>& tokens) {
+    KvCache kv(model_->config(), 64);
+    model_->forward(w, Batch::chain(kv, prompt, false), kv);
+    commit_all(kv);
+    std::vector<float> all;
+    for (int32_t t : tokens) {
+      auto logits = model_->forward(w, Batch::chain(kv, std::span(&t, 1), true), kv);
+      commit_all(kv);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  }
+
+  TempDir dir_;
+  std::shared_ptr<Model> model_;
+  int n_vocab_ = 0;
+  const std::vector<int32_t> prompt_ = {256, 72, 101, 108, 108, 111};
+  const std::vector<int32_t> tokens_ = {44, 32, 119, 111, 114};
+};
+
+TEST_P(ModelTest, ChainEqualsOneTokenDecodingBitwise) {
+  Worker w(2);
+  const auto reference = decode_one_by_one(w, prompt_, tokens_);
+  KvCache kv(model_->config(), 64);
+  model_->forward(w, Batch::chain(kv, prompt_, false), kv);
+  commit_all(kv);
+  const auto chain = model_->forward(w, Batch::chain(kv, tokens_, true), kv);
+  ASSERT_EQ(chain.size(), reference.size());
+  EXPECT_TRUE(bitwise_equal(chain.data(), reference.data(), chain.size()));
+}
+
+TEST_P(ModelTest, TreeNodesEqualOneTokenDecodingBitwise) {
+  Worker w(2);
+  const auto reference = decode_one_by_one(w, prompt_, tokens_);
+  KvCache kv(model_->config(), 64);
+  model_->forward(w, Batch::chain(kv, prompt_, false), kv);
+  commit_all(kv);
+  // The wanted chain interleaved with unrelated branches (their own tokens and
+  // positions) hanging from the root and from chain nodes.
+  const int32_t base = kv.n_committed();
+  Batch tree;
+  std::vector<int32_t> chain_cells;
+  int32_t parent = -1;
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    tree.add(static_cast<int32_t>(10 + i), base + static_cast<int32_t>(i), parent, false);
+    chain_cells.push_back(static_cast<int32_t>(tree.size()));
+    tree.add(tokens_[i], base + static_cast<int32_t>(i), parent, true);
+    tree.add(static_cast<int32_t>(20 + i), base + static_cast<int32_t>(i) + 1,
+             chain_cells.back(), false);
+    parent = chain_cells.back();
+  }
+  const auto logits = model_->forward(w, tree, kv);
+  ASSERT_EQ(logits.size(), reference.size());
+  EXPECT_TRUE(bitwise_equal(logits.data(), reference.data(), logits.size()));
+}
+
+TEST_P(ModelTest, ThreadCountDoesNotChangeResults) {
+  Worker one(1), three(3);
+  const auto a = decode_one_by_one(one, prompt_, tokens_);
+  const auto b = decode_one_by_one(three, prompt_, tokens_);
+  EXPECT_TRUE(bitwise_equal(a.data(), b.data(), a.size()));
+}
+
+TEST_P(ModelTest, DecodingAfterRollbackEqualsNeverSpeculating) {
+  Worker w(2);
+  const auto reference = decode_one_by_one(w, prompt_, tokens_);
+  KvCache kv(model_->config(), 64);
+  model_->forward(w, Batch::chain(kv, prompt_, false), kv);
+  commit_all(kv);
+  std::vector<float> got;
+  // Speculate a chain whose first two tokens are right and the rest wrong:
+  // commit the right ones, drop the rest, decode on.
+  std::vector<int32_t> draft = {tokens_[0], tokens_[1], 5, 6};
+  auto logits = model_->forward(w, Batch::chain(kv, draft, true), kv);
+  got.insert(got.end(), logits.begin(), logits.begin() + 2 * n_vocab_);
+  const int32_t path[] = {0, 1};
+  kv.commit(path);
+  EXPECT_EQ(kv.n_spec(), 0);
+  // A wrong committed token, then truncation back.
+  const int32_t wrong = 9;
+  model_->forward(w, Batch::chain(kv, std::span(&wrong, 1), true), kv);
+  commit_all(kv);
+  kv.truncate(kv.n_committed() - 1);
+  for (size_t i = 2; i < tokens_.size(); ++i) {
+    logits = model_->forward(w, Batch::chain(kv, std::span(&tokens_[i], 1), true), kv);
+    commit_all(kv);
+    got.insert(got.end(), logits.begin(), logits.end());
+  }
+  ASSERT_EQ(got.size(), reference.size());
+  EXPECT_TRUE(bitwise_equal(got.data(), reference.data(), got.size()));
+}
+
+TEST_P(ModelTest, KeptSubtreeContinuesExactly) {
+  Worker w(1);
+  const auto reference = decode_one_by_one(w, prompt_, tokens_);
+  KvCache kv(model_->config(), 64);
+  model_->forward(w, Batch::chain(kv, prompt_, false), kv);
+  commit_all(kv);
+  const int32_t base = kv.n_committed();
+  // Tree: t0 -> t1 -> t2, plus a sibling branch under t0. Commit t0, keep t1, t2.
+  Batch tree;
+  tree.add(tokens_[0], base, -1, true);       // cell 0
+  tree.add(77, base + 1, 0, false);           // cell 1, discarded branch
+  tree.add(tokens_[1], base + 1, 0, true);    // cell 2
+  tree.add(tokens_[2], base + 2, 2, true);    // cell 3
+  auto logits = model_->forward(w, tree, kv);
+  const int32_t path[] = {0};
+  const int32_t keep[] = {2, 3};
+  auto ids = kv.commit(path, keep);
+  ASSERT_EQ(ids, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(kv.spec_parent(0), -1);
+  EXPECT_EQ(kv.spec_parent(1), 0);
+  // Continue below the kept cells without recomputing them.
+  Batch next;
+  next.add(tokens_[3], base + 3, 1, true);
+  auto more = model_->forward(w, next, kv);
+  logits.insert(logits.end(), more.begin(), more.end());
+  const int32_t path2[] = {0, 1, 2};
+  kv.commit(path2);
+  next = Batch::chain(kv, std::span(&tokens_[4], 1), true);
+  more = model_->forward(w, next, kv);
+  logits.insert(logits.end(), more.begin(), more.end());
+  ASSERT_EQ(logits.size(), reference.size());
+  EXPECT_TRUE(bitwise_equal(logits.data(), reference.data(), logits.size()));
+}
+
+TEST_P(ModelTest, LayerRangesComposeToTheFullForward) {
+  Worker w(2);
+  const ModelConfig& c = model_->config();
+  KvCache full(c, 32), lower(c, 32, 0, 1), upper(c, 32, 1, c.n_layer);
+  Batch b = Batch::chain(full, prompt_, true);
+  const auto expected = model_->forward(w, b, full);
+
+  std::vector<float> hidden(prompt_.size() * c.n_embd);
+  model_->embed(prompt_, hidden.data());
+  const int32_t first_lower = lower.add_cells(b.positions, b.parents);
+  model_->forward_layers(w, b, lower, first_lower, 0, 1, hidden.data());
+  const int32_t first_upper = upper.add_cells(b.positions, b.parents);
+  model_->forward_layers(w, b, upper, first_upper, 1, c.n_layer, hidden.data());
+  std::vector<float> logits(prompt_.size() * c.n_vocab);
+  model_->output_logits(w, hidden.data(), static_cast<int>(prompt_.size()), logits.data());
+  EXPECT_TRUE(bitwise_equal(logits.data(), expected.data(), expected.size()));
+  EXPECT_THROW(model_->forward_layers(w, b, lower, first_lower, 0, 2, hidden.data()), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ModelTest, ::testing::ValuesIn(model_cases()),
+                         [](const auto& test_case) { return std::string(test_case.param.name); });
+
+TEST(ModelErrors, RejectsBadTokensAndFullContext) {
+  TempDir dir;
+  auto model = Model::load(testing_support::write_model(dir, "m.gguf", spec_of("llama", DType::F32, 64, false)));
+  Worker w(1);
+  KvCache kv(model->config(), 4);
+  const std::vector<int32_t> bad = {1, model->config().n_vocab};
+  EXPECT_THROW(model->forward(w, Batch::chain(kv, bad, true), kv), Error);
+  EXPECT_EQ(kv.n_spec(), 0);  // nothing half-written
+  const std::vector<int32_t> five = {1, 2, 3, 4, 5};
+  try {
+    model->forward(w, Batch::chain(kv, five, true), kv);
+    FAIL() << "expected a context-size error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context size"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelErrors, MissingFileAndUnsupportedArchitecture) {
+  EXPECT_THROW(Model::load("/nonexistent/model.gguf"), Error);
+  TempDir dir;
+  GgufWriter writer;
+  writer.set("general.architecture", GgufValue::string("mamba"));
+  writer.write(dir.file("mamba.gguf"));
+  try {
+    Model::load(dir.file("mamba.gguf"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unsupported architecture 'mamba'"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace parspec
