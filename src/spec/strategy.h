@@ -25,6 +25,13 @@ struct GenerationRequest {
   std::function<void(int32_t)> on_token;
 };
 
+// Per draft-position acceptance: how often the k-th draft token of a step was
+// proposed and accepted (vLLM reports the same).
+struct PositionAcceptance {
+  std::vector<int64_t> proposed, accepted;
+  void add(size_t position, bool was_accepted);
+};
+
 struct GenerationStats {
   int n_prompt = 0;
   int n_gen = 0;
@@ -37,6 +44,7 @@ struct GenerationStats {
   int64_t draft_forwards = 0;
   double t_draft_ms = 0;
   double t_verify_ms = 0;
+  PositionAcceptance per_position;
 
   double tok_per_s() const { return t_gen_ms > 0 ? n_gen * 1000.0 / t_gen_ms : 0; }
   double alpha() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0; }
@@ -54,6 +62,33 @@ class Strategy {
   virtual std::string name() const = 0;
   virtual GenerationResult generate(const GenerationRequest& request) = 0;
 };
+
+// Everything a strategy may need; each strategy reads what applies to it.
+struct StrategyConfig {
+  std::string name = "ar";  // ar, sd, tree, dyntree (see strategy_names())
+  std::shared_ptr<const Model> target;
+  std::shared_ptr<const Model> draft;  // required by every strategy but ar
+  Worker* target_worker = nullptr;
+  Worker* draft_worker = nullptr;  // may be the same worker as target_worker
+  int ctx_size = 4096;
+  // Chain drafting (sd).
+  int draft_max = 4;          // γ: draft tokens per step (the maximum when adaptive)
+  int draft_min = 1;          // lower bound of γ when adaptive
+  float draft_p_min = 0.0f;   // stop drafting when the draft's top probability falls below
+  bool adaptive = false;      // grow γ after full acceptance, shrink otherwise
+  // Trees (tree, dyntree).
+  int tree_depth = 4;         // levels below the root
+  int tree_branch = 2;        // children per node (c)
+  int tree_width = 8;         // dyntree: nodes kept per level (w)
+  int tree_verify_depth = 0;  // dyntree: levels the target verifies per step (0: all)
+  // Lossy, opt-in: typical acceptance (Medusa/PPD) instead of exact verification.
+  bool lossy_typical = false;
+};
+
+// Names accepted by make_strategy, in the order benchmarks list them.
+const std::vector<std::string>& strategy_names();
+// Throws Error for an unknown name or a missing draft model.
+std::unique_ptr<Strategy> make_strategy(const StrategyConfig& config);
 
 // Plain autoregressive decoding of `model` with `worker`, in a context of
 // ctx_size tokens (prompt + generation).

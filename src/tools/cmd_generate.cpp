@@ -12,9 +12,12 @@
 #include "core/worker.h"
 #include "model/model.h"
 #include "spec/strategy.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/strategy_options.h"
 
 namespace parspec {
 
@@ -31,7 +34,8 @@ std::string read_text_file(const std::string& path) {
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
-  std::string model_path, prompt, prompt_file, chat_template;
+  std::string model_path, prompt, prompt_file, chat_template, strategy_name = "ar";
+  StrategyOptions strategy_options;
   int n_predict = 128, n_threads = available_cores(), n_ctx = 4096;
   SamplingParams sampling;
   int64_t seed = -1;
@@ -52,6 +56,9 @@ int cmd_generate(int argc, char** argv) {
   args.option("--chat-template", &chat_template, "NAME",
               "chat template to use instead of the detected one (llama3, chatml)");
   args.flag("--ignore-eos", &ignore_eos, "do not stop at end-of-generation tokens");
+  args.option("--strategy", &strategy_name, "NAME",
+              "decoding strategy: ar, sd, tree, dyntree (all but ar need -md)");
+  strategy_options.add_to(args);
   args.flag("--json", &json, "print one JSON object with the text, token ids and timings");
   if (!args.parse(argc, argv)) return 0;
   check(!model_path.empty(), "no model given (-m FILE)");
@@ -67,18 +74,17 @@ int cmd_generate(int argc, char** argv) {
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   std::vector<int32_t> prompt_tokens;
   if (chat || !chat_template.empty()) {
-    const ChatTemplate tmpl = chat_template.empty()
-                                  ? ChatTemplate::detect(model->gguf())
-                                  : ChatTemplate::from_name(chat_template);
-    const std::string text = tmpl.render({{"user", prompt}}, true);
-    prompt_tokens = tokenizer->encode(text, tmpl.needs_bos(), true);
+    const ChatTemplate tmpl = ChatTemplate::for_model(model->gguf(), chat_template);
+    const ChatMessage turn{"user", prompt};
+    prompt_tokens = tmpl.encode(*tokenizer, std::span(&turn, 1), true);
   } else {
     prompt_tokens = tokenizer->encode(prompt, true, false);
   }
   check(!prompt_tokens.empty(), "the prompt produced no tokens");
 
-  Worker worker(n_threads);
-  auto strategy = make_autoregressive(model, worker, n_ctx);
+  StrategyResources resources;
+  resources.init(model, strategy_options, n_threads);
+  auto strategy = make_strategy(resources.config_for(strategy_name, strategy_options, n_ctx));
   StreamDecoder stream(*tokenizer);
   GenerationRequest request;
   request.prompt = prompt_tokens;
@@ -112,6 +118,15 @@ int cmd_generate(int argc, char** argv) {
         {"t_gen_ms", st.t_gen_ms},
         {"tok_per_s", st.tok_per_s()},
         {"prompt_tok_per_s", st.t_prompt_ms > 0 ? st.n_prompt * 1000.0 / st.t_prompt_ms : 0.0},
+        {"drafted", st.drafted},
+        {"accepted", st.accepted},
+        {"tau", st.tau()},
+        {"alpha", st.alpha()},
+        {"verify_steps", st.verify_steps},
+        {"target_forwards", st.target_forwards},
+        {"draft_forwards", st.draft_forwards},
+        {"t_draft_ms", st.t_draft_ms},
+        {"t_verify_ms", st.t_verify_ms},
         {"seed", sampling.seed},
         {"threads", n_threads},
     };
@@ -123,6 +138,13 @@ int cmd_generate(int argc, char** argv) {
                  st.t_prompt_ms, st.t_prompt_ms > 0 ? st.n_prompt * 1000.0 / st.t_prompt_ms : 0.0);
     std::fprintf(stderr, "generation: %d tokens in %.1f ms (%.2f tok/s)\n", st.n_gen, st.t_gen_ms,
                  st.tok_per_s());
+    if (st.drafted > 0)
+      std::fprintf(stderr,
+                   "speculation (%s): drafted %lld, accepted %lld, alpha %.3f, tau %.2f tokens/step, "
+                   "draft %.1f ms, verify %.1f ms\n",
+                   strategy->name().c_str(), static_cast<long long>(st.drafted),
+                   static_cast<long long>(st.accepted), st.alpha(), st.tau(), st.t_draft_ms,
+                   st.t_verify_ms);
   }
   return 0;
 }

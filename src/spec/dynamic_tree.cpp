@@ -1,0 +1,105 @@
+// `dyntree`: PipeDec's dynamic prediction tree on one machine
+// (shared/papers/pipedec.txt, section 3.3). The tree grows one level per draft
+// forward; each level keeps the top min(w, n·c) candidates by cumulative draft
+// log-probability, where n is the number of nodes of the level above and each
+// contributes its c best children. The target checks the tree, verification
+// is token matching (exact for any tree), and the tree is pruned to the
+// subtree below the matched token, which keeps its KV cells in the draft
+// cache and is reused by the next step.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "spec/strategies.h"
+#include "spec/tree_speculation.h"
+
+namespace parspec {
+
+namespace {
+
+class DynamicTree final : public TreeSpeculation {
+ public:
+  explicit DynamicTree(const StrategyConfig& config) : TreeSpeculation(config) {
+    check(config_.tree_depth >= 1 && config_.tree_depth <= 64, "--tree-depth must be 1..64");
+    check(config_.tree_branch >= 1 && config_.tree_branch <= 64, "--tree-branch must be 1..64");
+    check(config_.tree_width >= 1 && config_.tree_width <= 1024, "--tree-width must be 1..1024");
+    check(config_.tree_verify_depth >= 0, "--tree-verify-depth must not be negative");
+    verify_depth_ = config_.tree_verify_depth == 0
+                        ? config_.tree_depth
+                        : std::min(config_.tree_verify_depth, config_.tree_depth);
+  }
+
+  std::string name() const override { return "dyntree"; }
+
+ protected:
+  int spec_budget() const override {
+    return 2 * (config_.tree_depth * config_.tree_width + config_.tree_depth + 4);
+  }
+
+  void step(std::vector<int32_t>& emitted) override {
+    draft_root();
+    // Update: grow level by level until the tree is tree_depth deep. Levels
+    // kept from the previous step are not recomputed.
+    while (tree_.max_depth() < config_.tree_depth) {
+      const int depth = tree_.max_depth();
+      std::vector<int32_t> frontier, unprocessed;
+      for (int32_t node = 0; node < tree_.size(); ++node) {
+        if (tree_.depths[node] != depth) continue;
+        frontier.push_back(node);
+        if (tree_.draft_cells[node] == kUnprocessed) unprocessed.push_back(node);
+      }
+      draft_process(unprocessed);
+      if (!grow_level(frontier)) break;
+    }
+    target_process(verify_depth_);
+    finish_step(verify(/*multi_candidate=*/false), emitted);
+  }
+
+ private:
+  struct Candidate {
+    double log_prob;
+    int32_t parent;
+    int32_t token;
+  };
+
+  // Appends the next level below `frontier`; false if nothing could be added.
+  bool grow_level(const std::vector<int32_t>& frontier) {
+    std::vector<Candidate> candidates;
+    const int c = config_.tree_branch;
+    for (int32_t parent : frontier) {
+      const Distribution& dist = tree_.draft_dist[parent];
+      std::vector<int32_t> ids(dist.size());
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+      const int k = std::min<int>(c, static_cast<int>(ids.size()));
+      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+        return dist[a] != dist[b] ? dist[a] > dist[b] : a < b;
+      });
+      for (int i = 0; i < k; ++i) {
+        if (dist[ids[i]] <= 0.0f) break;
+        candidates.push_back(
+            {tree_.log_probs[parent] + std::log(static_cast<double>(dist[ids[i]])), parent, ids[i]});
+      }
+    }
+    const size_t keep = std::min<size_t>(
+        {candidates.size(), static_cast<size_t>(config_.tree_width), frontier.size() * c});
+    if (keep == 0) return false;
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.log_prob > b.log_prob; });
+    candidates.resize(keep);
+    // Keep BFS order within the level: by parent, then by rank.
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.parent < b.parent; });
+    for (const Candidate& cand : candidates) tree_.add(cand.token, cand.parent, cand.log_prob);
+    return true;
+  }
+
+  int verify_depth_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_dynamic_tree(const StrategyConfig& config) {
+  return std::make_unique<DynamicTree>(config);
+}
+
+}  // namespace parspec

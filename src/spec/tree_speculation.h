@@ -1,0 +1,58 @@
+#pragma once
+// Shared machinery of the tree strategies (`tree`, `dyntree`): a draft tree
+// kept as BFS-ordered node arrays, its processing by the draft and the target
+// model (each node is a speculative KV cell of each model that processed it),
+// verification, and pruning to the surviving subtree.
+#include <vector>
+
+#include "spec/speculative.h"
+
+namespace parspec {
+
+class TreeSpeculation : public SpeculativeStrategy {
+ public:
+  explicit TreeSpeculation(const StrategyConfig& config);
+
+ protected:
+  // Node 0 is the root: cur, the last emitted token. Node i > 0 hangs below
+  // parents[i] < i; nodes are appended level by level, so index order is BFS
+  // order and every subtree's nodes keep their relative order.
+  struct Tree {
+    std::vector<int32_t> tokens, parents, depths;
+    std::vector<double> log_probs;  // cumulative draft log-probability from the root
+    // Speculative cell of the node in each model's cache; kUnprocessed if that
+    // model has not run on it; kCommitted for a root already in the cache.
+    std::vector<int32_t> draft_cells, target_cells;
+    std::vector<Distribution> draft_dist;   // after the node: children are chosen from it
+    std::vector<Distribution> target_rows;  // after the node: logits (greedy) or probabilities
+    int size() const { return static_cast<int>(tokens.size()); }
+    int max_depth() const { return depths.empty() ? 0 : depths.back(); }
+    int32_t add(int32_t token, int32_t parent, double log_prob);
+  };
+  static constexpr int32_t kUnprocessed = -1;
+  static constexpr int32_t kCommitted = -2;
+
+  // Runs the draft on the given nodes (their parents processed) in one forward.
+  void draft_process(const std::vector<int32_t>& nodes);
+  // Runs the target on every unprocessed node of depth <= max_depth (and the
+  // root) in one forward.
+  void target_process(int max_depth);
+  // Makes sure the draft has processed the root (feeding what it lags).
+  void draft_root();
+  // Distribution that children are chosen from: the sampling distribution
+  // when sampling; the plain softmax when greedy (one-hot would rank nothing).
+  Distribution draft_distribution(const float* logits) const;
+  // Verification walk over the tree (greedy, multi-candidate or token matching).
+  TreeVerdict verify(bool multi_candidate);
+  // Emits the verdict's tokens, commits both caches and prunes the tree to
+  // the subtree the next step starts from.
+  void finish_step(const TreeVerdict& verdict, std::vector<int32_t>& emitted);
+
+  void reset() override;
+
+  Tree tree_;
+  // Draft cells before the root's own cell (tokens the draft caught up on).
+  std::vector<int32_t> draft_prefix_cells_;
+};
+
+}  // namespace parspec
