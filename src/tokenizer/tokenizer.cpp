@@ -1,0 +1,549 @@
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <climits>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/gguf.h"
+#include "tokenizer/unicode.h"
+
+namespace parspec {
+
+namespace {
+
+constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
+
+// Texts of end-of-turn tokens in the families we know; matched only against
+// control tokens, so ordinary text never ends a generation.
+constexpr std::string_view kEotTexts[] = {"<|eot_id|>",    "<|im_end|>",      "<|end|>",
+                                          "<end_of_turn>", "<|end_of_turn|>", "<EOT>"};
+constexpr std::string_view kEndOfGenerationTexts[] = {
+    "<|eot_id|>",      "<|eom_id|>", "<|im_end|>",    "<|end|>",         "<end_of_turn>",
+    "<|end_of_turn|>", "<EOT>",      "<|endoftext|>", "<|end_of_text|>", "</s>"};
+
+bool is_special_type(TokenType type) {
+  return type == TokenType::kControl || type == TokenType::kUnknown || type == TokenType::kUnused;
+}
+
+// Tokens that text can be tokenized into (merge results, lookups).
+bool is_text_type(TokenType type) {
+  return type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kByte;
+}
+
+// "<0xNN>" -> NN, or -1.
+int parse_byte_token(std::string_view text) {
+  if (text.size() != 6 || !text.starts_with("<0x") || text[5] != '>') return -1;
+  int value = 0;
+  for (size_t i = 3; i < 5; ++i) {
+    const char c = text[i];
+    int digit;
+    if (c >= '0' && c <= '9') {
+      digit = c - '0';
+    } else if (c >= 'A' && c <= 'F') {
+      digit = c - 'A' + 10;
+    } else if (c >= 'a' && c <= 'f') {
+      digit = c - 'a' + 10;
+    } else {
+      return -1;
+    }
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t pos = 0;;) {
+    const size_t hit = text.find(from, pos);
+    if (hit == std::string_view::npos) {
+      out.append(text.substr(pos));
+      return out;
+    }
+    out.append(text.substr(pos, hit - pos));
+    out.append(to);
+    pos = hit + from.size();
+  }
+}
+
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer() {
+  byte_tokens_.fill(-1);
+}
+Tokenizer::~Tokenizer() = default;
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
+  const std::string& path = file.path();
+  const std::string model = file.get_string("tokenizer.ggml.model", "");
+  check(!model.empty(), path, ": the file has no vocabulary (tokenizer.ggml.model is missing)");
+  std::unique_ptr<Tokenizer> tok(new Tokenizer());
+  if (model == "gpt2") {
+    tok->kind_ = VocabKind::kBytePairGpt2;
+  } else if (model == "llama") {
+    tok->kind_ = VocabKind::kSentencePiece;
+  } else {
+    fail(path, ": unsupported tokenizer model '", model,
+         "' (tokenizer.ggml.model; parspec supports gpt2 and llama)");
+  }
+  const bool spm = tok->kind_ == VocabKind::kSentencePiece;
+
+  check(file.has("tokenizer.ggml.tokens"), path, ": tokenizer.ggml.tokens is missing");
+  tok->raw_texts_ = file.get_string_array("tokenizer.ggml.tokens");
+  const size_t n = tok->raw_texts_.size();
+  check(n > 0, path, ": tokenizer.ggml.tokens is empty");
+  check(n < static_cast<size_t>(INT32_MAX), path, ": tokenizer.ggml.tokens has too many entries");
+
+  tok->types_.assign(n, TokenType::kUndefined);
+  const bool has_types = file.has("tokenizer.ggml.token_type");
+  if (has_types) {
+    const std::vector<int64_t> types = file.get_int_array("tokenizer.ggml.token_type");
+    check(types.size() == n, path, ": tokenizer.ggml.token_type has ", types.size(),
+          " entries for ", n, " tokens");
+    for (size_t i = 0; i < n; ++i) {
+      check(types[i] >= 0 && types[i] <= 6, path, ": tokenizer.ggml.token_type[", i,
+            "] = ", types[i], " is not a token type (0..6)");
+      tok->types_[i] = static_cast<TokenType>(types[i]);
+    }
+  }
+  tok->scores_.assign(n, 0.0f);
+  if (file.has("tokenizer.ggml.scores")) {
+    tok->scores_ = file.get_float_array("tokenizer.ggml.scores");
+    check(tok->scores_.size() == n, path, ": tokenizer.ggml.scores has ", tok->scores_.size(),
+          " entries for ", n, " tokens");
+  }
+
+  for (size_t i = 0; i < n; ++i)
+    tok->by_raw_text_.emplace(tok->raw_texts_[i], static_cast<int32_t>(i));
+
+  const auto read_id = [&](const char* key, int32_t fallback) -> int32_t {
+    if (!file.has(key)) return fallback;
+    const int64_t id = file.get_int(key);
+    check(id >= 0 && id < static_cast<int64_t>(n), path, ": ", key, " = ", id,
+          " is outside the vocabulary (", n, " tokens)");
+    return static_cast<int32_t>(id);
+  };
+  // SentencePiece files written without the ids use the conventional texts.
+  const auto default_id = [&](std::string_view text) { return spm ? tok->find_token(text) : -1; };
+  tok->bos_ = read_id("tokenizer.ggml.bos_token_id", default_id("<s>"));
+  tok->eos_ = read_id("tokenizer.ggml.eos_token_id", default_id("</s>"));
+  tok->eot_ = read_id("tokenizer.ggml.eot_token_id", -1);
+  const int32_t eom = read_id("tokenizer.ggml.eom_token_id", -1);
+  int32_t unk = read_id("tokenizer.ggml.unknown_token_id", -1);
+  if (unk < 0 && spm) {
+    for (size_t i = 0; i < n && unk < 0; ++i)
+      if (tok->types_[i] == TokenType::kUnknown) unk = static_cast<int32_t>(i);
+    if (unk < 0) unk = tok->find_token("<unk>");
+  }
+  tok->unk_ = unk;
+  if (tok->eot_ < 0) {
+    for (std::string_view text : kEotTexts) {
+      const int32_t id = tok->find_token(text);
+      if (id >= 0 && tok->types_[id] == TokenType::kControl) {
+        tok->eot_ = id;
+        break;
+      }
+    }
+  }
+  if (!has_types) {
+    // Without types, the ids named above are the only tokens known to be special.
+    for (int32_t id : {tok->bos_, tok->eos_, tok->eot_, eom})
+      if (id >= 0) tok->types_[id] = TokenType::kControl;
+    if (tok->unk_ >= 0) tok->types_[tok->unk_] = TokenType::kUnknown;
+  }
+
+  if (spm) {
+    tok->add_space_prefix_ = file.get_bool("tokenizer.ggml.add_space_prefix", true);
+  } else {
+    tok->pre_name_ = file.get_string("tokenizer.ggml.pre", "default");
+    const auto pre = pre_tokenizer_from_name(tok->pre_name_);
+    check(pre.has_value(), path, ": unsupported pre-tokenizer '", tok->pre_name_,
+          "' (tokenizer.ggml.pre; parspec knows ", known_pre_tokenizer_names(), ")");
+    tok->pre_ = *pre;
+    tok->ignore_merges_ = tok->pre_ == PreTokenizer::kLlama3;
+    tok->splitter_ = std::make_unique<RegexSplitter>(pre_tokenizer_regex(tok->pre_));
+  }
+  // Defaults when the key is absent: Llama 2 and Llama 3 start with BOS, the
+  // other byte-level families (GPT-2, Qwen2) do not.
+  tok->add_bos_ =
+      file.get_bool("tokenizer.ggml.add_bos_token", spm || tok->pre_ == PreTokenizer::kLlama3);
+  tok->add_eos_ = file.get_bool("tokenizer.ggml.add_eos_token", false);
+
+  // Decoded bytes of each token and the text -> token lookup.
+  tok->pieces_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& raw = tok->raw_texts_[i];
+    const TokenType type = tok->types_[i];
+    std::string& piece = tok->pieces_[i];
+    const int byte = type == TokenType::kByte || (spm && !has_types) ? parse_byte_token(raw) : -1;
+    if (byte >= 0) {
+      piece.assign(1, static_cast<char>(byte));
+      if (spm && tok->byte_tokens_[byte] < 0) tok->byte_tokens_[byte] = static_cast<int32_t>(i);
+    } else if (!is_text_type(type)) {
+      piece = raw;
+    } else if (spm) {
+      piece = replace_all(raw, kSpmSpace, " ");
+    } else if (!unmap_bytes(raw, piece)) {
+      piece = raw;  // not byte-level text; shown as stored
+    }
+    // SentencePiece looks tokens up by their stored text; its <0xNN> tokens are
+    // reached only through byte fallback, never by merging "<", "0", "x", ...
+    if (is_text_type(type) && !(spm && byte >= 0))
+      tok->lookup_.emplace(spm ? raw : piece, static_cast<int32_t>(i));
+  }
+
+  if (spm) {
+    tok->has_byte_fallback_ = std::any_of(tok->byte_tokens_.begin(), tok->byte_tokens_.end(),
+                                          [](int32_t id) { return id >= 0; });
+    check(tok->has_byte_fallback_ || tok->unk_ >= 0, path,
+          ": SentencePiece vocabulary has neither <0xNN> byte tokens nor an unknown token");
+  } else {
+    for (int b = 0; b < 256; ++b) {
+      const auto it = tok->lookup_.find(std::string(1, static_cast<char>(b)));
+      check(it != tok->lookup_.end(), path, ": byte-level vocabulary lacks the token for byte 0x",
+            "0123456789ABCDEF"[b >> 4], "0123456789ABCDEF"[b & 15], " ('",
+            map_bytes(std::string(1, static_cast<char>(b))), "')");
+      tok->byte_tokens_[b] = it->second;
+    }
+    if (file.has("tokenizer.ggml.merges"))
+      tok->load_merges(file.get_string_array("tokenizer.ggml.merges"));
+  }
+  tok->load_specials();
+
+  for (int32_t id : {tok->eos_, tok->eot_, eom})
+    if (id >= 0) tok->end_of_generation_.push_back(id);
+  for (std::string_view text : kEndOfGenerationTexts) {
+    const int32_t id = tok->find_token(text);
+    if (id >= 0 && tok->types_[id] == TokenType::kControl) tok->end_of_generation_.push_back(id);
+  }
+  std::sort(tok->end_of_generation_.begin(), tok->end_of_generation_.end());
+  tok->end_of_generation_.erase(
+      std::unique(tok->end_of_generation_.begin(), tok->end_of_generation_.end()),
+      tok->end_of_generation_.end());
+  return tok;
+}
+
+void Tokenizer::load_merges(const std::vector<std::string>& merges) {
+  merges_.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const std::string& merge = merges[rank];
+    // The separator is the first space after the first character, as a token
+    // of a byte-level vocabulary never contains a plain space.
+    const size_t space = merge.find(' ', 1);
+    check(space != std::string::npos && space + 1 < merge.size(), "tokenizer.ggml.merges[", rank,
+          "] = '", merge, "' is not two tokens separated by a space");
+    const std::string_view left(merge.data(), space);
+    const std::string_view right(merge.data() + space + 1, merge.size() - space - 1);
+    const int32_t left_id = find_token(left), right_id = find_token(right);
+    std::string joined(left);
+    joined += right;
+    const int32_t result = find_token(joined);
+    // A merge whose parts or result are not (text) tokens can never apply.
+    if (left_id < 0 || right_id < 0 || result < 0) continue;
+    if (!is_text_type(types_[left_id]) || !is_text_type(types_[right_id]) ||
+        !is_text_type(types_[result]))
+      continue;
+    if (merges_.emplace(pair_key(left_id, right_id), Merge{static_cast<int32_t>(rank), result})
+            .second)
+      ++n_merges_;
+  }
+}
+
+void Tokenizer::load_specials() {
+  for (size_t i = 0; i < raw_texts_.size(); ++i) {
+    const TokenType type = types_[i];
+    if ((type != TokenType::kControl && type != TokenType::kUserDefined) || raw_texts_[i].empty())
+      continue;
+    specials_.push_back({raw_texts_[i], static_cast<int32_t>(i), type == TokenType::kUserDefined});
+  }
+  // Longest first, so that a special token containing another one wins.
+  std::stable_sort(specials_.begin(), specials_.end(), [](const Special& a, const Special& b) {
+    return a.text.size() > b.text.size();
+  });
+  for (size_t i = 0; i < specials_.size(); ++i)
+    specials_by_first_byte_[static_cast<unsigned char>(specials_[i].text[0])].push_back(
+        static_cast<uint32_t>(i));
+}
+
+int32_t Tokenizer::find_token(std::string_view raw_text) const {
+  const auto it = by_raw_text_.find(raw_text);
+  return it == by_raw_text_.end() ? -1 : it->second;
+}
+
+void Tokenizer::check_id(int32_t id) const {
+  check(id >= 0 && id < n_vocab(), "token id ", id, " is outside the vocabulary (", n_vocab(),
+        " tokens)");
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
+                                       bool parse_special) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
+
+  // SentencePiece puts a space in front of the text and of every text fragment
+  // that follows a special token (as llama.cpp does).
+  bool after_special = true;
+  size_t fragment_start = 0;
+  const auto flush_text = [&](size_t end) {
+    if (end <= fragment_start) return;
+    const std::string_view fragment = text.substr(fragment_start, end - fragment_start);
+    if (kind_ == VocabKind::kBytePairGpt2) {
+      encode_bpe_text(fragment, out);
+    } else {
+      encode_spm_text(fragment, add_space_prefix_ && after_special, out);
+    }
+    after_special = false;
+  };
+
+  if (!specials_.empty()) {
+    for (size_t pos = 0; pos < text.size();) {
+      const auto& candidates = specials_by_first_byte_[static_cast<unsigned char>(text[pos])];
+      const Special* found = nullptr;
+      for (uint32_t index : candidates) {
+        const Special& special = specials_[index];
+        if ((special.always || parse_special) && text.substr(pos).starts_with(special.text)) {
+          found = &special;
+          break;
+        }
+      }
+      if (!found) {
+        ++pos;
+        continue;
+      }
+      flush_text(pos);
+      out.push_back(found->id);
+      after_special = true;
+      pos += found->text.size();
+      fragment_start = pos;
+    }
+  }
+  flush_text(text.size());
+
+  if (add_special && add_eos_ && eos_ >= 0) out.push_back(eos_);
+  return out;
+}
+
+void Tokenizer::encode_bpe_text(std::string_view text, std::vector<int32_t>& out) const {
+  std::vector<TextPiece> pieces;
+  splitter_->split(text, pieces);
+  for (const TextPiece& piece : pieces) {
+    const std::string_view word = text.substr(piece.begin, piece.end - piece.begin);
+    if (!piece.matched) {
+      // Invalid UTF-8: every byte as its own byte token.
+      for (char c : word) out.push_back(byte_tokens_[static_cast<unsigned char>(c)]);
+      continue;
+    }
+    if (ignore_merges_) {
+      const auto it = lookup_.find(word);
+      if (it != lookup_.end()) {
+        out.push_back(it->second);
+        continue;
+      }
+    }
+    encode_bpe_word(word, out);
+  }
+}
+
+void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.size() == 1) {
+    out.push_back(byte_tokens_[static_cast<unsigned char>(word[0])]);
+    return;
+  }
+  // Symbols start as single bytes in a linked list; a min-heap of candidate
+  // merges (rank, then leftmost) applies the best one at a time. Candidates
+  // that an earlier merge made stale are recognised by their changed ids.
+  struct Symbol {
+    int32_t id, prev, next;
+  };
+  struct Candidate {
+    int32_t rank, left, right, left_id, right_id, result;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
+  };
+  const int32_t n = static_cast<int32_t>(word.size());
+  std::vector<Symbol> symbols(n);
+  for (int32_t i = 0; i < n; ++i)
+    symbols[i] = {byte_tokens_[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
+
+  std::vector<Candidate> heap;
+  const auto consider = [&](int32_t left, int32_t right) {
+    const auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
+    if (it == merges_.end()) return;
+    heap.push_back(
+        {it->second.rank, left, right, symbols[left].id, symbols[right].id, it->second.result});
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) consider(i, i + 1);
+
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const Candidate c = heap.back();
+    heap.pop_back();
+    Symbol& left = symbols[c.left];
+    Symbol& right = symbols[c.right];
+    if (left.id != c.left_id || right.id != c.right_id || left.next != c.right) continue;
+    left.id = c.result;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = c.left;
+    right.id = -1;
+    if (left.prev >= 0) consider(left.prev, c.left);
+    if (left.next >= 0) consider(c.left, left.next);
+  }
+  for (int32_t i = 0; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);
+}
+
+void Tokenizer::encode_spm_text(std::string_view text, bool space_prefix,
+                                std::vector<int32_t>& out) const {
+  std::string escaped;
+  escaped.reserve(text.size() + 8);
+  if (space_prefix) escaped += kSpmSpace;
+  for (char c : text) {
+    if (c == ' ') {
+      escaped += kSpmSpace;
+    } else {
+      escaped += c;
+    }
+  }
+  // Symbols start as characters (an invalid byte is a symbol of its own); the
+  // adjacent pair whose concatenation is the highest-scoring token merges first,
+  // leftmost on ties.
+  struct Symbol {
+    uint32_t begin, length;
+    int32_t prev, next;
+  };
+  struct Candidate {
+    float score;
+    int32_t left, right;
+    uint32_t left_length, right_length;
+    bool operator<(const Candidate& o) const {
+      return score != o.score ? score < o.score : left > o.left;
+    }
+  };
+  std::vector<Symbol> symbols;
+  for (size_t pos = 0; pos < escaped.size();) {
+    const size_t len = utf8::unit_length(escaped, pos);
+    const auto index = static_cast<int32_t>(symbols.size());
+    symbols.push_back(
+        {static_cast<uint32_t>(pos), static_cast<uint32_t>(len), index - 1, index + 1});
+    pos += len;
+  }
+  if (symbols.empty()) return;
+  symbols.back().next = -1;
+  const std::string_view view(escaped);
+
+  std::vector<Candidate> heap;
+  const auto consider = [&](int32_t left, int32_t right) {
+    const Symbol& l = symbols[left];
+    const Symbol& r = symbols[right];
+    const auto it = lookup_.find(view.substr(l.begin, l.length + r.length));
+    if (it == lookup_.end()) return;
+    heap.push_back({scores_[it->second], left, right, l.length, r.length});
+    std::push_heap(heap.begin(), heap.end());
+  };
+  for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) consider(i, i + 1);
+
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end());
+    const Candidate c = heap.back();
+    heap.pop_back();
+    Symbol& left = symbols[c.left];
+    Symbol& right = symbols[c.right];
+    if (left.length != c.left_length || right.length != c.right_length || left.next != c.right)
+      continue;
+    left.length += right.length;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = c.left;
+    right.length = 0;
+    if (left.prev >= 0) consider(left.prev, c.left);
+    if (left.next >= 0) consider(c.left, left.next);
+  }
+  for (int32_t i = 0; i >= 0; i = symbols[i].next) {
+    const std::string_view piece = view.substr(symbols[i].begin, symbols[i].length);
+    const auto it = lookup_.find(piece);
+    if (it != lookup_.end()) {
+      out.push_back(it->second);
+    } else {
+      append_byte_fallback(piece, out);
+    }
+  }
+}
+
+void Tokenizer::append_byte_fallback(std::string_view bytes, std::vector<int32_t>& out) const {
+  if (!has_byte_fallback_) {
+    out.push_back(unk_);
+    return;
+  }
+  for (char c : bytes) {
+    const int32_t id = byte_tokens_[static_cast<unsigned char>(c)];
+    out.push_back(id >= 0 ? id : unk_);
+  }
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special) const {
+  std::string out;
+  // SentencePiece: undo the space encode() added at the start and after
+  // special tokens.
+  const bool spm_prefix = kind_ == VocabKind::kSentencePiece && add_space_prefix_;
+  bool strip_space = spm_prefix;
+  for (int32_t id : ids) {
+    check_id(id);
+    const TokenType type = types_[id];
+    const std::string& piece = pieces_[id];
+    if (is_special_type(type)) {
+      if (render_special) out += piece;
+      strip_space = type == TokenType::kControl && spm_prefix;
+      continue;
+    }
+    if (strip_space && !piece.empty() && piece[0] == ' ') {
+      out.append(piece, 1);
+    } else {
+      out += piece;
+    }
+    strip_space = type == TokenType::kUserDefined && spm_prefix;
+  }
+  return out;
+}
+
+std::string Tokenizer::token_text(int32_t id) const {
+  check_id(id);
+  return pieces_[id];
+}
+
+const std::string& Tokenizer::token_raw_text(int32_t id) const {
+  check_id(id);
+  return raw_texts_[id];
+}
+
+TokenType Tokenizer::token_type(int32_t id) const {
+  check_id(id);
+  return types_[id];
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  return is_special_type(token_type(id));
+}
+
+bool Tokenizer::is_end_of_generation(int32_t id) const {
+  return std::binary_search(end_of_generation_.begin(), end_of_generation_.end(), id);
+}
+
+std::string Tokenizer::describe() const {
+  std::ostringstream os;
+  if (kind_ == VocabKind::kBytePairGpt2) {
+    os << "gpt2 byte-level BPE, " << n_vocab() << " tokens, " << n_merges_
+       << " merges, pre-tokenizer " << pre_name_;
+  } else {
+    os << "llama SentencePiece, " << n_vocab() << " tokens, "
+       << (has_byte_fallback_ ? "byte fallback" : "no byte fallback");
+  }
+  return os.str();
+}
+
+}  // namespace parspec
