@@ -312,7 +312,7 @@ TEST_P(KQuantDot, CloseToFloatDotOfUnquantizedRows) {
   EXPECT_NEAR(dot_q6_K_q8_K(n, w6.data(), x.data()), truth, 0.005 * std::fabs(truth));
 }
 
-INSTANTIATE_TEST_SUITE_P(RowLengths, KQuantDot, ::testing::Values(256, 512, 1024, 2048, 4096),
+INSTANTIATE_TEST_SUITE_P(KQuantRowLengths, KQuantDot, ::testing::Values(256, 512, 1024, 2048, 4096),
                          [](const auto& row) { return "n" + std::to_string(row.param); });
 
 // Arbitrary bit patterns: random bytes for every weight field and Q8_K values
