@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -223,6 +227,86 @@ TEST(TokenizerBpe, DigitGroupingFollowsThePreTokenizer) {
     EXPECT_EQ(tok->encode("12", false, false).size(), std::string(pre) == "qwen2" ? 2u : 1u);
     (void)d12;
   }
+}
+
+// Textbook BPE: merge the lowest-ranked adjacent pair (leftmost on ties) until
+// none is left, on strings. The reference for the tokenizer's two strategies.
+std::vector<std::string> reference_bpe(const std::string& word, const VocabSpec& spec) {
+  std::map<std::pair<std::string, std::string>, size_t> rank;
+  for (size_t r = 0; r < spec.merges.size(); ++r) {
+    const std::string& m = spec.merges[r];
+    const size_t space = m.find(' ', 1);
+    std::string left, right;
+    EXPECT_TRUE(unmap_bytes(m.substr(0, space), left));
+    EXPECT_TRUE(unmap_bytes(m.substr(space + 1), right));
+    rank.emplace(std::make_pair(left, right), r);
+  }
+  std::vector<std::string> symbols;
+  for (char c : word) symbols.emplace_back(1, c);
+  for (;;) {
+    size_t best = SIZE_MAX, best_rank = SIZE_MAX;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const auto it = rank.find({symbols[i], symbols[i + 1]});
+      if (it != rank.end() && it->second < best_rank) {
+        best_rank = it->second;
+        best = i;
+      }
+    }
+    if (best == SIZE_MAX) return symbols;
+    symbols[best] += symbols[best + 1];
+    symbols.erase(symbols.begin() + best + 1);
+  }
+}
+
+TEST(TokenizerBpe, ShortAndLongWordsMatchTextbookBpe) {
+  // Words up to 32 bytes are merged by scanning, longer ones with a heap.
+  VocabSpec spec = byte_level_vocab("gpt2");
+  std::mt19937 rng(42);
+  std::string corpus;
+  for (int i = 0; i < 3000; ++i) {
+    corpus += static_cast<char>('a' + rng() % 4);
+    if (rng() % 9 == 0) corpus += ' ';
+  }
+  train_byte_level_bpe(spec, corpus, PreTokenizer::kGpt2, 150);
+  ASSERT_GE(spec.merges.size(), 100u);
+  const auto tok = spec.build_tokenizer();
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string word;
+    const size_t length = 2 + rng() % (trial < 150 ? 31 : 200);
+    for (size_t i = 0; i < length; ++i) word += static_cast<char>('a' + rng() % 4);
+    Ids expected;
+    for (const std::string& symbol : reference_bpe(word, spec))
+      expected.push_back(tok->find_token(map_bytes(symbol)));
+    ASSERT_EQ(tok->encode(word, false, false), expected) << word;
+  }
+  // Hand-derived: merges a+b, c+d, ab+cd, a+a.
+  VocabSpec hand = byte_level_vocab("gpt2");
+  add_merge(hand, "a", "b");
+  add_merge(hand, "c", "d");
+  const int32_t abcd = add_merge(hand, "ab", "cd");
+  const int32_t aa = add_merge(hand, "a", "a");
+  const auto hand_tok = hand.build_tokenizer();
+  std::string abcd10;
+  for (int i = 0; i < 10; ++i) abcd10 += "abcd";
+  EXPECT_EQ(hand_tok->encode(abcd10, false, false), Ids(10, abcd));
+  EXPECT_EQ(hand_tok->encode("abcdabcd", false, false), Ids(2, abcd));
+  Ids aa20(20, aa);
+  aa20.push_back(byte_id('a'));
+  EXPECT_EQ(hand_tok->encode(std::string(41, 'a'), false, false), aa20);
+  EXPECT_EQ(hand_tok->encode("aaaaa", false, false), (Ids{aa, aa, byte_id('a')}));
+}
+
+// Words repeated within one text come from the per-call cache; they must be
+// tokenized as when they appear alone.
+TEST(TokenizerBpe, RepeatedWordsTokenizeAlike) {
+  HelloVocab v;
+  const auto tok = v.spec.build_tokenizer();
+  // " hello" is Ġ + hello: no merge joins Ġ and h.
+  EXPECT_EQ(tok->encode("hello hello hello", false, false),
+            (Ids{v.hello, byte_id(' '), v.hello, byte_id(' '), v.hello}));
+  EXPECT_EQ(tok->encode("shell<|x|>shell shell", false, true),
+            (Ids{byte_id('s'), v.hell, byte_id('<'), byte_id('|'), byte_id('x'), byte_id('|'),
+                 byte_id('>'), byte_id('s'), v.hell, byte_id(' '), byte_id('s'), v.hell}));
 }
 
 // A Llama 3 style vocabulary: bytes, a few merges, BOS/EOS/EOT control tokens

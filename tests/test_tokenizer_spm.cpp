@@ -170,10 +170,20 @@ TEST(TokenizerSpm, LoadErrors) {
     v.spec.build_tokenizer();
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("neither <0xNN> byte tokens nor an unknown token"),
+    EXPECT_NE(std::string(e.what()).find("neither all 256 <0xNN> byte tokens nor an unknown token"),
               std::string::npos)
         << e.what();
   }
+  // Some byte tokens but not all, and no <unk>: a byte could not be encoded.
+  SpmVocab partial;
+  partial.spec.tokens[kUnk] = "nothing";
+  partial.spec.token_types[kUnk] = static_cast<int32_t>(TokenType::kNormal);
+  partial.spec.unk = -1;
+  partial.spec.tokens[byte_token(0x41)] = "<0x41x>";
+  EXPECT_THROW(partial.spec.build_tokenizer(), Error);
+  partial.spec.tokens[byte_token(0x41)] = "<0x41>";
+  EXPECT_EQ(partial.spec.build_tokenizer()->encode("A", false, false),
+            (Ids{partial.space, byte_token(0x41)}));
   SpmVocab short_scores;
   short_scores.spec.scores.resize(5);
   EXPECT_THROW(short_scores.spec.build_tokenizer(), Error);

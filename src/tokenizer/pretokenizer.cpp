@@ -112,6 +112,24 @@ RegexSplitter::~RegexSplitter() {
   delete impl_;
 }
 
+std::shared_ptr<const RegexSplitter> RegexSplitter::for_family(PreTokenizer pre) {
+  // Function-local statics: compiled once, on first use, thread-safely.
+  switch (pre) {
+    case PreTokenizer::kLlama3: {
+      static const auto llama3 = std::make_shared<const RegexSplitter>(kLlama3Regex);
+      return llama3;
+    }
+    case PreTokenizer::kQwen2: {
+      static const auto qwen2 = std::make_shared<const RegexSplitter>(kQwen2Regex);
+      return qwen2;
+    }
+    case PreTokenizer::kGpt2:
+      break;
+  }
+  static const auto gpt2 = std::make_shared<const RegexSplitter>(kGpt2Regex);
+  return gpt2;
+}
+
 void RegexSplitter::split(std::string_view text, std::vector<TextPiece>& pieces) const {
   if (text.empty()) return;
   std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(

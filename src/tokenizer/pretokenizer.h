@@ -4,6 +4,7 @@
 // never cross. Matching uses PCRE2 (UTF + UCP, so \p{L}, \p{N} and \s are
 // Unicode-aware) and tolerates invalid UTF-8.
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,9 @@ class RegexSplitter {
  public:
   // Throws Error if the pattern does not compile.
   explicit RegexSplitter(std::string_view pattern);
+  // The compiled pattern of a family, shared by every tokenizer of the process
+  // (compiling and JIT-compiling takes far longer than loading the rest).
+  static std::shared_ptr<const RegexSplitter> for_family(PreTokenizer pre);
   ~RegexSplitter();
   RegexSplitter(const RegexSplitter&) = delete;
   RegexSplitter& operator=(const RegexSplitter&) = delete;

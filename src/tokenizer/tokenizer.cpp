@@ -67,10 +67,6 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
   }
 }
 
-uint64_t pair_key(int32_t left, int32_t right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-}
-
 }  // namespace
 
 Tokenizer::Tokenizer() {
@@ -166,7 +162,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
           "' (tokenizer.ggml.pre; parspec knows ", known_pre_tokenizer_names(), ")");
     tok->pre_ = *pre;
     tok->ignore_merges_ = tok->pre_ == PreTokenizer::kLlama3;
-    tok->splitter_ = std::make_unique<RegexSplitter>(pre_tokenizer_regex(tok->pre_));
+    tok->splitter_ = RegexSplitter::for_family(tok->pre_);
   }
   // Defaults when the key is absent: Llama 2 and Llama 3 start with BOS, the
   // other byte-level families (GPT-2, Qwen2) do not.
@@ -198,10 +194,14 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
   }
 
   if (spm) {
-    tok->has_byte_fallback_ = std::any_of(tok->byte_tokens_.begin(), tok->byte_tokens_.end(),
-                                          [](int32_t id) { return id >= 0; });
-    check(tok->has_byte_fallback_ || tok->unk_ >= 0, path,
-          ": SentencePiece vocabulary has neither <0xNN> byte tokens nor an unknown token");
+    const auto has_byte = [](int32_t id) { return id >= 0; };
+    tok->has_byte_fallback_ =
+        std::any_of(tok->byte_tokens_.begin(), tok->byte_tokens_.end(), has_byte);
+    // Bytes without a token fall back to <unk>: one of the two must cover every byte.
+    const bool all_bytes =
+        std::all_of(tok->byte_tokens_.begin(), tok->byte_tokens_.end(), has_byte);
+    check(all_bytes || tok->unk_ >= 0, path,
+          ": SentencePiece vocabulary has neither all 256 <0xNN> byte tokens nor an unknown token");
   } else {
     for (int b = 0; b < 256; ++b) {
       const auto it = tok->lookup_.find(std::string(1, static_cast<char>(b)));
@@ -229,7 +229,6 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
 }
 
 void Tokenizer::load_merges(const std::vector<std::string>& merges) {
-  merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string& merge = merges[rank];
     // The separator is the first space after the first character, as a token
@@ -248,9 +247,7 @@ void Tokenizer::load_merges(const std::vector<std::string>& merges) {
     if (!is_text_type(types_[left_id]) || !is_text_type(types_[right_id]) ||
         !is_text_type(types_[result]))
       continue;
-    if (merges_.emplace(pair_key(left_id, right_id), Merge{static_cast<int32_t>(rank), result})
-            .second)
-      ++n_merges_;
+    merges_.insert(left_id, right_id, {static_cast<int32_t>(rank), result});
   }
 }
 
@@ -280,6 +277,28 @@ void Tokenizer::check_id(int32_t id) const {
         " tokens)");
 }
 
+// Symbols of a word being merged form a linked list over the word's bytes.
+// `rank`/`result` cache the merge of a symbol with its right neighbour (short
+// words); long words keep candidate merges in a heap instead.
+struct Tokenizer::BpeScratch {
+  struct Symbol {
+    int32_t id, prev, next;
+    int32_t rank, result;
+  };
+  struct Candidate {
+    int32_t rank, left, right, left_id, right_id, result;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
+  };
+  std::vector<TextPiece> pieces;
+  std::vector<Symbol> symbols;
+  std::vector<Candidate> heap;
+  // Words already merged in this call: text -> (first, count) in cached_ids.
+  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> cache;
+  std::vector<int32_t> cached_ids;
+};
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
                                        bool parse_special) const {
   std::vector<int32_t> out;
@@ -290,11 +309,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
   // that follows a special token (as llama.cpp does).
   bool after_special = true;
   size_t fragment_start = 0;
+  BpeScratch scratch;
   const auto flush_text = [&](size_t end) {
     if (end <= fragment_start) return;
     const std::string_view fragment = text.substr(fragment_start, end - fragment_start);
     if (kind_ == VocabKind::kBytePairGpt2) {
-      encode_bpe_text(fragment, out);
+      encode_bpe_text(fragment, scratch, out);
     } else {
       encode_spm_text(fragment, add_space_prefix_ && after_special, out);
     }
@@ -329,72 +349,115 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
   return out;
 }
 
-void Tokenizer::encode_bpe_text(std::string_view text, std::vector<int32_t>& out) const {
-  std::vector<TextPiece> pieces;
-  splitter_->split(text, pieces);
-  for (const TextPiece& piece : pieces) {
+void Tokenizer::encode_bpe_text(std::string_view text, BpeScratch& scratch,
+                                std::vector<int32_t>& out) const {
+  scratch.pieces.clear();
+  splitter_->split(text, scratch.pieces);
+  for (const TextPiece& piece : scratch.pieces) {
     const std::string_view word = text.substr(piece.begin, piece.end - piece.begin);
     if (!piece.matched) {
       // Invalid UTF-8: every byte as its own byte token.
       for (char c : word) out.push_back(byte_tokens_[static_cast<unsigned char>(c)]);
       continue;
     }
-    if (ignore_merges_) {
-      const auto it = lookup_.find(word);
-      if (it != lookup_.end()) {
-        out.push_back(it->second);
-        continue;
-      }
+    if (word.size() == 1) {
+      out.push_back(byte_tokens_[static_cast<unsigned char>(word[0])]);
+      continue;
     }
-    encode_bpe_word(word, out);
+    // Longer texts repeat their words: each distinct word is tokenized once
+    // per call.
+    const auto [cached, inserted] = scratch.cache.try_emplace(word);
+    if (!inserted) {
+      const auto [first, count] = cached->second;
+      out.insert(out.end(), scratch.cached_ids.begin() + first,
+                 scratch.cached_ids.begin() + first + count);
+      continue;
+    }
+    const size_t before = out.size();
+    const auto whole = ignore_merges_ ? lookup_.find(word) : lookup_.end();
+    if (whole != lookup_.end()) {
+      out.push_back(whole->second);
+    } else {
+      encode_bpe_word(word, scratch, out);
+    }
+    cached->second = {static_cast<uint32_t>(scratch.cached_ids.size()),
+                      static_cast<uint32_t>(out.size() - before)};
+    scratch.cached_ids.insert(scratch.cached_ids.end(), out.begin() + before, out.end());
   }
 }
 
-void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t>& out) const {
-  if (word.size() == 1) {
+void Tokenizer::encode_bpe_word(std::string_view word, BpeScratch& scratch,
+                                std::vector<int32_t>& out) const {
+  using Symbol = BpeScratch::Symbol;
+  using Candidate = BpeScratch::Candidate;
+  constexpr int32_t kNoMerge = INT32_MAX;
+  const auto n = static_cast<int32_t>(word.size());
+  if (n == 1) {
     out.push_back(byte_tokens_[static_cast<unsigned char>(word[0])]);
     return;
   }
-  // Symbols start as single bytes in a linked list; a min-heap of candidate
-  // merges (rank, then leftmost) applies the best one at a time. Candidates
-  // that an earlier merge made stale are recognised by their changed ids.
-  struct Symbol {
-    int32_t id, prev, next;
-  };
-  struct Candidate {
-    int32_t rank, left, right, left_id, right_id, result;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
-  };
-  const int32_t n = static_cast<int32_t>(word.size());
-  std::vector<Symbol> symbols(n);
+  std::vector<Symbol>& symbols = scratch.symbols;
+  symbols.resize(n);
   for (int32_t i = 0; i < n; ++i)
-    symbols[i] = {byte_tokens_[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
+    symbols[i] = {byte_tokens_[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1,
+                  kNoMerge, -1};
 
-  std::vector<Candidate> heap;
-  const auto consider = [&](int32_t left, int32_t right) {
-    const auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
-    if (it == merges_.end()) return;
-    heap.push_back(
-        {it->second.rank, left, right, symbols[left].id, symbols[right].id, it->second.result});
-    std::push_heap(heap.begin(), heap.end(), std::greater<>());
-  };
-  for (int32_t i = 0; i + 1 < n; ++i) consider(i, i + 1);
-
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
-    const Candidate c = heap.back();
-    heap.pop_back();
-    Symbol& left = symbols[c.left];
-    Symbol& right = symbols[c.right];
-    if (left.id != c.left_id || right.id != c.right_id || left.next != c.right) continue;
-    left.id = c.result;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = c.left;
-    right.id = -1;
-    if (left.prev >= 0) consider(left.prev, c.left);
-    if (left.next >= 0) consider(c.left, left.next);
+  // Both strategies apply the merge of lowest rank first, the leftmost among
+  // equal ranks, so they give the same tokens.
+  if (n <= kShortWord) {
+    // Scan for the best cached pair; a merge changes only the pairs of the
+    // merged symbol.
+    const auto refresh = [&](int32_t i) {
+      Symbol& s = symbols[i];
+      const MergeTable::Merge* merge =
+          s.next >= 0 ? merges_.find(s.id, symbols[s.next].id) : nullptr;
+      s.rank = merge ? merge->rank : kNoMerge;
+      s.result = merge ? merge->result : -1;
+    };
+    for (int32_t i = 0; i < n; ++i) refresh(i);
+    for (;;) {
+      int32_t best = -1, best_rank = kNoMerge;
+      for (int32_t i = 0; i >= 0; i = symbols[i].next) {
+        if (symbols[i].rank < best_rank) {
+          best_rank = symbols[i].rank;
+          best = i;
+        }
+      }
+      if (best < 0) break;
+      Symbol& left = symbols[best];
+      left.id = left.result;
+      left.next = symbols[left.next].next;
+      if (left.next >= 0) symbols[left.next].prev = best;
+      refresh(best);
+      if (left.prev >= 0) refresh(left.prev);
+    }
+  } else {
+    // A min-heap of candidate merges; candidates that an earlier merge made
+    // stale are recognised by their changed ids.
+    std::vector<Candidate>& heap = scratch.heap;
+    heap.clear();
+    const auto consider = [&](int32_t left, int32_t right) {
+      const MergeTable::Merge* merge = merges_.find(symbols[left].id, symbols[right].id);
+      if (!merge) return;
+      heap.push_back(
+          {merge->rank, left, right, symbols[left].id, symbols[right].id, merge->result});
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    };
+    for (int32_t i = 0; i + 1 < n; ++i) consider(i, i + 1);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      const Candidate c = heap.back();
+      heap.pop_back();
+      Symbol& left = symbols[c.left];
+      Symbol& right = symbols[c.right];
+      if (left.id != c.left_id || right.id != c.right_id || left.next != c.right) continue;
+      left.id = c.result;
+      left.next = right.next;
+      if (right.next >= 0) symbols[right.next].prev = c.left;
+      right.id = -1;
+      if (left.prev >= 0) consider(left.prev, c.left);
+      if (left.next >= 0) consider(c.left, left.next);
+    }
   }
   for (int32_t i = 0; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);
 }
@@ -537,7 +600,7 @@ bool Tokenizer::is_end_of_generation(int32_t id) const {
 std::string Tokenizer::describe() const {
   std::ostringstream os;
   if (kind_ == VocabKind::kBytePairGpt2) {
-    os << "gpt2 byte-level BPE, " << n_vocab() << " tokens, " << n_merges_
+    os << "gpt2 byte-level BPE, " << n_vocab() << " tokens, " << merges_.size()
        << " merges, pre-tokenizer " << pre_name_;
   } else {
     os << "llama SentencePiece, " << n_vocab() << " tokens, "

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/merge_table.h"
 #include "tokenizer/pretokenizer.h"
 
 namespace parspec {
@@ -93,10 +94,6 @@ class Tokenizer {
     int32_t id;
     bool always;  // user-defined: matched even without parse_special
   };
-  struct Merge {
-    int32_t rank;
-    int32_t result;
-  };
   struct StringHash {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
@@ -106,8 +103,11 @@ class Tokenizer {
   void load_specials();
   void load_merges(const std::vector<std::string>& merges);
   void check_id(int32_t id) const;
-  void encode_bpe_text(std::string_view text, std::vector<int32_t>& out) const;
-  void encode_bpe_word(std::string_view word, std::vector<int32_t>& out) const;
+  // Words up to this many bytes are merged by scanning, longer ones with a heap.
+  static constexpr int32_t kShortWord = 32;
+  struct BpeScratch;  // buffers reused across the words of one encode() call
+  void encode_bpe_text(std::string_view text, BpeScratch& scratch, std::vector<int32_t>& out) const;
+  void encode_bpe_word(std::string_view word, BpeScratch& scratch, std::vector<int32_t>& out) const;
   void encode_spm_text(std::string_view text, bool space_prefix, std::vector<int32_t>& out) const;
   void append_byte_fallback(std::string_view bytes, std::vector<int32_t>& out) const;
 
@@ -121,12 +121,11 @@ class Tokenizer {
   // Tokens that text can turn into, by decoded bytes (BPE) or stored text (SPM).
   TextMap lookup_;
   TextMap by_raw_text_;
-  std::unordered_map<uint64_t, Merge> merges_;  // key: left id << 32 | right id
-  size_t n_merges_ = 0;
+  MergeTable merges_;
   std::array<int32_t, 256> byte_tokens_{};  // -1 where absent
   std::vector<Special> specials_;           // longest first
   std::array<std::vector<uint32_t>, 256> specials_by_first_byte_;
-  std::unique_ptr<RegexSplitter> splitter_;
+  std::shared_ptr<const RegexSplitter> splitter_;
   bool ignore_merges_ = false;  // Llama 3: a word that is a token is taken whole
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
   bool has_byte_fallback_ = false;

@@ -98,9 +98,8 @@ void train_byte_level_bpe(VocabSpec& vocab, std::string_view corpus, PreTokenize
 
   std::vector<Word> words;
   {
-    RegexSplitter splitter(pre_tokenizer_regex(pre));
     std::vector<TextPiece> pieces;
-    splitter.split(corpus, pieces);
+    RegexSplitter::for_family(pre)->split(corpus, pieces);
     std::unordered_map<std::string_view, size_t> index_of_word;
     for (const TextPiece& piece : pieces) {
       if (!piece.matched) continue;
