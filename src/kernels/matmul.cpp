@@ -12,8 +12,11 @@
 // - F32/F16/BF16 weights: f32 activations; an 8-lane accumulator where lane j
 //   sums k ≡ j (mod 8) with fma in k order (the ragged tail as one zero-padded
 //   step), then one fixed horizontal reduction.
-// - Q4_K/Q6_K weights: activations quantized per row to Q8_K; one call of the
-//   (deterministic) kquants dot product per output.
+// - Q4_K/Q6_K weights: activations quantized per row to Q8_K; per super-block
+//   exact int32 sums (scaled quants · x, and the min/bias terms), combined in
+//   f32 in super-block order with fixed expressions: the same ones
+//   dot_q4_K_q8_K / dot_q6_K_q8_K evaluate (bit-identical today), but 8 rows
+//   and a batch of activations at a time.
 // Threads split the output rows in tiles of 8; a dot product is never split.
 #include "kernels/matmul.h"
 
@@ -273,6 +276,287 @@ void tile_float(const uint8_t* const rows[], const float* const xs[], int64_t n,
     for (int r = 0; r < R; ++r) out[c * R + r] = reduce8(acc[r][c]);
 }
 
+// -------------------------------------------------------- Q4_K/Q6_K kernels ----
+//
+// Same scheme as Q4_0: lane r of every vector is weight row r of the tile;
+// each (row, activation, super-block) yields exact int32 sums, combined in
+// float per super-block with the same expressions as dot_q4_K_q8_K /
+// dot_q6_K_q8_K (as GCC compiles them: see the fmsub/fma below).
+
+// Activation rows quantized to Q8_K.
+struct K8Activations {
+  int64_t blocks_per_row = 0;
+  std::vector<BlockQ8_K> blocks;   // rows × blocks_per_row
+  std::vector<int32_t> min_pairs;  // per block 4 dwords: int16 pairs of 32-element sums (Q4_K mins)
+};
+
+void quantize_activations_q8_K(Worker& worker, const float* x, int64_t M, int64_t n_in,
+                               K8Activations& out) {
+  const int64_t nb = n_in / kQKK;
+  out.blocks_per_row = nb;
+  out.blocks.resize(static_cast<size_t>(M * nb));
+  out.min_pairs.resize(static_cast<size_t>(M * nb * 4));
+  auto quantize_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      BlockQ8_K* blocks = out.blocks.data() + m * nb;
+      quantize_row_q8_K(x + m * n_in, blocks, n_in);
+      for (int64_t b = 0; b < nb; ++b) {
+        int32_t* pairs = out.min_pairs.data() + (m * nb + b) * 4;
+        for (int i = 0; i < 4; ++i) {
+          // Sums of 32 quants fit int16 (|Σ| ≤ 32·127).
+          const int lo = blocks[b].bsums[4 * i] + blocks[b].bsums[4 * i + 1];
+          const int hi = blocks[b].bsums[4 * i + 2] + blocks[b].bsums[4 * i + 3];
+          pairs[i] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
+                                          (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
+        }
+      }
+    }
+  };
+  if (M * n_in >= 16384 && M > 1 && worker.n_threads() > 1) {
+    worker.parallel_for(M, quantize_rows);
+  } else {
+    quantize_rows(0, M);
+  }
+}
+
+// In each dword lane, int16 pair (byte J0, byte J1) of that dword, zero-extended.
+template <int J0, int J1>
+inline __m256i spread_bytes(__m256i v) {
+  const __m256i control = _mm256_setr_epi8(
+      J0, -1, J1, -1, 4 + J0, -1, 4 + J1, -1, 8 + J0, -1, 8 + J1, -1, 12 + J0, -1, 12 + J1, -1, J0,
+      -1, J1, -1, 4 + J0, -1, 4 + J1, -1, 8 + J0, -1, 8 + J1, -1, 12 + J0, -1, 12 + J1, -1);
+  return _mm256_shuffle_epi8(v, control);
+}
+
+// Same, sign-extended int8 bytes.
+template <int J0, int J1>
+inline __m256i spread_signed_bytes(__m256i v) {
+  const __m256i control = _mm256_setr_epi8(
+      -1, J0, -1, J1, -1, 4 + J0, -1, 4 + J1, -1, 8 + J0, -1, 8 + J1, -1, 12 + J0, -1, 12 + J1, -1,
+      J0, -1, J1, -1, 4 + J0, -1, 4 + J1, -1, 8 + J0, -1, 8 + J1, -1, 12 + J0, -1, 12 + J1);
+  return _mm256_srai_epi16(_mm256_shuffle_epi8(v, control), 8);
+}
+
+// Transposes 32 bytes at `offset` of the current block of each of the 8 rows:
+// out[d] lane r = bytes 4d..4d+3 of row r.
+inline void transpose_rows_32(const uint8_t* const rows[kTileRows], int64_t offset,
+                              __m256i out[8]) {
+  __m256i pairs[4];
+  for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + offset, rows[r + 4] + offset);
+  transpose_8x4(pairs, out);
+  for (int r = 0; r < 4; ++r) {
+    pairs[r] = load_row_pair(rows[r] + offset + 16, rows[r + 4] + offset + 16);
+  }
+  transpose_8x4(pairs, out + 4);
+}
+
+inline void transpose_rows_16(const uint8_t* const rows[kTileRows], int64_t offset,
+                              __m256i out[4]) {
+  __m256i pairs[4];
+  for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + offset, rows[r + 4] + offset);
+  transpose_8x4(pairs, out);
+}
+
+// f32 of the f16 in the low (HIGH = false) or high half of each dword lane.
+template <bool HIGH>
+inline __m256 halves_to_float(__m256i v) {
+  const int o = HIGH ? 2 : 0;
+  const __m256i pick = _mm256_setr_epi8(o, o + 1, o + 4, o + 5, o + 8, o + 9, o + 12, o + 13, -1,
+                                        -1, -1, -1, -1, -1, -1, -1, o, o + 1, o + 4, o + 5, o + 8,
+                                        o + 9, o + 12, o + 13, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, pick), 0x08);
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+}
+
+inline void prefetch_next_tile_block(const uint8_t* const rows[kTileRows], size_t row_stride,
+                                     int64_t at, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) prefetch_next_tile(rows, row_stride, at + line);
+}
+
+// Σ_d maddubs(w[d], x[4d..4d+3]) over 8 dwords: int16 lanes, each ≤ 8·2·15·127 for 4-bit w.
+inline __m256i dot_32(const __m256i w[8], const int8_t* x) {
+  __m256i p = _mm256_maddubs_epi16(w[0], broadcast_i32(x));
+  for (int d = 1; d < 8; ++d)
+    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[d], broadcast_i32(x + 4 * d)));
+  return p;
+}
+
+void tile_q4_K(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
+               const K8Activations& act, int64_t m0, int64_t m1, float* total, int32_t* isum) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0f);
+  const __m256i m6 = _mm256_set1_epi8(63);
+  const __m256i top2 = _mm256_set1_epi8(0x30);
+  for (int64_t m = m0; m < m1; ++m) _mm256_storeu_ps(total + (m - m0) * 8, _mm256_setzero_ps());
+
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t at = b * static_cast<int64_t>(sizeof(BlockQ4_K));
+    prefetch_next_tile_block(rows, row_stride, at, sizeof(BlockQ4_K));
+    // Header dwords: v[0] = d | dmin << 16, v[1..3] = the 12 packed scale bytes.
+    __m256i v[4];
+    transpose_rows_16(rows, at, v);
+    const __m256 wd = halves_to_float<false>(v[0]);
+    const __m256 wdmin = halves_to_float<true>(v[0]);
+    // sc[j]: scale of sub-block j as an int16 pair per lane; mins[i]: (min 2i, min 2i+1).
+    __m256i sc[8], mins[4];
+    sc[0] = _mm256_and_si256(spread_bytes<0, 0>(v[1]), m6);
+    sc[1] = _mm256_and_si256(spread_bytes<1, 1>(v[1]), m6);
+    sc[2] = _mm256_and_si256(spread_bytes<2, 2>(v[1]), m6);
+    sc[3] = _mm256_and_si256(spread_bytes<3, 3>(v[1]), m6);
+    sc[4] = _mm256_or_si256(_mm256_and_si256(spread_bytes<0, 0>(v[3]), low_mask),
+                            _mm256_and_si256(_mm256_srli_epi16(spread_bytes<0, 0>(v[1]), 2), top2));
+    sc[5] = _mm256_or_si256(_mm256_and_si256(spread_bytes<1, 1>(v[3]), low_mask),
+                            _mm256_and_si256(_mm256_srli_epi16(spread_bytes<1, 1>(v[1]), 2), top2));
+    sc[6] = _mm256_or_si256(_mm256_and_si256(spread_bytes<2, 2>(v[3]), low_mask),
+                            _mm256_and_si256(_mm256_srli_epi16(spread_bytes<2, 2>(v[1]), 2), top2));
+    sc[7] = _mm256_or_si256(_mm256_and_si256(spread_bytes<3, 3>(v[3]), low_mask),
+                            _mm256_and_si256(_mm256_srli_epi16(spread_bytes<3, 3>(v[1]), 2), top2));
+    mins[0] = _mm256_and_si256(spread_bytes<0, 1>(v[2]), m6);
+    mins[1] = _mm256_and_si256(spread_bytes<2, 3>(v[2]), m6);
+    mins[2] =
+        _mm256_or_si256(_mm256_srli_epi16(spread_bytes<0, 1>(v[3]), 4),
+                        _mm256_and_si256(_mm256_srli_epi16(spread_bytes<0, 1>(v[2]), 2), top2));
+    mins[3] =
+        _mm256_or_si256(_mm256_srli_epi16(spread_bytes<2, 3>(v[3]), 4),
+                        _mm256_and_si256(_mm256_srli_epi16(spread_bytes<2, 3>(v[2]), 2), top2));
+
+    for (int64_t m = m0; m < m1; ++m)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(isum + (m - m0) * 8), _mm256_setzero_si256());
+    for (int g = 0; g < 4; ++g) {
+      // Group g: 32 bytes; low nibbles are sub-block 2g, high nibbles 2g + 1.
+      __m256i packed[8], w[8];
+      transpose_rows_32(rows, at + 16 + 32 * g, packed);
+      for (int half = 0; half < 2; ++half) {
+        for (int d = 0; d < 8; ++d) {
+          w[d] =
+              _mm256_and_si256(half == 0 ? packed[d] : _mm256_srli_epi16(packed[d], 4), low_mask);
+        }
+        const __m256i scale = sc[2 * g + half];
+        for (int64_t m = m0; m < m1; ++m) {
+          const int8_t* xq = act.blocks[m * nb + b].qs + 64 * g + 32 * half;
+          __m256i* s = reinterpret_cast<__m256i*>(isum + (m - m0) * 8);
+          _mm256_storeu_si256(
+              s, _mm256_add_epi32(_mm256_loadu_si256(s), _mm256_madd_epi16(dot_32(w, xq), scale)));
+        }
+      }
+    }
+    for (int64_t m = m0; m < m1; ++m) {
+      const int64_t i = m * nb + b;
+      const int32_t* pairs = act.min_pairs.data() + i * 4;
+      __m256i sum_min = _mm256_madd_epi16(mins[0], _mm256_set1_epi32(pairs[0]));
+      for (int k = 1; k < 4; ++k) {
+        sum_min =
+            _mm256_add_epi32(sum_min, _mm256_madd_epi16(mins[k], _mm256_set1_epi32(pairs[k])));
+      }
+      const __m256 xd = _mm256_set1_ps(act.blocks[i].d);
+      const __m256 d = _mm256_mul_ps(xd, wd);
+      const __m256 dmin = _mm256_mul_ps(xd, wdmin);
+      const __m256i sum_qx =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(isum + (m - m0) * 8));
+      const __m256 value = _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(sum_qx),
+                                           _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(sum_min)));
+      float* t = total + (m - m0) * 8;
+      _mm256_storeu_ps(t, _mm256_add_ps(_mm256_loadu_ps(t), value));
+    }
+  }
+}
+
+void tile_q6_K(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
+               const K8Activations& act, int64_t m0, int64_t m1, float* total, int32_t* isum) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0f);
+  const __m256i top2 = _mm256_set1_epi8(0x30);
+  for (int64_t m = m0; m < m1; ++m) _mm256_storeu_ps(total + (m - m0) * 8, _mm256_setzero_ps());
+
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t at = b * static_cast<int64_t>(sizeof(BlockQ6_K));
+    prefetch_next_tile_block(rows, row_stride, at, sizeof(BlockQ6_K));
+    // The 16 int8 scales (4 dwords) and, from 16 bytes ending at the block's
+    // end, the f16 d in the high half of the last dword.
+    __m256i s[4], tail[4];
+    transpose_rows_16(rows, at + 192, s);
+    transpose_rows_16(rows, at + 194, tail);
+    const __m256 wd = halves_to_float<true>(tail[3]);
+    // sc[k]: scale k as an int16 pair per lane; sc_pairs[i]: (scale 2i, scale 2i + 1).
+    __m256i sc[16], sc_pairs[8];
+    for (int q = 0; q < 4; ++q) {
+      sc[4 * q + 0] = spread_signed_bytes<0, 0>(s[q]);
+      sc[4 * q + 1] = spread_signed_bytes<1, 1>(s[q]);
+      sc[4 * q + 2] = spread_signed_bytes<2, 2>(s[q]);
+      sc[4 * q + 3] = spread_signed_bytes<3, 3>(s[q]);
+      sc_pairs[2 * q] = spread_signed_bytes<0, 1>(s[q]);
+      sc_pairs[2 * q + 1] = spread_signed_bytes<2, 3>(s[q]);
+    }
+
+    for (int64_t m = m0; m < m1; ++m)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(isum + (m - m0) * 8), _mm256_setzero_si256());
+    for (int h = 0; h < 2; ++h) {
+      __m256i ql0[8], ql1[8], qh[8];
+      transpose_rows_32(rows, at + 64 * h, ql0);
+      transpose_rows_32(rows, at + 64 * h + 32, ql1);
+      transpose_rows_32(rows, at + 128 + 32 * h, qh);
+      for (int t = 0; t < 4; ++t) {
+        // Elements 128h + 32t + (0..31): 6-bit values 0..63, lane = row.
+        __m256i w[8];
+        for (int d = 0; d < 8; ++d) {
+          const __m256i low = t == 0   ? _mm256_and_si256(ql0[d], low_mask)
+                              : t == 1 ? _mm256_and_si256(ql1[d], low_mask)
+                              : t == 2 ? _mm256_and_si256(_mm256_srli_epi16(ql0[d], 4), low_mask)
+                                       : _mm256_and_si256(_mm256_srli_epi16(ql1[d], 4), low_mask);
+          const __m256i high = t == 0   ? _mm256_slli_epi16(qh[d], 4)
+                               : t == 1 ? _mm256_slli_epi16(qh[d], 2)
+                               : t == 2 ? qh[d]
+                                        : _mm256_srli_epi16(qh[d], 2);
+          w[d] = _mm256_or_si256(low, _mm256_and_si256(high, top2));
+        }
+        const int k = 8 * h + 2 * t;  // sub-block of the first 16 elements
+        const __m256i sc_lo = sc[k], sc_hi = sc[k + 1];
+        for (int64_t m = m0; m < m1; ++m) {
+          const int8_t* xq = act.blocks[m * nb + b].qs + 128 * h + 32 * t;
+          // Pair sums ≤ 2·63·127: two maddubs fit int16, then scale.
+          __m256i acc =
+              _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w[0], broadcast_i32(xq)),
+                                                 _mm256_maddubs_epi16(w[1], broadcast_i32(xq + 4))),
+                                sc_lo);
+          acc = _mm256_add_epi32(
+              acc, _mm256_madd_epi16(
+                       _mm256_add_epi16(_mm256_maddubs_epi16(w[2], broadcast_i32(xq + 8)),
+                                        _mm256_maddubs_epi16(w[3], broadcast_i32(xq + 12))),
+                       sc_lo));
+          acc = _mm256_add_epi32(
+              acc, _mm256_madd_epi16(
+                       _mm256_add_epi16(_mm256_maddubs_epi16(w[4], broadcast_i32(xq + 16)),
+                                        _mm256_maddubs_epi16(w[5], broadcast_i32(xq + 20))),
+                       sc_hi));
+          acc = _mm256_add_epi32(
+              acc, _mm256_madd_epi16(
+                       _mm256_add_epi16(_mm256_maddubs_epi16(w[6], broadcast_i32(xq + 24)),
+                                        _mm256_maddubs_epi16(w[7], broadcast_i32(xq + 28))),
+                       sc_hi));
+          __m256i* s_acc = reinterpret_cast<__m256i*>(isum + (m - m0) * 8);
+          _mm256_storeu_si256(s_acc, _mm256_add_epi32(_mm256_loadu_si256(s_acc), acc));
+        }
+      }
+    }
+    for (int64_t m = m0; m < m1; ++m) {
+      const int64_t i = m * nb + b;
+      const BlockQ8_K& xb = act.blocks[i];
+      // Σ sc·(q − 32)·x = Σ sc·q·x − 32·Σ_k sc_k·bsums[k].
+      int32_t bsum_pairs[8];
+      std::memcpy(bsum_pairs, xb.bsums, sizeof(bsum_pairs));
+      __m256i bias = _mm256_madd_epi16(sc_pairs[0], _mm256_set1_epi32(bsum_pairs[0]));
+      for (int k = 1; k < 8; ++k) {
+        bias = _mm256_add_epi32(bias,
+                                _mm256_madd_epi16(sc_pairs[k], _mm256_set1_epi32(bsum_pairs[k])));
+      }
+      const __m256i sum_qx = _mm256_sub_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(isum + (m - m0) * 8)),
+          _mm256_slli_epi32(bias, 5));
+      const __m256 d = _mm256_mul_ps(_mm256_set1_ps(xb.d), wd);
+      float* t = total + (m - m0) * 8;
+      _mm256_storeu_ps(t, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum_qx), _mm256_loadu_ps(t)));
+    }
+  }
+}
+
 // ------------------------------------------------------------- drivers ----
 
 struct Problem {
@@ -362,21 +646,23 @@ void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
   }
 }
 
-void run_kquant_tiles(const Problem& p, const void* act, size_t act_row_bytes, int64_t t0,
-                      int64_t t1) {
-  const int64_t n = p.w.n_in;
+void run_k_tiles(const Problem& p, const K8Activations& act, int64_t t0, int64_t t1) {
+  thread_local std::vector<float> total;
+  thread_local std::vector<int32_t> isum;
+  total.resize(static_cast<size_t>(kChunkRows * kTileRows));
+  isum.resize(static_cast<size_t>(kChunkRows * kTileRows));
+  const int64_t nb = p.w.n_in / kQKK;
   for (int64_t t = t0; t < t1; ++t) {
-    const int64_t o0 = t * kTileRows;
-    const int64_t o1 = std::min(p.w.n_out, o0 + kTileRows);
-    for (int64_t m = 0; m < p.M; ++m) {
-      const auto* xq = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(act) +
-                                                          static_cast<size_t>(m) * act_row_bytes);
-      for (int64_t o = o0; o < o1; ++o) {
-        const uint8_t* row = p.w.data + static_cast<size_t>(o) * p.row_stride;
-        p.y[m * p.w.n_out + o] =
-            p.w.type == DType::Q4_K ? dot_q4_K_q8_K(n, reinterpret_cast<const BlockQ4_K*>(row), xq)
-                                    : dot_q6_K_q8_K(n, reinterpret_cast<const BlockQ6_K*>(row), xq);
+    const uint8_t* rows[kTileRows];
+    tile_rows(p, t, rows);
+    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
+      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
+      if (p.w.type == DType::Q4_K) {
+        tile_q4_K(rows, p.row_stride, nb, act, m0, m1, total.data(), isum.data());
+      } else {
+        tile_q6_K(rows, p.row_stride, nb, act, m0, m1, total.data(), isum.data());
       }
+      store_tile(p, t, m0, m1, total.data());
     }
   }
 }
@@ -420,23 +706,10 @@ void matmul(Worker& worker, const WeightMatrix& w, const float* x, int64_t M, fl
     }
     case DType::Q4_K:
     case DType::Q6_K: {
-      thread_local std::vector<uint8_t> caller_act;
-      std::vector<uint8_t>& act = caller_act;
-      const size_t act_row = row_bytes(DType::Q8_K, w.n_in);
-      act.resize(act_row * static_cast<size_t>(M));
-      auto quantize_rows = [&](int64_t begin, int64_t end) {
-        for (int64_t m = begin; m < end; ++m) {
-          quantize_row_q8_K(
-              x + m * w.n_in,
-              reinterpret_cast<BlockQ8_K*>(act.data() + static_cast<size_t>(m) * act_row), w.n_in);
-        }
-      };
-      if (M > 1 && worker.n_threads() > 1) {
-        worker.parallel_for(M, quantize_rows);
-      } else {
-        quantize_rows(0, M);
-      }
-      for_tiles([&](int64_t t0, int64_t t1) { run_kquant_tiles(p, act.data(), act_row, t0, t1); });
+      thread_local K8Activations caller_act;
+      K8Activations& act = caller_act;
+      quantize_activations_q8_K(worker, x, M, w.n_in, act);
+      for_tiles([&](int64_t t0, int64_t t1) { run_k_tiles(p, act, t0, t1); });
       return;
     }
     case DType::F32:
