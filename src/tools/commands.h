@@ -5,6 +5,7 @@
 namespace parspec {
 
 int cmd_generate(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 int cmd_info(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_bench_forward(int argc, char** argv);

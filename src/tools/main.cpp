@@ -17,6 +17,8 @@ struct Command {
 
 const Command kCommands[] = {
     {"generate", parspec::cmd_generate, "generate text from a prompt"},
+    {"bench", parspec::cmd_bench,
+     "compare decoding strategies: tok/s, speedup over ar, tau, alpha"},
     {"perplexity", parspec::cmd_perplexity, "perplexity of a text file (as llama-perplexity)"},
     {"info", parspec::cmd_info, "architecture, shapes, tensor types and tokenizer of a GGUF model"},
     {"tokenize", parspec::cmd_tokenize, "print the tokens of a text"},
