@@ -117,13 +117,19 @@ inline void prefetch_next_tile(const uint8_t* const rows[kTileRows], size_t row_
   }
 }
 
-// f32 values of the f16 scales found at the start of the block of each of the 8 rows.
-inline __m256 gather_scales(const uint8_t* base, __m256i row_offsets) {
-  const __m256i words = _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), row_offsets, 1);
-  const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0,
-                                        1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(words, pick), 0x08);
-  return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+// f32 values of the f16 scales at offset `at` of the 8 rows. Scalar loads
+// packed into one vector: as fast as a gather here, and gathers are slow on
+// CPUs with the gather-data-sampling microcode fix.
+inline __m256 load_row_scales(const uint8_t* const rows[kTileRows], int64_t at) {
+  uint64_t lo = 0, hi = 0;
+  for (int r = 0; r < 4; ++r) {
+    uint16_t a, b;
+    std::memcpy(&a, rows[r] + at, sizeof(a));
+    std::memcpy(&b, rows[r + 4] + at, sizeof(b));
+    lo |= static_cast<uint64_t>(a) << (16 * r);
+    hi |= static_cast<uint64_t>(b) << (16 * r);
+  }
+  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
 }
 
 // A tile of 8 weight rows (row pointers; rows past the end repeat a valid row)
@@ -132,9 +138,6 @@ void tile_q4_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t 
                const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
   const __m256i low_mask = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
-  alignas(32) int32_t offs[kTileRows];
-  for (int r = 0; r < kTileRows; ++r) offs[r] = static_cast<int32_t>(rows[r] - rows[0]);
-  const __m256i offsets = _mm256_load_si256(reinterpret_cast<const __m256i*>(offs));
   for (int64_t m = m0; m < m1; ++m) _mm256_storeu_ps(acc + (m - m0) * 8, _mm256_setzero_ps());
 
   for (int64_t b = 0; b < nb; ++b) {
@@ -149,7 +152,7 @@ void tile_q4_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t 
       lo[d] = _mm256_and_si256(packed[d], low_mask);
       hi[d] = _mm256_and_si256(_mm256_srli_epi16(packed[d], 4), low_mask);
     }
-    const __m256 dw = gather_scales(rows[0] + at, offsets);
+    const __m256 dw = load_row_scales(rows, at);
 
     for (int64_t m = m0; m < m1; ++m) {
       const int64_t i = m * nb + b;
@@ -176,9 +179,6 @@ void tile_q4_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t 
 void tile_q8_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
                const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
   const __m256i ones = _mm256_set1_epi16(1);
-  alignas(32) int32_t offs[kTileRows];
-  for (int r = 0; r < kTileRows; ++r) offs[r] = static_cast<int32_t>(rows[r] - rows[0]);
-  const __m256i offsets = _mm256_load_si256(reinterpret_cast<const __m256i*>(offs));
   for (int64_t m = m0; m < m1; ++m) _mm256_storeu_ps(acc + (m - m0) * 8, _mm256_setzero_ps());
 
   for (int64_t b = 0; b < nb; ++b) {
@@ -191,7 +191,7 @@ void tile_q8_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t 
     transpose_8x4(pairs, w + 4);
     // Lane r of w[g] holds elements 4g..4g+3 of row r.
     for (int g = 0; g < 8; ++g) magnitude[g] = _mm256_abs_epi8(w[g]);
-    const __m256 dw = gather_scales(rows[0] + at, offsets);
+    const __m256 dw = load_row_scales(rows, at);
 
     for (int64_t m = m0; m < m1; ++m) {
       const int64_t i = m * nb + b;
