@@ -468,7 +468,7 @@ TEST(BenchReport, CommandWritesEveryReport) {
   const std::string model = testing_support::write_model(dir, "m.gguf", spec);
   write_file(dir.file("p.jsonl"), "{\"prompt\": \"def f(x):\"}\n{\"prompt\": \"Q: 2 + 3?\"}\n");
   const std::string command = std::string(PARSPEC_BINARY) + " bench -m " + model + " -md " + model +
-                              " --strategies sd,tree -n 6 -t 1 --warmup 2 --prompts " +
+                              " --strategies sd,ar,tree -n 6 -t 1 --warmup 2 --prompts " +
                               dir.file("p.jsonl") + ",code --max-prompts 2 --json " +
                               dir.file("r.json") + " --md " + dir.file("r.md") + " --svg " +
                               dir.file("r.svg") + " > " + dir.file("stdout.txt") + " 2>&1";
@@ -476,7 +476,7 @@ TEST(BenchReport, CommandWritesEveryReport) {
 
   const auto json = nlohmann::json::parse(read_file(dir.file("r.json")));
   EXPECT_EQ(json["config"]["n"], 6);
-  EXPECT_EQ(json["config"]["strategies"], (std::vector<std::string>{"ar", "sd", "tree"}));
+  EXPECT_EQ(json["config"]["strategies"], (std::vector<std::string>{"sd", "ar", "tree"}));
   EXPECT_TRUE(json["exactness_checked"].get<bool>());
   EXPECT_TRUE(json["mismatches"].empty());
   // 3 strategies × (p, code, all).
@@ -484,6 +484,8 @@ TEST(BenchReport, CommandWritesEveryReport) {
   for (const auto& r : json["results"]) {
     EXPECT_EQ(r["n_gen"], r["prompt_set"] == "all" ? 24 : 12) << r.dump();
     EXPECT_GT(r["tok_per_s"].get<double>(), 0.0);
+    // Every strategy but ar is compared with ar, wherever ar sits in the list.
+    EXPECT_EQ(r["checked_runs"], r["strategy"] == "ar" ? 0 : r["runs"].get<int>()) << r.dump();
     if (r["strategy"] == "ar") continue;
     EXPECT_EQ(r["mismatch"], 0);
     // The draft is the target: the chain is always accepted whole, and so is

@@ -397,6 +397,7 @@ ojson report_json(const BenchReport& report) {
         {"per_position_proposed", r.position_proposed},
         {"per_position_accepted", r.position_accepted},
         {"mismatch", report.exactness_checked ? ojson(r.mismatches) : ojson(nullptr)},
+        {"checked_runs", r.checked},
     });
   }
   ojson mismatches = ojson::array();

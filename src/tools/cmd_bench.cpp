@@ -231,6 +231,8 @@ int cmd_bench(int argc, char** argv) {
   }
   if (std::find(strategies.begin(), strategies.end(), kReferenceStrategy) == strategies.end())
     strategies.insert(strategies.begin(), std::string(kReferenceStrategy));
+  const size_t ar_index =
+      std::find(strategies.begin(), strategies.end(), kReferenceStrategy) - strategies.begin();
   const bool needs_draft = strategies.size() > 1;
 
   // Models: the bundled zoo unless given.
@@ -348,7 +350,7 @@ int cmd_bench(int argc, char** argv) {
           n += outputs[k].stats.n_gen;
           ms += outputs[k].stats.t_gen_ms;
         }
-        const std::vector<int32_t>& reference = outputs[0].tokens;  // strategies[0] is ar
+        const std::vector<int32_t>& reference = outputs[ar_index].tokens;
         for (size_t k = 0; k < runners.size(); ++k) {
           BenchRun run;
           run.strategy = strategies[k];
@@ -356,7 +358,7 @@ int cmd_bench(int argc, char** argv) {
           run.prompt_index = static_cast<int>(p);
           run.repeat = r;
           run.stats = outputs[k].stats;
-          if (check_exact && k > 0) {
+          if (check_exact && k != ar_index) {
             run.checked = true;
             if (auto at = first_difference(outputs[k].tokens, reference)) {
               run.matches_ar = false;
