@@ -1,0 +1,91 @@
+"""Cross-checks the zoo against the engine binary (parspec):
+
+1. tokenization: `parspec tokenize --ids` of held-out documents of every domain
+   equals the Python tokenizer's ids (BOS included);
+2. greedy generation: `parspec generate --temp 0` continues prompts with the
+   same tokens as the PyTorch reference forward of the same GGUF file (the
+   first divergence is reported; tiny float differences can flip a near-tie).
+
+  check_engine.py --parspec build/parspec --model models/target.gguf --corpus out/zoo/corpus
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+from reference import greedy, load_gguf_model
+from train import DOMAINS
+
+
+def engine_tokenize(parspec, model, text):
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
+        f.write(text)
+        path = f.name
+    try:
+        out = subprocess.run([parspec, "tokenize", "-m", model, "-f", path, "--ids"], check=True,
+                             capture_output=True, text=True).stdout
+    finally:
+        os.unlink(path)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def engine_generate(parspec, model, prompt, n):
+    out = subprocess.run([parspec, "generate", "-m", model, "-p", prompt, "-n", str(n), "--temp", "0", "--json", "-t", "1"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["tokens"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parspec", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--corpus", required=True, help="directory with <domain>.heldout.jsonl")
+    ap.add_argument("--docs", type=int, default=8, help="held-out documents per domain")
+    ap.add_argument("--chars", type=int, default=3000, help="characters of each document")
+    ap.add_argument("--prompts-dir", default="bench/prompts")
+    ap.add_argument("--n-gen", type=int, default=48)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    model, tok, _ = load_gguf_model(args.model)
+    failures = 0
+    for domain in DOMAINS:
+        with open(os.path.join(args.corpus, f"{domain}.heldout.jsonl")) as f:
+            docs = [json.loads(line)["text"] for line in f]
+        step = max(1, len(docs) // args.docs)
+        n_tok = n_same = 0
+        for text in docs[::step][:args.docs]:
+            text = text[:args.chars]
+            ours = tok.encode(text, add_bos=True)
+            theirs = engine_tokenize(args.parspec, args.model, text)
+            n_tok += len(ours)
+            if ours == theirs:
+                n_same += 1
+            else:
+                failures += 1
+                i = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+                print(f"  {domain}: tokenization differs at token {i}: python {ours[i:i + 5]} engine {theirs[i:i + 5]}"
+                      f" near {tok.decode(ours[max(0, i - 3):i + 3])!r}")
+        print(f"tokenize {domain}: {n_same}/{min(args.docs, len(docs[::step]))} documents identical ({n_tok} tokens)")
+    for domain in ("code", "prose", "math"):
+        path = os.path.join(args.prompts_dir, f"{domain}.jsonl")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            prompts = [json.loads(line)["prompt"] for line in f if line.strip()][:4]
+        for p in prompts:
+            ours = greedy(model, tok.encode(p, add_bos=True), args.n_gen, stop=tok.eos)
+            theirs = engine_generate(args.parspec, args.model, p, args.n_gen)
+            same = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+            status = "identical" if ours == theirs else f"first difference at token {same}"
+            print(f"generate {domain}: {len(ours)} tokens, {status}: {tok.decode(ours)[:60]!r}")
+    print("tokenization mismatches:", failures)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
