@@ -460,10 +460,52 @@ void tile_q4_K(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t 
   }
 }
 
-void tile_q6_K(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
-               const K8Activations& act, int64_t m0, int64_t m1, float* total, int32_t* isum) {
+// Q6_K values 32T..32T+31 of a half super-block (0..63, lane = row) from its
+// transposed low-nibble bytes ql[0] (bytes 0..31), ql[1] (32..63) and high bits qh.
+template <int T>
+inline void q6_K_values(const __m256i ql[2][8], const __m256i qh[8], __m256i w[8]) {
   const __m256i low_mask = _mm256_set1_epi8(0x0f);
   const __m256i top2 = _mm256_set1_epi8(0x30);
+  for (int d = 0; d < 8; ++d) {
+    const __m256i src = ql[T & 1][d];
+    const __m256i low = _mm256_and_si256(T < 2 ? src : _mm256_srli_epi16(src, 4), low_mask);
+    const __m256i high = T == 0   ? _mm256_slli_epi16(qh[d], 4)
+                         : T == 1 ? _mm256_slli_epi16(qh[d], 2)
+                         : T == 2 ? qh[d]
+                                  : _mm256_srli_epi16(qh[d], 2);
+    w[d] = _mm256_or_si256(low, _mm256_and_si256(high, top2));
+  }
+}
+
+// Adds Σ sc·q·x over values 32T..32T+31 of a half super-block (two
+// sub-blocks of 16) to isum for activations [m0, m1). `scales` is the
+// transposed scale dword holding those two sub-blocks' scales.
+template <int T>
+inline void q6_K_quarter(const __m256i ql[2][8], const __m256i qh[8], __m256i scales,
+                         const K8Activations& act, int64_t nb, int64_t b, int64_t offset,
+                         int64_t m0, int64_t m1, int32_t* isum) {
+  __m256i w[8];
+  q6_K_values<T>(ql, qh, w);
+  constexpr int j = 2 * (T % 2);
+  const __m256i sc_lo = spread_signed_bytes<j, j>(scales);
+  const __m256i sc_hi = spread_signed_bytes<j + 1, j + 1>(scales);
+  for (int64_t m = m0; m < m1; ++m) {
+    const int8_t* xq = act.blocks[m * nb + b].qs + offset + 32 * T;
+    // Pair sums ≤ 2·63·127: two maddubs fit int16, then scale.
+    __m256i acc = _mm256_setzero_si256();
+    for (int d = 0; d < 8; d += 2) {
+      const __m256i p =
+          _mm256_add_epi16(_mm256_maddubs_epi16(w[d], broadcast_i32(xq + 4 * d)),
+                           _mm256_maddubs_epi16(w[d + 1], broadcast_i32(xq + 4 * d + 4)));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, d < 4 ? sc_lo : sc_hi));
+    }
+    __m256i* s = reinterpret_cast<__m256i*>(isum + (m - m0) * 8);
+    _mm256_storeu_si256(s, _mm256_add_epi32(_mm256_loadu_si256(s), acc));
+  }
+}
+
+void tile_q6_K(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
+               const K8Activations& act, int64_t m0, int64_t m1, float* total, int32_t* isum) {
   for (int64_t m = m0; m < m1; ++m) _mm256_storeu_ps(total + (m - m0) * 8, _mm256_setzero_ps());
 
   for (int64_t b = 0; b < nb; ++b) {
@@ -475,66 +517,24 @@ void tile_q6_K(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t 
     transpose_rows_16(rows, at + 192, s);
     transpose_rows_16(rows, at + 194, tail);
     const __m256 wd = halves_to_float<true>(tail[3]);
-    // sc[k]: scale k as an int16 pair per lane; sc_pairs[i]: (scale 2i, scale 2i + 1).
-    __m256i sc[16], sc_pairs[8];
-    for (int q = 0; q < 4; ++q) {
-      sc[4 * q + 0] = spread_signed_bytes<0, 0>(s[q]);
-      sc[4 * q + 1] = spread_signed_bytes<1, 1>(s[q]);
-      sc[4 * q + 2] = spread_signed_bytes<2, 2>(s[q]);
-      sc[4 * q + 3] = spread_signed_bytes<3, 3>(s[q]);
-      sc_pairs[2 * q] = spread_signed_bytes<0, 1>(s[q]);
-      sc_pairs[2 * q + 1] = spread_signed_bytes<2, 3>(s[q]);
-    }
-
     for (int64_t m = m0; m < m1; ++m)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(isum + (m - m0) * 8), _mm256_setzero_si256());
     for (int h = 0; h < 2; ++h) {
-      __m256i ql0[8], ql1[8], qh[8];
-      transpose_rows_32(rows, at + 64 * h, ql0);
-      transpose_rows_32(rows, at + 64 * h + 32, ql1);
+      // Half h: elements 128h..128h+127, scales 8h..8h+7 (dwords s[2h], s[2h + 1]).
+      __m256i ql[2][8], qh[8];
+      transpose_rows_32(rows, at + 64 * h, ql[0]);
+      transpose_rows_32(rows, at + 64 * h + 32, ql[1]);
       transpose_rows_32(rows, at + 128 + 32 * h, qh);
-      for (int t = 0; t < 4; ++t) {
-        // Elements 128h + 32t + (0..31): 6-bit values 0..63, lane = row.
-        __m256i w[8];
-        for (int d = 0; d < 8; ++d) {
-          const __m256i low = t == 0   ? _mm256_and_si256(ql0[d], low_mask)
-                              : t == 1 ? _mm256_and_si256(ql1[d], low_mask)
-                              : t == 2 ? _mm256_and_si256(_mm256_srli_epi16(ql0[d], 4), low_mask)
-                                       : _mm256_and_si256(_mm256_srli_epi16(ql1[d], 4), low_mask);
-          const __m256i high = t == 0   ? _mm256_slli_epi16(qh[d], 4)
-                               : t == 1 ? _mm256_slli_epi16(qh[d], 2)
-                               : t == 2 ? qh[d]
-                                        : _mm256_srli_epi16(qh[d], 2);
-          w[d] = _mm256_or_si256(low, _mm256_and_si256(high, top2));
-        }
-        const int k = 8 * h + 2 * t;  // sub-block of the first 16 elements
-        const __m256i sc_lo = sc[k], sc_hi = sc[k + 1];
-        for (int64_t m = m0; m < m1; ++m) {
-          const int8_t* xq = act.blocks[m * nb + b].qs + 128 * h + 32 * t;
-          // Pair sums ≤ 2·63·127: two maddubs fit int16, then scale.
-          __m256i acc =
-              _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w[0], broadcast_i32(xq)),
-                                                 _mm256_maddubs_epi16(w[1], broadcast_i32(xq + 4))),
-                                sc_lo);
-          acc = _mm256_add_epi32(
-              acc, _mm256_madd_epi16(
-                       _mm256_add_epi16(_mm256_maddubs_epi16(w[2], broadcast_i32(xq + 8)),
-                                        _mm256_maddubs_epi16(w[3], broadcast_i32(xq + 12))),
-                       sc_lo));
-          acc = _mm256_add_epi32(
-              acc, _mm256_madd_epi16(
-                       _mm256_add_epi16(_mm256_maddubs_epi16(w[4], broadcast_i32(xq + 16)),
-                                        _mm256_maddubs_epi16(w[5], broadcast_i32(xq + 20))),
-                       sc_hi));
-          acc = _mm256_add_epi32(
-              acc, _mm256_madd_epi16(
-                       _mm256_add_epi16(_mm256_maddubs_epi16(w[6], broadcast_i32(xq + 24)),
-                                        _mm256_maddubs_epi16(w[7], broadcast_i32(xq + 28))),
-                       sc_hi));
-          __m256i* s_acc = reinterpret_cast<__m256i*>(isum + (m - m0) * 8);
-          _mm256_storeu_si256(s_acc, _mm256_add_epi32(_mm256_loadu_si256(s_acc), acc));
-        }
-      }
+      q6_K_quarter<0>(ql, qh, s[2 * h], act, nb, b, 128 * h, m0, m1, isum);
+      q6_K_quarter<1>(ql, qh, s[2 * h], act, nb, b, 128 * h, m0, m1, isum);
+      q6_K_quarter<2>(ql, qh, s[2 * h + 1], act, nb, b, 128 * h, m0, m1, isum);
+      q6_K_quarter<3>(ql, qh, s[2 * h + 1], act, nb, b, 128 * h, m0, m1, isum);
+    }
+    // sc_pairs[i]: (scale 2i, scale 2i + 1) as int16 per lane.
+    __m256i sc_pairs[8];
+    for (int q = 0; q < 4; ++q) {
+      sc_pairs[2 * q] = spread_signed_bytes<0, 1>(s[q]);
+      sc_pairs[2 * q + 1] = spread_signed_bytes<2, 3>(s[q]);
     }
     for (int64_t m = m0; m < m1; ++m) {
       const int64_t i = m * nb + b;
