@@ -11,7 +11,7 @@ namespace parspec {
 namespace {
 // Spin this many rounds before sleeping: a decode step issues a job every few
 // tens of microseconds, and waking a sleeping thread costs more than that.
-constexpr int kSpinRounds = 1 << 16;
+constexpr int kSpinRounds = 1 << 12;
 }  // namespace
 
 int available_cores() {

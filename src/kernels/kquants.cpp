@@ -527,7 +527,7 @@ float dot_q6_K_q8_K(int64_t n, const BlockQ6_K* w, const BlockQ8_K* x) {
     for (int h = 0; h < 2; ++h) {
       // Both lanes hold this half's 8 scales as int16.
       const __m256i scales16 =
-          _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8 * h)));
+          _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16((h ? _mm_srli_si128(sc8, 8) : sc8)));
       const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.ql + 64 * h));
       const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.ql + 64 * h + 32));
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh + 32 * h));
