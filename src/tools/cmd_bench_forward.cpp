@@ -57,12 +57,13 @@ double measure_read_bandwidth(Worker& worker, size_t bytes) {
     worker.run([&](int index, int count) {
       int64_t b, e;
       Worker::split(static_cast<int64_t>(n / 32), index, count, b, e);
+      const float* p = buf.data();
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       for (int64_t i = b * 32; i < e * 32; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(&buf[i]));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(&buf[i + 8]));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(&buf[i + 16]));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(&buf[i + 24]));
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
       }
       float tmp[8];
       _mm256_storeu_ps(tmp, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));

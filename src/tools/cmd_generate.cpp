@@ -105,12 +105,13 @@ int cmd_generate(int argc, char** argv) {
   if (json) {
     nlohmann::json out = {
         {"strategy", strategy->name()},
-        {"text", tokenizer->decode([&] {
+        {"text", tokenizer->decode(std::span<const int32_t>([&] {
            std::vector<int32_t> kept;
            for (int32_t t : result.tokens)
              if (ignore_eos || !tokenizer->is_end_of_generation(t)) kept.push_back(t);
            return kept;
-         }())},
+         }()),
+                                   /*render_special=*/false)},
         {"tokens", result.tokens},
         {"n_prompt", st.n_prompt},
         {"n_gen", st.n_gen},
