@@ -41,8 +41,8 @@ inline ChiSquare chi_square_fit(const std::map<int32_t, int64_t>& observed,
     ++bins;
   }
   if (pooled_expected >= 5) {
-    r.statistic += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) /
-                   pooled_expected;
+    r.statistic +=
+        (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
     ++bins;
   } else if (pooled_observed > 10) {
     r.statistic += 1e9;  // mass where there should be (almost) none

@@ -56,7 +56,9 @@ TEST(Worker, TwoWorkersRunConcurrently) {
   EXPECT_EQ(max_inside.load(), 2);
 }
 
-TEST(Worker, RejectsBadThreadCount) { EXPECT_THROW(Worker(0), Error); }
+TEST(Worker, RejectsBadThreadCount) {
+  EXPECT_THROW(Worker(0), Error);
+}
 
 ModelConfig small_config() {
   ModelConfig c;
@@ -169,7 +171,8 @@ TEST(Attention, MatchesReferenceForManyShapes) {
       const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
       attend(q.data(), keys.data(), values.data(), n_keys, head_dim, scale, scratch, out.data());
       attend_reference(q.data(), keys.data(), values.data(), n_keys, head_dim, scale, ref.data());
-      for (int d = 0; d < head_dim; ++d) ASSERT_NEAR(out[d], ref[d], 1e-5) << head_dim << " " << n_keys;
+      for (int d = 0; d < head_dim; ++d)
+        ASSERT_NEAR(out[d], ref[d], 1e-5) << head_dim << " " << n_keys;
     }
   }
 }

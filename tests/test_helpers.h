@@ -22,7 +22,9 @@ class TempDir {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
-  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+  std::string file(const std::string& name) const {
+    return (std::filesystem::path(path_) / name).string();
+  }
 
  private:
   std::string path_;

@@ -108,8 +108,8 @@ TEST_P(ModelTest, TreeNodesEqualOneTokenDecodingBitwise) {
     tree.add(static_cast<int32_t>(10 + i), base + static_cast<int32_t>(i), parent, false);
     chain_cells.push_back(static_cast<int32_t>(tree.size()));
     tree.add(tokens_[i], base + static_cast<int32_t>(i), parent, true);
-    tree.add(static_cast<int32_t>(20 + i), base + static_cast<int32_t>(i) + 1,
-             chain_cells.back(), false);
+    tree.add(static_cast<int32_t>(20 + i), base + static_cast<int32_t>(i) + 1, chain_cells.back(),
+             false);
     parent = chain_cells.back();
   }
   const auto logits = model_->forward(w, tree, kv);
@@ -162,10 +162,10 @@ TEST_P(ModelTest, KeptSubtreeContinuesExactly) {
   const int32_t base = kv.n_committed();
   // Tree: t0 -> t1 -> t2, plus a sibling branch under t0. Commit t0, keep t1, t2.
   Batch tree;
-  tree.add(tokens_[0], base, -1, true);       // cell 0
-  tree.add(77, base + 1, 0, false);           // cell 1, discarded branch
-  tree.add(tokens_[1], base + 1, 0, true);    // cell 2
-  tree.add(tokens_[2], base + 2, 2, true);    // cell 3
+  tree.add(tokens_[0], base, -1, true);     // cell 0
+  tree.add(77, base + 1, 0, false);         // cell 1, discarded branch
+  tree.add(tokens_[1], base + 1, 0, true);  // cell 2
+  tree.add(tokens_[2], base + 2, 2, true);  // cell 3
   auto logits = model_->forward(w, tree, kv);
   const int32_t path[] = {0};
   const int32_t keep[] = {2, 3};
@@ -211,7 +211,8 @@ INSTANTIATE_TEST_SUITE_P(Types, ModelTest, ::testing::ValuesIn(model_cases()),
 
 TEST(ModelErrors, RejectsBadTokensAndFullContext) {
   TempDir dir;
-  auto model = Model::load(testing_support::write_model(dir, "m.gguf", spec_of("llama", DType::F32, 64, false)));
+  auto model = Model::load(
+      testing_support::write_model(dir, "m.gguf", spec_of("llama", DType::F32, 64, false)));
   Worker w(1);
   KvCache kv(model->config(), 4);
   const std::vector<int32_t> bad = {1, model->config().n_vocab};

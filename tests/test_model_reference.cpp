@@ -88,7 +88,8 @@ TEST_P(ReferenceTest, LogitsMatchTheNumPyReference) {
     max_err = std::max(max_err, std::fabs(static_cast<double>(logits[i]) - ref[i]));
   }
   ASSERT_GT(max_ref, 1e-3) << "degenerate logits";
-  EXPECT_LE(max_err / max_ref, rc.tolerance) << "max abs error " << max_err << ", max |logit| " << max_ref;
+  EXPECT_LE(max_err / max_ref, rc.tolerance)
+      << "max abs error " << max_err << ", max |logit| " << max_ref;
   // The argmax agrees at every position for the float types.
   if (rc.tolerance < 1e-3) {
     const int n_vocab = model->config().n_vocab;

@@ -25,7 +25,9 @@ const Distribution kTarget = normalized({0.30f, 0.05f, 0.20f, 0.15f, 0.10f, 0.20
 const Distribution kTargetNext = normalized({0.10f, 0.40f, 0.10f, 0.10f, 0.20f, 0.10f});
 const Distribution kDraft = normalized({0.10f, 0.30f, 0.25f, 0.05f, 0.25f, 0.05f});
 
-std::vector<double> as_double(const Distribution& d) { return {d.begin(), d.end()}; }
+std::vector<double> as_double(const Distribution& d) {
+  return {d.begin(), d.end()};
+}
 
 TEST(VerifyChain, GreedyAcceptsTheAgreeingPrefixAndAddsTheTargetToken) {
   // 3 rows of 4 logits: argmax 2, 1, 3.
@@ -50,8 +52,9 @@ std::map<int32_t, int64_t> first_token_histogram(Verify verify, int n) {
   for (int i = 0; i < n; ++i) {
     const int32_t x = sample_from(kDraft, rng);
     const int32_t draft[] = {x};
-    const ChainVerdict v = verify(std::span<const int32_t>(draft, 1), std::span<const Distribution>(q),
-                                  std::span<const Distribution>(p), rng);
+    const ChainVerdict v =
+        verify(std::span<const int32_t>(draft, 1), std::span<const Distribution>(q),
+               std::span<const Distribution>(p), rng);
     ++hist[v.n_accepted > 0 ? draft[0] : v.next_token];
   }
   return hist;

@@ -21,7 +21,8 @@ int available_cores() {
   return CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
 }
 
-Worker::Worker(int n_threads, std::vector<int> cores) : n_threads_(n_threads), cores_(std::move(cores)) {
+Worker::Worker(int n_threads, std::vector<int> cores)
+    : n_threads_(n_threads), cores_(std::move(cores)) {
   check(n_threads >= 1, "thread count must be at least 1 (got ", n_threads, ")");
   for (int c : cores_) check(c >= 0 && c < CPU_SETSIZE, "invalid core id ", c);
   threads_.reserve(n_threads - 1);

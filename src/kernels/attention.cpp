@@ -11,7 +11,8 @@ namespace {
 float dot(const float* a, const float* b, int n) {
   __m256 acc = _mm256_setzero_ps();
   int i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -43,7 +44,8 @@ void attend(const float* q, const float* const* keys, const float* const* values
     int d = 0;
     const __m256 pv = _mm256_set1_ps(p);
     for (; d + 8 <= head_dim; d += 8)
-      _mm256_storeu_ps(out + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(out + d)));
+      _mm256_storeu_ps(out + d,
+                       _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(out + d)));
     for (; d < head_dim; ++d) out[d] += p * v[d];
   }
   const float inv = static_cast<float>(1.0 / sum);

@@ -17,8 +17,19 @@
 namespace parspec {
 
 enum class GgufType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 std::string_view gguf_type_name(GgufType type);
 
@@ -51,7 +62,7 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // dims[0] is the contiguous dimension
   DType type = DType::F32;
-  uint64_t offset = 0;        // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
 };

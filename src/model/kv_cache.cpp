@@ -73,7 +73,8 @@ std::vector<int32_t> KvCache::commit(std::span<const int32_t> path, std::span<co
     } else if (!path.empty() ? parent == path.back() : parent == -1) {
       kept_parent[i] = -1;
     } else {
-      fail("commit: kept cell ", keep[i], " hangs below a cell that is neither kept nor the end "
+      fail("commit: kept cell ", keep[i],
+           " hangs below a cell that is neither kept nor the end "
            "of the committed path");
     }
   }

@@ -48,7 +48,9 @@ std::vector<float> load_vector(const GgufFile& file, const std::string& name, in
   return out;
 }
 
-uint64_t matrix_bytes(const WeightMatrix& w) { return row_bytes(w.type, w.n_in) * w.n_out; }
+uint64_t matrix_bytes(const WeightMatrix& w) {
+  return row_bytes(w.type, w.n_in) * w.n_out;
+}
 
 }  // namespace
 
@@ -60,7 +62,8 @@ std::shared_ptr<Model> Model::load(const std::string& path) {
   const ModelConfig& c = m->config_;
 
   m->token_embd_ = load_matrix(f, "token_embd.weight", c.n_embd, c.n_vocab);
-  m->output_ = c.tied_embeddings ? m->token_embd_ : load_matrix(f, "output.weight", c.n_embd, c.n_vocab);
+  m->output_ =
+      c.tied_embeddings ? m->token_embd_ : load_matrix(f, "output.weight", c.n_embd, c.n_vocab);
   m->output_norm_ = load_vector(f, "output_norm.weight", c.n_embd);
   m->weight_bytes_ = matrix_bytes(m->output_);
   for (int l = 0; l < c.n_layer; ++l) {
@@ -190,10 +193,10 @@ void Model::mlp_block(Worker& worker, int layer, int n, float* hidden) const {
 
 void Model::forward_layers(Worker& worker, const Batch& batch, KvCache& kv, int32_t first_cell,
                            int layer_first, int layer_last, float* hidden) const {
-  check(layer_first >= kv.layer_first() && layer_last <= kv.layer_last() &&
-            layer_first <= layer_last,
-        "forward_layers: layers [", layer_first, ", ", layer_last, ") are not all in the cache's [",
-        kv.layer_first(), ", ", kv.layer_last(), ")");
+  check(
+      layer_first >= kv.layer_first() && layer_last <= kv.layer_last() && layer_first <= layer_last,
+      "forward_layers: layers [", layer_first, ", ", layer_last, ") are not all in the cache's [",
+      kv.layer_first(), ", ", kv.layer_last(), ")");
   for (int l = layer_first; l < layer_last; ++l) {
     attention_block(worker, l, batch, kv, first_cell, hidden);
     mlp_block(worker, l, static_cast<int>(batch.size()), hidden);

@@ -25,8 +25,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
   check(c.n_embd > 0 && c.n_embd <= (1 << 16), path, ": bad embedding_length ", c.n_embd);
   check(c.n_layer > 0 && c.n_layer <= 1024, path, ": bad block_count ", c.n_layer);
   check(c.n_head > 0 && c.n_head <= 1024, path, ": bad attention.head_count ", c.n_head);
-  check(c.n_head_kv > 0 && c.n_head % c.n_head_kv == 0, path, ": attention.head_count ",
-        c.n_head, " is not a multiple of head_count_kv ", c.n_head_kv);
+  check(c.n_head_kv > 0 && c.n_head % c.n_head_kv == 0, path, ": attention.head_count ", c.n_head,
+        " is not a multiple of head_count_kv ", c.n_head_kv);
   check(c.n_ff > 0 && c.n_ff <= (1 << 20), path, ": bad feed_forward_length ", c.n_ff);
   check(c.n_embd % c.n_head == 0 || file.has(p + "attention.key_length"), path,
         ": embedding_length ", c.n_embd, " is not a multiple of head_count ", c.n_head);
@@ -60,7 +60,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
           path, ": rope_freqs.weight must be F32 with ", c.rope_dims / 2, " values");
     const float* data = reinterpret_cast<const float*>(file.tensor_data(*freqs));
     c.rope_freq_factors.assign(data, data + c.rope_dims / 2);
-    for (float f : c.rope_freq_factors) check(f > 0, path, ": rope_freqs.weight has a non-positive value");
+    for (float f : c.rope_freq_factors)
+      check(f > 0, path, ": rope_freqs.weight has a non-positive value");
   }
   return c;
 }

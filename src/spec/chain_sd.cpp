@@ -77,7 +77,8 @@ class ChainSpeculation final : public SpeculativeStrategy {
     commit_chain(*draft_kv_, n_tail + std::min(n, n_fed));
 
     if (config_.adaptive) {
-      gamma_ = n == k ? std::min(config_.draft_max, gamma_ + 2) : std::max(config_.draft_min, gamma_ - 1);
+      gamma_ = n == k ? std::min(config_.draft_max, gamma_ + 2)
+                      : std::max(config_.draft_min, gamma_ - 1);
     }
   }
 

@@ -76,15 +76,16 @@ class DynamicTree final : public TreeSpeculation {
       });
       for (int i = 0; i < k; ++i) {
         if (dist[ids[i]] <= 0.0f) break;
-        candidates.push_back(
-            {tree_.log_probs[parent] + std::log(static_cast<double>(dist[ids[i]])), parent, ids[i]});
+        candidates.push_back({tree_.log_probs[parent] + std::log(static_cast<double>(dist[ids[i]])),
+                              parent, ids[i]});
       }
     }
     const size_t keep = std::min<size_t>(
         {candidates.size(), static_cast<size_t>(config_.tree_width), frontier.size() * c});
     if (keep == 0) return false;
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const Candidate& a, const Candidate& b) { return a.log_prob > b.log_prob; });
+    std::stable_sort(
+        candidates.begin(), candidates.end(),
+        [](const Candidate& a, const Candidate& b) { return a.log_prob > b.log_prob; });
     candidates.resize(keep);
     // Keep BFS order within the level: by parent, then by rank.
     std::stable_sort(candidates.begin(), candidates.end(),

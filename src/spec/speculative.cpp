@@ -69,8 +69,7 @@ GenerationResult SpeculativeStrategy::generate(const GenerationRequest& req) {
   check(req.n_predict >= 0, "n_predict must not be negative");
   const int needed = static_cast<int>(req.prompt.size()) + req.n_predict;
   check(needed <= config_.ctx_size, "prompt (", req.prompt.size(), " tokens) + ", req.n_predict,
-        " tokens to generate exceed the context size ", config_.ctx_size,
-        " (raise -c/--ctx-size)");
+        " tokens to generate exceed the context size ", config_.ctx_size, " (raise -c/--ctx-size)");
   validate_sampling_params(req.sampling);
   sampling_ = req.sampling;
   rng_.reseed(req.sampling.seed);

@@ -45,6 +45,7 @@ struct GenerationStats {
   double t_draft_ms = 0;
   double t_verify_ms = 0;
   PositionAcceptance per_position;
+  int draft_window = 0;  // pearl: the window γ it ran with (measured or --draft-max)
 
   double tok_per_s() const { return t_gen_ms > 0 ? n_gen * 1000.0 / t_gen_ms : 0; }
   double alpha() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0; }
@@ -65,7 +66,7 @@ class Strategy {
 
 // Everything a strategy may need; each strategy reads what applies to it.
 struct StrategyConfig {
-  std::string name = "ar";  // ar, sd, tree, dyntree (see strategy_names())
+  std::string name = "ar";  // ar, sd, tree, dyntree, pearl (see strategy_names())
   std::shared_ptr<const Model> target;
   std::shared_ptr<const Model> draft;  // required by every strategy but ar
   Worker* target_worker = nullptr;
@@ -83,6 +84,14 @@ struct StrategyConfig {
   int tree_verify_depth = 0;  // dyntree: levels the target verifies per step (0: all)
   // Lossy, opt-in: typical acceptance (Medusa/PPD) instead of exact verification.
   bool lossy_typical = false;
+  // PEARL (pearl): window γ (0: round(t_target / t_draft) measured when the
+  // strategy is made) and the two halves of its parallelism (ablations).
+  int pearl_window = 0;
+  bool pre_verify = true;
+  bool post_verify = true;
+  // Cores the workers are pinned to (empty: not pinned). A strategy that drives
+  // a worker from a thread of its own pins that thread to the list's first core.
+  std::vector<int> target_cores, draft_cores;
 };
 
 // Names accepted by make_strategy, in the order benchmarks list them.

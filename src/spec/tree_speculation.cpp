@@ -86,8 +86,7 @@ void TreeSpeculation::target_process(int max_depth) {
   const std::vector<float> logits = target_forward(batch);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const float* row = &logits[i * n_vocab()];
-    tree_.target_rows[nodes[i]] =
-        greedy() ? Distribution(row, row + n_vocab()) : distribution(row);
+    tree_.target_rows[nodes[i]] = greedy() ? Distribution(row, row + n_vocab()) : distribution(row);
   }
 }
 
@@ -107,7 +106,8 @@ TreeVerdict TreeSpeculation::verify(bool multi_candidate) {
   else if (config_.lossy_typical)
     verdict = verify_tree_typical(view, rows(tree_.target_rows), rng_);
   else if (multi_candidate)
-    verdict = verify_tree_multi_candidate(view, rows(tree_.target_rows), rows(tree_.draft_dist), rng_);
+    verdict =
+        verify_tree_multi_candidate(view, rows(tree_.target_rows), rows(tree_.draft_dist), rng_);
   else
     verdict = verify_tree_token_matching(view, rows(tree_.target_rows), rng_);
   stats_->t_verify_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -182,8 +182,8 @@ void TreeSpeculation::finish_step(const TreeVerdict& verdict, std::vector<int32_
     std::vector<int32_t> index_of(tree_.size(), -1);
     for (int32_t node : survivors) {
       const int32_t parent = node == new_root ? -1 : index_of[tree_.parents[node]];
-      const int32_t i = next.add(tree_.tokens[node], parent,
-                                 tree_.log_probs[node] - tree_.log_probs[new_root]);
+      const int32_t i =
+          next.add(tree_.tokens[node], parent, tree_.log_probs[node] - tree_.log_probs[new_root]);
       index_of[node] = i;
       next.draft_dist[i] = std::move(tree_.draft_dist[node]);
     }

@@ -118,26 +118,25 @@ ChainVerdict verify_chain_sampled(std::span<const int32_t> draft, std::span<cons
 }
 
 TreeVerdict verify_tree_greedy(const TreeView& tree, const RowFn& target_logits) {
-  return walk(tree, target_logits,
-              [&](int32_t, std::span<const float> row, const std::vector<int32_t>& kids,
-                  int32_t& next) {
-                const int32_t best = argmax(row.data(), static_cast<int>(row.size()));
-                const int32_t child = child_with_token(tree, kids, best);
-                if (child < 0) next = best;
-                return child;
-              });
+  return walk(
+      tree, target_logits,
+      [&](int32_t, std::span<const float> row, const std::vector<int32_t>& kids, int32_t& next) {
+        const int32_t best = argmax(row.data(), static_cast<int>(row.size()));
+        const int32_t child = child_with_token(tree, kids, best);
+        if (child < 0) next = best;
+        return child;
+      });
 }
 
-TreeVerdict verify_tree_token_matching(const TreeView& tree, const RowFn& target_probs,
-                                       Rng& rng) {
-  return walk(tree, target_probs,
-              [&](int32_t, std::span<const float> row, const std::vector<int32_t>& kids,
-                  int32_t& next) {
-                const int32_t x = sample_from(row, rng);
-                const int32_t child = child_with_token(tree, kids, x);
-                if (child < 0) next = x;
-                return child;
-              });
+TreeVerdict verify_tree_token_matching(const TreeView& tree, const RowFn& target_probs, Rng& rng) {
+  return walk(
+      tree, target_probs,
+      [&](int32_t, std::span<const float> row, const std::vector<int32_t>& kids, int32_t& next) {
+        const int32_t x = sample_from(row, rng);
+        const int32_t child = child_with_token(tree, kids, x);
+        if (child < 0) next = x;
+        return child;
+      });
 }
 
 TreeVerdict verify_tree_multi_candidate(const TreeView& tree, const RowFn& target_probs,
@@ -171,18 +170,18 @@ TreeVerdict verify_tree_multi_candidate(const TreeView& tree, const RowFn& targe
 
 TreeVerdict verify_tree_typical(const TreeView& tree, const RowFn& target_probs, Rng& rng,
                                 float epsilon, float delta) {
-  return walk(tree, target_probs,
-              [&](int32_t, std::span<const float> row, const std::vector<int32_t>& kids,
-                  int32_t& next) {
-                double entropy = 0.0;
-                for (float v : row)
-                  if (v > 0) entropy -= v * std::log(static_cast<double>(v));
-                const double threshold = std::min<double>(epsilon, delta * std::exp(-entropy));
-                for (int32_t c : kids)
-                  if (row[tree.tokens[c]] > threshold) return c;
-                next = sample_from(row, rng);
-                return -1;
-              });
+  return walk(
+      tree, target_probs,
+      [&](int32_t, std::span<const float> row, const std::vector<int32_t>& kids, int32_t& next) {
+        double entropy = 0.0;
+        for (float v : row)
+          if (v > 0) entropy -= v * std::log(static_cast<double>(v));
+        const double threshold = std::min<double>(epsilon, delta * std::exp(-entropy));
+        for (int32_t c : kids)
+          if (row[tree.tokens[c]] > threshold) return c;
+        next = sample_from(row, rng);
+        return -1;
+      });
 }
 
 }  // namespace parspec

@@ -79,8 +79,8 @@ void ArgParser::option(const std::string& names, float* out, const std::string& 
       [out, names](const std::string& v) { *out = parse_number<float>(names, v); });
 }
 
-void ArgParser::positional(const std::string& name, std::vector<std::string>* out,
-                           size_t max_count, const std::string& help) {
+void ArgParser::positional(const std::string& name, std::vector<std::string>* out, size_t max_count,
+                           const std::string& help) {
   positional_name_ = name;
   positional_help_ = help;
   positional_ = out;
@@ -108,7 +108,8 @@ bool ArgParser::parse(int argc, char** argv, int first) {
       std::fputs(help().c_str(), stdout);
       return false;
     }
-    if (arg.size() > 1 && arg[0] == '-' && !(arg.size() > 1 && (std::isdigit(arg[1]) || arg[1] == '.'))) {
+    if (arg.size() > 1 && arg[0] == '-' &&
+        !(arg.size() > 1 && (std::isdigit(arg[1]) || arg[1] == '.'))) {
       std::string value;
       bool inline_value = false;
       if (auto eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) {

@@ -76,7 +76,8 @@ double measure_read_bandwidth(Worker& worker, size_t bytes) {
 
 std::vector<int32_t> some_tokens(int n, int n_vocab, int salt) {
   std::vector<int32_t> t(n);
-  for (int i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + salt * 104729 + 13) % n_vocab);
+  for (int i = 0; i < n; ++i)
+    t[i] = static_cast<int32_t>((i * 7919 + salt * 104729 + 13) % n_vocab);
   return t;
 }
 
@@ -183,7 +184,8 @@ int cmd_bench_forward(int argc, char** argv) {
     std::fflush(stdout);
 
     nlohmann::json lat = nlohmann::json::object();
-    for (size_t i = 0; i < batch_sizes.size(); ++i) lat[std::to_string(batch_sizes[i])] = latency[i];
+    for (size_t i = 0; i < batch_sizes.size(); ++i)
+      lat[std::to_string(batch_sizes[i])] = latency[i];
     results.push_back({{"threads", threads},
                        {"read_gb_per_s", gbps},
                        {"roofline_tok_per_s", roofline},

@@ -90,8 +90,7 @@ int cmd_generate(int argc, char** argv) {
   request.prompt = prompt_tokens;
   request.n_predict = n_predict;
   request.sampling = sampling;
-  if (!ignore_eos)
-    request.is_stop = [&](int32_t t) { return tokenizer->is_end_of_generation(t); };
+  if (!ignore_eos) request.is_stop = [&](int32_t t) { return tokenizer->is_end_of_generation(t); };
   if (!json) {
     request.on_token = [&](int32_t t) {
       if (tokenizer->is_end_of_generation(t) && !ignore_eos) return;
@@ -106,11 +105,12 @@ int cmd_generate(int argc, char** argv) {
     nlohmann::json out = {
         {"strategy", strategy->name()},
         {"text", tokenizer->decode(std::span<const int32_t>([&] {
-           std::vector<int32_t> kept;
-           for (int32_t t : result.tokens)
-             if (ignore_eos || !tokenizer->is_end_of_generation(t)) kept.push_back(t);
-           return kept;
-         }()),
+                                     std::vector<int32_t> kept;
+                                     for (int32_t t : result.tokens)
+                                       if (ignore_eos || !tokenizer->is_end_of_generation(t))
+                                         kept.push_back(t);
+                                     return kept;
+                                   }()),
                                    /*render_special=*/false)},
         {"tokens", result.tokens},
         {"n_prompt", st.n_prompt},
@@ -140,12 +140,12 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "generation: %d tokens in %.1f ms (%.2f tok/s)\n", st.n_gen, st.t_gen_ms,
                  st.tok_per_s());
     if (st.drafted > 0)
-      std::fprintf(stderr,
-                   "speculation (%s): drafted %lld, accepted %lld, alpha %.3f, tau %.2f tokens/step, "
-                   "draft %.1f ms, verify %.1f ms\n",
-                   strategy->name().c_str(), static_cast<long long>(st.drafted),
-                   static_cast<long long>(st.accepted), st.alpha(), st.tau(), st.t_draft_ms,
-                   st.t_verify_ms);
+      std::fprintf(
+          stderr,
+          "speculation (%s): drafted %lld, accepted %lld, alpha %.3f, tau %.2f tokens/step, "
+          "draft %.1f ms, verify %.1f ms\n",
+          strategy->name().c_str(), static_cast<long long>(st.drafted),
+          static_cast<long long>(st.accepted), st.alpha(), st.tau(), st.t_draft_ms, st.t_verify_ms);
   }
   return 0;
 }

@@ -34,8 +34,8 @@ int cmd_info(int argc, char** argv) {
       ++type_counts[std::string(type_info(t.type).name)];
     }
     std::printf("%s\n", path.c_str());
-    std::printf("  architecture   %s%s%s\n", c.arch.c_str(), c.name.empty() ? "" : "  name: ",
-                c.name.c_str());
+    std::printf("  architecture   %s%s%s\n", c.arch.c_str(),
+                c.name.empty() ? "" : "  name: ", c.name.c_str());
     std::printf("  layers         %d\n", c.n_layer);
     std::printf("  embedding      %d\n", c.n_embd);
     std::printf("  heads          %d (kv %d, head dim %d)\n", c.n_head, c.n_head_kv, c.head_dim);
@@ -46,7 +46,8 @@ int cmd_info(int argc, char** argv) {
                 c.rope_style == RopeStyle::kNeox ? "neox" : "adjacent", c.rope_dims,
                 c.rope_freq_factors.empty() ? "" : ", llama3 frequency factors",
                 c.rope_linear_scale != 1.0f ? ", linear scaling" : "");
-    std::printf("  embeddings     %s\n", c.tied_embeddings ? "tied (output = token_embd)" : "untied");
+    std::printf("  embeddings     %s\n",
+                c.tied_embeddings ? "tied (output = token_embd)" : "untied");
     std::printf("  parameters     %.2f M in %zu tensors, %.2f MiB\n", n_params / 1e6,
                 file->tensors().size(), n_bytes / 1048576.0);
     std::printf("  tensor types  ");
@@ -60,7 +61,8 @@ int cmd_info(int argc, char** argv) {
     }
     if (show_tensors) {
       for (const auto& t : file->tensors()) {
-        std::printf("    %-32s %-5s [", t.name.c_str(), std::string(type_info(t.type).name).c_str());
+        std::printf("    %-32s %-5s [", t.name.c_str(),
+                    std::string(type_info(t.type).name).c_str());
         for (size_t i = 0; i < t.dims.size(); ++i)
           std::printf("%s%lld", i ? ", " : "", static_cast<long long>(t.dims[i]));
         std::printf("]\n");

@@ -90,7 +90,8 @@ int cmd_perplexity(int argc, char** argv) {
     }
     const double ppl = std::exp(nll_sum / n_scored);
     if (tty) {
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::fprintf(stderr, "\r[%d/%d] PPL so far %.4f (%.1f s)   ", chunk + 1, n_chunks, ppl, secs);
     }
     std::printf("[%d]%.4f%s", chunk + 1, ppl, chunk + 1 == n_chunks ? "\n" : ",");

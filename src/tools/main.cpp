@@ -28,10 +28,11 @@ const Command kCommands[] = {
 };
 
 void print_usage(FILE* out) {
-  std::fprintf(out,
-               "usage: parspec COMMAND [options]\n\n"
-               "parspec runs GGUF language models on the CPU with parallel speculative decoding.\n\n"
-               "commands:\n");
+  std::fprintf(
+      out,
+      "usage: parspec COMMAND [options]\n\n"
+      "parspec runs GGUF language models on the CPU with parallel speculative decoding.\n\n"
+      "commands:\n");
   for (const auto& c : kCommands) std::fprintf(out, "  %-14s %s\n", c.name, c.summary);
   std::fprintf(out, "\nRun 'parspec COMMAND --help' for the options of a command.\n");
 }
