@@ -90,7 +90,7 @@ TEST_F(CliTest, ClearErrorsForBadInput) {
       {"generate -m " + target_ + " -p x -n abc", "invalid value 'abc'"},
       {"generate -m " + target_ + " -p x --strategy sd", "needs a draft model"},
       {"generate -m " + target_ + " -p x --strategy nope -md " + draft_, "unknown strategy 'nope'"},
-      {"generate -m " + target_ + " -p x --top-p 2", "top_p"},
+      {"generate -m " + target_ + " -p x --top-p 2", "top-p must be in (0, 1]"},
       {"generate -m " + target_ + " -p x -n 100 -c 16", "context size"},
       {"perplexity -m " + target_ + " -f /nonexistent.txt", "cannot open"},
       {"frobnicate", "unknown command 'frobnicate'"},
