@@ -628,19 +628,21 @@ void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
           std::memcpy(p.y + (m + c) * p.w.n_out + o0 + r0, out + 4 * c,
                       static_cast<size_t>(count) * sizeof(float));
       };
-      for (; m + 3 <= p.M; m += 3) {
-        const float* xs[3] = {p.x + m * n, p.x + (m + 1) * n, p.x + (m + 2) * n};
-        tile_float<T, 4, 3>(rows + r0, xs, n, out);
-        store(3);
-      }
-      if (p.M - m == 2) {
-        const float* xs[2] = {p.x + m * n, p.x + (m + 1) * n};
-        tile_float<T, 4, 2>(rows + r0, xs, n, out);
-        store(2);
-      } else if (p.M - m == 1) {
-        const float* xs[1] = {p.x + m * n};
-        tile_float<T, 4, 1>(rows + r0, xs, n, out);
-        store(1);
+      // Groups of 3 activation rows, ending in 2 + 2 rather than 3 + 1 (a
+      // 4 x 1 tile runs only 4 dependent fma chains). M >= 2 here, and
+      // `left` never drops to 1.
+      while (m < p.M) {
+        const int64_t left = p.M - m;
+        const float* xs[3] = {p.x + m * n, p.x + (m + 1) * n, p.x + std::min(m + 2, p.M - 1) * n};
+        if (left == 2 || left == 4) {
+          tile_float<T, 4, 2>(rows + r0, xs, n, out);
+          store(2);
+          m += 2;
+        } else {
+          tile_float<T, 4, 3>(rows + r0, xs, n, out);
+          store(3);
+          m += 3;
+        }
       }
     }
   }
