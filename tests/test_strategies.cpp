@@ -70,6 +70,19 @@ std::vector<StrategyConfig> strategy_variants() {
   v.push_back(c);
   c.tree_verify_depth = 2;  // deeper levels survive to the next step
   v.push_back(c);
+  // PEARL: both halves, and each ablation (the window is fixed: measuring it
+  // would make the runs depend on the machine's load).
+  c = StrategyConfig();
+  c.name = "pearl";
+  c.pearl_window = 3;
+  v.push_back(c);
+  c.pearl_window = 4;
+  c.pre_verify = false;
+  v.push_back(c);
+  c.pearl_window = 2;
+  c.pre_verify = true;
+  c.post_verify = false;
+  v.push_back(c);
   return v;
 }
 
@@ -77,7 +90,9 @@ std::string describe(const StrategyConfig& c) {
   return c.name + " (draft_max " + std::to_string(c.draft_max) + (c.adaptive ? " adaptive" : "") +
          ", p_min " + std::to_string(c.draft_p_min) + ", depth " + std::to_string(c.tree_depth) +
          ", branch " + std::to_string(c.tree_branch) + ", width " + std::to_string(c.tree_width) +
-         ", verify depth " + std::to_string(c.tree_verify_depth) + ")";
+         ", verify depth " + std::to_string(c.tree_verify_depth) + ", pearl window " +
+         std::to_string(c.pearl_window) + (c.pre_verify ? "" : " no-pre-verify") +
+         (c.post_verify ? "" : " no-post-verify") + ")";
 }
 
 std::vector<std::vector<int32_t>> prompts(int n, int n_vocab) {
@@ -152,7 +167,8 @@ TEST(GreedyExactness, StopsAtStopTokensAndLimits) {
   const auto full = make_strategy(c)->generate(req).tokens;
   const int32_t stop = full[3];
   req.is_stop = [stop](int32_t t) { return t == stop; };
-  for (const char* name : {"ar", "sd", "tree", "dyntree"}) {
+  c.pearl_window = 3;
+  for (const char* name : {"ar", "sd", "tree", "dyntree", "pearl"}) {
     c.name = name;
     std::vector<int32_t> streamed;
     req.on_token = [&](int32_t t) { streamed.push_back(t); };

@@ -14,7 +14,7 @@ void PositionAcceptance::add(size_t position, bool was_accepted) {
 }
 
 const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names = {"ar", "sd", "tree", "dyntree"};
+  static const std::vector<std::string> names = {"ar", "sd", "tree", "dyntree", "pearl"};
   return names;
 }
 
@@ -26,6 +26,7 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& config) {
   if (config.name == "sd") return make_chain_speculation(config);
   if (config.name == "tree") return make_static_tree(config);
   if (config.name == "dyntree") return make_dynamic_tree(config);
+  if (config.name == "pearl") return make_pearl(config);
   std::string known;
   for (const auto& n : strategy_names()) known += (known.empty() ? "" : ", ") + n;
   fail("unknown strategy '", config.name, "' (known: ", known, ")");

@@ -1,14 +1,37 @@
 #include "tools/strategy_options.h"
 
+#include <sched.h>
+
 #include "core/error.h"
 
 namespace parspec {
 
+namespace {
+
+// Ids of the cores this process may run on, in increasing order.
+std::vector<int> allowed_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {0};
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cores.push_back(c);
+  return cores;
+}
+
+}  // namespace
+
 void StrategyOptions::add_to(ArgParser& args) {
-  args.option("-md,--model-draft", &draft_path, "FILE", "draft model (GGUF) for speculative strategies");
+  args_ = &args;
+  args.option("-md,--model-draft", &draft_path, "FILE",
+              "draft model (GGUF) for speculative strategies");
   args.option("-td,--threads-draft", &threads_draft, "N",
-              "threads of the draft model's own worker; 0 = share the target's worker");
-  args.option("--draft-max", &config.draft_max, "N", "sd: draft tokens per step (γ; the maximum when adaptive)");
+              "threads of the draft model's own worker; 0 = share the target's worker (pearl, "
+              "which runs both models at once, then gives the draft as many threads as -t on "
+              "the target's cores)");
+  args.option("--draft-max", &config.draft_max, "N",
+              "sd: draft tokens per step (γ; the maximum when adaptive); pearl: the window γ "
+              "(default: round(t(target forward) / t(draft forward)), measured at start-up)");
   args.option("--draft-min", &config.draft_min, "N", "sd: smallest γ when adaptive");
   args.option("--draft-p-min", &config.draft_p_min, "P",
               "sd: stop drafting when the draft's top probability is below P");
@@ -18,18 +41,53 @@ void StrategyOptions::add_to(ArgParser& args) {
   args.option("--tree-branch", &config.tree_branch, "C", "tree, dyntree: children per node");
   args.option("--tree-width", &config.tree_width, "W", "dyntree: nodes kept per level");
   args.option("--tree-verify-depth", &config.tree_verify_depth, "V",
-              "dyntree: levels the target checks per step (0 = all); deeper levels are kept for the next step");
-  args.flag("--lossy-typical", &lossy_typical,
-            "LOSSY: accept tree tokens by typical acceptance (Medusa/PPD) instead of exact verification");
+              "dyntree: levels the target checks per step (0 = all); deeper levels are kept for "
+              "the next step");
+  args.flag(
+      "--lossy-typical", &lossy_typical,
+      "LOSSY: accept tree tokens by typical acceptance (Medusa/PPD) instead of exact verification");
+  args.flag("--no-pre-verify", &no_pre_verify,
+            "pearl ablation: draft each window with the target idle instead of checking its first "
+            "token meanwhile");
+  args.flag("--no-post-verify", &no_post_verify,
+            "pearl ablation: verify pending drafts with the drafter idle instead of drafting the "
+            "next window meanwhile");
+  args.option("--placement", &placement, "MODE",
+              "cores of the threads: auto (not pinned), separate (target on cores 0..t-1, draft "
+              "on the next td cores), shared (draft on the target's cores: resource competition)");
+}
+
+bool StrategyOptions::draft_max_given() const {
+  return args_ != nullptr && args_->given("--draft-max");
 }
 
 void StrategyResources::init(std::shared_ptr<const Model> target_model,
                              const StrategyOptions& options, int threads) {
   target = std::move(target_model);
-  target_worker = std::make_unique<Worker>(threads);
-  if (!options.draft_path.empty()) draft = Model::load(options.draft_path);
   check(options.threads_draft >= 0, "-td must not be negative");
-  if (options.threads_draft > 0) draft_worker = std::make_unique<Worker>(options.threads_draft);
+  const std::string& placement = options.placement;
+  check(placement == "auto" || placement == "separate" || placement == "shared",
+        "--placement must be auto, separate or shared (got '", placement, "')");
+  if (placement != "auto") {
+    const std::vector<int> cores = allowed_cores();
+    const int n = static_cast<int>(cores.size());
+    check(threads <= n, "--placement ", placement, ": -t ", threads, " exceeds the ", n,
+          " cores this process may use");
+    target_cores.assign(cores.begin(), cores.begin() + threads);
+    if (placement == "separate") {
+      check(options.threads_draft >= 1,
+            "--placement separate gives the draft cores of its own: give its threads with -td N");
+      check(threads + options.threads_draft <= n, "--placement separate: -t ", threads, " + -td ",
+            options.threads_draft, " exceed the ", n, " cores this process may use");
+      draft_cores.assign(cores.begin() + threads, cores.begin() + threads + options.threads_draft);
+    } else {
+      draft_cores = target_cores;
+    }
+  }
+  target_worker = std::make_unique<Worker>(threads, target_cores);
+  if (!options.draft_path.empty()) draft = Model::load(options.draft_path);
+  if (options.threads_draft > 0)
+    draft_worker = std::make_unique<Worker>(options.threads_draft, draft_cores);
 }
 
 StrategyConfig StrategyResources::config_for(const std::string& name,
@@ -42,6 +100,11 @@ StrategyConfig StrategyResources::config_for(const std::string& name,
   c.draft_worker = draft_worker ? draft_worker.get() : target_worker.get();
   c.ctx_size = ctx_size;
   c.lossy_typical = options.lossy_typical;
+  c.pre_verify = !options.no_pre_verify;
+  c.post_verify = !options.no_post_verify;
+  c.pearl_window = options.draft_max_given() ? c.draft_max : 0;
+  c.target_cores = target_cores;
+  c.draft_cores = draft_cores;
   if (name != "ar" && !draft)
     fail("strategy '", name, "' needs a draft model: give one with -md FILE");
   return c;
