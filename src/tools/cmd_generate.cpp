@@ -45,7 +45,7 @@ int cmd_generate(int argc, char** argv) {
   args.option("-p,--prompt", &prompt, "TEXT", "prompt text");
   args.option("-f,--file", &prompt_file, "FILE", "read the prompt from a file");
   args.option("-n,--n-predict", &n_predict, "N", "maximum number of tokens to generate");
-  args.option("-c,--ctx-size", &n_ctx, "N", "context size in tokens (prompt + generation)");
+  args.option("-c,--ctx-size,--ctx", &n_ctx, "N", "context size in tokens (prompt + generation)");
   args.option("-t,--threads", &n_threads, "N", "threads");
   args.option("--temp", &sampling.temp, "T", "temperature; 0 = greedy");
   args.option("--top-k", &sampling.top_k, "K", "top-k sampling; 0 = off");

@@ -47,7 +47,7 @@ int cmd_perplexity(int argc, char** argv) {
                  "half of each chunk are scored (as llama.cpp's llama-perplexity does).");
   args.option("-m,--model", &model_path, "FILE", "model (GGUF)");
   args.option("-f,--file", &text_file, "FILE", "text to score");
-  args.option("-c,--ctx-size", &n_ctx, "N", "tokens per chunk");
+  args.option("-c,--ctx-size,--ctx", &n_ctx, "N", "tokens per chunk");
   args.option("-t,--threads", &n_threads, "N", "threads");
   args.option("--chunks", &max_chunks, "N", "score at most N chunks (-1: all)");
   if (!args.parse(argc, argv)) return 0;

@@ -24,6 +24,7 @@ const Command kCommands[] = {
     {"tokenize", parspec::cmd_tokenize, "print the tokens of a text"},
     {"bench-forward", parspec::cmd_bench_forward,
      "forward-pass speed: decode tokens/s vs memory roofline, latency per batch size"},
+    {"quantize", parspec::cmd_quantize, "rewrite a model's weight matrices in another type"},
     {"make-model", parspec::cmd_make_model, "write a random-weight GGUF model (tests, benchmarks)"},
 };
 
