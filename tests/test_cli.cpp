@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "model/gguf.h"
 #include "test_helpers.h"
 
 namespace parspec {
@@ -162,6 +163,27 @@ TEST_F(CliTest, PerplexityFollowsLlamaPerplexityAndMatchesTheReference) {
     }
   }
   EXPECT_NEAR(engine_ppl, std::exp(sum / count), 1e-3 * std::exp(sum / count));
+}
+
+}  // namespace
+}  // namespace parspec
+
+namespace parspec {
+namespace {
+
+TEST_F(CliTest, QuantizeRewritesMatricesAndKeepsTheModelUsable) {
+  const std::string out = dir_.file("q4.gguf");
+  CommandResult r = run("quantize " + target_ + " " + out + " q4_0", true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto file = GgufFile::open(out);
+  for (const auto& t : file->tensors())
+    EXPECT_EQ(t.type, t.dims.size() == 2 ? DType::Q4_0 : DType::F32) << t.name;
+  r = run("generate -m " + out + " -p abc -n 4 --temp 0 -t 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["n_gen"], 4);
+  r = run("quantize " + target_ + " " + dir_.file("x.gguf") + " q3_k", true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("q3_k"), std::string::npos) << r.output;
 }
 
 }  // namespace
