@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to a running parspec: installs the
-# dependencies, builds, creates the default model and generates text with it.
+# dependencies, builds, then runs the main job on the bundled model zoo:
+# generation with the target model, and the strategy comparison (`parspec bench`)
+# of every decoding strategy against autoregressive decoding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
-model=models/tiny-random.gguf
-if [ ! -f "$model" ]; then
-  ./build/parspec make-model --preset tiny -o "$model"
-fi
-./build/parspec info "$model"
-./build/parspec generate -m "$model" -p "Hello, parspec" -n 32 --temp 0 --seed 1
+./build/parspec info models/target.gguf models/draft.gguf
+./build/parspec generate -m models/target.gguf -md models/draft.gguf --strategy sd \
+  -p "def read_config(path):" -n 64 --temp 0
+./build/parspec bench --max-prompts 5 -n 64

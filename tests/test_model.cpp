@@ -19,6 +19,11 @@ struct ModelCase {
   RandomModelSpec spec;
 };
 
+// Test names and failure messages show the case name, not its bytes.
+void PrintTo(const ModelCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
 RandomModelSpec spec_of(const char* arch, DType type, int n_embd, bool tied) {
   RandomModelSpec s;
   s.arch = arch;

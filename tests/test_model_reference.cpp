@@ -27,6 +27,11 @@ struct ReferenceCase {
   double tolerance;
 };
 
+// Test names and failure messages show the case name, not its bytes.
+void PrintTo(const ReferenceCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
 RandomModelSpec make_spec(const char* arch, DType type, bool tied, bool llama3, int n_head,
                           int n_head_kv) {
   RandomModelSpec s;
