@@ -254,6 +254,7 @@ TEST(PearlEngine, ReproducesThePapersStepByStepExample) {
     EXPECT_EQ(w.text(r.drafted), row.drafted);
     EXPECT_EQ(w.text(r.checked), row.checked);
     EXPECT_EQ(r.n_accepted, row.n_accepted);
+    EXPECT_EQ(r.n_proposed, row.mode == kPre ? 1 : 5);  // γ-1 pending and the new first draft
     EXPECT_EQ(w.text(r.emitted), row.emitted);
     EXPECT_EQ(r.next_mode, row.next_mode);
     EXPECT_EQ(engine.mode(), row.next_mode);
@@ -300,10 +301,13 @@ int32_t noisy_draft(const std::vector<int32_t>& truth, std::span<const int32_t> 
 void expect_valid_transition(const PearlRound& r, const PearlOptions& o, size_t n_pending) {
   const auto after_rejection = o.pre_verify ? PearlMode::kPreVerify : PearlMode::kDraft;
   const bool all_accepted = r.n_accepted == static_cast<int>(r.checked.size());
+  const size_t proposed = r.n_proposed;
+  EXPECT_LE(r.checked.size(), proposed);
   switch (r.mode) {
     case PearlMode::kPreVerify:
       ASSERT_TRUE(o.pre_verify);
       EXPECT_EQ(r.checked.size(), 1u);
+      EXPECT_EQ(proposed, 1u);
       EXPECT_EQ(r.emitted.size(), 1u);
       EXPECT_EQ(r.next_mode, all_accepted
                                  ? (o.post_verify ? PearlMode::kPostVerify : PearlMode::kVerify)
@@ -315,6 +319,7 @@ void expect_valid_transition(const PearlRound& r, const PearlOptions& o, size_t 
     case PearlMode::kPostVerify:
       ASSERT_TRUE(o.post_verify);
       EXPECT_LE(r.checked.size(), n_pending + 1);
+      EXPECT_EQ(proposed, n_pending + 1);
       if (all_accepted) {
         EXPECT_EQ(r.checked.size(), n_pending + 1);
         EXPECT_EQ(r.emitted.size(), r.checked.size());  // no bonus token
@@ -328,6 +333,7 @@ void expect_valid_transition(const PearlRound& r, const PearlOptions& o, size_t 
     case PearlMode::kDraft:
       ASSERT_FALSE(o.pre_verify);
       EXPECT_TRUE(r.checked.empty());
+      EXPECT_EQ(proposed, 0u);
       EXPECT_TRUE(r.emitted.empty());
       EXPECT_EQ(r.drafted.size(), static_cast<size_t>(o.window));
       EXPECT_EQ(r.next_mode, o.post_verify ? PearlMode::kPostVerify : PearlMode::kVerify);
@@ -335,6 +341,7 @@ void expect_valid_transition(const PearlRound& r, const PearlOptions& o, size_t 
     case PearlMode::kVerify:
       ASSERT_FALSE(o.post_verify);
       EXPECT_TRUE(r.drafted.empty());  // the drafter idles
+      EXPECT_EQ(proposed, n_pending);
       EXPECT_EQ(r.checked.size(), all_accepted ? n_pending : static_cast<size_t>(r.n_accepted) + 1);
       EXPECT_EQ(r.emitted.size(), static_cast<size_t>(r.n_accepted) + 1);  // correction or bonus
       EXPECT_EQ(r.next_mode, after_rejection);

@@ -178,9 +178,8 @@ class Pearl final : public SpeculativeStrategy {
     }
     engine_->step(rounds_);
     for (const PearlRound& round : rounds_) {
-      for (size_t i = 0; i < round.checked.size(); ++i)
-        stats_->per_position.add(i, static_cast<int>(i) < round.n_accepted);
-      stats_->drafted += static_cast<int64_t>(round.checked.size());
+      for (int i = 0; i < round.n_proposed; ++i) stats_->per_position.add(i, i < round.n_accepted);
+      stats_->drafted += round.n_proposed;
       stats_->accepted += round.n_accepted;
       emitted.insert(emitted.end(), round.emitted.begin(), round.emitted.end());
     }

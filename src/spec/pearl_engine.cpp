@@ -125,6 +125,7 @@ void PearlEngine::pre_verify(PearlRound& round) {
   // The first draft exists long before the target's forward ends (γ ≈ c).
   const DraftToken& first = window_draft(0);
   round.checked.push_back(first.token);
+  round.n_proposed = 1;
   int32_t correction = 0;
   if (!target_.check(0, first, &correction)) {
     cancel_window();
@@ -153,6 +154,7 @@ void PearlEngine::post_verify(PearlRound& round) {
   for (const DraftToken& d : pending_) input.push_back(d.token);
   target_.forward(input);
   const int n_pending = static_cast<int>(pending_.size());
+  round.n_proposed = n_pending + 1;
   int32_t correction = 0;
   const int n_accepted = check_pending(round, &correction);
   if (n_accepted == n_pending) {
@@ -194,6 +196,7 @@ void PearlEngine::verify_only(PearlRound& round) {
   for (const DraftToken& d : pending_) input.push_back(d.token);
   target_.forward(input);
   const int n_pending = static_cast<int>(pending_.size());
+  round.n_proposed = n_pending;
   int32_t correction = 0;
   const int n_accepted = check_pending(round, &correction);
   if (n_accepted < n_pending) {

@@ -107,6 +107,9 @@ struct PearlRound {
   std::vector<int32_t> drafted;  // what the drafter drafted during the round
   std::vector<int32_t> checked;  // drafts the target judged, in order
   int n_accepted = 0;            // accepted prefix of `checked`
+  // Drafts submitted to the target: those in its forward plus the one its last
+  // row judges, judged or not after a rejection (sd counts the same way).
+  int n_proposed = 0;
   std::vector<int32_t> emitted;  // appended to the verified sequence
   PearlMode next_mode = PearlMode::kPreVerify;
 };
