@@ -41,12 +41,12 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Median time of a one-token forward after a short context: the paper's
-// t(forward) from which the window γ = round(c) is chosen.
-double time_one_token_forward(const Model& model, Worker& worker) {
+// Median time of a forward over n tokens after a short context (n = 1: the
+// paper's t(forward), from which the window γ = round(c) is chosen).
+double time_forward(const Model& model, Worker& worker, int n_tokens) {
   constexpr int kContext = 32, kWarmup = 2, kRuns = 7;
   const int n_vocab = model.config().n_vocab;
-  KvCache kv(model.config(), kContext + 2);
+  KvCache kv(model.config(), kContext + n_tokens + 1);
   std::vector<int32_t> prefix(kContext);
   for (int i = 0; i < kContext; ++i) prefix[i] = i % n_vocab;
   model.forward(worker, Batch::chain(kv, prefix, false), kv);
@@ -54,7 +54,8 @@ double time_one_token_forward(const Model& model, Worker& worker) {
   std::vector<double> times;
   for (int r = 0; r < kWarmup + kRuns; ++r) {
     Batch batch;
-    batch.add((kContext + r) % n_vocab, kContext, -1, true);
+    for (int i = 0; i < n_tokens; ++i)
+      batch.add((kContext + r + i) % n_vocab, kContext + i, i - 1, true);
     const auto t0 = Clock::now();
     model.forward(worker, batch, kv);
     const double ms = ms_since(t0);
@@ -234,14 +235,23 @@ class Pearl final : public SpeculativeStrategy {
   };
 
   int measure_window() {
-    const double t_target = time_one_token_forward(*config_.target, *config_.target_worker);
-    const double t_draft = time_one_token_forward(*config_.draft, *config_.draft_worker);
+    const double t_target = time_forward(*config_.target, *config_.target_worker, 1);
+    const double t_draft = time_forward(*config_.draft, *config_.draft_worker, 1);
     const double c = t_draft > 0 ? t_target / t_draft : 1.0;
     const int window = static_cast<int>(std::clamp(std::lround(c), 1L, 64L));
     std::fprintf(stderr,
                  "pearl: target forward %.3f ms, draft forward %.3f ms on this machine: speed "
                  "ratio c = %.2f, window γ = %d (--draft-max overrides)\n",
                  t_target, t_draft, c, window);
+    // The rule presumes that verifying γ tokens costs about one forward (true
+    // of memory-bound GPUs); say so when this machine disagrees.
+    const double t_window = time_forward(*config_.target, *config_.target_worker, window);
+    if (window > 1 && t_window > 2 * t_target)
+      std::fprintf(stderr,
+                   "pearl: note: a target forward over %d tokens takes %.3f ms here (%.1fx one "
+                   "token), which the rule assumes to be nearly free; a smaller --draft-max may "
+                   "be faster\n",
+                   window, t_window, t_window / t_target);
     return window;
   }
 
