@@ -8,28 +8,15 @@ and renders the tables of the model card from them.
 import argparse
 import json
 import os
-import re
 import sys
 
 MODELS = ("target", "draft", "draft-code", "draft-prose", "draft-math")
 DOMAINS = ("code", "prose", "config", "math")
 
 
-def log_runs(path):
-    """Per training run in a log: the losses of its last logged steps and its summary line."""
-    runs, current = [], None
-    with open(path) as f:
-        for line in f:
-            if line.startswith("model:") or line.startswith("fine-tuning"):
-                if current is None or current.get("done"):
-                    current = {"losses": []}
-                    runs.append(current)
-            m = re.match(r"step (\d+)/(\d+) loss ([0-9.]+)", line)
-            if m and current is not None:
-                current["losses"].append(float(m.group(3)))
-            if line.startswith("done:") and current is not None:
-                current["done"] = line.strip()
-    return runs
+def describe_phase(p):
+    how = f"distilled from {p['teacher'].replace('.pt', '')} (KD weight {p['kd_weight']})" if p["teacher"] else "data only"
+    return f"{p['tokens'] / 1e6:.2f} M tokens of {p['mix']}, {how}"
 
 
 def collect(args):
@@ -38,26 +25,17 @@ def collect(args):
     res = {"models": {}}
     for name in MODELS:
         ck = torch.load(os.path.join(args.work, f"{name}.pt"), map_location="cpu")
-        cfg = ck["config"]
-        n_params = sum(v.numel() for v in ck["model"].values())
-        a = ck["args"]
+        history = ck["history"]
         res["models"][name] = {
-            "config": cfg,
-            "params": n_params,
-            "steps": ck["step"],
-            "tokens": ck["step"] * a["batch"] * a["seq"],
-            "train_seconds": round(ck["elapsed"]),
-            "mix": a["mix"],
-            "init": os.path.basename(a["init"]) if a.get("init") else None,
-            "lr": a["lr"],
-            "batch": a["batch"],
-            "seq": a["seq"],
+            "config": ck["config"],
+            "params": sum(v.numel() for v in ck["model"].values()),
+            "tokens": sum(p["tokens"] for p in history),
+            "steps": sum(p["steps"] for p in history),
+            "train_seconds": sum(p["seconds"] for p in history),
+            "phases": history,
+            "final_train_loss": history[-1]["last_loss"],
             "file_bytes": os.path.getsize(os.path.join(args.models, f"{name}.gguf")),
         }
-    runs = log_runs(os.path.join(args.work, "target.log")) + log_runs(os.path.join(args.work, "drafters.log"))
-    for name, run in zip(MODELS, runs):
-        tail = run["losses"][-5:]
-        res["models"][name]["final_train_loss"] = round(sum(tail) / len(tail), 4)
     for key, fname in (("corpus", "corpus/stats.json"), ("tokens", "tokens/stats.json"), ("eval", "eval.json")):
         with open(os.path.join(args.work, fname)) as f:
             res[key] = json.load(f)
@@ -71,14 +49,18 @@ def collect(args):
 def tables(res):
     out = []
     m = res["models"]
-    out.append("| file | layers | n_embd | heads (kv) | n_ff | context | parameters | size | trained on | tokens | steps | training time | final train loss |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    out.append("| file | layers | n_embd | heads (kv) | n_ff | context | parameters | size (F16) | training tokens | steps | training time | final train loss |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in MODELS:
         r, c = m[name], m[name]["config"]
-        on = r["mix"] if not r["init"] else f"{r['mix']} (from {r['init'].replace('.pt', '')})"
         out.append(f"| `{name}.gguf` | {c['n_layer']} | {c['n_embd']} | {c['n_head']} ({c['n_head_kv']}) | {c['n_ff']} | "
-                   f"{c['n_ctx']} | {r['params'] / 1e6:.3f} M | {r['file_bytes'] / 1e6:.2f} MB | {on} | "
-                   f"{r['tokens'] / 1e6:.3f} M | {r['steps']} | {r['train_seconds']} s | {r['final_train_loss']:.3f} |")
+                   f"{c['n_ctx']} | {r['params'] / 1e6:.3f} M | {r['file_bytes'] / 1e6:.2f} MB | "
+                   f"{r['tokens'] / 1e6:.2f} M | {r['steps']} | {r['train_seconds']} s | {r['final_train_loss']:.3f} |")
+    out.append("")
+    out.append("Training phases (in order):")
+    out.append("")
+    for name in MODELS:
+        out.append(f"- `{name}`: " + "; then ".join(describe_phase(p) for p in m[name]["phases"]))
     out.append("")
     loss = res["eval"]["loss"]
     out.append("| model | " + " | ".join(DOMAINS) + " |")

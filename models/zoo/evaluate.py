@@ -9,8 +9,8 @@
    predictions and emits it plus one target token, so tau (tokens per target
    step) and alpha (accepted / drafted) follow exactly -- up to floating-point
    differences between this PyTorch forward and the engine's.
-   Prompts: the first tokens of held-out documents of each domain, and the
-   benchmark prompt sets (bench/prompts/<domain>.jsonl) where they exist.
+   Prompts: the first tokens of 24 held-out documents of each domain, and all
+   prompts of the benchmark sets (bench/prompts/<domain>.jsonl) where they exist.
 """
 
 import argparse
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from reference import greedy_batch, load_gguf_model
 from train import DOMAINS
 
-N_PROMPTS = 16
+N_PROMPTS = 24
 PROMPT_TOKENS = 32
 N_GEN = 128
 
@@ -55,7 +55,7 @@ def heldout_prompts(stream, bos, n, n_tokens):
 def bench_prompts(path, tok, n):
     with open(path) as f:
         texts = [json.loads(line)["prompt"] for line in f if line.strip()]
-    return [tok.encode(t, add_bos=True) for t in texts[:n]]
+    return [tok.encode(t, add_bos=True) for t in texts[:n]]  # n = None: all
 
 
 @torch.no_grad()
@@ -108,7 +108,7 @@ def main():
         for d in ("code", "prose", "math"):
             path = os.path.join(args.prompts_dir, f"{d}.jsonl")
             if os.path.exists(path):
-                prompt_sets[f"bench-{d}"] = bench_prompts(path, tok, N_PROMPTS)
+                prompt_sets[f"bench-{d}"] = bench_prompts(path, tok, None)
     for set_name, prompts in prompt_sets.items():
         gens = greedy_batch(target, prompts, N_GEN, stop=tok.eos)
         result["spec"][set_name] = {}

@@ -11,7 +11,7 @@ specified to be reproducible for a given seed and call sequence).
 
 import random
 
-VERSION = 1
+VERSION = 2
 
 PEOPLE = [
     ("Tom", "he", "his"), ("Anna", "she", "her"), ("Ben", "he", "his"), ("Maria", "she", "her"),
@@ -183,7 +183,244 @@ def two_step(r):
     return q, ans
 
 
-TEMPLATES = [add_sub, share, price, change, speed, rectangle, percent, boxes, ages, savings, pages, average, two_step]
+def gave_bought(r):
+    name, he, his = r.choice(PEOPLE)
+    _, items = r.choice(ITEMS)
+    a = r.randint(10, 90)
+    b, c = r.randint(1, a - 1), r.randint(2, 40)
+    rel = r.choice(FRIENDS)
+    if r.random() < 0.5:
+        q = f"{name} had {a} {items}. After giving {b} to {his} {rel}, {he} bought {c} more. How many {items} does {he} have now?"
+    else:
+        q = f"{name} had {a} {items}. {cap(he)} lost {b} of them and then found {c}. How many {items} does {he} have now?"
+    ans = f"{a} - {b} = {a - b}, and {a - b} + {c} = {a - b + c}. The answer is {a - b + c}."
+    return q, ans
+
+
+def complement(r):
+    total = r.randint(12, 60)
+    part = r.randint(1, total - 1)
+    group, a, b = r.choice([("students in a class", "girls", "boys"), ("animals on a farm", "cows", "sheep"),
+                            ("cars in a car park", "red", "blue"), ("books on a shelf", "novels", "other books"),
+                            ("players in a club", "adults", "children")])
+    q = f"Of the {total} {group}, {part} are {a}. How many are {b}?"
+    ans = f"{total} - {part} = {total - part}. The answer is {total - part}."
+    return q, ans
+
+
+def rate_time(r):
+    vehicle, unit = r.choice(VEHICLES)
+    v, t = r.randint(3, 90), r.randint(2, 9)
+    q = f"In one hour a {vehicle} covers {v} {unit}. How many {unit} does it cover in {t} hours?"
+    ans = f"{v} * {t} = {v * t}. It travels {v * t} {unit}. The answer is {v * t}."
+    return q, ans
+
+
+def leftover_groups(r):
+    name, he, _ = r.choice(PEOPLE)
+    verb, items = r.choice([("baked", "cookies"), ("picked", "apples"), ("made", "cupcakes"), ("collected", "shells")])
+    size, n = r.randint(2, 12), r.randint(2, 12)
+    eaten = r.randint(1, 9)
+    total = size * n + eaten
+    q = f"{name} {verb} {total} {items} and ate {eaten} of them. The rest were packed {size} to a box. How many boxes were filled?"
+    ans = f"{total} - {eaten} = {size * n} {items} are left. {size * n} / {size} = {n}. The answer is {n}."
+    return q, ans
+
+
+def days_to_finish(r):
+    name, he, _ = r.choice(PEOPLE)
+    per, days = r.randint(2, 30), r.randint(2, 20)
+    thing, unit, verb = r.choice([("book", "pages", "reads"), ("puzzle", "pieces", "places"),
+                                  ("wall", "bricks", "lays"), ("scarf", "rows", "knits")])
+    q = f"{name} {verb} {per} {unit} each day. The {thing} has {per * days} {unit}. After how many days is the {thing} finished?"
+    ans = f"{per * days} / {per} = {days}. {cap(he)} needs {days} days. The answer is {days}."
+    return q, ans
+
+
+def bags_total(r):
+    name, he, _ = r.choice(PEOPLE)
+    _, items = r.choice(ITEMS)
+    container = r.choice(("bags", "boxes", "baskets", "jars", "packs"))
+    a, b = r.randint(2, 12), r.randint(2, 30)
+    q = f"There are {b} {items} in each of the {a} {container} that {name} owns. How many {items} does {he} have altogether?"
+    ans = f"{a} * {b} = {a * b}. The answer is {a * b}."
+    return q, ans
+
+
+def seats_empty(r):
+    place, seat, who = r.choice([("bus", "seats", "people are sitting"), ("cinema", "seats", "people are watching the film"),
+                                 ("train carriage", "seats", "passengers are sitting"), ("hotel", "rooms", "rooms are booked")])
+    total = r.randint(20, 200)
+    used = r.randint(1, total - 1)
+    q = f"In a {place} with {total} {seat}, {used} {who}. How many {seat} are still free?"
+    ans = f"{total} - {used} = {total - used}. The answer is {total - used}."
+    return q, ans
+
+
+def hourly_pay(r):
+    name, he, _ = r.choice(PEOPLE[:16])
+    rate, h1, h2 = r.randint(5, 20), r.randint(2, 9), r.randint(2, 9)
+    d1, d2 = r.sample(["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"], 2)
+    q = f"{name} is paid {rate} dollars for every hour of work. {cap(he)} worked {h1} hours on {d1} and {h2} hours on {d2}. What did {he} earn on those two days?"
+    ans = f"{cap(he)} works {h1} + {h2} = {h1 + h2} hours. {h1 + h2} * {rate} = {rate * (h1 + h2)} dollars. The answer is {rate * (h1 + h2)}."
+    return q, ans
+
+
+def produce_sell(r):
+    who, he, _ = r.choice([("A baker", "he", "his"), ("A farmer", "he", "his"), ("A cook", "she", "her"), ("A potter", "she", "her")])
+    unit, items = r.choice([("trays", "loaves"), ("rows", "plants"), ("boxes", "pies"), ("shelves", "pots")])
+    a, b = r.randint(2, 12), r.randint(3, 20)
+    sold = r.randint(1, a * b - 1)
+    verb = "sells" if who != "A farmer" else "gives away"
+    q = f"{who} fills {a} {unit} with {b} {items} each and then {verb} {sold} of the {items}. How many {items} remain?"
+    ans = f"There are {a} * {b} = {a * b} {items}. {a * b} - {sold} = {a * b - sold}. The answer is {a * b - sold}."
+    return q, ans
+
+
+def boxes_needed(r):
+    item, items = r.choice(ITEMS)
+    size = r.randint(3, 12)
+    n = r.randint(10, 150)
+    full, rest = divmod(n, size)
+    need = full + (1 if rest else 0)
+    container, containers = r.choice((("box", "boxes"), ("bag", "bags"), ("crate", "crates"), ("tray", "trays")))
+    q = f"{n} {items} must be packed into {containers} of {size}. How many {containers} are needed?"
+    if rest:
+        ans = (f"{n} / {size} = {full} with {rest} left over, so one more {container} is needed: {full} + 1 = {need}. "
+               f"The answer is {need}.")
+    else:
+        ans = f"{n} / {size} = {need}. The answer is {need}."
+    return q, ans
+
+
+def rows_taken(r):
+    rows, per = r.randint(3, 15), r.randint(4, 20)
+    taken = r.randint(1, rows * per - 1)
+    thing = r.choice(("chairs", "seats", "desks", "benches"))
+    q = f"A hall has {rows} rows of {thing}, and each row has {per} {thing}. {taken} of them are taken. How many {thing} are free?"
+    ans = f"There are {rows} * {per} = {rows * per} {thing}. {rows * per} - {taken} = {rows * per - taken}. The answer is {rows * per - taken}."
+    return q, ans
+
+
+def fuel(r):
+    per = r.randint(3, 12)
+    k = r.randint(2, 9)
+    q = f"A car needs {per} litres of fuel to drive 100 kilometres. How much fuel does it need for {k * 100} kilometres?"
+    ans = f"{k * 100} kilometres is {k} times 100 kilometres, so it uses {k} * {per} = {k * per} litres. The answer is {k * per}."
+    return q, ans
+
+
+def times_as_old(r):
+    name, _, his = r.choice(PEOPLE[:16])
+    a, k = r.randint(3, 20), r.randint(2, 4)
+    rel = r.choice(("father", "mother", "grandmother", "uncle", "aunt"))
+    word = {2: "twice", 3: "3 times", 4: "4 times"}[k]
+    q = f"{name}'s {rel} is {word} as old as {name}, who is {a}. What is the {rel}'s age?"
+    ans = f"{a} * {k} = {a * k}. The {rel} is {a * k} years old. The answer is {a * k}."
+    return q, ans
+
+
+def sold_two_days(r):
+    place = r.choice(("A shop", "A bakery", "A market stall", "A kiosk"))
+    _, items = r.choice(ITEMS + [("bottle of water", "bottles of water")])
+    total = r.randint(60, 400)
+    a = r.randint(1, total // 2)
+    b = r.randint(1, total - a)
+    d1, d2 = r.choice([("on Monday", "on Tuesday"), ("on Saturday", "on Sunday"), ("in the morning", "in the afternoon")])
+    q = f"{place} started with {total} {items}. {a} were sold {d1} and {b} {d2}. How many {items} does it still have?"
+    ans = f"It sold {a} + {b} = {a + b}. {total} - {a + b} = {total - a - b}. The answer is {total - a - b}."
+    return q, ans
+
+
+def change_with_extra(r):
+    name, he, _ = r.choice(PEOPLE)
+    item, items = r.choice(ITEMS)
+    n, p, extra = r.randint(2, 6), r.randint(2, 9), r.randint(1, 9)
+    cost = n * p + extra
+    bill = next(b for b in (10, 20, 50, 100) if b > cost)
+    q = f"{name} pays for {n} {items} costing {p} dollars each and a pen costing {extra} dollars with a {bill} dollar note. What change does {he} receive?"
+    ans = (f"The {items} cost {n} * {p} = {n * p} dollars. With the pen that is {n * p} + {extra} = {cost} dollars. "
+           f"The change is {bill} - {cost} = {bill - cost} dollars. The answer is {bill - cost}.")
+    return q, ans
+
+
+def equal_pieces(r):
+    name, _, _ = r.choice(PEOPLE)
+    thing, unit = r.choice([("rope", "centimetres"), ("ribbon", "centimetres"), ("plank", "centimetres"), ("pipe", "metres")])
+    k, each = r.randint(2, 12), r.randint(2, 30)
+    q = f"{name} cuts a {thing} of {k * each} {unit} into {k} pieces of the same length. What is the length of one piece?"
+    ans = f"{k * each} / {k} = {each}. One piece is {each} {unit} long. The answer is {each}."
+    return q, ans
+
+
+def school_total(r):
+    a, b = r.randint(2, 30), r.randint(10, 35)
+    place, group, members = r.choice([("school", "classes", "pupils"), ("club", "teams", "players"),
+                                      ("building", "floors", "windows"), ("orchard", "rows", "trees")])
+    q = f"Each of the {a} {group} in a {place} has {b} {members}. How many {members} are there altogether?"
+    ans = f"{a} * {b} = {a * b}. The answer is {a * b}."
+    return q, ans
+
+
+def tank_left(r):
+    cap_l = r.randint(100, 500)
+    a = r.randint(5, cap_l // 2)
+    b = r.randint(5, cap_l - a)
+    holder = r.choice(("tank", "barrel", "pool"))
+    q = f"A {holder} contains {cap_l} litres of water. In the morning {a} litres are taken out, and in the evening another {b} litres. How many litres remain?"
+    ans = f"{a} + {b} = {a + b} litres are used. {cap_l} - {a + b} = {cap_l - a - b} litres are left. The answer is {cap_l - a - b}."
+    return q, ans
+
+
+def twice_as_many(r):
+    name, he, _ = r.choice(PEOPLE)
+    a = r.randint(3, 40)
+    k = r.choice((2, 3))
+    word = {2: "twice as many", 3: "three times as many"}[k]
+    what, verb = r.choice([("pages", "reads"), ("kilometres", "runs"), ("cookies", "bakes"), ("emails", "writes")])
+    d1, d2 = r.choice([("Saturday", "Sunday"), ("Monday", "Tuesday")])
+    q = f"On {d1} {name} {verb} {a} {what}. On {d2} {he} {verb} {word}. How many {what} is that for the two days?"
+    ans = f"On {d2} {he} {verb} {a} * {k} = {a * k}. In all {a} + {a * k} = {a + a * k}. The answer is {a + a * k}."
+    return q, ans
+
+
+def minutes(r):
+    h, m = r.randint(1, 11), r.choice((0, 10, 15, 20, 30, 40, 45))
+    d = r.choice((15, 20, 25, 30, 40, 45, 50, 75, 90))
+    total = m + d
+    h2, m2 = h + total // 60, total % 60
+    event = r.choice(("film", "lesson", "match", "concert"))
+    q = f"A {event} starts at {h}:{m:02d} and lasts {d} minutes. At what time does it end?"
+    ans = f"{m} + {d} = {total} minutes past {h}, which is {h2}:{m2:02d}. The answer is {h2}:{m2:02d}."
+    return q, ans
+
+
+def difference_more(r):
+    n1, _, _ = r.choice(PEOPLE[:16])
+    n2, _, _ = r.choice([p for p in PEOPLE[:16] if p[0] != n1])
+    _, items = r.choice(ITEMS)
+    a, b = r.randint(10, 99), r.randint(10, 99)
+    if a == b:
+        a += 3
+    more, less = (n1, n2) if a > b else (n2, n1)
+    q = f"{n1} has {a} {items} and {n2} has {b} {items}. How many more {items} does {more} have than {less}?"
+    ans = f"{max(a, b)} - {min(a, b)} = {abs(a - b)}. The answer is {abs(a - b)}."
+    return q, ans
+
+
+def sum_three(r):
+    name, he, _ = r.choice(PEOPLE)
+    what = r.choice(("steps", "points", "coins", "stamps"))
+    a, b, c = r.randint(5, 90), r.randint(5, 90), r.randint(5, 90)
+    q = f"{name} collects {a} {what} in the first week, {b} in the second and {c} in the third. How many {what} is that altogether?"
+    ans = f"{a} + {b} + {c} = {a + b + c}. The answer is {a + b + c}."
+    return q, ans
+
+
+TEMPLATES = [add_sub, share, price, change, speed, rectangle, percent, boxes, ages, savings, pages, average, two_step,
+             gave_bought, complement, rate_time, leftover_groups, days_to_finish, bags_total, seats_empty, hourly_pay,
+             produce_sell, boxes_needed, rows_taken, fuel, times_as_old, sold_two_days, change_with_extra,
+             equal_pieces, school_total, tank_left, twice_as_many, minutes, difference_more, sum_three]
 
 
 def problems(seed, count, per_doc=(1, 4)):

@@ -2,6 +2,11 @@
 
   train.py tokenize --corpus DIR --tokenizer tokenizer.json --out DIR
   train.py train --data DIR --shape JSON --tokens N --out ckpt.pt [--init ckpt.pt] [--mix code=1,prose=1]
+                 [--teacher ckpt.pt --kd-weight W]
+
+With --teacher the loss is (1 - W) * cross-entropy + W * KL(teacher || model):
+the drafters learn the target's distributions, which raises how often their
+greedy choice agrees with the target's (speculative acceptance).
 
 Training is resumable: a checkpoint (model, optimizer, step, elapsed time) is
 written every --save-every seconds and at the end; rerunning the same command
@@ -19,6 +24,8 @@ import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import bpe
@@ -88,42 +95,91 @@ def lr_at(step, total, peak, warmup, final_frac):
     return peak * (final_frac + (1 - final_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def save(path, model, opt, step, elapsed, args, done):
+def save(path, model, opt, step, elapsed, args, done, history, recent_losses):
     tmp = path + ".tmp"
+    phase = {"mix": args.mix, "tokens": step * args.batch * args.seq, "steps": step, "seconds": round(elapsed),
+             "lr": args.lr, "teacher": os.path.basename(args.teacher) if args.teacher else None,
+             "kd_weight": args.kd_weight if args.teacher else 0.0,
+             "last_loss": float(np.mean(recent_losses)) if recent_losses else None}
     torch.save({"config": model.c.__dict__, "model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                "elapsed": elapsed, "args": vars(args), "done": done}, tmp)
+                "elapsed": elapsed, "args": vars(args), "done": done, "history": history + [phase],
+                "recent_losses": list(recent_losses)}, tmp)
     os.replace(tmp, path)
 
 
+def distill_loss(logits, teacher_logits, targets, kd_weight):
+    """(1 - w) * cross-entropy on the data + w * KL(teacher || student) per token."""
+    v = logits.shape[-1]
+    logp = F.log_softmax(logits.reshape(-1, v), dim=-1)
+    ce = F.nll_loss(logp, targets.reshape(-1))
+    if teacher_logits is None:
+        return ce, ce
+    logq = F.log_softmax(teacher_logits.reshape(-1, v), dim=-1)
+    kl = (logq.exp() * (logq - logp)).sum(-1).mean()
+    return (1 - kd_weight) * ce + kd_weight * kl, ce
+
+
+def all_reduce_mean(tensors, world):
+    """Averages tensors over the data-parallel processes (one flat all-reduce)."""
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()
+
+
 def cmd_train(args):
+    if args.procs > 1:
+        port = 29500 + os.getpid() % 2000
+        mp.spawn(train_worker, args=(args, port), nprocs=args.procs, join=True)
+    else:
+        train_worker(0, args, None)
+
+
+def train_worker(rank, args, port):
+    """One data-parallel process: rows rank, rank + procs, ... of every batch."""
+    world = args.procs
+    if world > 1:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    log = print if rank == 0 else (lambda *a, **k: None)
     threads = set_threads()
     torch.manual_seed(args.seed)
     mix = parse_mix(args.mix)
     data = load_split(args.data, "train", sorted(mix))
     tokens_per_step = args.batch * args.seq
     total_steps = max(1, args.tokens // tokens_per_step)
-    state = None
+    state, history = None, []
     if os.path.exists(args.out):
         model, state = load_checkpoint(args.out)
         if state.get("done"):
-            print(f"{args.out}: already trained ({state['step']} steps), skipping")
+            log(f"{args.out}: already trained ({state['step']} steps), skipping")
             return
-        print(f"{args.out}: resuming at step {state['step']} of {total_steps}")
+        history = state["history"][:-1]
+        log(f"{args.out}: resuming at step {state['step']} of {total_steps}")
     elif args.init:
-        model, _ = load_checkpoint(args.init)
-        print(f"fine-tuning {args.init} on {args.mix}")
+        model, init_state = load_checkpoint(args.init)
+        history = init_state.get("history", [])
+        log(f"fine-tuning {args.init} on {args.mix}")
     else:
         model = Llama(Config(**json.loads(args.shape)))
+    teacher = None
+    if args.teacher:
+        teacher, _ = load_checkpoint(args.teacher)
+        teacher.eval()
+        assert teacher.c.n_vocab == model.c.n_vocab
+        log(f"distilling from {args.teacher} (weight {args.kd_weight})")
     decay = [p for n, p in model.named_parameters() if p.dim() == 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
-    step, elapsed = 0, 0.0
+    step, elapsed, recent = 0, 0.0, []
     if state is not None:
         opt.load_state_dict(state["opt"])
-        step, elapsed = state["step"], state["elapsed"]
-    print(f"model: {model.n_params() / 1e6:.3f}M parameters, {json.dumps(model.c.__dict__)}; "
-          f"{total_steps} steps of {tokens_per_step} tokens; {threads} threads", flush=True)
+        step, elapsed, recent = state["step"], state["elapsed"], state.get("recent_losses", [])
+    log(f"model: {model.n_params() / 1e6:.3f}M parameters, {json.dumps(model.c.__dict__)}; "
+        f"{total_steps} steps of {tokens_per_step} tokens; {world} x {threads} threads", flush=True)
     model.train()
     t_last_save = time.time()
     t_log, tokens_log, loss_log = time.time(), 0, []
@@ -133,26 +189,39 @@ def cmd_train(args):
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = batch_for_step(data, mix, args.seed, step, args.batch, args.seq)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        x, y = x[rank::world], y[rank::world]
+        teacher_logits = None
+        if teacher is not None:
+            with torch.no_grad():
+                teacher_logits = teacher(x)
+        loss, ce = distill_loss(model(x), teacher_logits, y, args.kd_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        ce = ce.detach()
+        if world > 1:
+            all_reduce_mean([p.grad for p in model.parameters()] + [ce], world)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
         elapsed += time.time() - t0
         tokens_log += tokens_per_step
-        loss_log.append(loss.item())
+        loss_log.append(ce.item())
+        recent = (recent + [ce.item()])[-20:]
         if step % args.log_every == 0 or step == total_steps:
             now = time.time()
-            print(f"step {step}/{total_steps} loss {np.mean(loss_log):.4f} lr {lr:.2e} "
-                  f"{tokens_log / (now - t_log):.0f} tok/s elapsed {elapsed:.0f}s", flush=True)
+            log(f"step {step}/{total_steps} loss {np.mean(loss_log):.4f} lr {lr:.2e} "
+                f"{tokens_log / (now - t_log):.0f} tok/s elapsed {elapsed:.0f}s", flush=True)
             t_log, tokens_log, loss_log = now, 0, []
-        if time.time() - t_last_save > args.save_every and step < total_steps:
-            save(args.out, model, opt, step, elapsed, args, False)
+        if rank == 0 and time.time() - t_last_save > args.save_every and step < total_steps:
+            save(args.out, model, opt, step, elapsed, args, False, history, recent)
             t_last_save = time.time()
-    save(args.out, model, opt, step, elapsed, args, True)
-    print(f"done: {step} steps, {step * tokens_per_step} tokens, {elapsed:.0f}s of training", flush=True)
+    if rank == 0:
+        save(args.out, model, opt, step, elapsed, args, True, history, recent)
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    log(f"done: {step} steps, {step * tokens_per_step} tokens, {elapsed:.0f}s of training "
+        f"(last 20 steps: data loss {np.mean(recent):.4f})", flush=True)
 
 
 def main():
@@ -176,6 +245,9 @@ def main():
     r.add_argument("--final-lr-frac", type=float, default=0.1)
     r.add_argument("--weight-decay", type=float, default=0.1)
     r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--procs", type=int, default=1, help="data-parallel processes (each with ZOO_THREADS threads)")
+    r.add_argument("--teacher", help="checkpoint whose distributions the model learns (distillation)")
+    r.add_argument("--kd-weight", type=float, default=0.7, help="weight of the distillation term")
     r.add_argument("--log-every", type=int, default=10)
     r.add_argument("--save-every", type=float, default=120.0)
     args = ap.parse_args()
