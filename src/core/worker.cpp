@@ -65,9 +65,10 @@ void Worker::thread_main(int index) {
 }
 
 void Worker::run(const std::function<void(int, int)>& job) {
-  if (!caller_pinned_) {
+  // Pin whichever thread calls (a thread may drive several workers in turn).
+  if (!cores_.empty() && pinned_caller_ != std::this_thread::get_id()) {
     pin_current_thread(0);
-    caller_pinned_ = true;
+    pinned_caller_ = std::this_thread::get_id();
   }
   if (n_threads_ == 1) {
     job(0, 1);

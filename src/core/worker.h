@@ -14,7 +14,7 @@ class Worker {
  public:
   // n_threads >= 1. The calling thread of run() acts as thread 0, so a worker
   // starts n_threads - 1 threads of its own. When `cores` is not empty, thread i
-  // is pinned to cores[i % cores.size()] (thread 0 is pinned when it calls run()).
+  // is pinned to cores[i % cores.size()] (the thread calling run() is pinned as thread 0).
   explicit Worker(int n_threads, std::vector<int> cores = {});
   ~Worker();
   Worker(const Worker&) = delete;
@@ -44,7 +44,7 @@ class Worker {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
-  bool caller_pinned_ = false;
+  std::thread::id pinned_caller_;  // the thread last pinned as thread 0
 };
 
 // Number of cores this process may run on.

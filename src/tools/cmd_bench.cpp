@@ -187,7 +187,8 @@ int cmd_bench(int argc, char** argv) {
   args.option("-m,--model", &model_path, "FILE",
               "target model (GGUF); default: the bundled models/target.gguf");
   args.option("--strategies", &strategies_text, "LIST",
-              "comma-separated strategies (ar is always run: speedups are measured against it)");
+              "comma-separated strategies; NAME:G sets γ of sd or pearl, e.g. sd:2,sd:3 (ar is "
+              "always run: speedups are measured against it)");
   args.option("--prompts", &prompts_text, "LIST",
               "comma-separated prompt sets: names in bench/prompts (code, math, prose, chat) or "
               "paths to .jsonl files with one {\"prompt\": ...} per line");
@@ -221,10 +222,26 @@ int cmd_bench(int argc, char** argv) {
   check(warmup >= 0, "--warmup must not be negative");
   validate_sampling_params(sampling);
 
+  // An entry is NAME or NAME:G, G being γ for sd (--draft-max) and the window
+  // for pearl, so that several γ can be compared in one run (sd:2,sd:3,...).
   std::vector<std::string> strategies = split_list(strategies_text);
   const auto& known = strategy_names();
+  auto split_variant = [&](const std::string& entry) {
+    const size_t colon = entry.find(':');
+    const std::string base = entry.substr(0, colon);
+    int gamma = 0;
+    if (colon != std::string::npos) {
+      const std::string value = entry.substr(colon + 1);
+      const bool digits = !value.empty() && value.size() < 4 &&
+                          value.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || (gamma = std::stoi(value)) < 1 || (base != "sd" && base != "pearl"))
+        fail("invalid strategy '", entry,
+             "' in --strategies (NAME:G with G >= 1 is for sd and pearl)");
+    }
+    return std::pair<std::string, int>(base, gamma);
+  };
   for (const std::string& s : strategies) {
-    if (std::find(known.begin(), known.end(), s) != known.end()) continue;
+    if (std::find(known.begin(), known.end(), split_variant(s).first) != known.end()) continue;
     std::string known_text;
     for (const auto& k : known) known_text += (known_text.empty() ? "" : ", ") + k;
     fail("unknown strategy '", s, "' in --strategies (known: ", known_text, ")");
@@ -299,8 +316,15 @@ int cmd_bench(int argc, char** argv) {
   StrategyResources resources;
   resources.init(target, strategy_options, n_threads);
   std::vector<std::unique_ptr<Strategy>> runners;
-  for (const std::string& name : strategies)
-    runners.push_back(make_strategy(resources.config_for(name, strategy_options, n_ctx)));
+  for (const std::string& entry : strategies) {
+    const auto [name, gamma] = split_variant(entry);
+    StrategyConfig config = resources.config_for(name, strategy_options, n_ctx);
+    if (gamma > 0) {
+      config.draft_max = gamma;
+      config.pearl_window = gamma;
+    }
+    runners.push_back(make_strategy(config));
+  }
 
   const bool json_to_stdout = json_out == "-";
   const bool check_exact = sampling.greedy() && !strategy_options.lossy_typical;

@@ -57,7 +57,7 @@ int cmd_generate(int argc, char** argv) {
               "chat template to use instead of the detected one (llama3, chatml)");
   args.flag("--ignore-eos", &ignore_eos, "do not stop at end-of-generation tokens");
   args.option("--strategy", &strategy_name, "NAME",
-              "decoding strategy: ar, sd, tree, dyntree (all but ar need -md)");
+              "decoding strategy: ar, sd, tree, dyntree, pearl (all but ar need -md)");
   strategy_options.add_to(args);
   args.flag("--json", &json, "print one JSON object with the text, token ids and timings");
   if (!args.parse(argc, argv)) return 0;
@@ -128,6 +128,7 @@ int cmd_generate(int argc, char** argv) {
         {"draft_forwards", st.draft_forwards},
         {"t_draft_ms", st.t_draft_ms},
         {"t_verify_ms", st.t_verify_ms},
+        {"draft_window", st.draft_window},
         {"seed", sampling.seed},
         {"threads", n_threads},
     };
