@@ -16,6 +16,6 @@ for type in q8_0 q4_0; do
   "$bin" bench-forward -m "$model" -t 1,2 -r 5 --json out/performance/forward-$type.json \
     | tee out/performance/forward-$type.md
 done
-"$bin" bench --strategies ar,sd,tree,dyntree,pearl -n 128 -t 1 -td 1 \
+"$bin" bench --strategies ar,sd:2,sd:3,sd:4,tree,dyntree,pearl:2,pearl:3,pearl -n 128 -t 1 -td 1 \
   --json out/performance/strategies.json --md out/performance/strategies.md \
   --svg out/performance/strategies.svg
