@@ -110,8 +110,8 @@ class GreedyExactness : public ::testing::TestWithParam<std::string> {};
 TEST_P(GreedyExactness, EveryStrategyReproducesAutoregressiveDecoding) {
   TempDir dir;
   const std::string arch = GetParam();
-  const ModelPair pair = make_pair(dir, arch, arch == "llama" ? DType::F32 : DType::F16,
-                                   DType::Q4_0, 300, 5);
+  const ModelPair pair =
+      make_pair(dir, arch, arch == "llama" ? DType::F32 : DType::F16, DType::Q4_0, 300, 5);
   Worker worker(1);
   StrategyConfig base;
   base.target = pair.target;

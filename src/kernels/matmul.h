@@ -15,8 +15,8 @@ namespace parspec {
 
 struct WeightMatrix {
   DType type = DType::F32;
-  int64_t n_in = 0;   // elements per row (contiguous)
-  int64_t n_out = 0;  // number of rows
+  int64_t n_in = 0;               // elements per row (contiguous)
+  int64_t n_out = 0;              // number of rows
   const uint8_t* data = nullptr;  // n_out rows of row_bytes(type, n_in) bytes
 };
 

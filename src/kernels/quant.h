@@ -33,8 +33,8 @@ DType parse_dtype(std::string_view name);
 // Bytes of a row of n elements; throws Error unless n is a multiple of the block size.
 size_t row_bytes(DType type, int64_t n);
 
-constexpr int kQK = 32;     // elements per Q4_0 / Q8_0 block
-constexpr int kQKK = 256;   // elements per K-quant super-block
+constexpr int kQK = 32;    // elements per Q4_0 / Q8_0 block
+constexpr int kQKK = 256;  // elements per K-quant super-block
 
 struct BlockQ4_0 {
   uint16_t d;  // f16 scale

@@ -37,9 +37,9 @@ struct GenerationStats {
   int n_gen = 0;
   double t_prompt_ms = 0;
   double t_gen_ms = 0;
-  int64_t drafted = 0;        // draft tokens proposed to the target
-  int64_t accepted = 0;       // draft tokens the target accepted
-  int64_t verify_steps = 0;   // target verification forwards (decode steps for ar)
+  int64_t drafted = 0;       // draft tokens proposed to the target
+  int64_t accepted = 0;      // draft tokens the target accepted
+  int64_t verify_steps = 0;  // target verification forwards (decode steps for ar)
   int64_t target_forwards = 0;
   int64_t draft_forwards = 0;
   double t_draft_ms = 0;
@@ -73,10 +73,10 @@ struct StrategyConfig {
   Worker* draft_worker = nullptr;  // may be the same worker as target_worker
   int ctx_size = 4096;
   // Chain drafting (sd).
-  int draft_max = 4;          // γ: draft tokens per step (the maximum when adaptive)
-  int draft_min = 1;          // lower bound of γ when adaptive
-  float draft_p_min = 0.0f;   // stop drafting when the draft's top probability falls below
-  bool adaptive = false;      // grow γ after full acceptance, shrink otherwise
+  int draft_max = 4;         // γ: draft tokens per step (the maximum when adaptive)
+  int draft_min = 1;         // lower bound of γ when adaptive
+  float draft_p_min = 0.0f;  // stop drafting when the draft's top probability falls below
+  bool adaptive = false;     // grow γ after full acceptance, shrink otherwise
   // Trees (tree, dyntree).
   int tree_depth = 4;         // levels below the root
   int tree_branch = 2;        // children per node (c)
