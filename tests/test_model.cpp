@@ -64,12 +64,18 @@ class ModelTest : public ::testing::TestWithParam<ModelCase> {
     kv.commit(path);
   }
 
-  // Logits of each of `tokens` decoded one at a time after `prompt`.
-  std::vector<float> decode_one_by_one(Worker& w, const std::vector<int32_t>& prompt,
-                                       const std::vector<int32_t>& tokens) {
+  // A cache holding `prompt` as its committed prefix.
+  KvCache prefilled(Worker& w, const std::vector<int32_t>& prompt) {
     KvCache kv(model_->config(), 64);
     model_->forward(w, Batch::chain(kv, prompt, false), kv);
     commit_all(kv);
+    return kv;
+  }
+
+  // Logits of each of `tokens` decoded one at a time after `prompt`.
+  std::vector<float> decode_one_by_one(Worker& w, const std::vector<int32_t>& prompt,
+                                       const std::vector<int32_t>& tokens) {
+    KvCache kv = prefilled(w, prompt);
     std::vector<float> all;
     for (int32_t t : tokens) {
       auto logits = model_->forward(w, Batch::chain(kv, std::span(&t, 1), true), kv);
@@ -89,9 +95,7 @@ class ModelTest : public ::testing::TestWithParam<ModelCase> {
 TEST_P(ModelTest, ChainEqualsOneTokenDecodingBitwise) {
   Worker w(2);
   const auto reference = decode_one_by_one(w, prompt_, tokens_);
-  KvCache kv(model_->config(), 64);
-  model_->forward(w, Batch::chain(kv, prompt_, false), kv);
-  commit_all(kv);
+  KvCache kv = prefilled(w, prompt_);
   const auto chain = model_->forward(w, Batch::chain(kv, tokens_, true), kv);
   ASSERT_EQ(chain.size(), reference.size());
   EXPECT_TRUE(bitwise_equal(chain.data(), reference.data(), chain.size()));
@@ -100,9 +104,7 @@ TEST_P(ModelTest, ChainEqualsOneTokenDecodingBitwise) {
 TEST_P(ModelTest, TreeNodesEqualOneTokenDecodingBitwise) {
   Worker w(2);
   const auto reference = decode_one_by_one(w, prompt_, tokens_);
-  KvCache kv(model_->config(), 64);
-  model_->forward(w, Batch::chain(kv, prompt_, false), kv);
-  commit_all(kv);
+  KvCache kv = prefilled(w, prompt_);
   // The wanted chain interleaved with unrelated branches (their own tokens and
   // positions) hanging from the root and from chain nodes.
   const int32_t base = kv.n_committed();
@@ -132,9 +134,7 @@ TEST_P(ModelTest, ThreadCountDoesNotChangeResults) {
 TEST_P(ModelTest, DecodingAfterRollbackEqualsNeverSpeculating) {
   Worker w(2);
   const auto reference = decode_one_by_one(w, prompt_, tokens_);
-  KvCache kv(model_->config(), 64);
-  model_->forward(w, Batch::chain(kv, prompt_, false), kv);
-  commit_all(kv);
+  KvCache kv = prefilled(w, prompt_);
   std::vector<float> got;
   // Speculate a chain whose first two tokens are right and the rest wrong:
   // commit the right ones, drop the rest, decode on.
@@ -161,9 +161,7 @@ TEST_P(ModelTest, DecodingAfterRollbackEqualsNeverSpeculating) {
 TEST_P(ModelTest, KeptSubtreeContinuesExactly) {
   Worker w(1);
   const auto reference = decode_one_by_one(w, prompt_, tokens_);
-  KvCache kv(model_->config(), 64);
-  model_->forward(w, Batch::chain(kv, prompt_, false), kv);
-  commit_all(kv);
+  KvCache kv = prefilled(w, prompt_);
   const int32_t base = kv.n_committed();
   // Tree: t0 -> t1 -> t2, plus a sibling branch under t0. Commit t0, keep t1, t2.
   Batch tree;
