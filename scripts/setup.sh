@@ -9,5 +9,6 @@ bash scripts/install-deps.sh
 bash scripts/build.sh
 ./build/parspec info models/target.gguf models/draft.gguf
 ./build/parspec generate -m models/target.gguf -md models/draft.gguf --strategy sd \
-  -p "def read_config(path):" -n 64 --temp 0
-./build/parspec bench --max-prompts 5 -n 64
+  -p "def read_config(path):" -n 64 --temp 0 -t 1
+# The zoo models are tiny: one thread per model is fastest (see docs/performance.md).
+./build/parspec bench --strategies ar,sd,tree,dyntree,pearl --max-prompts 5 -n 64 -t 1 -td 1
