@@ -3,6 +3,10 @@ and renders the tables of the model card from them.
 
   card.py --work out/zoo --models models --results models/zoo/results.json   # collect
   card.py --results models/zoo/results.json --tables                         # print Markdown tables
+  card.py --results models/zoo/results.json --check                          # the zoo's goals, checked
+
+The engine's figures come from `parspec bench` runs that build.sh leaves in
+<work>/engine-<drafter>.json (one per drafter, greedy sd at gamma = 4).
 """
 
 import argparse
@@ -11,7 +15,9 @@ import os
 import sys
 
 MODELS = ("target", "draft", "draft-code", "draft-prose", "draft-math")
+DRAFTERS = MODELS[1:]
 DOMAINS = ("code", "prose", "config", "math")
+SPECIALISTS = {"draft-code": "code", "draft-prose": "prose", "draft-math": "math"}
 
 
 def describe_phase(p):
@@ -39,6 +45,18 @@ def collect(args):
     for key, fname in (("corpus", "corpus/stats.json"), ("tokens", "tokens/stats.json"), ("eval", "eval.json")):
         with open(os.path.join(args.work, fname)) as f:
             res[key] = json.load(f)
+    engine = {}
+    for name in DRAFTERS:
+        path = os.path.join(args.work, f"engine-{name}.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            bench = json.load(f)
+        sets = {r["prompt_set"]: {k: r[k] for k in ("tau", "alpha", "n_gen", "runs", "mismatch", "checked_runs")}
+                for r in bench["results"] if r["strategy"] != "ar"}
+        engine[name] = {"command": bench["config"]["command"], "date": bench["config"]["date"], "sets": sets}
+    if engine:
+        res["engine"] = engine
     with open(os.path.join(args.work, "timings.txt")) as f:
         res["timings"] = f.read().splitlines()
     with open(args.results, "w") as f:
@@ -48,6 +66,16 @@ def collect(args):
 
 def tables(res):
     out = []
+    out.append("| domain | train documents | train MB | train tokens | held-out documents | held-out MB | held-out tokens | bytes/token (held-out) |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for d in DOMAINS:
+        c_tr, c_ho = res["corpus"][f"{d}.train"], res["corpus"][f"{d}.heldout"]
+        t_tr, t_ho = res["tokens"][f"{d}.train"], res["tokens"][f"{d}.heldout"]
+        out.append(f"| {d} | {c_tr['documents']} | {c_tr['bytes'] / 1e6:.2f} | {t_tr['tokens']:,} | {c_ho['documents']} | "
+                   f"{c_ho['bytes'] / 1e6:.2f} | {t_ho['tokens']:,} | {t_ho['bytes_per_token']:.2f} |")
+    out.append("")
+    out.append(f"Corpus SHA-256 (over the split JSON lines): `{res['corpus']['sha256']}`")
+    out.append("")
     m = res["models"]
     out.append("| file | layers | n_embd | heads (kv) | n_ff | context | parameters | size (F16) | training tokens | steps | training time | final train loss |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -82,7 +110,58 @@ def tables(res):
             cells.append(f"**{cell}**" if row[d]["tau"] == best else cell)
         n = row[drafters[0]]
         out.append(f"| {set_name} ({n['prompts']} prompts, {n['n_gen']} tokens) | " + " | ".join(cells) + " |")
+    if "engine" in res:
+        out.append("")
+        out.append(engine_table(res["engine"]))
     return "\n".join(out)
+
+
+def engine_table(engine):
+    sets = list(engine["draft"]["sets"])
+    out = ["| prompt set | " + " | ".join(f"`{d}` τ / α" for d in DRAFTERS) + " |", "|---|" + "---|" * len(DRAFTERS)]
+    for s in sets:
+        best = max(engine[d]["sets"][s]["tau"] for d in DRAFTERS)
+        cells = []
+        for d in DRAFTERS:
+            r = engine[d]["sets"][s]
+            cell = f"{r['tau']:.2f} / {r['alpha']:.2f}"
+            cells.append(f"**{cell}**" if r["tau"] == best else cell)
+        out.append(f"| {s} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def check(res):
+    """The zoo's goals (issue text), evaluated on the recorded numbers. Returns the failures."""
+    failures = []
+
+    def goal(ok, text):
+        print(("PASS  " if ok else "FAIL  ") + text)
+        if not ok:
+            failures.append(text)
+
+    loss = res["eval"]["loss"]
+    for d in DOMAINS:
+        goal(loss["target"][d] < loss["draft"][d],
+             f"target held-out loss below the general drafter's on {d}: {loss['target'][d]:.3f} < {loss['draft'][d]:.3f}")
+    engine = res.get("engine")
+    if not engine or any(d not in engine for d in DRAFTERS):
+        goal(False, "engine measurements of every drafter (engine-<drafter>.json) are present")
+        return failures
+    tau = {d: {s: r["tau"] for s, r in engine[d]["sets"].items()} for d in DRAFTERS}
+    for spec, domain in SPECIALISTS.items():
+        others = [d for d in DRAFTERS if d != spec]
+        goal(all(tau[spec][domain] > tau[o][domain] for o in others),
+             f"{spec} has the highest τ on {domain}: {tau[spec][domain]:.3f} vs "
+             + ", ".join(f"{o} {tau[o][domain]:.3f}" for o in others))
+        worse = [s for s in tau[spec] if s not in (domain, "all") and tau[spec][s] < tau["draft"][s]]
+        goal(bool(worse), f"{spec} is below the general drafter on another set: "
+             + (", ".join(f"{s} {tau[spec][s]:.3f} < {tau['draft'][s]:.3f}" for s in worse) or "none"))
+    goal(tau["draft"]["code"] >= 2.0, f"general drafter τ on code at γ = 4 is at least 2.0: {tau['draft']['code']:.3f}")
+    rows = [r for d in DRAFTERS for r in engine[d]["sets"].values()]
+    mismatches, unchecked = sum(r["mismatch"] for r in rows), sum(r["runs"] - r["checked_runs"] for r in rows)
+    goal(mismatches == 0 and unchecked == 0,
+         f"every engine output checked against ar and identical ({mismatches} mismatches, {unchecked} unchecked)")
+    return failures
 
 
 def main():
@@ -91,10 +170,15 @@ def main():
     ap.add_argument("--models")
     ap.add_argument("--results", required=True)
     ap.add_argument("--tables", action="store_true")
+    ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
-    if args.tables:
+    if args.tables or args.check:
         with open(args.results) as f:
-            print(tables(json.load(f)))
+            res = json.load(f)
+        if args.tables:
+            print(tables(res))
+        if args.check:
+            return 1 if check(res) else 0
     else:
         collect(args)
 

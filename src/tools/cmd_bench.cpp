@@ -169,7 +169,7 @@ struct Progress {
 
 int cmd_bench(int argc, char** argv) {
   std::string model_path, strategies_text = "ar,sd,tree,dyntree",
-                          prompts_text = "code,math,prose,chat", json_out, md_out, svg_out,
+                          prompts_text = "code,math,prose,config,chat", json_out, md_out, svg_out,
                           chat_template;
   StrategyOptions strategy_options;
   int n_predict = 128, n_threads = available_cores(), n_ctx = 4096, repeat = 1, max_prompts = 0,
@@ -189,9 +189,10 @@ int cmd_bench(int argc, char** argv) {
   args.option("--strategies", &strategies_text, "LIST",
               "comma-separated strategies; NAME:G sets γ of sd or pearl, e.g. sd:2,sd:3 (ar is "
               "always run: speedups are measured against it)");
-  args.option("--prompts", &prompts_text, "LIST",
-              "comma-separated prompt sets: names in bench/prompts (code, math, prose, chat) or "
-              "paths to .jsonl files with one {\"prompt\": ...} per line");
+  args.option(
+      "--prompts", &prompts_text, "LIST",
+      "comma-separated prompt sets: names in bench/prompts (code, math, prose, config, chat) or "
+      "paths to .jsonl files with one {\"prompt\": ...} per line");
   args.option("-n,--n-predict", &n_predict, "N", "tokens to generate per prompt (at most)");
   args.option("--repeat", &repeat, "R", "passes over all prompts");
   args.option("--max-prompts", &max_prompts, "K", "use the first K prompts of each set; 0 = all");
