@@ -7,6 +7,7 @@ packages=(
   libpcre2-dev nlohmann-json3-dev
   clang libclang-rt-14-dev            # libFuzzer target of the tokenizer tests
   python3 python3-numpy libopenblas0-pthread  # independent NumPy reference forward pass
+  python3-torch python3-regex         # the zoo trainer's forward pass, a second reference
 )
 missing=()
 for p in "${packages[@]}"; do

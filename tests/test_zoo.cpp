@@ -2,16 +2,28 @@
 // models/draft.gguf): real text through the real tokenizer, every strategy
 // against `ar`. Trained drafters agree with the target far more often than
 // random ones, so long accepted runs and full-window acceptance are exercised.
+// Also: every zoo file's tokenization and logits against the trainer's own
+// PyTorch forward pass (models/zoo/reference.py), an independent reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "core/worker.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "spec/strategy.h"
+#include "test_helpers.h"
 #include "tokenizer/tokenizer.h"
 
 namespace parspec {
 namespace {
+
+using testing_support::TempDir;
 
 const char* const kPrompts[] = {
     "def read_config(path):\n    \"\"\"Read the configuration file",
@@ -85,6 +97,98 @@ TEST(ZooExactness, EveryStrategyReproducesArOnTheBundledModels) {
     EXPECT_LT(accepted[v], drafted[v]) << variants[v].name;
   }
 }
+
+// JSON string literal of `text` (the prompts file of reference.py --dump).
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+class ZooReference : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ZooReference, TokensAndLogitsMatchTheTrainersForwardPass) {
+  const std::string model_path = zoo_path(GetParam());
+  std::shared_ptr<const Model> model = Model::load(model_path);
+  const auto tokenizer = Tokenizer::from_gguf(model->gguf());
+  TempDir dir;
+  {
+    std::ofstream prompts(dir.file("prompts.txt"));
+    for (const char* text : kPrompts) prompts << json_string(text) << "\n";
+  }
+  const std::string cmd = "/usr/bin/python3 " PARSPEC_SOURCE_DIR "/models/zoo/reference.py -m " +
+                          model_path + " --prompts-file " + dir.file("prompts.txt") + " --dump " +
+                          dir.file("ref");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "reference failed (needs python3-torch): " << cmd;
+
+  std::ifstream ids_in(dir.file("ref.ids"));
+  std::ifstream logits_in(dir.file("ref.bin"), std::ios::binary);
+  const int n_vocab = model->config().n_vocab;
+  Worker worker(1);
+  double max_err = 0, max_logit = 0;
+  int positions = 0, argmax_checked = 0;
+  for (const char* text : kPrompts) {
+    std::string line;
+    ASSERT_TRUE(std::getline(ids_in, line)) << "reference wrote too few prompts";
+    std::vector<int32_t> expected_ids;
+    std::istringstream fields(line);
+    for (int32_t id; fields >> id;) expected_ids.push_back(id);
+    const std::vector<int32_t> ids = tokenizer->encode(text, true, false);
+    ASSERT_EQ(ids, expected_ids) << "tokenization of: " << text;
+
+    std::vector<float> ref(ids.size() * n_vocab);
+    logits_in.read(reinterpret_cast<char*>(ref.data()),
+                   static_cast<std::streamsize>(ref.size() * sizeof(float)));
+    ASSERT_EQ(logits_in.gcount(), static_cast<std::streamsize>(ref.size() * sizeof(float)));
+    KvCache kv(model->config(), 64);
+    const std::vector<float> logits = model->forward(worker, Batch::chain(kv, ids, true), kv);
+    ASSERT_EQ(logits.size(), ref.size());
+    for (size_t p = 0; p < ids.size(); ++p, ++positions) {
+      const float* a = &logits[p * n_vocab];
+      const float* b = &ref[p * n_vocab];
+      for (int v = 0; v < n_vocab; ++v) {
+        max_err = std::max(max_err, std::fabs(static_cast<double>(a[v]) - b[v]));
+        max_logit = std::max(max_logit, std::fabs(static_cast<double>(b[v])));
+      }
+      // The greedy choice agrees wherever the reference's top two are clearly apart.
+      std::vector<float> top(b, b + n_vocab);
+      std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<>());
+      if (top[0] - top[1] > 1e-2f) {
+        ++argmax_checked;
+        EXPECT_EQ(std::max_element(a, a + n_vocab) - a, std::max_element(b, b + n_vocab) - b)
+            << "greedy token at position " << p << " of: " << text;
+      }
+    }
+  }
+  ASSERT_GT(max_logit, 1.0) << "degenerate reference logits";
+  EXPECT_GT(argmax_checked, positions / 2);
+  // F16 weights, float32 arithmetic on both sides: only summation order differs.
+  EXPECT_LE(max_err / max_logit, 1e-5) << "max abs error " << max_err << " over " << positions
+                                       << " positions, max |logit| " << max_logit;
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, ZooReference,
+                         ::testing::Values("target.gguf", "draft.gguf", "draft-code.gguf",
+                                           "draft-prose.gguf", "draft-math.gguf"),
+                         [](const auto& param_info) {
+                           std::string name = param_info.param;
+                           name = name.substr(0, name.find('.'));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace parspec

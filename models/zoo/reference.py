@@ -5,6 +5,12 @@ evaluation, and as an independent check of the engine's numerics and tokenizer:
   reference.py -m models/target.gguf -p "def main():" -n 32          # greedy text + ids (JSON)
   reference.py -m models/target.gguf -p "some text" --tokenize       # token ids (JSON)
   reference.py -m models/target.gguf -p "x = 1" --logits 5           # top logits after the prompt
+  reference.py -m models/target.gguf --prompts-file p.txt --dump out   # every position's logits
+
+--dump reads one JSON string per line of the prompts file and writes out.ids (the
+token ids of each prompt, BOS first, space-separated, a line per prompt) and
+out.bin (float32 logits of every position of every prompt, in that order). The
+engine's tests compare their own tokenization and forward pass with these.
 """
 
 import argparse
@@ -96,13 +102,28 @@ def greedy_batch(model, prompts, n, stop=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", required=True)
-    ap.add_argument("-p", "--prompt", required=True)
+    ap.add_argument("-p", "--prompt")
+    ap.add_argument("--prompts-file", help="for --dump: one JSON string per line")
+    ap.add_argument("--dump", metavar="PREFIX", help="write PREFIX.ids and PREFIX.bin (see above)")
     ap.add_argument("-n", type=int, default=32)
     ap.add_argument("--tokenize", action="store_true")
     ap.add_argument("--logits", type=int, default=0, help="print the top-k logits after the prompt")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model, tok, _ = load_gguf_model(args.model)
+    if args.dump:
+        if not args.prompts_file:
+            ap.error("--dump needs --prompts-file")
+        with open(args.prompts_file, encoding="utf-8") as f:
+            prompts = [json.loads(line) for line in f if line.strip()]
+        with open(args.dump + ".ids", "w") as ids_out, open(args.dump + ".bin", "wb") as bin_out, torch.no_grad():
+            for text in prompts:
+                ids = tok.encode(text, add_bos=True)
+                ids_out.write(" ".join(map(str, ids)) + "\n")
+                bin_out.write(model(torch.tensor([ids]))[0].to(torch.float32).numpy().tobytes())
+        return
+    if args.prompt is None:
+        ap.error("give -p/--prompt (or --prompts-file with --dump)")
     ids = tok.encode(args.prompt, add_bos=True)
     if args.tokenize:
         print(json.dumps(ids))
