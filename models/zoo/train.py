@@ -130,7 +130,19 @@ def all_reduce_mean(tensors, world):
         offset += t.numel()
 
 
+def resolve_device(name):
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        sys.exit(f"--device {name}: this PyTorch sees no CUDA device")
+    return name
+
+
 def cmd_train(args):
+    args.device = resolve_device(args.device)
+    if args.device != "cpu" and args.procs > 1:
+        print(f"training on {args.device}: one process (--procs {args.procs} is for CPU cores)", flush=True)
+        args.procs = 1
     if args.procs > 1:
         port = 29500 + os.getpid() % 2000
         mp.spawn(train_worker, args=(args, port), nprocs=args.procs, join=True)
@@ -152,21 +164,21 @@ def train_worker(rank, args, port):
     total_steps = max(1, args.tokens // tokens_per_step)
     state, history = None, []
     if os.path.exists(args.out):
-        model, state = load_checkpoint(args.out)
+        model, state = load_checkpoint(args.out, args.device)
         if state.get("done"):
             log(f"{args.out}: already trained ({state['step']} steps), skipping")
             return
         history = state["history"][:-1]
         log(f"{args.out}: resuming at step {state['step']} of {total_steps}")
     elif args.init:
-        model, init_state = load_checkpoint(args.init)
+        model, init_state = load_checkpoint(args.init, args.device)
         history = init_state.get("history", [])
         log(f"fine-tuning {args.init} on {args.mix}")
     else:
-        model = Llama(Config(**json.loads(args.shape)))
+        model = Llama(Config(**json.loads(args.shape))).to(args.device)
     teacher = None
     if args.teacher:
-        teacher, _ = load_checkpoint(args.teacher)
+        teacher, _ = load_checkpoint(args.teacher, args.device)
         teacher.eval()
         assert teacher.c.n_vocab == model.c.n_vocab
         log(f"distilling from {args.teacher} (weight {args.kd_weight})")
@@ -179,7 +191,8 @@ def train_worker(rank, args, port):
         opt.load_state_dict(state["opt"])
         step, elapsed, recent = state["step"], state["elapsed"], state.get("recent_losses", [])
     log(f"model: {model.n_params() / 1e6:.3f}M parameters, {json.dumps(model.c.__dict__)}; "
-        f"{total_steps} steps of {tokens_per_step} tokens; {world} x {threads} threads", flush=True)
+        f"{total_steps} steps of {tokens_per_step} tokens; "
+        + (f"{world} x {threads} threads" if args.device == "cpu" else f"on {args.device}"), flush=True)
     model.train()
     t_last_save = time.time()
     t_log, tokens_log, loss_log = time.time(), 0, []
@@ -189,7 +202,7 @@ def train_worker(rank, args, port):
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = batch_for_step(data, mix, args.seed, step, args.batch, args.seq)
-        x, y = x[rank::world], y[rank::world]
+        x, y = x[rank::world].to(args.device), y[rank::world].to(args.device)
         teacher_logits = None
         if teacher is not None:
             with torch.no_grad():
@@ -246,6 +259,7 @@ def main():
     r.add_argument("--weight-decay", type=float, default=0.1)
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--procs", type=int, default=1, help="data-parallel processes (each with ZOO_THREADS threads)")
+    r.add_argument("--device", default="auto", help="cpu, cuda[:N], or auto: CUDA when PyTorch sees a GPU (default)")
     r.add_argument("--teacher", help="checkpoint whose distributions the model learns (distillation)")
     r.add_argument("--kd-weight", type=float, default=0.7, help="weight of the distillation term")
     r.add_argument("--log-every", type=int, default=10)
