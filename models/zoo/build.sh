@@ -10,6 +10,7 @@
 #   ZOO_MODELS_DIR  where the GGUF files go (default models)
 #   ZOO_SCALE       multiplies every token budget (default 1; e.g. 0.02 for a smoke test)
 #   ZOO_THREADS     PyTorch threads per training process (default: cores / 2, at least 1)
+#   ZOO_DEVICE      where PyTorch trains: cpu, cuda or auto (default: CUDA when it sees a GPU)
 #   ZOO_RESELECT=1  choose the corpus files anew (rewrites models/zoo/corpus/manifest.tsv)
 #   ZOO_RESULTS     where the measured numbers go (default models/zoo/results.json)
 set -euo pipefail
@@ -73,11 +74,11 @@ phase "token streams ready"
 # Shapes: target 6 x 256 (5.2M parameters); drafters 2 x 128 (0.63M, 1/8.3 of the target).
 # Budgets were sized from single-thread rates measured on the 2-core build machine
 # while other jobs shared it (target ~1100-3200 tokens/s, drafter ~6500-11000
-# tokens/s, distillation ~2600-5000 tokens/s), for a build of about 45 minutes.
+# tokens/s, distillation ~2600-5000 tokens/s); a build from scratch took 2470 s (41 min).
 TARGET_SHAPE='{"n_vocab":2048,"n_embd":256,"n_layer":6,"n_head":4,"n_head_kv":2,"n_ff":768,"n_ctx":256}'
 DRAFT_SHAPE='{"n_vocab":2048,"n_embd":128,"n_layer":2,"n_head":2,"n_head_kv":1,"n_ff":352,"n_ctx":256}'
 GENERAL_MIX="code=0.4,prose=0.25,config=0.15,math=0.2"
-TRAIN=("$PY" "$ZOO/train.py" train --data "$WORK/tokens" --seq 256)
+TRAIN=("$PY" "$ZOO/train.py" train --data "$WORK/tokens" --seq 256 --device "${ZOO_DEVICE:-auto}")
 
 run_logged() {  # name, command...: runs in the background, appending to $WORK/<name>.log
   local name=$1
