@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Rebuilds the model zoo from scratch: corpus -> BPE tokenizer -> token streams
 # -> target and general drafter (trained side by side) -> domain drafters
-# (fine-tuned from the general drafter) -> GGUF export -> evaluation.
+# (fine-tuned from the general drafter) -> GGUF export -> evaluation -> the
+# engine's own measurements (building build/parspec first if it is missing).
 # Resumable: finished stages are skipped and training continues from its last
 # checkpoint, so rerunning after an interruption picks up where it stopped.
 #
@@ -13,6 +14,7 @@
 #   ZOO_DEVICE      where PyTorch trains: cpu, cuda or auto (default: CUDA when it sees a GPU)
 #   ZOO_RESELECT=1  choose the corpus files anew (rewrites models/zoo/corpus/manifest.tsv)
 #   ZOO_RESULTS     where the measured numbers go (default models/zoo/results.json)
+#   PARSPEC         the engine binary for the measurements (default build/parspec, built if missing)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -157,6 +159,10 @@ phase "evaluation done"
 # the engine's own speculative-decoding figures per drafter (greedy sd, gamma = 4), with every
 # output checked against autoregressive decoding; needs the parspec binary
 PARSPEC="${PARSPEC:-$ROOT/build/parspec}"
+if [ ! -x "$PARSPEC" ] && [ "$PARSPEC" = "$ROOT/build/parspec" ]; then
+  log "building the engine (scripts/build.sh) for the engine measurements"
+  bash "$ROOT/scripts/install-deps.sh" && bash "$ROOT/scripts/build.sh" || log "engine build failed"
+fi
 if [ -x "$PARSPEC" ]; then
   for m in draft draft-code draft-prose draft-math; do
     log "engine: sd at gamma 4 with $m"
@@ -166,7 +172,7 @@ if [ -x "$PARSPEC" ]; then
   done
   phase "engine measurements done"
 else
-  log "no parspec binary at $PARSPEC (bash scripts/build.sh): the card will lack the engine's figures"
+  log "no parspec binary at $PARSPEC: the card will lack the engine's figures"
 fi
 $PY "$ZOO/card.py" --work "$WORK" --models "$MODELS" --results "${ZOO_RESULTS:-$ZOO/results.json}"
 log "zoo built in $(( $(date +%s) - stamp_start ))s; models in $MODELS, evaluation in $WORK/eval.json"
