@@ -23,28 +23,24 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "core/error.h"
 #include "kernels/kquants.h"
+#include "kernels/q8_tiles.h"
 
 namespace parspec {
 
 namespace {
 
-constexpr int kTileRows = 8;  // output rows per tile, one per SIMD lane in the Q8_0/Q4_0 kernels
+using q8tiles::broadcast_i32;
+using q8tiles::kTileRows;
+using q8tiles::Q8Activations;
 constexpr int64_t kChunkRows = 64;  // activation rows applied per pass over a weight tile
 
 // ------------------------------------------------------------ activations ----
-
-// Activation rows quantized to Q8_0, with per-block values the kernels need.
-struct Q8Activations {
-  int64_t blocks_per_row = 0;
-  std::vector<BlockQ8_0> blocks;  // rows × blocks_per_row
-  std::vector<float> scales;      // f32 value of each block's f16 scale
-  std::vector<int32_t> sums8;     // 8 × Σ quants of each block (Q4_0 offset correction)
-};
 
 void quantize_activations_q8_0(Worker& worker, const float* x, int64_t M, int64_t n_in,
                                Q8Activations& out) {
@@ -80,134 +76,48 @@ void quantize_activations_q8_0(Worker& worker, const float* x, int64_t M, int64_
 
 // ------------------------------------------------------- Q8_0/Q4_0 kernels ----
 
-inline __m256i broadcast_i32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm256_set1_epi32(v);
-}
+using q8tiles::load_row_pair;
+using q8tiles::prefetch_next_tile;
+using q8tiles::transpose_8x4;
 
-// Transposes four 256-bit rows-pairs [r | r+4] (r = 0..3) of four dwords per
-// 128-bit half so that out[d] holds dword d of rows 0..7, lane = row.
-inline void transpose_8x4(const __m256i in[4], __m256i out[4]) {
-  const __m256i t0 = _mm256_unpacklo_epi32(in[0], in[1]);
-  const __m256i t1 = _mm256_unpackhi_epi32(in[0], in[1]);
-  const __m256i t2 = _mm256_unpacklo_epi32(in[2], in[3]);
-  const __m256i t3 = _mm256_unpackhi_epi32(in[2], in[3]);
-  out[0] = _mm256_unpacklo_epi64(t0, t2);
-  out[1] = _mm256_unpackhi_epi64(t0, t2);
-  out[2] = _mm256_unpacklo_epi64(t1, t3);
-  out[3] = _mm256_unpackhi_epi64(t1, t3);
-}
-
-inline __m256i load_row_pair(const uint8_t* lo, const uint8_t* hi) {
-  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo));
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi));
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
-}
-
-// Prefetches block `at` of the same rows in the next tile (rows are stored
-// back to back, so that is kTileRows row strides ahead): while this tile
-// computes, the next one streams in. Measured: cold-cache Q4_0 single-row
-// throughput 7 -> 10+ GB/s.
-inline void prefetch_next_tile(const uint8_t* const rows[kTileRows], size_t row_stride,
-                               int64_t at) {
-  const size_t ahead = kTileRows * row_stride;
-  for (int r = 0; r < kTileRows; ++r) {
-    _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
-  }
-}
-
-// f32 values of the f16 scales at offset `at` of the 8 rows. Scalar loads
-// packed into one vector: as fast as a gather here, and gathers are slow on
-// CPUs with the gather-data-sampling microcode fix.
-inline __m256 load_row_scales(const uint8_t* const rows[kTileRows], int64_t at) {
-  uint64_t lo = 0, hi = 0;
-  for (int r = 0; r < 4; ++r) {
-    uint16_t a, b;
-    std::memcpy(&a, rows[r] + at, sizeof(a));
-    std::memcpy(&b, rows[r + 4] + at, sizeof(b));
-    lo |= static_cast<uint64_t>(a) << (16 * r);
-    hi |= static_cast<uint64_t>(b) << (16 * r);
-  }
-  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
-}
-
-// A tile of 8 weight rows (row pointers; rows past the end repeat a valid row)
-// against activation rows [m0, m1): acc[(m - m0) * 8 + r] = result for row r.
-void tile_q4_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
-               const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0f);
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t m = m0; m < m1; ++m) _mm256_storeu_ps(acc + (m - m0) * 8, _mm256_setzero_ps());
-
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t at = b * static_cast<int64_t>(sizeof(BlockQ4_0));
-    prefetch_next_tile(rows, row_stride, at);
-    __m256i pairs[4], packed[4];
-    for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + at + 2, rows[r + 4] + at + 2);
-    transpose_8x4(pairs, packed);
-    // Lane r of lo[d] holds elements 4d..4d+3 of row r, hi[d] elements 16+4d..16+4d+3, as 0..15.
-    __m256i lo[4], hi[4];
-    for (int d = 0; d < 4; ++d) {
-      lo[d] = _mm256_and_si256(packed[d], low_mask);
-      hi[d] = _mm256_and_si256(_mm256_srli_epi16(packed[d], 4), low_mask);
+struct DotAvx2 {
+  static __m256i sum_q4(const __m256i lo[4], const __m256i hi[4], const int8_t* xq) {
+    // q in 0..15: each int16 lane sums 8 pair products of ≤ 2·15·127, no overflow.
+    __m256i p = _mm256_maddubs_epi16(lo[0], broadcast_i32(xq));
+    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[0], broadcast_i32(xq + 16)));
+    for (int d = 1; d < 4; ++d) {
+      p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[d], broadcast_i32(xq + 4 * d)));
+      p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[d], broadcast_i32(xq + 16 + 4 * d)));
     }
-    const __m256 dw = load_row_scales(rows, at);
-
-    for (int64_t m = m0; m < m1; ++m) {
-      const int64_t i = m * nb + b;
-      const int8_t* xq = act.blocks[i].qs;
-      // Σ q·x with q in 0..15: each int16 lane sums 8 pair products of ≤ 2·15·127, no overflow.
-      __m256i p = _mm256_maddubs_epi16(lo[0], broadcast_i32(xq));
-      p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[0], broadcast_i32(xq + 16)));
-      p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[1], broadcast_i32(xq + 4)));
-      p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[1], broadcast_i32(xq + 20)));
-      p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[2], broadcast_i32(xq + 8)));
-      p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[2], broadcast_i32(xq + 24)));
-      p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[3], broadcast_i32(xq + 12)));
-      p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[3], broadcast_i32(xq + 28)));
-      // Σ (q − 8)·x = Σ q·x − 8·Σ x.
-      const __m256i isum =
-          _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(act.sums8[i]));
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.scales[i]));
-      float* a = acc + (m - m0) * 8;
-      _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, _mm256_loadu_ps(a)));
-    }
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
   }
+  static __m256i sum_q8(const __m256i magnitude[8], const __m256i w[8], const int8_t* xq) {
+    // |w|·(x·sign(w)) = w·x; pair sums ≤ 2·128·127 fit int16 (x is never −128).
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s = _mm256_setzero_si256();
+    for (int g = 0; g < 8; ++g) {
+      const __m256i xs = _mm256_sign_epi8(broadcast_i32(xq + 4 * g), w[g]);
+      s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude[g], xs), ones));
+    }
+    return s;
+  }
+};
+
+constexpr q8tiles::TileKernels kAvx2Tiles{&q8tiles::tile_q4_0<DotAvx2>,
+                                          &q8tiles::tile_q8_0<DotAvx2>};
+
+bool cpu_has_avx_vnni() {
+  return __builtin_cpu_supports("avxvnni");
 }
 
-void tile_q8_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
-               const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t m = m0; m < m1; ++m) _mm256_storeu_ps(acc + (m - m0) * 8, _mm256_setzero_ps());
-
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t at = b * static_cast<int64_t>(sizeof(BlockQ8_0));
-    prefetch_next_tile(rows, row_stride, at);
-    __m256i pairs[4], w[8], magnitude[8];
-    for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + at + 2, rows[r + 4] + at + 2);
-    transpose_8x4(pairs, w);
-    for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + at + 18, rows[r + 4] + at + 18);
-    transpose_8x4(pairs, w + 4);
-    // Lane r of w[g] holds elements 4g..4g+3 of row r.
-    for (int g = 0; g < 8; ++g) magnitude[g] = _mm256_abs_epi8(w[g]);
-    const __m256 dw = load_row_scales(rows, at);
-
-    for (int64_t m = m0; m < m1; ++m) {
-      const int64_t i = m * nb + b;
-      const int8_t* xq = act.blocks[i].qs;
-      // |w|·(x·sign(w)) = w·x; pair sums ≤ 2·128·127 fit int16 (x is never −128).
-      __m256i isum = _mm256_setzero_si256();
-      for (int g = 0; g < 8; ++g) {
-        const __m256i xs = _mm256_sign_epi8(broadcast_i32(xq + 4 * g), w[g]);
-        isum =
-            _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude[g], xs), ones));
-      }
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.scales[i]));
-      float* a = acc + (m - m0) * 8;
-      _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, _mm256_loadu_ps(a)));
-    }
-  }
+// VNNI by default where the CPU has it; PARSPEC_NO_VNNI=1 keeps AVX2.
+q8tiles::TileKernels& active_tiles() {
+  static q8tiles::TileKernels tiles = [] {
+    const char* off = std::getenv("PARSPEC_NO_VNNI");
+    const bool disabled = off != nullptr && *off != '\0' && std::strcmp(off, "0") != 0;
+    return cpu_has_avx_vnni() && !disabled ? q8tiles::vnni_tile_kernels() : kAvx2Tiles;
+  }();
+  return tiles;
 }
 
 // ------------------------------------------------------ F32/F16/BF16 kernels ----
@@ -585,6 +495,7 @@ void store_tile(const Problem& p, int64_t t, int64_t m0, int64_t m1, const float
 }
 
 void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_t t1) {
+  const q8tiles::TileKernels tiles = active_tiles();
   thread_local std::vector<float> acc;
   acc.resize(static_cast<size_t>(kChunkRows * kTileRows));
   const int64_t nb = p.w.n_in / kQK;
@@ -593,11 +504,8 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
     tile_rows(p, t, rows);
     for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
       const int64_t m1 = std::min(p.M, m0 + kChunkRows);
-      if (p.w.type == DType::Q4_0) {
-        tile_q4_0(rows, p.row_stride, nb, act, m0, m1, acc.data());
-      } else {
-        tile_q8_0(rows, p.row_stride, nb, act, m0, m1, acc.data());
-      }
+      (p.w.type == DType::Q4_0 ? tiles.q4_0 : tiles.q8_0)(rows, p.row_stride, nb, act, m0, m1,
+                                                          acc.data());
       store_tile(p, t, m0, m1, acc.data());
     }
   }
@@ -727,6 +635,16 @@ void matmul(Worker& worker, const WeightMatrix& w, const float* x, int64_t M, fl
       break;
   }
   fail("matmul: unsupported weight type ", type_info(w.type).name);
+}
+
+bool matmul_use_vnni(bool enable) {
+  if (enable && !cpu_has_avx_vnni()) return false;
+  active_tiles() = enable ? q8tiles::vnni_tile_kernels() : kAvx2Tiles;
+  return true;
+}
+
+bool matmul_vnni_active() {
+  return active_tiles().q8_0 != kAvx2Tiles.q8_0;
 }
 
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t M, float* y) {

@@ -25,6 +25,14 @@ struct WeightMatrix {
 // Q8_K (as llama.cpp does); F32/F16/BF16 use f32 activations.
 void matmul(Worker& worker, const WeightMatrix& w, const float* x, int64_t M, float* y);
 
+// The Q4_0/Q8_0 kernels sum their integer products with AVX-VNNI where the CPU
+// has it (the default; PARSPEC_NO_VNNI=1 in the environment keeps AVX2) and with
+// AVX2 otherwise; the results are bit-identical. matmul_use_vnni switches for
+// tests and benchmarks (not while a matmul runs); asking for VNNI on a CPU
+// without it returns false and changes nothing.
+bool matmul_use_vnni(bool enable);
+bool matmul_vnni_active();
+
 // Scalar reference with the same numerics definition (same activation
 // quantization), accumulated in double. For tests.
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t M, float* y);

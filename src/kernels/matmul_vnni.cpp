@@ -1,0 +1,36 @@
+// The Q4_0/Q8_0 tile kernels built for AVX-VNNI (this file alone is compiled
+// with -mavxvnni; matmul.cpp calls it only when the CPU reports the feature).
+// vpdpbusd adds four u8 × s8 products straight into each int32 lane: one
+// instruction where AVX2 needs maddubs, madd and an add.
+#include "kernels/q8_tiles.h"
+
+namespace parspec::q8tiles {
+namespace {
+
+struct DotVnni {
+  static __m256i sum_q4(const __m256i lo[4], const __m256i hi[4], const int8_t* xq) {
+    __m256i s = _mm256_setzero_si256();
+    for (int d = 0; d < 4; ++d) {
+      s = _mm256_dpbusd_avx_epi32(s, lo[d], broadcast_i32(xq + 4 * d));
+      s = _mm256_dpbusd_avx_epi32(s, hi[d], broadcast_i32(xq + 16 + 4 * d));
+    }
+    return s;
+  }
+  static __m256i sum_q8(const __m256i magnitude[8], const __m256i w[8], const int8_t* xq) {
+    // |w|·(x·sign(w)) = w·x (x is never −128, so the sign flip cannot overflow).
+    __m256i s = _mm256_setzero_si256();
+    for (int g = 0; g < 8; ++g) {
+      s = _mm256_dpbusd_avx_epi32(s, magnitude[g],
+                                  _mm256_sign_epi8(broadcast_i32(xq + 4 * g), w[g]));
+    }
+    return s;
+  }
+};
+
+}  // namespace
+
+TileKernels vnni_tile_kernels() {
+  return {&tile_q4_0<DotVnni>, &tile_q8_0<DotVnni>};
+}
+
+}  // namespace parspec::q8tiles
