@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/worker.h"
@@ -98,26 +99,6 @@ TEST(ZooExactness, EveryStrategyReproducesArOnTheBundledModels) {
   }
 }
 
-// JSON string literal of `text` (the prompts file of reference.py --dump).
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 class ZooReference : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ZooReference, TokensAndLogitsMatchTheTrainersForwardPass) {
@@ -127,7 +108,7 @@ TEST_P(ZooReference, TokensAndLogitsMatchTheTrainersForwardPass) {
   TempDir dir;
   {
     std::ofstream prompts(dir.file("prompts.txt"));
-    for (const char* text : kPrompts) prompts << json_string(text) << "\n";
+    for (const char* text : kPrompts) prompts << nlohmann::json(text).dump() << "\n";
   }
   const std::string cmd = "/usr/bin/python3 " PARSPEC_SOURCE_DIR "/models/zoo/reference.py -m " +
                           model_path + " --prompts-file " + dir.file("prompts.txt") + " --dump " +

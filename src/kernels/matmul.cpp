@@ -37,7 +37,10 @@ namespace {
 
 using q8tiles::broadcast_i32;
 using q8tiles::kTileRows;
+using q8tiles::load_row_pair;
+using q8tiles::prefetch_next_tile;
 using q8tiles::Q8Activations;
+using q8tiles::transpose_8x4;
 constexpr int64_t kChunkRows = 64;  // activation rows applied per pass over a weight tile
 
 // ------------------------------------------------------------ activations ----
@@ -75,10 +78,6 @@ void quantize_activations_q8_0(Worker& worker, const float* x, int64_t M, int64_
 }
 
 // ------------------------------------------------------- Q8_0/Q4_0 kernels ----
-
-using q8tiles::load_row_pair;
-using q8tiles::prefetch_next_tile;
-using q8tiles::transpose_8x4;
 
 struct DotAvx2 {
   static __m256i sum_q4(const __m256i lo[4], const __m256i hi[4], const int8_t* xq) {
@@ -495,7 +494,8 @@ void store_tile(const Problem& p, int64_t t, int64_t m0, int64_t m1, const float
 }
 
 void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_t t1) {
-  const q8tiles::TileKernels tiles = active_tiles();
+  const q8tiles::TileKernel tile =
+      p.w.type == DType::Q4_0 ? active_tiles().q4_0 : active_tiles().q8_0;
   thread_local std::vector<float> acc;
   acc.resize(static_cast<size_t>(kChunkRows * kTileRows));
   const int64_t nb = p.w.n_in / kQK;
@@ -504,8 +504,7 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
     tile_rows(p, t, rows);
     for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
       const int64_t m1 = std::min(p.M, m0 + kChunkRows);
-      (p.w.type == DType::Q4_0 ? tiles.q4_0 : tiles.q8_0)(rows, p.row_stride, nb, act, m0, m1,
-                                                          acc.data());
+      tile(rows, p.row_stride, nb, act, m0, m1, acc.data());
       store_tile(p, t, m0, m1, acc.data());
     }
   }
