@@ -28,19 +28,9 @@ TIMES="$WORK/timings.txt"
 
 log() { echo "[zoo $(date +%H:%M:%S)] $*"; }
 
-# --- dependencies (Debian packages; every machine starts fresh) ---------------
-need=()
-$PY -c "import torch" 2>/dev/null || need+=(python3-torch)
-$PY -c "import numpy" 2>/dev/null || need+=(python3-numpy)
-$PY -c "import regex" 2>/dev/null || need+=(python3-regex)
-dpkg -s libopenblas0-pthread >/dev/null 2>&1 || need+=(libopenblas0-pthread)
-if [ ${#need[@]} -gt 0 ]; then
-  log "installing ${need[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  $SUDO apt-get update
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${need[@]}"
-fi
+# --- dependencies: the project's Debian packages (PyTorch, NumPy, regex, OpenBLAS,
+# and the compiler for the engine's measurements) ------------------------------
+bash "$ROOT/scripts/install-deps.sh"
 
 cores=$(nproc)
 # One thread per process: PyTorch's OpenMP threads stall badly when other jobs share the
@@ -161,7 +151,7 @@ phase "evaluation done"
 PARSPEC="${PARSPEC:-$ROOT/build/parspec}"
 if [ ! -x "$PARSPEC" ] && [ "$PARSPEC" = "$ROOT/build/parspec" ]; then
   log "building the engine (scripts/build.sh) for the engine measurements"
-  bash "$ROOT/scripts/install-deps.sh" && bash "$ROOT/scripts/build.sh" || log "engine build failed"
+  bash "$ROOT/scripts/build.sh" || log "engine build failed"
 fi
 if [ -x "$PARSPEC" ]; then
   for m in draft draft-code draft-prose draft-math; do
