@@ -749,11 +749,12 @@ TEST_F(PearlStrategy, RunsWithBothModelsPinnedToOneCore) {
   ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
   int core = 0;
   while (!CPU_ISSET(core, &saved)) ++core;
-  StrategyConfig c = base_;
+  Worker pinned{1, {core}};  // the resource-competition placement: the drafter gets its
+  StrategyConfig c = base_;  // own worker on the same core
   c.name = "pearl";
   c.pearl_window = 3;
-  c.target_cores = {core};  // the resource-competition placement
-  c.draft_cores = {core};
+  c.target_worker = &pinned;
+  c.draft_worker = &pinned;
   GenerationRequest req;
   req.prompt = test_prompt(2);
   req.n_predict = 16;

@@ -12,6 +12,10 @@ namespace {
 // Spin this many rounds before sleeping: a decode step issues a job every few
 // tens of microseconds, and waking a sleeping thread costs more than that.
 constexpr int kSpinRounds = 1 << 12;
+
+std::atomic<uint64_t> next_worker_id{0};
+// The worker the calling thread was last pinned for (0: none).
+thread_local uint64_t pinned_for_worker = 0;
 }  // namespace
 
 int available_cores() {
@@ -22,7 +26,7 @@ int available_cores() {
 }
 
 Worker::Worker(int n_threads, std::vector<int> cores)
-    : n_threads_(n_threads), cores_(std::move(cores)) {
+    : n_threads_(n_threads), cores_(std::move(cores)), id_(next_worker_id.fetch_add(1) + 1) {
   check(n_threads >= 1, "thread count must be at least 1 (got ", n_threads, ")");
   for (int c : cores_) check(c >= 0 && c < CPU_SETSIZE, "invalid core id ", c);
   threads_.reserve(n_threads - 1);
@@ -65,10 +69,11 @@ void Worker::thread_main(int index) {
 }
 
 void Worker::run(const std::function<void(int, int)>& job) {
-  // Pin whichever thread calls (a thread may drive several workers in turn).
-  if (!cores_.empty() && pinned_caller_ != std::this_thread::get_id()) {
+  // Pin whichever thread calls, again whenever it last ran for another worker
+  // (a thread may drive several workers in turn, e.g. target and draft).
+  if (!cores_.empty() && pinned_for_worker != id_) {
     pin_current_thread(0);
-    pinned_caller_ = std::this_thread::get_id();
+    pinned_for_worker = id_;
   }
   if (n_threads_ == 1) {
     job(0, 1);

@@ -30,6 +30,9 @@ class Worker {
   // and n_threads) and runs body(begin, end) for each non-empty range.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body);
 
+  // The cores its threads are pinned to (empty: not pinned).
+  const std::vector<int>& cores() const { return cores_; }
+
   // Range of [0, n) that thread `index` of `count` owns in parallel_for.
   static void split(int64_t n, int index, int count, int64_t& begin, int64_t& end);
 
@@ -44,7 +47,7 @@ class Worker {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
-  std::thread::id pinned_caller_;  // the thread last pinned as thread 0
+  const uint64_t id_;  // unique per worker (an address may be reused), see run()
 };
 
 // Number of cores this process may run on.

@@ -3,8 +3,6 @@
 // thread) is PearlEngine; this file puts the two models behind it: the draft
 // model on its own worker, driven by the engine's drafter thread, and the
 // target on the target worker, driven by the caller's thread.
-#include <pthread.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,13 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-void pin_current_thread(int core) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(core, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
 // splitmix64's finalizer: a bijection that scatters nearby inputs.
@@ -71,8 +62,8 @@ double time_forward(const Model& model, Worker& worker, int n_tokens) {
 // previous draft) in one forward.
 class ModelDrafter final : public PearlDrafter {
  public:
-  ModelDrafter(std::shared_ptr<const Model> model, Worker& worker, std::vector<int> cores)
-      : model_(std::move(model)), worker_(worker), cores_(std::move(cores)) {}
+  ModelDrafter(std::shared_ptr<const Model> model, Worker& worker)
+      : model_(std::move(model)), worker_(worker) {}
 
   // A new sequence: `kv` is the request's draft cache (prefilled by the caller
   // before the first draft).
@@ -85,10 +76,6 @@ class ModelDrafter final : public PearlDrafter {
   }
 
   DraftToken next(std::span<const int32_t> context, uint64_t draw) override {
-    if (!pinned_) {
-      if (!cores_.empty()) pin_current_thread(cores_.front());
-      pinned_ = true;
-    }
     const size_t fed = static_cast<size_t>(kv_->n_committed());
     check(fed < context.size(), "pearl: the draft cache is ahead of the sequence");
     const std::span<const int32_t> tail = context.subspan(fed);
@@ -127,8 +114,6 @@ class ModelDrafter final : public PearlDrafter {
  private:
   std::shared_ptr<const Model> model_;
   Worker& worker_;
-  std::vector<int> cores_;
-  bool pinned_ = false;
   KvCache* kv_ = nullptr;
   SamplingParams sampling_;
   uint64_t seed_ = 0;
@@ -142,15 +127,12 @@ class Pearl final : public SpeculativeStrategy {
     if (config_.draft_worker == config_.target_worker) {
       // The drafter runs at the same time as the target, so it needs threads
       // of its own: as many as the target's, on the same cores.
-      own_draft_worker_ = std::make_unique<Worker>(
-          config_.target_worker->n_threads(),
-          config_.draft_cores.empty() ? config_.target_cores : config_.draft_cores);
+      own_draft_worker_ = std::make_unique<Worker>(config_.target_worker->n_threads(),
+                                                   config_.target_worker->cores());
       config_.draft_worker = own_draft_worker_.get();
-      if (config_.draft_cores.empty()) config_.draft_cores = config_.target_cores;
     }
     window_ = config_.pearl_window > 0 ? config_.pearl_window : measure_window();
-    drafter_ =
-        std::make_unique<ModelDrafter>(config_.draft, *config_.draft_worker, config_.draft_cores);
+    drafter_ = std::make_unique<ModelDrafter>(config_.draft, *config_.draft_worker);
     PearlOptions options;
     options.window = window_;
     options.pre_verify = config_.pre_verify;
@@ -167,16 +149,10 @@ class Pearl final : public SpeculativeStrategy {
   void reset() override {
     drafter_->begin(draft_kv_.get(), sampling_);
     engine_->reset(seq_);
-    main_pinned_ = false;
     stats_->draft_window = window_;
   }
 
   void step(std::vector<int32_t>& emitted) override {
-    if (!main_pinned_) {
-      // The caller's thread is the target worker's thread 0.
-      if (!config_.target_cores.empty()) pin_current_thread(config_.target_cores.front());
-      main_pinned_ = true;
-    }
     engine_->step(rounds_);
     for (const PearlRound& round : rounds_) {
       for (int i = 0; i < round.n_proposed; ++i) stats_->per_position.add(i, i < round.n_accepted);
@@ -261,7 +237,6 @@ class Pearl final : public SpeculativeStrategy {
   std::unique_ptr<ModelDrafter> drafter_;
   std::unique_ptr<PearlEngine> engine_;  // declared last: its thread stops first
   std::vector<PearlRound> rounds_;
-  bool main_pinned_ = false;
 };
 
 }  // namespace

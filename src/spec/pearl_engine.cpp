@@ -24,32 +24,7 @@ std::vector<int32_t> tokens_of(const std::deque<DraftToken>& drafts) {
 
 bool judge_sampled(const Distribution& p, const DraftToken& draft, Rng& rng, int32_t* correction) {
   check(draft.q.size() == p.size(), "pearl: a sampled draft needs its distribution");
-  const int32_t x = draft.token;
-  const double px = p[x], qx = draft.q[x];
-  const double accept = qx > 0 ? std::min(1.0, px / qx) : 0.0;
-  if (rng.uniform() < accept) return true;
-  Distribution residual(p.size());
-  double mass = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    residual[i] = std::max(0.0f, p[i] - draft.q[i]);
-    mass += residual[i];
-  }
-  *correction = mass > 0 ? sample_from(std::span<const float>(residual), rng) : sample_from(p, rng);
-  return false;
-}
-
-const char* pearl_mode_name(PearlMode mode) {
-  switch (mode) {
-    case PearlMode::kPreVerify:
-      return "pre-verify";
-    case PearlMode::kPostVerify:
-      return "post-verify";
-    case PearlMode::kDraft:
-      return "draft";
-    case PearlMode::kVerify:
-      return "verify";
-  }
-  return "?";
+  return verify_token_sampled(draft.token, draft.q, p, rng, correction);
 }
 
 PearlEngine::PearlEngine(PearlDrafter& drafter, PearlTarget& target, PearlOptions options)

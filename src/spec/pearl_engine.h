@@ -99,7 +99,6 @@ struct PearlOptions {
 };
 
 enum class PearlMode { kPreVerify, kPostVerify, kDraft, kVerify };
-const char* pearl_mode_name(PearlMode mode);
 
 // One round: a row of the paper's appendix-B table.
 struct PearlRound {
@@ -129,7 +128,6 @@ class PearlEngine {
   void step(std::vector<PearlRound>& rounds);
 
   PearlMode mode() const { return mode_; }
-  const PearlOptions& options() const { return options_; }
 
  private:
   void run_round(PearlRound& round);

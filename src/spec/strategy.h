@@ -89,9 +89,6 @@ struct StrategyConfig {
   int pearl_window = 0;
   bool pre_verify = true;
   bool post_verify = true;
-  // Cores the workers are pinned to (empty: not pinned). A strategy that drives
-  // a worker from a thread of its own pins that thread to the list's first core.
-  std::vector<int> target_cores, draft_cores;
 };
 
 // Names accepted by make_strategy, in the order benchmarks list them.

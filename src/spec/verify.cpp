@@ -90,28 +90,30 @@ ChainVerdict verify_chain_greedy(std::span<const int32_t> draft, const float* ta
   }
 }
 
+bool verify_token_sampled(int32_t x, std::span<const float> q, std::span<const float> p, Rng& rng,
+                          int32_t* next) {
+  const double px = p[x], qx = q[x];
+  // qx > 0 always holds for a token sampled from q; guard anyway.
+  const double accept = qx > 0 ? std::min(1.0, px / qx) : 0.0;
+  if (rng.uniform() < accept) return true;
+  std::vector<float> residual(p.begin(), p.end());
+  if (residual_inplace(residual, q) > 0) {
+    *next = sample_from(std::span<const float>(residual), rng);
+  } else {
+    // p == q up to rounding: the residual is empty, p itself is exact.
+    *next = sample_from(p, rng);
+  }
+  return false;
+}
+
 ChainVerdict verify_chain_sampled(std::span<const int32_t> draft, std::span<const Distribution> q,
                                   std::span<const Distribution> p, Rng& rng) {
   check(q.size() == draft.size() && p.size() == draft.size() + 1,
         "verify_chain_sampled: needs one draft and one more target distribution per draft token");
   ChainVerdict v;
   for (size_t i = 0; i < draft.size(); ++i) {
-    const int32_t x = draft[i];
-    const double px = p[i][x], qx = q[i][x];
-    // qx > 0 always holds for a token sampled from q; guard anyway.
-    const double accept = qx > 0 ? std::min(1.0, px / qx) : 0.0;
-    if (rng.uniform() < accept) {
-      ++v.n_accepted;
-      continue;
-    }
-    std::vector<float> residual = p[i];
-    if (residual_inplace(residual, q[i]) > 0) {
-      v.next_token = sample_from(std::span<const float>(residual), rng);
-    } else {
-      // p == q up to rounding: the residual is empty, p itself is exact.
-      v.next_token = sample_from(p[i], rng);
-    }
-    return v;
+    if (!verify_token_sampled(draft[i], q[i], p[i], rng, &v.next_token)) return v;
+    ++v.n_accepted;
   }
   v.next_token = sample_from(p[draft.size()], rng);
   return v;

@@ -25,6 +25,12 @@ struct ChainVerdict {
 ChainVerdict verify_chain_greedy(std::span<const int32_t> draft, const float* target_logits,
                                  int n_vocab);
 
+// One token of speculative sampling: accept x (drawn from q) with probability
+// min(1, p(x)/q(x)); otherwise draw *next from norm(max(0, p - q)), or from p
+// itself when that is empty (p == q up to rounding). Returns whether x is accepted.
+bool verify_token_sampled(int32_t x, std::span<const float> q, std::span<const float> p, Rng& rng,
+                          int32_t* next);
+
 // Speculative sampling (Leviathan et al.; Chen et al.): accept draft[i] with
 // probability min(1, p_i(x)/q_i(x)); at the first rejection sample from
 // norm(max(0, p_i - q_i)); after full acceptance sample the bonus from p_k.

@@ -68,6 +68,7 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   const std::string& placement = options.placement;
   check(placement == "auto" || placement == "separate" || placement == "shared",
         "--placement must be auto, separate or shared (got '", placement, "')");
+  std::vector<int> target_cores, draft_cores;  // empty: not pinned
   if (placement != "auto") {
     const std::vector<int> cores = allowed_cores();
     const int n = static_cast<int>(cores.size());
@@ -103,8 +104,6 @@ StrategyConfig StrategyResources::config_for(const std::string& name,
   c.pre_verify = !options.no_pre_verify;
   c.post_verify = !options.no_post_verify;
   c.pearl_window = options.draft_max_given() ? c.draft_max : 0;
-  c.target_cores = target_cores;
-  c.draft_cores = draft_cores;
   if (name != "ar" && !draft)
     fail("strategy '", name, "' needs a draft model: give one with -md FILE");
   return c;

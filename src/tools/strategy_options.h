@@ -40,7 +40,6 @@ struct StrategyOptions {
 struct StrategyResources {
   std::shared_ptr<const Model> target, draft;
   std::unique_ptr<Worker> target_worker, draft_worker;
-  std::vector<int> target_cores, draft_cores;  // empty: not pinned
 
   // Loads the draft (when a path is given) and creates the workers.
   void init(std::shared_ptr<const Model> target_model, const StrategyOptions& options, int threads);
