@@ -18,11 +18,18 @@ std::atomic<uint64_t> next_worker_id{0};
 thread_local uint64_t pinned_for_worker = 0;
 }  // namespace
 
-int available_cores() {
+std::vector<int> allowed_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {0};
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cores.push_back(c);
+  return cores.empty() ? std::vector<int>{0} : cores;
+}
+
+int available_cores() {
+  return static_cast<int>(allowed_cores().size());
 }
 
 Worker::Worker(int n_threads, std::vector<int> cores)

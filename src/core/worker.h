@@ -50,6 +50,9 @@ class Worker {
   const uint64_t id_;  // unique per worker (an address may be reused), see run()
 };
 
+// Ids of the cores this process may run on (its affinity mask), in increasing order.
+std::vector<int> allowed_cores();
+
 // Number of cores this process may run on.
 int available_cores();
 

@@ -39,20 +39,6 @@ constexpr uint64_t kMinKvBytes = 8 + 4 + 1;  // key length, type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes =
     8 + 4 + 8 + 4 + 8;  // name length, n_dims, 1 dim, type, offset
 
-// Block layout of a tensor type id, or nullopt for ids that are not weight types (unknown ids
-// and Q8_K, which only ever holds activations).
-struct BlockLayout {
-  std::string_view name;
-  uint64_t elems;
-  uint64_t bytes;
-};
-
-std::optional<BlockLayout> tensor_layout(uint32_t id) {
-  if (!is_weight_type(id)) return std::nullopt;
-  const TypeInfo& info = type_info(static_cast<DType>(id));
-  return BlockLayout{info.name, static_cast<uint64_t>(info.block_elems), info.block_bytes};
-}
-
 bool is_known_value_type(uint32_t id) {
   return id <= static_cast<uint32_t>(GgufType::F64);
 }
@@ -313,8 +299,10 @@ void validate_value(const GgufValue& value, const std::string& where, int depth)
 // Checks a tensor shape and type; returns {n_elements, n_bytes}. `where` prefixes messages.
 std::pair<uint64_t, uint64_t> tensor_size(const std::string& where, std::span<const uint64_t> dims,
                                           uint32_t type_id) {
-  const auto layout = tensor_layout(type_id);
-  check(layout.has_value(), where, ": unknown or unsupported tensor type id ", type_id);
+  // Q8_K is not a weight type: it only ever holds activations.
+  check(is_weight_type(type_id), where, ": unknown or unsupported tensor type id ", type_id);
+  const TypeInfo& layout = type_info(static_cast<DType>(type_id));
+  const auto block_elems = static_cast<uint64_t>(layout.block_elems);
   uint64_t n_elements = 1;
   for (size_t d = 0; d < dims.size(); ++d) {
     check(dims[d] >= 1, where, ": dims[", d, "] is 0 (every dimension must be at least 1)");
@@ -323,21 +311,17 @@ std::pair<uint64_t, uint64_t> tensor_size(const std::string& where, std::span<co
           max_elements, ")");
     n_elements *= dims[d];
   }
-  check(dims[0] % layout->elems == 0, where, ": dims[0] = ", dims[0],
-        " is not a multiple of the block size ", layout->elems, " of type ", layout->name);
-  const uint64_t n_blocks = n_elements / layout->elems;
-  check(n_blocks <= std::numeric_limits<uint64_t>::max() / layout->bytes, where,
+  check(dims[0] % block_elems == 0, where, ": dims[0] = ", dims[0],
+        " is not a multiple of the block size ", block_elems, " of type ", layout.name);
+  const uint64_t n_blocks = n_elements / block_elems;
+  check(n_blocks <= std::numeric_limits<uint64_t>::max() / layout.block_bytes, where,
         ": byte size overflows");
-  return {n_elements, n_blocks * layout->bytes};
+  return {n_elements, n_blocks * layout.block_bytes};
 }
 
 uint64_t align_up(uint64_t value, uint64_t alignment) {
   const uint64_t rem = value % alignment;
   return rem == 0 ? value : value + (alignment - rem);
-}
-
-bool is_power_of_two(uint64_t v) {
-  return v != 0 && (v & (v - 1)) == 0;
 }
 
 // Description of a value's kind for getter errors.
@@ -521,7 +505,7 @@ void GgufFile::parse() {
       fail(path_, ": metadata key 'general.alignment' must be u32, found ", kind_of(*align));
     }
     const uint64_t a = std::get<uint64_t>(align->value);
-    if (!is_power_of_two(a)) {
+    if (!std::has_single_bit(a)) {
       fail(path_, ": general.alignment = ", a, " is not a nonzero power of two");
     }
     alignment_ = static_cast<uint32_t>(a);
@@ -622,58 +606,58 @@ std::optional<double> as_float(const GgufValue& v) {
   return std::nullopt;
 }
 
+// The value of a metadata key that must be present.
+const GgufValue& required(const GgufValue* v, const std::string& path, std::string_view key) {
+  check(v != nullptr, path, ": missing metadata key ", quoted(key));
+  return *v;
+}
+
 }  // namespace
 
 std::string GgufFile::get_string(std::string_view key) const {
-  const GgufValue* v = find(key);
-  check(v != nullptr, path_, ": missing metadata key ", quoted(key));
-  if (v->type != GgufType::STRING) wrong_kind(path_, key, *v, "a string");
-  return std::get<std::string>(v->value);
+  const GgufValue& v = required(find(key), path_, key);
+  if (v.type != GgufType::STRING) wrong_kind(path_, key, v, "a string");
+  return std::get<std::string>(v.value);
 }
 
 int64_t GgufFile::get_int(std::string_view key) const {
-  const GgufValue* v = find(key);
-  check(v != nullptr, path_, ": missing metadata key ", quoted(key));
-  const auto i = as_int(path_, key, *v);
-  if (!i) wrong_kind(path_, key, *v, "an integer");
+  const GgufValue& v = required(find(key), path_, key);
+  const auto i = as_int(path_, key, v);
+  if (!i) wrong_kind(path_, key, v, "an integer");
   return *i;
 }
 
 double GgufFile::get_float(std::string_view key) const {
-  const GgufValue* v = find(key);
-  check(v != nullptr, path_, ": missing metadata key ", quoted(key));
-  const auto f = as_float(*v);
-  if (!f) wrong_kind(path_, key, *v, "a number");
+  const GgufValue& v = required(find(key), path_, key);
+  const auto f = as_float(v);
+  if (!f) wrong_kind(path_, key, v, "a number");
   return *f;
 }
 
 bool GgufFile::get_bool(std::string_view key) const {
-  const GgufValue* v = find(key);
-  check(v != nullptr, path_, ": missing metadata key ", quoted(key));
-  if (v->type != GgufType::BOOL) wrong_kind(path_, key, *v, "a bool");
-  return std::get<bool>(v->value);
+  const GgufValue& v = required(find(key), path_, key);
+  if (v.type != GgufType::BOOL) wrong_kind(path_, key, v, "a bool");
+  return std::get<bool>(v.value);
 }
 
 std::vector<std::string> GgufFile::get_string_array(std::string_view key) const {
-  const GgufValue* v = find(key);
-  check(v != nullptr, path_, ": missing metadata key ", quoted(key));
-  if (v->type != GgufType::ARRAY || std::get<GgufArray>(v->value).elem_type != GgufType::STRING) {
-    wrong_kind(path_, key, *v, "an array of string");
+  const GgufValue& v = required(find(key), path_, key);
+  if (v.type != GgufType::ARRAY || std::get<GgufArray>(v.value).elem_type != GgufType::STRING) {
+    wrong_kind(path_, key, v, "an array of string");
   }
   std::vector<std::string> out;
-  const auto& items = std::get<GgufArray>(v->value).items;
+  const auto& items = std::get<GgufArray>(v.value).items;
   out.reserve(items.size());
   for (const auto& item : items) out.push_back(std::get<std::string>(item.value));
   return out;
 }
 
 std::vector<int64_t> GgufFile::get_int_array(std::string_view key) const {
-  const GgufValue* v = find(key);
-  check(v != nullptr, path_, ": missing metadata key ", quoted(key));
-  if (v->type != GgufType::ARRAY) wrong_kind(path_, key, *v, "an array of integers");
-  const auto& array = std::get<GgufArray>(v->value);
+  const GgufValue& v = required(find(key), path_, key);
+  if (v.type != GgufType::ARRAY) wrong_kind(path_, key, v, "an array of integers");
+  const auto& array = std::get<GgufArray>(v.value);
   if (!is_unsigned_int(array.elem_type) && !is_signed_int(array.elem_type)) {
-    wrong_kind(path_, key, *v, "an array of integers");
+    wrong_kind(path_, key, v, "an array of integers");
   }
   std::vector<int64_t> out;
   out.reserve(array.items.size());
@@ -682,13 +666,12 @@ std::vector<int64_t> GgufFile::get_int_array(std::string_view key) const {
 }
 
 std::vector<float> GgufFile::get_float_array(std::string_view key) const {
-  const GgufValue* v = find(key);
-  check(v != nullptr, path_, ": missing metadata key ", quoted(key));
-  if (v->type != GgufType::ARRAY) wrong_kind(path_, key, *v, "an array of numbers");
-  const auto& array = std::get<GgufArray>(v->value);
+  const GgufValue& v = required(find(key), path_, key);
+  if (v.type != GgufType::ARRAY) wrong_kind(path_, key, v, "an array of numbers");
+  const auto& array = std::get<GgufArray>(v.value);
   if (!is_unsigned_int(array.elem_type) && !is_signed_int(array.elem_type) &&
       !is_float(array.elem_type)) {
-    wrong_kind(path_, key, *v, "an array of numbers");
+    wrong_kind(path_, key, v, "an array of numbers");
   }
   std::vector<float> out;
   out.reserve(array.items.size());
@@ -800,7 +783,7 @@ uint32_t writer_alignment(const std::vector<std::pair<std::string, GgufValue>>& 
     check(value.type == GgufType::U32, "GgufWriter: general.alignment must be u32, got ",
           kind_of(value));
     const uint64_t a = std::get<uint64_t>(value.value);
-    check(is_power_of_two(a), "GgufWriter: general.alignment = ", a,
+    check(std::has_single_bit(a), "GgufWriter: general.alignment = ", a,
           " is not a nonzero power of two");
     return static_cast<uint32_t>(a);
   }

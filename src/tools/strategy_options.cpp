@@ -1,25 +1,9 @@
 #include "tools/strategy_options.h"
 
-#include <sched.h>
-
 #include "core/error.h"
+#include "core/worker.h"
 
 namespace parspec {
-
-namespace {
-
-// Ids of the cores this process may run on, in increasing order.
-std::vector<int> allowed_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {0};
-  std::vector<int> cores;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cores.push_back(c);
-  return cores;
-}
-
-}  // namespace
 
 void StrategyOptions::add_to(ArgParser& args) {
   args_ = &args;
