@@ -50,6 +50,19 @@ def pretokenize(text):
     return PATTERN.findall(text)
 
 
+def merge_pair(seq, a, b, merged):
+    """seq with every (a, b), left to right, replaced by `merged`."""
+    out, i = [], 0
+    while i < len(seq):
+        if i + 1 < len(seq) and seq[i] == a and seq[i + 1] == b:
+            out.append(merged)
+            i += 2
+        else:
+            out.append(seq[i])
+            i += 1
+    return out
+
+
 class Tokenizer:
     def __init__(self, tokens, merges):
         self.tokens = tokens  # stored (mapped) text per id
@@ -80,15 +93,7 @@ class Tokenizer:
                     best, best_rank = pair, r
             if best is None:
                 break
-            merged, i = [], 0
-            while i < len(parts):
-                if i + 1 < len(parts) and parts[i] == best[0] and parts[i + 1] == best[1]:
-                    merged.append(parts[i] + parts[i + 1])
-                    i += 2
-                else:
-                    merged.append(parts[i])
-                    i += 1
-            parts = merged
+            parts = merge_pair(parts, best[0], best[1], best[0] + best[1])
         ids = [self.id_of[p] for p in parts]
         self.cache[mapped] = ids
         return ids
@@ -168,15 +173,7 @@ def train(word_counts, n_vocab, log=print):
             for p in zip(syms, syms[1:]):
                 pair_count[p] -= wt
                 touched.add(p)
-            merged, i = [], 0
-            while i < len(syms):
-                if i + 1 < len(syms) and syms[i] == a and syms[i + 1] == b:
-                    merged.append(new_id)
-                    i += 2
-                else:
-                    merged.append(syms[i])
-                    i += 1
-            symbols[wi] = merged
+            symbols[wi] = merged = merge_pair(syms, a, b, new_id)
             for p in zip(merged, merged[1:]):
                 pair_count[p] += wt
                 touched.add(p)

@@ -93,22 +93,17 @@ def tables(res):
     loss = res["eval"]["loss"]
     out.append("| model | " + " | ".join(DOMAINS) + " |")
     out.append("|---|" + "---|" * len(DOMAINS))
+    best = {d: min(loss[n][d] for n in MODELS) for d in DOMAINS}
     for name in MODELS:
-        best = {d: min(loss[n][d] for n in MODELS) for d in DOMAINS}
         cells = [f"**{loss[name][d]:.3f}**" if loss[name][d] == best[d] else f"{loss[name][d]:.3f}" for d in DOMAINS]
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     out.append("")
     spec = res["eval"]["spec"]
-    drafters = MODELS[1:]
-    out.append("| prompts | " + " | ".join(f"{d} τ / α" for d in drafters) + " |")
-    out.append("|---|" + "---|" * len(drafters))
+    out.append("| prompts | " + " | ".join(f"{d} τ / α" for d in DRAFTERS) + " |")
+    out.append("|---|" + "---|" * len(DRAFTERS))
     for set_name, row in spec.items():
-        best = max(row[d]["tau"] for d in drafters)
-        cells = []
-        for d in drafters:
-            cell = f"{row[d]['tau']:.2f} / {row[d]['alpha']:.2f}"
-            cells.append(f"**{cell}**" if row[d]["tau"] == best else cell)
-        n = row[drafters[0]]
+        cells = tau_alpha_cells([row[d] for d in DRAFTERS])
+        n = row[DRAFTERS[0]]
         out.append(f"| {set_name} ({n['prompts']} prompts, {n['n_gen']} tokens) | " + " | ".join(cells) + " |")
     if "engine" in res:
         out.append("")
@@ -116,16 +111,17 @@ def tables(res):
     return "\n".join(out)
 
 
+def tau_alpha_cells(runs):
+    """'τ / α' of each drafter's run, the best τ in bold."""
+    best = max(r["tau"] for r in runs)
+    cells = [f"{r['tau']:.2f} / {r['alpha']:.2f}" for r in runs]
+    return [f"**{c}**" if r["tau"] == best else c for r, c in zip(runs, cells)]
+
+
 def engine_table(engine):
-    sets = list(engine["draft"]["sets"])
     out = ["| prompt set | " + " | ".join(f"`{d}` τ / α" for d in DRAFTERS) + " |", "|---|" + "---|" * len(DRAFTERS)]
-    for s in sets:
-        best = max(engine[d]["sets"][s]["tau"] for d in DRAFTERS)
-        cells = []
-        for d in DRAFTERS:
-            r = engine[d]["sets"][s]
-            cell = f"{r['tau']:.2f} / {r['alpha']:.2f}"
-            cells.append(f"**{cell}**" if r["tau"] == best else cell)
+    for s in engine["draft"]["sets"]:
+        cells = tau_alpha_cells([engine[d]["sets"][s] for d in DRAFTERS])
         out.append(f"| {s} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 

@@ -18,6 +18,8 @@ import tempfile
 
 import torch
 
+import bpe
+from evaluate import bench_prompts
 from reference import greedy, load_gguf_model
 from train import DOMAINS
 
@@ -32,6 +34,11 @@ def engine_tokenize(parspec, model, text):
     finally:
         os.unlink(path)
     return json.loads(out.strip().splitlines()[-1])
+
+
+def first_difference(a, b):
+    """Index of the first differing token (the shorter length when one is a prefix of the other)."""
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def engine_generate(parspec, model, prompt, n):
@@ -54,12 +61,11 @@ def main():
     model, tok, _ = load_gguf_model(args.model)
     failures = 0
     for domain in DOMAINS:
-        with open(os.path.join(args.corpus, f"{domain}.heldout.jsonl")) as f:
-            docs = [json.loads(line)["text"] for line in f]
-        step = max(1, len(docs) // args.docs)
+        docs = bpe.read_jsonl(os.path.join(args.corpus, f"{domain}.heldout.jsonl"))
+        picked = docs[::max(1, len(docs) // args.docs)][:args.docs]
         n_tok = n_same = 0
-        for text in docs[::step][:args.docs]:
-            text = text[:args.chars]
+        for doc in picked:
+            text = doc["text"][:args.chars]
             ours = tok.encode(text, add_bos=True)
             theirs = engine_tokenize(args.parspec, args.model, text)
             n_tok += len(ours)
@@ -67,21 +73,15 @@ def main():
                 n_same += 1
             else:
                 failures += 1
-                i = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+                i = first_difference(ours, theirs)
                 print(f"  {domain}: tokenization differs at token {i}: python {ours[i:i + 5]} engine {theirs[i:i + 5]}"
                       f" near {tok.decode(ours[max(0, i - 3):i + 3])!r}")
-        print(f"tokenize {domain}: {n_same}/{min(args.docs, len(docs[::step]))} documents identical ({n_tok} tokens)")
-    for domain in ("code", "prose", "math"):
-        path = os.path.join(args.prompts_dir, f"{domain}.jsonl")
-        if not os.path.exists(path):
-            continue
-        with open(path) as f:
-            prompts = [json.loads(line)["prompt"] for line in f if line.strip()][:4]
-        for p in prompts:
+        print(f"tokenize {domain}: {n_same}/{len(picked)} documents identical ({n_tok} tokens)")
+    for domain, prompts in bench_prompts(args.prompts_dir).items():
+        for p in prompts[:4]:
             ours = greedy(model, tok.encode(p, add_bos=True), args.n_gen, stop=tok.eos)
             theirs = engine_generate(args.parspec, args.model, p, args.n_gen)
-            same = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-            status = "identical" if ours == theirs else f"first difference at token {same}"
+            status = "identical" if ours == theirs else f"first difference at token {first_difference(ours, theirs)}"
             print(f"generate {domain}: {len(ours)} tokens, {status}: {tok.decode(ours)[:60]!r}")
     print("tokenization mismatches:", failures)
     return 1 if failures else 0

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from reference import greedy_batch, load_gguf_model
-from train import DOMAINS
+from train import DOMAINS, load_split, set_threads
 
 N_PROMPTS = 24
 PROMPT_TOKENS = 32
@@ -52,10 +52,15 @@ def heldout_prompts(stream, bos, n, n_tokens):
     return [stream[docs[i][0]:docs[i][0] + 1 + n_tokens].tolist() for i in pick]
 
 
-def bench_prompts(path, tok, n):
-    with open(path) as f:
-        texts = [json.loads(line)["prompt"] for line in f if line.strip()]
-    return [tok.encode(t, add_bos=True) for t in texts[:n]]  # n = None: all
+def bench_prompts(prompts_dir):
+    """{domain: prompt texts} of the benchmark sets (<prompts_dir>/<domain>.jsonl) that exist."""
+    sets = {}
+    for d in ("code", "prose", "math"):
+        path = os.path.join(prompts_dir, f"{d}.jsonl")
+        if os.path.exists(path):
+            with open(path) as f:
+                sets[d] = [json.loads(line)["prompt"] for line in f if line.strip()]
+    return sets
 
 
 @torch.no_grad()
@@ -85,17 +90,16 @@ def main():
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    torch.set_num_threads(int(os.environ.get("ZOO_THREADS", "0")) or os.cpu_count() or 1)
+    set_threads()
     torch.set_flush_denormal(True)
     t0 = time.time()
     models = {}
-    tok = None
     for spec in args.models:
         name, path = spec.split("=", 1)
         models[name], tok, _ = load_gguf_model(path)
     target_name = next(iter(models))
     target = models[target_name]
-    streams = {d: torch.from_numpy(np.load(os.path.join(args.tokens, f"{d}.heldout.npy")).astype(np.int64)) for d in DOMAINS}
+    streams = load_split(args.tokens, "heldout")
 
     result = {"loss": {}, "spec": {}, "gamma": args.gamma, "n_gen": N_GEN}
     for name, model in models.items():
@@ -105,10 +109,8 @@ def main():
 
     prompt_sets = {f"heldout-{d}": heldout_prompts(streams[d], tok.bos, N_PROMPTS, PROMPT_TOKENS) for d in DOMAINS}
     if args.prompts_dir:
-        for d in ("code", "prose", "math"):
-            path = os.path.join(args.prompts_dir, f"{d}.jsonl")
-            if os.path.exists(path):
-                prompt_sets[f"bench-{d}"] = bench_prompts(path, tok, None)
+        for d, texts in bench_prompts(args.prompts_dir).items():
+            prompt_sets[f"bench-{d}"] = [tok.encode(t, add_bos=True) for t in texts]
     for set_name, prompts in prompt_sets.items():
         gens = greedy_batch(target, prompts, N_GEN, stop=tok.eos)
         result["spec"][set_name] = {}

@@ -13,11 +13,11 @@ import torch
 
 import bpe
 import gguf_writer as gw
-from model import load_checkpoint
+from model import gguf_tensor_names, load_checkpoint
 
 
 def export(ckpt_path, tokenizer_path, out_path, name, ttype):
-    model, state = load_checkpoint(ckpt_path)
+    model, _ = load_checkpoint(ckpt_path)
     c = model.c
     tok = bpe.Tokenizer.load(tokenizer_path)
     assert tok.n_vocab == c.n_vocab, "tokenizer and model disagree on the vocabulary size"
@@ -40,19 +40,10 @@ def export(ckpt_path, tokenizer_path, out_path, name, ttype):
     tok.add_to_gguf(w)
 
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
-    w.add_tensor("token_embd.weight", sd["tok_embd.weight"], ttype)
-    w.add_tensor("output_norm.weight", sd["out_norm.weight"], gw.F32)
-    names = {
-        "attn_norm": "attn_norm.weight", "attn_q": "attn.wq.weight", "attn_k": "attn.wk.weight",
-        "attn_v": "attn.wv.weight", "attn_output": "attn.wo.weight", "ffn_norm": "ffn_norm.weight",
-        "ffn_gate": "ffn.w_gate.weight", "ffn_up": "ffn.w_up.weight", "ffn_down": "ffn.w_down.weight",
-    }
-    for i in range(c.n_layer):
-        for gguf_name, torch_name in names.items():
-            arr = sd[f"blocks.{i}.{torch_name}"]
-            w.add_tensor(f"blk.{i}.{gguf_name}.weight", arr, gw.F32 if arr.ndim == 1 else ttype)
+    for gguf_name, key in gguf_tensor_names(c.n_layer).items():
+        arr = sd[key]
+        w.add_tensor(gguf_name, arr, gw.F32 if arr.ndim == 1 else ttype)  # norms stay F32
     w.write(out_path)
-    return model, state
 
 
 def main():

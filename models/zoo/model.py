@@ -8,7 +8,6 @@ up x), and an output head tied to the token embedding (GGUF: no output.weight).
 """
 
 import dataclasses
-import json
 import math
 
 import torch
@@ -31,13 +30,6 @@ class Config:
     @property
     def head_dim(self):
         return self.n_embd // self.n_head
-
-    def to_json(self):
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-    @staticmethod
-    def from_dict(d):
-        return Config(**d)
 
 
 class RMSNorm(nn.Module):
@@ -178,8 +170,21 @@ class Llama(nn.Module):
         return [{} for _ in self.blocks]
 
 
+def gguf_tensor_names(n_layer):
+    """{GGUF tensor name: state_dict key}, in the order export writes them (tied head: no output.weight)."""
+    block = {
+        "attn_norm": "attn_norm.weight", "attn_q": "attn.wq.weight", "attn_k": "attn.wk.weight",
+        "attn_v": "attn.wv.weight", "attn_output": "attn.wo.weight", "ffn_norm": "ffn_norm.weight",
+        "ffn_gate": "ffn.w_gate.weight", "ffn_up": "ffn.w_up.weight", "ffn_down": "ffn.w_down.weight",
+    }
+    names = {"token_embd.weight": "tok_embd.weight", "output_norm.weight": "out_norm.weight"}
+    for i in range(n_layer):
+        names.update({f"blk.{i}.{g}.weight": f"blocks.{i}.{t}" for g, t in block.items()})
+    return names
+
+
 def load_checkpoint(path, device="cpu"):
     state = torch.load(path, map_location=device)
-    model = Llama(Config.from_dict(state["config"])).to(device)
+    model = Llama(Config(**state["config"])).to(device)
     model.load_state_dict(state["model"])
     return model, state

@@ -22,7 +22,7 @@ import torch
 
 import bpe
 import gguf_writer as gw
-from model import Config, Llama
+from model import Config, Llama, gguf_tensor_names
 
 
 def tokenizer_from_meta(meta):
@@ -46,34 +46,16 @@ def load_gguf_model(path):
         rope_base=meta.get(p + "rope.freq_base", 10000.0),
     )
     model = Llama(c)
-    names = {
-        "attn_norm": "attn_norm.weight", "attn_q": "attn.wq.weight", "attn_k": "attn.wk.weight",
-        "attn_v": "attn.wv.weight", "attn_output": "attn.wo.weight", "ffn_norm": "ffn_norm.weight",
-        "ffn_gate": "ffn.w_gate.weight", "ffn_up": "ffn.w_up.weight", "ffn_down": "ffn.w_down.weight",
-    }
-    state = {"tok_embd.weight": tensors["token_embd.weight"][2], "out_norm.weight": tensors["output_norm.weight"][2]}
     assert "output.weight" not in tensors, "the zoo's models tie the output head to the embedding"
-    for i in range(c.n_layer):
-        for gguf_name, torch_name in names.items():
-            state[f"blocks.{i}.{torch_name}"] = tensors[f"blk.{i}.{gguf_name}.weight"][2]
-    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()})
+    model.load_state_dict({key: torch.from_numpy(np.ascontiguousarray(tensors[name][2]))
+                           for name, key in gguf_tensor_names(c.n_layer).items()})
     model.eval()
     return model, tokenizer_from_meta(meta), meta
 
 
-@torch.no_grad()
 def greedy(model, ids, n, stop=None):
     """Greedy continuation of ids (a list) by n tokens at most, stopping after `stop`."""
-    cache = model.new_cache()
-    logits = model(torch.tensor([ids]), cache)[0, -1]
-    out = []
-    for _ in range(n):
-        nxt = int(torch.argmax(logits))
-        out.append(nxt)
-        if nxt == stop:
-            break
-        logits = model(torch.tensor([[nxt]]), cache)[0, -1]
-    return out
+    return greedy_batch(model, [ids], n, stop)[0]  # no padding: the same numbers as an unbatched run
 
 
 @torch.no_grad()
