@@ -9,31 +9,16 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli_helpers.h"
 #include "model/gguf.h"
 #include "test_helpers.h"
 
 namespace parspec {
 namespace {
 
+using testing_support::CommandResult;
+using testing_support::run_parspec;
 using testing_support::TempDir;
-
-struct CommandResult {
-  int exit_code;
-  std::string output;  // stdout (and stderr when merged)
-};
-
-CommandResult run(const std::string& args, bool merge_stderr = false) {
-  const std::string command =
-      std::string(PARSPEC_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  CommandResult r{0, ""};
-  FILE* pipe = popen(command.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 class CliTest : public ::testing::Test {
  protected:
@@ -51,7 +36,7 @@ class CliTest : public ::testing::Test {
 
 TEST_F(CliTest, GenerateJsonHasTheDocumentedFieldsAndStrategiesAgree) {
   const std::string common = " -p 'The quick brown fox' -n 12 --temp 0 -t 1 --json";
-  const CommandResult ar = run("generate -m " + target_ + common);
+  const CommandResult ar = run_parspec("generate -m " + target_ + common);
   ASSERT_EQ(ar.exit_code, 0) << ar.output;
   const auto j = nlohmann::json::parse(ar.output);
   for (const char* key :
@@ -62,8 +47,8 @@ TEST_F(CliTest, GenerateJsonHasTheDocumentedFieldsAndStrategiesAgree) {
   EXPECT_EQ(j["n_prompt"], 20);  // BOS + 19 bytes
   EXPECT_EQ(j["tokens"].size(), 12u);
   for (const char* strategy : {"sd", "tree", "dyntree"}) {
-    const CommandResult r =
-        run("generate -m " + target_ + " -md " + draft_ + " --strategy " + strategy + common);
+    const CommandResult r = run_parspec("generate -m " + target_ + " -md " + draft_ +
+                                        " --strategy " + strategy + common);
     ASSERT_EQ(r.exit_code, 0) << strategy << ": " << r.output;
     const auto js = nlohmann::json::parse(r.output);
     EXPECT_EQ(js["tokens"], j["tokens"]) << strategy;
@@ -73,7 +58,7 @@ TEST_F(CliTest, GenerateJsonHasTheDocumentedFieldsAndStrategiesAgree) {
 }
 
 TEST_F(CliTest, GeneratePrintsTextThenSpeed) {
-  const CommandResult r = run("generate -m " + target_ + " -p Hi -n 4 --temp 0 -t 1", true);
+  const CommandResult r = run_parspec("generate -m " + target_ + " -p Hi -n 4 --temp 0 -t 1", true);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("Hi", 0), 0u) << r.output;  // the prompt comes first
   EXPECT_NE(r.output.find("prompt:"), std::string::npos);
@@ -97,7 +82,7 @@ TEST_F(CliTest, ClearErrorsForBadInput) {
       {"frobnicate", "unknown command 'frobnicate'"},
   };
   for (const Case& c : cases) {
-    const CommandResult r = run(c.args, true);
+    const CommandResult r = run_parspec(c.args, true);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
   }
@@ -105,13 +90,13 @@ TEST_F(CliTest, ClearErrorsForBadInput) {
   std::ifstream in(target_, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), {});
   std::ofstream(dir_.file("cut.gguf"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
-  const CommandResult r = run("generate -m " + dir_.file("cut.gguf") + " -p x", true);
+  const CommandResult r = run_parspec("generate -m " + dir_.file("cut.gguf") + " -p x", true);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("cut.gguf"), std::string::npos) << r.output;
 }
 
 TEST_F(CliTest, HelpListsTheOptions) {
-  const CommandResult r = run("generate --help");
+  const CommandResult r = run_parspec("generate --help");
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag : {"-m, --model", "-md, --model-draft", "--strategy", "--temp", "--json"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
@@ -134,7 +119,8 @@ TEST_F(CliTest, PerplexityFollowsLlamaPerplexityAndMatchesTheReference) {
   const std::string text_path = dir_.file("text.txt");
   std::ofstream(text_path) << text;
   const int n_ctx = 64;
-  const CommandResult r = run("perplexity -m " + target_ + " -f " + text_path + " -c 64 -t 1");
+  const CommandResult r =
+      run_parspec("perplexity -m " + target_ + " -f " + text_path + " -c 64 -t 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string last = r.output.substr(r.output.rfind("PPL = "));
   const double engine_ppl = std::stod(last.substr(6));
@@ -173,15 +159,15 @@ namespace {
 
 TEST_F(CliTest, QuantizeRewritesMatricesAndKeepsTheModelUsable) {
   const std::string out = dir_.file("q4.gguf");
-  CommandResult r = run("quantize " + target_ + " " + out + " q4_0", true);
+  CommandResult r = run_parspec("quantize " + target_ + " " + out + " q4_0", true);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto file = GgufFile::open(out);
   for (const auto& t : file->tensors())
     EXPECT_EQ(t.type, t.dims.size() == 2 ? DType::Q4_0 : DType::F32) << t.name;
-  r = run("generate -m " + out + " -p abc -n 4 --temp 0 -t 1 --json");
+  r = run_parspec("generate -m " + out + " -p abc -n 4 --temp 0 -t 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(nlohmann::json::parse(r.output)["n_gen"], 4);
-  r = run("quantize " + target_ + " " + dir_.file("x.gguf") + " q3_k", true);
+  r = run_parspec("quantize " + target_ + " " + dir_.file("x.gguf") + " q3_k", true);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("q3_k"), std::string::npos) << r.output;
 }

@@ -1,12 +1,14 @@
 #pragma once
-// Shared by the tests: temporary random models and bitwise comparisons.
+// Shared by the tests: temporary random models (and target/draft pairs) and bitwise comparisons.
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "model/model.h"
 #include "model/random_model.h"
 
 namespace parspec::testing_support {
@@ -34,6 +36,30 @@ inline std::string write_model(const TempDir& dir, const std::string& name, Rand
   const std::string path = dir.file(name);
   write_random_model(spec, path);
   return path;
+}
+
+struct ModelPair {
+  std::shared_ptr<const Model> target, draft;
+};
+
+// A small random target and a draft that is the same weights quantized more
+// coarsely: it agrees with the target often but not always, like a real drafter.
+inline ModelPair make_model_pair(const TempDir& dir, const std::string& arch, DType target_type,
+                                 DType draft_type, int n_vocab, uint64_t seed) {
+  RandomModelSpec spec;
+  spec.arch = arch;
+  spec.n_vocab = n_vocab;
+  spec.n_embd = 64;
+  spec.n_ff = 128;
+  spec.n_layer = 2;
+  spec.n_head = 4;
+  spec.n_head_kv = 2;
+  spec.seed = seed;
+  spec.weight_type = target_type;
+  auto target = Model::load(write_model(dir, arch + "-target.gguf", spec));
+  spec.weight_type = draft_type;
+  auto draft = Model::load(write_model(dir, arch + "-draft.gguf", spec));
+  return {target, draft};
 }
 
 inline bool bitwise_equal(const float* a, const float* b, size_t n) {

@@ -613,27 +613,6 @@ TEST(PearlEngine, SampledOutputFollowsTheTargetDistributionInEveryMode) {
 // ---------------------------------------------------------------------------
 // The strategy on random models.
 
-struct ModelPair {
-  std::shared_ptr<const Model> target, draft;
-};
-
-ModelPair make_pair(const TempDir& dir, DType draft_type, int n_vocab, uint64_t seed) {
-  RandomModelSpec spec;
-  spec.arch = "llama";
-  spec.n_vocab = n_vocab;
-  spec.n_embd = 64;
-  spec.n_ff = 128;
-  spec.n_layer = 2;
-  spec.n_head = 4;
-  spec.n_head_kv = 2;
-  spec.seed = seed;
-  spec.weight_type = DType::F32;
-  auto target = Model::load(testing_support::write_model(dir, "target.gguf", spec));
-  spec.weight_type = draft_type;
-  auto draft = Model::load(testing_support::write_model(dir, "draft.gguf", spec));
-  return {target, draft};
-}
-
 std::vector<int32_t> test_prompt(int i) {
   std::vector<int32_t> p = {256};
   for (int j = 0; j <= i % 5; ++j) p.push_back((i * 37 + j * 11 + 5) % 256);
@@ -643,7 +622,7 @@ std::vector<int32_t> test_prompt(int i) {
 class PearlStrategy : public ::testing::Test {
  protected:
   void SetUp() override {
-    pair_ = make_pair(dir_, DType::Q4_0, 300, 11);
+    pair_ = testing_support::make_model_pair(dir_, "llama", DType::F32, DType::Q4_0, 300, 11);
     base_.target = pair_.target;
     base_.draft = pair_.draft;
     base_.target_worker = &target_worker_;
@@ -656,7 +635,7 @@ class PearlStrategy : public ::testing::Test {
   }
 
   TempDir dir_;
-  ModelPair pair_;
+  testing_support::ModelPair pair_;
   Worker target_worker_{1};
   StrategyConfig base_;
 };

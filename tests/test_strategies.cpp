@@ -16,31 +16,9 @@ namespace parspec {
 namespace {
 
 using testing_support::chi_square_two_sample;
+using testing_support::make_model_pair;
+using testing_support::ModelPair;
 using testing_support::TempDir;
-
-struct ModelPair {
-  std::shared_ptr<const Model> target, draft;
-};
-
-// The draft is the target's own weights, quantized more coarsely: it agrees
-// with the target often but not always, like a real drafter.
-ModelPair make_pair(const TempDir& dir, const std::string& arch, DType target_type,
-                    DType draft_type, int n_vocab, uint64_t seed) {
-  RandomModelSpec spec;
-  spec.arch = arch;
-  spec.n_vocab = n_vocab;
-  spec.n_embd = 64;
-  spec.n_ff = 128;
-  spec.n_layer = 2;
-  spec.n_head = 4;
-  spec.n_head_kv = 2;
-  spec.seed = seed;
-  spec.weight_type = target_type;
-  auto target = Model::load(testing_support::write_model(dir, arch + "-target.gguf", spec));
-  spec.weight_type = draft_type;
-  auto draft = Model::load(testing_support::write_model(dir, arch + "-draft.gguf", spec));
-  return {target, draft};
-}
 
 std::vector<StrategyConfig> strategy_variants() {
   std::vector<StrategyConfig> v;
@@ -111,7 +89,7 @@ TEST_P(GreedyExactness, EveryStrategyReproducesAutoregressiveDecoding) {
   TempDir dir;
   const std::string arch = GetParam();
   const ModelPair pair =
-      make_pair(dir, arch, arch == "llama" ? DType::F32 : DType::F16, DType::Q4_0, 300, 5);
+      make_model_pair(dir, arch, arch == "llama" ? DType::F32 : DType::F16, DType::Q4_0, 300, 5);
   Worker worker(1);
   StrategyConfig base;
   base.target = pair.target;
@@ -152,7 +130,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GreedyExactness, ::testing::Values("llama", "qw
 
 TEST(GreedyExactness, StopsAtStopTokensAndLimits) {
   TempDir dir;
-  const ModelPair pair = make_pair(dir, "llama", DType::F32, DType::Q8_0, 300, 9);
+  const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::Q8_0, 300, 9);
   Worker worker(1);
   StrategyConfig c;
   c.target = pair.target;
@@ -215,7 +193,7 @@ bool same_distribution(const std::vector<std::map<int32_t, int64_t>>& a,
 TEST(SamplingExactness, EveryStrategyMatchesTheTargetDistribution) {
   TempDir dir;
   // A small vocabulary keeps the histograms dense enough for the test.
-  const ModelPair pair = make_pair(dir, "llama", DType::F32, DType::Q4_0, 260, 3);
+  const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::Q4_0, 260, 3);
   Worker worker(1);
   SamplingParams params;
   params.temp = 1.5f;
@@ -254,7 +232,7 @@ TEST(SamplingExactness, EveryStrategyMatchesTheTargetDistribution) {
   // Negative control: typical acceptance is lossy, and the test must see it.
   // An unrelated drafter makes its bias plain (it accepts the draft's picks).
   TempDir other_dir;
-  const ModelPair unrelated = make_pair(other_dir, "llama", DType::F32, DType::F32, 260, 4);
+  const ModelPair unrelated = make_model_pair(other_dir, "llama", DType::F32, DType::F32, 260, 4);
   StrategyConfig lossy = base;
   lossy.draft = unrelated.target;
   lossy.name = "tree";

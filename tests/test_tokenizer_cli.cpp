@@ -1,12 +1,12 @@
 // `parspec tokenize` end to end: a vocabulary written to a GGUF file, the
 // binary run on it, its output checked.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "cli_helpers.h"
 #include "model/gguf.h"
 #include "test_helpers.h"
 #include "tokenizer/tokenizer.h"
@@ -16,21 +16,11 @@
 namespace parspec {
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string out;
-};
+using testing_support::CommandResult;
 
-// Runs parspec with `args` (already shell-quoted); stdout and stderr together.
-RunResult run_parspec(const std::string& args) {
-  const std::string command = std::string(PARSPEC_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  std::string out;
-  char buffer[4096];
-  for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+// stdout and stderr together.
+CommandResult run_parspec(const std::string& args) {
+  return testing_support::run_parspec(args, true);
 }
 
 class TokenizeCommand : public ::testing::Test {
@@ -53,40 +43,41 @@ class TokenizeCommand : public ::testing::Test {
 };
 
 TEST_F(TokenizeCommand, PrintsIdsAsOneList) {
-  const RunResult r = run_parspec("tokenize -m " + model_ + " -p 'hi there<|eot_id|>' --ids");
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const CommandResult r = run_parspec("tokenize -m " + model_ + " -p 'hi there<|eot_id|>' --ids");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   // BOS (llama-bpe adds it), "hi", then bytes of " there", then the parsed EOT.
-  EXPECT_EQ(r.out, "[" + std::to_string(bos_) + ", " + std::to_string(hi_) +
-                       ", 32, 116, 104, 101, 114, 101, " + std::to_string(eot_) + "]\n");
-  const RunResult no_bos = run_parspec("tokenize -m " + model_ + " -p hi --ids --no-bos");
-  EXPECT_EQ(no_bos.out, "[" + std::to_string(hi_) + "]\n");
-  const RunResult plain =
+  EXPECT_EQ(r.output, "[" + std::to_string(bos_) + ", " + std::to_string(hi_) +
+                          ", 32, 116, 104, 101, 114, 101, " + std::to_string(eot_) + "]\n");
+  const CommandResult no_bos = run_parspec("tokenize -m " + model_ + " -p hi --ids --no-bos");
+  EXPECT_EQ(no_bos.output, "[" + std::to_string(hi_) + "]\n");
+  const CommandResult plain =
       run_parspec("tokenize -m " + model_ + " -p '<|eot_id|>' --ids --no-bos --no-parse-special");
-  EXPECT_EQ(plain.out.find(std::to_string(eot_)), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.output.find(std::to_string(eot_)), std::string::npos) << plain.output;
 }
 
 TEST_F(TokenizeCommand, PrintsOneLinePerTokenFromAFile) {
   const std::string text_file = dir_.file("text.txt");
   std::ofstream(text_file, std::ios::binary) << "hi\n\xC3\xA9";
-  const RunResult r = run_parspec("tokenize -m " + model_ + " -f " + text_file + " --show-count");
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const CommandResult r =
+      run_parspec("tokenize -m " + model_ + " -f " + text_file + " --show-count");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   // A token holding part of a UTF-8 character is shown as an escape.
-  EXPECT_EQ(r.out, "   " + std::to_string(bos_) + " -> '<|begin_of_text|>'\n" + "   " +
-                       std::to_string(hi_) +
-                       " -> 'hi'\n"
-                       "    10 -> '\\n'\n"
-                       "   195 -> '\\xc3'\n"
-                       "   169 -> '\\xa9'\n"
-                       "Total number of tokens: 5\n");
+  EXPECT_EQ(r.output, "   " + std::to_string(bos_) + " -> '<|begin_of_text|>'\n" + "   " +
+                          std::to_string(hi_) +
+                          " -> 'hi'\n"
+                          "    10 -> '\\n'\n"
+                          "   195 -> '\\xc3'\n"
+                          "   169 -> '\\xa9'\n"
+                          "Total number of tokens: 5\n");
 }
 
 TEST_F(TokenizeCommand, ReportsMissingArguments) {
-  EXPECT_NE(run_parspec("tokenize -p hi").out.find("no model given"), std::string::npos);
-  const RunResult no_text = run_parspec("tokenize -m " + model_);
+  EXPECT_NE(run_parspec("tokenize -p hi").output.find("no model given"), std::string::npos);
+  const CommandResult no_text = run_parspec("tokenize -m " + model_);
   EXPECT_NE(no_text.exit_code, 0);
-  EXPECT_NE(no_text.out.find("no text given"), std::string::npos) << no_text.out;
-  const RunResult both = run_parspec("tokenize -m " + model_ + " -p a -f b");
-  EXPECT_NE(both.out.find("either -p or -f"), std::string::npos) << both.out;
+  EXPECT_NE(no_text.output.find("no text given"), std::string::npos) << no_text.output;
+  const CommandResult both = run_parspec("tokenize -m " + model_ + " -p a -f b");
+  EXPECT_NE(both.output.find("either -p or -f"), std::string::npos) << both.output;
 }
 
 // The vocabulary of parspec's random-weight test models: every byte its own token.
