@@ -1,6 +1,5 @@
 // GGUF reader/writer: round trips, typed getters, and rejection of malformed files.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -10,9 +9,12 @@
 
 #include "core/error.h"
 #include "model/gguf.h"
+#include "test_helpers.h"
 
 namespace parspec {
 namespace {
+
+using testing_support::TempDir;
 
 constexpr uint32_t kMagic = 0x46554747;
 constexpr uint64_t kHuge = uint64_t{1} << 63;
@@ -133,10 +135,6 @@ std::vector<uint8_t> small_valid_file() {
   const auto f32 = random_bytes(32, 2);
   w.add_tensor("output_norm.weight", {8}, DType::F32, f32.data(), f32.size());
   return w.to_bytes();
-}
-
-std::string temp_path(const std::string& name) {
-  return testing::TempDir() + "parspec_gguf_" + std::to_string(::getpid()) + "_" + name;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -293,7 +291,8 @@ TEST(GgufRoundTrip, WriteToDiskMatchesToBytesAndOpens) {
   }
   EXPECT_EQ(w.to_bytes(), bytes);  // parse -> write reproduces the file exactly
 
-  const std::string path = temp_path("written.gguf");
+  const TempDir dir;
+  const std::string path = dir.file("written.gguf");
   std::ofstream(path) << "old contents";  // write() replaces an existing file
   w.write(path);
   std::ifstream in(path, std::ios::binary);
@@ -310,7 +309,6 @@ TEST(GgufRoundTrip, WriteToDiskMatchesToBytesAndOpens) {
   const auto* norm = file->find_tensor("output_norm.weight");
   ASSERT_NE(norm, nullptr);
   EXPECT_EQ(std::memcmp(file->tensor_data(*norm), reparsed->tensor_data(*norm), 32), 0);
-  std::filesystem::remove(path);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -644,19 +642,18 @@ TEST(GgufMalformed, BadAlignment) {
 // open()
 
 TEST(GgufOpen, ReportsFileProblems) {
-  const std::string missing = temp_path("missing.gguf");
+  const TempDir dir;
+  const std::string missing = dir.file("missing.gguf");
   EXPECT_ERROR_WITH(GgufFile::open(missing), missing + ": cannot open");
   EXPECT_ERROR_WITH(GgufFile::open(testing::TempDir()), "not a regular file");
 
-  const std::string empty = temp_path("empty.gguf");
+  const std::string empty = dir.file("empty.gguf");
   std::ofstream(empty).close();
   EXPECT_ERROR_WITH(GgufFile::open(empty), empty + ": empty file");
 
-  const std::string junk = temp_path("junk.gguf");
+  const std::string junk = dir.file("junk.gguf");
   std::ofstream(junk) << "this is not a model file at all";
   EXPECT_ERROR_WITH(GgufFile::open(junk), junk + ": not a GGUF file");
-  std::filesystem::remove(empty);
-  std::filesystem::remove(junk);
 }
 
 }  // namespace

@@ -334,6 +334,17 @@ std::string kind_of(const GgufValue& value) {
   return s;
 }
 
+// general.alignment (a u32 power of two) where given, else the default. `who`
+// prefixes messages (the file's path, or the writer).
+uint32_t alignment_of(const GgufValue* value, const std::string& who) {
+  if (value == nullptr) return kDefaultAlignment;
+  check(value->type == GgufType::U32, who, ": metadata key 'general.alignment' must be u32, found ",
+        kind_of(*value));
+  const uint64_t a = std::get<uint64_t>(value->value);
+  check(std::has_single_bit(a), who, ": general.alignment = ", a, " is not a nonzero power of two");
+  return static_cast<uint32_t>(a);
+}
+
 }  // namespace
 
 std::string_view gguf_type_name(GgufType type) {
@@ -500,18 +511,7 @@ void GgufFile::parse() {
     metadata_.emplace_back(std::move(key), std::move(value));
   }
 
-  if (const GgufValue* align = find("general.alignment")) {
-    if (align->type != GgufType::U32) {
-      fail(path_, ": metadata key 'general.alignment' must be u32, found ", kind_of(*align));
-    }
-    const uint64_t a = std::get<uint64_t>(align->value);
-    if (!std::has_single_bit(a)) {
-      fail(path_, ": general.alignment = ", a, " is not a nonzero power of two");
-    }
-    alignment_ = static_cast<uint32_t>(a);
-  } else {
-    alignment_ = kDefaultAlignment;
-  }
+  alignment_ = alignment_of(find("general.alignment"), path_);
 
   // Tensor infos.
   tensors_.reserve(static_cast<size_t>(std::min(tensor_count, kMaxReserve)));
@@ -779,13 +779,7 @@ class ByteSink {
 
 uint32_t writer_alignment(const std::vector<std::pair<std::string, GgufValue>>& metadata) {
   for (const auto& [key, value] : metadata) {
-    if (key != "general.alignment") continue;
-    check(value.type == GgufType::U32, "GgufWriter: general.alignment must be u32, got ",
-          kind_of(value));
-    const uint64_t a = std::get<uint64_t>(value.value);
-    check(std::has_single_bit(a), "GgufWriter: general.alignment = ", a,
-          " is not a nonzero power of two");
-    return static_cast<uint32_t>(a);
+    if (key == "general.alignment") return alignment_of(&value, "GgufWriter");
   }
   return kDefaultAlignment;
 }
