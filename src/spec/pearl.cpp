@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "model/forward_timing.h"
 #include "sample/sampler.h"
 #include "spec/pearl_engine.h"
 #include "spec/speculative.h"
@@ -32,29 +33,17 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Median time of a forward over n tokens after a short context (n = 1: the
-// paper's t(forward), from which the window γ = round(c) is chosen).
-double time_forward(const Model& model, Worker& worker, int n_tokens) {
-  constexpr int kContext = 32, kWarmup = 2, kRuns = 7;
+// A cache holding a short committed context, with room for `n_tokens` more,
+// to time forwards on.
+KvCache timing_cache(const Model& model, Worker& worker, int n_tokens) {
+  constexpr int kContext = 32;
   const int n_vocab = model.config().n_vocab;
   KvCache kv(model.config(), kContext + n_tokens + 1);
   std::vector<int32_t> prefix(kContext);
   for (int i = 0; i < kContext; ++i) prefix[i] = i % n_vocab;
   model.forward(worker, Batch::chain(kv, prefix, false), kv);
   commit_chain(kv, kContext);
-  std::vector<double> times;
-  for (int r = 0; r < kWarmup + kRuns; ++r) {
-    Batch batch;
-    for (int i = 0; i < n_tokens; ++i)
-      batch.add((kContext + r + i) % n_vocab, kContext + i, i - 1, true);
-    const auto t0 = Clock::now();
-    model.forward(worker, batch, kv);
-    const double ms = ms_since(t0);
-    kv.discard_spec();
-    if (r >= kWarmup) times.push_back(ms);
-  }
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
+  return kv;
 }
 
 // The draft model behind the engine's drafter thread. Its cache holds a prefix
@@ -211,17 +200,27 @@ class Pearl final : public SpeculativeStrategy {
   };
 
   int measure_window() {
-    const double t_target = time_forward(*config_.target, *config_.target_worker, 1);
-    const double t_draft = time_forward(*config_.draft, *config_.draft_worker, 1);
+    // t(forward) as the paper means it: one token, median of 7 after 2 warm-ups.
+    constexpr int kMaxWindow = 64, kWarmup = 2, kRuns = 7;
+    const Model& target = *config_.target;
+    Worker& target_worker = *config_.target_worker;
+    KvCache target_kv = timing_cache(target, target_worker, kMaxWindow);
+    KvCache draft_kv = timing_cache(*config_.draft, *config_.draft_worker, 1);
+    const double t_target =
+        median_forward_ms(target, target_worker, target_kv, 1, kWarmup, kRuns, true);
+    const double t_draft =
+        median_forward_ms(*config_.draft, *config_.draft_worker, draft_kv, 1, kWarmup, kRuns, true);
     const double c = t_draft > 0 ? t_target / t_draft : 1.0;
-    const int window = static_cast<int>(std::clamp(std::lround(c), 1L, 64L));
+    const int window =
+        static_cast<int>(std::clamp(std::lround(c), 1L, static_cast<long>(kMaxWindow)));
     std::fprintf(stderr,
                  "pearl: target forward %.3f ms, draft forward %.3f ms on this machine: speed "
                  "ratio c = %.2f, window γ = %d (--draft-max overrides)\n",
                  t_target, t_draft, c, window);
     // The rule presumes that verifying γ tokens costs about one forward (true
     // of memory-bound GPUs); say so when this machine disagrees.
-    const double t_window = time_forward(*config_.target, *config_.target_worker, window);
+    const double t_window =
+        median_forward_ms(target, target_worker, target_kv, window, kWarmup, kRuns, true);
     if (window > 1 && t_window > 2 * t_target)
       std::fprintf(stderr,
                    "pearl: note: a target forward over %d tokens takes %.3f ms here (%.1fx one "

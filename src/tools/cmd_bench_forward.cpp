@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "model/forward_timing.h"
 #include "model/model.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -79,21 +80,6 @@ std::vector<int32_t> some_tokens(int n, int n_vocab, int salt) {
   for (int i = 0; i < n; ++i)
     t[i] = static_cast<int32_t>((i * 7919 + salt * 104729 + 13) % n_vocab);
   return t;
-}
-
-// Median wall time (ms) of one forward over a chain of n tokens on top of a
-// committed context of `context` tokens.
-double forward_latency_ms(const Model& model, Worker& worker, KvCache& kv, int n, int repeat) {
-  std::vector<double> times;
-  for (int r = 0; r < repeat; ++r) {
-    Batch batch = Batch::chain(kv, some_tokens(n, model.config().n_vocab, r), false);
-    const auto t0 = Clock::now();
-    model.forward(worker, batch, kv);
-    times.push_back(ms_since(t0));
-    kv.discard_spec();
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 }  // namespace
@@ -167,7 +153,7 @@ int cmd_bench_forward(int argc, char** argv) {
     std::vector<double> latency;
     for (int n : batch_sizes) {
       if (tty) std::fprintf(stderr, "[%d threads] L(%d)...\n", threads, n);
-      latency.push_back(forward_latency_ms(*model, worker, kv, n, repeat));
+      latency.push_back(median_forward_ms(*model, worker, kv, n, 0, repeat, false));
     }
     auto l_of = [&](int n) {
       for (size_t i = 0; i < batch_sizes.size(); ++i)

@@ -1,0 +1,28 @@
+#include "model/forward_timing.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace parspec {
+
+double median_forward_ms(const Model& model, Worker& worker, KvCache& kv, int n_tokens, int warmup,
+                         int runs, bool all_logits) {
+  const int n_vocab = model.config().n_vocab;
+  std::vector<double> times;
+  for (int r = 0; r < warmup + runs; ++r) {
+    std::vector<int32_t> tokens(n_tokens);
+    for (int i = 0; i < n_tokens; ++i) tokens[i] = (i * 7919 + r * 104729 + 13) % n_vocab;
+    const Batch batch = Batch::chain(kv, tokens, all_logits);
+    const auto t0 = std::chrono::steady_clock::now();
+    model.forward(worker, batch, kv);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    kv.discard_spec();
+    if (r >= warmup) times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace parspec
