@@ -79,11 +79,9 @@ void PearlEngine::step(std::vector<PearlRound>& rounds) {
 
 void PearlEngine::run_round(PearlRound& round) {
   switch (mode_) {
-    case PearlMode::kPreVerify:
-      pre_verify(round);
-      break;
+    case PearlMode::kPreVerify:  // post-verify with nothing pending
     case PearlMode::kPostVerify:
-      post_verify(round);
+      verify_and_draft(round);
       break;
     case PearlMode::kDraft:
       draft_only(round);
@@ -94,36 +92,9 @@ void PearlEngine::run_round(PearlRound& round) {
   }
 }
 
-void PearlEngine::pre_verify(PearlRound& round) {
-  start_window(options_.window);
-  target_.forward(std::span<const int32_t>(&last_verified_, 1));
-  // The first draft exists long before the target's forward ends (γ ≈ c).
-  const DraftToken& first = window_draft(0);
-  round.checked.push_back(first.token);
-  round.n_proposed = 1;
-  int32_t correction = 0;
-  if (!target_.check(0, first, &correction)) {
-    cancel_window();
-    target_.commit(1);
-    wait_idle();
-    round.drafted = tokens_of(window_);
-    settle_rejection(round, 0, correction);
-    return;
-  }
-  round.n_accepted = 1;
-  target_.commit(1);
-  wait_idle();  // the rest of the window is what the next round verifies
-  round.drafted = tokens_of(window_);
-  round.emitted.push_back(first.token);
-  ++n_verified_;
-  last_verified_ = first.token;
-  pending_.assign(std::make_move_iterator(window_.begin() + 1),
-                  std::make_move_iterator(window_.end()));
-  round.next_mode = options_.post_verify ? PearlMode::kPostVerify : PearlMode::kVerify;
-}
-
-void PearlEngine::post_verify(PearlRound& round) {
-  // The drafter continues after the pending drafts as if all were accepted.
+void PearlEngine::verify_and_draft(PearlRound& round) {
+  // The drafter continues after the pending drafts as if all were accepted
+  // (pre-verify: none are pending, and the forward checks only the first draft).
   start_window(options_.window);
   std::vector<int32_t> input = {last_verified_};
   for (const DraftToken& d : pending_) input.push_back(d.token);
@@ -147,7 +118,7 @@ void PearlEngine::post_verify(PearlRound& round) {
       last_verified_ = first.token;
       pending_.assign(std::make_move_iterator(window_.begin() + 1),
                       std::make_move_iterator(window_.end()));
-      round.next_mode = PearlMode::kPostVerify;
+      round.next_mode = options_.post_verify ? PearlMode::kPostVerify : PearlMode::kVerify;
       return;
     }
   }

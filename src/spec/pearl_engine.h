@@ -131,8 +131,9 @@ class PearlEngine {
 
  private:
   void run_round(PearlRound& round);
-  void pre_verify(PearlRound& round);
-  void post_verify(PearlRound& round);
+  // Pre-verify and post-verify rounds: one target forward over the pending
+  // drafts and the new window's first, while the drafter drafts the window.
+  void verify_and_draft(PearlRound& round);
   void draft_only(PearlRound& round);
   void verify_only(PearlRound& round);
   // Judges pending drafts by rows 0.. of the last forward; returns how many
