@@ -13,11 +13,11 @@
 #include <map>
 #include <sstream>
 
+#include "bench/report.h"
 #include "core/error.h"
 #include "core/worker.h"
+#include "decode/strategy.h"
 #include "model/model.h"
-#include "spec/bench_report.h"
-#include "spec/strategy.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"

@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "decode/strategy.h"
 #include "model/model.h"
-#include "spec/strategy.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/worker.h"
+#include "decode/strategy.h"
 #include "model/model.h"
-#include "spec/strategy.h"
 #include "tools/args.h"
 
 namespace parspec {

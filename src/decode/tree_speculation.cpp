@@ -1,4 +1,4 @@
-#include "spec/tree_speculation.h"
+#include "decode/tree_speculation.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "spec/strategies.h"
+#include "decode/strategies.h"
 
 #include "core/error.h"
 

@@ -1,4 +1,4 @@
-#include "spec/bench_report.h"
+#include "bench/report.h"
 
 #include <algorithm>
 #include <array>

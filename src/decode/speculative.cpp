@@ -1,4 +1,4 @@
-#include "spec/speculative.h"
+#include "decode/speculative.h"
 
 #include <numeric>
 

@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "spec/strategy.h"
-#include "spec/verify.h"
+#include "decode/strategy.h"
+#include "decode/verify.h"
 
 namespace parspec {
 

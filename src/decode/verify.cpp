@@ -1,4 +1,4 @@
-#include "spec/verify.h"
+#include "decode/verify.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "spec/pearl_engine.h"
+#include "decode/pearl_engine.h"
 
 #include <algorithm>
 #include <utility>

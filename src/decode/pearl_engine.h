@@ -43,7 +43,7 @@
 #include <thread>
 #include <vector>
 
-#include "spec/verify.h"
+#include "decode/verify.h"
 
 namespace parspec {
 

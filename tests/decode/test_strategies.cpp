@@ -7,8 +7,8 @@
 #include <map>
 
 #include "core/error.h"
+#include "decode/strategy.h"
 #include "model/model.h"
-#include "spec/strategy.h"
 #include "stats_helpers.h"
 #include "test_helpers.h"
 

@@ -10,8 +10,8 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "spec/strategies.h"
-#include "spec/tree_speculation.h"
+#include "decode/strategies.h"
+#include "decode/tree_speculation.h"
 
 namespace parspec {
 

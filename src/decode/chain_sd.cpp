@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "decode/speculative.h"
+#include "decode/strategies.h"
 #include "sample/sampler.h"
-#include "spec/speculative.h"
-#include "spec/strategies.h"
 
 namespace parspec {
 

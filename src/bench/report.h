@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "spec/strategy.h"
+#include "decode/strategy.h"
 
 namespace parspec {
 

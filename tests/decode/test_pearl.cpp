@@ -15,9 +15,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "decode/pearl_engine.h"
+#include "decode/strategy.h"
 #include "model/model.h"
-#include "spec/pearl_engine.h"
-#include "spec/strategy.h"
 #include "stats_helpers.h"
 #include "test_helpers.h"
 

@@ -15,9 +15,9 @@
 #include <sstream>
 
 #include "core/worker.h"
+#include "decode/strategy.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "spec/strategy.h"
 #include "test_helpers.h"
 #include "tokenizer/tokenizer.h"
 

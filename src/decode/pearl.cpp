@@ -10,11 +10,11 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "decode/pearl_engine.h"
+#include "decode/speculative.h"
+#include "decode/strategies.h"
 #include "model/forward_timing.h"
 #include "sample/sampler.h"
-#include "spec/pearl_engine.h"
-#include "spec/speculative.h"
-#include "spec/strategies.h"
 
 namespace parspec {
 

@@ -1,7 +1,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "spec/strategy.h"
+#include "decode/strategy.h"
 
 namespace parspec {
 

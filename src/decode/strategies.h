@@ -2,7 +2,7 @@
 // Constructors of the individual strategies (make_strategy picks one by name).
 #include <memory>
 
-#include "spec/strategy.h"
+#include "decode/strategy.h"
 
 namespace parspec {
 

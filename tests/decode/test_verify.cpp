@@ -5,8 +5,8 @@
 
 #include <map>
 
+#include "decode/verify.h"
 #include "sample/sampler.h"
-#include "spec/verify.h"
 #include "stats_helpers.h"
 
 namespace parspec {

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <regex>
 
+#include "bench/report.h"
 #include "core/error.h"
-#include "spec/bench_report.h"
 #include "test_helpers.h"
 
 namespace parspec {

@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "decode/strategies.h"
+#include "decode/tree_speculation.h"
 #include "sample/sampler.h"
-#include "spec/strategies.h"
-#include "spec/tree_speculation.h"
 
 namespace parspec {
 

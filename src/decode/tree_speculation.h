@@ -5,7 +5,7 @@
 // verification, and pruning to the surviving subtree.
 #include <vector>
 
-#include "spec/speculative.h"
+#include "decode/speculative.h"
 
 namespace parspec {
 
