@@ -3,7 +3,7 @@
 // be tested on hand-made numbers: prompt-set loading, aggregation of per-run
 // statistics per strategy and prompt set, and the report writers (terminal
 // table, JSON, Markdown, SVG bar chart). Metric names and definitions follow
-// shared/notes/conventions.md.
+// bench/README.md.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>

@@ -1,86 +1,57 @@
-#include <chrono>
+// `ar`: plain autoregressive decoding, the reference every other strategy
+// must reproduce. The target holds the whole sequence: the prompt is
+// prefilled with its last token, so each step samples from the logits at hand
+// and runs the previous step's token first.
+#include <optional>
 
-#include "core/error.h"
-#include "decode/strategy.h"
+#include "decode/driver.h"
+#include "decode/local_model.h"
+#include "decode/strategies.h"
+#include "sample/sampler.h"
 
 namespace parspec {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-// Prompts are prefilled in chunks of this many tokens; batch invariance makes
-// the result independent of the chunk size, which only bounds memory.
-constexpr size_t kPrefillChunk = 256;
-
-class Autoregressive final : public Strategy {
+class Autoregressive final : public DecodeStrategy {
  public:
-  Autoregressive(std::shared_ptr<const Model> model, Worker& worker, int ctx_size)
-      : model_(std::move(model)), worker_(worker), ctx_size_(ctx_size) {}
+  explicit Autoregressive(const StrategyConfig& config)
+      : DecodeStrategy(config, std::make_unique<LocalTarget>(config.target, *config.target_worker),
+                       nullptr) {}
 
   std::string name() const override { return "ar"; }
 
-  GenerationResult generate(const GenerationRequest& req) override {
-    check(!req.prompt.empty(), "the prompt is empty");
-    check(req.n_predict >= 0, "n_predict must not be negative");
-    const int needed = static_cast<int>(req.prompt.size()) + req.n_predict;
-    check(needed <= ctx_size_, "prompt (", req.prompt.size(), " tokens) + ", req.n_predict,
-          " tokens to generate exceed the context size ", ctx_size_, " (raise -c/--ctx-size)");
-    KvCache kv(model_->config(), ctx_size_);
-    Sampler sampler(req.sampling);
-    GenerationResult result;
-    GenerationStats& st = result.stats;
-    st.n_prompt = static_cast<int>(req.prompt.size());
-    const int n_vocab = model_->config().n_vocab;
+ protected:
+  int spec_budget() const override { return 0; }
+  void reset() override { sampler_.emplace(sampling_); }
+  void prefill() override { logits_ = prefill_target(seq_); }
+  void finish(GenerationStats& stats) override { stats.t_verify_ms = stats.t_gen_ms; }
 
-    const auto t0 = Clock::now();
-    std::vector<float> logits;
-    for (size_t begin = 0; begin < req.prompt.size(); begin += kPrefillChunk) {
-      const size_t end = std::min(req.prompt.size(), begin + kPrefillChunk);
-      std::span<const int32_t> chunk(req.prompt.data() + begin, end - begin);
-      logits = model_->forward(worker_, Batch::chain(kv, chunk, false), kv);
-      commit_all(kv);
+  void step(std::vector<int32_t>& emitted) override {
+    // The first step samples after the prompt; later ones first run the token
+    // the previous step emitted (so nothing runs after the last token).
+    if (target_->n_committed() < static_cast<int32_t>(seq_.size())) {
+      const int32_t token = cur();
+      logits_ = target_->forward(chain_batch(target_->n_committed(), std::span(&token, 1), true));
+      target_->commit_chain(1);
     }
-    const auto t1 = Clock::now();
-    st.t_prompt_ms = ms_between(t0, t1);
-
-    for (int i = 0; i < req.n_predict; ++i) {
-      const int32_t token = sampler.sample(logits.data(), n_vocab);
-      result.tokens.push_back(token);
-      if (req.on_token) req.on_token(token);
-      if ((req.is_stop && req.is_stop(token)) || i + 1 == req.n_predict) break;
-      logits = model_->forward(worker_, Batch::chain(kv, std::span(&token, 1), true), kv);
-      commit_all(kv);
-      ++st.target_forwards;
-    }
-    st.n_gen = static_cast<int>(result.tokens.size());
-    st.verify_steps = st.n_gen;
-    st.t_gen_ms = ms_between(t1, Clock::now());
-    st.t_verify_ms = st.t_gen_ms;
-    return result;
+    emitted.push_back(sampler_->sample(logits_.data(), n_vocab()));
   }
 
  private:
-  static void commit_all(KvCache& kv) {
-    std::vector<int32_t> path(kv.n_spec());
-    for (int32_t i = 0; i < kv.n_spec(); ++i) path[i] = i;
-    kv.commit(path);
-  }
-
-  std::shared_ptr<const Model> model_;
-  Worker& worker_;
-  int ctx_size_;
+  std::optional<Sampler> sampler_;
+  std::vector<float> logits_;
 };
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_autoregressive(std::shared_ptr<const Model> model, Worker& worker,
-                                              int ctx_size) {
-  return std::make_unique<Autoregressive>(std::move(model), worker, ctx_size);
+StrategyInfo autoregressive_strategy() {
+  return {.name = "ar",
+          .summary = "plain autoregressive decoding, the reference",
+          .needs_draft = false,
+          .options = {},
+          .variant_key = "",
+          .make = [](const StrategyConfig& c) { return std::make_unique<Autoregressive>(c); }};
 }
 
 }  // namespace parspec

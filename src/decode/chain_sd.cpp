@@ -2,9 +2,9 @@
 // The draft proposes a chain of γ tokens, the target checks all of them in
 // one forward, the longest agreeing prefix plus one target token is emitted.
 #include <algorithm>
-#include <cmath>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "decode/speculative.h"
 #include "decode/strategies.h"
 #include "sample/sampler.h"
@@ -28,53 +28,38 @@ class ChainSpeculation final : public SpeculativeStrategy {
   void reset() override { gamma_ = config_.draft_max; }
 
   void step(std::vector<int32_t>& emitted) override {
-    // Draft γ tokens, one forward each, continuing from cur.
     int32_t n_tail = 0;
-    std::vector<float> logits = catch_up_draft(&n_tail);
-    std::vector<int32_t> drafts;
+    int n_fed = 0;  // drafts the drafter has processed (its cache holds them)
     std::vector<Distribution> q;
-    int n_fed = 0;  // drafts the draft model has processed (its cache holds them)
-    for (int i = 0; i < gamma_; ++i) {
-      // --draft-p-min: stop when the draft is unsure (never before one token).
-      if (i > 0 && config_.draft_p_min > 0 && top_probability(logits) < config_.draft_p_min) break;
-      Distribution qi = distribution(logits.data());
-      const int32_t token = greedy() ? argmax(logits.data(), n_vocab()) : sample_from(qi, rng_);
-      drafts.push_back(token);
-      q.push_back(std::move(qi));
-      if (i + 1 == gamma_) break;
-      Batch next;
-      const int32_t parent = n_tail - 1 + i;
-      next.add(token, draft_kv_->n_committed() + parent + 1, parent, true);
-      logits = draft_forward(next);
-      ++n_fed;
-    }
+    const std::vector<int32_t> drafts = draft_chain(&n_tail, &n_fed, q);
     const int k = static_cast<int>(drafts.size());
 
     // Verify [cur, d0..d(k-1)] in one target forward.
     std::vector<int32_t> chain = {cur()};
     chain.insert(chain.end(), drafts.begin(), drafts.end());
-    const std::vector<float> target_logits = target_forward(Batch::chain(*target_kv_, chain, true));
+    const std::vector<float> target_logits =
+        target_->forward(chain_batch(target_->n_committed(), chain, true));
     ChainVerdict verdict;
-    const auto t0 = Clock::now();
-    if (greedy()) {
-      verdict = verify_chain_greedy(drafts, target_logits.data(), n_vocab());
-    } else {
-      std::vector<Distribution> p;
-      for (int i = 0; i <= k; ++i) p.push_back(distribution(&target_logits[size_t(i) * n_vocab()]));
-      verdict = verify_chain_sampled(drafts, q, p, rng_);
+    {
+      ScopedTimer timer(stats_->t_verify_ms);
+      if (greedy()) {
+        verdict = verify_chain_greedy(drafts, target_logits.data(), n_vocab());
+      } else {
+        std::vector<Distribution> p;
+        for (int i = 0; i <= k; ++i)
+          p.push_back(distribution(&target_logits[size_t(i) * n_vocab()]));
+        verdict = verify_chain_sampled(drafts, q, p, rng_);
+      }
     }
-    stats_->t_verify_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
     const int n = verdict.n_accepted;
-    stats_->drafted += k;
-    stats_->accepted += n;
-    for (int i = 0; i < k; ++i) stats_->per_position.add(i, i < n);
+    stats_->observe_step(k, n);
     emitted.assign(drafts.begin(), drafts.begin() + n);
     emitted.push_back(verdict.next_token);
 
-    commit_chain(*target_kv_, 1 + n);
-    // The draft saw the tail and n_fed drafts; keep what was accepted.
-    commit_chain(*draft_kv_, n_tail + std::min(n, n_fed));
+    target_->commit_chain(1 + n);
+    // The drafter saw the tail and n_fed drafts; keep what was accepted.
+    drafter_->accept_chain(n_tail + std::min(n, n_fed));
 
     if (config_.adaptive) {
       gamma_ = n == k ? std::min(config_.draft_max, gamma_ + 2)
@@ -83,12 +68,28 @@ class ChainSpeculation final : public SpeculativeStrategy {
   }
 
  private:
-  // Largest softmax probability of the raw logits (the draft's confidence).
-  float top_probability(const std::vector<float>& logits) const {
-    const float top = logits[argmax(logits.data(), n_vocab())];
-    double sum = 0.0;
-    for (int i = 0; i < n_vocab(); ++i) sum += std::exp(static_cast<double>(logits[i]) - top);
-    return static_cast<float>(1.0 / sum);
+  // Drafts up to γ tokens, one forward each, continuing from cur; `q` gets the
+  // distribution each was drawn from.
+  std::vector<int32_t> draft_chain(int32_t* n_tail, int* n_fed, std::vector<Distribution>& q) {
+    std::vector<float> logits = drafter_->catch_up(seq_, n_tail);
+    std::vector<int32_t> drafts;
+    for (int i = 0; i < gamma_; ++i) {
+      // --draft-p-min: stop when the draft is unsure (never before one token).
+      if (i > 0 && config_.draft_p_min > 0 &&
+          top_probability(logits.data(), n_vocab()) < config_.draft_p_min)
+        break;
+      Distribution qi = distribution(logits.data());
+      const int32_t token = greedy() ? argmax(logits.data(), n_vocab()) : sample_from(qi, rng_);
+      drafts.push_back(token);
+      q.push_back(std::move(qi));
+      if (i + 1 == gamma_) break;
+      Batch next;
+      const int32_t parent = *n_tail - 1 + i;
+      next.add(token, drafter_->n_seen() + parent + 1, parent, true);
+      logits = drafter_->propose(next);
+      ++*n_fed;
+    }
+    return drafts;
   }
 
   int gamma_ = 4;
@@ -96,8 +97,23 @@ class ChainSpeculation final : public SpeculativeStrategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_chain_speculation(const StrategyConfig& config) {
-  return std::make_unique<ChainSpeculation>(config);
+StrategyInfo chain_sd_strategy() {
+  return {.name = "sd",
+          .summary = "speculative decoding: the draft proposes a chain of γ tokens",
+          .needs_draft = true,
+          .options = {option_field("--draft-max", "draft_max", "N",
+                                   "draft tokens per step (γ; the maximum when adaptive)",
+                                   &StrategyConfig::draft_max),
+                      option_field("--draft-min", "draft_min", "N", "smallest γ when adaptive",
+                                   &StrategyConfig::draft_min),
+                      option_field("--draft-p-min", "draft_p_min", "P",
+                                   "stop drafting when the draft's top probability is below P",
+                                   &StrategyConfig::draft_p_min),
+                      option_flag("--adaptive-draft", "adaptive_draft",
+                                  "grow γ by 2 after a fully accepted step, shrink by 1 otherwise",
+                                  &StrategyConfig::adaptive)},
+          .variant_key = "draft_max",
+          .make = [](const StrategyConfig& c) { return std::make_unique<ChainSpeculation>(c); }};
 }
 
 }  // namespace parspec

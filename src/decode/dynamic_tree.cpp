@@ -1,5 +1,6 @@
-// `dyntree`: PipeDec's dynamic prediction tree on one machine
-// (shared/papers/pipedec.txt, section 3.3). The tree grows one level per draft
+// `dyntree`: PipeDec's dynamic prediction tree on one machine ("PipeDec:
+// Low-Latency Pipeline-based Inference with Dynamic Speculative Decoding
+// towards Large-scale Models", section 3.3). The tree grows one level per draft
 // forward; each level keeps the top min(w, n·c) candidates by cumulative draft
 // log-probability, where n is the number of nodes of the level above and each
 // contributes its c best children. The target checks the tree, verification
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "decode/strategies.h"
 #include "decode/tree_speculation.h"
+#include "sample/sampler.h"
 
 namespace parspec {
 
@@ -68,16 +70,10 @@ class DynamicTree final : public TreeSpeculation {
     const int c = config_.tree_branch;
     for (int32_t parent : frontier) {
       const Distribution& dist = tree_.draft_dist[parent];
-      std::vector<int32_t> ids(dist.size());
-      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-      const int k = std::min<int>(c, static_cast<int>(ids.size()));
-      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
-        return dist[a] != dist[b] ? dist[a] > dist[b] : a < b;
-      });
-      for (int i = 0; i < k; ++i) {
-        if (dist[ids[i]] <= 0.0f) break;
-        candidates.push_back({tree_.log_probs[parent] + std::log(static_cast<double>(dist[ids[i]])),
-                              parent, ids[i]});
+      for (int32_t id : top_c(dist, c)) {
+        if (dist[id] <= 0.0f) break;
+        candidates.push_back(
+            {tree_.log_probs[parent] + std::log(static_cast<double>(dist[id])), parent, id});
       }
     }
     const size_t keep = std::min<size_t>(
@@ -99,8 +95,20 @@ class DynamicTree final : public TreeSpeculation {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_dynamic_tree(const StrategyConfig& config) {
-  return std::make_unique<DynamicTree>(config);
+StrategyInfo dynamic_tree_strategy() {
+  return {.name = "dyntree",
+          .summary = "PipeDec's dynamic tree: grown level by level, pruned to the matched subtree",
+          .needs_draft = true,
+          .options = {tree_depth_option(), tree_branch_option(),
+                      option_field("--tree-width", "tree_width", "W", "nodes kept per level",
+                                   &StrategyConfig::tree_width),
+                      option_field("--tree-verify-depth", "tree_verify_depth", "V",
+                                   "levels the target checks per step (0 = all); deeper levels are "
+                                   "kept for the next step",
+                                   &StrategyConfig::tree_verify_depth),
+                      lossy_typical_option()},
+          .variant_key = "",
+          .make = [](const StrategyConfig& c) { return std::make_unique<DynamicTree>(c); }};
 }
 
 }  // namespace parspec

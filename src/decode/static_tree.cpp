@@ -53,17 +53,8 @@ class StaticTree final : public TreeSpeculation {
   // Greedy: the c most likely tokens. Sampling: c draws without replacement,
   // as multi-candidate verification requires.
   std::vector<int32_t> choose_children(const Distribution& dist) {
+    if (greedy()) return top_c(dist, config_.tree_branch);
     std::vector<int32_t> chosen;
-    if (greedy()) {
-      std::vector<int32_t> ids(dist.size());
-      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-      const int c = std::min<int>(config_.tree_branch, static_cast<int>(ids.size()));
-      std::partial_sort(ids.begin(), ids.begin() + c, ids.end(), [&](int32_t a, int32_t b) {
-        return dist[a] != dist[b] ? dist[a] > dist[b] : a < b;
-      });
-      chosen.assign(ids.begin(), ids.begin() + c);
-      return chosen;
-    }
     std::vector<float> remaining = dist;
     for (int i = 0; i < config_.tree_branch; ++i) {
       double mass = 0.0;
@@ -81,8 +72,13 @@ class StaticTree final : public TreeSpeculation {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_static_tree(const StrategyConfig& config) {
-  return std::make_unique<StaticTree>(config);
+StrategyInfo static_tree_strategy() {
+  return {.name = "tree",
+          .summary = "static tree (SpecInfer): every node expanded into its top-c children",
+          .needs_draft = true,
+          .options = {tree_depth_option(), tree_branch_option(), lossy_typical_option()},
+          .variant_key = "",
+          .make = [](const StrategyConfig& c) { return std::make_unique<StaticTree>(c); }};
 }
 
 }  // namespace parspec

@@ -1,12 +1,15 @@
 #pragma once
 // What every decoding strategy shares: the request, the result with its
-// accounting (metric names as in shared/notes/conventions.md), and the
-// interface. Plain autoregressive decoding (`ar`) is the reference every
-// other strategy must reproduce token for token.
+// accounting (the metric names of bench/README.md), the interface, and the
+// configuration the strategy registry (decode/strategies.h) fills. Plain
+// autoregressive decoding (`ar`) is the reference every other strategy must
+// reproduce token for token.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "core/worker.h"
@@ -45,7 +48,15 @@ struct GenerationStats {
   double t_draft_ms = 0;
   double t_verify_ms = 0;
   PositionAcceptance per_position;
-  int draft_window = 0;  // pearl: the window γ it ran with (measured or --draft-max)
+  int draft_window = 0;  // pearl: the window γ it ran with (measured or --pearl-window)
+
+  // One verification's outcome: `proposed` draft tokens went to the target,
+  // `accepted` of them (a path from the root) were accepted, and draft
+  // positions 0..positions-1 were tried (a chain: positions == proposed; a
+  // tree: the accepted depth, plus one if the end of the path had checked
+  // children that were all rejected).
+  void observe_step(int64_t proposed, int accepted, int positions);
+  void observe_step(int proposed, int accepted) { observe_step(proposed, accepted, proposed); }
 
   double tok_per_s() const { return t_gen_ms > 0 ? n_gen * 1000.0 / t_gen_ms : 0; }
   double alpha() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0; }
@@ -62,11 +73,19 @@ class Strategy {
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;
   virtual GenerationResult generate(const GenerationRequest& request) = 0;
+  // What the strategy measured or decided when it was made, one line each, for
+  // the tool to show (libraries do not print).
+  virtual std::vector<std::string> notes() const { return {}; }
 };
 
-// Everything a strategy may need; each strategy reads what applies to it.
+// A strategy option's value: its flag takes an integer, a real or nothing.
+using OptionValue = std::variant<int, float, bool>;
+
+// Everything a strategy may need; each strategy reads what applies to it. The
+// typed fields are the options of the strategies built in; a strategy added
+// later keeps its options in `options` by JSON key (decode/strategies.h).
 struct StrategyConfig {
-  std::string name = "ar";  // ar, sd, tree, dyntree, pearl (see strategy_names())
+  std::string name = "ar";  // a registered name (see strategy_names())
   std::shared_ptr<const Model> target;
   std::shared_ptr<const Model> draft;  // required by every strategy but ar
   Worker* target_worker = nullptr;
@@ -89,16 +108,12 @@ struct StrategyConfig {
   int pearl_window = 0;
   bool pre_verify = true;
   bool post_verify = true;
+  std::map<std::string, OptionValue> options;
 };
 
 // Names accepted by make_strategy, in the order benchmarks list them.
 const std::vector<std::string>& strategy_names();
 // Throws Error for an unknown name or a missing draft model.
 std::unique_ptr<Strategy> make_strategy(const StrategyConfig& config);
-
-// Plain autoregressive decoding of `model` with `worker`, in a context of
-// ctx_size tokens (prompt + generation).
-std::unique_ptr<Strategy> make_autoregressive(std::shared_ptr<const Model> model, Worker& worker,
-                                              int ctx_size);
 
 }  // namespace parspec

@@ -3,9 +3,27 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "sample/sampler.h"
 
 namespace parspec {
+
+StrategyOption tree_depth_option() {
+  return option_field("--tree-depth", "tree_depth", "D", "levels below the root",
+                      &StrategyConfig::tree_depth);
+}
+
+StrategyOption tree_branch_option() {
+  return option_field("--tree-branch", "tree_branch", "C", "children per node",
+                      &StrategyConfig::tree_branch);
+}
+
+StrategyOption lossy_typical_option() {
+  return option_flag(
+      "--lossy-typical", "lossy_typical",
+      "LOSSY: accept tree tokens by typical acceptance (Medusa/PPD) instead of exact verification",
+      &StrategyConfig::lossy_typical);
+}
 
 int32_t TreeSpeculation::Tree::add(int32_t token, int32_t parent, double log_prob) {
   tokens.push_back(token);
@@ -27,20 +45,14 @@ void TreeSpeculation::reset() {
 }
 
 Distribution TreeSpeculation::draft_distribution(const float* logits) const {
-  if (!greedy()) return distribution(logits);
-  Distribution d(n_vocab());
-  const float top = logits[argmax(logits, n_vocab())];
-  double sum = 0.0;
-  for (int i = 0; i < n_vocab(); ++i) sum += (d[i] = std::exp(logits[i] - top));
-  for (float& v : d) v = static_cast<float>(v / sum);
-  return d;
+  return greedy() ? softmax(logits, n_vocab()) : distribution(logits);
 }
 
 void TreeSpeculation::draft_root() {
   if (tree_.size() == 0) tree_.add(cur(), -1, 0.0);
   if (tree_.draft_cells[0] != kUnprocessed) return;
   int32_t n_tail = 0;
-  const std::vector<float> logits = catch_up_draft(&n_tail);
+  const std::vector<float> logits = drafter_->catch_up(seq_, &n_tail);
   draft_prefix_cells_.clear();
   for (int32_t c = 0; c + 1 < n_tail; ++c) draft_prefix_cells_.push_back(c);
   tree_.draft_cells[0] = n_tail - 1;
@@ -57,8 +69,8 @@ void TreeSpeculation::draft_process(const std::vector<int32_t>& nodes) {
     batch.add(tree_.tokens[node], root_pos + tree_.depths[node],
               parent_cell == kCommitted ? -1 : parent_cell, true);
   }
-  const int32_t first = draft_kv_->n_spec();
-  const std::vector<float> logits = draft_forward(batch);
+  const int32_t first = drafter_->n_spec();
+  const std::vector<float> logits = drafter_->propose(batch);
   for (size_t i = 0; i < nodes.size(); ++i) {
     tree_.draft_cells[nodes[i]] = first + static_cast<int32_t>(i);
     tree_.draft_dist[nodes[i]] = draft_distribution(&logits[i * n_vocab()]);
@@ -69,7 +81,7 @@ void TreeSpeculation::target_process(int max_depth) {
   const int32_t root_pos = static_cast<int32_t>(seq_.size()) - 1;
   Batch batch;
   std::vector<int32_t> nodes;
-  const int32_t first = target_kv_->n_spec();
+  const int32_t first = target_->n_spec();
   for (int32_t node = 0; node < tree_.size(); ++node) {
     if (tree_.target_cells[node] != kUnprocessed || tree_.depths[node] > max_depth) continue;
     const int32_t parent = tree_.parents[node];
@@ -83,7 +95,7 @@ void TreeSpeculation::target_process(int max_depth) {
     nodes.push_back(node);
   }
   if (nodes.empty()) return;
-  const std::vector<float> logits = target_forward(batch);
+  const std::vector<float> logits = target_->forward(batch);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const float* row = &logits[i * n_vocab()];
     tree_.target_rows[nodes[i]] = greedy() ? Distribution(row, row + n_vocab()) : distribution(row);
@@ -99,8 +111,8 @@ TreeVerdict TreeSpeculation::verify(bool multi_candidate) {
   auto rows = [&](const std::vector<Distribution>& v) {
     return [&v](int32_t node) { return std::span<const float>(v[node + 1]); };
   };
-  const auto t0 = Clock::now();
   TreeVerdict verdict;
+  ScopedTimer timer(stats_->t_verify_ms);
   if (greedy())
     verdict = verify_tree_greedy(view, rows(tree_.target_rows));
   else if (config_.lossy_typical)
@@ -110,25 +122,26 @@ TreeVerdict TreeSpeculation::verify(bool multi_candidate) {
         verify_tree_multi_candidate(view, rows(tree_.target_rows), rows(tree_.draft_dist), rng_);
   else
     verdict = verify_tree_token_matching(view, rows(tree_.target_rows), rng_);
-  stats_->t_verify_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   // Back to tree indices.
   for (int32_t& node : verdict.path) ++node;
   if (verdict.matched_unverified >= 0) ++verdict.matched_unverified;
   return verdict;
 }
 
-void TreeSpeculation::finish_step(const TreeVerdict& verdict, std::vector<int32_t>& emitted) {
-  // Accounting: every node the target checked was a proposal; its depth is
-  // its draft position.
-  for (int32_t node = 1; node < tree_.size(); ++node)
-    if (tree_.target_cells[node] >= 0) ++stats_->drafted;
-  stats_->accepted += static_cast<int64_t>(verdict.path.size());
-  for (size_t i = 0; i < verdict.path.size(); ++i) stats_->per_position.add(i, true);
+void TreeSpeculation::observe(const TreeVerdict& verdict) {
+  // Every node the target checked was a proposal; its depth is its draft position.
+  int64_t proposed = 0;
+  for (int32_t node = 1; node < tree_.size(); ++node) proposed += tree_.target_cells[node] >= 0;
+  const int accepted = static_cast<int>(verdict.path.size());
   const int32_t end = verdict.path.empty() ? 0 : verdict.path.back();
   bool end_had_checked_children = false;
   for (int32_t node = end + 1; node < tree_.size(); ++node)
     end_had_checked_children |= tree_.parents[node] == end && tree_.target_cells[node] >= 0;
-  if (end_had_checked_children) stats_->per_position.add(verdict.path.size(), false);
+  stats_->observe_step(proposed, accepted, accepted + (end_had_checked_children ? 1 : 0));
+}
+
+void TreeSpeculation::finish_step(const TreeVerdict& verdict, std::vector<int32_t>& emitted) {
+  observe(verdict);
 
   for (int32_t node : verdict.path) emitted.push_back(tree_.tokens[node]);
   emitted.push_back(verdict.next_token);
@@ -137,7 +150,7 @@ void TreeSpeculation::finish_step(const TreeVerdict& verdict, std::vector<int32_
   std::vector<int32_t> target_path = {tree_.target_cells[0]};
   for (int32_t node : verdict.path) target_path.push_back(tree_.target_cells[node]);
   check(target_path[0] >= 0, "tree step: the target did not process the root");
-  target_kv_->commit(target_path);
+  target_->commit(target_path, {});
 
   // The subtree that survives: below the matched-but-unchecked child, if any.
   const int32_t new_root = verdict.matched_unverified;
@@ -173,7 +186,7 @@ void TreeSpeculation::finish_step(const TreeVerdict& verdict, std::vector<int32_
         kept_nodes.push_back(node);
       }
   }
-  const std::vector<int32_t> new_ids = draft_kv_->commit(draft_path, draft_keep);
+  const std::vector<int32_t> new_ids = drafter_->accept(draft_path, draft_keep);
   draft_prefix_cells_.clear();
 
   // Rebuild the tree from the survivors (or start a new one at next_token).

@@ -6,8 +6,14 @@
 #include <vector>
 
 #include "decode/speculative.h"
+#include "decode/strategies.h"
 
 namespace parspec {
+
+// Options both tree strategies take.
+StrategyOption tree_depth_option();
+StrategyOption tree_branch_option();
+StrategyOption lossy_typical_option();
 
 class TreeSpeculation : public SpeculativeStrategy {
  public:
@@ -44,6 +50,8 @@ class TreeSpeculation : public SpeculativeStrategy {
   Distribution draft_distribution(const float* logits) const;
   // Verification walk over the tree (greedy, multi-candidate or token matching).
   TreeVerdict verify(bool multi_candidate);
+  // Accounts the verdict: checked nodes were proposed, the path accepted.
+  void observe(const TreeVerdict& verdict);
   // Emits the verdict's tokens, commits both caches and prunes the tree to
   // the subtree the next step starts from.
   void finish_step(const TreeVerdict& verdict, std::vector<int32_t>& emitted);

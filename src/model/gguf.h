@@ -1,6 +1,6 @@
 #pragma once
 // GGUF v3 reader (memory-mapped, every offset/size/count bounds-checked) and
-// writer. Format facts: shared/notes/gguf.md.
+// writer. Format facts: the GGUF specification (ggml, docs/gguf.md there).
 #include <cstddef>
 #include <cstdint>
 #include <map>

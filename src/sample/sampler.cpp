@@ -303,6 +303,33 @@ void validate_sampling_params(const SamplingParams& params) {
         "sampling: min-p must be in [0, 1) (0 disables it), got ", params.min_p);
 }
 
+std::vector<float> softmax(const float* logits, int n_vocab) {
+  std::vector<float> d(n_vocab);
+  const float top = logits[argmax(logits, n_vocab)];
+  double sum = 0.0;
+  for (int i = 0; i < n_vocab; ++i) sum += (d[i] = std::exp(logits[i] - top));
+  for (float& v : d) v = static_cast<float>(v / sum);
+  return d;
+}
+
+float top_probability(const float* logits, int n_vocab) {
+  const float top = logits[argmax(logits, n_vocab)];
+  double sum = 0.0;
+  for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - top);
+  return static_cast<float>(1.0 / sum);
+}
+
+std::vector<int32_t> top_c(std::span<const float> weights, int c) {
+  std::vector<int32_t> ids(weights.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  const size_t k = std::min(static_cast<size_t>(std::max(c, 0)), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return weights[a] != weights[b] ? weights[a] > weights[b] : a < b;
+  });
+  ids.resize(k);
+  return ids;
+}
+
 int32_t argmax(const float* logits, int n_vocab) {
   check(n_vocab > 0, "argmax: empty logits");
   // The first token equal to the maximum: lowest id on ties, and NaN equals nothing.

@@ -40,6 +40,14 @@ void probabilities(const float* logits, int n_vocab, const SamplingParams& param
 // Lowest id among the largest logits; NaN never wins. Throws if all are NaN.
 int32_t argmax(const float* logits, int n_vocab);
 
+// Plain softmax of raw logits (no temperature, no filters), in float with a
+// double sum: the draft distribution tree strategies rank children by.
+std::vector<float> softmax(const float* logits, int n_vocab);
+// Largest softmax probability of raw logits, in double (a draft's confidence).
+float top_probability(const float* logits, int n_vocab);
+// The min(c, size) ids of largest weight, best first, lower id on ties.
+std::vector<int32_t> top_c(std::span<const float> weights, int c);
+
 // One uniform draw, inverse CDF in id order. `weights` must be finite and
 // >= 0 with a positive sum but need not be normalized (e.g. max(p - q, 0)
 // residuals); tokens of weight 0 are never returned.

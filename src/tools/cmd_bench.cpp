@@ -16,7 +16,7 @@
 #include "bench/report.h"
 #include "core/error.h"
 #include "core/worker.h"
-#include "decode/strategy.h"
+#include "decode/strategies.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -129,6 +129,35 @@ void write_output(const std::string& path, const std::string& text) {
   check(out.good(), "error while writing '", path, "'");
 }
 
+// An entry of --strategies is NAME or NAME:G, G setting the option the
+// strategy names for variants (sd: γ, pearl: the window), so that several
+// values can be compared in one run (sd:2,sd:3,...).
+std::pair<std::string, int> split_variant(const std::string& entry) {
+  const size_t colon = entry.find(':');
+  const std::string base = entry.substr(0, colon);
+  const StrategyInfo* info = nullptr;
+  for (const StrategyInfo& i : strategy_registry())
+    if (i.name == base) info = &i;
+  if (info == nullptr)
+    fail("unknown strategy '", entry, "' in --strategies (known: ", strategy_list(), ")");
+  int gamma = 0;
+  if (colon != std::string::npos) {
+    std::string with_variants;
+    for (const StrategyInfo& i : strategy_registry()) {
+      if (i.variant_key.empty()) continue;
+      if (!with_variants.empty()) with_variants += " and ";
+      with_variants += i.name;
+    }
+    const std::string value = entry.substr(colon + 1);
+    const bool digits = !value.empty() && value.size() < 4 &&
+                        value.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || (gamma = std::stoi(value)) < 1 || info->variant_key.empty())
+      fail("invalid strategy '", entry, "' in --strategies (NAME:G with G >= 1 is for ",
+           with_variants, ")");
+  }
+  return {base, gamma};
+}
+
 struct TokenizedSet {
   PromptSet set;
   std::vector<std::vector<int32_t>> prompts;
@@ -226,27 +255,7 @@ int cmd_bench(int argc, char** argv) {
   // An entry is NAME or NAME:G, G being γ for sd (--draft-max) and the window
   // for pearl, so that several γ can be compared in one run (sd:2,sd:3,...).
   std::vector<std::string> strategies = split_list(strategies_text);
-  const auto& known = strategy_names();
-  auto split_variant = [&](const std::string& entry) {
-    const size_t colon = entry.find(':');
-    const std::string base = entry.substr(0, colon);
-    int gamma = 0;
-    if (colon != std::string::npos) {
-      const std::string value = entry.substr(colon + 1);
-      const bool digits = !value.empty() && value.size() < 4 &&
-                          value.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits || (gamma = std::stoi(value)) < 1 || (base != "sd" && base != "pearl"))
-        fail("invalid strategy '", entry,
-             "' in --strategies (NAME:G with G >= 1 is for sd and pearl)");
-    }
-    return std::pair<std::string, int>(base, gamma);
-  };
-  for (const std::string& s : strategies) {
-    if (std::find(known.begin(), known.end(), split_variant(s).first) != known.end()) continue;
-    std::string known_text;
-    for (const auto& k : known) known_text += (known_text.empty() ? "" : ", ") + k;
-    fail("unknown strategy '", s, "' in --strategies (known: ", known_text, ")");
-  }
+  for (const std::string& s : strategies) split_variant(s);
   if (std::find(strategies.begin(), strategies.end(), kReferenceStrategy) == strategies.end())
     strategies.insert(strategies.begin(), std::string(kReferenceStrategy));
   const size_t ar_index =
@@ -317,18 +326,21 @@ int cmd_bench(int argc, char** argv) {
   StrategyResources resources;
   resources.init(target, strategy_options, n_threads);
   std::vector<std::unique_ptr<Strategy>> runners;
+  bool any_lossy = false;
   for (const std::string& entry : strategies) {
     const auto [name, gamma] = split_variant(entry);
     StrategyConfig config = resources.config_for(name, strategy_options, n_ctx);
-    if (gamma > 0) {
-      config.draft_max = gamma;
-      config.pearl_window = gamma;
-    }
+    const StrategyInfo& info = strategy_info(name);
+    for (const StrategyOption& option : info.options)
+      if (gamma > 0 && option.json_key == info.variant_key) option.set(config, gamma);
+    any_lossy |= config.lossy_typical;
     runners.push_back(make_strategy(config));
+    for (const std::string& note : runners.back()->notes())
+      std::fprintf(stderr, "%s\n", note.c_str());
   }
 
   const bool json_to_stdout = json_out == "-";
-  const bool check_exact = sampling.greedy() && !strategy_options.lossy_typical;
+  const bool check_exact = sampling.greedy() && !any_lossy;
   const auto make_request = [&](const std::vector<int32_t>& prompt, int n, uint64_t run_seed) {
     GenerationRequest request;
     request.prompt = prompt;
@@ -415,7 +427,10 @@ int cmd_bench(int argc, char** argv) {
   report.exactness_checked = check_exact;
 
   std::string command = "parspec";
-  for (int i = 1; i < argc; ++i) command += " " + shell_quote(argv[i]);
+  for (int i = 1; i < argc; ++i) {
+    command += ' ';
+    command += shell_quote(argv[i]);
+  }
   ojson& config = report.config;
   config["command"] = command;
   config["date"] = utc_now();
@@ -444,16 +459,7 @@ int cmd_bench(int argc, char** argv) {
   config["threads_draft"] = report.machine.threads_draft;
   config["ignore_eos"] = ignore_eos;
   config["warmup"] = warmup;
-  const StrategyConfig& sc = strategy_options.config;
-  config["strategy_options"] = {{"draft_max", sc.draft_max},
-                                {"draft_min", sc.draft_min},
-                                {"draft_p_min", sc.draft_p_min},
-                                {"adaptive_draft", sc.adaptive},
-                                {"tree_depth", sc.tree_depth},
-                                {"tree_branch", sc.tree_branch},
-                                {"tree_width", sc.tree_width},
-                                {"tree_verify_depth", sc.tree_verify_depth},
-                                {"lossy_typical", strategy_options.lossy_typical}};
+  config["strategy_options"] = strategy_options.to_json();
   add_git_info(config);
 
   const ojson json = report_json(report);

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/worker.h"
-#include "decode/strategy.h"
+#include "decode/strategies.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/stream_decoder.h"
@@ -57,7 +57,7 @@ int cmd_generate(int argc, char** argv) {
               "chat template to use instead of the detected one (llama3, chatml)");
   args.flag("--ignore-eos", &ignore_eos, "do not stop at end-of-generation tokens");
   args.option("--strategy", &strategy_name, "NAME",
-              "decoding strategy: ar, sd, tree, dyntree, pearl (all but ar need -md)");
+              "decoding strategy: " + strategy_list() + " (all but ar need -md)");
   strategy_options.add_to(args);
   args.flag("--json", &json, "print one JSON object with the text, token ids and timings");
   if (!args.parse(argc, argv)) return 0;
@@ -85,6 +85,7 @@ int cmd_generate(int argc, char** argv) {
   StrategyResources resources;
   resources.init(model, strategy_options, n_threads);
   auto strategy = make_strategy(resources.config_for(strategy_name, strategy_options, n_ctx));
+  for (const std::string& note : strategy->notes()) std::fprintf(stderr, "%s\n", note.c_str());
   StreamDecoder stream(*tokenizer);
   GenerationRequest request;
   request.prompt = prompt_tokens;

@@ -1,48 +1,71 @@
 #include "tools/strategy_options.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/worker.h"
 
 namespace parspec {
 
 void StrategyOptions::add_to(ArgParser& args) {
-  args_ = &args;
   args.option("-md,--model-draft", &draft_path, "FILE",
               "draft model (GGUF) for speculative strategies");
   args.option("-td,--threads-draft", &threads_draft, "N",
               "threads of the draft model's own worker; 0 = share the target's worker (pearl, "
               "which runs both models at once, then gives the draft as many threads as -t on "
               "the target's cores)");
-  args.option("--draft-max", &config.draft_max, "N",
-              "sd: draft tokens per step (γ; the maximum when adaptive); pearl: the window γ "
-              "(default: round(t(target forward) / t(draft forward)), measured at start-up)");
-  args.option("--draft-min", &config.draft_min, "N", "sd: smallest γ when adaptive");
-  args.option("--draft-p-min", &config.draft_p_min, "P",
-              "sd: stop drafting when the draft's top probability is below P");
-  args.flag("--adaptive-draft", &config.adaptive,
-            "sd: grow γ by 2 after a fully accepted step, shrink by 1 otherwise");
-  args.option("--tree-depth", &config.tree_depth, "D", "tree, dyntree: levels below the root");
-  args.option("--tree-branch", &config.tree_branch, "C", "tree, dyntree: children per node");
-  args.option("--tree-width", &config.tree_width, "W", "dyntree: nodes kept per level");
-  args.option("--tree-verify-depth", &config.tree_verify_depth, "V",
-              "dyntree: levels the target checks per step (0 = all); deeper levels are kept for "
-              "the next step");
-  args.flag(
-      "--lossy-typical", &lossy_typical,
-      "LOSSY: accept tree tokens by typical acceptance (Medusa/PPD) instead of exact verification");
-  args.flag("--no-pre-verify", &no_pre_verify,
-            "pearl ablation: draft each window with the target idle instead of checking its first "
-            "token meanwhile");
-  args.flag("--no-post-verify", &no_post_verify,
-            "pearl ablation: verify pending drafts with the drafter idle instead of drafting the "
-            "next window meanwhile");
+  // Flags in registry order; one slot per flag, however many strategies take it.
+  std::vector<std::pair<const StrategyOption*, std::string>> flags;  // option, strategies
+  for (const StrategyInfo& info : strategy_registry()) {
+    for (const StrategyOption& option : info.options) {
+      auto same = std::find_if(flags.begin(), flags.end(),
+                               [&](const auto& f) { return f.first->flag == option.flag; });
+      if (same == flags.end())
+        flags.emplace_back(&option, info.name);
+      else
+        same->second += ", " + info.name;
+    }
+  }
+  const StrategyConfig defaults;
+  for (const auto& [option, users] : flags) {
+    Slot& slot = slots_.emplace_back();
+    slot.option = option;
+    const OptionValue value = option->get(defaults);
+    const std::string help = users + ": " + option->help;
+    if (const int* i = std::get_if<int>(&value)) {
+      slot.int_value = *i;
+      args.option(option->flag, &slot.int_value, option->value_name, help);
+    } else if (const float* f = std::get_if<float>(&value)) {
+      slot.float_value = *f;
+      args.option(option->flag, &slot.float_value, option->value_name, help);
+    } else {
+      slot.bool_value = std::get<bool>(value);
+      args.flag(option->flag, &slot.bool_value, help);
+    }
+  }
   args.option("--placement", &placement, "MODE",
               "cores of the threads: auto (not pinned), separate (target on cores 0..t-1, draft "
               "on the next td cores), shared (draft on the target's cores: resource competition)");
 }
 
-bool StrategyOptions::draft_max_given() const {
-  return args_ != nullptr && args_->given("--draft-max");
+OptionValue StrategyOptions::Slot::value() const {
+  const OptionValue kind = option->get(StrategyConfig());
+  if (std::holds_alternative<int>(kind)) return int_value;
+  if (std::holds_alternative<float>(kind)) return float_value;
+  return bool_value;
+}
+
+void StrategyOptions::apply(const std::string& name, StrategyConfig& config) const {
+  for (const StrategyOption& option : strategy_info(name).options)
+    for (const Slot& slot : slots_)
+      if (slot.option->flag == option.flag) option.set(config, slot.value());
+}
+
+nlohmann::ordered_json StrategyOptions::to_json() const {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const Slot& slot : slots_)
+    std::visit([&](auto v) { out[slot.option->json_key] = v; }, slot.value());
+  return out;
 }
 
 void StrategyResources::init(std::shared_ptr<const Model> target_model,
@@ -77,18 +100,16 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
 
 StrategyConfig StrategyResources::config_for(const std::string& name,
                                              const StrategyOptions& options, int ctx_size) const {
-  StrategyConfig c = options.config;
+  const StrategyInfo& info = strategy_info(name);
+  StrategyConfig c;
+  options.apply(name, c);
   c.name = name;
   c.target = target;
   c.draft = draft;
   c.target_worker = target_worker.get();
   c.draft_worker = draft_worker ? draft_worker.get() : target_worker.get();
   c.ctx_size = ctx_size;
-  c.lossy_typical = options.lossy_typical;
-  c.pre_verify = !options.no_pre_verify;
-  c.post_verify = !options.no_post_verify;
-  c.pearl_window = options.draft_max_given() ? c.draft_max : 0;
-  if (name != "ar" && !draft)
+  if (info.needs_draft && !draft)
     fail("strategy '", name, "' needs a draft model: give one with -md FILE");
   return c;
 }

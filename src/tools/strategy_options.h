@@ -1,12 +1,15 @@
 #pragma once
 // Command-line options that choose and tune a decoding strategy, shared by
 // `generate` and `bench` so both accept the same flags with the same defaults.
+// The strategies' own options come from the registry (decode/strategies.h).
+#include <deque>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/worker.h"
-#include "decode/strategy.h"
+#include "decode/strategies.h"
 #include "model/model.h"
 #include "tools/args.h"
 
@@ -15,24 +18,29 @@ namespace parspec {
 struct StrategyOptions {
   std::string draft_path;  // -md
   int threads_draft = 0;   // -td; 0: share the target's worker
-  StrategyConfig config;   // tuning knobs with their defaults
-  bool lossy_typical = false;
-  bool no_pre_verify = false, no_post_verify = false;  // pearl ablations
   // Where the workers' threads run: "auto" (not pinned), "separate" (target on
   // cores 0..t-1, draft on the next td cores), "shared" (both on the target's
   // cores: the resource competition of PEARL's appendix G).
   std::string placement = "auto";
 
-  // Registers -md, -td, --draft-max, --draft-min, --draft-p-min, --adaptive-draft,
-  // --tree-depth, --tree-branch, --tree-width, --tree-verify-depth, --lossy-typical,
-  // --no-pre-verify, --no-post-verify, --placement. `args` must outlive the
-  // config_for() calls (it tells whether --draft-max was given).
+  // Registers -md, -td, --placement and every registered strategy's options; a
+  // flag that several strategies take is registered once, its help naming
+  // them. The object must not move afterwards (the parser writes into it).
   void add_to(ArgParser& args);
-  // Whether --draft-max was given (pearl then measures nothing).
-  bool draft_max_given() const;
+  // Sets strategy `name`'s options in `config` to the values given (or their defaults).
+  void apply(const std::string& name, StrategyConfig& config) const;
+  // Every strategy option by JSON key, as given or defaulted.
+  nlohmann::ordered_json to_json() const;
 
  private:
-  const ArgParser* args_ = nullptr;
+  struct Slot {
+    const StrategyOption* option = nullptr;
+    int int_value = 0;
+    float float_value = 0;
+    bool bool_value = false;
+    OptionValue value() const;
+  };
+  std::deque<Slot> slots_;  // stable addresses for the parser
 };
 
 // Models and workers a strategy runs on, loaded once and shared by every
@@ -43,8 +51,8 @@ struct StrategyResources {
 
   // Loads the draft (when a path is given) and creates the workers.
   void init(std::shared_ptr<const Model> target_model, const StrategyOptions& options, int threads);
-  // A config for strategy `name` on these resources (throws when `name` needs
-  // a draft and none was given).
+  // A config for strategy `name` on these resources (throws when `name` is
+  // unknown, or needs a draft and none was given).
   StrategyConfig config_for(const std::string& name, const StrategyOptions& options,
                             int ctx_size) const;
 };

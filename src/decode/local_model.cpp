@@ -1,0 +1,51 @@
+#include "decode/local_model.h"
+
+#include <utility>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace parspec {
+
+LocalSequence::LocalSequence(std::shared_ptr<const Model> model, Worker& worker)
+    : model_(std::move(model)), worker_(worker) {
+  check(model_ != nullptr, "a local model side needs a model");
+}
+
+void LocalSequence::begin(int32_t capacity) {
+  kv_ = std::make_unique<KvCache>(model_->config(), capacity);
+}
+
+KvCache& LocalSequence::kv() {
+  check(kv_ != nullptr, "a model side was used before begin()");
+  return *kv_;
+}
+
+std::vector<float> LocalSequence::forward(const Batch& batch) {
+  ScopedTimer timer(meter_.ms);
+  ++meter_.forwards;
+  return model_->forward(worker_, batch, kv());
+}
+
+ForwardMeter LocalSequence::take_meter() {
+  return std::exchange(meter_, ForwardMeter{});
+}
+
+int32_t LocalTarget::n_committed() const {
+  return seq_.kv().n_committed();
+}
+int32_t LocalTarget::n_spec() const {
+  return seq_.kv().n_spec();
+}
+int32_t ModelDrafter::n_seen() const {
+  return seq_.kv().n_committed();
+}
+int32_t ModelDrafter::n_spec() const {
+  return seq_.kv().n_spec();
+}
+
+void ModelDrafter::roll_back(int32_t n) {
+  if (seq_.kv().n_committed() > n) seq_.kv().truncate(n);
+}
+
+}  // namespace parspec

@@ -1,0 +1,76 @@
+#pragma once
+// Target and Drafter on a Model, a Worker and a KvCache of this process.
+#include <memory>
+
+#include "core/worker.h"
+#include "decode/sides.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace parspec {
+
+// A model's sequence in one KvCache, with forwards timed; the common part of
+// LocalTarget and ModelDrafter.
+class LocalSequence {
+ public:
+  LocalSequence(std::shared_ptr<const Model> model, Worker& worker);
+
+  const Model& model() const { return *model_; }
+  Worker& worker() const { return worker_; }
+  void begin(int32_t capacity);
+  KvCache& kv();
+  std::vector<float> forward(const Batch& batch);
+  ForwardMeter take_meter();
+
+ private:
+  std::shared_ptr<const Model> model_;
+  Worker& worker_;
+  std::unique_ptr<KvCache> kv_;
+  ForwardMeter meter_;
+};
+
+class LocalTarget final : public Target {
+ public:
+  LocalTarget(std::shared_ptr<const Model> model, Worker& worker)
+      : seq_(std::move(model), worker) {}
+
+  const Model& model() const { return seq_.model(); }
+  Worker& worker() const { return seq_.worker(); }
+  int n_vocab() const override { return seq_.model().config().n_vocab; }
+  void begin(int32_t capacity) override { seq_.begin(capacity); }
+  int32_t n_committed() const override;
+  int32_t n_spec() const override;
+  std::vector<float> forward(const Batch& batch) override { return seq_.forward(batch); }
+  std::vector<int32_t> commit(std::span<const int32_t> path,
+                              std::span<const int32_t> keep) override {
+    return seq_.kv().commit(path, keep);
+  }
+  void truncate(int32_t n) override { seq_.kv().truncate(n); }
+  ForwardMeter take_meter() override { return seq_.take_meter(); }
+
+ private:
+  mutable LocalSequence seq_;
+};
+
+class ModelDrafter final : public Drafter {
+ public:
+  ModelDrafter(std::shared_ptr<const Model> model, Worker& worker)
+      : seq_(std::move(model), worker) {}
+
+  int n_vocab() const override { return seq_.model().config().n_vocab; }
+  void begin(int32_t capacity) override { seq_.begin(capacity); }
+  int32_t n_seen() const override;
+  int32_t n_spec() const override;
+  std::vector<float> propose(const Batch& nodes) override { return seq_.forward(nodes); }
+  std::vector<int32_t> accept(std::span<const int32_t> path,
+                              std::span<const int32_t> keep) override {
+    return seq_.kv().commit(path, keep);
+  }
+  void roll_back(int32_t n) override;
+  ForwardMeter take_meter() override { return seq_.take_meter(); }
+
+ private:
+  mutable LocalSequence seq_;
+};
+
+}  // namespace parspec

@@ -1,0 +1,44 @@
+#include "decode/sides.h"
+
+#include <numeric>
+
+#include "core/error.h"
+
+namespace parspec {
+
+Batch chain_batch(int32_t n_committed, std::span<const int32_t> tokens, bool all_logits) {
+  Batch b;
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  for (int32_t i = 0; i < n; ++i)
+    b.add(tokens[i], n_committed + i, i == 0 ? -1 : i - 1, all_logits || i == n - 1);
+  return b;
+}
+
+namespace {
+
+std::vector<int32_t> first_cells(int32_t n) {
+  std::vector<int32_t> path(n);
+  std::iota(path.begin(), path.end(), 0);
+  return path;
+}
+
+}  // namespace
+
+void Target::commit_chain(int32_t n) {
+  commit(first_cells(n), {});
+}
+
+std::vector<float> Drafter::catch_up(std::span<const int32_t> sequence, int32_t* n_cells) {
+  check(n_spec() == 0, "drafter: catch_up with speculative cells in place");
+  const size_t seen = static_cast<size_t>(n_seen());
+  check(seen < sequence.size(), "drafter: nothing to catch up on");
+  const std::span<const int32_t> tail = sequence.subspan(seen);
+  *n_cells = static_cast<int32_t>(tail.size());
+  return propose(chain_batch(n_seen(), tail, false));
+}
+
+void Drafter::accept_chain(int32_t n) {
+  accept(first_cells(n), {});
+}
+
+}  // namespace parspec
