@@ -28,6 +28,19 @@ void Target::commit_chain(int32_t n) {
   commit(first_cells(n), {});
 }
 
+int64_t Target::submit(const Batch& batch) {
+  submitted_[next_ticket_] = forward(batch);
+  return next_ticket_++;
+}
+
+std::vector<float> Target::collect(int64_t ticket) {
+  const auto found = submitted_.find(ticket);
+  check(found != submitted_.end(), "target: no forward ", ticket, " to collect");
+  std::vector<float> logits = std::move(found->second);
+  submitted_.erase(found);
+  return logits;
+}
+
 std::vector<float> Drafter::catch_up(std::span<const int32_t> sequence, int32_t* n_cells) {
   check(n_spec() == 0, "drafter: catch_up with speculative cells in place");
   const size_t seen = static_cast<size_t>(n_seen());

@@ -11,6 +11,7 @@
 // general case. Nothing here says where the layers run: the local
 // implementations (local_model.h) run a Model on a Worker in this process.
 #include <cstdint>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -53,8 +54,19 @@ class Target {
   // Forwards and their time since the last call.
   virtual ForwardMeter take_meter() = 0;
 
+  // Pipelined use: submit() starts a forward (its cells are numbered at
+  // once, as forward() numbers them) and collect() waits for its logits, so a
+  // target whose layers run as stages on other processes can have several
+  // batches in flight (PipeDec). Here, a forward that runs at submit().
+  virtual int64_t submit(const Batch& batch);
+  virtual std::vector<float> collect(int64_t ticket);
+
   // Commits speculative cells 0..n-1 (a chain).
   void commit_chain(int32_t n);
+
+ private:
+  std::map<int64_t, std::vector<float>> submitted_;
+  int64_t next_ticket_ = 0;
 };
 
 // The side that proposes: it scores draft tokens (the next-token logits after

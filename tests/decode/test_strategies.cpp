@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "decode/strategy.h"
@@ -81,6 +82,15 @@ std::vector<std::vector<int32_t>> prompts(int n, int n_vocab) {
     out.push_back(p);
   }
   return out;
+}
+
+// Adding a strategy is one file plus one row above: a registered strategy
+// without a row would escape every exactness test.
+TEST(StrategyVariants, CoverEveryRegisteredStrategy) {
+  std::set<std::string> covered = {"ar"};  // the reference
+  for (const StrategyConfig& c : strategy_variants()) covered.insert(c.name);
+  for (const std::string& name : strategy_names())
+    EXPECT_TRUE(covered.count(name)) << name << " has no row in strategy_variants()";
 }
 
 class GreedyExactness : public ::testing::TestWithParam<std::string> {};

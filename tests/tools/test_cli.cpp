@@ -57,6 +57,29 @@ TEST_F(CliTest, GenerateJsonHasTheDocumentedFieldsAndStrategiesAgree) {
   }
 }
 
+// Strategy flags come from the registry: each names the strategies that take
+// it, and PEARL's window is its own flag (--draft-max is sd's γ alone).
+TEST_F(CliTest, StrategyFlagsComeFromTheRegistry) {
+  const CommandResult help = run_parspec("generate --help");
+  ASSERT_EQ(help.exit_code, 0);
+  for (const char* text : {"--pearl-window", "pearl: the window", "sd: draft tokens per step",
+                           "tree, dyntree: levels below the root", "ar, sd, tree, dyntree, pearl"})
+    EXPECT_NE(help.output.find(text), std::string::npos) << text;
+  const std::string common =
+      " -p 'The quick brown fox' -n 8 --temp 0 -t 1 --json --strategy pearl -md " + draft_;
+  const CommandResult w = run_parspec("generate -m " + target_ + common + " --pearl-window 2");
+  ASSERT_EQ(w.exit_code, 0) << w.output;
+  EXPECT_EQ(nlohmann::json::parse(w.output)["draft_window"], 2);
+  // Without --pearl-window the window is measured, and the tool says so on stderr.
+  const CommandResult m = run_parspec("generate -m " + target_ + common + " --draft-max 2", true);
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  EXPECT_NE(m.output.find("pearl: target forward"), std::string::npos) << m.output;
+  const CommandResult bad = run_parspec("generate -m " + target_ + " -p x --strategy medusa", true);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("known: ar, sd, tree, dyntree, pearl"), std::string::npos)
+      << bad.output;
+}
+
 TEST_F(CliTest, GeneratePrintsTextThenSpeed) {
   const CommandResult r = run_parspec("generate -m " + target_ + " -p Hi -n 4 --temp 0 -t 1", true);
   ASSERT_EQ(r.exit_code, 0) << r.output;
