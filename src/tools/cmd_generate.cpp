@@ -31,6 +31,56 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
+// The run as one JSON object (the documented fields of README.md).
+void print_json(const std::string& strategy, const GenerationResult& result,
+                const Tokenizer& tokenizer, bool ignore_eos, uint64_t seed, int n_threads) {
+  const GenerationStats& st = result.stats;
+  std::vector<int32_t> kept;
+  for (int32_t t : result.tokens)
+    if (ignore_eos || !tokenizer.is_end_of_generation(t)) kept.push_back(t);
+  nlohmann::json out = {
+      {"strategy", strategy},
+      {"text", tokenizer.decode(std::span<const int32_t>(kept), /*render_special=*/false)},
+      {"tokens", result.tokens},
+      {"n_prompt", st.n_prompt},
+      {"n_gen", st.n_gen},
+      {"t_prompt_ms", st.t_prompt_ms},
+      {"t_gen_ms", st.t_gen_ms},
+      {"tok_per_s", st.tok_per_s()},
+      {"prompt_tok_per_s", st.t_prompt_ms > 0 ? st.n_prompt * 1000.0 / st.t_prompt_ms : 0.0},
+      {"drafted", st.drafted},
+      {"accepted", st.accepted},
+      {"tau", st.tau()},
+      {"alpha", st.alpha()},
+      {"verify_steps", st.verify_steps},
+      {"target_forwards", st.target_forwards},
+      {"draft_forwards", st.draft_forwards},
+      {"t_draft_ms", st.t_draft_ms},
+      {"t_verify_ms", st.t_verify_ms},
+      {"draft_window", st.draft_window},
+      {"seed", seed},
+      {"threads", n_threads},
+  };
+  std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
+
+// The rest of the streamed text, then speed (and acceptance) on stderr.
+void print_speed(const std::string& strategy, const std::string& rest, const GenerationStats& st) {
+  std::fputs(rest.c_str(), stdout);
+  std::printf("\n");
+  std::fprintf(stderr, "\nprompt:     %d tokens in %.1f ms (%.2f tok/s)\n", st.n_prompt,
+               st.t_prompt_ms, st.t_prompt_ms > 0 ? st.n_prompt * 1000.0 / st.t_prompt_ms : 0.0);
+  std::fprintf(stderr, "generation: %d tokens in %.1f ms (%.2f tok/s)\n", st.n_gen, st.t_gen_ms,
+               st.tok_per_s());
+  if (st.drafted > 0)
+    std::fprintf(stderr,
+                 "speculation (%s): drafted %lld, accepted %lld, alpha %.3f, tau %.2f tokens/step, "
+                 "draft %.1f ms, verify %.1f ms\n",
+                 strategy.c_str(), static_cast<long long>(st.drafted),
+                 static_cast<long long>(st.accepted), st.alpha(), st.tau(), st.t_draft_ms,
+                 st.t_verify_ms);
+}
+
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
@@ -101,54 +151,10 @@ int cmd_generate(int argc, char** argv) {
     std::fputs(prompt.c_str(), stdout);
   }
   const GenerationResult result = strategy->generate(request);
-  const GenerationStats& st = result.stats;
-  if (json) {
-    nlohmann::json out = {
-        {"strategy", strategy->name()},
-        {"text", tokenizer->decode(std::span<const int32_t>([&] {
-                                     std::vector<int32_t> kept;
-                                     for (int32_t t : result.tokens)
-                                       if (ignore_eos || !tokenizer->is_end_of_generation(t))
-                                         kept.push_back(t);
-                                     return kept;
-                                   }()),
-                                   /*render_special=*/false)},
-        {"tokens", result.tokens},
-        {"n_prompt", st.n_prompt},
-        {"n_gen", st.n_gen},
-        {"t_prompt_ms", st.t_prompt_ms},
-        {"t_gen_ms", st.t_gen_ms},
-        {"tok_per_s", st.tok_per_s()},
-        {"prompt_tok_per_s", st.t_prompt_ms > 0 ? st.n_prompt * 1000.0 / st.t_prompt_ms : 0.0},
-        {"drafted", st.drafted},
-        {"accepted", st.accepted},
-        {"tau", st.tau()},
-        {"alpha", st.alpha()},
-        {"verify_steps", st.verify_steps},
-        {"target_forwards", st.target_forwards},
-        {"draft_forwards", st.draft_forwards},
-        {"t_draft_ms", st.t_draft_ms},
-        {"t_verify_ms", st.t_verify_ms},
-        {"draft_window", st.draft_window},
-        {"seed", sampling.seed},
-        {"threads", n_threads},
-    };
-    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  } else {
-    std::fputs(stream.flush().c_str(), stdout);
-    std::printf("\n");
-    std::fprintf(stderr, "\nprompt:     %d tokens in %.1f ms (%.2f tok/s)\n", st.n_prompt,
-                 st.t_prompt_ms, st.t_prompt_ms > 0 ? st.n_prompt * 1000.0 / st.t_prompt_ms : 0.0);
-    std::fprintf(stderr, "generation: %d tokens in %.1f ms (%.2f tok/s)\n", st.n_gen, st.t_gen_ms,
-                 st.tok_per_s());
-    if (st.drafted > 0)
-      std::fprintf(
-          stderr,
-          "speculation (%s): drafted %lld, accepted %lld, alpha %.3f, tau %.2f tokens/step, "
-          "draft %.1f ms, verify %.1f ms\n",
-          strategy->name().c_str(), static_cast<long long>(st.drafted),
-          static_cast<long long>(st.accepted), st.alpha(), st.tau(), st.t_draft_ms, st.t_verify_ms);
-  }
+  if (json)
+    print_json(strategy->name(), result, *tokenizer, ignore_eos, sampling.seed, n_threads);
+  else
+    print_speed(strategy->name(), stream.flush(), result.stats);
   return 0;
 }
 
