@@ -85,6 +85,10 @@ bool parse_args(int argc, char** argv, BenchArgs& a) {
   args.option("--svg", &a.svg_out, "FILE", "write a bar chart of the speedups (SVG)");
   a.strategy_options.add_to(args);
   if (!args.parse(argc, argv)) return false;
+  std::vector<std::string> names;
+  for (const std::string& label : split_list(a.strategies_text))
+    names.push_back(parse_strategy_entry(label).first);
+  a.strategy_options.check_given(args, names);
   check(a.n_predict >= 1, "-n must be at least 1");
   check(a.n_threads >= 1, "-t must be at least 1");
   check(a.repeat >= 1, "--repeat must be at least 1");

@@ -132,6 +132,8 @@ int cmd_generate(int argc, char** argv) {
   }
   check(!prompt_tokens.empty(), "the prompt produced no tokens");
 
+  strategy_info(strategy_name);  // an unknown name fails before the draft model loads
+  strategy_options.check_given(args, {strategy_name});
   StrategyResources resources;
   resources.init(model, strategy_options, n_threads);
   auto strategy = make_strategy(resources.config_for(strategy_name, strategy_options, n_ctx));

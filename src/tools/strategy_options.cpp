@@ -61,6 +61,26 @@ void StrategyOptions::apply(const std::string& name, StrategyConfig& config) con
       if (slot.option->flag == option.flag) option.set(config, slot.value());
 }
 
+void StrategyOptions::check_given(const ArgParser& args,
+                                  const std::vector<std::string>& names) const {
+  for (const Slot& slot : slots_) {
+    if (!args.given(slot.option->flag)) continue;
+    bool taken = false;
+    std::string takers;
+    for (const StrategyInfo& info : strategy_registry()) {
+      for (const StrategyOption& option : info.options) {
+        if (option.flag != slot.option->flag) continue;
+        taken |= std::find(names.begin(), names.end(), info.name) != names.end();
+        if (!takers.empty()) takers += ", ";
+        takers += info.name;
+      }
+    }
+    if (!taken)
+      fail(slot.option->flag, " is an option of ", takers, ", which ",
+           names.size() == 1 ? "is not the strategy run" : "are not among the strategies run");
+  }
+}
+
 nlohmann::ordered_json StrategyOptions::to_json() const {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const Slot& slot : slots_)

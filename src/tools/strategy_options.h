@@ -29,6 +29,9 @@ struct StrategyOptions {
   void add_to(ArgParser& args);
   // Sets strategy `name`'s options in `config` to the values given (or their defaults).
   void apply(const std::string& name, StrategyConfig& config) const;
+  // Throws Error when a strategy flag was given on `args` that none of the
+  // strategies `names` takes (naming the strategies that do).
+  void check_given(const ArgParser& args, const std::vector<std::string>& names) const;
   // Every strategy option by JSON key, as given or defaulted.
   nlohmann::ordered_json to_json() const;
 

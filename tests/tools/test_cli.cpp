@@ -71,9 +71,19 @@ TEST_F(CliTest, StrategyFlagsComeFromTheRegistry) {
   ASSERT_EQ(w.exit_code, 0) << w.output;
   EXPECT_EQ(nlohmann::json::parse(w.output)["draft_window"], 2);
   // Without --pearl-window the window is measured, and the tool says so on stderr.
-  const CommandResult m = run_parspec("generate -m " + target_ + common + " --draft-max 2", true);
+  const CommandResult m = run_parspec("generate -m " + target_ + common, true);
   ASSERT_EQ(m.exit_code, 0) << m.output;
   EXPECT_NE(m.output.find("pearl: target forward"), std::string::npos) << m.output;
+  // A flag of another strategy is an error, not silently ignored.
+  const CommandResult other =
+      run_parspec("generate -m " + target_ + common + " --draft-max 2", true);
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.output.find("--draft-max is an option of sd"), std::string::npos) << other.output;
+  const CommandResult bench = run_parspec(
+      "bench -m " + target_ + " -md " + draft_ + " --strategies ar,sd --tree-width 3 -n 2", true);
+  EXPECT_EQ(bench.exit_code, 1);
+  EXPECT_NE(bench.output.find("--tree-width is an option of dyntree"), std::string::npos)
+      << bench.output;
   const CommandResult bad = run_parspec("generate -m " + target_ + " -p x --strategy medusa", true);
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.output.find("known: ar, sd, tree, dyntree, pearl"), std::string::npos)
