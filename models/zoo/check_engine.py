@@ -58,7 +58,7 @@ def llama_tokenize(binary, model, text):
         f.write(text)
         path = f.name
     try:
-        # --no-escape: the text as it is (llama-tokenize would turn "\\n" into a newline)
+        # --no-escape: the text as it is (llama-tokenize would turn a backslash-n into a newline)
         out = subprocess.run([binary, "-m", model, "-f", path, "--ids", "--no-escape", "--log-disable"],
                              check=True, capture_output=True, text=True).stdout
     finally:
