@@ -1,6 +1,6 @@
 """Byte-level BPE in the form of GPT-2 / Llama 3 GGUF vocabularies.
 
-Text is cut into words by the `default` (GPT-2) pre-tokenizer regex, each
+Text is cut into words by the `gpt-2` pre-tokenizer regex, each
 word's UTF-8 bytes are written with GPT-2's byte-to-unicode mapping, and
 merges are applied lowest rank first (all occurrences of the best pair, left
 to right) -- the algorithm parspec's C++ tokenizer implements for
@@ -18,8 +18,9 @@ from collections import Counter
 
 import regex
 
-# `tokenizer.ggml.pre` = "default": exactly this pattern.
-PRE_TOKENIZER = "default"
+# `tokenizer.ggml.pre` = "gpt-2": llama.cpp's name for exactly this pattern
+# (its "default" is a different list of patterns).
+PRE_TOKENIZER = "gpt-2"
 PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
 BOS, EOS = "<|bos|>", "<|eos|>"
 TYPE_NORMAL, TYPE_CONTROL = 1, 3

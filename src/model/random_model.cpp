@@ -127,30 +127,6 @@ std::vector<float> llama3_rope_factors(int head_dim, float freq_base) {
   return divisors;
 }
 
-// llama.cpp's general.file_type ("mostly <type>") for a file whose linear
-// weights are all of one type.
-uint32_t file_type_id(DType type) {
-  switch (type) {
-    case DType::F32:
-      return 0;
-    case DType::F16:
-      return 1;
-    case DType::Q4_0:
-      return 2;
-    case DType::Q8_0:
-      return 7;
-    case DType::Q4_K:
-      return 14;  // Q4_K_S: every weight is q4_K
-    case DType::Q6_K:
-      return 18;
-    case DType::BF16:
-      return 32;
-    case DType::Q8_K:
-      break;
-  }
-  fail("random model: unsupported weight type ", type_info(type).name);
-}
-
 void validate(const RandomModelSpec& spec) {
   check(spec.arch == "llama" || spec.arch == "qwen2", "random model: unknown architecture '",
         spec.arch, "' (expected llama or qwen2)");
@@ -237,7 +213,7 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
   const int head_dim = spec.n_embd / spec.n_head;
   w.set("general.architecture", GgufValue::string(a));
   w.set("general.name", GgufValue::string("parspec-random-" + a));
-  w.set("general.file_type", GgufValue::u32(file_type_id(spec.weight_type)));
+  w.set("general.file_type", GgufValue::u32(gguf_file_type(spec.weight_type)));
   w.set("general.quantization_version", GgufValue::u32(2));
   w.set(a + ".context_length", GgufValue::u32(uint32_t(spec.n_ctx)));
   w.set(a + ".embedding_length", GgufValue::u32(uint32_t(spec.n_embd)));
@@ -272,6 +248,30 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
 }
 
 }  // namespace
+
+// llama.cpp's general.file_type ("mostly <type>") for a file whose linear
+// weights are all of one type.
+uint32_t gguf_file_type(DType type) {
+  switch (type) {
+    case DType::F32:
+      return 0;
+    case DType::F16:
+      return 1;
+    case DType::Q4_0:
+      return 2;
+    case DType::Q8_0:
+      return 7;
+    case DType::Q4_K:
+      return 14;  // Q4_K_S: every weight is q4_K
+    case DType::Q6_K:
+      return 18;
+    case DType::BF16:
+      return 32;
+    case DType::Q8_K:
+      break;
+  }
+  fail("random model: unsupported weight type ", type_info(type).name);
+}
 
 void write_random_model(const RandomModelSpec& spec, const std::string& path) {
   validate(spec);

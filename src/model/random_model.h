@@ -26,4 +26,8 @@ struct RandomModelSpec {
 
 void write_random_model(const RandomModelSpec& spec, const std::string& path);
 
+// llama.cpp's general.file_type ("mostly <type>") for a file whose linear
+// weights are all of one type. Throws Error for q8_K.
+uint32_t gguf_file_type(DType type);
+
 }  // namespace parspec

@@ -21,13 +21,23 @@ constexpr std::string_view kLlama3Regex =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kQwen2Regex =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// llama.cpp's list for "default" (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_DEFAULT):
+// runs of punctuation and $+<=>^~| first, then GPT-2's pattern inside each
+// piece, then digit runs, then ASCII digit triples. Index 1 covers all text.
+constexpr std::string_view kDefaultRegexes[] = {
+    R"([\p{P}\$\+<=>\^~\|]+)",
+    kGpt2Regex,
+    R"(\p{N}+)",
+    R"([0-9][0-9][0-9])",
+};
+constexpr size_t kDefaultCovering = 1;
 
 struct NameEntry {
   std::string_view name;
   PreTokenizer pre;
 };
 constexpr NameEntry kNames[] = {
-    {"default", PreTokenizer::kGpt2},     {"gpt2", PreTokenizer::kGpt2},
+    {"default", PreTokenizer::kDefault},  {"gpt2", PreTokenizer::kGpt2},
     {"gpt-2", PreTokenizer::kGpt2},       {"llama-bpe", PreTokenizer::kLlama3},
     {"llama3", PreTokenizer::kLlama3},    {"llama-v3", PreTokenizer::kLlama3},
     {"smaug-bpe", PreTokenizer::kLlama3}, {"qwen2", PreTokenizer::kQwen2},
@@ -60,25 +70,39 @@ std::optional<PreTokenizer> pre_tokenizer_from_name(std::string_view name) {
 std::string_view pre_tokenizer_name(PreTokenizer pre) {
   switch (pre) {
     case PreTokenizer::kGpt2:
-      return "gpt2";
+      return "gpt-2";
     case PreTokenizer::kLlama3:
       return "llama-bpe";
     case PreTokenizer::kQwen2:
       return "qwen2";
+    case PreTokenizer::kDefault:
+      return "default";
   }
   return "?";
 }
 
-std::string_view pre_tokenizer_regex(PreTokenizer pre) {
+std::span<const std::string_view> pre_tokenizer_regexes(PreTokenizer pre) {
+  static constexpr std::string_view kGpt2[] = {kGpt2Regex};
+  static constexpr std::string_view kLlama3[] = {kLlama3Regex};
+  static constexpr std::string_view kQwen2[] = {kQwen2Regex};
   switch (pre) {
     case PreTokenizer::kGpt2:
-      return kGpt2Regex;
+      return kGpt2;
     case PreTokenizer::kLlama3:
-      return kLlama3Regex;
+      return kLlama3;
     case PreTokenizer::kQwen2:
-      return kQwen2Regex;
+      return kQwen2;
+    case PreTokenizer::kDefault:
+      return kDefaultRegexes;
   }
-  return kGpt2Regex;
+  return kGpt2;
+}
+
+std::string_view pre_tokenizer_regex(PreTokenizer pre) {
+  const auto patterns = pre_tokenizer_regexes(pre);
+  check(patterns.size() == 1, "pre-tokenizer '", pre_tokenizer_name(pre), "' applies ",
+        patterns.size(), " patterns in sequence, not one");
+  return patterns[0];
 }
 
 std::string_view known_pre_tokenizer_names() {
@@ -86,26 +110,44 @@ std::string_view known_pre_tokenizer_names() {
 }
 
 struct RegexSplitter::Impl {
-  pcre2_code* code = nullptr;
-  bool jit = false;
-  ~Impl() { pcre2_code_free(code); }
+  struct Pattern {
+    pcre2_code* code = nullptr;
+    bool jit = false;
+  };
+  std::vector<Pattern> patterns;
+  size_t covering = 0;
+  ~Impl() {
+    for (Pattern& p : patterns) pcre2_code_free(p.code);
+  }
 };
 
-RegexSplitter::RegexSplitter(std::string_view pattern) : impl_(new Impl) {
-  int error = 0;
-  PCRE2_SIZE error_offset = 0;
-  // MATCH_INVALID_UTF: invalid UTF-8 never matches (it shows up as a gap between
-  // matches) instead of making every match fail with an error.
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error,
-                              &error_offset, nullptr);
-  if (!impl_->code) {
-    delete impl_;
-    fail("pre-tokenizer regex does not compile at offset ", error_offset, ": ",
-         pcre2_message(error));
+RegexSplitter::RegexSplitter(std::string_view pattern)
+    : RegexSplitter(std::span<const std::string_view>(&pattern, 1), 0) {}
+
+RegexSplitter::RegexSplitter(std::span<const std::string_view> patterns, size_t covering)
+    : impl_(new Impl) {
+  impl_->covering = covering;
+  for (std::string_view pattern : patterns) {
+    int error = 0;
+    PCRE2_SIZE error_offset = 0;
+    // MATCH_INVALID_UTF: invalid UTF-8 never matches (it shows up as a gap between
+    // matches) instead of making every match fail with an error.
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                     PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error,
+                                     &error_offset, nullptr);
+    if (!code) {
+      delete impl_;
+      fail("pre-tokenizer regex does not compile at offset ", error_offset, ": ",
+           pcre2_message(error));
+    }
+    // Without JIT support PCRE2's interpreter gives the same results, only slower.
+    const bool jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+    impl_->patterns.push_back({code, jit});
   }
-  // Without JIT support PCRE2's interpreter gives the same results, only slower.
-  impl_->jit = pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE) == 0;
+  if (impl_->patterns.empty() || covering >= impl_->patterns.size()) {
+    delete impl_;
+    fail("RegexSplitter: needs at least one pattern and a covering pattern among them");
+  }
 }
 
 RegexSplitter::~RegexSplitter() {
@@ -123,6 +165,11 @@ std::shared_ptr<const RegexSplitter> RegexSplitter::for_family(PreTokenizer pre)
       static const auto qwen2 = std::make_shared<const RegexSplitter>(kQwen2Regex);
       return qwen2;
     }
+    case PreTokenizer::kDefault: {
+      static const auto fallback =
+          std::make_shared<const RegexSplitter>(kDefaultRegexes, kDefaultCovering);
+      return fallback;
+    }
     case PreTokenizer::kGpt2:
       break;
   }
@@ -132,8 +179,37 @@ std::shared_ptr<const RegexSplitter> RegexSplitter::for_family(PreTokenizer pre)
 
 void RegexSplitter::split(std::string_view text, std::vector<TextPiece>& pieces) const {
   if (text.empty()) return;
+  if (impl_->patterns.size() == 1) {
+    split_with(0, text, 0, text.size(), pieces);
+    return;
+  }
+  // Each pattern cuts the pieces of the one before; like llama.cpp, a pattern
+  // sees only its piece (so a lookahead stops at the piece's end).
+  std::vector<TextPiece> current{{0, text.size(), true}}, next;
+  for (size_t index = 0; index < impl_->patterns.size(); ++index) {
+    next.clear();
+    for (const TextPiece& piece : current) {
+      if (!piece.matched) {  // invalid UTF-8 stays as it is
+        next.push_back(piece);
+        continue;
+      }
+      const size_t first = next.size();
+      split_with(index, text, piece.begin, piece.end, next);
+      if (index != impl_->covering)
+        for (size_t i = first; i < next.size(); ++i) next[i].matched = true;
+    }
+    current.swap(next);
+  }
+  pieces.insert(pieces.end(), current.begin(), current.end());
+}
+
+void RegexSplitter::split_with(size_t index, std::string_view whole, size_t piece_begin,
+                               size_t piece_end, std::vector<TextPiece>& pieces) const {
+  const Impl::Pattern& pattern = impl_->patterns[index];
+  const std::string_view text = whole.substr(piece_begin, piece_end - piece_begin);
+  const size_t first_piece = pieces.size();
   std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(
-      pcre2_match_data_create_from_pattern(impl_->code, nullptr));
+      pcre2_match_data_create_from_pattern(pattern.code, nullptr));
   check(md != nullptr, "out of memory creating PCRE2 match data");
   // Created only if a match overflows the default 32 KiB JIT stack.
   std::unique_ptr<pcre2_match_context, MatchContextDeleter> big_stack_context;
@@ -141,9 +217,9 @@ void RegexSplitter::split(std::string_view text, std::vector<TextPiece>& pieces)
 
   const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   const auto run = [&](size_t start, pcre2_match_context* context) {
-    return impl_->jit
-               ? pcre2_jit_match(impl_->code, subject, text.size(), start, 0, md.get(), context)
-               : pcre2_match(impl_->code, subject, text.size(), start, 0, md.get(), context);
+    return pattern.jit
+               ? pcre2_jit_match(pattern.code, subject, text.size(), start, 0, md.get(), context)
+               : pcre2_match(pattern.code, subject, text.size(), start, 0, md.get(), context);
   };
 
   size_t pos = 0;
@@ -160,7 +236,7 @@ void RegexSplitter::split(std::string_view text, std::vector<TextPiece>& pieces)
     }
     if (rc == PCRE2_ERROR_NOMATCH) {
       pieces.push_back({pos, text.size(), false});
-      return;
+      break;
     }
     if (rc < 0) {
       // A resource limit on a pathological input: take one character (or one
@@ -183,6 +259,10 @@ void RegexSplitter::split(std::string_view text, std::vector<TextPiece>& pieces)
       pieces.push_back({begin, begin + len, true});
       pos = begin + len;
     }
+  }
+  for (size_t i = first_piece; i < pieces.size(); ++i) {
+    pieces[i].begin += piece_begin;
+    pieces[i].end += piece_begin;
   }
 }
 

@@ -1,8 +1,14 @@
-// parspec make-model: writes a random-weight llama/qwen2 GGUF file.
+// parspec make-model: writes a random-weight llama/qwen2 GGUF file, or
+// (--inflate) a trained model embedded into a larger shape.
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 
 #include "core/error.h"
+#include "model/gguf.h"
+#include "model/inflate.h"
+#include "model/model_config.h"
 #include "model/random_model.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -29,6 +35,58 @@ RandomModelSpec preset_spec(const std::string& preset) {
   fail("unknown preset '", preset, "' (expected tiny or 1b)");
 }
 
+struct ShapeFlags {
+  int n_embd, n_layer, n_head, n_head_kv, n_ff;
+};
+
+int inflate_command(const ArgParser& args, const std::string& source, const std::string& out_path,
+                    const std::string& preset, const ShapeFlags& flags,
+                    const std::string& type_name) {
+  for (const char* random_only :
+       {"--arch", "--n-vocab", "--ctx", "--rope-base", "--tied", "--llama3-rope", "--seed"})
+    check(!args.given(random_only), "make-model: ", random_only,
+          " is for random models; an inflated model keeps the source's");
+  const bool any_shape = args.given("--n-embd") || args.given("--n-layer") ||
+                         args.given("--n-head") || args.given("--n-head-kv") ||
+                         args.given("--n-ff");
+  check(args.given("--preset") || any_shape, "make-model --inflate: give a --preset (",
+        inflate_preset_names(),
+        ") or the shape (--n-embd, --n-layer, --n-ff, --n-head, --n-head-kv)");
+
+  InflateOptions options;
+  if (args.given("--preset")) {
+    const ModelConfig source_config = ModelConfig::from_gguf(*GgufFile::open(source));
+    options.shape = inflate_preset(preset, source_config.head_dim);
+  }
+  if (args.given("--n-embd")) {
+    options.shape.n_embd = flags.n_embd;
+    // A new width without new head counts: derive them from the head dimension.
+    if (!args.given("--n-head")) options.shape.n_head = 0;
+    if (!args.given("--n-head-kv")) options.shape.n_head_kv = 0;
+  }
+  if (args.given("--n-layer")) options.shape.n_layer = flags.n_layer;
+  if (args.given("--n-ff")) options.shape.n_ff = flags.n_ff;
+  if (args.given("--n-head")) {
+    options.shape.n_head = flags.n_head;
+    if (!args.given("--n-head-kv")) options.shape.n_head_kv = 0;
+  }
+  if (args.given("--n-head-kv")) options.shape.n_head_kv = flags.n_head_kv;
+  for (int dim : {options.shape.n_embd, options.shape.n_layer, options.shape.n_ff,
+                  options.shape.n_head, options.shape.n_head_kv})
+    check(dim >= 0, "make-model: shape values must be positive");
+  if (args.given("--type")) options.weight_type = parse_dtype(type_name);
+  options.progress = isatty(STDERR_FILENO) != 0;
+
+  inflate_model(source, options, out_path);
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(out_path));
+  std::fprintf(stderr,
+               "make-model: wrote %s (%s inflated to %d layers, n_embd %d, n_ff %d, %d heads "
+               "(kv %d), n_vocab %d)\n",
+               out_path.c_str(), source.c_str(), c.n_layer, c.n_embd, c.n_ff, c.n_head, c.n_head_kv,
+               c.n_vocab);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_make_model(int argc, char** argv) {
@@ -40,12 +98,32 @@ int cmd_make_model(int argc, char** argv) {
   float rope_base = defaults.rope_freq_base;
   bool tied = false, llama3_rope = false;
   uint64_t seed = defaults.seed;
+  std::string inflate_source;
 
-  ArgParser args("make-model",
-                 "Writes a GGUF model with random weights and a byte-level vocabulary (for tests "
-                 "and speed measurements). Explicit options override the preset.");
+  ArgParser args(
+      "make-model",
+      "Writes a GGUF model with random weights and a byte-level vocabulary (for tests and speed\n"
+      "measurements). Explicit options override the preset.\n\n"
+      "With --inflate SRC.gguf it instead embeds the trained model SRC into a larger\n"
+      "llama/qwen2 shape that computes the same function: the source's weights in the leading\n"
+      "rows and columns, every other weight zero, the extra layers identities through the\n"
+      "residual, RMSNorm weights and epsilon rescaled for the zero padding, query heads kept in\n"
+      "their key/value groups, the head dimension, vocabulary and tokenizer unchanged. The\n"
+      "result costs what a dense model of the large shape costs and predicts what the source\n"
+      "predicts, so a pair of inflated models has the source pair's acceptance rates: a\n"
+      "benchmark device, not a better model (its weights are mostly zeros; it is a fair cost\n"
+      "model only for kernels that do not skip zeros, as parspec's do not).\n\n"
+      "Inflate presets: 100m, 1b, 3b, 8b (widths, depth and key/value width of GPT-2 small with\n"
+      "GQA, Llama 3.2 1B and 3B, Llama 3.1 8B; heads sized to the source's head dimension).\n"
+      "Shape options override a preset; unset ones keep the source's. --type sets the weight\n"
+      "type (default: each tensor keeps the source's); a quantized type gives the quantized\n"
+      "source's function.");
   args.option("-o,--output", &out_path, "FILE", "output .gguf path (required)");
-  args.option("--preset", &preset, "NAME", "tiny | 1b (Llama-3.2-1B-like shape, 32000 tokens)");
+  args.option("--inflate", &inflate_source, "SRC",
+              "embed the trained model SRC.gguf into a larger shape (see above)");
+  args.option("--preset", &preset, "NAME",
+              "tiny | 1b (Llama-3.2-1B-like shape, 32000 tokens); with --inflate: 100m | 1b | "
+              "3b | 8b");
   args.option("--arch", &arch, "NAME", "llama | qwen2");
   args.option("--n-vocab", &n_vocab, "N", "vocabulary size (>= 258)");
   args.option("--n-embd", &n_embd, "N", "embedding width");
@@ -55,12 +133,17 @@ int cmd_make_model(int argc, char** argv) {
   args.option("--n-ff", &n_ff, "N", "feed-forward width");
   args.option("--ctx", &n_ctx, "N", "training context length written to the file");
   args.option("--rope-base", &rope_base, "F", "RoPE frequency base");
-  args.option("--type", &type_name, "TYPE", "weight type: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k");
+  args.option("--type", &type_name, "TYPE",
+              "weight type: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k (with --inflate: default the "
+              "source's)");
   args.flag("--tied", &tied, "tie the output layer to the token embeddings");
   args.flag("--llama3-rope", &llama3_rope, "add Llama 3.1-style rope_freqs.weight");
   args.option("--seed", &seed, "S", "random seed");
   if (!args.parse(argc, argv, 2)) return 0;
   check(!out_path.empty(), "make-model: an output path is required (-o FILE)");
+  if (args.given("--inflate"))
+    return inflate_command(args, inflate_source, out_path, preset,
+                           {n_embd, n_layer, n_head, n_head_kv, n_ff}, type_name);
 
   RandomModelSpec spec = preset_spec(preset);
   if (args.given("--arch")) spec.arch = arch;

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds realistically sized target/drafter pairs from the bundled zoo, without
+# downloads, with `parspec make-model --inflate` (the zoo's functions in large
+# shapes: see docs/performance.md, "Inflated pairs"):
+#
+#   out/zoo-target-1b-f16.gguf     + out/zoo-draft-100m-f16.gguf   (exact zoo functions)
+#   out/zoo-target-8b-q4_0.gguf    + out/zoo-draft-1b-q8_0.gguf    (quantized zoo functions)
+#
+# Usage: bash bench/make_pairs.sh [small|large|all]   (default: all)
+# Env:   PARSPEC=path/to/parspec (default build/parspec), OUT=dir (default out/)
+# Disk:  about 2.0 + 0.2 GB (small) and 4.0 + 1.1 GB (large). Existing files are kept.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PARSPEC=${PARSPEC:-build/parspec}
+OUT=${OUT:-out}
+WHICH=${1:-all}
+case "$WHICH" in small | large | all) ;; *)
+  echo "usage: $0 [small|large|all]" >&2
+  exit 2
+  ;;
+esac
+[[ -x "$PARSPEC" ]] || { echo "make_pairs: $PARSPEC not found; build first (bash scripts/build.sh)" >&2; exit 1; }
+mkdir -p "$OUT"
+
+# make SRC PRESET TYPE NAME: one inflated model, skipped when it exists.
+make() {
+  local src=$1 preset=$2 type=$3 path="$OUT/$4"
+  if [[ -s "$path" ]]; then
+    echo "make_pairs: $path exists, kept"
+    return
+  fi
+  echo "make_pairs: $path  <=  $src, preset $preset, $type"
+  local start=$SECONDS
+  "$PARSPEC" make-model --inflate "$src" --preset "$preset" --type "$type" -o "$path"
+  echo "make_pairs: $path done in $((SECONDS - start)) s ($(du -h "$path" | cut -f1))"
+}
+
+if [[ $WHICH == small || $WHICH == all ]]; then
+  make models/target.gguf 1b f16 zoo-target-1b-f16.gguf
+  make models/draft.gguf 100m f16 zoo-draft-100m-f16.gguf
+fi
+if [[ $WHICH == large || $WHICH == all ]]; then
+  make models/target.gguf 8b q4_0 zoo-target-8b-q4_0.gguf
+  make models/draft.gguf 1b q8_0 zoo-draft-1b-q8_0.gguf
+fi
+echo "make_pairs: measure with e.g."
+echo "  $PARSPEC bench -m $OUT/zoo-target-1b-f16.gguf -md $OUT/zoo-draft-100m-f16.gguf \\"
+echo "      --strategies ar,sd:2,sd,pearl:3 -t 2 -n 64 --prompts code,math,prose --max-prompts 2"
