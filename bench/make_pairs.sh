@@ -8,7 +8,7 @@
 #
 # Usage: bash bench/make_pairs.sh [small|large|all]   (default: all)
 # Env:   PARSPEC=path/to/parspec (default build/parspec), OUT=dir (default out/)
-# Disk:  about 2.0 + 0.2 GB (small) and 4.0 + 1.1 GB (large). Existing files are kept.
+# Disk:  about 1.9 + 0.2 GB (small) and 3.9 + 1.0 GB (large). Existing files are kept.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -23,8 +23,8 @@ esac
 [[ -x "$PARSPEC" ]] || { echo "make_pairs: $PARSPEC not found; build first (bash scripts/build.sh)" >&2; exit 1; }
 mkdir -p "$OUT"
 
-# make SRC PRESET TYPE NAME: one inflated model, skipped when it exists.
-make() {
+# inflate_one SRC PRESET TYPE NAME: one inflated model, skipped when it exists.
+inflate_one() {
   local src=$1 preset=$2 type=$3 path="$OUT/$4"
   if [[ -s "$path" ]]; then
     echo "make_pairs: $path exists, kept"
@@ -37,13 +37,13 @@ make() {
 }
 
 if [[ $WHICH == small || $WHICH == all ]]; then
-  make models/target.gguf 1b f16 zoo-target-1b-f16.gguf
-  make models/draft.gguf 100m f16 zoo-draft-100m-f16.gguf
+  inflate_one models/target.gguf 1b f16 zoo-target-1b-f16.gguf
+  inflate_one models/draft.gguf 100m f16 zoo-draft-100m-f16.gguf
 fi
 if [[ $WHICH == large || $WHICH == all ]]; then
-  make models/target.gguf 8b q4_0 zoo-target-8b-q4_0.gguf
-  make models/draft.gguf 1b q8_0 zoo-draft-1b-q8_0.gguf
+  inflate_one models/target.gguf 8b q4_0 zoo-target-8b-q4_0.gguf
+  inflate_one models/draft.gguf 1b q8_0 zoo-draft-1b-q8_0.gguf
 fi
 echo "make_pairs: measure with e.g."
 echo "  $PARSPEC bench -m $OUT/zoo-target-1b-f16.gguf -md $OUT/zoo-draft-100m-f16.gguf \\"
-echo "      --strategies ar,sd:2,sd,pearl:3 -t 2 -n 64 --prompts code,math,prose --max-prompts 2"
+echo "      --strategies ar,sd:2,sd,pearl:3 -t 2 -n 64 --prompts code,math,prose,config,chat --max-prompts 2"

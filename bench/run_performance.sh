@@ -3,7 +3,9 @@
 #  1. forward-pass speed of ~1B-parameter random models (Q8_0, Q4_0) against the
 #     memory-bandwidth roofline measured in the same run;
 #  2. every strategy against `ar` on the bundled model zoo and prompt sets;
-#  3. sd and pearl at every draft length (gamma) on the same.
+#  3. sd and pearl at every draft length (gamma) on the same;
+#  4. the zoo inflated into a 1B-class target + 100M-class drafter and an 8B-class
+#     Q4_0 target + 1B-class drafter (bench/make_pairs.sh; about 7 GB in out/).
 # Results go to out/performance/. Random 1B models (about 1.2 and 0.7 GB) are
 # written to out/models/ on first use.
 set -euo pipefail
@@ -23,3 +25,11 @@ done
 # the gamma sweep of sd and pearl in docs/strategies.md (PEARL section)
 "$bin" bench --strategies ar,sd:1,sd:2,sd:3,sd:4,sd:5,sd:6,sd:8,pearl:1,pearl:2,pearl:3,pearl:4,pearl:5,pearl:6,pearl:8,pearl \
   -n 128 -t 1 -td 1 --json out/performance/gamma.json --md out/performance/gamma.md
+# the inflated zoo pairs (docs/performance.md, "Inflated zoo pairs")
+bash bench/make_pairs.sh all
+"$bin" bench -m out/zoo-target-1b-f16.gguf -md out/zoo-draft-100m-f16.gguf \
+  --strategies ar,sd:2,sd,pearl:3 -t 2 -n 64 --prompts code,math,prose,config,chat --max-prompts 2 \
+  --json out/performance/inflated-1b.json --md out/performance/inflated-1b.md
+"$bin" bench -m out/zoo-target-8b-q4_0.gguf -md out/zoo-draft-1b-q8_0.gguf \
+  --strategies ar,sd:2 -t 2 -n 32 --prompts math,config --max-prompts 1 --warmup 4 \
+  --json out/performance/inflated-8b.json --md out/performance/inflated-8b.md
