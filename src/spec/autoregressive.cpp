@@ -27,7 +27,7 @@ class Autoregressive final : public Strategy {
   GenerationResult generate(const GenerationRequest& req) override {
     check(!req.prompt.empty(), "the prompt is empty");
     check(req.n_predict >= 0, "n_predict must not be negative");
-    const int needed = static_cast<int>(req.prompt.size()) + req.n_predict;
+    const int64_t needed = static_cast<int64_t>(req.prompt.size()) + req.n_predict;
     check(needed <= ctx_size_, "prompt (", req.prompt.size(), " tokens) + ", req.n_predict,
           " tokens to generate exceed the context size ", ctx_size_, " (raise -c/--ctx-size)");
     KvCache kv(model_->config(), ctx_size_);

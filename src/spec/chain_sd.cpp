@@ -34,14 +34,17 @@ class ChainSpeculation final : public SpeculativeStrategy {
     std::vector<int32_t> drafts;
     std::vector<Distribution> q;
     int n_fed = 0;  // drafts the draft model has processed (its cache holds them)
-    for (int i = 0; i < gamma_; ++i) {
+    // A step emits the accepted drafts plus one target token: more drafts than
+    // the request still needs would only be thrown away.
+    const int gamma = std::max(1, std::min(gamma_, remaining() - 1));
+    for (int i = 0; i < gamma; ++i) {
       // --draft-p-min: stop when the draft is unsure (never before one token).
       if (i > 0 && config_.draft_p_min > 0 && top_probability(logits) < config_.draft_p_min) break;
       Distribution qi = distribution(logits.data());
       const int32_t token = greedy() ? argmax(logits.data(), n_vocab()) : sample_from(qi, rng_);
       drafts.push_back(token);
       q.push_back(std::move(qi));
-      if (i + 1 == gamma_) break;
+      if (i + 1 == gamma) break;
       Batch next;
       const int32_t parent = n_tail - 1 + i;
       next.add(token, draft_kv_->n_committed() + parent + 1, parent, true);

@@ -13,6 +13,17 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Runs `f`; an Error it throws gets `role` in front, so that a message about a
+// file also says whether it is the target or the draft.
+template <class F>
+void naming_role(const char* role, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    fail(role, ": ", e.what());
+  }
+}
+
 }  // namespace
 
 void commit_chain(KvCache& kv, int32_t n_cells) {
@@ -35,7 +46,9 @@ SpeculativeStrategy::SpeculativeStrategy(const StrategyConfig& config) : config_
 
 std::vector<float> SpeculativeStrategy::draft_forward(const Batch& batch) {
   const auto t0 = Clock::now();
-  std::vector<float> logits = config_.draft->forward(*config_.draft_worker, batch, *draft_kv_);
+  std::vector<float> logits;
+  naming_role("draft model",
+              [&] { logits = config_.draft->forward(*config_.draft_worker, batch, *draft_kv_); });
   stats_->t_draft_ms += ms_since(t0);
   ++stats_->draft_forwards;
   return logits;
@@ -43,7 +56,10 @@ std::vector<float> SpeculativeStrategy::draft_forward(const Batch& batch) {
 
 std::vector<float> SpeculativeStrategy::target_forward(const Batch& batch) {
   const auto t0 = Clock::now();
-  std::vector<float> logits = config_.target->forward(*config_.target_worker, batch, *target_kv_);
+  std::vector<float> logits;
+  naming_role("target model", [&] {
+    logits = config_.target->forward(*config_.target_worker, batch, *target_kv_);
+  });
   stats_->t_verify_ms += ms_since(t0);
   ++stats_->target_forwards;
   return logits;
@@ -67,7 +83,7 @@ Distribution SpeculativeStrategy::distribution(const float* logits) const {
 GenerationResult SpeculativeStrategy::generate(const GenerationRequest& req) {
   check(!req.prompt.empty(), "the prompt is empty");
   check(req.n_predict >= 0, "n_predict must not be negative");
-  const int needed = static_cast<int>(req.prompt.size()) + req.n_predict;
+  const int64_t needed = static_cast<int64_t>(req.prompt.size()) + req.n_predict;
   check(needed <= config_.ctx_size, "prompt (", req.prompt.size(), " tokens) + ", req.n_predict,
         " tokens to generate exceed the context size ", config_.ctx_size, " (raise -c/--ctx-size)");
   validate_sampling_params(req.sampling);
@@ -91,11 +107,15 @@ GenerationResult SpeculativeStrategy::generate(const GenerationRequest& req) {
     constexpr size_t kChunk = 256;
     for (size_t b = 0; b < head.size(); b += kChunk) {
       const auto chunk = head.subspan(b, std::min(kChunk, head.size() - b));
-      config_.target->forward(*config_.target_worker, Batch::chain(*target_kv_, chunk, false),
-                              *target_kv_);
+      naming_role("target model", [&] {
+        config_.target->forward(*config_.target_worker, Batch::chain(*target_kv_, chunk, false),
+                                *target_kv_);
+      });
       commit_chain(*target_kv_, target_kv_->n_spec());
-      config_.draft->forward(*config_.draft_worker, Batch::chain(*draft_kv_, chunk, false),
-                             *draft_kv_);
+      naming_role("draft model", [&] {
+        config_.draft->forward(*config_.draft_worker, Batch::chain(*draft_kv_, chunk, false),
+                               *draft_kv_);
+      });
       commit_chain(*draft_kv_, draft_kv_->n_spec());
     }
   }
@@ -107,6 +127,7 @@ GenerationResult SpeculativeStrategy::generate(const GenerationRequest& req) {
   bool done = req.n_predict == 0;
   while (!done) {
     emitted.clear();
+    remaining_ = req.n_predict - static_cast<int>(result.tokens.size());
     step(emitted);
     ++stats_->verify_steps;
     check(!emitted.empty(), "strategy '", name(), "' emitted no token");

@@ -31,6 +31,9 @@ class SpeculativeStrategy : public Strategy {
   virtual void reset() {}
 
   int32_t cur() const { return seq_.back(); }
+  // Tokens the request still asks for (at least 1 while a step runs): drafting
+  // more than this is wasted work.
+  int remaining() const { return remaining_; }
   bool greedy() const { return sampling_.greedy(); }
   int n_vocab() const { return config_.target->config().n_vocab; }
 
@@ -50,6 +53,7 @@ class SpeculativeStrategy : public Strategy {
   std::vector<int32_t> seq_;
   std::unique_ptr<KvCache> target_kv_, draft_kv_;
   GenerationStats* stats_ = nullptr;
+  int remaining_ = 0;
 };
 
 // Chain positions 0..n-1 of a speculative area start at the committed length.

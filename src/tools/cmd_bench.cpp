@@ -22,6 +22,8 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/llama_flags.h"
+#include "tools/prompt_input.h"
 #include "tools/strategy_options.h"
 
 namespace parspec {
@@ -214,10 +216,17 @@ int cmd_bench(int argc, char** argv) {
   args.option("--md", &md_out, "FILE", "write the results as a Markdown table");
   args.option("--svg", &svg_out, "FILE", "write a bar chart of the speedups (SVG)");
   strategy_options.add_to(args);
+  add_ignored_gpu_flags(args);
+  args.bound("-t", 1, kMaxThreads);
+  args.bound("-c", 1, 1 << 24);
+  args.bound("--top-k", 0, 1e9);
   if (!args.parse(argc, argv)) return 0;
 
   check(n_predict >= 1, "-n must be at least 1");
   check(n_threads >= 1, "-t must be at least 1");
+  check_writable(json_out, "--json");
+  check_writable(md_out, "--md");
+  check_writable(svg_out, "--svg");
   check(repeat >= 1, "--repeat must be at least 1");
   check(max_prompts >= 0, "--max-prompts must not be negative");
   check(warmup >= 0, "--warmup must not be negative");
@@ -284,6 +293,7 @@ int cmd_bench(int argc, char** argv) {
 
   std::shared_ptr<const Model> target = Model::load(model_path);
   auto tokenizer = Tokenizer::from_gguf(target->gguf());
+  n_ctx = resolve_context_size(n_ctx, args.given("-c"), {&target->config()}, model_path);
   std::string template_used;
   for (TokenizedSet& ts : sets) {
     std::optional<ChatTemplate> tmpl;
@@ -307,8 +317,8 @@ int cmd_bench(int argc, char** argv) {
         tokens = tokenizer->encode(text, true, false);
       }
       check(!tokens.empty(), ts.set.path, ": prompt ", i + 1, " produced no tokens");
-      check(static_cast<int>(tokens.size()) + n_predict <= n_ctx, ts.set.path, ": prompt ", i + 1,
-            " has ", tokens.size(), " tokens; with -n ", n_predict,
+      check(static_cast<int64_t>(tokens.size()) + n_predict <= n_ctx, ts.set.path, ": prompt ",
+            i + 1, " has ", tokens.size(), " tokens; with -n ", n_predict,
             " that exceeds the context size ", n_ctx, " (raise -c or lower -n)");
       ts.prompts.push_back(std::move(tokens));
     }

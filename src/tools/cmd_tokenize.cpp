@@ -13,18 +13,11 @@
 #include "tokenizer/unicode.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/prompt_input.h"
 
 namespace parspec {
 
 namespace {
-
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "cannot open text file '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Token bytes made readable on one line: control characters and bytes that are
 // not a whole UTF-8 character (a token may hold part of one) as escapes.
@@ -82,7 +75,7 @@ int cmd_tokenize(int argc, char** argv) {
         "no text given (-p TEXT or -f FILE)");
   check(text_file.empty() || !(args.given("-p") || args.given("--prompt")),
         "give either -p or -f, not both");
-  if (!text_file.empty()) prompt = read_whole_file(text_file);
+  if (!text_file.empty()) prompt = read_text_input(text_file, "-f");
 
   const auto file = GgufFile::open(model_path);
   const auto tokenizer = Tokenizer::from_gguf(*file);

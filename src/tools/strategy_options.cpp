@@ -1,7 +1,10 @@
 #include "tools/strategy_options.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 #include "core/worker.h"
+#include "model/compat.h"
 
 namespace parspec {
 
@@ -14,8 +17,9 @@ void StrategyOptions::add_to(ArgParser& args) {
               "which runs both models at once, then gives the draft as many threads as -t on "
               "the target's cores)");
   args.option("--draft-max", &config.draft_max, "N",
-              "sd: draft tokens per step (γ; the maximum when adaptive); pearl: the window γ "
-              "(default: round(t(target forward) / t(draft forward)), measured at start-up)");
+              "sd: draft tokens per step (γ; the maximum when adaptive; never more than the tokens "
+              "still to generate); pearl: the window γ (left out: round(t(target forward) / "
+              "t(draft forward)), measured at start-up)");
   args.option("--draft-min", &config.draft_min, "N", "sd: smallest γ when adaptive");
   args.option("--draft-p-min", &config.draft_p_min, "P",
               "sd: stop drafting when the draft's top probability is below P");
@@ -36,6 +40,14 @@ void StrategyOptions::add_to(ArgParser& args) {
   args.flag("--no-post-verify", &no_post_verify,
             "pearl ablation: verify pending drafts with the drafter idle instead of drafting the "
             "next window meanwhile");
+  args.flag("--allow-draft-mismatch", &allow_draft_mismatch,
+            "run with a draft whose tokenizer differs from the target's (token texts, special "
+            "ids): lossless still, but its drafts are mostly rejected");
+  // Bounds that keep a typo from running for minutes or exhausting memory.
+  args.bound("-td", 0, 1024);
+  args.bound("--draft-max", 1, 1024);
+  args.bound("--draft-min", 1, 1024);
+  args.bound("--draft-p-min", 0, 1);
   args.option("--placement", &placement, "MODE",
               "cores of the threads: auto (not pinned), separate (target on cores 0..t-1, draft "
               "on the next td cores), shared (draft on the target's cores: resource competition)");
@@ -70,7 +82,15 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
     }
   }
   target_worker = std::make_unique<Worker>(threads, target_cores);
-  if (!options.draft_path.empty()) draft = Model::load(options.draft_path);
+  if (!options.draft_path.empty()) {
+    draft = Model::load(options.draft_path);
+    const std::string mismatch = draft_incompatibility(target->gguf(), draft->gguf());
+    if (!mismatch.empty() && !options.allow_draft_mismatch)
+      fail("the draft model cannot draft for the target: ", mismatch,
+           "; pass --allow-draft-mismatch to run anyway");
+    if (!mismatch.empty())
+      std::fprintf(stderr, "warning: --allow-draft-mismatch: %s\n", mismatch.c_str());
+  }
   if (options.threads_draft > 0)
     draft_worker = std::make_unique<Worker>(options.threads_draft, draft_cores);
 }

@@ -18,6 +18,7 @@ struct StrategyOptions {
   StrategyConfig config;   // tuning knobs with their defaults
   bool lossy_typical = false;
   bool no_pre_verify = false, no_post_verify = false;  // pearl ablations
+  bool allow_draft_mismatch = false;  // run a draft whose vocabulary differs (α ≈ 0)
   // Where the workers' threads run: "auto" (not pinned), "separate" (target on
   // cores 0..t-1, draft on the next td cores), "shared" (both on the target's
   // cores: the resource competition of PEARL's appendix G).
