@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "tokenizer/unicode.h"
+#include "tokenizer/unicode_classes.h"
 
 namespace parspec {
 
@@ -91,7 +92,9 @@ struct RegexSplitter::Impl {
   ~Impl() { pcre2_code_free(code); }
 };
 
-RegexSplitter::RegexSplitter(std::string_view pattern) : impl_(new Impl) {
+RegexSplitter::RegexSplitter(std::string_view written) : impl_(new Impl) {
+  // llama.cpp's letters, digits and whitespace rather than PCRE2's own tables.
+  const std::string pattern = with_llama_cpp_classes(written);
   int error = 0;
   PCRE2_SIZE error_offset = 0;
   // MATCH_INVALID_UTF: invalid UTF-8 never matches (it shows up as a gap between
