@@ -78,8 +78,12 @@ uint64_t matrix_bytes(const WeightMatrix& w) {
 }  // namespace
 
 std::shared_ptr<Model> Model::load(const std::string& path) {
+  return from_gguf(GgufFile::open(path));
+}
+
+std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
   std::shared_ptr<Model> m(new Model());
-  m->file_ = GgufFile::open(path);
+  m->file_ = std::move(file);
   const GgufFile& f = *m->file_;
   m->config_ = ModelConfig::from_gguf(f);
   const ModelConfig& c = m->config_;
