@@ -38,8 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const parspec::Error&) {
   }
   try {
-    auto again = parspec::GgufFile::from_memory(data, size, "<fuzz>");
-    const auto model = parspec::Model::from_gguf(std::move(again));
+    const auto model = parspec::Model::from_gguf(std::move(file));
     const parspec::ModelConfig& c = model->config();
     require(c.n_layer > 0 && c.n_embd > 0 && c.n_vocab > 0 && c.head_dim > 0);
     require(c.n_head % c.n_head_kv == 0);
