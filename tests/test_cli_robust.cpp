@@ -298,3 +298,22 @@ TEST_F(CliRobustTest, ChatWithoutTemplateSaysHowToChooseOne) {
 
 }  // namespace
 }  // namespace parspec
+
+namespace parspec {
+namespace {
+
+// docs/cli.md is the output of `parspec help --markdown` (the parsers' own
+// tables): regenerate it with `build/parspec help --markdown > docs/cli.md`.
+TEST(CliReference, DocsMatchTheArgumentParsers) {
+  const RunResult r = run("help --markdown", "", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(std::string(PARSPEC_SOURCE_DIR) + "/docs/cli.md");
+  const std::string doc((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(doc, r.output)
+      << "docs/cli.md is stale: run build/parspec help --markdown > docs/cli.md";
+  for (const char* flag : {"`-ngl`", "`-r`", "`--no-escape`", "`--allow-draft-mismatch`", "`-cnv`"})
+    EXPECT_NE(doc.find(flag), std::string::npos) << flag;
+}
+
+}  // namespace
+}  // namespace parspec

@@ -122,6 +122,12 @@ void ArgParser::ignored(const std::string& names, const std::string& value_name,
   spec.ignored_why = why;
 }
 
+void ArgParser::describe_default(const std::string& name, const std::string& text) {
+  Spec* spec = lookup(name);
+  check(spec != nullptr, "ArgParser::describe_default: no option ", name);
+  spec->default_text = text;
+}
+
 void ArgParser::bound(const std::string& name, double lo, double hi) {
   Spec* spec = lookup(name);
   check(spec != nullptr && !spec->value_name.empty(), "ArgParser::bound: no option ", name);

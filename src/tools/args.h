@@ -31,6 +31,9 @@ class ArgParser {
   // accepted (with its value when `value_name` is not empty) and ignored with a
   // note on stderr that says why.
   void ignored(const std::string& names, const std::string& value_name, const std::string& why);
+  // The default shown in --help and docs/cli.md for an option whose default
+  // depends on the machine (e.g. the number of cores).
+  void describe_default(const std::string& name, const std::string& text);
   // Limits a numeric option registered before: a value outside [lo, hi] is an
   // error naming the flag and the range, raised while parsing.
   void bound(const std::string& name, double lo, double hi);

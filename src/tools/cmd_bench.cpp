@@ -218,6 +218,7 @@ int cmd_bench(int argc, char** argv) {
   strategy_options.add_to(args);
   add_ignored_gpu_flags(args);
   args.bound("-t", 1, kMaxThreads);
+  args.describe_default("-t", "the cores this process may use");
   args.bound("-c", 1, 1 << 24);
   args.bound("--top-k", 0, 1e9);
   if (!args.parse(argc, argv)) return 0;

@@ -60,6 +60,7 @@ int cmd_generate(int argc, char** argv) {
   strategy_options.add_to(args);
   args.flag("--json", &json, "print one JSON object with the text, token ids and timings");
   args.bound("-t", 1, kMaxThreads);
+  args.describe_default("-t", "the cores this process may use");
   args.bound("--top-k", 0, 1e9);
   if (!args.parse(argc, argv)) return 0;
   check(!model_path.empty(), "no model given (-m FILE)");

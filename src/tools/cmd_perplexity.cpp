@@ -46,6 +46,7 @@ int cmd_perplexity(int argc, char** argv) {
   args.option("--chunks", &max_chunks, "N", "score at most N chunks (-1: all)");
   add_ignored_gpu_flags(args);
   args.bound("-t", 1, kMaxThreads);
+  args.describe_default("-t", "the cores this process may use");
   args.bound("--chunks", -1, 1e9);
   if (!args.parse(argc, argv)) return 0;
   check(max_chunks != 0, "--chunks 0 scores nothing: give at least 1 (or -1 for all chunks)");
