@@ -39,8 +39,9 @@ inline std::string real_vocab_json(const RealVocab& v) {
 }
 
 // The tokenizer.* keys of a tokenizer.json: ids as in the file; added tokens
-// marked special become CONTROL (UNKNOWN for SentencePiece's <unk>), others
-// USER_DEFINED; <0xXX> pieces of a SentencePiece vocabulary are BYTE tokens.
+// marked special or spelled <|...|> become CONTROL (UNKNOWN for SentencePiece's
+// <unk>), others USER_DEFINED, as llama.cpp's converter does; <0xXX> pieces of
+// a SentencePiece vocabulary are BYTE tokens.
 inline VocabSpec vocab_from_tokenizer_json(const RealVocab& v, const std::string& path) {
   std::ifstream in(path);
   const nlohmann::json j = nlohmann::json::parse(in);
@@ -65,8 +66,10 @@ inline VocabSpec vocab_from_tokenizer_json(const RealVocab& v, const std::string
     const size_t i = added.at("id").get<size_t>();
     const std::string text = added.at("content");
     spec.tokens[i] = text;
-    TokenType type =
-        added.at("special").get<bool>() ? TokenType::kControl : TokenType::kUserDefined;
+    // As convert_hf_to_gguf.py: special, or looking special (<|...|>), is CONTROL.
+    const bool looks_special = text.size() >= 4 && text.starts_with("<|") && text.ends_with("|>");
+    TokenType type = added.at("special").get<bool>() || looks_special ? TokenType::kControl
+                                                                      : TokenType::kUserDefined;
     if (v.spm && text == "<unk>") {
       type = TokenType::kUnknown;
       spec.unk = static_cast<int32_t>(i);

@@ -236,6 +236,17 @@ TEST_F(CliRobustTest, PromptEscapesAsInLlamaCpp) {
   EXPECT_EQ(r.output.substr(0, 5), "a\\tb\n") << r.output;
 }
 
+TEST_F(CliRobustTest, TokenizeProcessesEscapesLikeLlamaTokenize) {
+  const RunResult escaped = run("tokenize -m " + target_ + " -p 'a\\nb' --ids --no-bos", "", false);
+  const RunResult literal =
+      run("tokenize -m " + target_ + " -p 'a\\nb' --ids --no-bos --no-escape", "", false);
+  const RunResult newline =
+      run("tokenize -m " + target_ + " -p \"$(printf 'a\\nb')\" --ids --no-bos", "", false);
+  ASSERT_EQ(escaped.exit_code, 0) << escaped.output;
+  EXPECT_EQ(escaped.output, newline.output);
+  EXPECT_NE(escaped.output, literal.output);
+}
+
 TEST_F(CliRobustTest, UntilContextFullAndTrainingContext) {
   // -n -1: until the context is full; -c 0: the training context (512 here).
   RunResult r = run(gen() + "-p hi -n -1 -c 24 --temp 0 --ignore-eos --json");

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "real_vocab.h"
@@ -68,6 +70,34 @@ TEST(RealVocab, DISABLED_WriteGgufFiles) {
     ASSERT_FALSE(json_path.empty()) << v.package << " is not installed";
     testing_support::write_vocab_gguf(testing_support::vocab_from_tokenizer_json(v, json_path),
                                       std::string(out) + "/vocab-" + v.name + ".gguf");
+  }
+}
+
+// Encode speed on a real vocabulary, for docs/tokenizer.md (compare with
+// scripts/llama_cpp_tokenize VOCAB --time on the same text): run with
+// --gtest_also_run_disabled_tests, PARSPEC_BENCH_TEXT=FILE. Thread CPU time,
+// best of 5, so that other processes on the machine count less.
+TEST(RealVocab, DISABLED_EncodeThroughput) {
+  const char* path = std::getenv("PARSPEC_BENCH_TEXT");
+  ASSERT_NE(path, nullptr) << "set PARSPEC_BENCH_TEXT to a text file";
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  for (const RealVocab& v : kRealVocabs) {
+    const std::string json_path = testing_support::real_vocab_json(v);
+    ASSERT_FALSE(json_path.empty()) << v.package << " is not installed";
+    const auto tokenizer =
+        testing_support::vocab_from_tokenizer_json(v, json_path).build_tokenizer();
+    double best = 1e30;
+    size_t n = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      timespec t0{}, t1{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+      n = tokenizer->encode(text, false, false).size();
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+      best = std::min(best, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    }
+    std::printf("parspec %s: %zu bytes -> %zu tokens in %.3f s: %.2f MB/s\n", v.name, text.size(),
+                n, best, text.size() / best / 1e6);
   }
 }
 

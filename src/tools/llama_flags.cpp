@@ -22,7 +22,9 @@ const Counterpart kCounterparts[] = {
     {"*", "-p", kSame},
     {"generate", "-f", "same as llama.cpp ('-' reads stdin, which llama.cpp does not)"},
     {"perplexity", "-f", "same as llama.cpp ('-' reads stdin)"},
-    {"tokenize", "-f", "same as llama.cpp ('-' reads stdin)"},
+    {"tokenize", "-f",
+     "same as llama-tokenize ('-' reads stdin, like its --stdin); the file is taken as it is, "
+     "llama-tokenize also processes escapes in it"},
     {"generate", "-n", kSame},
     {"bench", "-n",
      "same meaning as llama.cpp's -n; -1 is not accepted (a benchmark needs a "
