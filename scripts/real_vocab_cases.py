@@ -51,7 +51,11 @@ for cp in WHITESPACE_LLAMA + NOT_WHITESPACE:
 # Special-token text: parsed as a token with special parsing on, for every kind
 # the vocabularies have (control, unknown), next to text and spaces.
 cases += ["<unk>", "a<unk>b", " <unk> ", "<s>x", "x</s>", "<s><unk></s>", "<|begin_of_text|>hi",
-          "hi<|eot_id|>", "<|im_start|>user\nhi<|im_end|>", "<|endoftext|>", "<|im_start", "<unk"]
+          "hi<|eot_id|>", "<|im_start|>user\nhi<|im_end|>", "<|endoftext|>", "<|im_start", "<unk",
+          # Qwen 3's added tokens that are not marked special: <|...|> ones are control
+          # (converter rule), the others user-defined (always split out).
+          "<|fim_prefix|>x<|fim_suffix|>y<|fim_middle|>", "a<tool_call>b</tool_call>",
+          "<think>hmm</think> ok", "<|box_start|>", "x<|vision_pad|>"]
 # Plain text for reference.
 cases += ["Hello world, 123 4567", "  leading spaces", "tabs\tand\nnewlines\r\n",
           "naïve café — “quotes”", "日本語のテキスト", "한국어 텍스트", "emoji 🙂👍🏽",
