@@ -94,6 +94,7 @@ TEST_F(CliRobustTest, ThreadCountsBeyondAnyMachineAreRejectedUpFront) {
   expect_error("perplexity -m " + target_ + " -f " + target_ + " -t 100000",
                {"-t", "out of range"});
   expect_error("bench -m " + target_ + " -t 100000", {"-t", "out of range"});
+  expect_error("bench-forward -m " + target_ + " -t 1,100000", {"-t", "out of range"});
 }
 
 TEST_F(CliRobustTest, DraftLengthIsBoundedAndNeverExceedsWhatIsLeftToGenerate) {

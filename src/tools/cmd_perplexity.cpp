@@ -41,7 +41,8 @@ int cmd_perplexity(int argc, char** argv) {
                  "half of each chunk are scored (as llama.cpp's llama-perplexity does).");
   args.option("-m,--model", &model_path, "FILE", "model (GGUF)");
   args.option("-f,--file", &text_file, "FILE", "text to score ('-': stdin)");
-  args.option("-c,--ctx-size,--ctx", &n_ctx, "N", "tokens per chunk");
+  args.option("-c,--ctx-size,--ctx", &n_ctx, "N",
+              "tokens per chunk; 0 = the model's training context");
   args.option("-t,--threads", &n_threads, "N", "threads");
   args.option("--chunks", &max_chunks, "N", "score at most N chunks (-1: all)");
   add_ignored_gpu_flags(args);
@@ -52,12 +53,12 @@ int cmd_perplexity(int argc, char** argv) {
   check(max_chunks != 0, "--chunks 0 scores nothing: give at least 1 (or -1 for all chunks)");
   check(!model_path.empty(), "no model given (-m FILE)");
   check(!text_file.empty(), "no text file given (-f FILE)");
-  check(n_ctx >= 4, "--ctx-size must be at least 4");
   const std::string text = read_text_input(text_file, "-f");
 
   auto model = Model::load(model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   n_ctx = resolve_context_size(n_ctx, args.given("-c"), {&model->config()}, model_path);
+  check(n_ctx >= 4, "-c ", n_ctx, ": a chunk needs at least 4 tokens");
   const std::vector<int32_t> tokens = tokenizer->encode(text, true, false);
   const int n_chunks_all = static_cast<int>(tokens.size() / n_ctx);
   if (n_chunks_all == 0)
