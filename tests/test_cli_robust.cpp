@@ -304,6 +304,20 @@ TEST_F(CliRobustTest, StdinPromptAndIgnoredGpuFlags) {
   EXPECT_TRUE(contains(r.output, "note: -fa is ignored")) << r.output;
 }
 
+TEST_F(CliRobustTest, ConversationReadsTurnsFromStdin) {
+  // Two user turns; each reply ends at -n tokens. The second turn's prompt
+  // holds the first exchange, so it must fit the context too.
+  const RunResult r = run(gen() + "--chat-template chatml -cnv -sys 'be brief' -n 3 --temp 0",
+                          "hello\nand again\n");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const RunResult small =
+      run(gen() + "--chat-template chatml -cnv -n 3 -c 40 --temp 0", "hello\nand again\n");
+  EXPECT_EQ(small.exit_code, 1) << small.output;
+  EXPECT_TRUE(contains(small.output, "context")) << small.output;
+  expect_error(gen() + "-cnv -p hi", {"-cnv", "stdin"});
+  expect_error(gen() + "-cnv", {"no chat template", "--chat-template"});
+}
+
 TEST_F(CliRobustTest, ChatWithoutTemplateSaysHowToChooseOne) {
   expect_error(gen() + "-p hi --chat", {"no chat template", "--chat-template"});
 }

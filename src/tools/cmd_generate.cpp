@@ -16,6 +16,7 @@
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
+#include "tools/chat_loop.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
 #include "tools/prompt_input.h"
@@ -23,6 +24,34 @@
 #include "tools/strategy_options.h"
 
 namespace parspec {
+
+namespace {
+
+// -cnv: the models and strategy as for one prompt, then the chat loop.
+int run_conversation(const std::string& model_path, const std::string& chat_template,
+                     const std::string& system_prompt, const std::string& strategy_name,
+                     const StrategyOptions& strategy_options, int n_threads, int n_ctx,
+                     bool ctx_given, int n_predict, SamplingParams sampling, int64_t seed,
+                     const std::vector<std::string>& stop_strings) {
+  validate_sampling_params(sampling);
+  std::shared_ptr<const Model> model = Model::load(model_path);
+  auto tokenizer = Tokenizer::from_gguf(model->gguf());
+  const ChatTemplate tmpl = ChatTemplate::for_model(model->gguf(), chat_template);
+  ChatLoopSettings settings;
+  settings.n_ctx = resolve_context_size(n_ctx, ctx_given, {&model->config()}, model_path);
+  settings.system_prompt = system_prompt;
+  settings.n_predict = n_predict;
+  settings.stop_strings = stop_strings;
+  sampling.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
+  settings.sampling = sampling;
+  StrategyResources resources;
+  resources.init(model, strategy_options, n_threads);
+  auto strategy =
+      make_strategy(resources.config_for(strategy_name, strategy_options, settings.n_ctx));
+  return run_chat_loop(*strategy, *tokenizer, tmpl, settings);
+}
+
+}  // namespace
 
 int cmd_generate(int argc, char** argv) {
   std::string model_path, prompt, prompt_file, chat_template, strategy_name = "ar";
@@ -32,6 +61,8 @@ int cmd_generate(int argc, char** argv) {
   int64_t seed = -1;
   bool json = false, chat = false, ignore_eos = false, escape = true, no_escape = false;
   std::vector<std::string> stop_strings;
+  bool conversation = false;
+  std::string system_prompt;
   ArgParser args("generate", "Generate text from a prompt with a GGUF model.");
   args.option("-m,--model", &model_path, "FILE", "model (GGUF)");
   args.option("-p,--prompt", &prompt, "TEXT", "prompt text");
@@ -52,6 +83,10 @@ int cmd_generate(int argc, char** argv) {
   args.option("--min-p", &sampling.min_p, "P", "min-p sampling; 0 = off");
   args.option("--seed", &seed, "S", "random seed; -1 = a random seed (printed with --json)");
   args.flag("--chat", &chat, "wrap the prompt in the model's chat template (one user turn)");
+  args.flag("-cnv,--conversation,-i,--interactive", &conversation,
+            "interactive conversation in the chat template: one user turn per line of stdin");
+  args.option("-sys,--system-prompt", &system_prompt, "TEXT",
+              "system message of the conversation (-cnv) or of --chat");
   args.option("--chat-template", &chat_template, "NAME",
               "chat template to use instead of the detected one (llama3, chatml)");
   args.flag("--ignore-eos", &ignore_eos, "do not stop at end-of-generation tokens");
@@ -66,6 +101,13 @@ int cmd_generate(int argc, char** argv) {
   check(!model_path.empty(), "no model given (-m FILE)");
   const bool prompt_given = args.given("-p") || args.given("--prompt");
   check(!(prompt_given && !prompt_file.empty()), "give either -p or -f, not both");
+  if (conversation) {
+    check(!prompt_given && prompt_file.empty() && !json,
+          "-cnv reads the user's turns from stdin: give no -p, -f or --json");
+    return run_conversation(model_path, chat_template, system_prompt, strategy_name,
+                            strategy_options, n_threads, n_ctx, args.given("-c"), n_predict,
+                            sampling, seed, stop_strings);
+  }
   check(prompt_given || !prompt_file.empty(), "no prompt given (-p TEXT or -f FILE)");
   if (!prompt_file.empty())
     prompt = read_text_input(prompt_file, "-f");
@@ -84,8 +126,10 @@ int cmd_generate(int argc, char** argv) {
   std::vector<int32_t> prompt_tokens;
   if (chat || !chat_template.empty()) {
     const ChatTemplate tmpl = ChatTemplate::for_model(model->gguf(), chat_template);
-    const ChatMessage turn{"user", prompt};
-    prompt_tokens = tmpl.encode(*tokenizer, std::span(&turn, 1), true);
+    std::vector<ChatMessage> turns;
+    if (!system_prompt.empty()) turns.push_back({"system", system_prompt});
+    turns.push_back({"user", prompt});
+    prompt_tokens = tmpl.encode(*tokenizer, turns, true);
   } else {
     prompt_tokens = tokenizer->encode(prompt, true, false);
   }

@@ -52,8 +52,11 @@ const Counterpart kCounterparts[] = {
     {"*", "--no-escape", kSame},
     {"generate", "-r", "same as llama.cpp: generation stops once the text ends with the string"},
     {"*", "--chat",
-     "different on purpose: one user turn in the model's chat template (llama-cli's "
-     "-cnv is interactive)"},
+     "parspec only: one user turn in the model's chat template, then generation as usual"},
+    {"generate", "-cnv",
+     "same as llama-cli's -cnv (-i there is the older interactive mode): one user turn per line "
+     "of stdin, /exit or end of input ends it"},
+    {"generate", "-sys", "same as llama-cli's -sys (also applies to --chat)"},
     {"*", "--chat-template", "same flag; only the built-in names llama3 and chatml"},
     {"*", "--ignore-eos", kSame},
     {"*", "--json", "parspec only"},
@@ -92,8 +95,8 @@ struct Unsupported {
 };
 
 const Unsupported kUnsupported[] = {
-    {"`-cnv`, `-i`, `-sys`", "llama-cli",
-     "no interactive mode: one prompt per run (`--chat` wraps it in the chat template)"},
+    {"`-if`, `--in-prefix`, `--in-suffix`, `--multiline-input`", "llama-cli",
+     "the conversation mode (-cnv) reads one line per turn and has no prefixes"},
     {"`--repeat-penalty`, `--presence-penalty`, `--frequency-penalty`", "llama-cli",
      "penalties change the distribution the draft is verified against; not implemented"},
     {"`--grammar`, `--json-schema`", "llama-cli", "constrained sampling is not implemented"},
