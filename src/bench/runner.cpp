@@ -60,8 +60,8 @@ std::string tokenize_sets(std::vector<TokenizedSet>& sets, const Tokenizer& toke
         tokens = tokenizer.encode(text, true, false);
       }
       check(!tokens.empty(), ts.set.path, ": prompt ", i + 1, " produced no tokens");
-      check(static_cast<int>(tokens.size()) + n_predict <= n_ctx, ts.set.path, ": prompt ", i + 1,
-            " has ", tokens.size(), " tokens; with -n ", n_predict,
+      check(static_cast<int64_t>(tokens.size()) + n_predict <= n_ctx, ts.set.path, ": prompt ",
+            i + 1, " has ", tokens.size(), " tokens; with -n ", n_predict,
             " that exceeds the context size ", n_ctx, " (raise -c or lower -n)");
       ts.prompts.push_back(std::move(tokens));
     }

@@ -73,7 +73,10 @@ class ChainSpeculation final : public SpeculativeStrategy {
   std::vector<int32_t> draft_chain(int32_t* n_tail, int* n_fed, std::vector<Distribution>& q) {
     std::vector<float> logits = drafter_->catch_up(seq_, n_tail);
     std::vector<int32_t> drafts;
-    for (int i = 0; i < gamma_; ++i) {
+    // A step emits the accepted drafts plus one target token: more drafts than
+    // the request still needs would only be thrown away.
+    const int gamma = std::max(1, std::min(gamma_, remaining() - 1));
+    for (int i = 0; i < gamma; ++i) {
       // --draft-p-min: stop when the draft is unsure (never before one token).
       if (i > 0 && config_.draft_p_min > 0 &&
           top_probability(logits.data(), n_vocab()) < config_.draft_p_min)
@@ -82,7 +85,7 @@ class ChainSpeculation final : public SpeculativeStrategy {
       const int32_t token = greedy() ? argmax(logits.data(), n_vocab()) : sample_from(qi, rng_);
       drafts.push_back(token);
       q.push_back(std::move(qi));
-      if (i + 1 == gamma_) break;
+      if (i + 1 == gamma) break;
       Batch next;
       const int32_t parent = *n_tail - 1 + i;
       next.add(token, drafter_->n_seen() + parent + 1, parent, true);
@@ -98,22 +101,25 @@ class ChainSpeculation final : public SpeculativeStrategy {
 }  // namespace
 
 StrategyInfo chain_sd_strategy() {
-  return {.name = "sd",
-          .summary = "speculative decoding: the draft proposes a chain of γ tokens",
-          .needs_draft = true,
-          .options = {option_field("--draft-max", "draft_max", "N",
-                                   "draft tokens per step (γ; the maximum when adaptive)",
-                                   &StrategyConfig::draft_max),
-                      option_field("--draft-min", "draft_min", "N", "smallest γ when adaptive",
-                                   &StrategyConfig::draft_min),
-                      option_field("--draft-p-min", "draft_p_min", "P",
-                                   "stop drafting when the draft's top probability is below P",
-                                   &StrategyConfig::draft_p_min),
-                      option_flag("--adaptive-draft", "adaptive_draft",
-                                  "grow γ by 2 after a fully accepted step, shrink by 1 otherwise",
-                                  &StrategyConfig::adaptive)},
-          .variant_key = "draft_max",
-          .make = [](const StrategyConfig& c) { return std::make_unique<ChainSpeculation>(c); }};
+  return {
+      .name = "sd",
+      .summary = "speculative decoding: the draft proposes a chain of γ tokens",
+      .needs_draft = true,
+      .options = {option_field(
+                      "--draft-max", "draft_max", "N",
+                      "draft tokens per step (γ; the maximum when adaptive; never more than the "
+                      "tokens still to generate)",
+                      &StrategyConfig::draft_max),
+                  option_field("--draft-min", "draft_min", "N", "smallest γ when adaptive",
+                               &StrategyConfig::draft_min),
+                  option_field("--draft-p-min", "draft_p_min", "P",
+                               "stop drafting when the draft's top probability is below P",
+                               &StrategyConfig::draft_p_min),
+                  option_flag("--adaptive-draft", "adaptive_draft",
+                              "grow γ by 2 after a fully accepted step, shrink by 1 otherwise",
+                              &StrategyConfig::adaptive)},
+      .variant_key = "draft_max",
+      .make = [](const StrategyConfig& c) { return std::make_unique<ChainSpeculation>(c); }};
 }
 
 }  // namespace parspec

@@ -34,7 +34,7 @@ void GenerationStats::observe_step(int64_t proposed, int n_accepted, int positio
 void validate_request(const GenerationRequest& req, int ctx_size) {
   check(!req.prompt.empty(), "the prompt is empty");
   check(req.n_predict >= 0, "n_predict must not be negative");
-  const int needed = static_cast<int>(req.prompt.size()) + req.n_predict;
+  const int64_t needed = static_cast<int64_t>(req.prompt.size()) + req.n_predict;
   check(needed <= ctx_size, "prompt (", req.prompt.size(), " tokens) + ", req.n_predict,
         " tokens to generate exceed the context size ", ctx_size, " (raise -c/--ctx-size)");
   validate_sampling_params(req.sampling);
@@ -120,6 +120,7 @@ void DecodeStrategy::run_steps(const GenerationRequest& req, GenerationResult& r
   bool done = req.n_predict == 0;
   while (!done) {
     emitted.clear();
+    remaining_ = req.n_predict - static_cast<int>(result.tokens.size());
     step(emitted);
     take_meters(stats_);
     ++stats_->verify_steps;

@@ -49,6 +49,9 @@ class DecodeStrategy : public Strategy {
   void prefill_drafter(std::span<const int32_t> tokens);
 
   int32_t cur() const { return seq_.back(); }
+  // Tokens the request still asks for (at least 1 while a step runs): drafting
+  // more than this is wasted work.
+  int remaining() const { return remaining_; }
   bool greedy() const { return sampling_.greedy(); }
   int n_vocab() const { return target_->n_vocab(); }
   // Filtered distribution for logits (one-hot at argmax when greedy).
@@ -67,6 +70,8 @@ class DecodeStrategy : public Strategy {
   // forwards to draft time, target forwards to verification time).
   void take_meters(GenerationStats* stats);
   void run_steps(const GenerationRequest& request, GenerationResult& result);
+
+  int remaining_ = 0;
 };
 
 }  // namespace parspec

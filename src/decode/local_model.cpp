@@ -7,8 +7,8 @@
 
 namespace parspec {
 
-LocalSequence::LocalSequence(std::shared_ptr<const Model> model, Worker& worker)
-    : model_(std::move(model)), worker_(worker) {
+LocalSequence::LocalSequence(std::shared_ptr<const Model> model, Worker& worker, const char* role)
+    : model_(std::move(model)), worker_(worker), role_(role) {
   check(model_ != nullptr, "a local model side needs a model");
 }
 
@@ -24,7 +24,11 @@ KvCache& LocalSequence::kv() {
 std::vector<float> LocalSequence::forward(const Batch& batch) {
   ScopedTimer timer(meter_.ms);
   ++meter_.forwards;
-  return model_->forward(worker_, batch, kv());
+  try {
+    return model_->forward(worker_, batch, kv());
+  } catch (const Error& e) {
+    fail(role_, ": ", e.what());
+  }
 }
 
 ForwardMeter LocalSequence::take_meter() {

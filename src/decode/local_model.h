@@ -13,7 +13,9 @@ namespace parspec {
 // LocalTarget and ModelDrafter.
 class LocalSequence {
  public:
-  LocalSequence(std::shared_ptr<const Model> model, Worker& worker);
+  // `role` ("target model", "draft model") prefixes the errors of its forwards,
+  // so a message about a file also says which side it is.
+  LocalSequence(std::shared_ptr<const Model> model, Worker& worker, const char* role);
 
   const Model& model() const { return *model_; }
   Worker& worker() const { return worker_; }
@@ -25,6 +27,7 @@ class LocalSequence {
  private:
   std::shared_ptr<const Model> model_;
   Worker& worker_;
+  const char* role_;
   std::unique_ptr<KvCache> kv_;
   ForwardMeter meter_;
 };
@@ -32,7 +35,7 @@ class LocalSequence {
 class LocalTarget final : public Target {
  public:
   LocalTarget(std::shared_ptr<const Model> model, Worker& worker)
-      : seq_(std::move(model), worker) {}
+      : seq_(std::move(model), worker, "target model") {}
 
   const Model& model() const { return seq_.model(); }
   Worker& worker() const { return seq_.worker(); }
@@ -55,7 +58,7 @@ class LocalTarget final : public Target {
 class ModelDrafter final : public Drafter {
  public:
   ModelDrafter(std::shared_ptr<const Model> model, Worker& worker)
-      : seq_(std::move(model), worker) {}
+      : seq_(std::move(model), worker, "draft model") {}
 
   int n_vocab() const override { return seq_.model().config().n_vocab; }
   void begin(int32_t capacity) override { seq_.begin(capacity); }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "core/error.h"
 #include "kernels/attention.h"
@@ -48,6 +49,28 @@ std::vector<float> load_vector(const GgufFile& file, const std::string& name, in
   return out;
 }
 
+// Every tensor of the file must be one the model reads: a tensor left over
+// (say blk.5.* with block_count 2) means metadata and weights disagree, and
+// running would silently drop layers.
+void check_all_tensors_used(const GgufFile& file, const ModelConfig& c) {
+  std::set<std::string, std::less<>> used = {"token_embd.weight", "output_norm.weight",
+                                             "rope_freqs.weight"};
+  if (!c.tied_embeddings) used.insert("output.weight");
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    for (const char* name :
+         {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+          "attn_output.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"})
+      used.insert(p + name);
+    if (c.qkv_bias)
+      for (const char* name : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) used.insert(p + name);
+  }
+  for (const GgufTensorInfo& t : file.tensors())
+    check(used.count(t.name) != 0, file.path(), ": tensor ", t.name, " is not used by a ",
+          c.n_layer, "-layer ", c.arch, " model (", file.tensors().size(),
+          " tensors in the file): its block_count or architecture does not match its weights");
+}
+
 uint64_t matrix_bytes(const WeightMatrix& w) {
   return row_bytes(w.type, w.n_in) * w.n_out;
 }
@@ -55,8 +78,12 @@ uint64_t matrix_bytes(const WeightMatrix& w) {
 }  // namespace
 
 std::shared_ptr<Model> Model::load(const std::string& path) {
+  return from_gguf(GgufFile::open(path));
+}
+
+std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
   std::shared_ptr<Model> m(new Model());
-  m->file_ = GgufFile::open(path);
+  m->file_ = std::move(file);
   const GgufFile& f = *m->file_;
   m->config_ = ModelConfig::from_gguf(f);
   const ModelConfig& c = m->config_;
@@ -87,6 +114,8 @@ std::shared_ptr<Model> Model::load(const std::string& path) {
       m->weight_bytes_ += matrix_bytes(*wm);
     m->layers_.push_back(std::move(w));
   }
+
+  check_all_tensors_used(f, c);
 
   const int n_pairs = c.rope_dims / 2;
   m->rope_inv_freq_.resize(n_pairs);
@@ -234,6 +263,17 @@ std::vector<float> Model::forward(Worker& worker, const Batch& batch, KvCache& k
   }
   std::vector<float> logits(n_out * config_.n_vocab);
   if (n_out > 0) output_logits(worker, hidden.data(), static_cast<int>(n_out), logits.data());
+  // A row of NaN logits (broken weights or an overflow) would otherwise surface
+  // far away, in sampling; only rows starting with NaN need the full scan.
+  const size_t n_vocab = static_cast<size_t>(config_.n_vocab);
+  for (size_t r = 0; r < n_out; ++r) {
+    const float* row = logits.data() + r * n_vocab;
+    if (!std::isnan(row[0])) continue;
+    bool all_nan = true;
+    for (size_t i = 1; i < n_vocab && all_nan; ++i) all_nan = std::isnan(row[i]);
+    check(!all_nan, file_->path(), ": the model computed NaN for all ", n_vocab,
+          " logits (its weights hold NaN/Inf or its activations overflow)");
+  }
   return logits;
 }
 

@@ -42,6 +42,9 @@ struct LayerWeights {
 class Model {
  public:
   static std::shared_ptr<Model> load(const std::string& path);
+  // The same checks and set-up over a file already opened (or built in
+  // memory: the loader's fuzzer); the model keeps the file.
+  static std::shared_ptr<Model> from_gguf(std::unique_ptr<GgufFile> file);
 
   const ModelConfig& config() const { return config_; }
   const GgufFile& gguf() const { return *file_; }

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "tokenizer/unicode.h"
+#include "tokenizer/unicode_classes.h"
 
 namespace parspec {
 
@@ -127,7 +128,9 @@ RegexSplitter::RegexSplitter(std::string_view pattern)
 RegexSplitter::RegexSplitter(std::span<const std::string_view> patterns, size_t covering)
     : impl_(new Impl) {
   impl_->covering = covering;
-  for (std::string_view pattern : patterns) {
+  for (std::string_view written : patterns) {
+    // llama.cpp's letters, digits and whitespace rather than PCRE2's own tables.
+    const std::string pattern = with_llama_cpp_classes(written);
     int error = 0;
     PCRE2_SIZE error_offset = 0;
     // MATCH_INVALID_UTF: invalid UTF-8 never matches (it shows up as a gap between

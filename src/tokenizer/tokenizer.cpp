@@ -254,7 +254,12 @@ void Tokenizer::load_merges(const std::vector<std::string>& merges) {
 void Tokenizer::load_specials() {
   for (size_t i = 0; i < raw_texts_.size(); ++i) {
     const TokenType type = types_[i];
-    if ((type != TokenType::kControl && type != TokenType::kUserDefined) || raw_texts_[i].empty())
+    // As llama.cpp: control, user-defined and unknown tokens (SentencePiece's
+    // <unk>) are matched as whole tokens; only user-defined ones without
+    // special parsing.
+    if ((type != TokenType::kControl && type != TokenType::kUserDefined &&
+         type != TokenType::kUnknown) ||
+        raw_texts_[i].empty())
       continue;
     specials_.push_back({raw_texts_[i], static_cast<int32_t>(i), type == TokenType::kUserDefined});
   }

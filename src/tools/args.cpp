@@ -1,10 +1,15 @@
 #include "tools/args.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "core/error.h"
+#include "tools/llama_flags.h"
 
 namespace parspec {
 
@@ -22,9 +27,29 @@ T parse_number(const std::string& flag, const std::string& text) {
   T value{};
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end || text.empty())
-    fail("invalid value '", text, "' for ", flag, " (expected a number)");
-  return value;
+  if (ec == std::errc() && ptr == end && !text.empty()) return value;
+  if constexpr (std::is_integral_v<T>) {
+    // Say what is wrong with a number that is not a valid integer here:
+    // too large (2147483648, 1e12) or not whole (1.5).
+    char* double_end = nullptr;
+    const double as_double = std::strtod(text.c_str(), &double_end);
+    const bool is_number = !text.empty() && double_end == text.c_str() + text.size();
+    if (ec == std::errc::result_out_of_range ||
+        (is_number && std::nearbyint(as_double) == as_double))
+      fail("value '", text, "' for ", flag, " is out of range (", std::numeric_limits<T>::min(),
+           " to ", std::numeric_limits<T>::max(), ")");
+    if (is_number) fail("value '", text, "' for ", flag, " must be a whole number");
+    fail("invalid value '", text, "' for ", flag, " (expected a whole number)");
+  }
+  fail("invalid value '", text, "' for ", flag, " (expected a number)");
+}
+
+// A bound as the user would write it: 1000000000, not 1e+09.
+std::string bound_text(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+  std::ostringstream os;
+  os << v;
+  return os.str();
 }
 
 template <class T>
@@ -42,7 +67,13 @@ ArgParser::ArgParser(std::string command, std::string summary)
 ArgParser::Spec& ArgParser::add(const std::string& names, const std::string& value_name,
                                 const std::string& help, std::string default_text,
                                 std::function<void(const std::string&)> set) {
-  specs_.push_back({split_names(names), value_name, help, std::move(default_text), std::move(set)});
+  Spec spec;
+  spec.names = split_names(names);
+  spec.value_name = value_name;
+  spec.help = help;
+  spec.default_text = std::move(default_text);
+  spec.set = std::move(set);
+  specs_.push_back(std::move(spec));
   return specs_.back();
 }
 
@@ -79,6 +110,32 @@ void ArgParser::option(const std::string& names, float* out, const std::string& 
       [out, names](const std::string& v) { *out = parse_number<float>(names, v); });
 }
 
+void ArgParser::option(const std::string& names, std::vector<std::string>* out,
+                       const std::string& value_name, const std::string& help) {
+  add(names, value_name, help, "", [out](const std::string& v) { out->push_back(v); });
+}
+
+void ArgParser::ignored(const std::string& names, const std::string& value_name,
+                        const std::string& why) {
+  Spec& spec = add(names, value_name, "accepted for llama.cpp compatibility and ignored: " + why,
+                   "", [](const std::string&) {});
+  spec.ignored_why = why;
+}
+
+void ArgParser::describe_default(const std::string& name, const std::string& text) {
+  Spec* spec = lookup(name);
+  check(spec != nullptr, "ArgParser::describe_default: no option ", name);
+  spec->default_text = text;
+}
+
+void ArgParser::bound(const std::string& name, double lo, double hi) {
+  Spec* spec = lookup(name);
+  check(spec != nullptr && !spec->value_name.empty(), "ArgParser::bound: no option ", name);
+  spec->bounded = true;
+  spec->lo = lo;
+  spec->hi = hi;
+}
+
 void ArgParser::positional(const std::string& name, std::vector<std::string>* out, size_t max_count,
                            const std::string& help) {
   positional_name_ = name;
@@ -108,6 +165,10 @@ bool ArgParser::parse(int argc, char** argv, int first) {
       std::fputs(help().c_str(), stdout);
       return false;
     }
+    if (arg == "--help-markdown") {
+      std::fputs(markdown().c_str(), stdout);
+      return false;
+    }
     if (arg.size() > 1 && arg[0] == '-' &&
         !(arg.size() > 1 && (std::isdigit(arg[1]) || arg[1] == '.'))) {
       std::string value;
@@ -123,6 +184,8 @@ bool ArgParser::parse(int argc, char** argv, int first) {
       if (spec->value_name.empty()) {
         if (inline_value) fail("option ", arg, " takes no value");
         spec->set("");
+        if (!spec->ignored_why.empty())
+          std::fprintf(stderr, "note: %s is ignored: %s\n", arg.c_str(), spec->ignored_why.c_str());
         continue;
       }
       if (!inline_value) {
@@ -130,6 +193,15 @@ bool ArgParser::parse(int argc, char** argv, int first) {
         value = argv[++i];
       }
       spec->set(value);
+      if (spec->bounded) {
+        const double v = std::strtod(value.c_str(), nullptr);
+        if (!(v >= spec->lo && v <= spec->hi))
+          fail("value '", value, "' for ", arg, " is out of range (", bound_text(spec->lo), " to ",
+               bound_text(spec->hi), ")");
+      }
+      if (!spec->ignored_why.empty())
+        std::fprintf(stderr, "note: %s %s is ignored: %s\n", arg.c_str(), value.c_str(),
+                     spec->ignored_why.c_str());
       continue;
     }
     if (!positional_ || positional_->size() >= max_positional_)
@@ -155,6 +227,35 @@ std::string ArgParser::help() const {
     os << "\n";
   }
   os << "  -h, --help\n      print this help and exit\n";
+  return os.str();
+}
+
+std::string ArgParser::markdown() const {
+  auto cell = [](std::string text) {  // one table cell: no newlines, escaped pipes
+    std::string out;
+    for (char c : text) {
+      if (c == '\n')
+        out += ' ';
+      else if (c == '|')
+        out += "\\|";
+      else
+        out += c;
+    }
+    return out;
+  };
+  std::ostringstream os;
+  if (positional_)
+    os << "| " << cell(positional_name_) << " | | " << cell(positional_help_) << " | "
+       << cell(llama_cpp_counterpart(command_, {positional_name_})) << " |\n";
+  for (const auto& spec : specs_) {
+    os << "| ";
+    for (size_t i = 0; i < spec.names.size(); ++i)
+      os << (i ? ", " : "") << "`" << spec.names[i] << "`";
+    os << " | " << cell(spec.value_name) << " | " << cell(spec.help);
+    if (!spec.value_name.empty() && !spec.default_text.empty())
+      os << " (default: " << cell(spec.default_text) << ")";
+    os << " | " << cell(llama_cpp_counterpart(command_, spec.names)) << " |\n";
+  }
   return os.str();
 }
 

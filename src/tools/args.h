@@ -24,6 +24,19 @@ class ArgParser {
               const std::string& help);
   void option(const std::string& names, float* out, const std::string& value_name,
               const std::string& help);
+  // A repeatable option: each occurrence appends its value.
+  void option(const std::string& names, std::vector<std::string>* out,
+              const std::string& value_name, const std::string& help);
+  // A flag llama.cpp scripts pass that means nothing on the CPU (-ngl, -fa, ...):
+  // accepted (with its value when `value_name` is not empty) and ignored with a
+  // note on stderr that says why.
+  void ignored(const std::string& names, const std::string& value_name, const std::string& why);
+  // The default shown in --help and docs/cli.md for an option whose default
+  // depends on the machine (e.g. the number of cores).
+  void describe_default(const std::string& name, const std::string& text);
+  // Limits a numeric option registered before: a value outside [lo, hi] is an
+  // error naming the flag and the range, raised while parsing.
+  void bound(const std::string& name, double lo, double hi);
   // Accepts `max_positional` plain arguments (named in the usage line).
   void positional(const std::string& name, std::vector<std::string>* out, size_t max_count,
                   const std::string& help);
@@ -35,6 +48,9 @@ class ArgParser {
   // Whether a flag or option with this name was given on the command line.
   bool given(const std::string& name) const;
   std::string help() const;
+  // The flags as Markdown table rows "| flags | value | meaning | llama.cpp |"
+  // (docs/cli.md is generated from these; `parspec COMMAND --help-markdown`).
+  std::string markdown() const;
 
  private:
   struct Spec {
@@ -44,6 +60,9 @@ class ArgParser {
     std::string default_text;
     std::function<void(const std::string&)> set;
     bool seen = false;
+    bool bounded = false;
+    double lo = 0, hi = 0;
+    std::string ignored_why;  // non-empty: accepted and ignored
   };
   Spec& add(const std::string& names, const std::string& value_name, const std::string& help,
             std::string default_text, std::function<void(const std::string&)> set);

@@ -20,6 +20,8 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/llama_flags.h"
+#include "tools/prompt_input.h"
 #include "tools/strategy_options.h"
 
 namespace parspec {
@@ -38,6 +40,7 @@ struct BenchArgs {
   SamplingParams sampling;
   uint64_t seed = 42;
   bool ignore_eos = false;
+  bool ctx_given = false;  // -c given: 0 means the model's training context
 
   BenchArgs() { sampling.temp = 0.0f; }
 };
@@ -84,13 +87,22 @@ bool parse_args(int argc, char** argv, BenchArgs& a) {
   args.option("--md", &a.md_out, "FILE", "write the results as a Markdown table");
   args.option("--svg", &a.svg_out, "FILE", "write a bar chart of the speedups (SVG)");
   a.strategy_options.add_to(args);
+  add_ignored_gpu_flags(args);
+  args.bound("-t", 1, kMaxThreads);
+  args.describe_default("-t", "the cores this process may use");
+  args.bound("-c", 1, 1 << 24);
+  args.bound("--top-k", 0, 1e9);
   if (!args.parse(argc, argv)) return false;
+  a.ctx_given = args.given("-c");
   std::vector<std::string> names;
   for (const std::string& label : split_list(a.strategies_text))
     names.push_back(parse_strategy_entry(label).first);
   a.strategy_options.check_given(args, names);
   check(a.n_predict >= 1, "-n must be at least 1");
   check(a.n_threads >= 1, "-t must be at least 1");
+  check_writable(a.json_out, "--json");
+  check_writable(a.md_out, "--md");
+  check_writable(a.svg_out, "--svg");
   check(a.repeat >= 1, "--repeat must be at least 1");
   check(a.max_prompts >= 0, "--max-prompts must not be negative");
   check(a.warmup >= 0, "--warmup must not be negative");
@@ -291,6 +303,7 @@ int cmd_bench(int argc, char** argv) {
 
   std::shared_ptr<const Model> target = Model::load(a.model_path);
   auto tokenizer = Tokenizer::from_gguf(target->gguf());
+  a.n_ctx = resolve_context_size(a.n_ctx, a.ctx_given, {&target->config()}, a.model_path);
   std::vector<std::string> notes;
   const std::string template_used = tokenize_sets(sets, *tokenizer, target->gguf(), a.chat_template,
                                                   a.n_predict, a.n_ctx, &notes);

@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/prompt_input.h"
 
 namespace parspec {
 
@@ -104,6 +105,8 @@ int cmd_bench_forward(int argc, char** argv) {
   check(!model_path.empty(), "no model given (-m FILE)");
   check(repeat >= 1 && decode_tokens >= 1 && context >= 1, "counts must be positive");
   const std::vector<int> thread_counts = parse_int_list(threads_text, "--threads");
+  for (int t : thread_counts)
+    check(t <= kMaxThreads, "value ", t, " in -t is out of range (1 to ", kMaxThreads, ")");
   const std::vector<int> batch_sizes = parse_int_list(batch_text, "--batch-sizes");
 
   auto model = Model::load(model_path);

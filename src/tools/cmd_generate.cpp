@@ -16,19 +16,39 @@
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
+#include "tools/chat_loop.h"
 #include "tools/commands.h"
+#include "tools/llama_flags.h"
+#include "tools/prompt_input.h"
+#include "tools/stop_strings.h"
 #include "tools/strategy_options.h"
 
 namespace parspec {
 
 namespace {
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "cannot open prompt file '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// -cnv: the models and strategy as for one prompt, then the chat loop.
+int run_conversation(const std::string& model_path, const std::string& chat_template,
+                     const std::string& system_prompt, const std::string& strategy_name,
+                     const StrategyOptions& strategy_options, int n_threads, int n_ctx,
+                     bool ctx_given, int n_predict, SamplingParams sampling, int64_t seed,
+                     const std::vector<std::string>& stop_strings) {
+  validate_sampling_params(sampling);
+  std::shared_ptr<const Model> model = Model::load(model_path);
+  auto tokenizer = Tokenizer::from_gguf(model->gguf());
+  const ChatTemplate tmpl = ChatTemplate::for_model(model->gguf(), chat_template);
+  ChatLoopSettings settings;
+  settings.n_ctx = resolve_context_size(n_ctx, ctx_given, {&model->config()}, model_path);
+  settings.system_prompt = system_prompt;
+  settings.n_predict = n_predict;
+  settings.stop_strings = stop_strings;
+  sampling.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
+  settings.sampling = sampling;
+  StrategyResources resources;
+  resources.init(model, strategy_options, n_threads);
+  auto strategy =
+      make_strategy(resources.config_for(strategy_name, strategy_options, settings.n_ctx));
+  return run_chat_loop(*strategy, *tokenizer, tmpl, settings);
 }
 
 // The run as one JSON object (the documented fields of README.md).
@@ -89,20 +109,34 @@ int cmd_generate(int argc, char** argv) {
   int n_predict = 128, n_threads = available_cores(), n_ctx = 4096;
   SamplingParams sampling;
   int64_t seed = -1;
-  bool json = false, chat = false, ignore_eos = false;
+  bool json = false, chat = false, ignore_eos = false, escape = true, no_escape = false;
+  std::vector<std::string> stop_strings;
+  bool conversation = false;
+  std::string system_prompt;
   ArgParser args("generate", "Generate text from a prompt with a GGUF model.");
   args.option("-m,--model", &model_path, "FILE", "model (GGUF)");
   args.option("-p,--prompt", &prompt, "TEXT", "prompt text");
-  args.option("-f,--file", &prompt_file, "FILE", "read the prompt from a file");
-  args.option("-n,--n-predict", &n_predict, "N", "maximum number of tokens to generate");
-  args.option("-c,--ctx-size,--ctx", &n_ctx, "N", "context size in tokens (prompt + generation)");
+  args.option("-f,--file", &prompt_file, "FILE", "read the prompt from a file ('-': stdin)");
+  args.flag("-e,--escape", &escape, "process escapes (\\n, \\t, \\xHH, ...) in -p (the default)");
+  args.flag("--no-escape", &no_escape, "take -p literally");
+  args.option("-n,--n-predict", &n_predict, "N",
+              "maximum number of tokens to generate; -1 = until end of text or a full context");
+  args.option("-c,--ctx-size,--ctx", &n_ctx, "N",
+              "context size in tokens (prompt + generation); 0 = the model's training context");
   args.option("-t,--threads", &n_threads, "N", "threads");
+  args.option("-r,--reverse-prompt", &stop_strings, "TEXT",
+              "stop once the generated text ends with TEXT (may be repeated)");
+  add_ignored_gpu_flags(args);
   args.option("--temp", &sampling.temp, "T", "temperature; 0 = greedy");
   args.option("--top-k", &sampling.top_k, "K", "top-k sampling; 0 = off");
   args.option("--top-p", &sampling.top_p, "P", "top-p (nucleus) sampling; 1 = off");
   args.option("--min-p", &sampling.min_p, "P", "min-p sampling; 0 = off");
   args.option("--seed", &seed, "S", "random seed; -1 = a random seed (printed with --json)");
   args.flag("--chat", &chat, "wrap the prompt in the model's chat template (one user turn)");
+  args.flag("-cnv,--conversation,-i,--interactive", &conversation,
+            "interactive conversation in the chat template: one user turn per line of stdin");
+  args.option("-sys,--system-prompt", &system_prompt, "TEXT",
+              "system message of the conversation (-cnv) or of --chat");
   args.option("--chat-template", &chat_template, "NAME",
               "chat template to use instead of the detected one (llama3, chatml)");
   args.flag("--ignore-eos", &ignore_eos, "do not stop at end-of-generation tokens");
@@ -110,27 +144,48 @@ int cmd_generate(int argc, char** argv) {
               "decoding strategy: " + strategy_list() + " (all but ar need -md)");
   strategy_options.add_to(args);
   args.flag("--json", &json, "print one JSON object with the text, token ids and timings");
+  args.bound("-t", 1, kMaxThreads);
+  args.describe_default("-t", "the cores this process may use");
+  args.bound("--top-k", 0, 1e9);
   if (!args.parse(argc, argv)) return 0;
   check(!model_path.empty(), "no model given (-m FILE)");
-  check(prompt.empty() || prompt_file.empty(), "give either -p or -f, not both");
-  if (!prompt_file.empty()) prompt = read_text_file(prompt_file);
-  check(!prompt.empty(), "no prompt given (-p TEXT or -f FILE)");
-  check(n_predict >= 0, "-n must not be negative");
-  check(n_threads >= 1, "-t must be at least 1");
+  const bool prompt_given = args.given("-p") || args.given("--prompt");
+  check(!(prompt_given && !prompt_file.empty()), "give either -p or -f, not both");
+  if (conversation) {
+    check(!prompt_given && prompt_file.empty() && !json,
+          "-cnv reads the user's turns from stdin: give no -p, -f or --json");
+    return run_conversation(model_path, chat_template, system_prompt, strategy_name,
+                            strategy_options, n_threads, n_ctx, args.given("-c"), n_predict,
+                            sampling, seed, stop_strings);
+  }
+  check(prompt_given || !prompt_file.empty(), "no prompt given (-p TEXT or -f FILE)");
+  if (!prompt_file.empty())
+    prompt = read_text_input(prompt_file, "-f");
+  else if (escape && !no_escape)
+    prompt = process_escapes(prompt);
+  check(!prompt.empty(), prompt_file.empty() ? "-p: the prompt is empty" : "-f ",
+        prompt_file.empty() ? "" : prompt_file, prompt_file.empty() ? "" : ": the file is empty");
+  check(n_predict >= -1, "-n ", n_predict,
+        ": the number of tokens to generate must be >= 0, or -1 (until the context is full)");
   sampling.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
   validate_sampling_params(sampling);
 
   std::shared_ptr<const Model> model = Model::load(model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
+  n_ctx = resolve_context_size(n_ctx, args.given("-c"), {&model->config()}, model_path);
   std::vector<int32_t> prompt_tokens;
   if (chat || !chat_template.empty()) {
     const ChatTemplate tmpl = ChatTemplate::for_model(model->gguf(), chat_template);
-    const ChatMessage turn{"user", prompt};
-    prompt_tokens = tmpl.encode(*tokenizer, std::span(&turn, 1), true);
+    std::vector<ChatMessage> turns;
+    if (!system_prompt.empty()) turns.push_back({"system", system_prompt});
+    turns.push_back({"user", prompt});
+    prompt_tokens = tmpl.encode(*tokenizer, turns, true);
   } else {
     prompt_tokens = tokenizer->encode(prompt, true, false);
   }
   check(!prompt_tokens.empty(), "the prompt produced no tokens");
+  warn_on_double_bos(*tokenizer, prompt_tokens);
+  n_predict = resolve_n_predict(n_predict, static_cast<int64_t>(prompt_tokens.size()), n_ctx);
 
   strategy_info(strategy_name);  // an unknown name fails before the draft model loads
   strategy_options.check_given(args, {strategy_name});
@@ -143,7 +198,10 @@ int cmd_generate(int argc, char** argv) {
   request.prompt = prompt_tokens;
   request.n_predict = n_predict;
   request.sampling = sampling;
-  if (!ignore_eos) request.is_stop = [&](int32_t t) { return tokenizer->is_end_of_generation(t); };
+  StopStrings stop(*tokenizer, stop_strings);
+  request.is_stop = [&](int32_t t) {
+    return (!ignore_eos && tokenizer->is_end_of_generation(t)) || stop.feed(t);
+  };
   if (!json) {
     request.on_token = [&](int32_t t) {
       if (tokenizer->is_end_of_generation(t) && !ignore_eos) return;

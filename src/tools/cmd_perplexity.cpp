@@ -14,18 +14,12 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/llama_flags.h"
+#include "tools/prompt_input.h"
 
 namespace parspec {
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "cannot open '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // -log softmax(logits)[target], in double.
 double negative_log_likelihood(const float* logits, int n_vocab, int32_t target) {
@@ -46,18 +40,26 @@ int cmd_perplexity(int argc, char** argv) {
                  "first token of each chunk is replaced by BOS, and the predictions of the second\n"
                  "half of each chunk are scored (as llama.cpp's llama-perplexity does).");
   args.option("-m,--model", &model_path, "FILE", "model (GGUF)");
-  args.option("-f,--file", &text_file, "FILE", "text to score");
-  args.option("-c,--ctx-size,--ctx", &n_ctx, "N", "tokens per chunk");
+  args.option("-f,--file", &text_file, "FILE", "text to score ('-': stdin)");
+  args.option("-c,--ctx-size,--ctx", &n_ctx, "N",
+              "tokens per chunk; 0 = the model's training context");
   args.option("-t,--threads", &n_threads, "N", "threads");
   args.option("--chunks", &max_chunks, "N", "score at most N chunks (-1: all)");
+  add_ignored_gpu_flags(args);
+  args.bound("-t", 1, kMaxThreads);
+  args.describe_default("-t", "the cores this process may use");
+  args.bound("--chunks", -1, 1e9);
   if (!args.parse(argc, argv)) return 0;
+  check(max_chunks != 0, "--chunks 0 scores nothing: give at least 1 (or -1 for all chunks)");
   check(!model_path.empty(), "no model given (-m FILE)");
   check(!text_file.empty(), "no text file given (-f FILE)");
-  check(n_ctx >= 4, "--ctx-size must be at least 4");
+  const std::string text = read_text_input(text_file, "-f");
 
   auto model = Model::load(model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
-  const std::vector<int32_t> tokens = tokenizer->encode(read_file(text_file), true, false);
+  n_ctx = resolve_context_size(n_ctx, args.given("-c"), {&model->config()}, model_path);
+  check(n_ctx >= 4, "-c ", n_ctx, ": a chunk needs at least 4 tokens");
+  const std::vector<int32_t> tokens = tokenizer->encode(text, true, false);
   const int n_chunks_all = static_cast<int>(tokens.size() / n_ctx);
   if (n_chunks_all == 0)
     fail("the text has ", tokens.size(), " tokens; at least ", n_ctx,

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <vector>
 
 #include "core/error.h"
@@ -24,7 +25,12 @@ int cmd_quantize(int argc, char** argv) {
   if (!args.parse(argc, argv)) return 0;
   check(positional.size() == 3, "usage: parspec quantize IN.gguf OUT.gguf TYPE");
   const DType type = parse_dtype(positional[2]);
-  check(positional[0] != positional[1], "the output must not overwrite the input");
+  {
+    // The same file under another name (./in.gguf, a link) is still the input.
+    std::error_code ec;
+    check(!std::filesystem::equivalent(positional[0], positional[1], ec), "the output ",
+          positional[1], " is the input file ", positional[0], ": it must not overwrite it");
+  }
 
   auto in = GgufFile::open(positional[0]);
   GgufWriter out;

@@ -13,18 +13,11 @@
 #include "tokenizer/unicode.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/prompt_input.h"
 
 namespace parspec {
 
 namespace {
-
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "cannot open text file '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Token bytes made readable on one line: control characters and bytes that are
 // not a whole UTF-8 character (a token may hold part of one) as escapes.
@@ -66,11 +59,14 @@ std::string escape_piece(std::string_view piece) {
 
 int cmd_tokenize(int argc, char** argv) {
   std::string model_path, prompt, text_file;
-  bool ids_only = false, no_bos = false, no_parse_special = false, show_count = false;
+  bool ids_only = false, no_bos = false, no_parse_special = false, show_count = false,
+       escape = true, no_escape = false;
   ArgParser args("tokenize", "Print the tokens of a text under a model's vocabulary.");
   args.option("-m,--model", &model_path, "FILE", "model (GGUF); only its vocabulary is read");
   args.option("-p,--prompt", &prompt, "TEXT", "text to tokenize");
-  args.option("-f,--file", &text_file, "FILE", "read the text from a file");
+  args.option("-f,--file", &text_file, "FILE", "read the text from a file ('-': stdin)");
+  args.flag("-e,--escape", &escape, "process escapes (\\n, \\t, \\xHH, ...) in -p (the default)");
+  args.flag("--no-escape", &no_escape, "take -p literally");
   args.flag("--ids", &ids_only, "print only the ids, as one list [id, id, ...]");
   args.flag("--no-bos", &no_bos, "do not add BOS (or EOS) even if the vocabulary asks for it");
   args.flag("--no-parse-special", &no_parse_special,
@@ -82,7 +78,10 @@ int cmd_tokenize(int argc, char** argv) {
         "no text given (-p TEXT or -f FILE)");
   check(text_file.empty() || !(args.given("-p") || args.given("--prompt")),
         "give either -p or -f, not both");
-  if (!text_file.empty()) prompt = read_whole_file(text_file);
+  if (!text_file.empty())
+    prompt = read_text_input(text_file, "-f");
+  else if (escape && !no_escape)
+    prompt = process_escapes(prompt);
 
   const auto file = GgufFile::open(model_path);
   const auto tokenizer = Tokenizer::from_gguf(*file);

@@ -1,9 +1,11 @@
 #include "tools/strategy_options.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "model/compat.h"
 
 namespace parspec {
 
@@ -43,6 +45,14 @@ void StrategyOptions::add_to(ArgParser& args) {
       args.flag(option->flag, &slot.bool_value, help);
     }
   }
+  args.flag("--allow-draft-mismatch", &allow_draft_mismatch,
+            "run with a draft whose tokenizer differs from the target's (token texts, special "
+            "ids): lossless still, but its drafts are mostly rejected");
+  // Bounds that keep a typo from running for minutes or exhausting memory.
+  args.bound("-td", 0, 1024);
+  args.bound("--draft-max", 1, 1024);
+  args.bound("--draft-min", 1, 1024);
+  args.bound("--draft-p-min", 0, 1);
   args.option("--placement", &placement, "MODE",
               "cores of the threads: auto (not pinned), separate (target on cores 0..t-1, draft "
               "on the next td cores), shared (draft on the target's cores: resource competition)");
@@ -113,7 +123,15 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
     }
   }
   target_worker = std::make_unique<Worker>(threads, target_cores);
-  if (!options.draft_path.empty()) draft = Model::load(options.draft_path);
+  if (!options.draft_path.empty()) {
+    draft = Model::load(options.draft_path);
+    const std::string mismatch = draft_incompatibility(target->gguf(), draft->gguf());
+    if (!mismatch.empty() && !options.allow_draft_mismatch)
+      fail("the draft model cannot draft for the target: ", mismatch,
+           "; pass --allow-draft-mismatch to run anyway");
+    if (!mismatch.empty())
+      std::fprintf(stderr, "warning: --allow-draft-mismatch: %s\n", mismatch.c_str());
+  }
   if (options.threads_draft > 0)
     draft_worker = std::make_unique<Worker>(options.threads_draft, draft_cores);
 }

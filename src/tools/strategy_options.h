@@ -16,8 +16,9 @@
 namespace parspec {
 
 struct StrategyOptions {
-  std::string draft_path;  // -md
-  int threads_draft = 0;   // -td; 0: share the target's worker
+  std::string draft_path;             // -md
+  int threads_draft = 0;              // -td; 0: share the target's worker
+  bool allow_draft_mismatch = false;  // run a draft whose vocabulary differs (α ≈ 0)
   // Where the workers' threads run: "auto" (not pinned), "separate" (target on
   // cores 0..t-1, draft on the next td cores), "shared" (both on the target's
   // cores: the resource competition of PEARL's appendix G).

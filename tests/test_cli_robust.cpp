@@ -1,0 +1,345 @@
+// Bad input to the command line and the loader, as a llama.cpp user would try
+// it: every case ends in exit code 1 or 2 with a message naming the problem and
+// the flag or file, never a signal or a long run; and the llama.cpp conventions
+// parspec follows (-p escapes, -r, -n -1, -c 0, -f -, ignored GPU flags).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/gguf.h"
+#include "test_helpers.h"
+
+namespace parspec {
+namespace {
+
+using testing_support::TempDir;
+
+struct RunResult {
+  int exit_code;  // -1: killed by a signal (or by the time limit)
+  std::string output;
+};
+
+// Runs parspec under a 60 s kill switch (a hang fails the test, not the suite);
+// `args` are already shell-quoted; stdout and stderr are merged.
+RunResult run(const std::string& args, const std::string& stdin_text = "",
+              bool merge_stderr = true) {
+  std::string command = "timeout -s KILL 60 " + std::string(PARSPEC_BINARY) + " " + args +
+                        (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  if (!stdin_text.empty()) command = "printf '%s' '" + stdin_text + "' | " + command;
+  RunResult r{-1, ""};
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A bad input: exit code 1 or 2 and every expected part in the message.
+void expect_error(const std::string& args, const std::vector<std::string>& parts) {
+  const RunResult r = run(args);
+  EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 2) << args << " exited " << r.exit_code << "\n"
+                                                    << r.output;
+  for (const std::string& p : parts) EXPECT_TRUE(contains(r.output, p)) << args << "\n" << r.output;
+}
+
+// Copies a GGUF file, changing its metadata and tensors on the way.
+void rewrite_gguf(const std::string& in_path, const std::string& out_path,
+                  const std::function<void(GgufWriter&)>& edit_metadata,
+                  const std::function<bool(const GgufTensorInfo&, std::vector<uint8_t>&)>&
+                      edit_tensor = nullptr) {
+  const auto in = GgufFile::open(in_path);
+  GgufWriter out;
+  for (const auto& [key, value] : in->metadata()) out.set(key, value);
+  edit_metadata(out);
+  for (const auto& t : in->tensors()) {
+    std::vector<uint8_t> bytes(in->tensor_data(t), in->tensor_data(t) + t.n_bytes);
+    if (edit_tensor && !edit_tensor(t, bytes)) continue;
+    out.add_tensor(t.name, t.dims, t.type, bytes.data(), bytes.size());
+  }
+  out.write(out_path);
+}
+
+class CliRobustTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RandomModelSpec spec;
+    spec.n_vocab = 300;
+    spec.n_ctx = 512;
+    spec.seed = 11;
+    target_ = testing_support::write_model(dir_, "target.gguf", spec);
+    spec.weight_type = DType::Q8_0;
+    draft_ = testing_support::write_model(dir_, "draft.gguf", spec);
+  }
+  std::string gen() const { return "generate -m " + target_ + " "; }
+  std::string sd() const { return gen() + "-md " + draft_ + " --strategy sd "; }
+  TempDir dir_;
+  std::string target_, draft_;
+};
+
+TEST_F(CliRobustTest, ThreadCountsBeyondAnyMachineAreRejectedUpFront) {
+  expect_error(gen() + "-p hi -t 100000", {"-t", "out of range"});
+  expect_error(sd() + "-p hi -td 100000", {"-td", "out of range"});
+  expect_error("perplexity -m " + target_ + " -f " + target_ + " -t 100000",
+               {"-t", "out of range"});
+  expect_error("bench -m " + target_ + " -t 100000", {"-t", "out of range"});
+  expect_error("bench-forward -m " + target_ + " -t 1,100000", {"-t", "out of range"});
+}
+
+TEST_F(CliRobustTest, DraftLengthIsBoundedAndNeverExceedsWhatIsLeftToGenerate) {
+  expect_error(sd() + "-p hi --draft-max 100000 -n 8", {"--draft-max", "out of range"});
+  // The largest accepted γ with -n 8 drafts at most 7 tokens a step: quick,
+  // and the same tokens as plain decoding.
+  const RunResult ar = run(gen() + "-p hi -n 8 --temp 0 --ignore-eos --json");
+  const RunResult r = run(sd() + "-p hi -n 8 --temp 0 --ignore-eos --json --draft-max 1024");
+  ASSERT_EQ(ar.exit_code, 0) << ar.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto a = nlohmann::json::parse(ar.output), s = nlohmann::json::parse(r.output);
+  EXPECT_EQ(a["tokens"], s["tokens"]);
+  EXPECT_LE(s["drafted"].get<int>(), 7 * s["verify_steps"].get<int>());
+  EXPECT_LT(s["draft_forwards"].get<int>(), 64);
+}
+
+TEST_F(CliRobustTest, PromptPlusLengthDoesNotOverflow) {
+  expect_error(gen() + "-p hi -n 2147483640 -c 64", {"-n 2147483640", "context size 64"});
+  expect_error(gen() + "-p hi -n 1e12", {"'1e12'", "-n", "out of range"});
+  expect_error(gen() + "-p hi -n 1.5", {"'1.5'", "whole number"});
+  expect_error(gen() + "-p hi -n -2", {"-n -2"});
+}
+
+TEST_F(CliRobustTest, DraftMustShareTheTargetsTokenizer) {
+  const std::string other_text = dir_.file("other-text.gguf");
+  rewrite_gguf(draft_, other_text, [&](GgufWriter& w) {
+    auto tokens = GgufFile::open(draft_)->get_string_array("tokenizer.ggml.tokens");
+    tokens[280] = "something else";
+    w.set("tokenizer.ggml.tokens", GgufValue::string_array(tokens));
+  });
+  const std::string other_bos = dir_.file("other-bos.gguf");
+  rewrite_gguf(draft_, other_bos,
+               [](GgufWriter& w) { w.set("tokenizer.ggml.bos_token_id", GgufValue::u32(5)); });
+  const std::string other_pre = dir_.file("other-pre.gguf");
+  rewrite_gguf(draft_, other_pre,
+               [](GgufWriter& w) { w.set("tokenizer.ggml.pre", GgufValue::string("qwen2")); });
+  const std::string base = gen() + "-p hi -n 4 --strategy sd -md ";
+  expect_error(base + other_text,
+               {"token 280 differs", "'something else'", other_text, "--allow-draft-mismatch"});
+  expect_error(base + other_bos, {"bos_token_id", "draft 5", other_bos});
+  expect_error(base + other_pre, {"tokenizer.ggml.pre", "'qwen2'"});
+  // The override runs it, with a warning.
+  const RunResult r = run(base + other_text + " --allow-draft-mismatch");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "warning: --allow-draft-mismatch")) << r.output;
+}
+
+TEST_F(CliRobustTest, TensorsBeyondBlockCountAreAnError) {
+  RandomModelSpec spec;
+  spec.n_vocab = 300;
+  spec.n_layer = 6;
+  const std::string six = testing_support::write_model(dir_, "six.gguf", spec);
+  const std::string claims_two = dir_.file("claims-two.gguf");
+  rewrite_gguf(six, claims_two,
+               [](GgufWriter& w) { w.set("llama.block_count", GgufValue::u32(2)); });
+  expect_error("generate -m " + claims_two + " -p hi", {claims_two, "blk.2.", "block_count"});
+  // A stray tensor of another name is caught the same way.
+  const std::string stray = dir_.file("stray.gguf");
+  rewrite_gguf(target_, stray, [](GgufWriter& w) {
+    const float zero[4] = {};
+    w.add_tensor("blk.0.extra.weight", {4}, DType::F32, zero, sizeof zero);
+  });
+  expect_error("generate -m " + stray + " -p hi", {stray, "blk.0.extra.weight"});
+}
+
+TEST_F(CliRobustTest, QuantizeRefusesToOverwriteItsInputUnderAnotherName) {
+  const std::string copy = dir_.file("copy.gguf");
+  rewrite_gguf(target_, copy, [](GgufWriter&) {});
+  const std::string dir = copy.substr(0, copy.rfind('/'));
+  const RunResult r = run("quantize " + copy + " " + dir + "/./copy.gguf q8_0");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "is the input file")) << r.output;
+  EXPECT_NO_THROW(GgufFile::open(copy));
+}
+
+TEST_F(CliRobustTest, PerplexityWithNoChunksIsAnError) {
+  std::ofstream(dir_.file("text.txt")) << std::string(4000, 'a');
+  expect_error("perplexity -m " + target_ + " -f " + dir_.file("text.txt") + " -c 16 --chunks 0",
+               {"--chunks 0"});
+}
+
+TEST_F(CliRobustTest, NanLogitsNameTheFileAndWhetherTargetOrDraft) {
+  const auto poison = [](const GgufTensorInfo& t, std::vector<uint8_t>& bytes) {
+    if (t.name == "output_norm.weight") {
+      const float nan = std::nanf("");
+      for (size_t i = 0; i + 4 <= bytes.size(); i += 4) std::memcpy(&bytes[i], &nan, 4);
+    }
+    return true;
+  };
+  const std::string bad_target = dir_.file("nan-target.gguf");
+  const std::string bad_draft = dir_.file("nan-draft.gguf");
+  rewrite_gguf(
+      target_, bad_target, [](GgufWriter&) {}, poison);
+  // F32 weights: a quantized matmul would clamp NaN activations into range.
+  rewrite_gguf(
+      target_, bad_draft, [](GgufWriter&) {}, poison);
+  expect_error("generate -m " + bad_target + " -p hi -n 4", {bad_target, "NaN"});
+  expect_error(gen() + "-p hi -n 4 --strategy sd -md " + bad_draft,
+               {"draft model", bad_draft, "NaN"});
+  expect_error("generate -m " + bad_target + " -md " + draft_ + " --strategy sd -p hi -n 4",
+               {"target model", bad_target, "NaN"});
+}
+
+TEST_F(CliRobustTest, MisleadingOrLateMessagesAreClear) {
+  expect_error(gen() + "-p ''", {"-p", "empty"});
+  const std::string dir = dir_.file("");
+  expect_error(gen() + "-f " + dir, {"-f", "is a directory"});
+  expect_error("perplexity -m " + target_ + " -f " + dir, {"-f", "is a directory"});
+  expect_error("tokenize -m " + target_ + " -f " + dir, {"-f", "is a directory"});
+  expect_error(gen() + "-p hi -c 2000000000", {"-c 2000000000", "MiB", "memory"});
+  expect_error(gen() + "-p hi -c -5", {"-c -5"});
+  expect_error(gen() + "-p hi --top-k -5", {"--top-k", "out of range"});
+  expect_error(sd() + "-p hi --draft-p-min 5", {"--draft-p-min", "out of range"});
+  // pearl and sd agree on --draft-max 0 (leave the flag out for pearl's measured window).
+  expect_error(sd() + "-p hi --draft-max 0", {"--draft-max", "out of range (1 to 1024)"});
+  expect_error(gen() + "-md " + draft_ + " --strategy pearl -p hi --draft-max 0",
+               {"--draft-max", "out of range (1 to 1024)"});
+  // bench checks its output paths before the run.
+  const RunResult b =
+      run("bench -m " + target_ + " -md " + draft_ + " --json " + dir_.file("nodir/x.json"));
+  EXPECT_EQ(b.exit_code, 1) << b.output;
+  EXPECT_TRUE(contains(b.output, "--json")) << b.output;
+  EXPECT_TRUE(contains(b.output, "does not exist")) << b.output;
+  EXPECT_FALSE(contains(b.output, "tok/s")) << b.output;
+  // A prompt too long for the context is not echoed before its error.
+  const std::string long_prompt(3000, 'z');
+  const RunResult r = run(gen() + "-c 32 -p " + long_prompt);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "context")) << r.output;
+  EXPECT_FALSE(contains(r.output, std::string(100, 'z'))) << r.output;
+}
+
+TEST_F(CliRobustTest, PromptEscapesAsInLlamaCpp) {
+  // -n 0 prints the prompt as the model sees it.
+  RunResult r = run(gen() + "-p 'a\\tb\\nc\\\\d\\x41' -n 0", "", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.substr(0, 10), "a\tb\nc\\dA\n") << r.output;
+  r = run(gen() + "-p 'a\\tb' -n 0 --no-escape", "", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.substr(0, 5), "a\\tb\n") << r.output;
+}
+
+TEST_F(CliRobustTest, TokenizeProcessesEscapesLikeLlamaTokenize) {
+  const RunResult escaped = run("tokenize -m " + target_ + " -p 'a\\nb' --ids --no-bos", "", false);
+  const RunResult literal =
+      run("tokenize -m " + target_ + " -p 'a\\nb' --ids --no-bos --no-escape", "", false);
+  const RunResult newline =
+      run("tokenize -m " + target_ + " -p \"$(printf 'a\\nb')\" --ids --no-bos", "", false);
+  ASSERT_EQ(escaped.exit_code, 0) << escaped.output;
+  EXPECT_EQ(escaped.output, newline.output);
+  EXPECT_NE(escaped.output, literal.output);
+}
+
+TEST_F(CliRobustTest, UntilContextFullAndTrainingContext) {
+  // -n -1: until the context is full; -c 0: the training context (512 here).
+  RunResult r = run(gen() + "-p hi -n -1 -c 24 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["n_prompt"].get<int>() + j["n_gen"].get<int>(), 24);
+  r = run(gen() + "-p hi -n -1 -c 0 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["n_prompt"].get<int>() + j["n_gen"].get<int>(), 512);
+  // Beyond the training context: a warning, not an error.
+  r = run(gen() + "-p hi -n 1 -c 600");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "exceeds the training context")) << r.output;
+}
+
+TEST_F(CliRobustTest, StopStringsEndTheGeneration) {
+  // The bundled trained model writes words, which make good stop strings.
+  const std::string gen_zoo =
+      "generate -m " + std::string(PARSPEC_SOURCE_DIR) + "/models/target.gguf -p 'def add(a, b):' ";
+  RunResult r = run(gen_zoo + "-n 40 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto full = nlohmann::json::parse(r.output);
+  const std::string text = full["text"];
+  // A stop string from the middle of the text: three letters or digits.
+  std::string stop;
+  for (size_t at = text.size() / 3; at + 3 <= text.size() && stop.empty(); ++at) {
+    const std::string candidate = text.substr(at, 3);
+    bool plain = true;
+    for (unsigned char c : candidate) plain = plain && std::isalnum(c);
+    if (plain) stop = candidate;
+  }
+  ASSERT_FALSE(stop.empty()) << "no 3-letter piece in the generated text: " << text;
+  const size_t first = text.find(stop);
+  r = run(gen_zoo + "-n 40 --temp 0 --ignore-eos --json -r '" + stop + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto stopped = nlohmann::json::parse(r.output);
+  const std::string cut = stopped["text"];
+  EXPECT_LT(stopped["n_gen"].get<int>(), full["n_gen"].get<int>());
+  // It stops at the token completing the first occurrence: that token's text may reach beyond.
+  ASSERT_GE(cut.size(), first + stop.size()) << cut;
+  EXPECT_EQ(cut.substr(0, first + stop.size()), text.substr(0, first + stop.size()));
+  EXPECT_EQ(cut.find(stop), first);
+  EXPECT_EQ(text.substr(0, cut.size()), cut);
+}
+
+TEST_F(CliRobustTest, StdinPromptAndIgnoredGpuFlags) {
+  RunResult r = run(gen() + "-f - -n 0", "from stdin");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "from stdin")) << r.output;
+  r = run(gen() + "-p hi -n 1 -ngl 99 -fa --no-mmap");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "note: -ngl 99 is ignored")) << r.output;
+  EXPECT_TRUE(contains(r.output, "note: -fa is ignored")) << r.output;
+}
+
+TEST_F(CliRobustTest, ConversationReadsTurnsFromStdin) {
+  // Two user turns; each reply ends at -n tokens. The second turn's prompt
+  // holds the first exchange, so it must fit the context too.
+  const RunResult r = run(gen() + "--chat-template chatml -cnv -sys 'be brief' -n 3 --temp 0",
+                          "hello\nand again\n");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const RunResult small =
+      run(gen() + "--chat-template chatml -cnv -n 3 -c 40 --temp 0", "hello\nand again\n");
+  EXPECT_EQ(small.exit_code, 1) << small.output;
+  EXPECT_TRUE(contains(small.output, "context")) << small.output;
+  expect_error(gen() + "-cnv -p hi", {"-cnv", "stdin"});
+  expect_error(gen() + "-cnv", {"no chat template", "--chat-template"});
+}
+
+TEST_F(CliRobustTest, ChatWithoutTemplateSaysHowToChooseOne) {
+  expect_error(gen() + "-p hi --chat", {"no chat template", "--chat-template"});
+}
+
+}  // namespace
+}  // namespace parspec
+
+namespace parspec {
+namespace {
+
+// docs/cli.md is the output of `parspec help --markdown` (the parsers' own
+// tables): regenerate it with `build/parspec help --markdown > docs/cli.md`.
+TEST(CliReference, DocsMatchTheArgumentParsers) {
+  const RunResult r = run("help --markdown", "", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(std::string(PARSPEC_SOURCE_DIR) + "/docs/cli.md");
+  const std::string doc((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(doc, r.output)
+      << "docs/cli.md is stale: run build/parspec help --markdown > docs/cli.md";
+  for (const char* flag : {"`-ngl`", "`-r`", "`--no-escape`", "`--allow-draft-mismatch`", "`-cnv`"})
+    EXPECT_NE(doc.find(flag), std::string::npos) << flag;
+}
+
+}  // namespace
+}  // namespace parspec
