@@ -25,6 +25,10 @@ struct WeightMatrix {
 // Q8_K (as llama.cpp does); F32/F16/BF16 use f32 activations.
 void matmul(Worker& worker, const WeightMatrix& w, const float* x, int64_t M, float* y);
 
+// Nanoseconds one thread needs for matmul(w, M rows), as the estimate that
+// decides how many threads the job is split over (Worker::threads_for).
+double matmul_work_ns(const WeightMatrix& w, int64_t M);
+
 // The Q4_0/Q8_0 kernels sum their integer products with AVX-VNNI where the CPU
 // has it (the default; PARSPEC_NO_VNNI=1 in the environment keeps AVX2) and with
 // AVX2 otherwise; the results are bit-identical. matmul_use_vnni switches for
