@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/isa.h"
 #include "kernels/kquants.h"
 #include "kernels/q8_tiles.h"
 
@@ -108,18 +109,21 @@ struct DotAvx2 {
 constexpr q8tiles::TileKernels kAvx2Tiles{&q8tiles::tile_q4_0<DotAvx2>,
                                           &q8tiles::tile_q8_0<DotAvx2>};
 
-bool cpu_has_avx_vnni() {
-  return __builtin_cpu_supports("avxvnni");
-}
-
-// VNNI by default where the CPU has it; PARSPEC_NO_VNNI=1 keeps AVX2.
-q8tiles::TileKernels& active_tiles() {
-  static q8tiles::TileKernels tiles = [] {
-    const char* off = std::getenv("PARSPEC_NO_VNNI");
-    const bool disabled = off != nullptr && *off != '\0' && std::strcmp(off, "0") != 0;
-    return cpu_has_avx_vnni() && !disabled ? q8tiles::vnni_tile_kernels() : kAvx2Tiles;
-  }();
-  return tiles;
+// The tile kernels of the ISA in use (kernels/isa.h).
+const q8tiles::TileKernels& active_tiles() {
+  static const q8tiles::TileKernels vnni =
+      cpu_supports(Isa::kAvxVnni) ? q8tiles::vnni_tile_kernels() : q8tiles::TileKernels{};
+  static const q8tiles::TileKernels avx512 =
+      cpu_supports(Isa::kAvx512) ? q8tiles::avx512_tile_kernels() : q8tiles::TileKernels{};
+  switch (active_isa()) {
+    case Isa::kAvxVnni:
+      return vnni;
+    case Isa::kAvx512:
+      return avx512;
+    case Isa::kAvx2:
+      break;
+  }
+  return kAvx2Tiles;
 }
 
 // ------------------------------------------------------ F32/F16/BF16 kernels ----
@@ -483,22 +487,40 @@ void tile_rows(const Problem& p, int64_t t, const uint8_t* rows[kTileRows]) {
   }
 }
 
-void store_tile(const Problem& p, int64_t t, int64_t m0, int64_t m1, const float* acc) {
+// acc holds kTileRows results per activation row, `acc_stride` apart.
+void store_tile(const Problem& p, int64_t t, int64_t m0, int64_t m1, const float* acc,
+                int64_t acc_stride = kTileRows) {
   const int64_t o0 = t * kTileRows;
+  if (o0 >= p.w.n_out) return;
   const int64_t valid = std::min<int64_t>(kTileRows, p.w.n_out - o0);
   for (int64_t m = m0; m < m1; ++m) {
-    std::memcpy(p.y + m * p.w.n_out + o0, acc + (m - m0) * kTileRows,
+    std::memcpy(p.y + m * p.w.n_out + o0, acc + (m - m0) * acc_stride,
                 static_cast<size_t>(valid) * sizeof(float));
   }
 }
 
 void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_t t1) {
-  const q8tiles::TileKernel tile =
-      p.w.type == DType::Q4_0 ? active_tiles().q4_0 : active_tiles().q8_0;
+  const q8tiles::TileKernels& kernels = active_tiles();
+  const bool q4 = p.w.type == DType::Q4_0;
+  const q8tiles::TileKernel tile = q4 ? kernels.q4_0 : kernels.q8_0;
+  const q8tiles::TileKernel16 tile16 = q4 ? kernels.q4_0_16 : kernels.q8_0_16;
   thread_local std::vector<float> acc;
-  acc.resize(static_cast<size_t>(kChunkRows * kTileRows));
+  acc.resize(static_cast<size_t>(kChunkRows * q8tiles::kTileRows16));
   const int64_t nb = p.w.n_in / kQK;
-  for (int64_t t = t0; t < t1; ++t) {
+  int64_t t = t0;
+  // Pairs of tiles where there is a 16-row kernel; acc rows are 16 wide.
+  for (; tile16 != nullptr && t + 1 < t1; t += 2) {
+    const uint8_t* rows[q8tiles::kTileRows16];
+    tile_rows(p, t, rows);
+    tile_rows(p, t + 1, rows + kTileRows);
+    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
+      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
+      tile16(rows, p.row_stride, nb, act, m0, m1, acc.data());
+      store_tile(p, t, m0, m1, acc.data(), q8tiles::kTileRows16);
+      store_tile(p, t + 1, m0, m1, acc.data() + kTileRows, q8tiles::kTileRows16);
+    }
+  }
+  for (; t < t1; ++t) {
     const uint8_t* rows[kTileRows];
     tile_rows(p, t, rows);
     for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
@@ -649,13 +671,11 @@ void matmul(Worker& worker, const WeightMatrix& w, const float* x, int64_t M, fl
 }
 
 bool matmul_use_vnni(bool enable) {
-  if (enable && !cpu_has_avx_vnni()) return false;
-  active_tiles() = enable ? q8tiles::vnni_tile_kernels() : kAvx2Tiles;
-  return true;
+  return set_active_isa(enable ? Isa::kAvxVnni : Isa::kAvx2);
 }
 
 bool matmul_vnni_active() {
-  return active_tiles().q8_0 != kAvx2Tiles.q8_0;
+  return active_isa() != Isa::kAvx2;
 }
 
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t M, float* y) {

@@ -29,11 +29,9 @@ void matmul(Worker& worker, const WeightMatrix& w, const float* x, int64_t M, fl
 // decides how many threads the job is split over (Worker::threads_for).
 double matmul_work_ns(const WeightMatrix& w, int64_t M);
 
-// The Q4_0/Q8_0 kernels sum their integer products with AVX-VNNI where the CPU
-// has it (the default; PARSPEC_NO_VNNI=1 in the environment keeps AVX2) and with
-// AVX2 otherwise; the results are bit-identical. matmul_use_vnni switches for
-// tests and benchmarks (not while a matmul runs); asking for VNNI on a CPU
-// without it returns false and changes nothing.
+// Kept for older tests and scripts: matmul_use_vnni(true) selects
+// Isa::kAvxVnni and (false) Isa::kAvx2 (set_active_isa in kernels/isa.h);
+// matmul_vnni_active() is true unless the AVX2 kernels are in use.
 bool matmul_use_vnni(bool enable);
 bool matmul_vnni_active();
 

@@ -33,13 +33,22 @@ struct Q8Activations {
 using TileKernel = void (*)(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
                             const Q8Activations& act, int64_t m0, int64_t m1, float* acc);
 
+// The same over 16 weight rows (two tiles): acc[(m - m0) * 16 + r].
+constexpr int kTileRows16 = 2 * kTileRows;
+using TileKernel16 = void (*)(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
+                              const Q8Activations& act, int64_t m0, int64_t m1, float* acc);
+
 struct TileKernels {
   TileKernel q4_0 = nullptr;
   TileKernel q8_0 = nullptr;
+  TileKernel16 q4_0_16 = nullptr;  // null: no 16-row kernels, tiles go one by one
+  TileKernel16 q8_0_16 = nullptr;
 };
 
 // The AVX-VNNI build (matmul_vnni.cpp); call only where the CPU has AVX-VNNI.
 TileKernels vnni_tile_kernels();
+// The AVX-512 F/BW/VL/VNNI build (matmul_avx512.cpp); only where the CPU has those.
+TileKernels avx512_tile_kernels();
 
 static inline __m256i broadcast_i32(const int8_t* p) {
   int32_t v;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "kernels/isa.h"
 #include "model/forward_timing.h"
 #include "model/model.h"
 #include "tools/args.h"
@@ -113,6 +114,7 @@ int cmd_bench_forward(int argc, char** argv) {
   std::printf("model: %s (%s, %d layers, n_embd %d, %.1f MiB of weights per token)\n",
               model_path.c_str(), c.arch.c_str(), c.n_layer, c.n_embd,
               model->weight_bytes() / 1048576.0);
+  std::printf("kernels: %s\n", isa_report().c_str());
 
   nlohmann::json results = nlohmann::json::array();
   std::printf("\n| threads | read GB/s | roofline tok/s | decode tok/s | of roofline |");
@@ -181,6 +183,7 @@ int cmd_bench_forward(int argc, char** argv) {
   }
   if (!json_path.empty()) {
     nlohmann::json out = {{"model", model_path},
+                          {"isa", isa_name(active_isa())},
                           {"weight_bytes", model->weight_bytes()},
                           {"context", context},
                           {"results", results}};
