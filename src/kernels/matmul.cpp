@@ -600,6 +600,7 @@ void run_k_tiles(const Problem& p, const K8Activations& act, int64_t t0, int64_t
 void check_shapes(const WeightMatrix& w, const float* x, int64_t M, const float* y) {
   check(is_weight_type(static_cast<uint32_t>(w.type)), "matmul: unsupported weight type ",
         static_cast<uint32_t>(w.type));
+  check(w.type != DType::Q8_K, "matmul: unsupported weight type ", type_info(w.type).name);
   check(w.n_in >= 0 && w.n_out >= 0 && M >= 0, "matmul: negative shape");
   check(w.n_in % type_info(w.type).block_elems == 0, "matmul: ", type_info(w.type).name,
         " rows of ", w.n_in, " elements are not a whole number of blocks");
@@ -620,54 +621,75 @@ double matmul_work_ns(const WeightMatrix& w, int64_t M) {
   return bytes / kBytesPerNs * (1 + kExtraRowShare * static_cast<double>(M - 1));
 }
 
-void matmul(Worker& worker, const WeightMatrix& w, const float* x, int64_t M, float* y) {
-  check_shapes(w, x, M, y);
-  if (M == 0 || w.n_out == 0) return;
-  const Problem p{w, row_bytes(w.type, w.n_in), x, M, y};
-  const int64_t n_tiles = (w.n_out + kTileRows - 1) / kTileRows;
-  const double work_ns = matmul_work_ns(w, M);
+void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float* x, int64_t M) {
+  if (parts.empty()) return;
+  const int64_t n_in = parts[0].w->n_in;
+  bool need_q8_0 = false, need_q8_K = false;
+  std::vector<Problem> problems;
+  std::vector<int64_t> first_tile;  // global index of each part's first tile, then the total
+  int64_t n_tiles = 0;
+  double work_ns = 0;
+  for (const MatmulPart& part : parts) {
+    const WeightMatrix& w = *part.w;
+    check_shapes(w, x, M, part.y);
+    check(w.n_in == n_in, "matmul_many: inputs of ", n_in, " and ", w.n_in, " elements");
+    need_q8_0 |= w.type == DType::Q8_0 || w.type == DType::Q4_0;
+    need_q8_K |= w.type == DType::Q4_K || w.type == DType::Q6_K;
+    problems.push_back(Problem{w, row_bytes(w.type, w.n_in), x, M, part.y});
+    first_tile.push_back(n_tiles);
+    n_tiles += M == 0 ? 0 : (w.n_out + kTileRows - 1) / kTileRows;
+    work_ns += matmul_work_ns(w, M);
+  }
+  first_tile.push_back(n_tiles);
+  if (n_tiles == 0) return;
+
+  // Activations quantized once for every part that reads them. Lambdas name
+  // thread_locals directly (no capture), so the worker threads need plain
+  // references to the caller's buffers.
+  thread_local Q8Activations caller_q8_0;
+  thread_local K8Activations caller_q8_K;
+  Q8Activations& q8_0 = caller_q8_0;
+  K8Activations& q8_K = caller_q8_K;
+  if (need_q8_0) quantize_activations_q8_0(worker, x, M, n_in, q8_0);
+  if (need_q8_K) quantize_activations_q8_K(worker, x, M, n_in, q8_K);
+
+  auto run_tiles = [&](const Problem& p, int64_t t0, int64_t t1) {
+    switch (p.w.type) {
+      case DType::Q8_0:
+      case DType::Q4_0:
+        return run_q8_tiles(p, q8_0, t0, t1);
+      case DType::Q4_K:
+      case DType::Q6_K:
+        return run_k_tiles(p, q8_K, t0, t1);
+      case DType::F32:
+        return run_float_tiles<DType::F32>(p, t0, t1);
+      case DType::F16:
+        return run_float_tiles<DType::F16>(p, t0, t1);
+      case DType::BF16:
+        return run_float_tiles<DType::BF16>(p, t0, t1);
+      case DType::Q8_K:
+        break;
+    }
+  };
+  // One job over the tiles of every part: one wake-up and one wait in all.
   const int threads = worker.threads_for(work_ns);
   // Chunks of at least ~4 us (claiming one costs ~0.1 us) and about 8 per
   // thread, so that a descheduled thread's share is taken by the others.
   const int64_t min_grain =
       static_cast<int64_t>(4000.0 * static_cast<double>(n_tiles) / std::max(work_ns, 1.0)) + 1;
   const int64_t grain = std::max(min_grain, n_tiles / (8 * static_cast<int64_t>(threads)));
-  auto for_tiles = [&](auto&& body) {
-    worker.parallel_chunks(n_tiles, grain, threads, [&](int64_t t0, int64_t t1) { body(t0, t1); });
-  };
+  worker.parallel_chunks(n_tiles, grain, threads, [&](int64_t g0, int64_t g1) {
+    for (size_t i = 0; i < problems.size(); ++i) {
+      const int64_t t0 = std::max(g0, first_tile[i]), t1 = std::min(g1, first_tile[i + 1]);
+      if (t0 < t1) run_tiles(problems[i], t0 - first_tile[i], t1 - first_tile[i]);
+    }
+  });
+}
 
-  switch (w.type) {
-    case DType::Q8_0:
-    case DType::Q4_0: {
-      // Lambdas name thread_locals directly (no capture), so the worker
-      // threads need a plain reference to the caller's buffer.
-      thread_local Q8Activations caller_act;
-      Q8Activations& act = caller_act;
-      quantize_activations_q8_0(worker, x, M, w.n_in, act);
-      for_tiles([&](int64_t t0, int64_t t1) { run_q8_tiles(p, act, t0, t1); });
-      return;
-    }
-    case DType::Q4_K:
-    case DType::Q6_K: {
-      thread_local K8Activations caller_act;
-      K8Activations& act = caller_act;
-      quantize_activations_q8_K(worker, x, M, w.n_in, act);
-      for_tiles([&](int64_t t0, int64_t t1) { run_k_tiles(p, act, t0, t1); });
-      return;
-    }
-    case DType::F32:
-      for_tiles([&](int64_t t0, int64_t t1) { run_float_tiles<DType::F32>(p, t0, t1); });
-      return;
-    case DType::F16:
-      for_tiles([&](int64_t t0, int64_t t1) { run_float_tiles<DType::F16>(p, t0, t1); });
-      return;
-    case DType::BF16:
-      for_tiles([&](int64_t t0, int64_t t1) { run_float_tiles<DType::BF16>(p, t0, t1); });
-      return;
-    case DType::Q8_K:
-      break;
-  }
-  fail("matmul: unsupported weight type ", type_info(w.type).name);
+void matmul(Worker& worker, const WeightMatrix& w, const float* x, int64_t M, float* y) {
+  check_shapes(w, x, M, y);
+  const MatmulPart part{&w, y};
+  matmul_many(worker, std::span(&part, 1), x, M);
 }
 
 bool matmul_use_vnni(bool enable) {

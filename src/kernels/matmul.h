@@ -7,6 +7,7 @@
 // one thread in one fixed order. Speculative verification relies on this to be
 // bit-exact with one-token decoding.
 #include <cstdint>
+#include <span>
 
 #include "core/worker.h"
 #include "kernels/quant.h"
@@ -24,6 +25,16 @@ struct WeightMatrix {
 // Q4_0/Q8_0 weights take activations quantized per row to Q8_0, Q4_K/Q6_K to
 // Q8_K (as llama.cpp does); F32/F16/BF16 use f32 activations.
 void matmul(Worker& worker, const WeightMatrix& w, const float* x, int64_t M, float* y);
+
+// Several matrices applied to the same activations (x: M × n_in, one n_in for
+// all): y_i = x · W_iᵀ, each exactly as matmul() computes it, but as one
+// parallel job (one wake-up, one wait) and one activation quantization per
+// format. For Q/K/V and gate/up projections.
+struct MatmulPart {
+  const WeightMatrix* w;
+  float* y;
+};
+void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float* x, int64_t M);
 
 // Nanoseconds one thread needs for matmul(w, M rows), as the estimate that
 // decides how many threads the job is split over (Worker::threads_for).

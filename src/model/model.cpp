@@ -124,9 +124,8 @@ void Model::attention_block(Worker& worker, int layer, const Batch& batch, KvCac
   for (int i = 0; i < n; ++i)
     rmsnorm(hidden + static_cast<size_t>(i) * c.n_embd, w.attn_norm.data(), c.n_embd, c.rms_eps,
             &xn[static_cast<size_t>(i) * c.n_embd]);
-  matmul(worker, w.wq, xn.data(), n, q.data());
-  matmul(worker, w.wk, xn.data(), n, k.data());
-  matmul(worker, w.wv, xn.data(), n, v.data());
+  const MatmulPart qkv[] = {{&w.wq, q.data()}, {&w.wk, k.data()}, {&w.wv, v.data()}};
+  matmul_many(worker, qkv, xn.data(), n);
   for (int i = 0; i < n; ++i) {
     float* qi = &q[static_cast<size_t>(i) * q_dim];
     float* ki = &k[static_cast<size_t>(i) * kv_dim];
@@ -191,8 +190,8 @@ void Model::mlp_block(Worker& worker, int layer, int n, float* hidden) const {
   for (int i = 0; i < n; ++i)
     rmsnorm(hidden + static_cast<size_t>(i) * c.n_embd, w.ffn_norm.data(), c.n_embd, c.rms_eps,
             &xn[static_cast<size_t>(i) * c.n_embd]);
-  matmul(worker, w.w_gate, xn.data(), n, gate.data());
-  matmul(worker, w.w_up, xn.data(), n, up.data());
+  const MatmulPart gate_up[] = {{&w.w_gate, gate.data()}, {&w.w_up, up.data()}};
+  matmul_many(worker, gate_up, xn.data(), n);
   swiglu(gate.data(), up.data(), n * c.n_ff, gate.data());
   matmul(worker, w.w_down, gate.data(), n, o.data());
   add_inplace(hidden, o.data(), n * c.n_embd);
