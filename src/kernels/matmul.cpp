@@ -84,6 +84,7 @@ void quantize_activations_q8_0(Worker& worker, const float* x, int64_t M, int64_
 // ------------------------------------------------------- Q8_0/Q4_0 kernels ----
 
 struct DotAvx2 {
+  static constexpr bool kBiasedQ8 = false;
   static __m256i sum_q4(const __m256i lo[4], const __m256i hi[4], const int8_t* xq) {
     // q in 0..15: each int16 lane sums 8 pair products of ≤ 2·15·127, no overflow.
     __m256i p = _mm256_maddubs_epi16(lo[0], broadcast_i32(xq));

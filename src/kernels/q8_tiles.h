@@ -104,7 +104,9 @@ static inline __m256 load_row_scales(const uint8_t* const rows[kTileRows], int64
 
 // Dot supplies the integer sums of one block, per lane (= weight row):
 //   Dot::sum_q4(lo, hi, xq): Σ q·x, lo[d]/hi[d] holding Q4_0 quants 4d.. / 16+4d.. as 0..15;
-//   Dot::sum_q8(magnitude, w, xq): Σ w·x, from |w| and the signed quants w.
+//   Dot::sum_q8(u, w, xq): with Dot::kBiasedQ8 false, Σ w·x from u = |w| and the signed
+//   quants w; with it true, Σ (w + 128)·x from u = w + 128 as unsigned bytes (one u8 × s8
+//   instruction per four bytes, no per-row sign fix-up), and the tile subtracts 128·Σ x.
 template <class Dot>
 static void tile_q4_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
                       const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
@@ -151,12 +153,17 @@ static void tile_q8_0(const uint8_t* const rows[kTileRows], size_t row_stride, i
     for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + at + 18, rows[r + 4] + at + 18);
     transpose_8x4(pairs, w + 4);
     // Lane r of w[g] holds elements 4g..4g+3 of row r.
-    for (int g = 0; g < 8; ++g) magnitude[g] = _mm256_abs_epi8(w[g]);
+    for (int g = 0; g < 8; ++g) {
+      magnitude[g] =
+          Dot::kBiasedQ8 ? _mm256_xor_si256(w[g], _mm256_set1_epi8(-128)) : _mm256_abs_epi8(w[g]);
+    }
     const __m256 dw = load_row_scales(rows, at);
 
     for (int64_t m = m0; m < m1; ++m) {
       const int64_t i = m * nb + b;
-      const __m256i isum = Dot::sum_q8(magnitude, w, act.blocks[i].qs);
+      __m256i isum = Dot::sum_q8(magnitude, w, act.blocks[i].qs);
+      // sums8 = 8·Σ x, so 128·Σ x = 16·sums8.
+      if (Dot::kBiasedQ8) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(16 * act.sums8[i]));
       const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.scales[i]));
       float* a = acc + (m - m0) * 8;
       _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, _mm256_loadu_ps(a)));
