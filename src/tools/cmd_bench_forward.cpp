@@ -123,9 +123,10 @@ int cmd_bench_forward(int argc, char** argv) {
   if (cpu_time) std::printf("decode and L(n): process CPU time, not wall time\n");
 
   nlohmann::json results = nlohmann::json::array();
-  std::printf("\n| threads | read GB/s | roofline tok/s | decode tok/s | of roofline |");
+  std::printf(
+      "\n| threads | read GB/s | roofline tok/s | decode tok/s | of roofline | split jobs/token |");
   for (int n : batch_sizes) std::printf(" L(%d) ms |", n);
-  std::printf(" L(8)/L(1) |\n|---|---|---|---|---|");
+  std::printf(" L(8)/L(1) |\n|---|---|---|---|---|---|");
   for (size_t i = 0; i < batch_sizes.size(); ++i) std::printf("---|");
   std::printf("---|\n");
   for (int threads : thread_counts) {
@@ -144,6 +145,7 @@ int cmd_bench_forward(int argc, char** argv) {
 
     if (tty) std::fprintf(stderr, "[%d threads] decoding...\n", threads);
     std::vector<double> decode_rates;
+    const uint64_t jobs_before = worker.parallel_jobs();
     for (int r = 0; r < repeat; ++r) {
       const std::vector<int32_t> toks = some_tokens(decode_tokens, c.n_vocab, r);
       const double t0 = now_ms(base);
@@ -155,6 +157,10 @@ int cmd_bench_forward(int argc, char** argv) {
       decode_rates.push_back(decode_tokens * 1000.0 / (now_ms(base) - t0));
       kv.truncate(context);
     }
+    // Jobs split over threads per decoded token: each is one wake-up and one
+    // wait for the last chunk, the only synchronisation of a forward.
+    const double split_jobs = static_cast<double>(worker.parallel_jobs() - jobs_before) /
+                              (static_cast<double>(repeat) * decode_tokens);
     std::sort(decode_rates.begin(), decode_rates.end());
     const double decode = decode_rates[decode_rates.size() / 2];
 
@@ -168,8 +174,8 @@ int cmd_bench_forward(int argc, char** argv) {
         if (batch_sizes[i] == n) return latency[i];
       return -1.0;
     };
-    std::printf("| %d | %.1f | %.2f | %.2f | %.0f%% |", threads, gbps, roofline, decode,
-                100.0 * decode / roofline);
+    std::printf("| %d | %.1f | %.2f | %.2f | %.0f%% | %.0f |", threads, gbps, roofline, decode,
+                100.0 * decode / roofline, split_jobs);
     for (double l : latency) std::printf(" %.1f |", l);
     if (l_of(1) > 0 && l_of(8) > 0)
       std::printf(" %.2f |\n", l_of(8) / l_of(1));
@@ -185,6 +191,7 @@ int cmd_bench_forward(int argc, char** argv) {
                        {"roofline_tok_per_s", roofline},
                        {"decode_tok_per_s", decode},
                        {"roofline_fraction", decode / roofline},
+                       {"split_jobs_per_token", split_jobs},
                        {"latency_ms", lat}});
   }
   if (!json_path.empty()) {
