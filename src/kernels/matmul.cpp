@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/float_pairs.h"
 #include "kernels/isa.h"
 #include "kernels/kquants.h"
 #include "kernels/q8_tiles.h"
@@ -532,9 +533,38 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
   }
 }
 
+// F16/BF16 against two or more activation rows with the AVX-512 pair kernels
+// (float_pairs.h): the same per-output numerics as the AVX2 tiles below.
+template <DType T>
+void run_float_pair_tiles(const Problem& p, int64_t t0, int64_t t1) {
+  const int64_t n = p.w.n_in, steps = (n + 7) / 8, n_pairs = (p.M + 1) / 2;
+  thread_local std::vector<float> packed;
+  packed.resize(static_cast<size_t>(float_pairs::packed_floats(p.M, n)));
+  float_pairs::pack_pairs(p.x, p.M, n, packed.data());
+  const auto kernel = T == DType::F16 ? &float_pairs::f16_rows4 : &float_pairs::bf16_rows4;
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* rows[kTileRows];
+    tile_rows(p, t, rows);
+    const int64_t o0 = t * kTileRows;
+    const int64_t valid = std::min<int64_t>(kTileRows, p.w.n_out - o0);
+    for (int r0 = 0; r0 < valid; r0 += 4) {
+      const size_t count = static_cast<size_t>(std::min<int64_t>(4, valid - r0));
+      for (int64_t q = 0; q < n_pairs; q += 2) {
+        const int pairs = static_cast<int>(std::min<int64_t>(2, n_pairs - q));
+        float out[16];
+        kernel(rows + r0, packed.data() + q * steps * 16, n, pairs, out);
+        for (int c = 0; c < 2 * pairs && 2 * q + c < p.M; ++c)
+          std::memcpy(p.y + (2 * q + c) * p.w.n_out + o0 + r0, out + 4 * c, count * sizeof(float));
+      }
+    }
+  }
+}
+
 template <DType T>
 void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
   const int64_t n = p.w.n_in;
+  if (T != DType::F32 && p.M >= 2 && active_isa() == Isa::kAvx512)
+    return run_float_pair_tiles<T>(p, t0, t1);
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* rows[kTileRows];
     tile_rows(p, t, rows);

@@ -7,10 +7,14 @@
 // q8_tiles.h, in the same order: the exact int32 block sum, then
 // acc = fma(float(isum), dw * dx, acc) block by block, so results are
 // bit-identical to the AVX2 and AVX-VNNI builds.
-// GCC 12 warns that the undefined upper half of _mm512_cast*256_*512 "may be
-// used uninitialized" inside its own AVX-512 insert intrinsics (GCC bug 105593);
-// the upper half is always overwritten here.
+// GCC 12 warns that the undefined registers its own AVX-512 insert/extract
+// intrinsics start from (_mm*_undefined_*) are "used uninitialized" (GCC bug
+// 105593); every lane of the results here is written.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <algorithm>
+
+#include "kernels/float_pairs.h"
 #include "kernels/q8_tiles.h"
 
 namespace parspec::q8tiles {
@@ -135,3 +139,92 @@ TileKernels avx512_tile_kernels() {
 }
 
 }  // namespace parspec::q8tiles
+
+// ------------------------------------------------------- F16/BF16 pairs ----
+
+namespace parspec::float_pairs {
+namespace {
+
+constexpr bool kF16 = true, kBF16 = false;
+
+// 8 weights (halves at `h`) converted to f32 in both 256-bit halves.
+template <bool F16>
+inline __m512 weights_twice(const uint8_t* h) {
+  const __m256i v =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  if constexpr (F16) {
+    return _mm512_cvtph_ps(v);
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+  }
+}
+
+// The AVX2 kernels' horizontal reduction (matmul.cpp reduce8), on one half.
+inline float reduce8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <bool F16, int P>
+void rows4(const uint8_t* const rows[4], const float* xp, int64_t n, float* out) {
+  const int64_t steps = (n + 7) / 8, full = n / 8;
+  __m512 acc[4][P];
+  for (int r = 0; r < 4; ++r)
+    for (int q = 0; q < P; ++q) acc[r][q] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < full; ++s) {
+    __m512 x[P];
+    for (int q = 0; q < P; ++q) x[q] = _mm512_loadu_ps(xp + (q * steps + s) * 16);
+    for (int r = 0; r < 4; ++r) {
+      const __m512 w = weights_twice<F16>(rows[r] + 16 * s);
+      for (int q = 0; q < P; ++q) acc[r][q] = _mm512_fmadd_ps(w, x[q], acc[r][q]);
+    }
+  }
+  if (full < steps) {
+    // The ragged tail as one zero-padded step (the packed activations are zero there).
+    __m512 x[P];
+    for (int q = 0; q < P; ++q) x[q] = _mm512_loadu_ps(xp + (q * steps + full) * 16);
+    for (int r = 0; r < 4; ++r) {
+      alignas(16) uint8_t tail[16] = {};
+      std::memcpy(tail, rows[r] + 16 * full, static_cast<size_t>(2 * (n - 8 * full)));
+      const __m512 w = weights_twice<F16>(tail);
+      for (int q = 0; q < P; ++q) acc[r][q] = _mm512_fmadd_ps(w, x[q], acc[r][q]);
+    }
+  }
+  for (int q = 0; q < P; ++q) {
+    for (int r = 0; r < 4; ++r) {
+      const __m256d halves_hi = _mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][q]), 1);
+      out[(2 * q) * 4 + r] = reduce8(_mm512_castps512_ps256(acc[r][q]));
+      out[(2 * q + 1) * 4 + r] = reduce8(_mm256_castpd_ps(halves_hi));
+    }
+  }
+}
+
+}  // namespace
+
+void pack_pairs(const float* x, int64_t M, int64_t n, float* packed) {
+  const int64_t steps = (n + 7) / 8;
+  for (int64_t q = 0; q < (M + 1) / 2; ++q) {
+    for (int h = 0; h < 2; ++h) {
+      const float* row = x + std::min(2 * q + h, M - 1) * n;
+      for (int64_t s = 0; s < steps; ++s) {
+        float* dst = packed + (q * steps + s) * 16 + 8 * h;
+        const int64_t valid = std::min<int64_t>(8, n - 8 * s);
+        for (int64_t j = 0; j < 8; ++j) dst[j] = j < valid ? row[8 * s + j] : 0.0f;
+      }
+    }
+  }
+}
+
+void f16_rows4(const uint8_t* const rows[4], const float* xp, int64_t n, int pairs, float* out) {
+  if (pairs == 2) return rows4<kF16, 2>(rows, xp, n, out);
+  rows4<kF16, 1>(rows, xp, n, out);
+}
+
+void bf16_rows4(const uint8_t* const rows[4], const float* xp, int64_t n, int pairs, float* out) {
+  if (pairs == 2) return rows4<kBF16, 2>(rows, xp, n, out);
+  rows4<kBF16, 1>(rows, xp, n, out);
+}
+
+}  // namespace parspec::float_pairs
