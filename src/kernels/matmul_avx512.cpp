@@ -73,63 +73,117 @@ inline void prefetch_next_tile16(const uint8_t* const rows[kTileRows16], size_t 
     _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
 }
 
-void tile16_q4_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
-                 const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  const __m512i low_mask = _mm512_set1_epi8(0x0f);
-  for (int64_t m = m0; m < m1; ++m) _mm512_storeu_ps(acc + (m - m0) * 16, _mm512_setzero_ps());
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t at = b * static_cast<int64_t>(sizeof(BlockQ4_0));
-    prefetch_next_tile16(rows, row_stride, at);
-    __m512i packed[4], lo[4], hi[4];
-    transpose16x4(rows, at + 2, packed);
+// Block b's contribution to activation row m: acc = fma(float(isum), dw·dx, acc).
+struct Q4Block {
+  static constexpr int64_t kBytes = sizeof(BlockQ4_0);
+  __m512i lo[4], hi[4];
+  __m512 dw;
+  __m512 apply(const Q8Activations& act, int64_t i, __m512 acc) const {
+    const int8_t* xq = act.blocks[i].qs;
+    __m512i s = _mm512_setzero_si512();
     for (int d = 0; d < 4; ++d) {
-      lo[d] = _mm512_and_si512(packed[d], low_mask);
-      hi[d] = _mm512_and_si512(_mm512_srli_epi16(packed[d], 4), low_mask);
+      s = _mm512_dpbusd_epi32(s, lo[d], broadcast_x(xq + 4 * d));
+      s = _mm512_dpbusd_epi32(s, hi[d], broadcast_x(xq + 16 + 4 * d));
     }
-    const __m512 dw = load_row_scales16(rows, at);
-    for (int64_t m = m0; m < m1; ++m) {
-      const int64_t i = m * nb + b;
-      const int8_t* xq = act.blocks[i].qs;
-      __m512i s = _mm512_setzero_si512();
-      for (int d = 0; d < 4; ++d) {
-        s = _mm512_dpbusd_epi32(s, lo[d], broadcast_x(xq + 4 * d));
-        s = _mm512_dpbusd_epi32(s, hi[d], broadcast_x(xq + 16 + 4 * d));
+    // Σ (q − 8)·x = Σ q·x − 8·Σ x.
+    const __m512i isum = _mm512_sub_epi32(s, _mm512_set1_epi32(act.sums8[i]));
+    const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
+  }
+};
+
+struct Q8Block {
+  // w + 128 as unsigned bytes: vpdpbusd multiplies u8 × s8, and
+  // Σ (w + 128)·x − 128·Σ x = Σ w·x exactly, with no sign fix-up per row.
+  static constexpr int64_t kBytes = sizeof(BlockQ8_0);
+  __m512i w[8];
+  __m512 dw;
+  __m512 apply(const Q8Activations& act, int64_t i, __m512 acc) const {
+    const int8_t* xq = act.blocks[i].qs;
+    __m512i s = _mm512_setzero_si512();
+    for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, w[g], broadcast_x(xq + 4 * g));
+    // sums8 = 8·Σ x, so 128·Σ x = 16·sums8.
+    const __m512i isum = _mm512_sub_epi32(s, _mm512_set1_epi32(16 * act.sums8[i]));
+    const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
+  }
+};
+
+inline Q4Block load_q4_block(const uint8_t* const rows[kTileRows16], int64_t at) {
+  const __m512i low_mask = _mm512_set1_epi8(0x0f);
+  Q4Block k;
+  __m512i packed[4];
+  transpose16x4(rows, at + 2, packed);
+  for (int d = 0; d < 4; ++d) {
+    k.lo[d] = _mm512_and_si512(packed[d], low_mask);
+    k.hi[d] = _mm512_and_si512(_mm512_srli_epi16(packed[d], 4), low_mask);
+  }
+  k.dw = load_row_scales16(rows, at);
+  return k;
+}
+
+inline Q8Block load_q8_block(const uint8_t* const rows[kTileRows16], int64_t at) {
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  Q8Block k;
+  transpose16x4(rows, at + 2, k.w);
+  transpose16x4(rows, at + 18, k.w + 4);
+  for (int g = 0; g < 8; ++g) k.w[g] = _mm512_xor_si512(k.w[g], bias);
+  k.dw = load_row_scales16(rows, at);
+  return k;
+}
+
+// MR > 0: exactly MR activation rows, accumulated in registers (a decode step
+// or a short chain; through memory every block would wait on a store-to-load
+// forward). MR = 0: any number, accumulated in acc. Same operations per lane
+// either way.
+template <class Block, Block (*Load)(const uint8_t* const*, int64_t), int MR>
+void tile16(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
+            const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  __m512 regs[MR > 0 ? MR : 1];
+  for (int j = 0; j < MR; ++j) regs[j] = _mm512_setzero_ps();
+  if (MR == 0)
+    for (int64_t m = m0; m < m1; ++m) _mm512_storeu_ps(acc + (m - m0) * 16, _mm512_setzero_ps());
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t at = b * Block::kBytes;
+    prefetch_next_tile16(rows, row_stride, at);
+    const Block k = Load(rows, at);
+    if constexpr (MR > 0) {
+      for (int j = 0; j < MR; ++j) regs[j] = k.apply(act, (m0 + j) * nb + b, regs[j]);
+    } else {
+      for (int64_t m = m0; m < m1; ++m) {
+        float* a = acc + (m - m0) * 16;
+        _mm512_storeu_ps(a, k.apply(act, m * nb + b, _mm512_loadu_ps(a)));
       }
-      // Σ (q − 8)·x = Σ q·x − 8·Σ x.
-      const __m512i isum = _mm512_sub_epi32(s, _mm512_set1_epi32(act.sums8[i]));
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
-      float* a = acc + (m - m0) * 16;
-      _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, _mm512_loadu_ps(a)));
     }
   }
+  for (int j = 0; j < MR; ++j) _mm512_storeu_ps(acc + j * 16, regs[j]);
+}
+
+template <class Block, Block (*Load)(const uint8_t* const*, int64_t)>
+void tile16_any(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
+                const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  switch (m1 - m0) {
+    case 1:
+      return tile16<Block, Load, 1>(rows, row_stride, nb, act, m0, m1, acc);
+    case 2:
+      return tile16<Block, Load, 2>(rows, row_stride, nb, act, m0, m1, acc);
+    case 3:
+      return tile16<Block, Load, 3>(rows, row_stride, nb, act, m0, m1, acc);
+    case 4:
+      return tile16<Block, Load, 4>(rows, row_stride, nb, act, m0, m1, acc);
+    default:
+      return tile16<Block, Load, 0>(rows, row_stride, nb, act, m0, m1, acc);
+  }
+}
+
+void tile16_q4_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
+                 const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  tile16_any<Q4Block, &load_q4_block>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 void tile16_q8_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t m = m0; m < m1; ++m) _mm512_storeu_ps(acc + (m - m0) * 16, _mm512_setzero_ps());
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t at = b * static_cast<int64_t>(sizeof(BlockQ8_0));
-    prefetch_next_tile16(rows, row_stride, at);
-    // w + 128 as unsigned bytes: vpdpbusd multiplies u8 × s8, and
-    // Σ (w + 128)·x − 128·Σ x = Σ w·x exactly, with no sign fix-up per row.
-    __m512i w[8];
-    transpose16x4(rows, at + 2, w);
-    transpose16x4(rows, at + 18, w + 4);
-    for (int g = 0; g < 8; ++g) w[g] = _mm512_xor_si512(w[g], bias);
-    const __m512 dw = load_row_scales16(rows, at);
-    for (int64_t m = m0; m < m1; ++m) {
-      const int64_t i = m * nb + b;
-      const int8_t* xq = act.blocks[i].qs;
-      __m512i s = _mm512_setzero_si512();
-      for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, w[g], broadcast_x(xq + 4 * g));
-      // sums8 = 8·Σ x, so 128·Σ x = 16·sums8.
-      const __m512i isum = _mm512_sub_epi32(s, _mm512_set1_epi32(16 * act.sums8[i]));
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
-      float* a = acc + (m - m0) * 16;
-      _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, _mm512_loadu_ps(a)));
-    }
-  }
+  tile16_any<Q8Block, &load_q8_block>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 }  // namespace
