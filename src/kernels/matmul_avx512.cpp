@@ -74,7 +74,7 @@ inline void prefetch_next_tile16(const uint8_t* const rows[kTileRows16], size_t 
 }
 
 // Block b's contribution to activation row m: acc = fma(float(isum), dw·dx, acc).
-struct Q4Block {
+struct Q4Block16 {
   static constexpr int64_t kBytes = sizeof(BlockQ4_0);
   __m512i lo[4], hi[4];
   __m512 dw;
@@ -92,7 +92,7 @@ struct Q4Block {
   }
 };
 
-struct Q8Block {
+struct Q8Block16 {
   // w + 128 as unsigned bytes: vpdpbusd multiplies u8 × s8, and
   // Σ (w + 128)·x − 128·Σ x = Σ w·x exactly, with no sign fix-up per row.
   static constexpr int64_t kBytes = sizeof(BlockQ8_0);
@@ -109,9 +109,9 @@ struct Q8Block {
   }
 };
 
-inline Q4Block load_q4_block(const uint8_t* const rows[kTileRows16], int64_t at) {
+inline Q4Block16 load_q4_block(const uint8_t* const rows[kTileRows16], int64_t at) {
   const __m512i low_mask = _mm512_set1_epi8(0x0f);
-  Q4Block k;
+  Q4Block16 k;
   __m512i packed[4];
   transpose16x4(rows, at + 2, packed);
   for (int d = 0; d < 4; ++d) {
@@ -122,9 +122,9 @@ inline Q4Block load_q4_block(const uint8_t* const rows[kTileRows16], int64_t at)
   return k;
 }
 
-inline Q8Block load_q8_block(const uint8_t* const rows[kTileRows16], int64_t at) {
+inline Q8Block16 load_q8_block(const uint8_t* const rows[kTileRows16], int64_t at) {
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  Q8Block k;
+  Q8Block16 k;
   transpose16x4(rows, at + 2, k.w);
   transpose16x4(rows, at + 18, k.w + 4);
   for (int g = 0; g < 8; ++g) k.w[g] = _mm512_xor_si512(k.w[g], bias);
@@ -178,12 +178,12 @@ void tile16_any(const uint8_t* const rows[kTileRows16], size_t row_stride, int64
 
 void tile16_q4_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  tile16_any<Q4Block, &load_q4_block>(rows, row_stride, nb, act, m0, m1, acc);
+  tile16_any<Q4Block16, &load_q4_block>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 void tile16_q8_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  tile16_any<Q8Block, &load_q8_block>(rows, row_stride, nb, act, m0, m1, acc);
+  tile16_any<Q8Block16, &load_q8_block>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 }  // namespace
