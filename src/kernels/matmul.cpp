@@ -28,6 +28,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/float_pairs.h"
+#include "kernels/isa.h"
 #include "kernels/kquants.h"
 #include "kernels/q8_tiles.h"
 
@@ -44,6 +46,14 @@ using q8tiles::transpose_8x4;
 constexpr int64_t kChunkRows = 64;  // activation rows applied per pass over a weight tile
 
 // ------------------------------------------------------------ activations ----
+
+// Quantizes activation rows on as many threads as their size is worth
+// (~1 ns per element on one thread, measured for Q8_0 and Q8_K).
+template <class Body>
+void parallel_rows(Worker& worker, int64_t M, int64_t n_in, const Body& body) {
+  const int threads = worker.threads_for(static_cast<double>(M * n_in));
+  worker.parallel_chunks(M, std::max<int64_t>(1, M / (4 * threads)), threads, body);
+}
 
 void quantize_activations_q8_0(Worker& worker, const float* x, int64_t M, int64_t n_in,
                                Q8Activations& out) {
@@ -69,17 +79,13 @@ void quantize_activations_q8_0(Worker& worker, const float* x, int64_t M, int64_
       }
     }
   };
-  // Splitting small batches costs more in synchronization than it saves.
-  if (M * n_in >= 16384 && M > 1 && worker.n_threads() > 1) {
-    worker.parallel_for(M, quantize_rows);
-  } else {
-    quantize_rows(0, M);
-  }
+  parallel_rows(worker, M, n_in, quantize_rows);
 }
 
 // ------------------------------------------------------- Q8_0/Q4_0 kernels ----
 
 struct DotAvx2 {
+  static constexpr bool kBiasedQ8 = false;
   static __m256i sum_q4(const __m256i lo[4], const __m256i hi[4], const int8_t* xq) {
     // q in 0..15: each int16 lane sums 8 pair products of ≤ 2·15·127, no overflow.
     __m256i p = _mm256_maddubs_epi16(lo[0], broadcast_i32(xq));
@@ -105,18 +111,21 @@ struct DotAvx2 {
 constexpr q8tiles::TileKernels kAvx2Tiles{&q8tiles::tile_q4_0<DotAvx2>,
                                           &q8tiles::tile_q8_0<DotAvx2>};
 
-bool cpu_has_avx_vnni() {
-  return __builtin_cpu_supports("avxvnni");
-}
-
-// VNNI by default where the CPU has it; PARSPEC_NO_VNNI=1 keeps AVX2.
-q8tiles::TileKernels& active_tiles() {
-  static q8tiles::TileKernels tiles = [] {
-    const char* off = std::getenv("PARSPEC_NO_VNNI");
-    const bool disabled = off != nullptr && *off != '\0' && std::strcmp(off, "0") != 0;
-    return cpu_has_avx_vnni() && !disabled ? q8tiles::vnni_tile_kernels() : kAvx2Tiles;
-  }();
-  return tiles;
+// The tile kernels of the ISA in use (kernels/isa.h).
+const q8tiles::TileKernels& active_tiles() {
+  static const q8tiles::TileKernels vnni =
+      cpu_supports(Isa::kAvxVnni) ? q8tiles::vnni_tile_kernels() : q8tiles::TileKernels{};
+  static const q8tiles::TileKernels avx512 =
+      cpu_supports(Isa::kAvx512) ? q8tiles::avx512_tile_kernels() : q8tiles::TileKernels{};
+  switch (active_isa()) {
+    case Isa::kAvxVnni:
+      return vnni;
+    case Isa::kAvx512:
+      return avx512;
+    case Isa::kAvx2:
+      break;
+  }
+  return kAvx2Tiles;
 }
 
 // ------------------------------------------------------ F32/F16/BF16 kernels ----
@@ -221,11 +230,7 @@ void quantize_activations_q8_K(Worker& worker, const float* x, int64_t M, int64_
       }
     }
   };
-  if (M * n_in >= 16384 && M > 1 && worker.n_threads() > 1) {
-    worker.parallel_for(M, quantize_rows);
-  } else {
-    quantize_rows(0, M);
-  }
+  parallel_rows(worker, M, n_in, quantize_rows);
 }
 
 // In each dword lane, int16 pair (byte J0, byte J1) of that dword, zero-extended.
@@ -484,22 +489,43 @@ void tile_rows(const Problem& p, int64_t t, const uint8_t* rows[kTileRows]) {
   }
 }
 
-void store_tile(const Problem& p, int64_t t, int64_t m0, int64_t m1, const float* acc) {
+// acc holds kTileRows results per activation row, `acc_stride` apart.
+void store_tile(const Problem& p, int64_t t, int64_t m0, int64_t m1, const float* acc,
+                int64_t acc_stride = kTileRows) {
   const int64_t o0 = t * kTileRows;
+  if (o0 >= p.w.n_out) return;
   const int64_t valid = std::min<int64_t>(kTileRows, p.w.n_out - o0);
   for (int64_t m = m0; m < m1; ++m) {
-    std::memcpy(p.y + m * p.w.n_out + o0, acc + (m - m0) * kTileRows,
+    std::memcpy(p.y + m * p.w.n_out + o0, acc + (m - m0) * acc_stride,
                 static_cast<size_t>(valid) * sizeof(float));
   }
 }
 
 void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_t t1) {
-  const q8tiles::TileKernel tile =
-      p.w.type == DType::Q4_0 ? active_tiles().q4_0 : active_tiles().q8_0;
+  const q8tiles::TileKernels& kernels = active_tiles();
+  const bool q4 = p.w.type == DType::Q4_0;
+  const q8tiles::TileKernel tile = q4 ? kernels.q4_0 : kernels.q8_0;
+  // Q8_0 against one or two activation rows streams faster in 8-row tiles
+  // (measured with bench/kernel_throughput: the 16-row transposition costs
+  // more than it saves until the rows amortize it).
+  const q8tiles::TileKernel16 tile16 = q4 ? kernels.q4_0_16 : p.M >= 3 ? kernels.q8_0_16 : nullptr;
   thread_local std::vector<float> acc;
-  acc.resize(static_cast<size_t>(kChunkRows * kTileRows));
+  acc.resize(static_cast<size_t>(kChunkRows * q8tiles::kTileRows16));
   const int64_t nb = p.w.n_in / kQK;
-  for (int64_t t = t0; t < t1; ++t) {
+  int64_t t = t0;
+  // Pairs of tiles where there is a 16-row kernel; acc rows are 16 wide.
+  for (; tile16 != nullptr && t + 1 < t1; t += 2) {
+    const uint8_t* rows[q8tiles::kTileRows16];
+    tile_rows(p, t, rows);
+    tile_rows(p, t + 1, rows + kTileRows);
+    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
+      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
+      tile16(rows, p.row_stride, nb, act, m0, m1, acc.data());
+      store_tile(p, t, m0, m1, acc.data(), q8tiles::kTileRows16);
+      store_tile(p, t + 1, m0, m1, acc.data() + kTileRows, q8tiles::kTileRows16);
+    }
+  }
+  for (; t < t1; ++t) {
     const uint8_t* rows[kTileRows];
     tile_rows(p, t, rows);
     for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
@@ -510,9 +536,38 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
   }
 }
 
+// F16/BF16 against two or more activation rows with the AVX-512 pair kernels
+// (float_pairs.h): the same per-output numerics as the AVX2 tiles below.
+template <DType T>
+void run_float_pair_tiles(const Problem& p, int64_t t0, int64_t t1) {
+  const int64_t n = p.w.n_in, steps = (n + 7) / 8, n_pairs = (p.M + 1) / 2;
+  thread_local std::vector<float> packed;
+  packed.resize(static_cast<size_t>(float_pairs::packed_floats(p.M, n)));
+  float_pairs::pack_pairs(p.x, p.M, n, packed.data());
+  const auto kernel = T == DType::F16 ? &float_pairs::f16_rows4 : &float_pairs::bf16_rows4;
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* rows[kTileRows];
+    tile_rows(p, t, rows);
+    const int64_t o0 = t * kTileRows;
+    const int64_t valid = std::min<int64_t>(kTileRows, p.w.n_out - o0);
+    for (int r0 = 0; r0 < valid; r0 += 4) {
+      const size_t count = static_cast<size_t>(std::min<int64_t>(4, valid - r0));
+      for (int64_t q = 0; q < n_pairs; q += 2) {
+        const int pairs = static_cast<int>(std::min<int64_t>(2, n_pairs - q));
+        float out[16];
+        kernel(rows + r0, packed.data() + q * steps * 16, n, pairs, out);
+        for (int c = 0; c < 2 * pairs && 2 * q + c < p.M; ++c)
+          std::memcpy(p.y + (2 * q + c) * p.w.n_out + o0 + r0, out + 4 * c, count * sizeof(float));
+      }
+    }
+  }
+}
+
 template <DType T>
 void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
   const int64_t n = p.w.n_in;
+  if (T != DType::F32 && p.M >= 2 && active_isa() == Isa::kAvx512)
+    return run_float_pair_tiles<T>(p, t0, t1);
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* rows[kTileRows];
     tile_rows(p, t, rows);
@@ -579,6 +634,7 @@ void run_k_tiles(const Problem& p, const K8Activations& act, int64_t t0, int64_t
 void check_shapes(const WeightMatrix& w, const float* x, int64_t M, const float* y) {
   check(is_weight_type(static_cast<uint32_t>(w.type)), "matmul: unsupported weight type ",
         static_cast<uint32_t>(w.type));
+  check(w.type != DType::Q8_K, "matmul: unsupported weight type ", type_info(w.type).name);
   check(w.n_in >= 0 && w.n_out >= 0 && M >= 0, "matmul: negative shape");
   check(w.n_in % type_info(w.type).block_elems == 0, "matmul: ", type_info(w.type).name,
         " rows of ", w.n_in, " elements are not a whole number of blocks");
@@ -589,61 +645,93 @@ void check_shapes(const WeightMatrix& w, const float* x, int64_t M, const float*
 
 }  // namespace
 
+// Time (ns) one thread needs for a matmul, as far as splitting it is concerned:
+// weight bytes at the speed of a cache-resident F16 row (the fastest case,
+// measured ~32 bytes/ns on one Zen 5 core, so a job is only split when even
+// then it is worth it), plus, per extra activation row, a share of that.
+double matmul_work_ns(const WeightMatrix& w, int64_t M) {
+  constexpr double kBytesPerNs = 32, kExtraRowShare = 0.15;
+  const double bytes = static_cast<double>(row_bytes(w.type, w.n_in)) * w.n_out;
+  return bytes / kBytesPerNs * (1 + kExtraRowShare * static_cast<double>(M - 1));
+}
+
+void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float* x, int64_t M) {
+  if (parts.empty()) return;
+  const int64_t n_in = parts[0].w->n_in;
+  bool need_q8_0 = false, need_q8_K = false;
+  std::vector<Problem> problems;
+  std::vector<int64_t> first_tile;  // global index of each part's first tile, then the total
+  int64_t n_tiles = 0;
+  double work_ns = 0;
+  for (const MatmulPart& part : parts) {
+    const WeightMatrix& w = *part.w;
+    check_shapes(w, x, M, part.y);
+    check(w.n_in == n_in, "matmul_many: inputs of ", n_in, " and ", w.n_in, " elements");
+    need_q8_0 |= w.type == DType::Q8_0 || w.type == DType::Q4_0;
+    need_q8_K |= w.type == DType::Q4_K || w.type == DType::Q6_K;
+    problems.push_back(Problem{w, row_bytes(w.type, w.n_in), x, M, part.y});
+    first_tile.push_back(n_tiles);
+    n_tiles += M == 0 ? 0 : (w.n_out + kTileRows - 1) / kTileRows;
+    work_ns += matmul_work_ns(w, M);
+  }
+  first_tile.push_back(n_tiles);
+  if (n_tiles == 0) return;
+
+  // Activations quantized once for every part that reads them. Lambdas name
+  // thread_locals directly (no capture), so the worker threads need plain
+  // references to the caller's buffers.
+  thread_local Q8Activations caller_q8_0;
+  thread_local K8Activations caller_q8_K;
+  Q8Activations& q8_0 = caller_q8_0;
+  K8Activations& q8_K = caller_q8_K;
+  if (need_q8_0) quantize_activations_q8_0(worker, x, M, n_in, q8_0);
+  if (need_q8_K) quantize_activations_q8_K(worker, x, M, n_in, q8_K);
+
+  auto run_tiles = [&](const Problem& p, int64_t t0, int64_t t1) {
+    switch (p.w.type) {
+      case DType::Q8_0:
+      case DType::Q4_0:
+        return run_q8_tiles(p, q8_0, t0, t1);
+      case DType::Q4_K:
+      case DType::Q6_K:
+        return run_k_tiles(p, q8_K, t0, t1);
+      case DType::F32:
+        return run_float_tiles<DType::F32>(p, t0, t1);
+      case DType::F16:
+        return run_float_tiles<DType::F16>(p, t0, t1);
+      case DType::BF16:
+        return run_float_tiles<DType::BF16>(p, t0, t1);
+      case DType::Q8_K:
+        break;
+    }
+  };
+  // One job over the tiles of every part: one wake-up and one wait in all.
+  const int threads = worker.threads_for(work_ns);
+  // Chunks of at least ~4 us (claiming one costs ~0.1 us) and about 8 per
+  // thread, so that a descheduled thread's share is taken by the others.
+  const int64_t min_grain =
+      static_cast<int64_t>(4000.0 * static_cast<double>(n_tiles) / std::max(work_ns, 1.0)) + 1;
+  const int64_t grain = std::max(min_grain, n_tiles / (8 * static_cast<int64_t>(threads)));
+  worker.parallel_chunks(n_tiles, grain, threads, [&](int64_t g0, int64_t g1) {
+    for (size_t i = 0; i < problems.size(); ++i) {
+      const int64_t t0 = std::max(g0, first_tile[i]), t1 = std::min(g1, first_tile[i + 1]);
+      if (t0 < t1) run_tiles(problems[i], t0 - first_tile[i], t1 - first_tile[i]);
+    }
+  });
+}
+
 void matmul(Worker& worker, const WeightMatrix& w, const float* x, int64_t M, float* y) {
   check_shapes(w, x, M, y);
-  if (M == 0 || w.n_out == 0) return;
-  const Problem p{w, row_bytes(w.type, w.n_in), x, M, y};
-  const int64_t n_tiles = (w.n_out + kTileRows - 1) / kTileRows;
-  auto for_tiles = [&](auto&& body) {
-    worker.run([&](int index, int count) {
-      int64_t t0, t1;
-      Worker::split(n_tiles, index, count, t0, t1);
-      if (t0 < t1) body(t0, t1);
-    });
-  };
-
-  switch (w.type) {
-    case DType::Q8_0:
-    case DType::Q4_0: {
-      // Lambdas name thread_locals directly (no capture), so the worker
-      // threads need a plain reference to the caller's buffer.
-      thread_local Q8Activations caller_act;
-      Q8Activations& act = caller_act;
-      quantize_activations_q8_0(worker, x, M, w.n_in, act);
-      for_tiles([&](int64_t t0, int64_t t1) { run_q8_tiles(p, act, t0, t1); });
-      return;
-    }
-    case DType::Q4_K:
-    case DType::Q6_K: {
-      thread_local K8Activations caller_act;
-      K8Activations& act = caller_act;
-      quantize_activations_q8_K(worker, x, M, w.n_in, act);
-      for_tiles([&](int64_t t0, int64_t t1) { run_k_tiles(p, act, t0, t1); });
-      return;
-    }
-    case DType::F32:
-      for_tiles([&](int64_t t0, int64_t t1) { run_float_tiles<DType::F32>(p, t0, t1); });
-      return;
-    case DType::F16:
-      for_tiles([&](int64_t t0, int64_t t1) { run_float_tiles<DType::F16>(p, t0, t1); });
-      return;
-    case DType::BF16:
-      for_tiles([&](int64_t t0, int64_t t1) { run_float_tiles<DType::BF16>(p, t0, t1); });
-      return;
-    case DType::Q8_K:
-      break;
-  }
-  fail("matmul: unsupported weight type ", type_info(w.type).name);
+  const MatmulPart part{&w, y};
+  matmul_many(worker, std::span(&part, 1), x, M);
 }
 
 bool matmul_use_vnni(bool enable) {
-  if (enable && !cpu_has_avx_vnni()) return false;
-  active_tiles() = enable ? q8tiles::vnni_tile_kernels() : kAvx2Tiles;
-  return true;
+  return set_active_isa(enable ? Isa::kAvxVnni : Isa::kAvx2);
 }
 
 bool matmul_vnni_active() {
-  return active_tiles().q8_0 != kAvx2Tiles.q8_0;
+  return active_isa() != Isa::kAvx2;
 }
 
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t M, float* y) {

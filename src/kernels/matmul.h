@@ -7,6 +7,7 @@
 // one thread in one fixed order. Speculative verification relies on this to be
 // bit-exact with one-token decoding.
 #include <cstdint>
+#include <span>
 
 #include "core/worker.h"
 #include "kernels/quant.h"
@@ -25,11 +26,23 @@ struct WeightMatrix {
 // Q8_K (as llama.cpp does); F32/F16/BF16 use f32 activations.
 void matmul(Worker& worker, const WeightMatrix& w, const float* x, int64_t M, float* y);
 
-// The Q4_0/Q8_0 kernels sum their integer products with AVX-VNNI where the CPU
-// has it (the default; PARSPEC_NO_VNNI=1 in the environment keeps AVX2) and with
-// AVX2 otherwise; the results are bit-identical. matmul_use_vnni switches for
-// tests and benchmarks (not while a matmul runs); asking for VNNI on a CPU
-// without it returns false and changes nothing.
+// Several matrices applied to the same activations (x: M × n_in, one n_in for
+// all): y_i = x · W_iᵀ, each exactly as matmul() computes it, but as one
+// parallel job (one wake-up, one wait) and one activation quantization per
+// format. For Q/K/V and gate/up projections.
+struct MatmulPart {
+  const WeightMatrix* w;
+  float* y;
+};
+void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float* x, int64_t M);
+
+// Nanoseconds one thread needs for matmul(w, M rows), as the estimate that
+// decides how many threads the job is split over (Worker::threads_for).
+double matmul_work_ns(const WeightMatrix& w, int64_t M);
+
+// Kept for older tests and scripts: matmul_use_vnni(true) selects
+// Isa::kAvxVnni and (false) Isa::kAvx2 (set_active_isa in kernels/isa.h);
+// matmul_vnni_active() is true unless the AVX2 kernels are in use.
 bool matmul_use_vnni(bool enable);
 bool matmul_vnni_active();
 

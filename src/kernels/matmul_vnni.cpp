@@ -16,13 +16,12 @@ struct DotVnni {
     }
     return s;
   }
-  static __m256i sum_q8(const __m256i magnitude[8], const __m256i w[8], const int8_t* xq) {
-    // |w|·(x·sign(w)) = w·x (x is never −128, so the sign flip cannot overflow).
+  static constexpr bool kBiasedQ8 = true;
+  static __m256i sum_q8(const __m256i biased[8], const __m256i[8], const int8_t* xq) {
+    // Σ (w + 128)·x; the tile subtracts 128·Σ x.
     __m256i s = _mm256_setzero_si256();
-    for (int g = 0; g < 8; ++g) {
-      s = _mm256_dpbusd_avx_epi32(s, magnitude[g],
-                                  _mm256_sign_epi8(broadcast_i32(xq + 4 * g), w[g]));
-    }
+    for (int g = 0; g < 8; ++g)
+      s = _mm256_dpbusd_avx_epi32(s, biased[g], broadcast_i32(xq + 4 * g));
     return s;
   }
 };

@@ -33,13 +33,22 @@ struct Q8Activations {
 using TileKernel = void (*)(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
                             const Q8Activations& act, int64_t m0, int64_t m1, float* acc);
 
+// The same over 16 weight rows (two tiles): acc[(m - m0) * 16 + r].
+constexpr int kTileRows16 = 2 * kTileRows;
+using TileKernel16 = void (*)(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
+                              const Q8Activations& act, int64_t m0, int64_t m1, float* acc);
+
 struct TileKernels {
   TileKernel q4_0 = nullptr;
   TileKernel q8_0 = nullptr;
+  TileKernel16 q4_0_16 = nullptr;  // null: no 16-row kernels, tiles go one by one
+  TileKernel16 q8_0_16 = nullptr;
 };
 
 // The AVX-VNNI build (matmul_vnni.cpp); call only where the CPU has AVX-VNNI.
 TileKernels vnni_tile_kernels();
+// The AVX-512 F/BW/VL/VNNI build (matmul_avx512.cpp); only where the CPU has those.
+TileKernels avx512_tile_kernels();
 
 static inline __m256i broadcast_i32(const int8_t* p) {
   int32_t v;
@@ -95,64 +104,122 @@ static inline __m256 load_row_scales(const uint8_t* const rows[kTileRows], int64
 
 // Dot supplies the integer sums of one block, per lane (= weight row):
 //   Dot::sum_q4(lo, hi, xq): Σ q·x, lo[d]/hi[d] holding Q4_0 quants 4d.. / 16+4d.. as 0..15;
-//   Dot::sum_q8(magnitude, w, xq): Σ w·x, from |w| and the signed quants w.
+//   Dot::sum_q8(u, w, xq): with Dot::kBiasedQ8 false, Σ w·x from u = |w| and the signed
+//   quants w; with it true, Σ (w + 128)·x from u = w + 128 as unsigned bytes (one u8 × s8
+//   instruction per four bytes, no per-row sign fix-up), and the tile subtracts 128·Σ x.
+// One block of 8 weight rows, ready to apply to any activation row:
+// acc = fma(float(isum), dw·dx, acc), per lane.
 template <class Dot>
-static void tile_q4_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
-                      const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0f);
-  for (int64_t m = m0; m < m1; ++m) _mm256_storeu_ps(acc + (m - m0) * 8, _mm256_setzero_ps());
-
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t at = b * static_cast<int64_t>(sizeof(BlockQ4_0));
-    prefetch_next_tile(rows, row_stride, at);
+struct Q4Block {
+  static constexpr int64_t kBytes = sizeof(BlockQ4_0);
+  // Lane r of lo[d] holds elements 4d..4d+3 of row r, hi[d] elements 16+4d..16+4d+3, as 0..15.
+  __m256i lo[4], hi[4];
+  __m256 dw;
+  static Q4Block load(const uint8_t* const rows[kTileRows], int64_t at) {
+    const __m256i low_mask = _mm256_set1_epi8(0x0f);
+    Q4Block k;
     __m256i pairs[4], packed[4];
     for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + at + 2, rows[r + 4] + at + 2);
     transpose_8x4(pairs, packed);
-    // Lane r of lo[d] holds elements 4d..4d+3 of row r, hi[d] elements 16+4d..16+4d+3, as 0..15.
-    __m256i lo[4], hi[4];
     for (int d = 0; d < 4; ++d) {
-      lo[d] = _mm256_and_si256(packed[d], low_mask);
-      hi[d] = _mm256_and_si256(_mm256_srli_epi16(packed[d], 4), low_mask);
+      k.lo[d] = _mm256_and_si256(packed[d], low_mask);
+      k.hi[d] = _mm256_and_si256(_mm256_srli_epi16(packed[d], 4), low_mask);
     }
-    const __m256 dw = load_row_scales(rows, at);
+    k.dw = load_row_scales(rows, at);
+    return k;
+  }
+  __m256 apply(const Q8Activations& act, int64_t i, __m256 acc) const {
+    // Σ (q − 8)·x = Σ q·x − 8·Σ x.
+    const __m256i isum =
+        _mm256_sub_epi32(Dot::sum_q4(lo, hi, act.blocks[i].qs), _mm256_set1_epi32(act.sums8[i]));
+    const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.scales[i]));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
+  }
+};
 
-    for (int64_t m = m0; m < m1; ++m) {
-      const int64_t i = m * nb + b;
-      // Σ (q − 8)·x = Σ q·x − 8·Σ x.
-      const __m256i isum =
-          _mm256_sub_epi32(Dot::sum_q4(lo, hi, act.blocks[i].qs), _mm256_set1_epi32(act.sums8[i]));
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.scales[i]));
-      float* a = acc + (m - m0) * 8;
-      _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, _mm256_loadu_ps(a)));
+template <class Dot>
+struct Q8Block {
+  static constexpr int64_t kBytes = sizeof(BlockQ8_0);
+  // Lane r of w[g] holds elements 4g..4g+3 of row r; u[g] is |w| or w + 128 (Dot::kBiasedQ8).
+  __m256i w[8], u[8];
+  __m256 dw;
+  static Q8Block load(const uint8_t* const rows[kTileRows], int64_t at) {
+    Q8Block k;
+    __m256i pairs[4];
+    for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + at + 2, rows[r + 4] + at + 2);
+    transpose_8x4(pairs, k.w);
+    for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + at + 18, rows[r + 4] + at + 18);
+    transpose_8x4(pairs, k.w + 4);
+    for (int g = 0; g < 8; ++g) {
+      k.u[g] = Dot::kBiasedQ8 ? _mm256_xor_si256(k.w[g], _mm256_set1_epi8(-128))
+                              : _mm256_abs_epi8(k.w[g]);
+    }
+    k.dw = load_row_scales(rows, at);
+    return k;
+  }
+  __m256 apply(const Q8Activations& act, int64_t i, __m256 acc) const {
+    __m256i isum = Dot::sum_q8(u, w, act.blocks[i].qs);
+    // sums8 = 8·Σ x, so 128·Σ x = 16·sums8.
+    if (Dot::kBiasedQ8) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(16 * act.sums8[i]));
+    const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.scales[i]));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
+  }
+};
+
+// MR > 0: exactly MR activation rows, accumulated in registers (a decode step
+// or a short chain; through memory every block would wait on a store-to-load
+// forward). MR = 0: any number, accumulated in acc. Same operations per lane
+// either way.
+template <class Block, int MR>
+static void tile_rows_of(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
+                         const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  __m256 regs[MR > 0 ? MR : 1];
+  for (int j = 0; j < MR; ++j) regs[j] = _mm256_setzero_ps();
+  if (MR == 0)
+    for (int64_t m = m0; m < m1; ++m) _mm256_storeu_ps(acc + (m - m0) * 8, _mm256_setzero_ps());
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t at = b * Block::kBytes;
+    prefetch_next_tile(rows, row_stride, at);
+    const Block k = Block::load(rows, at);
+    if constexpr (MR > 0) {
+      for (int j = 0; j < MR; ++j) regs[j] = k.apply(act, (m0 + j) * nb + b, regs[j]);
+    } else {
+      for (int64_t m = m0; m < m1; ++m) {
+        float* a = acc + (m - m0) * 8;
+        _mm256_storeu_ps(a, k.apply(act, m * nb + b, _mm256_loadu_ps(a)));
+      }
     }
   }
+  for (int j = 0; j < MR; ++j) _mm256_storeu_ps(acc + j * 8, regs[j]);
+}
+
+template <class Block>
+static void tile_any(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
+                     const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  switch (m1 - m0) {
+    case 1:
+      return tile_rows_of<Block, 1>(rows, row_stride, nb, act, m0, m1, acc);
+    case 2:
+      return tile_rows_of<Block, 2>(rows, row_stride, nb, act, m0, m1, acc);
+    case 3:
+      return tile_rows_of<Block, 3>(rows, row_stride, nb, act, m0, m1, acc);
+    case 4:
+      return tile_rows_of<Block, 4>(rows, row_stride, nb, act, m0, m1, acc);
+    default:
+      return tile_rows_of<Block, 0>(rows, row_stride, nb, act, m0, m1, acc);
+  }
+}
+
+template <class Dot>
+static void tile_q4_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
+                      const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  tile_any<Q4Block<Dot>>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 template <class Dot>
 static void tile_q8_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
                       const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  for (int64_t m = m0; m < m1; ++m) _mm256_storeu_ps(acc + (m - m0) * 8, _mm256_setzero_ps());
-
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t at = b * static_cast<int64_t>(sizeof(BlockQ8_0));
-    prefetch_next_tile(rows, row_stride, at);
-    __m256i pairs[4], w[8], magnitude[8];
-    for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + at + 2, rows[r + 4] + at + 2);
-    transpose_8x4(pairs, w);
-    for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + at + 18, rows[r + 4] + at + 18);
-    transpose_8x4(pairs, w + 4);
-    // Lane r of w[g] holds elements 4g..4g+3 of row r.
-    for (int g = 0; g < 8; ++g) magnitude[g] = _mm256_abs_epi8(w[g]);
-    const __m256 dw = load_row_scales(rows, at);
-
-    for (int64_t m = m0; m < m1; ++m) {
-      const int64_t i = m * nb + b;
-      const __m256i isum = Dot::sum_q8(magnitude, w, act.blocks[i].qs);
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.scales[i]));
-      float* a = acc + (m - m0) * 8;
-      _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, _mm256_loadu_ps(a)));
-    }
-  }
+  tile_any<Q8Block<Dot>>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 }  // namespace parspec::q8tiles

@@ -2,22 +2,33 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <vector>
 
 namespace parspec {
 
+double now_ms(TimeBase base) {
+  if (base == TimeBase::kProcessCpu) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+  }
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 double median_forward_ms(const Model& model, Worker& worker, KvCache& kv, int n_tokens, int warmup,
-                         int runs, bool all_logits) {
+                         int runs, bool all_logits, TimeBase base) {
   const int n_vocab = model.config().n_vocab;
   std::vector<double> times;
   for (int r = 0; r < warmup + runs; ++r) {
     std::vector<int32_t> tokens(n_tokens);
     for (int i = 0; i < n_tokens; ++i) tokens[i] = (i * 7919 + r * 104729 + 13) % n_vocab;
     const Batch batch = Batch::chain(kv, tokens, all_logits);
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now_ms(base);
     model.forward(worker, batch, kv);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms = now_ms(base) - t0;
     kv.discard_spec();
     if (r >= warmup) times.push_back(ms);
   }

@@ -7,11 +7,19 @@
 
 namespace parspec {
 
+// What a timing measures: wall-clock time, or the CPU time of the whole process
+// (all threads; what a one-thread run costs even when a shared machine
+// deschedules it, but spinning threads count too).
+enum class TimeBase { kWall, kProcessCpu };
+
+// Milliseconds since an arbitrary origin, on `base`'s clock.
+double now_ms(TimeBase base);
+
 // Median wall time (ms) of one forward over a chain of n_tokens on top of the
 // committed context of `kv`, after `warmup` unmeasured runs; each run's cells
 // are discarded afterwards. `all_logits`: output rows for every token (what a
 // verification computes) or only the last.
 double median_forward_ms(const Model& model, Worker& worker, KvCache& kv, int n_tokens, int warmup,
-                         int runs, bool all_logits);
+                         int runs, bool all_logits, TimeBase base = TimeBase::kWall);
 
 }  // namespace parspec

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -152,9 +153,8 @@ void Model::attention_block(Worker& worker, int layer, const Batch& batch, KvCac
   for (int i = 0; i < n; ++i)
     rmsnorm(hidden + static_cast<size_t>(i) * c.n_embd, w.attn_norm.data(), c.n_embd, c.rms_eps,
             &xn[static_cast<size_t>(i) * c.n_embd]);
-  matmul(worker, w.wq, xn.data(), n, q.data());
-  matmul(worker, w.wk, xn.data(), n, k.data());
-  matmul(worker, w.wv, xn.data(), n, v.data());
+  const MatmulPart qkv[] = {{&w.wq, q.data()}, {&w.wk, k.data()}, {&w.wv, v.data()}};
+  matmul_many(worker, qkv, xn.data(), n);
   for (int i = 0; i < n; ++i) {
     float* qi = &q[static_cast<size_t>(i) * q_dim];
     float* ki = &k[static_cast<size_t>(i) * kv_dim];
@@ -180,27 +180,33 @@ void Model::attention_block(Worker& worker, int layer, const Batch& batch, KvCac
   const int32_t n_committed = kv.n_committed();
   const int group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  worker.parallel_for(static_cast<int64_t>(n) * c.n_head, [&](int64_t begin, int64_t end) {
-    AttentionScratch scratch;
-    std::vector<const float*> keys, values;
-    for (int64_t job = begin; job < end; ++job) {
-      const int i = static_cast<int>(job / c.n_head), h = static_cast<int>(job % c.n_head);
-      const int kv_off = (h / group) * hd;
-      keys.clear();
-      values.clear();
-      for (int32_t pos = 0; pos < n_committed; ++pos) {
-        keys.push_back(kv.committed_k(layer, pos) + kv_off);
-        values.push_back(kv.committed_v(layer, pos) + kv_off);
-      }
-      for (int32_t cell : visible[i]) {
-        keys.push_back(kv.spec_k(layer, cell) + kv_off);
-        values.push_back(kv.spec_v(layer, cell) + kv_off);
-      }
-      attend(&q[static_cast<size_t>(i) * q_dim + h * hd], keys.data(), values.data(),
-             static_cast<int>(keys.size()), hd, scale, scratch,
-             &att[static_cast<size_t>(i) * q_dim + h * hd]);
-    }
-  });
+  // ~0.05 ns per key and head dimension on one thread (dot, softmax, weighted sum).
+  const int64_t n_jobs = static_cast<int64_t>(n) * c.n_head;
+  const double work_ns = 0.05 * static_cast<double>(n_jobs) * (n_committed + n) * hd;
+  const int threads = worker.threads_for(work_ns);
+  worker.parallel_chunks(n_jobs, std::max<int64_t>(1, n_jobs / (8 * threads)), threads,
+                         [&](int64_t begin, int64_t end) {
+                           AttentionScratch scratch;
+                           std::vector<const float*> keys, values;
+                           for (int64_t job = begin; job < end; ++job) {
+                             const int i = static_cast<int>(job / c.n_head),
+                                       h = static_cast<int>(job % c.n_head);
+                             const int kv_off = (h / group) * hd;
+                             keys.clear();
+                             values.clear();
+                             for (int32_t pos = 0; pos < n_committed; ++pos) {
+                               keys.push_back(kv.committed_k(layer, pos) + kv_off);
+                               values.push_back(kv.committed_v(layer, pos) + kv_off);
+                             }
+                             for (int32_t cell : visible[i]) {
+                               keys.push_back(kv.spec_k(layer, cell) + kv_off);
+                               values.push_back(kv.spec_v(layer, cell) + kv_off);
+                             }
+                             attend(&q[static_cast<size_t>(i) * q_dim + h * hd], keys.data(),
+                                    values.data(), static_cast<int>(keys.size()), hd, scale,
+                                    scratch, &att[static_cast<size_t>(i) * q_dim + h * hd]);
+                           }
+                         });
   matmul(worker, w.wo, att.data(), n, o.data());
   add_inplace(hidden, o.data(), n * c.n_embd);
 }
@@ -213,8 +219,8 @@ void Model::mlp_block(Worker& worker, int layer, int n, float* hidden) const {
   for (int i = 0; i < n; ++i)
     rmsnorm(hidden + static_cast<size_t>(i) * c.n_embd, w.ffn_norm.data(), c.n_embd, c.rms_eps,
             &xn[static_cast<size_t>(i) * c.n_embd]);
-  matmul(worker, w.w_gate, xn.data(), n, gate.data());
-  matmul(worker, w.w_up, xn.data(), n, up.data());
+  const MatmulPart gate_up[] = {{&w.w_gate, gate.data()}, {&w.w_up, up.data()}};
+  matmul_many(worker, gate_up, xn.data(), n);
   swiglu(gate.data(), up.data(), n * c.n_ff, gate.data());
   matmul(worker, w.w_down, gate.data(), n, o.data());
   add_inplace(hidden, o.data(), n * c.n_embd);

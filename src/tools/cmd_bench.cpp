@@ -35,8 +35,8 @@ struct BenchArgs {
                           prompts_text = "code,math,prose,config,chat", json_out, md_out, svg_out,
                           chat_template;
   StrategyOptions strategy_options;
-  int n_predict = 128, n_threads = available_cores(), n_ctx = 4096, repeat = 1, max_prompts = 0,
-      warmup = 16;
+  int n_predict = 128, n_threads = default_thread_count(), n_ctx = 4096, repeat = 1,
+      max_prompts = 0, warmup = 16;
   SamplingParams sampling;
   uint64_t seed = 42;
   bool ignore_eos = false;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "kernels/isa.h"
 #include "model/forward_timing.h"
 #include "model/model.h"
 #include "tools/args.h"
@@ -101,12 +102,17 @@ int cmd_bench_forward(int argc, char** argv) {
   args.option("-r,--repeat", &repeat, "N", "repetitions (the median is reported)");
   args.option("--bandwidth-mib", &bandwidth_mib, "MIB", "buffer size for the bandwidth test");
   args.option("--json", &json_path, "FILE", "also write the results as JSON");
+  bool cpu_time = false;
+  args.flag("--cpu-time", &cpu_time,
+            "time decode and L(n) in process CPU time instead of wall time (steadier on a "
+            "loaded machine at -t 1; with more threads it also counts their spinning)");
   if (!args.parse(argc, argv)) return 0;
   check(!model_path.empty(), "no model given (-m FILE)");
   check(repeat >= 1 && decode_tokens >= 1 && context >= 1, "counts must be positive");
   const std::vector<int> thread_counts = parse_int_list(threads_text, "--threads");
   for (int t : thread_counts)
     check(t <= kMaxThreads, "value ", t, " in -t is out of range (1 to ", kMaxThreads, ")");
+  const TimeBase base = cpu_time ? TimeBase::kProcessCpu : TimeBase::kWall;
   const std::vector<int> batch_sizes = parse_int_list(batch_text, "--batch-sizes");
 
   auto model = Model::load(model_path);
@@ -116,11 +122,14 @@ int cmd_bench_forward(int argc, char** argv) {
   std::printf("model: %s (%s, %d layers, n_embd %d, %.1f MiB of weights per token)\n",
               model_path.c_str(), c.arch.c_str(), c.n_layer, c.n_embd,
               model->weight_bytes() / 1048576.0);
+  std::printf("kernels: %s\n", isa_report().c_str());
+  if (cpu_time) std::printf("decode and L(n): process CPU time, not wall time\n");
 
   nlohmann::json results = nlohmann::json::array();
-  std::printf("\n| threads | read GB/s | roofline tok/s | decode tok/s | of roofline |");
+  std::printf(
+      "\n| threads | read GB/s | roofline tok/s | decode tok/s | of roofline | split jobs/token |");
   for (int n : batch_sizes) std::printf(" L(%d) ms |", n);
-  std::printf(" L(8)/L(1) |\n|---|---|---|---|---|");
+  std::printf(" L(8)/L(1) |\n|---|---|---|---|---|---|");
   for (size_t i = 0; i < batch_sizes.size(); ++i) std::printf("---|");
   std::printf("---|\n");
   for (int threads : thread_counts) {
@@ -139,32 +148,37 @@ int cmd_bench_forward(int argc, char** argv) {
 
     if (tty) std::fprintf(stderr, "[%d threads] decoding...\n", threads);
     std::vector<double> decode_rates;
+    const uint64_t jobs_before = worker.parallel_jobs();
     for (int r = 0; r < repeat; ++r) {
       const std::vector<int32_t> toks = some_tokens(decode_tokens, c.n_vocab, r);
-      const auto t0 = Clock::now();
+      const double t0 = now_ms(base);
       for (int32_t t : toks) {
         model->forward(worker, Batch::chain(kv, std::span(&t, 1), true), kv);
         const int32_t cell = 0;
         kv.commit(std::span(&cell, 1));
       }
-      decode_rates.push_back(decode_tokens * 1000.0 / ms_since(t0));
+      decode_rates.push_back(decode_tokens * 1000.0 / (now_ms(base) - t0));
       kv.truncate(context);
     }
+    // Jobs split over threads per decoded token: each is one wake-up and one
+    // wait for the last chunk, the only synchronisation of a forward.
+    const double split_jobs = static_cast<double>(worker.parallel_jobs() - jobs_before) /
+                              (static_cast<double>(repeat) * decode_tokens);
     std::sort(decode_rates.begin(), decode_rates.end());
     const double decode = decode_rates[decode_rates.size() / 2];
 
     std::vector<double> latency;
     for (int n : batch_sizes) {
       if (tty) std::fprintf(stderr, "[%d threads] L(%d)...\n", threads, n);
-      latency.push_back(median_forward_ms(*model, worker, kv, n, 0, repeat, false));
+      latency.push_back(median_forward_ms(*model, worker, kv, n, 0, repeat, false, base));
     }
     auto l_of = [&](int n) {
       for (size_t i = 0; i < batch_sizes.size(); ++i)
         if (batch_sizes[i] == n) return latency[i];
       return -1.0;
     };
-    std::printf("| %d | %.1f | %.2f | %.2f | %.0f%% |", threads, gbps, roofline, decode,
-                100.0 * decode / roofline);
+    std::printf("| %d | %.1f | %.2f | %.2f | %.0f%% | %.0f |", threads, gbps, roofline, decode,
+                100.0 * decode / roofline, split_jobs);
     for (double l : latency) std::printf(" %.1f |", l);
     if (l_of(1) > 0 && l_of(8) > 0)
       std::printf(" %.2f |\n", l_of(8) / l_of(1));
@@ -180,10 +194,13 @@ int cmd_bench_forward(int argc, char** argv) {
                        {"roofline_tok_per_s", roofline},
                        {"decode_tok_per_s", decode},
                        {"roofline_fraction", decode / roofline},
+                       {"split_jobs_per_token", split_jobs},
                        {"latency_ms", lat}});
   }
   if (!json_path.empty()) {
     nlohmann::json out = {{"model", model_path},
+                          {"isa", isa_name(active_isa())},
+                          {"time_base", cpu_time ? "process_cpu" : "wall"},
                           {"weight_bytes", model->weight_bytes()},
                           {"context", context},
                           {"results", results}};

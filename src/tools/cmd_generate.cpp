@@ -106,7 +106,7 @@ void print_speed(const std::string& strategy, const std::string& rest, const Gen
 int cmd_generate(int argc, char** argv) {
   std::string model_path, prompt, prompt_file, chat_template, strategy_name = "ar";
   StrategyOptions strategy_options;
-  int n_predict = 128, n_threads = available_cores(), n_ctx = 4096;
+  int n_predict = 128, n_threads = default_thread_count(), n_ctx = 4096;
   SamplingParams sampling;
   int64_t seed = -1;
   bool json = false, chat = false, ignore_eos = false, escape = true, no_escape = false;

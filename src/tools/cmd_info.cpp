@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/isa.h"
 #include "model/gguf.h"
 #include "model/model_config.h"
 #include "tokenizer/tokenizer.h"
@@ -23,6 +24,8 @@ int cmd_info(int argc, char** argv) {
   if (!args.parse(argc, argv)) return 0;
   check(!files.empty(), "no model file given (usage: parspec info MODEL.gguf)");
 
+  // Resolved first: a bad PARSPEC_ISA is an error before any file is read.
+  const std::string kernels = isa_report();
   for (const std::string& path : files) {
     auto file = GgufFile::open(path);
     const ModelConfig c = ModelConfig::from_gguf(*file);
@@ -50,6 +53,7 @@ int cmd_info(int argc, char** argv) {
                 c.tied_embeddings ? "tied (output = token_embd)" : "untied");
     std::printf("  parameters     %.2f M in %zu tensors, %.2f MiB\n", n_params / 1e6,
                 file->tensors().size(), n_bytes / 1048576.0);
+    std::printf("  kernels        %s\n", kernels.c_str());
     std::printf("  tensor types  ");
     for (const auto& [name, count] : type_counts) std::printf(" %s×%d", name.c_str(), count);
     std::printf("\n");

@@ -34,7 +34,7 @@ double negative_log_likelihood(const float* logits, int n_vocab, int32_t target)
 
 int cmd_perplexity(int argc, char** argv) {
   std::string model_path, text_file;
-  int n_ctx = 512, n_threads = available_cores(), max_chunks = -1;
+  int n_ctx = 512, n_threads = default_thread_count(), max_chunks = -1;
   ArgParser args("perplexity",
                  "Perplexity of a text: the tokens are cut into chunks of --ctx-size tokens, the\n"
                  "first token of each chunk is replaced by BOS, and the predictions of the second\n"

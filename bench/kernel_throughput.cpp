@@ -1,0 +1,63 @@
+// Instruction-throughput bound of the matmul kernels: one thread, a weight
+// matrix small enough to stay in cache (so memory bandwidth is not the limit),
+// fastest of many repetitions (robust on a shared machine: a run the OS
+// disturbed is only ever slower). Prints weight GB/s consumed per ISA, weight
+// type and batch size M. Build and run:
+//   cmake --build build --target kernel_throughput && build/kernel_throughput [n_in n_out]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "core/worker.h"
+#include "kernels/isa.h"
+#include "kernels/matmul.h"
+
+using namespace parspec;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  const int64_t n_in = argc > 2 ? std::atoll(argv[1]) : 2048;
+  const int64_t n_out = argc > 2 ? std::atoll(argv[2]) : 512;
+  Worker worker(1);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t max_m = 64;
+  std::vector<float> x(max_m * n_in), y(max_m * n_out), row(n_in);
+  for (float& v : x) v = dist(rng);
+  std::printf("one thread, %lld x %lld weights in cache; weight GB/s consumed (fastest of 15)\n\n",
+              static_cast<long long>(n_out), static_cast<long long>(n_in));
+  const int64_t ms[] = {1, 2, 4, 8, 16, 64};
+  std::printf("| type | ISA |");
+  for (int64_t m : ms) std::printf(" M=%lld |", static_cast<long long>(m));
+  std::printf("\n|---|---|");
+  for (size_t i = 0; i < std::size(ms); ++i) std::printf("---|");
+  std::printf("\n");
+  for (DType type : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    const size_t stride = row_bytes(type, n_in);
+    std::vector<uint8_t> bytes(stride * n_out);
+    for (int64_t o = 0; o < n_out; ++o) {
+      for (float& v : row) v = 0.1f * dist(rng);
+      quantize_row(type, row.data(), bytes.data() + o * stride, n_in);
+    }
+    const WeightMatrix w{type, n_in, n_out, bytes.data()};
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+      if (!set_active_isa(isa)) continue;
+      std::printf("| %s | %s |", std::string(type_info(type).name).c_str(), isa_name(isa));
+      for (int64_t m : ms) {
+        double best = 1e30;
+        for (int rep = 0; rep < 15; ++rep) {
+          const auto t0 = Clock::now();
+          matmul(worker, w, x.data(), m, y.data());
+          best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+        }
+        std::printf(" %.1f |", static_cast<double>(bytes.size()) / best / 1e9);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,36 @@
+#pragma once
+// Which instruction set the kernels use, chosen once per process at run time:
+// the best one the CPU has, or the one PARSPEC_ISA names (avx2 | avxvnni |
+// avx512). Every path computes bit-identical results (exact integer sums, the
+// same float operations per output in the same order), so the choice changes
+// speed only.
+//
+//   avx2     AVX2 + FMA + F16C: every kernel (the build's baseline).
+//   avxvnni  AVX-VNNI (vpdpbusd on 256 bits) for the Q8_0/Q4_0 integer dot products.
+//   avx512   AVX-512 F/BW/VL/VNNI: Q8_0/Q4_0 tiles of 16 weight rows in 512-bit
+//            registers; F16/BF16 against two activation rows per register when
+//            a batch has two or more; the other cases keep their AVX2 kernels.
+#include <string>
+
+namespace parspec {
+
+enum class Isa { kAvx2, kAvxVnni, kAvx512 };
+
+const char* isa_name(Isa isa);
+
+// Whether this CPU (and OS) can run the kernels of `isa`.
+bool cpu_supports(Isa isa);
+
+// The kernels in use. On first call: PARSPEC_ISA if set (an unknown name, or an
+// ISA this CPU lacks, is a parspec::Error), else the deprecated
+// PARSPEC_NO_VNNI=1 (same as PARSPEC_ISA=avx2), else the best supported.
+Isa active_isa();
+
+// Switches the kernels (tests and benchmarks; never while a matmul runs).
+// Returns false and changes nothing where the CPU lacks `isa`.
+bool set_active_isa(Isa isa);
+
+// One line for `info` / `bench-forward`: the ISA in use and what the CPU has.
+std::string isa_report();
+
+}  // namespace parspec

@@ -1,0 +1,174 @@
+// Runtime ISA dispatch (kernels/isa.h): every kernel path this CPU can run,
+// forced in turn, gives the AVX2 path's results bit for bit, in single
+// matmuls and in whole forward passes; PARSPEC_ISA selects and reports it.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli_helpers.h"
+#include "core/worker.h"
+#include "kernels/isa.h"
+#include "kernels/matmul.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "test_helpers.h"
+
+namespace parspec {
+namespace {
+
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                        DType::Q4_0, DType::Q4_K, DType::Q6_K};
+
+// Restores the ISA chosen for the process when a test ends.
+struct IsaGuard {
+  Isa saved = active_isa();
+  ~IsaGuard() { set_active_isa(saved); }
+};
+
+std::vector<float> gaussian(int64_t n, uint32_t seed, float sigma) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<uint8_t> random_matrix(DType type, int64_t n_in, int64_t n_out, uint32_t seed) {
+  const size_t stride = row_bytes(type, n_in);
+  std::vector<uint8_t> bytes(stride * n_out);
+  for (int64_t o = 0; o < n_out; ++o) {
+    const auto row = gaussian(n_in, seed + static_cast<uint32_t>(o), 0.05f * (1 + o % 5));
+    quantize_row(type, row.data(), bytes.data() + o * stride, n_in);
+  }
+  if (type == DType::Q8_0) {
+    // Extreme quants (the quantizer never writes -128, a file may): exact sums must hold.
+    auto* blocks = reinterpret_cast<BlockQ8_0*>(bytes.data());
+    for (int k = 0; k < kQK; k += 3) blocks[0].qs[k] = (k % 2) ? -128 : 127;
+  }
+  return bytes;
+}
+
+void expect_matmuls_match_avx2(Isa isa) {
+  IsaGuard guard;
+  Worker one(1), three(3);
+  for (DType type : kTypes) {
+    // Float rows of 203: a ragged tail step (203 = 25·8 + 3).
+    const int64_t n_in = type_info(type).block_elems == 1 ? 203 : 512;
+    // 16-row tiles, an odd tile at the end, a partial tile, a single row.
+    for (int64_t n_out : {1, 8, 16, 17, 24, 37, 130}) {
+      const auto bytes = random_matrix(type, n_in, n_out, 11 + static_cast<uint32_t>(n_out));
+      const WeightMatrix w{type, n_in, n_out, bytes.data()};
+      for (int64_t M : {1, 2, 3, 8, 16, 70}) {
+        const auto x = gaussian(M * n_in, 5 + static_cast<uint32_t>(M), 3.0f);
+        std::vector<float> want(M * n_out), got(M * n_out);
+        ASSERT_TRUE(set_active_isa(Isa::kAvx2));
+        matmul(one, w, x.data(), M, want.data());
+        ASSERT_TRUE(set_active_isa(isa));
+        for (Worker* worker : {&one, &three}) {
+          matmul(*worker, w, x.data(), M, got.data());
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+              << isa_name(isa) << " " << type_info(type).name << " n_out " << n_out << " M " << M
+              << " threads " << worker->n_threads();
+        }
+      }
+    }
+  }
+}
+
+TEST(IsaDispatch, AvxVnniMatmulsAreBitIdenticalToAvx2) {
+  if (!cpu_supports(Isa::kAvxVnni)) GTEST_SKIP() << "skipped: this CPU has no AVX-VNNI";
+  expect_matmuls_match_avx2(Isa::kAvxVnni);
+}
+
+TEST(IsaDispatch, Avx512MatmulsAreBitIdenticalToAvx2) {
+  if (!cpu_supports(Isa::kAvx512)) GTEST_SKIP() << "skipped: this CPU lacks AVX-512 F/BW/VL/VNNI";
+  expect_matmuls_match_avx2(Isa::kAvx512);
+}
+
+TEST(IsaDispatch, ForwardLogitsAreBitIdenticalOnEveryPath) {
+  IsaGuard guard;
+  testing_support::TempDir dir;
+  Worker worker(2);
+  for (DType type : {DType::Q8_0, DType::Q4_0}) {
+    RandomModelSpec spec;
+    spec.n_vocab = 300;
+    spec.n_embd = 128;
+    spec.n_ff = 256;
+    spec.n_layer = 2;
+    spec.weight_type = type;
+    auto model = Model::load(testing_support::write_model(
+        dir, std::string("m-") + std::string(type_info(type).name) + ".gguf", spec));
+    const std::vector<int32_t> tokens = {1, 17, 42, 99, 7, 250, 3, 8, 12};
+    auto logits = [&](Isa isa) {
+      EXPECT_TRUE(set_active_isa(isa));
+      KvCache kv(model->config(), 32);
+      return model->forward(worker, Batch::chain(kv, tokens, true), kv);
+    };
+    const std::vector<float> want = logits(Isa::kAvx2);
+    for (Isa isa : {Isa::kAvxVnni, Isa::kAvx512}) {
+      if (!cpu_supports(isa)) {
+        std::printf("[  NOTE    ] %s not on this CPU: its forward pass is not compared\n",
+                    isa_name(isa));
+        continue;
+      }
+      const std::vector<float> got = logits(isa);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << isa_name(isa) << " " << type_info(type).name;
+    }
+  }
+}
+
+TEST(IsaDispatch, UnsupportedIsaIsRefusedWithoutChangingAnything) {
+  IsaGuard guard;
+  const Isa before = active_isa();
+  for (Isa isa : {Isa::kAvxVnni, Isa::kAvx512}) {
+    if (cpu_supports(isa)) continue;
+    EXPECT_FALSE(set_active_isa(isa));
+    EXPECT_EQ(active_isa(), before);
+  }
+  EXPECT_TRUE(set_active_isa(Isa::kAvx2));  // the baseline is always there
+}
+
+// `parspec info` with PARSPEC_ISA set (empty: unset); stdout and stderr.
+testing_support::CommandResult info_with_isa(const std::string& isa) {
+  const std::string command =
+      (isa.empty() ? std::string("env -u PARSPEC_ISA ") : "env PARSPEC_ISA=" + isa + " ") +
+      PARSPEC_BINARY + " info " + PARSPEC_SOURCE_DIR + "/models/draft.gguf 2>&1";
+  testing_support::CommandResult r{-1, ""};
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(IsaDispatch, EnvironmentOverrideIsReportedAndChecked) {
+  const auto best = info_with_isa("");
+  ASSERT_EQ(best.exit_code, 0) << best.output;
+  EXPECT_NE(best.output.find("kernels"), std::string::npos) << best.output;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+    const std::string name = isa_name(isa);
+    const auto r = info_with_isa(name);
+    if (cpu_supports(isa)) {
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find("kernels        " + name + " "), std::string::npos) << r.output;
+    } else {
+      EXPECT_EQ(r.exit_code, 1) << r.output;
+      EXPECT_NE(r.output.find("this CPU lacks " + name), std::string::npos) << r.output;
+    }
+  }
+  const auto bad = info_with_isa("sse2");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("PARSPEC_ISA=sse2 is not one of avx2, avxvnni, avx512"),
+            std::string::npos)
+      << bad.output;
+}
+
+}  // namespace
+}  // namespace parspec
