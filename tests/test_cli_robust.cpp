@@ -115,6 +115,7 @@ TEST_F(CliRobustTest, PromptPlusLengthDoesNotOverflow) {
   expect_error(gen() + "-p hi -n 2147483640 -c 64", {"-n 2147483640", "context size 64"});
   expect_error(gen() + "-p hi -n 1e12", {"'1e12'", "-n", "out of range"});
   expect_error(gen() + "-p hi -n 1.5", {"'1.5'", "whole number"});
+  expect_error(gen() + "-p hi -n 1e3", {"'1e3'", "written as a whole number (1000)"});
   expect_error(gen() + "-p hi -n -2", {"-n -2"});
 }
 

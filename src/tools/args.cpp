@@ -34,8 +34,13 @@ T parse_number(const std::string& flag, const std::string& text) {
     char* double_end = nullptr;
     const double as_double = std::strtod(text.c_str(), &double_end);
     const bool is_number = !text.empty() && double_end == text.c_str() + text.size();
-    if (ec == std::errc::result_out_of_range ||
-        (is_number && std::nearbyint(as_double) == as_double))
+    const bool whole = is_number && std::nearbyint(as_double) == as_double;
+    const bool in_range = as_double >= static_cast<double>(std::numeric_limits<T>::min()) &&
+                          as_double <= static_cast<double>(std::numeric_limits<T>::max());
+    if (whole && in_range && ec != std::errc::result_out_of_range)
+      fail("value '", text, "' for ", flag, " must be written as a whole number (",
+           static_cast<int64_t>(as_double), ")");
+    if (ec == std::errc::result_out_of_range || whole)
       fail("value '", text, "' for ", flag, " is out of range (", std::numeric_limits<T>::min(),
            " to ", std::numeric_limits<T>::max(), ")");
     if (is_number) fail("value '", text, "' for ", flag, " must be a whole number");
