@@ -52,6 +52,7 @@ Prediction predict(const CostMeasurements& m, const Candidate& c) {
     } else {
       p.tokens_per_step = accepted + 1 - m.accept_prefix[gamma - 1];
       p.ms_per_step = m.parallel ? std::max(drafted_ms, verify_ms) : drafted_ms + verify_ms;
+      p.ms_per_step /= m.pearl_efficiency > 0 ? m.pearl_efficiency : 1;
     }
   } else {
     fail("cost model: no prediction for strategy '", c.strategy, "'");
@@ -297,11 +298,31 @@ CostMeasurements measure_costs(const StrategyConfig& config,
         drafts_per_step * m.draft_ms + m.target_ms[gamma] + m.target_overhead_ms;
     m.draft_overhead_ms = std::max(0.0, (sd_total.t_gen_ms / steps - explained) / drafts_per_step);
   }
-  double previous = 1;
-  for (int k = 0; k < options.max_gamma; ++k) {
+  for (size_t k = 0; k < proposed.size(); ++k) {
     const double rate = proposed[k] > 0 ? static_cast<double>(accepted[k]) / proposed[k] : 0;
-    previous = std::min(previous, rate);
-    m.accept_prefix.push_back(previous);
+    m.accept_prefix.push_back(std::min(k == 0 ? 1.0 : m.accept_prefix.back(), rate));
+  }
+
+  // PEARL at one window, against the formula with the measurements above.
+  const int window = std::min(options.pearl_window, gamma);
+  if (window >= 1) {
+    say("tune: measuring pearl at window " + std::to_string(window));
+    const std::unique_ptr<Strategy> pearl =
+        make_strategy(config_for_candidate(sd, {"pearl", window}));
+    int64_t n_gen = 0;
+    double t_gen_ms = 0;
+    for (const auto& prompt : prompts) {
+      GenerationRequest request;
+      request.prompt = prompt;
+      request.n_predict = options.n_predict;
+      request.sampling.temp = 0;
+      const GenerationStats st = pearl->generate(request).stats;
+      n_gen += st.n_gen;
+      t_gen_ms += st.t_gen_ms;
+    }
+    const double formula = predict(m, {"pearl", window}).tok_per_s;
+    if (n_gen > 0 && t_gen_ms > 0 && formula > 0)
+      m.pearl_efficiency = std::clamp(n_gen * 1000.0 / t_gen_ms / formula, 0.05, 1.5);
   }
   m.calibration_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();

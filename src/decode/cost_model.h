@@ -11,7 +11,8 @@
 //   ar:        1 token per T(1)
 //   sd γ:      1 + E(γ) tokens per γ·D + T(γ+1)          (γ draft forwards, one verification)
 //   pearl γ:   E(γ) + 1 − P(all γ accepted) tokens per round of max(γ·D, T(γ+1)) when the
-//              two models have cores of their own, γ·D + T(γ+1) when they share them
+//              two models have cores of their own, γ·D + T(γ+1) when they share them,
+//              times the measured efficiency of PEARL at a calibration window
 //              (PEARL, "Parallel Speculative Decoding with Adaptive Draft Length": drafting the
 //              next window while the target verifies this one; a fully accepted window emits
 //              no bonus token, the drafter already continues).
@@ -33,6 +34,10 @@ struct CostMeasurements {
   // and sd on the calibration prompts: per target step and per draft token.
   double target_overhead_ms = 0;
   double draft_overhead_ms = 0;
+  // PEARL's measured tokens/s over the formula's (below) at a calibration
+  // window: what thread hand-offs and pre-verify rounds cost, and how parallel
+  // the two threads really run on a loaded machine. 1 when not measured.
+  double pearl_efficiency = 1;
   // accept_prefix[k]: fraction of calibration steps whose first k+1 drafts were
   // all accepted (greedy chain drafting), non-increasing in k.
   std::vector<double> accept_prefix;
@@ -83,7 +88,8 @@ TuneChoice choose_strategy(const CostMeasurements& m, double margin = 0.05);
 StrategyConfig config_for_candidate(const StrategyConfig& base, const Candidate& c);
 
 struct CalibrationOptions {
-  int n_predict = 32;  // tokens per calibration prompt
+  int n_predict = 32;    // tokens per calibration prompt
+  int pearl_window = 3;  // the window PEARL's efficiency is measured at (0: not measured)
   int max_gamma = kMaxTunedGamma;
   int timing_runs = 5;  // timed forwards per batch size at least (median); more when fast
   std::function<void(const std::string&)> progress;  // may be empty

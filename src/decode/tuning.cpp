@@ -16,7 +16,7 @@ namespace parspec {
 namespace {
 
 // Bump when the measurements or the predictions change meaning: older entries are ignored.
-constexpr int kCacheVersion = 1;
+constexpr int kCacheVersion = 2;
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -59,6 +59,7 @@ nlohmann::json measurements_json(const CostMeasurements& m) {
           {"draft_ms", m.draft_ms},
           {"target_overhead_ms", m.target_overhead_ms},
           {"draft_overhead_ms", m.draft_overhead_ms},
+          {"pearl_efficiency", m.pearl_efficiency},
           {"accept_prefix", m.accept_prefix},
           {"parallel", m.parallel},
           {"calibration_tokens", m.calibration_tokens},
@@ -71,6 +72,7 @@ CostMeasurements measurements_from(const nlohmann::json& j) {
   m.draft_ms = j.at("draft_ms").get<double>();
   m.target_overhead_ms = j.at("target_overhead_ms").get<double>();
   m.draft_overhead_ms = j.at("draft_overhead_ms").get<double>();
+  m.pearl_efficiency = j.at("pearl_efficiency").get<double>();
   m.accept_prefix = j.at("accept_prefix").get<std::vector<double>>();
   m.parallel = j.at("parallel").get<bool>();
   m.calibration_tokens = j.at("calibration_tokens").get<int>();

@@ -334,7 +334,9 @@ int cmd_bench(int argc, char** argv) {
   // What each label ran: auto's choice ("sd:2"), the strategy's name otherwise.
   report.config["chosen"] = ojson::object();
   for (size_t i = 0; i < plan.labels.size(); ++i)
-    report.config["chosen"][plan.labels[i]] = chosen_strategy(*plan.strategies[i]);
+    report.config["chosen"][plan.labels[i]] = parse_strategy_entry(plan.labels[i]).first == "auto"
+                                                  ? chosen_strategy(*plan.strategies[i])
+                                                  : plan.labels[i];
   write_reports(a, report, sets, resources.draft != nullptr);
 
   if (!outcome.mismatches.empty()) {

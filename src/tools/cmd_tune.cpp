@@ -104,6 +104,8 @@ void print_measurements(const Tuning& t, const TuneArgs& a) {
     std::printf(" %zu:%.2f", k + 1, m.accept_prefix[k]);
   std::printf("\n  draft and target on cores of their own (pearl in parallel): %s\n",
               m.parallel ? "yes" : "no");
+  std::printf("  pearl's measured speed over the formula's at the calibration window: %.2f\n",
+              m.pearl_efficiency);
   std::printf("  calibration: %d tokens, %.1f s\n\n", m.calibration_tokens, m.calibration_s);
 }
 

@@ -36,6 +36,16 @@ TEST(CostModel, PredictsArFromOneTokenLatency) {
   EXPECT_DOUBLE_EQ(p.tok_per_s, 100.0);  // one token per 10 ms
 }
 
+TEST(CostModel, AddsTheMeasuredOverheads) {
+  CostMeasurements m = hand_made(false);
+  m.target_overhead_ms = 2.5;                               // per target step
+  m.draft_overhead_ms = 0.5;                                // per draft token
+  EXPECT_DOUBLE_EQ(predict(m, {"ar", 0}).tok_per_s, 80.0);  // 1 token per 12.5 ms
+  // sd:2: 2.4 tokens per 2 × (2 + 0.5) + 12 + 2.5 = 19.5 ms.
+  EXPECT_DOUBLE_EQ(predict(m, {"sd", 2}).ms_per_step, 19.5);
+  EXPECT_DOUBLE_EQ(predict(m, {"sd", 2}).tok_per_s, 2400.0 / 19.5);
+}
+
 TEST(CostModel, PredictsChainSpeculation) {
   const CostMeasurements m = hand_made(false);
   EXPECT_DOUBLE_EQ(expected_accepted(m, 2), 0.8 + 0.6);
@@ -57,6 +67,11 @@ TEST(CostModel, PredictsPearlWithAndWithoutCoresOfItsOwn) {
   EXPECT_DOUBLE_EQ(parallel.tok_per_s, 150.0);
   // Sharing cores the two halves add up: 4 + 12 ms.
   EXPECT_DOUBLE_EQ(predict(hand_made(false), {"pearl", 2}).tok_per_s, 1800.0 / 16.0);
+  // A measured efficiency of 0.5 (hand-offs, a busy machine) halves it.
+  CostMeasurements slow = hand_made(true);
+  slow.pearl_efficiency = 0.5;
+  EXPECT_DOUBLE_EQ(predict(slow, {"pearl", 2}).tok_per_s, 75.0);
+  EXPECT_DOUBLE_EQ(predict(slow, {"sd", 2}).tok_per_s, 150.0);  // sd is not affected
 }
 
 TEST(CostModel, RefusesWhatWasNotMeasured) {
@@ -130,7 +145,10 @@ TEST(TuneCache, RoundTripAndInvalidation) {
   TuneKey key{file_identity(dir.file("t.gguf")), file_identity(dir.file("d.gguf")), "cpu", 2, 1};
   EXPECT_FALSE(load_tuning(cache, key).has_value());
 
-  const CostMeasurements m = hand_made(true);
+  CostMeasurements m = hand_made(true);
+  m.pearl_efficiency = 0.8;
+  m.target_overhead_ms = 0.25;
+  m.draft_overhead_ms = 0.125;
   store_tuning(cache, key, m);
   const auto back = load_tuning(cache, key);
   ASSERT_TRUE(back.has_value());
@@ -138,6 +156,9 @@ TEST(TuneCache, RoundTripAndInvalidation) {
   EXPECT_EQ(back->draft_ms, m.draft_ms);
   EXPECT_EQ(back->accept_prefix, m.accept_prefix);
   EXPECT_EQ(back->parallel, m.parallel);
+  EXPECT_EQ(back->pearl_efficiency, m.pearl_efficiency);
+  EXPECT_EQ(back->target_overhead_ms, m.target_overhead_ms);
+  EXPECT_EQ(back->draft_overhead_ms, m.draft_overhead_ms);
 
   // Other threads or another CPU: another entry.
   TuneKey other = key;
