@@ -80,7 +80,10 @@ std::vector<Prediction> rank_candidates(const CostMeasurements& m, int max_gamma
 }
 
 TuneChoice choose_strategy(const CostMeasurements& m, double margin) {
-  const std::vector<Prediction> ranked = rank_candidates(m);
+  std::vector<Prediction> ranked = rank_candidates(m);
+  std::erase_if(ranked, [&](const Prediction& p) {
+    return std::find(m.rejected.begin(), m.rejected.end(), p.candidate.label()) != m.rejected.end();
+  });
   TuneChoice choice;
   choice.ar = predict(m, {"ar", 0});
   const Prediction& best = ranked.front();
@@ -164,6 +167,37 @@ std::vector<std::vector<int32_t>> calibration_prompts(const Model& target) {
   return prompts;
 }
 
+std::vector<double> measure_candidates(const StrategyConfig& base,
+                                       const std::vector<Candidate>& candidates,
+                                       const std::vector<std::vector<int32_t>>& prompts,
+                                       int n_predict) {
+  StrategyConfig config = base;
+  int longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
+  config.ctx_size = longest + n_predict + 2 * kMaxTunedGamma + 8;
+  std::vector<std::unique_ptr<Strategy>> strategies;
+  for (const Candidate& c : candidates)
+    strategies.push_back(make_strategy(config_for_candidate(config, c)));
+  std::vector<int64_t> tokens(candidates.size(), 0);
+  std::vector<double> ms(candidates.size(), 0);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (size_t i = 0; i < strategies.size(); ++i) {
+      const size_t k = (i + p) % strategies.size();  // rotated: no one always runs first
+      GenerationRequest request;
+      request.prompt = prompts[p];
+      request.n_predict = n_predict;
+      request.sampling.temp = 0;
+      const GenerationStats st = strategies[k]->generate(request).stats;
+      tokens[k] += st.n_gen;
+      ms[k] += st.t_gen_ms;
+    }
+  }
+  std::vector<double> out;
+  for (size_t k = 0; k < candidates.size(); ++k)
+    out.push_back(ms[k] > 0 ? tokens[k] * 1000.0 / ms[k] : 0);
+  return out;
+}
+
 namespace {
 
 // A cache holding a short committed context with room for `extra` more cells.
@@ -227,37 +261,40 @@ CostMeasurements measure_costs(const StrategyConfig& config,
   // Forward latencies, batch sizes interleaved run by run so that a change in
   // the machine's load affects them all alike.
   say("tune: timing target forwards over 1.." + std::to_string(options.max_gamma + 1) +
-      " tokens and draft forwards");
+      " tokens and draft forwards, and measuring acceptance on " + std::to_string(prompts.size()) +
+      " calibration prompts");
   const int max_n = options.max_gamma + 1;
   KvCache target_kv = context_cache(target, target_worker, max_n);
   KvCache draft_kv = context_cache(draft, draft_worker, 1);
   std::vector<std::vector<double>> target_times(max_n);
   std::vector<double> draft_times;
-  // A warm-up pass, then as many passes as fit in about half a second
-  // (small models are timed often: their forwards are short and noisy).
-  int runs = options.timing_runs;
-  for (int r = 0; r < 1 + runs; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
+  // One pass times every batch size once, and the draft twice. A warm-up pass
+  // says how many passes fit in about half a second (small models are timed
+  // often: their forwards are short and noisy); the passes are spread between
+  // the calibration generations below, so that the forwards and the real runs
+  // see the same load of the machine.
+  const auto timing_pass = [&](int r, bool keep) {
     for (int n = 1; n <= max_n; ++n) {
       const double ms = time_forward(target, target_worker, target_kv, n, r);
-      if (r > 0) target_times[n - 1].push_back(ms);
+      if (keep) target_times[n - 1].push_back(ms);
     }
     for (int k = 0; k < 2; ++k) {
       const double ms = time_forward(draft, draft_worker, draft_kv, 1, r * 2 + k);
-      if (r > 0) draft_times.push_back(ms);
+      if (keep) draft_times.push_back(ms);
     }
-    if (r == 0) {
-      const double pass_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      runs = std::clamp(static_cast<int>(500 / std::max(pass_ms, 1e-3)), options.timing_runs, 51);
-    }
-  }
-  for (const auto& times : target_times) m.target_ms.push_back(median(times));
-  m.draft_ms = median(draft_times);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  timing_pass(0, false);
+  const double pass_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const int runs =
+      std::clamp(static_cast<int>(500 / std::max(pass_ms, 1e-3)), options.timing_runs, 51);
+  const int passes_per_prompt =
+      std::max(1, (runs + static_cast<int>(prompts.size()) - 1) / static_cast<int>(prompts.size()));
+  int pass = 1;
 
   // Acceptance of greedy chain drafting at the longest γ, and what real
   // generations (ar and that sd, prompt by prompt) cost beyond their forwards.
-  say("tune: measuring acceptance on " + std::to_string(prompts.size()) + " calibration prompts");
   const int gamma = options.max_gamma;
   StrategyConfig sd = config_for_candidate(config, {"sd", gamma});
   int longest = 0;
@@ -268,6 +305,7 @@ CostMeasurements measure_costs(const StrategyConfig& config,
   std::vector<int64_t> proposed(gamma, 0), accepted(gamma, 0);
   GenerationStats ar_total, sd_total;
   for (const auto& prompt : prompts) {
+    for (int k = 0; k < passes_per_prompt; ++k) timing_pass(pass++, true);
     GenerationRequest request;
     request.prompt = prompt;
     request.n_predict = options.n_predict;
@@ -286,6 +324,8 @@ CostMeasurements measure_costs(const StrategyConfig& config,
       accepted[k] += pa.accepted[k];
     }
   }
+  for (const auto& times : target_times) m.target_ms.push_back(median(times));
+  m.draft_ms = median(draft_times);
   // ar: one target step per token. sd: per step one verification over
   // (drafts + 1) tokens (taken at γ, which nearly all steps draft) and its
   // draft forwards; what remains after the target's overhead is the drafts'.
@@ -322,7 +362,7 @@ CostMeasurements measure_costs(const StrategyConfig& config,
     }
     const double formula = predict(m, {"pearl", window}).tok_per_s;
     if (n_gen > 0 && t_gen_ms > 0 && formula > 0)
-      m.pearl_efficiency = std::clamp(n_gen * 1000.0 / t_gen_ms / formula, 0.05, 1.5);
+      m.pearl_efficiency = std::clamp(n_gen * 1000.0 / t_gen_ms / formula, 0.05, 1.0);
   }
   m.calibration_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();

@@ -38,6 +38,9 @@ struct CostMeasurements {
   // window: what thread hand-offs and pre-verify rounds cost, and how parallel
   // the two threads really run on a loaded machine. 1 when not measured.
   double pearl_efficiency = 1;
+  // Candidates that were predicted fastest but measured no faster than ar in
+  // real runs on the calibration prompts (see tune()): never chosen.
+  std::vector<std::string> rejected;
   // accept_prefix[k]: fraction of calibration steps whose first k+1 drafts were
   // all accepted (greedy chain drafting), non-increasing in k.
   std::vector<double> accept_prefix;
@@ -80,8 +83,8 @@ struct TuneChoice {
   std::string reason;    // one sentence
 };
 
-// The fastest predicted candidate, or ar unless that beats ar's prediction by
-// more than `margin` (0.05: 5%).
+// The fastest predicted candidate that is not rejected, or ar unless that
+// beats ar's prediction by more than `margin` (0.05: 5%).
 TuneChoice choose_strategy(const CostMeasurements& m, double margin = 0.05);
 
 // A StrategyConfig for `c` derived from `base` (name and its parameter set).
@@ -99,6 +102,13 @@ struct CalibrationOptions {
 // (bench/prompts) tokenized with the target's tokenizer, or fixed token ids
 // when the model has no usable tokenizer.
 std::vector<std::vector<int32_t>> calibration_prompts(const Model& target);
+
+// Measured tokens/s of each candidate: greedy runs of `n_predict` tokens on
+// every prompt, candidates interleaved prompt by prompt.
+std::vector<double> measure_candidates(const StrategyConfig& base,
+                                       const std::vector<Candidate>& candidates,
+                                       const std::vector<std::vector<int32_t>>& prompts,
+                                       int n_predict);
 
 // Measures L(1..max_gamma+1), the draft cost, acceptance and the overheads
 // (greedy ar and sd:max_gamma on `prompts`) for `config`'s target, drafter and

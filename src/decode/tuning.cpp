@@ -60,6 +60,7 @@ nlohmann::json measurements_json(const CostMeasurements& m) {
           {"target_overhead_ms", m.target_overhead_ms},
           {"draft_overhead_ms", m.draft_overhead_ms},
           {"pearl_efficiency", m.pearl_efficiency},
+          {"rejected", m.rejected},
           {"accept_prefix", m.accept_prefix},
           {"parallel", m.parallel},
           {"calibration_tokens", m.calibration_tokens},
@@ -73,6 +74,7 @@ CostMeasurements measurements_from(const nlohmann::json& j) {
   m.target_overhead_ms = j.at("target_overhead_ms").get<double>();
   m.draft_overhead_ms = j.at("draft_overhead_ms").get<double>();
   m.pearl_efficiency = j.at("pearl_efficiency").get<double>();
+  m.rejected = j.at("rejected").get<std::vector<std::string>>();
   m.accept_prefix = j.at("accept_prefix").get<std::vector<double>>();
   m.parallel = j.at("parallel").get<bool>();
   m.calibration_tokens = j.at("calibration_tokens").get<int>();
@@ -189,8 +191,20 @@ Tuning tune(const StrategyConfig& config, const TuneOptions& options) {
     t.measurements = *cached;
     t.from_cache = true;
   } else {
-    t.measurements =
-        measure_costs(config, calibration_prompts(*config.target), options.calibration);
+    const auto prompts = calibration_prompts(*config.target);
+    t.measurements = measure_costs(config, prompts, options.calibration);
+    // The prediction is checked by running the predicted best against ar: one
+    // that is not faster is rejected and the next one checked (twice at most).
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const Candidate best = choose_strategy(t.measurements).chosen;
+      if (best.strategy == "ar") break;
+      if (options.calibration.progress)
+        options.calibration.progress("tune: checking " + best.label() + " against ar");
+      const std::vector<double> measured =
+          measure_candidates(config, {best, {"ar", 0}}, prompts, options.calibration.n_predict);
+      if (measured[0] > measured[1]) break;
+      t.measurements.rejected.push_back(best.label());
+    }
     store_tuning(dir, key, t.measurements);
   }
   t.choice = choose_strategy(t.measurements);

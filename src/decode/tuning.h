@@ -59,7 +59,9 @@ struct Tuning {
   std::string cache_file;
 };
 
-// Cached measurements for `config` or new ones (stored), and the choice.
+// Cached measurements for `config` or new ones (stored), and the choice. New
+// measurements are checked: the predicted best runs against ar on the
+// calibration prompts, and one that is not faster is rejected (twice at most).
 Tuning tune(const StrategyConfig& config, const TuneOptions& options);
 
 // Where `--strategy auto` reports tuning progress (a tool sets it to print on

@@ -56,38 +56,6 @@ bool parse_tune_args(int argc, char** argv, TuneArgs& a) {
   return true;
 }
 
-// Measured tokens/s of each candidate: every calibration prompt, greedy,
-// candidates interleaved prompt by prompt.
-std::vector<double> measure_candidates(const StrategyConfig& base,
-                                       const std::vector<Candidate>& candidates,
-                                       const std::vector<std::vector<int32_t>>& prompts,
-                                       int n_predict) {
-  std::vector<std::unique_ptr<Strategy>> strategies;
-  for (const Candidate& c : candidates)
-    strategies.push_back(make_strategy(config_for_candidate(base, c)));
-  std::vector<int64_t> tokens(candidates.size(), 0);
-  std::vector<double> ms(candidates.size(), 0);
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    std::fprintf(stderr, "\rtune: measuring prompt %zu/%zu", p + 1, prompts.size());
-    std::fflush(stderr);
-    for (size_t i = 0; i < strategies.size(); ++i) {
-      const size_t k = (i + p) % strategies.size();  // rotated: no one always runs first
-      GenerationRequest request;
-      request.prompt = prompts[p];
-      request.n_predict = n_predict;
-      request.sampling.temp = 0;
-      const GenerationStats st = strategies[k]->generate(request).stats;
-      tokens[k] += st.n_gen;
-      ms[k] += st.t_gen_ms;
-    }
-  }
-  std::fprintf(stderr, "\r\033[K");
-  std::vector<double> out;
-  for (size_t k = 0; k < candidates.size(); ++k)
-    out.push_back(ms[k] > 0 ? tokens[k] * 1000.0 / ms[k] : 0);
-  return out;
-}
-
 void print_measurements(const Tuning& t, const TuneArgs& a) {
   const CostMeasurements& m = t.measurements;
   std::printf("target: %s\ndraft:  %s\nthreads: -t %d -td %d\n", a.model_path.c_str(),
@@ -106,6 +74,11 @@ void print_measurements(const Tuning& t, const TuneArgs& a) {
               m.parallel ? "yes" : "no");
   std::printf("  pearl's measured speed over the formula's at the calibration window: %.2f\n",
               m.pearl_efficiency);
+  if (!m.rejected.empty()) {
+    std::printf("  predicted fastest but measured no faster than ar (not chosen):");
+    for (const std::string& r : m.rejected) std::printf(" %s", r.c_str());
+    std::printf("\n");
+  }
   std::printf("  calibration: %d tokens, %.1f s\n\n", m.calibration_tokens, m.calibration_s);
 }
 
@@ -152,11 +125,12 @@ int cmd_tune(int argc, char** argv) {
       add(ranked[i].candidate);
   }
   std::vector<double> measured;
-  int longest = 0;
   const auto prompts = calibration_prompts(*target);
-  for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
-  base.ctx_size = longest + a.n_predict + 64;
-  if (!to_measure.empty()) measured = measure_candidates(base, to_measure, prompts, a.n_predict);
+  if (!to_measure.empty()) {
+    std::fprintf(stderr, "tune: running %zu candidates on the calibration prompts\n",
+                 to_measure.size());
+    measured = measure_candidates(base, to_measure, prompts, a.n_predict);
+  }
 
   std::printf("%-10s %12s %12s %10s %12s %10s\n", "candidate", "predicted", "tokens/step",
               "ms/step", "measured", "meas/pred");
