@@ -10,8 +10,10 @@ bash scripts/build.sh
 ./build/parspec info models/target.gguf models/draft.gguf
 ./build/parspec generate -m models/target.gguf -md models/draft.gguf --strategy sd \
   -p "def read_config(path):" -n 64 --temp 0
+# What --strategy auto (the default with -md) runs here, measured on this machine and cached.
+./build/parspec tune -m models/target.gguf -md models/draft.gguf
 # Default threads: the pool keeps jobs too small to split (most of the tiny zoo's) on one
 # thread, so the default is never slower than -t 1 (docs/performance.md, "Thread pool").
 # Beside the default draft lengths, sd:2 and pearl:3 are the best ones on this compute-bound
-# zoo (the gamma sweep in docs/strategies.md).
-./build/parspec bench --strategies ar,sd,sd:2,tree,dyntree,pearl,pearl:3 --max-prompts 5 -n 64
+# zoo (the gamma sweep in docs/strategies.md); auto is what the cost model picks (it may be ar).
+./build/parspec bench --strategies ar,auto,sd,sd:2,tree,dyntree,pearl,pearl:3 --max-prompts 5 -n 64

@@ -66,5 +66,6 @@ StrategyInfo chain_sd_strategy();
 StrategyInfo static_tree_strategy();
 StrategyInfo dynamic_tree_strategy();
 StrategyInfo pearl_strategy();
+StrategyInfo auto_strategy();
 
 }  // namespace parspec

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "decode/strategies.h"
+#include "decode/tuning.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
@@ -277,6 +278,9 @@ void write_reports(const BenchArgs& a, const BenchReport& report,
     for (const TokenizedSet& ts : sets)
       std::printf(" %s %zu", ts.set.name.c_str(), ts.prompts.size());
     std::printf("\n\n%s", report_table(report).c_str());
+    for (const auto& [label, chosen] : report.config["chosen"].items())
+      if (parse_strategy_entry(label).first == "auto")
+        std::printf("%s ran %s\n", label.c_str(), chosen.get<std::string>().c_str());
     std::fflush(stdout);
     if (!a.json_out.empty()) write_output(a.json_out, json_text);
   }
@@ -340,6 +344,12 @@ int cmd_bench(int argc, char** argv) {
   report.exactness_checked = plan.check_exact;
   report.config["command"] = command_line(argc, argv);
   fill_config(report.config, a, *target, resources, plan.labels, sets, template_used);
+  // What each label ran: auto's choice ("sd:2"), the strategy's name otherwise.
+  report.config["chosen"] = ojson::object();
+  for (size_t i = 0; i < plan.labels.size(); ++i)
+    report.config["chosen"][plan.labels[i]] = parse_strategy_entry(plan.labels[i]).first == "auto"
+                                                  ? chosen_strategy(*plan.strategies[i])
+                                                  : plan.labels[i];
   write_reports(a, report, sets, resources.draft != nullptr);
 
   if (!outcome.mismatches.empty()) {

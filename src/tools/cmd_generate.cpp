@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "decode/strategies.h"
+#include "decode/tuning.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/stream_decoder.h"
@@ -52,14 +53,16 @@ int run_conversation(const std::string& model_path, const std::string& chat_temp
 }
 
 // The run as one JSON object (the documented fields of README.md).
-void print_json(const std::string& strategy, const GenerationResult& result,
-                const Tokenizer& tokenizer, bool ignore_eos, uint64_t seed, int n_threads) {
+void print_json(const std::string& strategy, const std::string& chosen,
+                const GenerationResult& result, const Tokenizer& tokenizer, bool ignore_eos,
+                uint64_t seed, int n_threads) {
   const GenerationStats& st = result.stats;
   std::vector<int32_t> kept;
   for (int32_t t : result.tokens)
     if (ignore_eos || !tokenizer.is_end_of_generation(t)) kept.push_back(t);
   nlohmann::json out = {
       {"strategy", strategy},
+      {"chosen", chosen},
       {"text", tokenizer.decode(std::span<const int32_t>(kept), /*render_special=*/false)},
       {"tokens", result.tokens},
       {"n_prompt", st.n_prompt},
@@ -104,7 +107,7 @@ void print_speed(const std::string& strategy, const std::string& rest, const Gen
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
-  std::string model_path, prompt, prompt_file, chat_template, strategy_name = "ar";
+  std::string model_path, prompt, prompt_file, chat_template, strategy_name;
   StrategyOptions strategy_options;
   int n_predict = 128, n_threads = default_thread_count(), n_ctx = 4096;
   SamplingParams sampling;
@@ -141,7 +144,8 @@ int cmd_generate(int argc, char** argv) {
               "chat template to use instead of the detected one (llama3, chatml)");
   args.flag("--ignore-eos", &ignore_eos, "do not stop at end-of-generation tokens");
   args.option("--strategy", &strategy_name, "NAME",
-              "decoding strategy: " + strategy_list() + " (all but ar need -md)");
+              "decoding strategy: " + strategy_list() +
+                  " (all but ar and auto need -md; default: auto with -md, ar without)");
   strategy_options.add_to(args);
   args.flag("--json", &json, "print one JSON object with the text, token ids and timings");
   args.bound("-t", 1, kMaxThreads);
@@ -187,6 +191,7 @@ int cmd_generate(int argc, char** argv) {
   warn_on_double_bos(*tokenizer, prompt_tokens);
   n_predict = resolve_n_predict(n_predict, static_cast<int64_t>(prompt_tokens.size()), n_ctx);
 
+  if (strategy_name.empty()) strategy_name = strategy_options.draft_path.empty() ? "ar" : "auto";
   strategy_info(strategy_name);  // an unknown name fails before the draft model loads
   strategy_options.check_given(args, {strategy_name});
   StrategyResources resources;
@@ -212,7 +217,8 @@ int cmd_generate(int argc, char** argv) {
   }
   const GenerationResult result = strategy->generate(request);
   if (json)
-    print_json(strategy->name(), result, *tokenizer, ignore_eos, sampling.seed, n_threads);
+    print_json(strategy->name(), chosen_strategy(*strategy), result, *tokenizer, ignore_eos,
+               sampling.seed, n_threads);
   else
     print_speed(strategy->name(), stream.flush(), result.stats);
   return 0;

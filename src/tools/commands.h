@@ -12,5 +12,6 @@ int cmd_bench_forward(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
+int cmd_tune(int argc, char** argv);
 
 }  // namespace parspec

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "decode/tuning.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
 
@@ -20,6 +21,8 @@ const Command kCommands[] = {
     {"generate", parspec::cmd_generate, "generate text from a prompt"},
     {"bench", parspec::cmd_bench,
      "compare decoding strategies: tok/s, speedup over ar, tau, alpha"},
+    {"tune", parspec::cmd_tune,
+     "measure this machine's costs and pick the fastest strategy for a model pair (auto)"},
     {"perplexity", parspec::cmd_perplexity, "perplexity of a text file (as llama-perplexity)"},
     {"info", parspec::cmd_info, "architecture, shapes, tensor types and tokenizer of a GGUF model"},
     {"tokenize", parspec::cmd_tokenize, "print the tokens of a text"},
@@ -87,6 +90,9 @@ int main(int argc, char** argv) {
     std::printf("parspec 0.1\n");
     return 0;
   }
+  // --strategy auto reports its tuning (seconds on first use) on stderr.
+  parspec::set_tuning_progress(
+      [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); });
   for (const auto& c : kCommands) {
     if (name != c.name) continue;
     try {

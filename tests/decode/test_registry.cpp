@@ -20,10 +20,12 @@ using testing_support::ModelPair;
 using testing_support::TempDir;
 
 TEST(StrategyRegistry, ListsTheStrategiesInBenchmarkOrder) {
-  EXPECT_EQ(strategy_names(), (std::vector<std::string>{"ar", "sd", "tree", "dyntree", "pearl"}));
-  EXPECT_EQ(strategy_list(), "ar, sd, tree, dyntree, pearl");
+  EXPECT_EQ(strategy_names(),
+            (std::vector<std::string>{"ar", "sd", "tree", "dyntree", "pearl", "auto"}));
+  EXPECT_EQ(strategy_list(), "ar, sd, tree, dyntree, pearl, auto");
   for (const StrategyInfo& info : strategy_registry()) {
-    EXPECT_EQ(info.needs_draft, info.name != "ar") << info.name;
+    // auto without a draft model is ar.
+    EXPECT_EQ(info.needs_draft, info.name != "ar" && info.name != "auto") << info.name;
     EXPECT_FALSE(info.summary.empty()) << info.name;
     EXPECT_TRUE(info.make != nullptr) << info.name;
   }

@@ -62,6 +62,10 @@ std::vector<StrategyConfig> strategy_variants() {
   c.pre_verify = true;
   c.post_verify = false;
   v.push_back(c);
+  // auto: whatever the cost model picks for the pair on this machine.
+  c = StrategyConfig();
+  c.name = "auto";
+  v.push_back(c);
   return v;
 }
 

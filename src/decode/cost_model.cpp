@@ -1,0 +1,372 @@
+#include "decode/cost_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.h"
+#include "decode/strategies.h"
+#include "model/kv_cache.h"
+#include "tokenizer/tokenizer.h"
+
+namespace parspec {
+
+std::string Candidate::label() const {
+  return param > 0 ? strategy + ":" + std::to_string(param) : strategy;
+}
+
+double expected_accepted(const CostMeasurements& m, int gamma) {
+  check(gamma >= 0 && gamma <= static_cast<int>(m.accept_prefix.size()), "cost model: γ = ", gamma,
+        " is beyond the ", m.accept_prefix.size(), " measured draft positions");
+  double e = 0;
+  for (int k = 0; k < gamma; ++k) e += m.accept_prefix[k];
+  return e;
+}
+
+namespace {
+
+// T(n): a target step over n tokens.
+double target_latency(const CostMeasurements& m, int n) {
+  check(n >= 1 && n <= static_cast<int>(m.target_ms.size()), "cost model: L(", n,
+        ") was not measured (", m.target_ms.size(), " batch sizes)");
+  return m.target_ms[n - 1] + m.target_overhead_ms;
+}
+
+}  // namespace
+
+Prediction predict(const CostMeasurements& m, const Candidate& c) {
+  Prediction p;
+  p.candidate = c;
+  if (c.strategy == "ar") {
+    p.tokens_per_step = 1;
+    p.ms_per_step = target_latency(m, 1);
+  } else if (c.strategy == "sd" || c.strategy == "pearl") {
+    const int gamma = c.param;
+    check(gamma >= 1, "cost model: ", c.strategy, " needs γ >= 1");
+    const double drafted_ms = gamma * (m.draft_ms + m.draft_overhead_ms);
+    const double verify_ms = target_latency(m, gamma + 1);
+    const double accepted = expected_accepted(m, gamma);
+    if (c.strategy == "sd") {
+      p.tokens_per_step = 1 + accepted;
+      p.ms_per_step = drafted_ms + verify_ms;
+    } else {
+      p.tokens_per_step = accepted + 1 - m.accept_prefix[gamma - 1];
+      p.ms_per_step = m.parallel ? std::max(drafted_ms, verify_ms) : drafted_ms + verify_ms;
+      p.ms_per_step /= m.pearl_efficiency > 0 ? m.pearl_efficiency : 1;
+    }
+  } else {
+    fail("cost model: no prediction for strategy '", c.strategy, "'");
+  }
+  p.tok_per_s = p.ms_per_step > 0 ? 1000.0 * p.tokens_per_step / p.ms_per_step : 0;
+  return p;
+}
+
+std::vector<Candidate> tuned_candidates(const CostMeasurements& m, int max_gamma) {
+  std::vector<Candidate> out = {{"ar", 0}};
+  const int reach = std::min({max_gamma, static_cast<int>(m.accept_prefix.size()),
+                              static_cast<int>(m.target_ms.size()) - 1});
+  for (const char* name : {"sd", "pearl"})
+    for (int g = 1; g <= reach; ++g) out.push_back({name, g});
+  return out;
+}
+
+std::vector<Prediction> rank_candidates(const CostMeasurements& m, int max_gamma) {
+  std::vector<Prediction> out;
+  for (const Candidate& c : tuned_candidates(m, max_gamma)) out.push_back(predict(m, c));
+  std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
+    return a.tok_per_s > b.tok_per_s;
+  });
+  return out;
+}
+
+TuneChoice choose_strategy(const CostMeasurements& m, double margin) {
+  std::vector<Prediction> ranked = rank_candidates(m);
+  std::erase_if(ranked, [&](const Prediction& p) {
+    return std::find(m.rejected.begin(), m.rejected.end(), p.candidate.label()) != m.rejected.end();
+  });
+  TuneChoice choice;
+  choice.ar = predict(m, {"ar", 0});
+  const Prediction& best = ranked.front();
+  char reason[320];
+  if (best.candidate.strategy != "ar" && best.tok_per_s > choice.ar.tok_per_s * (1 + margin)) {
+    choice.chosen = best.candidate;
+    choice.predicted = best;
+    std::snprintf(reason, sizeof reason,
+                  "%s is predicted fastest: %.1f tok/s, %.2fx ar's %.1f (%.2f tokens per step of "
+                  "%.2f ms)",
+                  best.candidate.label().c_str(), best.tok_per_s,
+                  best.tok_per_s / choice.ar.tok_per_s, choice.ar.tok_per_s, best.tokens_per_step,
+                  best.ms_per_step);
+  } else {
+    choice.chosen = {"ar", 0};
+    choice.predicted = choice.ar;
+    if (best.candidate.strategy == "ar")
+      std::snprintf(reason, sizeof reason,
+                    "no speculative configuration is predicted faster than ar (%.1f tok/s)",
+                    choice.ar.tok_per_s);
+    else
+      std::snprintf(reason, sizeof reason,
+                    "the best speculative configuration, %s at %.1f tok/s, is not more than "
+                    "%.0f%% faster than ar's predicted %.1f tok/s",
+                    best.candidate.label().c_str(), best.tok_per_s, margin * 100,
+                    choice.ar.tok_per_s);
+  }
+  choice.reason = reason;
+  return choice;
+}
+
+StrategyConfig config_for_candidate(const StrategyConfig& base, const Candidate& c) {
+  StrategyConfig config = base;
+  config.name = c.strategy;
+  if (c.strategy == "sd") {
+    config.draft_max = c.param;
+    config.draft_min = 1;
+    config.adaptive = false;
+    config.draft_p_min = 0;
+  } else if (c.strategy == "pearl") {
+    config.pearl_window = c.param;
+    config.pre_verify = config.post_verify = true;
+  } else {
+    check(c.strategy == "ar", "cost model: cannot run candidate '", c.label(), "'");
+  }
+  return config;
+}
+
+std::vector<std::vector<int32_t>> calibration_prompts(const Model& target) {
+  // The last prompt of each bundled set (bench/prompts/*.jsonl): benchmarks
+  // that take the first prompts of each set do not tune on what they measure.
+  static const char* const kTexts[] = {
+      "def gcd(a, b):\n    \"\"\"Return the greatest common divisor of a and b.\"\"\"\n    while "
+      "b:\n",
+      "Q: Olivia reads 25 pages on Saturday and twice as many on Sunday. How many pages does she "
+      "read over the weekend?\nA:",
+      "Whenever you pass the program on to someone else, that person also receives",
+      "[Unit]\nDescription=Load the default model into the page cache\nDefaultDependencies=no\n"
+      "Conflicts=shutdown.target\nBefore=sysinit.target shutdown.target\n\n[Service]\n"
+      "Type=oneshot\nRemainAfterExit=yes\n",
+      "Where does Debian keep the documentation of installed packages?",
+  };
+  std::vector<std::vector<int32_t>> prompts;
+  try {
+    const auto tokenizer = Tokenizer::from_gguf(target.gguf());
+    for (const char* text : kTexts) {
+      std::vector<int32_t> tokens = tokenizer->encode(text, true, false);
+      if (!tokens.empty()) prompts.push_back(std::move(tokens));
+    }
+  } catch (const Error&) {
+    prompts.clear();  // no usable tokenizer (e.g. a random test model)
+  }
+  if (prompts.empty()) {
+    const int n_vocab = target.config().n_vocab;
+    for (int p = 0; p < 5; ++p) {
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 12; ++i) tokens.push_back((p * 131 + i * 17 + 3) % n_vocab);
+      prompts.push_back(std::move(tokens));
+    }
+  }
+  return prompts;
+}
+
+std::vector<double> measure_candidates(const StrategyConfig& base,
+                                       const std::vector<Candidate>& candidates,
+                                       const std::vector<std::vector<int32_t>>& prompts,
+                                       int n_predict) {
+  StrategyConfig config = base;
+  int longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
+  config.ctx_size = longest + n_predict + 2 * kMaxTunedGamma + 8;
+  std::vector<std::unique_ptr<Strategy>> strategies;
+  for (const Candidate& c : candidates)
+    strategies.push_back(make_strategy(config_for_candidate(config, c)));
+  std::vector<int64_t> tokens(candidates.size(), 0);
+  std::vector<double> ms(candidates.size(), 0);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (size_t i = 0; i < strategies.size(); ++i) {
+      const size_t k = (i + p) % strategies.size();  // rotated: no one always runs first
+      GenerationRequest request;
+      request.prompt = prompts[p];
+      request.n_predict = n_predict;
+      request.sampling.temp = 0;
+      const GenerationStats st = strategies[k]->generate(request).stats;
+      tokens[k] += st.n_gen;
+      ms[k] += st.t_gen_ms;
+    }
+  }
+  std::vector<double> out;
+  for (size_t k = 0; k < candidates.size(); ++k)
+    out.push_back(ms[k] > 0 ? tokens[k] * 1000.0 / ms[k] : 0);
+  return out;
+}
+
+namespace {
+
+// A cache holding a short committed context with room for `extra` more cells.
+KvCache context_cache(const Model& model, Worker& worker, int extra) {
+  constexpr int kContext = 32;
+  const int n_vocab = model.config().n_vocab;
+  KvCache kv(model.config(), kContext + extra + 1);
+  std::vector<int32_t> prefix(kContext), path(kContext);
+  for (int i = 0; i < kContext; ++i) {
+    prefix[i] = (i * 31 + 7) % n_vocab;
+    path[i] = i;
+  }
+  model.forward(worker, Batch::chain(kv, prefix, false), kv);
+  kv.commit(path);
+  return kv;
+}
+
+double time_forward(const Model& model, Worker& worker, KvCache& kv, int n_tokens, int salt) {
+  const int n_vocab = model.config().n_vocab;
+  std::vector<int32_t> tokens(n_tokens);
+  for (int i = 0; i < n_tokens; ++i) tokens[i] = (i * 7919 + salt * 104729 + 13) % n_vocab;
+  const Batch batch = Batch::chain(kv, tokens, true);
+  const auto t0 = std::chrono::steady_clock::now();
+  model.forward(worker, batch, kv);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  kv.discard_spec();
+  return ms;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+CostMeasurements measure_costs(const StrategyConfig& config,
+                               const std::vector<std::vector<int32_t>>& prompts,
+                               const CalibrationOptions& options) {
+  check(config.target && config.draft && config.target_worker,
+        "tuning needs a target, a draft model and a worker");
+  check(options.max_gamma >= 1 && options.n_predict >= 1 && options.timing_runs >= 1,
+        "tuning: bad calibration options");
+  check(!prompts.empty(), "tuning: no calibration prompts");
+  const auto t_start = std::chrono::steady_clock::now();
+  const auto say = [&](const std::string& s) {
+    if (options.progress) options.progress(s);
+  };
+  const Model& target = *config.target;
+  const Model& draft = *config.draft;
+  Worker& target_worker = *config.target_worker;
+  Worker& draft_worker = config.draft_worker ? *config.draft_worker : target_worker;
+
+  CostMeasurements m;
+  const int n_threads_both =
+      target_worker.n_threads() +
+      (&draft_worker == &target_worker ? target_worker.n_threads() : draft_worker.n_threads());
+  m.parallel = n_threads_both <= static_cast<int>(allowed_cores().size());
+
+  // Forward latencies, batch sizes interleaved run by run so that a change in
+  // the machine's load affects them all alike.
+  say("tune: timing target forwards over 1.." + std::to_string(options.max_gamma + 1) +
+      " tokens and draft forwards, and measuring acceptance on " + std::to_string(prompts.size()) +
+      " calibration prompts");
+  const int max_n = options.max_gamma + 1;
+  KvCache target_kv = context_cache(target, target_worker, max_n);
+  KvCache draft_kv = context_cache(draft, draft_worker, 1);
+  std::vector<std::vector<double>> target_times(max_n);
+  std::vector<double> draft_times;
+  // One pass times every batch size once, and the draft twice. A warm-up pass
+  // says how many passes fit in about half a second (small models are timed
+  // often: their forwards are short and noisy); the passes are spread between
+  // the calibration generations below, so that the forwards and the real runs
+  // see the same load of the machine.
+  const auto timing_pass = [&](int r, bool keep) {
+    for (int n = 1; n <= max_n; ++n) {
+      const double ms = time_forward(target, target_worker, target_kv, n, r);
+      if (keep) target_times[n - 1].push_back(ms);
+    }
+    for (int k = 0; k < 2; ++k) {
+      const double ms = time_forward(draft, draft_worker, draft_kv, 1, r * 2 + k);
+      if (keep) draft_times.push_back(ms);
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  timing_pass(0, false);
+  const double pass_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const int runs =
+      std::clamp(static_cast<int>(500 / std::max(pass_ms, 1e-3)), options.timing_runs, 51);
+  const int passes_per_prompt =
+      std::max(1, (runs + static_cast<int>(prompts.size()) - 1) / static_cast<int>(prompts.size()));
+  int pass = 1;
+
+  // Acceptance of greedy chain drafting at the longest γ, and what real
+  // generations (ar and that sd, prompt by prompt) cost beyond their forwards.
+  const int gamma = options.max_gamma;
+  StrategyConfig sd = config_for_candidate(config, {"sd", gamma});
+  int longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
+  sd.ctx_size = longest + options.n_predict + 2 * gamma + 8;
+  const std::unique_ptr<Strategy> sd_strategy = make_strategy(sd);
+  const std::unique_ptr<Strategy> ar_strategy = make_strategy(config_for_candidate(sd, {"ar", 0}));
+  std::vector<int64_t> proposed(gamma, 0), accepted(gamma, 0);
+  GenerationStats ar_total, sd_total;
+  for (const auto& prompt : prompts) {
+    for (int k = 0; k < passes_per_prompt; ++k) timing_pass(pass++, true);
+    GenerationRequest request;
+    request.prompt = prompt;
+    request.n_predict = options.n_predict;
+    request.sampling.temp = 0;
+    const GenerationStats ar = ar_strategy->generate(request).stats;
+    ar_total.n_gen += ar.n_gen;
+    ar_total.t_gen_ms += ar.t_gen_ms;
+    const GenerationStats st = sd_strategy->generate(request).stats;
+    m.calibration_tokens += st.n_gen;
+    sd_total.t_gen_ms += st.t_gen_ms;
+    sd_total.verify_steps += st.verify_steps;
+    sd_total.draft_forwards += st.draft_forwards;
+    const PositionAcceptance& pa = st.per_position;
+    for (size_t k = 0; k < pa.proposed.size() && k < proposed.size(); ++k) {
+      proposed[k] += pa.proposed[k];
+      accepted[k] += pa.accepted[k];
+    }
+  }
+  for (const auto& times : target_times) m.target_ms.push_back(median(times));
+  m.draft_ms = median(draft_times);
+  // ar: one target step per token. sd: per step one verification over
+  // (drafts + 1) tokens (taken at γ, which nearly all steps draft) and its
+  // draft forwards; what remains after the target's overhead is the drafts'.
+  if (ar_total.n_gen > 0)
+    m.target_overhead_ms = std::max(0.0, ar_total.t_gen_ms / ar_total.n_gen - m.target_ms[0]);
+  if (sd_total.verify_steps > 0 && sd_total.draft_forwards > 0) {
+    const double steps = static_cast<double>(sd_total.verify_steps);
+    const double drafts_per_step = sd_total.draft_forwards / steps;
+    const double explained =
+        drafts_per_step * m.draft_ms + m.target_ms[gamma] + m.target_overhead_ms;
+    m.draft_overhead_ms = std::max(0.0, (sd_total.t_gen_ms / steps - explained) / drafts_per_step);
+  }
+  for (size_t k = 0; k < proposed.size(); ++k) {
+    const double rate = proposed[k] > 0 ? static_cast<double>(accepted[k]) / proposed[k] : 0;
+    m.accept_prefix.push_back(std::min(k == 0 ? 1.0 : m.accept_prefix.back(), rate));
+  }
+
+  // PEARL at one window, against the formula with the measurements above.
+  const int window = std::min(options.pearl_window, gamma);
+  if (window >= 1) {
+    say("tune: measuring pearl at window " + std::to_string(window));
+    const std::unique_ptr<Strategy> pearl =
+        make_strategy(config_for_candidate(sd, {"pearl", window}));
+    int64_t n_gen = 0;
+    double t_gen_ms = 0;
+    for (const auto& prompt : prompts) {
+      GenerationRequest request;
+      request.prompt = prompt;
+      request.n_predict = options.n_predict;
+      request.sampling.temp = 0;
+      const GenerationStats st = pearl->generate(request).stats;
+      n_gen += st.n_gen;
+      t_gen_ms += st.t_gen_ms;
+    }
+    const double formula = predict(m, {"pearl", window}).tok_per_s;
+    if (n_gen > 0 && t_gen_ms > 0 && formula > 0)
+      m.pearl_efficiency = std::clamp(n_gen * 1000.0 / t_gen_ms / formula, 0.05, 1.0);
+  }
+  m.calibration_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  return m;
+}
+
+}  // namespace parspec

@@ -1,0 +1,75 @@
+// `parspec tune` on the command line: errors and exit codes, a run on a small
+// random pair that writes the cache, and a second run that reads it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cli_helpers.h"
+#include "test_helpers.h"
+
+namespace parspec {
+namespace {
+
+using testing_support::run_parspec;
+using testing_support::TempDir;
+using testing_support::write_model;
+
+TEST(TuneCli, HelpAndBadInput) {
+  const auto help = run_parspec("tune --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("--cache-dir"), std::string::npos);
+
+  const auto no_model = run_parspec("tune", true);
+  EXPECT_EQ(no_model.exit_code, 1);
+  EXPECT_NE(no_model.output.find("no target model given"), std::string::npos) << no_model.output;
+
+  TempDir dir;
+  const std::string target = write_model(dir, "t.gguf", RandomModelSpec());
+  const auto no_draft = run_parspec("tune -m " + target, true);
+  EXPECT_EQ(no_draft.exit_code, 1);
+  EXPECT_NE(no_draft.output.find("no draft model given"), std::string::npos) << no_draft.output;
+
+  const auto missing = run_parspec("tune -m " + target + " -md " + dir.file("none.gguf"), true);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("none.gguf"), std::string::npos) << missing.output;
+
+  const auto bad_flag = run_parspec("tune -m " + target + " -md " + target + " --gamma 3", true);
+  EXPECT_EQ(bad_flag.exit_code, 1);
+  const auto bad_threads = run_parspec("tune -m " + target + " -md " + target + " -t 0", true);
+  EXPECT_EQ(bad_threads.exit_code, 1);
+  EXPECT_NE(bad_threads.output.find("-t must be at least 1"), std::string::npos);
+
+  RandomModelSpec other;
+  other.n_vocab = 300;
+  const std::string small_vocab = write_model(dir, "v.gguf", other);
+  const auto vocab = run_parspec("tune -m " + target + " -md " + small_vocab, true);
+  EXPECT_EQ(vocab.exit_code, 1);
+  EXPECT_NE(vocab.output.find("vocabulary"), std::string::npos) << vocab.output;
+}
+
+TEST(TuneCli, MeasuresThenReadsTheCache) {
+  TempDir dir;
+  RandomModelSpec spec;
+  const std::string target = write_model(dir, "t.gguf", spec);
+  spec.weight_type = DType::Q8_0;
+  const std::string draft = write_model(dir, "d.gguf", spec);
+  const std::string cache = dir.file("cache");
+  const std::string args =
+      "tune -m " + target + " -md " + draft + " -t 1 --cache-dir " + cache + " --measure 1 -n 8";
+  const auto first = run_parspec(args);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("measured now"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("choice: "), std::string::npos);
+  EXPECT_NE(first.output.find("sd:8"), std::string::npos);  // every candidate is listed
+  EXPECT_TRUE(std::filesystem::exists(cache + "/tune.json"));
+
+  const auto second = run_parspec(args + " --measure 0");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("from the cache"), std::string::npos) << second.output;
+  // The same measurements give the same choice.
+  const auto choice = [](const std::string& out) { return out.substr(out.find("choice: ")); };
+  EXPECT_EQ(choice(first.output), choice(second.output));
+}
+
+}  // namespace
+}  // namespace parspec
