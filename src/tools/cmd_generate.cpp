@@ -155,6 +155,9 @@ int cmd_generate(int argc, char** argv) {
   check(!model_path.empty(), "no model given (-m FILE)");
   const bool prompt_given = args.given("-p") || args.given("--prompt");
   check(!(prompt_given && !prompt_file.empty()), "give either -p or -f, not both");
+  if (strategy_name.empty()) strategy_name = strategy_options.draft_path.empty() ? "ar" : "auto";
+  strategy_info(strategy_name);  // an unknown name fails before the draft model loads
+  strategy_options.check_given(args, {strategy_name});
   if (conversation) {
     check(!prompt_given && prompt_file.empty() && !json,
           "-cnv reads the user's turns from stdin: give no -p, -f or --json");
@@ -191,9 +194,6 @@ int cmd_generate(int argc, char** argv) {
   warn_on_double_bos(*tokenizer, prompt_tokens);
   n_predict = resolve_n_predict(n_predict, static_cast<int64_t>(prompt_tokens.size()), n_ctx);
 
-  if (strategy_name.empty()) strategy_name = strategy_options.draft_path.empty() ? "ar" : "auto";
-  strategy_info(strategy_name);  // an unknown name fails before the draft model loads
-  strategy_options.check_given(args, {strategy_name});
   StrategyResources resources;
   resources.init(model, strategy_options, n_threads);
   auto strategy = make_strategy(resources.config_for(strategy_name, strategy_options, n_ctx));
