@@ -104,123 +104,156 @@ void print_speed(const std::string& strategy, const std::string& rest, const Gen
                  st.t_verify_ms);
 }
 
-}  // namespace
-
-int cmd_generate(int argc, char** argv) {
-  std::string model_path, prompt, prompt_file, chat_template, strategy_name;
+// Every flag of `generate`, with its default.
+struct GenerateArgs {
+  std::string model_path, prompt, prompt_file, chat_template, strategy_name, system_prompt;
   StrategyOptions strategy_options;
   int n_predict = 128, n_threads = default_thread_count(), n_ctx = 4096;
   SamplingParams sampling;
   int64_t seed = -1;
   bool json = false, chat = false, ignore_eos = false, escape = true, no_escape = false;
-  std::vector<std::string> stop_strings;
   bool conversation = false;
-  std::string system_prompt;
-  ArgParser args("generate", "Generate text from a prompt with a GGUF model.");
-  args.option("-m,--model", &model_path, "FILE", "model (GGUF)");
-  args.option("-p,--prompt", &prompt, "TEXT", "prompt text");
-  args.option("-f,--file", &prompt_file, "FILE", "read the prompt from a file ('-': stdin)");
-  args.flag("-e,--escape", &escape, "process escapes (\\n, \\t, \\xHH, ...) in -p (the default)");
-  args.flag("--no-escape", &no_escape, "take -p literally");
-  args.option("-n,--n-predict", &n_predict, "N",
+  std::vector<std::string> stop_strings;
+};
+
+void add_generate_options(ArgParser& args, GenerateArgs& a) {
+  args.option("-m,--model", &a.model_path, "FILE", "model (GGUF)");
+  args.option("-p,--prompt", &a.prompt, "TEXT", "prompt text");
+  args.option("-f,--file", &a.prompt_file, "FILE", "read the prompt from a file ('-': stdin)");
+  args.flag("-e,--escape", &a.escape, "process escapes (\\n, \\t, \\xHH, ...) in -p (the default)");
+  args.flag("--no-escape", &a.no_escape, "take -p literally");
+  args.option("-n,--n-predict", &a.n_predict, "N",
               "maximum number of tokens to generate; -1 = until end of text or a full context");
-  args.option("-c,--ctx-size,--ctx", &n_ctx, "N",
+  args.option("-c,--ctx-size,--ctx", &a.n_ctx, "N",
               "context size in tokens (prompt + generation); 0 = the model's training context");
-  args.option("-t,--threads", &n_threads, "N", "threads");
-  args.option("-r,--reverse-prompt", &stop_strings, "TEXT",
+  args.option("-t,--threads", &a.n_threads, "N", "threads");
+  args.option("-r,--reverse-prompt", &a.stop_strings, "TEXT",
               "stop once the generated text ends with TEXT (may be repeated)");
   add_ignored_gpu_flags(args);
-  args.option("--temp", &sampling.temp, "T", "temperature; 0 = greedy");
-  args.option("--top-k", &sampling.top_k, "K", "top-k sampling; 0 = off");
-  args.option("--top-p", &sampling.top_p, "P", "top-p (nucleus) sampling; 1 = off");
-  args.option("--min-p", &sampling.min_p, "P", "min-p sampling; 0 = off");
-  args.option("--seed", &seed, "S", "random seed; -1 = a random seed (printed with --json)");
-  args.flag("--chat", &chat, "wrap the prompt in the model's chat template (one user turn)");
-  args.flag("-cnv,--conversation,-i,--interactive", &conversation,
+  args.option("--temp", &a.sampling.temp, "T", "temperature; 0 = greedy");
+  args.option("--top-k", &a.sampling.top_k, "K", "top-k sampling; 0 = off");
+  args.option("--top-p", &a.sampling.top_p, "P", "top-p (nucleus) sampling; 1 = off");
+  args.option("--min-p", &a.sampling.min_p, "P", "min-p sampling; 0 = off");
+  args.option("--seed", &a.seed, "S", "random seed; -1 = a random seed (printed with --json)");
+  args.flag("--chat", &a.chat, "wrap the prompt in the model's chat template (one user turn)");
+  args.flag("-cnv,--conversation,-i,--interactive", &a.conversation,
             "interactive conversation in the chat template: one user turn per line of stdin");
-  args.option("-sys,--system-prompt", &system_prompt, "TEXT",
+  args.option("-sys,--system-prompt", &a.system_prompt, "TEXT",
               "system message of the conversation (-cnv) or of --chat");
-  args.option("--chat-template", &chat_template, "NAME",
+  args.option("--chat-template", &a.chat_template, "NAME",
               "chat template to use instead of the detected one (llama3, chatml)");
-  args.flag("--ignore-eos", &ignore_eos, "do not stop at end-of-generation tokens");
-  args.option("--strategy", &strategy_name, "NAME",
+  args.flag("--ignore-eos", &a.ignore_eos, "do not stop at end-of-generation tokens");
+  args.option("--strategy", &a.strategy_name, "NAME",
               "decoding strategy: " + strategy_list() +
                   " (all but ar and auto need -md; default: auto with -md, ar without)");
-  strategy_options.add_to(args);
-  args.flag("--json", &json, "print one JSON object with the text, token ids and timings");
+  a.strategy_options.add_to(args);
+  args.flag("--json", &a.json, "print one JSON object with the text, token ids and timings");
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
   args.bound("--top-k", 0, 1e9);
-  if (!args.parse(argc, argv)) return 0;
-  check(!model_path.empty(), "no model given (-m FILE)");
-  const bool prompt_given = args.given("-p") || args.given("--prompt");
-  check(!(prompt_given && !prompt_file.empty()), "give either -p or -f, not both");
-  if (strategy_name.empty()) strategy_name = strategy_options.draft_path.empty() ? "ar" : "auto";
-  strategy_info(strategy_name);  // an unknown name fails before the draft model loads
-  strategy_options.check_given(args, {strategy_name});
-  if (conversation) {
-    check(!prompt_given && prompt_file.empty() && !json,
-          "-cnv reads the user's turns from stdin: give no -p, -f or --json");
-    return run_conversation(model_path, chat_template, system_prompt, strategy_name,
-                            strategy_options, n_threads, n_ctx, args.given("-c"), n_predict,
-                            sampling, seed, stop_strings);
-  }
-  check(prompt_given || !prompt_file.empty(), "no prompt given (-p TEXT or -f FILE)");
-  if (!prompt_file.empty())
-    prompt = read_text_input(prompt_file, "-f");
-  else if (escape && !no_escape)
+}
+
+// The prompt text from -p (escapes processed unless --no-escape) or -f.
+std::string read_prompt(const GenerateArgs& a) {
+  std::string prompt = a.prompt;
+  if (!a.prompt_file.empty())
+    prompt = read_text_input(a.prompt_file, "-f");
+  else if (a.escape && !a.no_escape)
     prompt = process_escapes(prompt);
-  check(!prompt.empty(), prompt_file.empty() ? "-p: the prompt is empty" : "-f ",
-        prompt_file.empty() ? "" : prompt_file, prompt_file.empty() ? "" : ": the file is empty");
-  check(n_predict >= -1, "-n ", n_predict,
-        ": the number of tokens to generate must be >= 0, or -1 (until the context is full)");
-  sampling.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
-  validate_sampling_params(sampling);
+  check(!prompt.empty(), a.prompt_file.empty() ? "-p: the prompt is empty" : "-f ",
+        a.prompt_file.empty() ? "" : a.prompt_file,
+        a.prompt_file.empty() ? "" : ": the file is empty");
+  return prompt;
+}
 
-  std::shared_ptr<const Model> model = Model::load(model_path);
-  auto tokenizer = Tokenizer::from_gguf(model->gguf());
-  n_ctx = resolve_context_size(n_ctx, args.given("-c"), {&model->config()}, model_path);
-  std::vector<int32_t> prompt_tokens;
-  if (chat || !chat_template.empty()) {
-    const ChatTemplate tmpl = ChatTemplate::for_model(model->gguf(), chat_template);
+// The prompt's tokens, in the chat template with --chat or --chat-template.
+std::vector<int32_t> encode_prompt(const GenerateArgs& a, const std::string& prompt,
+                                   const Model& model, const Tokenizer& tokenizer) {
+  std::vector<int32_t> tokens;
+  if (a.chat || !a.chat_template.empty()) {
+    const ChatTemplate tmpl = ChatTemplate::for_model(model.gguf(), a.chat_template);
     std::vector<ChatMessage> turns;
-    if (!system_prompt.empty()) turns.push_back({"system", system_prompt});
+    if (!a.system_prompt.empty()) turns.push_back({"system", a.system_prompt});
     turns.push_back({"user", prompt});
-    prompt_tokens = tmpl.encode(*tokenizer, turns, true);
+    tokens = tmpl.encode(tokenizer, turns, true);
   } else {
-    prompt_tokens = tokenizer->encode(prompt, true, false);
+    tokens = tokenizer.encode(prompt, true, false);
   }
-  check(!prompt_tokens.empty(), "the prompt produced no tokens");
-  warn_on_double_bos(*tokenizer, prompt_tokens);
-  n_predict = resolve_n_predict(n_predict, static_cast<int64_t>(prompt_tokens.size()), n_ctx);
+  check(!tokens.empty(), "the prompt produced no tokens");
+  warn_on_double_bos(tokenizer, tokens);
+  return tokens;
+}
 
-  StrategyResources resources;
-  resources.init(model, strategy_options, n_threads);
-  auto strategy = make_strategy(resources.config_for(strategy_name, strategy_options, n_ctx));
-  for (const std::string& note : strategy->notes()) std::fprintf(stderr, "%s\n", note.c_str());
-  StreamDecoder stream(*tokenizer);
+// Runs the strategy on the prompt, streaming the text (or printing JSON at the end).
+void generate_and_print(Strategy& strategy, const GenerateArgs& a, const std::string& prompt,
+                        std::vector<int32_t> prompt_tokens, int n_predict,
+                        const Tokenizer& tokenizer) {
+  StreamDecoder stream(tokenizer);
   GenerationRequest request;
-  request.prompt = prompt_tokens;
+  request.prompt = std::move(prompt_tokens);
   request.n_predict = n_predict;
-  request.sampling = sampling;
-  StopStrings stop(*tokenizer, stop_strings);
+  request.sampling = a.sampling;
+  StopStrings stop(tokenizer, a.stop_strings);
   request.is_stop = [&](int32_t t) {
-    return (!ignore_eos && tokenizer->is_end_of_generation(t)) || stop.feed(t);
+    return (!a.ignore_eos && tokenizer.is_end_of_generation(t)) || stop.feed(t);
   };
-  if (!json) {
+  if (!a.json) {
     request.on_token = [&](int32_t t) {
-      if (tokenizer->is_end_of_generation(t) && !ignore_eos) return;
+      if (tokenizer.is_end_of_generation(t) && !a.ignore_eos) return;
       std::fputs(stream.feed(t).c_str(), stdout);
       std::fflush(stdout);
     };
     std::fputs(prompt.c_str(), stdout);
   }
-  const GenerationResult result = strategy->generate(request);
-  if (json)
-    print_json(strategy->name(), chosen_strategy(*strategy), result, *tokenizer, ignore_eos,
-               sampling.seed, n_threads);
+  const GenerationResult result = strategy.generate(request);
+  if (a.json)
+    print_json(strategy.name(), chosen_strategy(strategy), result, tokenizer, a.ignore_eos,
+               a.sampling.seed, a.n_threads);
   else
-    print_speed(strategy->name(), stream.flush(), result.stats);
+    print_speed(strategy.name(), stream.flush(), result.stats);
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  GenerateArgs a;
+  ArgParser args("generate", "Generate text from a prompt with a GGUF model.");
+  add_generate_options(args, a);
+  if (!args.parse(argc, argv)) return 0;
+  check(!a.model_path.empty(), "no model given (-m FILE)");
+  const bool prompt_given = args.given("-p") || args.given("--prompt");
+  check(!(prompt_given && !a.prompt_file.empty()), "give either -p or -f, not both");
+  if (a.strategy_name.empty())
+    a.strategy_name = a.strategy_options.draft_path.empty() ? "ar" : "auto";
+  strategy_info(a.strategy_name);  // an unknown name fails before the draft model loads
+  a.strategy_options.check_given(args, {a.strategy_name});
+  if (a.conversation) {
+    check(!prompt_given && a.prompt_file.empty() && !a.json,
+          "-cnv reads the user's turns from stdin: give no -p, -f or --json");
+    return run_conversation(a.model_path, a.chat_template, a.system_prompt, a.strategy_name,
+                            a.strategy_options, a.n_threads, a.n_ctx, args.given("-c"), a.n_predict,
+                            a.sampling, a.seed, a.stop_strings);
+  }
+  check(prompt_given || !a.prompt_file.empty(), "no prompt given (-p TEXT or -f FILE)");
+  const std::string prompt = read_prompt(a);
+  check(a.n_predict >= -1, "-n ", a.n_predict,
+        ": the number of tokens to generate must be >= 0, or -1 (until the context is full)");
+  a.sampling.seed = a.seed < 0 ? std::random_device{}() : static_cast<uint64_t>(a.seed);
+  validate_sampling_params(a.sampling);
+
+  std::shared_ptr<const Model> model = Model::load(a.model_path);
+  auto tokenizer = Tokenizer::from_gguf(model->gguf());
+  const int n_ctx =
+      resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);
+  std::vector<int32_t> prompt_tokens = encode_prompt(a, prompt, *model, *tokenizer);
+  const int n_predict =
+      resolve_n_predict(a.n_predict, static_cast<int64_t>(prompt_tokens.size()), n_ctx);
+
+  StrategyResources resources;
+  resources.init(model, a.strategy_options, a.n_threads);
+  auto strategy = make_strategy(resources.config_for(a.strategy_name, a.strategy_options, n_ctx));
+  for (const std::string& note : strategy->notes()) std::fprintf(stderr, "%s\n", note.c_str());
+  generate_and_print(*strategy, a, prompt, std::move(prompt_tokens), n_predict, *tokenizer);
   return 0;
 }
 
