@@ -455,10 +455,17 @@ GgufFile::~GgufFile() {
   if (mapping_ != nullptr) munmap(mapping_, size_);
 }
 
-void GgufFile::parse() {
-  Reader r(path_, base_, size_);
+namespace {
 
-  // Header.
+struct GgufHeader {
+  uint32_t version;
+  uint64_t tensor_count;
+  uint64_t kv_count;
+};
+
+// Magic, version and the two counts; the counts are bounded by the bytes left
+// so that a corrupt header cannot make us reserve or loop without end.
+GgufHeader read_header(Reader& r, const std::string& path) {
   r.set_context("header");
   const auto magic = r.read<uint32_t>("magic");
   if (magic != kMagic) {
@@ -467,36 +474,103 @@ void GgufFile::parse() {
     for (char& c : shown) {
       if (c != 0 && (c < 0x20 || c > 0x7e)) c = '?';
     }
-    fail(path_, ": not a GGUF file (bad magic \"", shown, "\", expected \"GGUF\")");
+    fail(path, ": not a GGUF file (bad magic \"", shown, "\", expected \"GGUF\")");
   }
-  version_ = r.read<uint32_t>("version");
-  if (version_ != 2 && version_ != 3) {
-    const uint32_t swapped = __builtin_bswap32(version_);
-    check(swapped != 2 && swapped != 3, path_,
-          ": big-endian GGUF files are not supported (version field reads ", version_, ")");
-    fail(path_, ": unsupported GGUF version ", version_, " (only versions 2 and 3 are supported)");
+  GgufHeader h;
+  h.version = r.read<uint32_t>("version");
+  if (h.version != 2 && h.version != 3) {
+    const uint32_t swapped = __builtin_bswap32(h.version);
+    check(swapped != 2 && swapped != 3, path,
+          ": big-endian GGUF files are not supported (version field reads ", h.version, ")");
+    fail(path, ": unsupported GGUF version ", h.version, " (only versions 2 and 3 are supported)");
   }
-  const auto tensor_count = r.read<uint64_t>("tensor count");
-  const auto kv_count = r.read<uint64_t>("metadata kv count");
-  if (kv_count > r.remaining() / kMinKvBytes) {
-    fail(path_, ": metadata kv count ", kv_count,
+  h.tensor_count = r.read<uint64_t>("tensor count");
+  h.kv_count = r.read<uint64_t>("metadata kv count");
+  if (h.kv_count > r.remaining() / kMinKvBytes) {
+    fail(path, ": metadata kv count ", h.kv_count,
          " is impossible, the file is truncated or corrupt (the ", r.remaining(),
          " bytes left hold at most ", r.remaining() / kMinKvBytes, " entries)");
   }
-  if (tensor_count > r.remaining() / kMinTensorInfoBytes) {
-    fail(path_, ": tensor count ", tensor_count,
+  if (h.tensor_count > r.remaining() / kMinTensorInfoBytes) {
+    fail(path, ": tensor count ", h.tensor_count,
          " is impossible, the file is truncated or corrupt (the ", r.remaining(),
          " bytes left hold at most ", r.remaining() / kMinTensorInfoBytes, " tensor infos)");
   }
-  if (tensor_count > kMaxTensors) {
-    fail(path_, ": tensor count ", tensor_count, " exceeds the limit of ", kMaxTensors);
+  if (h.tensor_count > kMaxTensors) {
+    fail(path, ": tensor count ", h.tensor_count, " exceeds the limit of ", kMaxTensors);
   }
+  return h;
+}
+
+// Tensor info #i; `tensor_index` holds the names read so far (duplicates are an error).
+GgufTensorInfo read_tensor_info(Reader& r, const std::string& path, uint64_t i, uint32_t alignment,
+                                const std::map<std::string, size_t, std::less<>>& tensor_index) {
+  r.set_context("tensor #" + std::to_string(i));
+  GgufTensorInfo info;
+  info.name = r.read_string("name");
+  const std::string where =
+      path + ": tensor #" + std::to_string(i) + " (" + quoted(info.name) + ")";
+  if (const auto it = tensor_index.find(info.name); it != tensor_index.end()) {
+    fail(path, ": duplicate tensor name ", quoted(info.name), " (tensors #", it->second, " and #",
+         i, ")");
+  }
+  r.set_context("tensor #" + std::to_string(i) + " (" + quoted(info.name) + ")");
+  const auto n_dims = r.read<uint32_t>("n_dims");
+  check(n_dims >= 1 && n_dims <= kMaxDims, where, ": n_dims = ", n_dims, " is not in 1..",
+        kMaxDims);
+  uint64_t dims[kMaxDims] = {};
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    dims[d] = r.read<uint64_t>("dims[" + std::to_string(d) + "]");
+  }
+  const auto type_id = r.read<uint32_t>("type");
+  info.offset = r.read<uint64_t>("data offset");
+  const auto [n_elements, n_bytes] = tensor_size(where, std::span(dims, n_dims), type_id);
+  check(info.offset % alignment == 0, where, ": data offset ", info.offset,
+        " is misaligned (not a multiple of the alignment ", alignment, ")");
+  info.type = static_cast<DType>(type_id);
+  info.dims.assign(dims, dims + n_dims);
+  info.n_elements = n_elements;
+  info.n_bytes = n_bytes;
+  return info;
+}
+
+// Every tensor's bytes lie inside the data section and no two tensors overlap.
+void check_tensor_extents(const std::string& path, const std::vector<GgufTensorInfo>& tensors,
+                          uint64_t data_size) {
+  for (const auto& t : tensors) {
+    if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
+      fail(path, ": tensor ", quoted(t.name), " data (offset ", t.offset, ", ", t.n_bytes,
+           " bytes) extends past the end of the file (data section holds ", data_size,
+           " bytes); the file is truncated or corrupt");
+    }
+  }
+  std::vector<size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return tensors[a].offset < tensors[b].offset; });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const auto& prev = tensors[order[k - 1]];
+    const auto& cur = tensors[order[k]];
+    if (cur.offset < prev.offset + prev.n_bytes) {
+      fail(path, ": tensors ", quoted(prev.name), " (offset ", prev.offset, ", ", prev.n_bytes,
+           " bytes) and ", quoted(cur.name), " (offset ", cur.offset, ") overlap");
+    }
+  }
+}
+
+}  // namespace
+
+void GgufFile::parse() {
+  Reader r(path_, base_, size_);
+
+  const GgufHeader header = read_header(r, path_);
+  version_ = header.version;
 
   // Metadata.
   MetadataParser values(r);
-  values.charge(kv_count, "metadata kv count");
-  metadata_.reserve(static_cast<size_t>(std::min(kv_count, kMaxReserve)));
-  for (uint64_t i = 0; i < kv_count; ++i) {
+  values.charge(header.kv_count, "metadata kv count");
+  metadata_.reserve(static_cast<size_t>(std::min(header.kv_count, kMaxReserve)));
+  for (uint64_t i = 0; i < header.kv_count; ++i) {
     r.set_context("metadata key #" + std::to_string(i));
     std::string key = r.read_string("name");
     if (const auto it = metadata_index_.find(key); it != metadata_index_.end()) {
@@ -514,34 +588,9 @@ void GgufFile::parse() {
   alignment_ = alignment_of(find("general.alignment"), path_);
 
   // Tensor infos.
-  tensors_.reserve(static_cast<size_t>(std::min(tensor_count, kMaxReserve)));
-  for (uint64_t i = 0; i < tensor_count; ++i) {
-    r.set_context("tensor #" + std::to_string(i));
-    GgufTensorInfo info;
-    info.name = r.read_string("name");
-    const std::string where =
-        path_ + ": tensor #" + std::to_string(i) + " (" + quoted(info.name) + ")";
-    if (const auto it = tensor_index_.find(info.name); it != tensor_index_.end()) {
-      fail(path_, ": duplicate tensor name ", quoted(info.name), " (tensors #", it->second,
-           " and #", i, ")");
-    }
-    r.set_context("tensor #" + std::to_string(i) + " (" + quoted(info.name) + ")");
-    const auto n_dims = r.read<uint32_t>("n_dims");
-    check(n_dims >= 1 && n_dims <= kMaxDims, where, ": n_dims = ", n_dims, " is not in 1..",
-          kMaxDims);
-    uint64_t dims[kMaxDims] = {};
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      dims[d] = r.read<uint64_t>("dims[" + std::to_string(d) + "]");
-    }
-    const auto type_id = r.read<uint32_t>("type");
-    info.offset = r.read<uint64_t>("data offset");
-    const auto [n_elements, n_bytes] = tensor_size(where, std::span(dims, n_dims), type_id);
-    check(info.offset % alignment_ == 0, where, ": data offset ", info.offset,
-          " is misaligned (not a multiple of the alignment ", alignment_, ")");
-    info.type = static_cast<DType>(type_id);
-    info.dims.assign(dims, dims + n_dims);
-    info.n_elements = n_elements;
-    info.n_bytes = n_bytes;
+  tensors_.reserve(static_cast<size_t>(std::min(header.tensor_count, kMaxReserve)));
+  for (uint64_t i = 0; i < header.tensor_count; ++i) {
+    GgufTensorInfo info = read_tensor_info(r, path_, i, alignment_, tensor_index_);
     tensor_index_.emplace(info.name, tensors_.size());
     tensors_.push_back(std::move(info));
   }
@@ -552,26 +601,7 @@ void GgufFile::parse() {
     fail(path_, ": truncated: the data section would start at byte ", data_offset_, " (header end ",
          r.pos(), " aligned to ", alignment_, ") but the file has ", size_, " bytes");
   }
-  const uint64_t data_size = size_ - data_offset_;
-  for (const auto& t : tensors_) {
-    if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
-      fail(path_, ": tensor ", quoted(t.name), " data (offset ", t.offset, ", ", t.n_bytes,
-           " bytes) extends past the end of the file (data section holds ", data_size,
-           " bytes); the file is truncated or corrupt");
-    }
-  }
-  std::vector<size_t> order(tensors_.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
-  for (size_t k = 1; k < order.size(); ++k) {
-    const auto& prev = tensors_[order[k - 1]];
-    const auto& cur = tensors_[order[k]];
-    if (cur.offset < prev.offset + prev.n_bytes) {
-      fail(path_, ": tensors ", quoted(prev.name), " (offset ", prev.offset, ", ", prev.n_bytes,
-           " bytes) and ", quoted(cur.name), " (offset ", cur.offset, ") overlap");
-    }
-  }
+  check_tensor_extents(path_, tensors_, size_ - data_offset_);
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {

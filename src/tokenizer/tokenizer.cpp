@@ -67,6 +67,144 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
   }
 }
 
+VocabKind vocab_kind_of(const GgufFile& file) {
+  const std::string& path = file.path();
+  const std::string model = file.get_string("tokenizer.ggml.model", "");
+  check(!model.empty(), path, ": the file has no vocabulary (tokenizer.ggml.model is missing)");
+  if (model == "gpt2") return VocabKind::kBytePairGpt2;
+  if (model == "llama") return VocabKind::kSentencePiece;
+  fail(path, ": unsupported tokenizer model '", model,
+       "' (tokenizer.ggml.model; parspec supports gpt2 and llama)");
+}
+
+// tokenizer.ggml.token_type, or kUndefined for every token when it is absent.
+std::vector<TokenType> read_token_types(const GgufFile& file, size_t n) {
+  const std::string& path = file.path();
+  std::vector<TokenType> out(n, TokenType::kUndefined);
+  if (!file.has("tokenizer.ggml.token_type")) return out;
+  const std::vector<int64_t> types = file.get_int_array("tokenizer.ggml.token_type");
+  check(types.size() == n, path, ": tokenizer.ggml.token_type has ", types.size(), " entries for ",
+        n, " tokens");
+  for (size_t i = 0; i < n; ++i) {
+    check(types[i] >= 0 && types[i] <= 6, path, ": tokenizer.ggml.token_type[", i, "] = ", types[i],
+          " is not a token type (0..6)");
+    out[i] = static_cast<TokenType>(types[i]);
+  }
+  return out;
+}
+
+// tokenizer.ggml.scores, or zeros when it is absent.
+std::vector<float> read_scores(const GgufFile& file, size_t n) {
+  if (!file.has("tokenizer.ggml.scores")) return std::vector<float>(n, 0.0f);
+  std::vector<float> scores = file.get_float_array("tokenizer.ggml.scores");
+  check(scores.size() == n, file.path(), ": tokenizer.ggml.scores has ", scores.size(),
+        " entries for ", n, " tokens");
+  return scores;
+}
+
+struct SpecialIds {
+  int32_t bos, eos, eot, eom, unk;  // -1 where none
+};
+
+// The special ids the file names, with the conventional fallbacks where it
+// names none. `tok` must already resolve texts (find_token).
+SpecialIds read_special_ids(const GgufFile& file, const Tokenizer& tok,
+                            const std::vector<TokenType>& types, bool spm) {
+  const std::string& path = file.path();
+  const size_t n = types.size();
+  const auto read_id = [&](const char* key, int32_t fallback) -> int32_t {
+    if (!file.has(key)) return fallback;
+    const int64_t id = file.get_int(key);
+    check(id >= 0 && id < static_cast<int64_t>(n), path, ": ", key, " = ", id,
+          " is outside the vocabulary (", n, " tokens)");
+    return static_cast<int32_t>(id);
+  };
+  // SentencePiece files written without the ids use the conventional texts.
+  const auto default_id = [&](std::string_view text) { return spm ? tok.find_token(text) : -1; };
+  SpecialIds ids;
+  ids.bos = read_id("tokenizer.ggml.bos_token_id", default_id("<s>"));
+  ids.eos = read_id("tokenizer.ggml.eos_token_id", default_id("</s>"));
+  ids.eot = read_id("tokenizer.ggml.eot_token_id", -1);
+  ids.eom = read_id("tokenizer.ggml.eom_token_id", -1);
+  ids.unk = read_id("tokenizer.ggml.unknown_token_id", -1);
+  if (ids.unk < 0 && spm) {
+    for (size_t i = 0; i < n && ids.unk < 0; ++i)
+      if (types[i] == TokenType::kUnknown) ids.unk = static_cast<int32_t>(i);
+    if (ids.unk < 0) ids.unk = tok.find_token("<unk>");
+  }
+  if (ids.eot < 0) {
+    for (std::string_view text : kEotTexts) {
+      const int32_t id = tok.find_token(text);
+      if (id >= 0 && types[id] == TokenType::kControl) {
+        ids.eot = id;
+        break;
+      }
+    }
+  }
+  return ids;
+}
+
+void mark_named_specials(const SpecialIds& ids, std::vector<TokenType>& types) {
+  for (int32_t id : {ids.bos, ids.eos, ids.eot, ids.eom})
+    if (id >= 0) types[id] = TokenType::kControl;
+  if (ids.unk >= 0) types[ids.unk] = TokenType::kUnknown;
+}
+
+// SentencePiece: whether any <0xNN> byte token exists. Bytes without a token
+// fall back to <unk>: one of the two must cover every byte.
+bool spm_byte_fallback(const std::array<int32_t, 256>& byte_tokens, int32_t unk,
+                       const std::string& path) {
+  const auto has_byte = [](int32_t id) { return id >= 0; };
+  const bool any_bytes = std::any_of(byte_tokens.begin(), byte_tokens.end(), has_byte);
+  const bool all_bytes = std::all_of(byte_tokens.begin(), byte_tokens.end(), has_byte);
+  check(all_bytes || unk >= 0, path,
+        ": SentencePiece vocabulary has neither all 256 <0xNN> byte tokens nor an unknown token");
+  return any_bytes;
+}
+
+// Decoded bytes of one token; sets `byte` to its value for a <0xNN> byte token, else -1.
+std::string decode_piece(const std::string& raw, TokenType type, bool spm, bool has_types,
+                         int& byte) {
+  byte = type == TokenType::kByte || (spm && !has_types) ? parse_byte_token(raw) : -1;
+  if (byte >= 0) return std::string(1, static_cast<char>(byte));
+  if (!is_text_type(type)) return raw;
+  if (spm) return replace_all(raw, kSpmSpace, " ");
+  std::string piece;
+  if (!unmap_bytes(raw, piece)) piece = raw;  // not byte-level text; shown as stored
+  return piece;
+}
+
+// A byte-level vocabulary must have a token for each of the 256 single bytes;
+// `lookup` maps decoded bytes to token ids.
+template <class TextMap>
+void bind_byte_tokens(const TextMap& lookup, const std::string& path,
+                      std::array<int32_t, 256>& byte_tokens) {
+  for (int b = 0; b < 256; ++b) {
+    const auto it = lookup.find(std::string(1, static_cast<char>(b)));
+    check(it != lookup.end(), path, ": byte-level vocabulary lacks the token for byte 0x",
+          "0123456789ABCDEF"[b >> 4], "0123456789ABCDEF"[b & 15], " ('",
+          map_bytes(std::string(1, static_cast<char>(b))), "')");
+    byte_tokens[b] = it->second;
+  }
+}
+
+// Sorted, unique ids that end a generation: the named ids plus control tokens
+// with a known end-of-turn text.
+std::vector<int32_t> collect_end_of_generation(const Tokenizer& tok,
+                                               const std::vector<TokenType>& types,
+                                               std::initializer_list<int32_t> named) {
+  std::vector<int32_t> out;
+  for (int32_t id : named)
+    if (id >= 0) out.push_back(id);
+  for (std::string_view text : kEndOfGenerationTexts) {
+    const int32_t id = tok.find_token(text);
+    if (id >= 0 && types[id] == TokenType::kControl) out.push_back(id);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer() {
@@ -76,17 +214,9 @@ Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
   const std::string& path = file.path();
-  const std::string model = file.get_string("tokenizer.ggml.model", "");
-  check(!model.empty(), path, ": the file has no vocabulary (tokenizer.ggml.model is missing)");
+  const VocabKind kind = vocab_kind_of(file);
   std::unique_ptr<Tokenizer> tok(new Tokenizer());
-  if (model == "gpt2") {
-    tok->kind_ = VocabKind::kBytePairGpt2;
-  } else if (model == "llama") {
-    tok->kind_ = VocabKind::kSentencePiece;
-  } else {
-    fail(path, ": unsupported tokenizer model '", model,
-         "' (tokenizer.ggml.model; parspec supports gpt2 and llama)");
-  }
+  tok->kind_ = kind;
   const bool spm = tok->kind_ == VocabKind::kSentencePiece;
 
   check(file.has("tokenizer.ggml.tokens"), path, ": tokenizer.ggml.tokens is missing");
@@ -95,63 +225,20 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
   check(n > 0, path, ": tokenizer.ggml.tokens is empty");
   check(n < static_cast<size_t>(INT32_MAX), path, ": tokenizer.ggml.tokens has too many entries");
 
-  tok->types_.assign(n, TokenType::kUndefined);
   const bool has_types = file.has("tokenizer.ggml.token_type");
-  if (has_types) {
-    const std::vector<int64_t> types = file.get_int_array("tokenizer.ggml.token_type");
-    check(types.size() == n, path, ": tokenizer.ggml.token_type has ", types.size(),
-          " entries for ", n, " tokens");
-    for (size_t i = 0; i < n; ++i) {
-      check(types[i] >= 0 && types[i] <= 6, path, ": tokenizer.ggml.token_type[", i,
-            "] = ", types[i], " is not a token type (0..6)");
-      tok->types_[i] = static_cast<TokenType>(types[i]);
-    }
-  }
-  tok->scores_.assign(n, 0.0f);
-  if (file.has("tokenizer.ggml.scores")) {
-    tok->scores_ = file.get_float_array("tokenizer.ggml.scores");
-    check(tok->scores_.size() == n, path, ": tokenizer.ggml.scores has ", tok->scores_.size(),
-          " entries for ", n, " tokens");
-  }
+  tok->types_ = read_token_types(file, n);
+  tok->scores_ = read_scores(file, n);
 
   for (size_t i = 0; i < n; ++i)
     tok->by_raw_text_.emplace(tok->raw_texts_[i], static_cast<int32_t>(i));
 
-  const auto read_id = [&](const char* key, int32_t fallback) -> int32_t {
-    if (!file.has(key)) return fallback;
-    const int64_t id = file.get_int(key);
-    check(id >= 0 && id < static_cast<int64_t>(n), path, ": ", key, " = ", id,
-          " is outside the vocabulary (", n, " tokens)");
-    return static_cast<int32_t>(id);
-  };
-  // SentencePiece files written without the ids use the conventional texts.
-  const auto default_id = [&](std::string_view text) { return spm ? tok->find_token(text) : -1; };
-  tok->bos_ = read_id("tokenizer.ggml.bos_token_id", default_id("<s>"));
-  tok->eos_ = read_id("tokenizer.ggml.eos_token_id", default_id("</s>"));
-  tok->eot_ = read_id("tokenizer.ggml.eot_token_id", -1);
-  const int32_t eom = read_id("tokenizer.ggml.eom_token_id", -1);
-  int32_t unk = read_id("tokenizer.ggml.unknown_token_id", -1);
-  if (unk < 0 && spm) {
-    for (size_t i = 0; i < n && unk < 0; ++i)
-      if (tok->types_[i] == TokenType::kUnknown) unk = static_cast<int32_t>(i);
-    if (unk < 0) unk = tok->find_token("<unk>");
-  }
-  tok->unk_ = unk;
-  if (tok->eot_ < 0) {
-    for (std::string_view text : kEotTexts) {
-      const int32_t id = tok->find_token(text);
-      if (id >= 0 && tok->types_[id] == TokenType::kControl) {
-        tok->eot_ = id;
-        break;
-      }
-    }
-  }
-  if (!has_types) {
-    // Without types, the ids named above are the only tokens known to be special.
-    for (int32_t id : {tok->bos_, tok->eos_, tok->eot_, eom})
-      if (id >= 0) tok->types_[id] = TokenType::kControl;
-    if (tok->unk_ >= 0) tok->types_[tok->unk_] = TokenType::kUnknown;
-  }
+  const SpecialIds ids = read_special_ids(file, *tok, tok->types_, spm);
+  tok->bos_ = ids.bos;
+  tok->eos_ = ids.eos;
+  tok->eot_ = ids.eot;
+  tok->unk_ = ids.unk;
+  // Without types, the ids named above are the only tokens known to be special.
+  if (!has_types) mark_named_specials(ids, tok->types_);
 
   if (spm) {
     tok->add_space_prefix_ = file.get_bool("tokenizer.ggml.add_space_prefix", true);
@@ -175,18 +262,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
   for (size_t i = 0; i < n; ++i) {
     const std::string& raw = tok->raw_texts_[i];
     const TokenType type = tok->types_[i];
-    std::string& piece = tok->pieces_[i];
-    const int byte = type == TokenType::kByte || (spm && !has_types) ? parse_byte_token(raw) : -1;
-    if (byte >= 0) {
-      piece.assign(1, static_cast<char>(byte));
-      if (spm && tok->byte_tokens_[byte] < 0) tok->byte_tokens_[byte] = static_cast<int32_t>(i);
-    } else if (!is_text_type(type)) {
-      piece = raw;
-    } else if (spm) {
-      piece = replace_all(raw, kSpmSpace, " ");
-    } else if (!unmap_bytes(raw, piece)) {
-      piece = raw;  // not byte-level text; shown as stored
-    }
+    int byte = -1;
+    const std::string& piece = tok->pieces_[i] = decode_piece(raw, type, spm, has_types, byte);
+    if (byte >= 0 && spm && tok->byte_tokens_[byte] < 0)
+      tok->byte_tokens_[byte] = static_cast<int32_t>(i);
     // SentencePiece looks tokens up by their stored text; its <0xNN> tokens are
     // reached only through byte fallback, never by merging "<", "0", "x", ...
     if (is_text_type(type) && !(spm && byte >= 0))
@@ -194,37 +273,16 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
   }
 
   if (spm) {
-    const auto has_byte = [](int32_t id) { return id >= 0; };
-    tok->has_byte_fallback_ =
-        std::any_of(tok->byte_tokens_.begin(), tok->byte_tokens_.end(), has_byte);
-    // Bytes without a token fall back to <unk>: one of the two must cover every byte.
-    const bool all_bytes =
-        std::all_of(tok->byte_tokens_.begin(), tok->byte_tokens_.end(), has_byte);
-    check(all_bytes || tok->unk_ >= 0, path,
-          ": SentencePiece vocabulary has neither all 256 <0xNN> byte tokens nor an unknown token");
+    tok->has_byte_fallback_ = spm_byte_fallback(tok->byte_tokens_, tok->unk_, path);
   } else {
-    for (int b = 0; b < 256; ++b) {
-      const auto it = tok->lookup_.find(std::string(1, static_cast<char>(b)));
-      check(it != tok->lookup_.end(), path, ": byte-level vocabulary lacks the token for byte 0x",
-            "0123456789ABCDEF"[b >> 4], "0123456789ABCDEF"[b & 15], " ('",
-            map_bytes(std::string(1, static_cast<char>(b))), "')");
-      tok->byte_tokens_[b] = it->second;
-    }
+    bind_byte_tokens(tok->lookup_, path, tok->byte_tokens_);
     if (file.has("tokenizer.ggml.merges"))
       tok->load_merges(file.get_string_array("tokenizer.ggml.merges"));
   }
   tok->load_specials();
 
-  for (int32_t id : {tok->eos_, tok->eot_, eom})
-    if (id >= 0) tok->end_of_generation_.push_back(id);
-  for (std::string_view text : kEndOfGenerationTexts) {
-    const int32_t id = tok->find_token(text);
-    if (id >= 0 && tok->types_[id] == TokenType::kControl) tok->end_of_generation_.push_back(id);
-  }
-  std::sort(tok->end_of_generation_.begin(), tok->end_of_generation_.end());
-  tok->end_of_generation_.erase(
-      std::unique(tok->end_of_generation_.begin(), tok->end_of_generation_.end()),
-      tok->end_of_generation_.end());
+  tok->end_of_generation_ =
+      collect_end_of_generation(*tok, tok->types_, {tok->eos_, tok->eot_, ids.eom});
   return tok;
 }
 

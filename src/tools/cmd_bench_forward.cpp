@@ -84,6 +84,96 @@ std::vector<int32_t> some_tokens(int n, int n_vocab, int salt) {
   return t;
 }
 
+// What one row of the table measures, shared by every thread count.
+struct RowSettings {
+  int context, repeat, decode_tokens;
+  int64_t bandwidth_mib;
+  std::vector<int> batch_sizes;
+  TimeBase base;
+  bool tty;  // progress lines on stderr
+};
+
+struct DecodeResult {
+  double tok_per_s;   // median over the repetitions
+  double split_jobs;  // jobs split over threads per decoded token
+};
+
+// Single-token decode after `context` committed tokens; the cache is cut back
+// to `context` after each repetition.
+DecodeResult measure_decode(const Model& model, Worker& worker, KvCache& kv, const RowSettings& s) {
+  const ModelConfig& c = model.config();
+  std::vector<double> decode_rates;
+  const uint64_t jobs_before = worker.parallel_jobs();
+  for (int r = 0; r < s.repeat; ++r) {
+    const std::vector<int32_t> toks = some_tokens(s.decode_tokens, c.n_vocab, r);
+    const double t0 = now_ms(s.base);
+    for (int32_t t : toks) {
+      model.forward(worker, Batch::chain(kv, std::span(&t, 1), true), kv);
+      const int32_t cell = 0;
+      kv.commit(std::span(&cell, 1));
+    }
+    decode_rates.push_back(s.decode_tokens * 1000.0 / (now_ms(s.base) - t0));
+    kv.truncate(s.context);
+  }
+  // Jobs split over threads per decoded token: each is one wake-up and one
+  // wait for the last chunk, the only synchronisation of a forward.
+  const double split_jobs = static_cast<double>(worker.parallel_jobs() - jobs_before) /
+                            (static_cast<double>(s.repeat) * s.decode_tokens);
+  std::sort(decode_rates.begin(), decode_rates.end());
+  return {decode_rates[decode_rates.size() / 2], split_jobs};
+}
+
+// Measures and prints one table row for `threads`; returns it as JSON.
+nlohmann::json measure_row(const Model& model, int threads, const RowSettings& s) {
+  const ModelConfig& c = model.config();
+  const std::vector<int>& batch_sizes = s.batch_sizes;
+  const int max_batch = *std::max_element(batch_sizes.begin(), batch_sizes.end());
+  Worker worker(threads);
+  if (s.tty) std::fprintf(stderr, "[%d threads] measuring bandwidth...\n", threads);
+  const double gbps = measure_read_bandwidth(worker, static_cast<size_t>(s.bandwidth_mib) << 20);
+  const double roofline = gbps * 1e9 / model.weight_bytes();
+
+  KvCache kv(c, s.context + std::max(max_batch, s.decode_tokens) + 1);
+  model.forward(worker, Batch::chain(kv, some_tokens(s.context, c.n_vocab, 99), false), kv);
+  kv.commit([&] {
+    std::vector<int32_t> path(s.context);
+    for (int i = 0; i < s.context; ++i) path[i] = i;
+    return path;
+  }());
+
+  if (s.tty) std::fprintf(stderr, "[%d threads] decoding...\n", threads);
+  const auto [decode, split_jobs] = measure_decode(model, worker, kv, s);
+
+  std::vector<double> latency;
+  for (int n : batch_sizes) {
+    if (s.tty) std::fprintf(stderr, "[%d threads] L(%d)...\n", threads, n);
+    latency.push_back(median_forward_ms(model, worker, kv, n, 0, s.repeat, false, s.base));
+  }
+  auto l_of = [&](int n) {
+    for (size_t i = 0; i < batch_sizes.size(); ++i)
+      if (batch_sizes[i] == n) return latency[i];
+    return -1.0;
+  };
+  std::printf("| %d | %.1f | %.2f | %.2f | %.0f%% | %.0f |", threads, gbps, roofline, decode,
+              100.0 * decode / roofline, split_jobs);
+  for (double l : latency) std::printf(" %.1f |", l);
+  if (l_of(1) > 0 && l_of(8) > 0)
+    std::printf(" %.2f |\n", l_of(8) / l_of(1));
+  else
+    std::printf(" – |\n");
+  std::fflush(stdout);
+
+  nlohmann::json lat = nlohmann::json::object();
+  for (size_t i = 0; i < batch_sizes.size(); ++i) lat[std::to_string(batch_sizes[i])] = latency[i];
+  return {{"threads", threads},
+          {"read_gb_per_s", gbps},
+          {"roofline_tok_per_s", roofline},
+          {"decode_tok_per_s", decode},
+          {"roofline_fraction", decode / roofline},
+          {"split_jobs_per_token", split_jobs},
+          {"latency_ms", lat}};
+}
+
 }  // namespace
 
 int cmd_bench_forward(int argc, char** argv) {
@@ -117,7 +207,6 @@ int cmd_bench_forward(int argc, char** argv) {
 
   auto model = Model::load(model_path);
   const ModelConfig& c = model->config();
-  const int max_batch = *std::max_element(batch_sizes.begin(), batch_sizes.end());
   const bool tty = isatty(fileno(stderr));
   std::printf("model: %s (%s, %d layers, n_embd %d, %.1f MiB of weights per token)\n",
               model_path.c_str(), c.arch.c_str(), c.n_layer, c.n_embd,
@@ -132,71 +221,8 @@ int cmd_bench_forward(int argc, char** argv) {
   std::printf(" L(8)/L(1) |\n|---|---|---|---|---|---|");
   for (size_t i = 0; i < batch_sizes.size(); ++i) std::printf("---|");
   std::printf("---|\n");
-  for (int threads : thread_counts) {
-    Worker worker(threads);
-    if (tty) std::fprintf(stderr, "[%d threads] measuring bandwidth...\n", threads);
-    const double gbps = measure_read_bandwidth(worker, static_cast<size_t>(bandwidth_mib) << 20);
-    const double roofline = gbps * 1e9 / model->weight_bytes();
-
-    KvCache kv(c, context + std::max(max_batch, decode_tokens) + 1);
-    model->forward(worker, Batch::chain(kv, some_tokens(context, c.n_vocab, 99), false), kv);
-    kv.commit([&] {
-      std::vector<int32_t> path(context);
-      for (int i = 0; i < context; ++i) path[i] = i;
-      return path;
-    }());
-
-    if (tty) std::fprintf(stderr, "[%d threads] decoding...\n", threads);
-    std::vector<double> decode_rates;
-    const uint64_t jobs_before = worker.parallel_jobs();
-    for (int r = 0; r < repeat; ++r) {
-      const std::vector<int32_t> toks = some_tokens(decode_tokens, c.n_vocab, r);
-      const double t0 = now_ms(base);
-      for (int32_t t : toks) {
-        model->forward(worker, Batch::chain(kv, std::span(&t, 1), true), kv);
-        const int32_t cell = 0;
-        kv.commit(std::span(&cell, 1));
-      }
-      decode_rates.push_back(decode_tokens * 1000.0 / (now_ms(base) - t0));
-      kv.truncate(context);
-    }
-    // Jobs split over threads per decoded token: each is one wake-up and one
-    // wait for the last chunk, the only synchronisation of a forward.
-    const double split_jobs = static_cast<double>(worker.parallel_jobs() - jobs_before) /
-                              (static_cast<double>(repeat) * decode_tokens);
-    std::sort(decode_rates.begin(), decode_rates.end());
-    const double decode = decode_rates[decode_rates.size() / 2];
-
-    std::vector<double> latency;
-    for (int n : batch_sizes) {
-      if (tty) std::fprintf(stderr, "[%d threads] L(%d)...\n", threads, n);
-      latency.push_back(median_forward_ms(*model, worker, kv, n, 0, repeat, false, base));
-    }
-    auto l_of = [&](int n) {
-      for (size_t i = 0; i < batch_sizes.size(); ++i)
-        if (batch_sizes[i] == n) return latency[i];
-      return -1.0;
-    };
-    std::printf("| %d | %.1f | %.2f | %.2f | %.0f%% | %.0f |", threads, gbps, roofline, decode,
-                100.0 * decode / roofline, split_jobs);
-    for (double l : latency) std::printf(" %.1f |", l);
-    if (l_of(1) > 0 && l_of(8) > 0)
-      std::printf(" %.2f |\n", l_of(8) / l_of(1));
-    else
-      std::printf(" – |\n");
-    std::fflush(stdout);
-
-    nlohmann::json lat = nlohmann::json::object();
-    for (size_t i = 0; i < batch_sizes.size(); ++i)
-      lat[std::to_string(batch_sizes[i])] = latency[i];
-    results.push_back({{"threads", threads},
-                       {"read_gb_per_s", gbps},
-                       {"roofline_tok_per_s", roofline},
-                       {"decode_tok_per_s", decode},
-                       {"roofline_fraction", decode / roofline},
-                       {"split_jobs_per_token", split_jobs},
-                       {"latency_ms", lat}});
-  }
+  const RowSettings settings{context, repeat, decode_tokens, bandwidth_mib, batch_sizes, base, tty};
+  for (int threads : thread_counts) results.push_back(measure_row(*model, threads, settings));
   if (!json_path.empty()) {
     nlohmann::json out = {{"model", model_path},
                           {"isa", isa_name(active_isa())},
