@@ -15,15 +15,6 @@ namespace parspec {
 
 namespace {
 
-constexpr TypeInfo kF32{"f32", 1, 4};
-constexpr TypeInfo kF16{"f16", 1, 2};
-constexpr TypeInfo kBF16{"bf16", 1, 2};
-constexpr TypeInfo kQ4_0{"q4_0", kQK, sizeof(BlockQ4_0)};
-constexpr TypeInfo kQ8_0{"q8_0", kQK, sizeof(BlockQ8_0)};
-constexpr TypeInfo kQ4_K{"q4_K", kQKK, sizeof(BlockQ4_K)};
-constexpr TypeInfo kQ6_K{"q6_K", kQKK, sizeof(BlockQ6_K)};
-constexpr TypeInfo kQ8_K{"q8_K", kQKK, sizeof(BlockQ8_K)};
-
 uint32_t float_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof(u));
@@ -164,66 +155,93 @@ void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = bf16_to_fp32(src[i]);
 }
 
-void check_row(DType type, int64_t n) {
+void f32_to_bf16_row(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_bf16(src[i]);
+}
+
+void copy_f32_row(const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+// Adapts a typed row function to the table's void-pointer signature.
+template <typename Block, auto fn>
+void dequantize_as(const void* src, float* dst, int64_t n) {
+  fn(static_cast<const Block*>(src), dst, n);
+}
+template <typename Block, auto fn>
+void quantize_as(const float* src, void* dst, int64_t n) {
+  fn(src, static_cast<Block*>(dst), n);
+}
+
+// The type-traits table. Order: how parse_dtype's error message lists them.
+constexpr TypeInfo kTypes[] = {
+    {DType::F32, "f32", 1, 4, true, 0, dequantize_as<float, copy_f32_row>,
+     quantize_as<float, copy_f32_row>},
+    {DType::F16, "f16", 1, 2, true, 1, dequantize_as<uint16_t, f16_to_f32_row>,
+     quantize_as<uint16_t, f32_to_f16_row>},
+    {DType::BF16, "bf16", 1, 2, true, 32, dequantize_as<uint16_t, bf16_to_f32_row>,
+     quantize_as<uint16_t, f32_to_bf16_row>},
+    {DType::Q8_0, "q8_0", kQK, sizeof(BlockQ8_0), true, 7,
+     dequantize_as<BlockQ8_0, dequantize_q8_0>, quantize_as<BlockQ8_0, quantize_q8_0>},
+    {DType::Q4_0, "q4_0", kQK, sizeof(BlockQ4_0), true, 2,
+     dequantize_as<BlockQ4_0, dequantize_q4_0>, quantize_as<BlockQ4_0, quantize_q4_0>},
+    // file type 14 is Q4_K_S: every weight q4_K.
+    {DType::Q4_K, "q4_K", kQKK, sizeof(BlockQ4_K), true, 14,
+     dequantize_as<BlockQ4_K, dequantize_row_q4_K>, quantize_as<BlockQ4_K, quantize_row_q4_K>},
+    {DType::Q6_K, "q6_K", kQKK, sizeof(BlockQ6_K), true, 18,
+     dequantize_as<BlockQ6_K, dequantize_row_q6_K>, quantize_as<BlockQ6_K, quantize_row_q6_K>},
+    // Activations only: the dot partner of q4_K/q6_K in matmul.
+    {DType::Q8_K, "q8_K", kQKK, sizeof(BlockQ8_K), false, std::nullopt,
+     dequantize_as<BlockQ8_K, dequantize_row_q8_K>, quantize_as<BlockQ8_K, quantize_row_q8_K>},
+};
+
+const TypeInfo* find_type(uint32_t id) {
+  for (const TypeInfo& info : kTypes) {
+    if (static_cast<uint32_t>(info.type) == id) return &info;
+  }
+  return nullptr;
+}
+
+std::string lowercase(std::string_view s) {
+  std::string lower(s);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
+}
+
+const TypeInfo& check_row(DType type, int64_t n) {
   const TypeInfo& info = type_info(type);
   check(n >= 0 && n % info.block_elems == 0, "row of ", n, " elements is not a multiple of the ",
         info.name, " block size ", info.block_elems);
+  return info;
 }
 
 }  // namespace
 
 bool is_weight_type(uint32_t id) {
-  switch (static_cast<DType>(id)) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q4_0:
-    case DType::Q8_0:
-    case DType::Q4_K:
-    case DType::Q6_K:
-      return true;
-    default:
-      return false;
-  }
+  const TypeInfo* info = find_type(id);
+  return info != nullptr && info->weight;
 }
 
 const TypeInfo& type_info(DType type) {
-  switch (type) {
-    case DType::F32:
-      return kF32;
-    case DType::F16:
-      return kF16;
-    case DType::BF16:
-      return kBF16;
-    case DType::Q4_0:
-      return kQ4_0;
-    case DType::Q8_0:
-      return kQ8_0;
-    case DType::Q4_K:
-      return kQ4_K;
-    case DType::Q6_K:
-      return kQ6_K;
-    case DType::Q8_K:
-      return kQ8_K;
-  }
-  fail("unknown tensor type id ", static_cast<uint32_t>(type));
+  const TypeInfo* info = find_type(static_cast<uint32_t>(type));
+  check(info != nullptr, "unknown tensor type id ", static_cast<uint32_t>(type));
+  return *info;
 }
 
 DType parse_dtype(std::string_view name) {
-  std::string lower(name);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (DType t :
-       {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
-    std::string candidate(type_info(t).name);
-    for (char& c : candidate) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (candidate == lower) return t;
+  const std::string wanted = lowercase(name);
+  std::string expected;
+  for (const TypeInfo& info : kTypes) {
+    if (!info.weight) continue;
+    const std::string candidate = lowercase(info.name);
+    if (candidate == wanted) return info.type;
+    expected += (expected.empty() ? "" : ", ") + candidate;
   }
-  fail("unknown tensor type '", name, "' (expected one of f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
+  fail("unknown tensor type '", name, "' (expected one of ", expected, ")");
 }
 
 size_t row_bytes(DType type, int64_t n) {
-  check_row(type, n);
-  const TypeInfo& info = type_info(type);
+  const TypeInfo& info = check_row(type, n);
   return static_cast<size_t>(n / info.block_elems) * info.block_bytes;
 }
 
@@ -286,65 +304,11 @@ uint16_t fp32_to_bf16(float f) {
 }
 
 void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
-  check_row(type, n);
-  switch (type) {
-    case DType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case DType::F16:
-      f16_to_f32_row(static_cast<const uint16_t*>(src), dst, n);
-      return;
-    case DType::BF16:
-      bf16_to_f32_row(static_cast<const uint16_t*>(src), dst, n);
-      return;
-    case DType::Q8_0:
-      dequantize_q8_0(static_cast<const BlockQ8_0*>(src), dst, n);
-      return;
-    case DType::Q4_0:
-      dequantize_q4_0(static_cast<const BlockQ4_0*>(src), dst, n);
-      return;
-    case DType::Q4_K:
-      dequantize_row_q4_K(static_cast<const BlockQ4_K*>(src), dst, n);
-      return;
-    case DType::Q6_K:
-      dequantize_row_q6_K(static_cast<const BlockQ6_K*>(src), dst, n);
-      return;
-    case DType::Q8_K:
-      dequantize_row_q8_K(static_cast<const BlockQ8_K*>(src), dst, n);
-      return;
-  }
+  check_row(type, n).dequantize_row(src, dst, n);
 }
 
 void quantize_row(DType type, const float* src, void* dst, int64_t n) {
-  check_row(type, n);
-  switch (type) {
-    case DType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case DType::F16:
-      f32_to_f16_row(src, static_cast<uint16_t*>(dst), n);
-      return;
-    case DType::BF16: {
-      auto* out = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_bf16(src[i]);
-      return;
-    }
-    case DType::Q8_0:
-      quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
-      return;
-    case DType::Q4_0:
-      quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), n);
-      return;
-    case DType::Q4_K:
-      quantize_row_q4_K(src, static_cast<BlockQ4_K*>(dst), n);
-      return;
-    case DType::Q6_K:
-      quantize_row_q6_K(src, static_cast<BlockQ6_K*>(dst), n);
-      return;
-    case DType::Q8_K:
-      quantize_row_q8_K(src, static_cast<BlockQ8_K*>(dst), n);
-      return;
-  }
+  check_row(type, n).quantize_row(src, dst, n);
 }
 
 }  // namespace parspec

@@ -3,6 +3,7 @@
 // layouts, and row-wise conversion to and from f32.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace parspec {
@@ -18,17 +19,28 @@ enum class DType : uint32_t {
   BF16 = 30,
 };
 
+// One row per type: everything that differs between types outside matmul's
+// kernels is here, so adding a type is one row in kTypes (quant.cpp).
 struct TypeInfo {
+  DType type;
   std::string_view name;  // as llama.cpp prints it: "f32", "q8_0", "q4_K", ...
   int64_t block_elems;    // elements per block
   size_t block_bytes;     // bytes per block
+  bool weight;            // loadable as a tensor (and a target of parse_dtype)
+  // llama.cpp's general.file_type ("mostly <type>") of a file whose linear
+  // weights are all of this type; none for an activation-only type.
+  std::optional<uint32_t> gguf_file_type;
+  // n is a multiple of block_elems (checked by the free functions below).
+  void (*dequantize_row)(const void* src, float* dst, int64_t n);
+  void (*quantize_row)(const float* src, void* dst, int64_t n);  // reference quantizer
 };
 
-// True for the types parspec can load as tensors (all of the above but Q8_K).
+// True for the types parspec can load as tensors (the rows with `weight`: all but Q8_K).
 bool is_weight_type(uint32_t id);
 // Throws Error for an unknown id.
 const TypeInfo& type_info(DType type);
-// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k" (case-insensitive).
+// Parses a weight type's name, case-insensitive: "f32", "f16", "bf16", "q8_0", "q4_0",
+// "q4_k", "q6_k".
 DType parse_dtype(std::string_view name);
 // Bytes of a row of n elements; throws Error unless n is a multiple of the block size.
 size_t row_bytes(DType type, int64_t n);

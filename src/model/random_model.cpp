@@ -143,8 +143,8 @@ void validate(const RandomModelSpec& spec) {
         ") must be a multiple of n_head_kv (", spec.n_head_kv, ")");
   check(spec.rope_freq_base > 0.0f, "random model: rope_freq_base must be positive");
   const DType type = spec.weight_type;
-  check(type != DType::Q8_K, "random model: q8_K is an activation type, not a weight type");
   const auto& info = type_info(type);
+  check(info.weight, "random model: ", info.name, " is an activation type, not a weight type");
   for (auto [what, n] : {std::pair<const char*, int>{"n_embd", spec.n_embd}, {"n_ff", spec.n_ff}})
     check(n % info.block_elems == 0, "random model: ", info.name, " weights need ", what, " (", n,
           ") to be a multiple of ", info.block_elems, " (the type's block size)");
@@ -252,25 +252,9 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
 // llama.cpp's general.file_type ("mostly <type>") for a file whose linear
 // weights are all of one type.
 uint32_t gguf_file_type(DType type) {
-  switch (type) {
-    case DType::F32:
-      return 0;
-    case DType::F16:
-      return 1;
-    case DType::Q4_0:
-      return 2;
-    case DType::Q8_0:
-      return 7;
-    case DType::Q4_K:
-      return 14;  // Q4_K_S: every weight is q4_K
-    case DType::Q6_K:
-      return 18;
-    case DType::BF16:
-      return 32;
-    case DType::Q8_K:
-      break;
-  }
-  fail("random model: unsupported weight type ", type_info(type).name);
+  const TypeInfo& info = type_info(type);
+  check(info.gguf_file_type.has_value(), "random model: unsupported weight type ", info.name);
+  return *info.gguf_file_type;
 }
 
 void write_random_model(const RandomModelSpec& spec, const std::string& path) {
