@@ -13,10 +13,9 @@ struct CommandResult {
   std::string output;  // stdout (and stderr when merged)
 };
 
-// `args` are already shell-quoted; stderr is merged into the output or dropped.
-inline CommandResult run_parspec(const std::string& args, bool merge_stderr = false) {
-  const std::string command =
-      std::string(PARSPEC_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+// Runs a shell command line and collects its stdout and exit code (-1 when it
+// could not start or ended by a signal).
+inline CommandResult run_command(const std::string& command) {
   CommandResult r{-1, ""};
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -25,6 +24,12 @@ inline CommandResult run_parspec(const std::string& args, bool merge_stderr = fa
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// `args` are already shell-quoted; stderr is merged into the output or dropped.
+inline CommandResult run_parspec(const std::string& args, bool merge_stderr = false) {
+  return run_command(std::string(PARSPEC_BINARY) + " " + args +
+                     (merge_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 }  // namespace parspec::testing_support

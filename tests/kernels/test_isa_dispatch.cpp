@@ -138,14 +138,7 @@ testing_support::CommandResult info_with_isa(const std::string& isa) {
   const std::string command =
       (isa.empty() ? std::string("env -u PARSPEC_ISA ") : "env PARSPEC_ISA=" + isa + " ") +
       PARSPEC_BINARY + " info " + PARSPEC_SOURCE_DIR + "/models/draft.gguf 2>&1";
-  testing_support::CommandResult r{-1, ""};
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return testing_support::run_command(command);
 }
 
 TEST(IsaDispatch, EnvironmentOverrideIsReportedAndChecked) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_helpers.h"
 #include "model/gguf.h"
 #include "test_helpers.h"
 
@@ -20,10 +21,8 @@ namespace {
 
 using testing_support::TempDir;
 
-struct RunResult {
-  int exit_code;  // -1: killed by a signal (or by the time limit)
-  std::string output;
-};
+// exit_code -1: killed by a signal (or by the time limit).
+using RunResult = testing_support::CommandResult;
 
 // Runs parspec under a 60 s kill switch (a hang fails the test, not the suite);
 // `args` are already shell-quoted; stdout and stderr are merged.
@@ -32,14 +31,7 @@ RunResult run(const std::string& args, const std::string& stdin_text = "",
   std::string command = "timeout -s KILL 60 " + std::string(PARSPEC_BINARY) + " " + args +
                         (merge_stderr ? " 2>&1" : " 2>/dev/null");
   if (!stdin_text.empty()) command = "printf '%s' '" + stdin_text + "' | " + command;
-  RunResult r{-1, ""};
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return testing_support::run_command(command);
 }
 
 bool contains(const std::string& text, const std::string& part) {
