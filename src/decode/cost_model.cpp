@@ -1,11 +1,12 @@
 #include "decode/cost_model.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "decode/strategies.h"
+#include "model/forward_timing.h"
 #include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
@@ -215,19 +216,6 @@ KvCache context_cache(const Model& model, Worker& worker, int extra) {
   return kv;
 }
 
-double time_forward(const Model& model, Worker& worker, KvCache& kv, int n_tokens, int salt) {
-  const int n_vocab = model.config().n_vocab;
-  std::vector<int32_t> tokens(n_tokens);
-  for (int i = 0; i < n_tokens; ++i) tokens[i] = (i * 7919 + salt * 104729 + 13) % n_vocab;
-  const Batch batch = Batch::chain(kv, tokens, true);
-  const auto t0 = std::chrono::steady_clock::now();
-  model.forward(worker, batch, kv);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  kv.discard_spec();
-  return ms;
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -243,7 +231,7 @@ CostMeasurements measure_costs(const StrategyConfig& config,
   check(options.max_gamma >= 1 && options.n_predict >= 1 && options.timing_runs >= 1,
         "tuning: bad calibration options");
   check(!prompts.empty(), "tuning: no calibration prompts");
-  const auto t_start = std::chrono::steady_clock::now();
+  const Stopwatch total;
   const auto say = [&](const std::string& s) {
     if (options.progress) options.progress(s);
   };
@@ -275,18 +263,17 @@ CostMeasurements measure_costs(const StrategyConfig& config,
   // see the same load of the machine.
   const auto timing_pass = [&](int r, bool keep) {
     for (int n = 1; n <= max_n; ++n) {
-      const double ms = time_forward(target, target_worker, target_kv, n, r);
+      const double ms = median_forward_ms(target, target_worker, target_kv, n, 0, 1, true);
       if (keep) target_times[n - 1].push_back(ms);
     }
     for (int k = 0; k < 2; ++k) {
-      const double ms = time_forward(draft, draft_worker, draft_kv, 1, r * 2 + k);
+      const double ms = median_forward_ms(draft, draft_worker, draft_kv, 1, 0, 1, true);
       if (keep) draft_times.push_back(ms);
     }
   };
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch first_pass;
   timing_pass(0, false);
-  const double pass_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double pass_ms = first_pass.elapsed_ms();
   const int runs =
       std::clamp(static_cast<int>(500 / std::max(pass_ms, 1e-3)), options.timing_runs, 51);
   const int passes_per_prompt =
@@ -364,8 +351,7 @@ CostMeasurements measure_costs(const StrategyConfig& config,
     if (n_gen > 0 && t_gen_ms > 0 && formula > 0)
       m.pearl_efficiency = std::clamp(n_gen * 1000.0 / t_gen_ms / formula, 0.05, 1.0);
   }
-  m.calibration_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  m.calibration_s = total.elapsed_ms() / 1000.0;
   return m;
 }
 

@@ -236,22 +236,6 @@ class Inflater {
 };
 
 // The tensors a llama/qwen2 model of this configuration consists of.
-std::vector<std::string> expected_tensors(const ModelConfig& c, bool has_rope_freqs) {
-  std::vector<std::string> names = {"token_embd.weight", "output_norm.weight"};
-  if (!c.tied_embeddings) names.push_back("output.weight");
-  if (has_rope_freqs) names.push_back("rope_freqs.weight");
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    for (const char* t : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-                          "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
-                          "ffn_up.weight", "ffn_down.weight"})
-      names.push_back(p + t);
-    if (c.qkv_bias)
-      for (const char* t : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) names.push_back(p + t);
-  }
-  return names;
-}
-
 std::string shape_text(const Plan& p) {
   return "n_embd " + std::to_string(p.n_embd) + ", n_layer " + std::to_string(p.n_layer) +
          ", n_ff " + std::to_string(p.n_ff) + ", n_head " + std::to_string(p.n_head) + " (kv " +
@@ -292,7 +276,7 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
   const ModelConfig& s = plan.src;
   const bool has_rope_freqs = file->find_tensor("rope_freqs.weight") != nullptr;
   {
-    const std::vector<std::string> expected = expected_tensors(s, has_rope_freqs);
+    const std::vector<std::string> expected = tensor_names(s, has_rope_freqs);
     for (const GgufTensorInfo& t : file->tensors())
       check(std::find(expected.begin(), expected.end(), t.name) != expected.end(), source_path,
             ": tensor ", t.name, " is not part of a llama/qwen2 model parspec can inflate");

@@ -54,18 +54,8 @@ std::vector<float> load_vector(const GgufFile& file, const std::string& name, in
 // (say blk.5.* with block_count 2) means metadata and weights disagree, and
 // running would silently drop layers.
 void check_all_tensors_used(const GgufFile& file, const ModelConfig& c) {
-  std::set<std::string, std::less<>> used = {"token_embd.weight", "output_norm.weight",
-                                             "rope_freqs.weight"};
-  if (!c.tied_embeddings) used.insert("output.weight");
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    for (const char* name :
-         {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-          "attn_output.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"})
-      used.insert(p + name);
-    if (c.qkv_bias)
-      for (const char* name : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) used.insert(p + name);
-  }
+  const std::vector<std::string> names = tensor_names(c, true);
+  const std::set<std::string, std::less<>> used(names.begin(), names.end());
   for (const GgufTensorInfo& t : file.tensors())
     check(used.count(t.name) != 0, file.path(), ": tensor ", t.name, " is not used by a ",
           c.n_layer, "-layer ", c.arch, " model (", file.tensors().size(),

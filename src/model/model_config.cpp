@@ -66,4 +66,20 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
   return c;
 }
 
+std::vector<std::string> tensor_names(const ModelConfig& c, bool with_rope_freqs) {
+  std::vector<std::string> names = {"token_embd.weight", "output_norm.weight"};
+  if (!c.tied_embeddings) names.push_back("output.weight");
+  if (with_rope_freqs) names.push_back("rope_freqs.weight");
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    for (const char* t : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                          "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
+                          "ffn_up.weight", "ffn_down.weight"})
+      names.push_back(p + t);
+    if (c.qkv_bias)
+      for (const char* t : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) names.push_back(p + t);
+  }
+  return names;
+}
+
 }  // namespace parspec

@@ -40,4 +40,8 @@ struct ModelConfig {
   static ModelConfig from_gguf(const GgufFile& file);
 };
 
+// The tensor names a llama/qwen2 model of this config has (rope_freqs.weight
+// only when `with_rope_freqs`): what the loader reads and inflation copies.
+std::vector<std::string> tensor_names(const ModelConfig& c, bool with_rope_freqs);
+
 }  // namespace parspec

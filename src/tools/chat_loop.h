@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "sample/sampler.h"
 #include "decode/strategy.h"
+#include "sample/sampler.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 

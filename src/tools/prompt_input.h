@@ -8,13 +8,14 @@
 #include <string_view>
 #include <vector>
 
+#include "core/worker.h"
 #include "model/model_config.h"
 
 namespace parspec {
 
-// Upper bound of -t/-td: more threads than this is a typo, not a configuration
-// (thread creation would fail or the machine thrash).
-constexpr int kMaxThreads = 1024;
+// Upper bound of -t/-td: the pool's own limit, checked while parsing so the
+// message names the flag.
+constexpr int kMaxThreads = Worker::kMaxThreads;
 
 // The whole text of `path` ('-': standard input). Errors name `flag` and the
 // path: a directory, a missing or unreadable file.

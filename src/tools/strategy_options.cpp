@@ -49,7 +49,7 @@ void StrategyOptions::add_to(ArgParser& args) {
             "run with a draft whose tokenizer differs from the target's (token texts, special "
             "ids): lossless still, but its drafts are mostly rejected");
   // Bounds that keep a typo from running for minutes or exhausting memory.
-  args.bound("-td", 0, 1024);
+  args.bound("-td", 0, Worker::kMaxThreads);
   args.bound("--draft-max", 1, 1024);
   args.bound("--draft-min", 1, 1024);
   args.bound("--draft-p-min", 0, 1);
