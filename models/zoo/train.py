@@ -178,7 +178,11 @@ def train_worker(rank, args, port):
         model = Llama(Config(**json.loads(args.shape))).to(args.device)
     teacher = None
     if args.teacher:
-        teacher, _ = load_checkpoint(args.teacher, args.device)
+        if args.teacher.endswith(".gguf"):  # an exported model (e.g. the committed target.gguf)
+            from reference import load_gguf_model
+            teacher = load_gguf_model(args.teacher)[0].to(args.device)
+        else:
+            teacher, _ = load_checkpoint(args.teacher, args.device)
         teacher.eval()
         assert teacher.c.n_vocab == model.c.n_vocab
         log(f"distilling from {args.teacher} (weight {args.kd_weight})")
@@ -260,7 +264,7 @@ def main():
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--procs", type=int, default=1, help="data-parallel processes (each with ZOO_THREADS threads)")
     r.add_argument("--device", default="auto", help="cpu, cuda[:N], or auto: CUDA when PyTorch sees a GPU (default)")
-    r.add_argument("--teacher", help="checkpoint whose distributions the model learns (distillation)")
+    r.add_argument("--teacher", help="checkpoint or GGUF file whose distributions the model learns (distillation)")
     r.add_argument("--kd-weight", type=float, default=0.7, help="weight of the distillation term")
     r.add_argument("--log-every", type=int, default=10)
     r.add_argument("--save-every", type=float, default=120.0)

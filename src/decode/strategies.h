@@ -66,6 +66,7 @@ StrategyInfo chain_sd_strategy();
 StrategyInfo static_tree_strategy();
 StrategyInfo dynamic_tree_strategy();
 StrategyInfo pearl_strategy();
+StrategyInfo easyspec_strategy();
 StrategyInfo auto_strategy();
 
 }  // namespace parspec

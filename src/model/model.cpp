@@ -132,13 +132,21 @@ void Model::embed(std::span<const int32_t> tokens, float* hidden) const {
 
 void Model::attention_block(Worker& worker, int layer, const Batch& batch, KvCache& kv,
                             int32_t first_cell, float* hidden) const {
+  std::vector<float> o(batch.size() * static_cast<size_t>(config_.n_embd));
+  attention_output(worker, layer, batch, kv, first_cell, hidden, o.data());
+  add_inplace(hidden, o.data(), static_cast<int>(o.size()));
+}
+
+void Model::attention_output(Worker& worker, int layer, const Batch& batch, KvCache& kv,
+                             int32_t first_cell, const float* hidden, float* out,
+                             AttentionProbe* probe) const {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_.at(layer);
   const int n = static_cast<int>(batch.size());
   const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
   std::vector<float> xn(static_cast<size_t>(n) * c.n_embd), q(static_cast<size_t>(n) * q_dim),
       k(static_cast<size_t>(n) * kv_dim), v(static_cast<size_t>(n) * kv_dim),
-      att(static_cast<size_t>(n) * q_dim), o(static_cast<size_t>(n) * c.n_embd);
+      att(static_cast<size_t>(n) * q_dim);
 
   for (int i = 0; i < n; ++i)
     rmsnorm(hidden + static_cast<size_t>(i) * c.n_embd, w.attn_norm.data(), c.n_embd, c.rms_eps,
@@ -158,6 +166,11 @@ void Model::attention_block(Worker& worker, int layer, const Batch& batch, KvCac
     rope(ki, c.n_head_kv, hd, c.rope_dims, batch.positions[i], rope_inv_freq_.data(), c.rope_style);
     std::memcpy(kv.spec_k(layer, first_cell + i), ki, sizeof(float) * kv_dim);
     std::memcpy(kv.spec_v(layer, first_cell + i), vi, sizeof(float) * kv_dim);
+  }
+  if (probe != nullptr) {
+    probe->q = q;
+    probe->k = k;
+    probe->v = v;
   }
 
   // Each query sees the committed prefix, its speculative ancestors (oldest
@@ -197,8 +210,7 @@ void Model::attention_block(Worker& worker, int layer, const Batch& batch, KvCac
                                     scratch, &att[static_cast<size_t>(i) * q_dim + h * hd]);
                            }
                          });
-  matmul(worker, w.wo, att.data(), n, o.data());
-  add_inplace(hidden, o.data(), n * c.n_embd);
+  matmul(worker, w.wo, att.data(), n, out);
 }
 
 void Model::mlp_block(Worker& worker, int layer, int n, float* hidden) const {

@@ -33,6 +33,11 @@ struct Batch {
   static Batch chain(const KvCache& kv, std::span<const int32_t> tokens, bool all_logits);
 };
 
+// One attention block's projections, row-major per batch entry.
+struct AttentionProbe {
+  std::vector<float> q, k, v;
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
   std::vector<float> bq, bk, bv;  // empty without biases
@@ -65,6 +70,13 @@ class Model {
   // h += attention(norm(h)) of one layer; h += mlp(norm(h)) of one layer.
   void attention_block(Worker& worker, int layer, const Batch& batch, KvCache& kv,
                        int32_t first_cell, float* hidden) const;
+  // attention(norm(h)) of one layer into `out` (batch.size() × n_embd), without
+  // the residual: layer-parallel drafting runs several layers' attention on the
+  // same input. Writes the layer's KV rows of the batch's cells; `probe`, when
+  // given, receives the batch's q and k (after RoPE) and v.
+  void attention_output(Worker& worker, int layer, const Batch& batch, KvCache& kv,
+                        int32_t first_cell, const float* hidden, float* out,
+                        AttentionProbe* probe = nullptr) const;
   void mlp_block(Worker& worker, int layer, int n_tokens, float* hidden) const;
   // Final norm + output projection for n rows of hidden state.
   void output_logits(Worker& worker, const float* hidden, int n, float* logits) const;
