@@ -6,6 +6,8 @@
 
 #include <map>
 #include <set>
+#include <sstream>
+#include <variant>
 
 #include "core/error.h"
 #include "decode/strategy.h"
@@ -62,6 +64,20 @@ std::vector<StrategyConfig> strategy_variants() {
   c.pre_verify = true;
   c.post_verify = false;
   v.push_back(c);
+  // EasySpec: the test drafts have two layers, grouped into one fuzzy group;
+  // chain and tree, each calibration policy.
+  c = StrategyConfig();
+  c.name = "easyspec";
+  c.draft_max = 4;
+  c.options["lp_groups"] = std::string("0-1");
+  v.push_back(c);
+  c.options["calibrate"] = std::string("mismatch");
+  v.push_back(c);
+  c.options["lp_tree"] = true;
+  c.options["calibrate"] = std::string("never");
+  c.tree_depth = 3;
+  c.tree_width = 4;
+  v.push_back(c);
   // auto: whatever the cost model picks for the pair on this machine.
   c = StrategyConfig();
   c.name = "auto";
@@ -70,12 +86,21 @@ std::vector<StrategyConfig> strategy_variants() {
 }
 
 std::string describe(const StrategyConfig& c) {
-  return c.name + " (draft_max " + std::to_string(c.draft_max) + (c.adaptive ? " adaptive" : "") +
-         ", p_min " + std::to_string(c.draft_p_min) + ", depth " + std::to_string(c.tree_depth) +
-         ", branch " + std::to_string(c.tree_branch) + ", width " + std::to_string(c.tree_width) +
-         ", verify depth " + std::to_string(c.tree_verify_depth) + ", pearl window " +
-         std::to_string(c.pearl_window) + (c.pre_verify ? "" : " no-pre-verify") +
-         (c.post_verify ? "" : " no-post-verify") + ")";
+  std::string options;
+  for (const auto& [key, value] : c.options)
+    std::visit(
+        [&](const auto& v) {
+          std::ostringstream text;
+          text << ", " << key << " " << v;
+          options += text.str();
+        },
+        value);
+  return c.name + options + " (draft_max " + std::to_string(c.draft_max) +
+         (c.adaptive ? " adaptive" : "") + ", p_min " + std::to_string(c.draft_p_min) + ", depth " +
+         std::to_string(c.tree_depth) + ", branch " + std::to_string(c.tree_branch) + ", width " +
+         std::to_string(c.tree_width) + ", verify depth " + std::to_string(c.tree_verify_depth) +
+         ", pearl window " + std::to_string(c.pearl_window) +
+         (c.pre_verify ? "" : " no-pre-verify") + (c.post_verify ? "" : " no-post-verify") + ")";
 }
 
 std::vector<std::vector<int32_t>> prompts(int n, int n_vocab) {
