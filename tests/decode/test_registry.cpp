@@ -21,8 +21,8 @@ using testing_support::TempDir;
 
 TEST(StrategyRegistry, ListsTheStrategiesInBenchmarkOrder) {
   EXPECT_EQ(strategy_names(),
-            (std::vector<std::string>{"ar", "sd", "tree", "dyntree", "pearl", "auto"}));
-  EXPECT_EQ(strategy_list(), "ar, sd, tree, dyntree, pearl, auto");
+            (std::vector<std::string>{"ar", "sd", "tree", "dyntree", "pearl", "easyspec", "auto"}));
+  EXPECT_EQ(strategy_list(), "ar, sd, tree, dyntree, pearl, easyspec, auto");
   for (const StrategyInfo& info : strategy_registry()) {
     // auto without a draft model is ar.
     EXPECT_EQ(info.needs_draft, info.name != "ar" && info.name != "auto") << info.name;
