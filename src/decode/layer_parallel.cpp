@@ -166,11 +166,13 @@ std::vector<float> LayerParallelDrafter::propose(const Batch& nodes) {
   const bool prefix_exact =
       std::find(committed_fuzzy_.begin(), committed_fuzzy_.end(), 1) == committed_fuzzy_.end();
   const bool exact = calibration_ != Calibration::kNever && extends_prefix && prefix_exact;
+  // Groups of one layer make the fuzzy forward the exact one: nothing to calibrate.
+  const bool fuzzy_rows = !exact && widest_group(groups_) > 1;
   try {
     std::vector<float> logits =
         exact ? model_->forward(worker_, nodes, *kv_) : fuzzy_forward(nodes);
     ++(exact ? counts_.exact_forwards : counts_.fuzzy_forwards);
-    spec_fuzzy_.insert(spec_fuzzy_.end(), nodes.size(), exact ? 0 : 1);
+    spec_fuzzy_.insert(spec_fuzzy_.end(), nodes.size(), fuzzy_rows ? 1 : 0);
     return logits;
   } catch (const Error& e) {
     fail("draft model: ", e.what());

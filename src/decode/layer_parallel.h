@@ -88,7 +88,8 @@ struct LayerParallelCounts {
 // (layer-sequential, Model::forward) when it extends the committed prefix (an
 // entry with parent -1: prefill, catch-up) while no committed row is fuzzy and
 // calibration is on; every other forward is fuzzy. With every group of one
-// layer both are the same computation, bit for bit.
+// layer both are the same computation, bit for bit, and every row counts as
+// exact.
 class LayerParallelDrafter final : public Drafter {
  public:
   // `worker` runs the layer-sequential parts (MLPs, exact forwards, logits);
