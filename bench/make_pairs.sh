@@ -4,6 +4,8 @@
 # shapes: see docs/performance.md, "Inflated pairs"):
 #
 #   out/zoo-target-1b-f16.gguf     + out/zoo-draft-100m-f16.gguf   (exact zoo functions)
+#                                  + out/zoo-draft-deep-100m-f16.gguf (models/draft-deep.gguf, 8 layers
+#                                    kept, width only: 1344 wide, n_ff 1792, about draft-100m's cost)
 #   out/zoo-target-8b-q4_0.gguf    + out/zoo-draft-1b-q8_0.gguf    (quantized zoo functions)
 #
 # Usage: bash bench/make_pairs.sh [small|large|all]   (default: all)
@@ -23,22 +25,30 @@ esac
 [[ -x "$PARSPEC" ]] || { echo "make_pairs: $PARSPEC not found; build first (bash scripts/build.sh)" >&2; exit 1; }
 mkdir -p "$OUT"
 
-# inflate_one SRC PRESET TYPE NAME: one inflated model, skipped when it exists.
+# inflate_one SRC PRESET TYPE NAME [SHAPE FLAGS...]: one inflated model, skipped when it
+# exists (PRESET "-": the shape flags alone).
 inflate_one() {
   local src=$1 preset=$2 type=$3 path="$OUT/$4"
+  shift 4
+  local shape=("$@")
+  [[ $preset == - ]] || shape=(--preset "$preset" "${shape[@]}")
   if [[ -s "$path" ]]; then
     echo "make_pairs: $path exists, kept"
     return
   fi
   echo "make_pairs: $path  <=  $src, preset $preset, $type"
   local start=$SECONDS
-  "$PARSPEC" make-model --inflate "$src" --preset "$preset" --type "$type" -o "$path"
+  "$PARSPEC" make-model --inflate "$src" "${shape[@]}" --type "$type" -o "$path"
   echo "make_pairs: $path done in $((SECONDS - start)) s ($(du -h "$path" | cut -f1))"
 }
 
 if [[ $WHICH == small || $WHICH == all ]]; then
   inflate_one models/target.gguf 1b f16 zoo-target-1b-f16.gguf
   inflate_one models/draft.gguf 100m f16 zoo-draft-100m-f16.gguf
+  # the deep drafter for layer-parallel drafting (bench/easyspec.sh inflated): every layer real
+  if [[ -s models/draft-deep.gguf ]]; then
+    inflate_one models/draft-deep.gguf - f16 zoo-draft-deep-100m-f16.gguf --n-embd 1344 --n-ff 1792
+  fi
 fi
 if [[ $WHICH == large || $WHICH == all ]]; then
   inflate_one models/target.gguf 8b q4_0 zoo-target-8b-q4_0.gguf

@@ -140,6 +140,10 @@ for m in target draft draft-code draft-prose draft-math; do
     --out "$MODELS/$m.gguf" --name "parspec-zoo-$m" --type f16
 done
 phase "export done"
+# the deep drafter (8 narrow layers, for layer-parallel drafting), distilled from the
+# target just exported; it evaluates itself (eval-deep.json, engine-draft-deep.json)
+ZOO_WORK="$WORK" ZOO_MODELS_DIR="$MODELS" ZOO_SCALE="$SCALE" bash "$ZOO/build_deep.sh"
+phase "deep drafter done"
 prompts=()
 [ -d "$ROOT/bench/prompts" ] && prompts=(--prompts-dir "$ROOT/bench/prompts")
 $PY "$ZOO/evaluate.py" --models target="$MODELS/target.gguf" draft="$MODELS/draft.gguf" \
