@@ -9,12 +9,14 @@
 #include "core/error.h"
 #include "decode/layer_parallel.h"
 #include "decode/local_model.h"
+#include "decode/strategy.h"
 #include "test_helpers.h"
 
 namespace parspec {
 namespace {
 
 using testing_support::bitwise_equal;
+using testing_support::make_model_pair;
 using testing_support::TempDir;
 using testing_support::write_model;
 
@@ -207,6 +209,31 @@ TEST(LayerParallelDrafter, MismatchPolicyCalibratesOnlyAfterARejection) {
   d.note_mismatch(true);
   d.accept_chain(1);
   EXPECT_EQ(d.n_seen(), 7);  // rolled back to the first fuzzy row
+}
+
+// Bad options are errors that name the flag when the strategy is made.
+TEST(EasySpecStrategy, RejectsBadOptionsWithClearErrors) {
+  TempDir dir;
+  const auto pair = make_model_pair(dir, "llama", DType::F32, DType::F32, 300, 2);
+  Worker worker(1);
+  auto message = [&](const char* key, OptionValue value) {
+    StrategyConfig c;
+    c.name = "easyspec";
+    c.target = pair.target;
+    c.draft = pair.draft;
+    c.target_worker = &worker;
+    c.options[key] = value;
+    try {
+      make_strategy(c);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("calibrate", std::string("often")).find("--calibrate"), std::string::npos);
+  EXPECT_NE(message("lp_groups", std::string("0/2")).find("--lp-groups"), std::string::npos);
+  EXPECT_NE(message("lp_size", 0).find("--lp-size"), std::string::npos);
+  EXPECT_EQ(message("lp_groups", std::string("0-1")), "no error");
 }
 
 }  // namespace
