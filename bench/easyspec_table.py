@@ -11,7 +11,10 @@ import sys
 def overall(path, strategy):
     with open(path) as f:
         report = json.load(f)
-    rows = {r["strategy"]: r for r in report["results"] if r["prompt_set"] == "all"}
+    sets = {r["prompt_set"] for r in report["results"]}
+    # bench adds an "all" row only when there are several prompt sets
+    which = "all" if "all" in sets else next(iter(sets))
+    rows = {r["strategy"]: r for r in report["results"] if r["prompt_set"] == which}
     return rows[strategy], rows, report
 
 
