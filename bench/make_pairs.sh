@@ -26,6 +26,12 @@ mkdir -p "$OUT"
 # inflate_one SRC PRESET TYPE NAME: one inflated model, skipped when it exists.
 inflate_one() {
   local src=$1 preset=$2 type=$3 path="$OUT/$4"
+  # make-model --inflate also widens SRC.ppd.gguf (PPD's prompt tokens) to OUT.ppd.gguf;
+  # a model inflated before the source had them is made again to get them.
+  if [[ -s "$path" && -s "${src%.gguf}.ppd.gguf" && ! -s "${path%.gguf}.ppd.gguf" ]]; then
+    echo "make_pairs: $path lacks ${path%.gguf}.ppd.gguf; inflating it again"
+    rm -f "$path"
+  fi
   if [[ -s "$path" ]]; then
     echo "make_pairs: $path exists, kept"
     return

@@ -67,5 +67,6 @@ StrategyInfo static_tree_strategy();
 StrategyInfo dynamic_tree_strategy();
 StrategyInfo pearl_strategy();
 StrategyInfo auto_strategy();
+StrategyInfo ppd_strategy();
 
 }  // namespace parspec

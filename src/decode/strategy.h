@@ -78,8 +78,9 @@ class Strategy {
   virtual std::vector<std::string> notes() const { return {}; }
 };
 
-// A strategy option's value: its flag takes an integer, a real or nothing.
-using OptionValue = std::variant<int, float, bool>;
+// A strategy option's value: its flag takes an integer, a real, nothing or a
+// string (a file name).
+using OptionValue = std::variant<int, float, bool, std::string>;
 
 // Everything a strategy may need; each strategy reads what applies to it. The
 // typed fields are the options of the strategies built in; a strategy added

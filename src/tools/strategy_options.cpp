@@ -40,6 +40,9 @@ void StrategyOptions::add_to(ArgParser& args) {
     } else if (const float* f = std::get_if<float>(&value)) {
       slot.float_value = *f;
       args.option(option->flag, &slot.float_value, option->value_name, help);
+    } else if (const std::string* text = std::get_if<std::string>(&value)) {
+      slot.string_value = *text;
+      args.option(option->flag, &slot.string_value, option->value_name, help);
     } else {
       slot.bool_value = std::get<bool>(value);
       args.flag(option->flag, &slot.bool_value, help);
@@ -62,6 +65,7 @@ OptionValue StrategyOptions::Slot::value() const {
   const OptionValue kind = option->get(StrategyConfig());
   if (std::holds_alternative<int>(kind)) return int_value;
   if (std::holds_alternative<float>(kind)) return float_value;
+  if (std::holds_alternative<std::string>(kind)) return string_value;
   return bool_value;
 }
 

@@ -42,6 +42,7 @@ struct StrategyOptions {
     int int_value = 0;
     float float_value = 0;
     bool bool_value = false;
+    std::string string_value;
     OptionValue value() const;
   };
   std::deque<Slot> slots_;  // stable addresses for the parser
