@@ -255,7 +255,7 @@ class Ppd final : public DecodeStrategy {
       std::vector<float> remaining_mass;
       if (!greedy() && used[parent]) remaining_mass = next_[d];
       for (int child : kids) {
-        bool ok = used[parent] && d + 1 < remaining() + 0 && d < static_cast<int>(next_.size());
+        bool ok = used[parent] && d + 1 < remaining() && d < static_cast<int>(next_.size());
         if (ok && greedy()) {
           const int r = nodes[child].ranks.back();
           ok = r < static_cast<int>(ranked[d].size());
