@@ -260,7 +260,7 @@ def main():
           + " top5 " + json.dumps([round(a, 4) for a in ev["top5"]]), flush=True)
     facts = {"training": {"steps": args.steps, "batch": args.batch, "seq": args.seq, "cuts": args.cuts,
                           "lr": args.lr, "schedule": "cosine, no warmup", "loss": "sum_i 0.8^i KL",
-                          "seed": args.seed, "mix": args.mix, "seconds": round(train_seconds),
+                          "seed": args.seed, "mix": args.mix,
                           "final_loss": round(float(np.mean(losses[-50:])), 4), "torch": torch.__version__,
                           "device": device, "eval_samples_per_distance": ev["samples_per_distance"]},
              "eval": ev}
