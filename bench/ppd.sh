@@ -31,13 +31,15 @@ mkdir -p "$RES"
 echo "ppd.sh: start $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores, -t $THREADS" \
   | tee -a "$RES/conditions.txt"
 
-# run_target NAME MODEL SWEEP: tune, then ar, the sweep and the tuner's choice, interleaved.
+# run_target NAME MODEL SWEEP MAX: tune (budgets up to MAX rows), then ar, the sweep and the
+# tuner's choice, interleaved.
 run_target() {
-  local name=$1 model=$2 sweep=$3
+  local name=$1 model=$2 sweep=$3 max=$4
   local side="${model%.gguf}.ppd.gguf" tree="$RES/$name.tree"
   [[ -s "$side" ]] || { echo "ppd.sh: $side is missing" >&2; exit 1; }
   echo "== $name: parspec tune --ppd (load $(cut -d' ' -f1 /proc/loadavg))"
   "$PARSPEC" tune -m "$model" --ppd "$side" --ppd-tree-out "$tree" -t "$THREADS" --measure 3 -n 32 \
+    --ppd-max-budget "$max" \
     | tee "$RES/$name-tune.txt"
   local chosen list="ar"
   chosen=$(sed -n 's/^choice: budget \([0-9]*\).*/\1/p' "$RES/$name-tune.txt")
@@ -69,12 +71,12 @@ memory_report() {
 }
 
 if [[ $WHICH == zoo || $WHICH == all ]]; then
-  run_target zoo models/target.gguf "2 4 6 8 12 16 24 32"
+  run_target zoo models/target.gguf "2 4 6 8 12 16 24 32" 48
   memory_report models/target.gguf models/draft.gguf "$RES/zoo.tree" | tee "$RES/zoo-memory.txt"
 fi
 if [[ $WHICH == inflated || $WHICH == all ]]; then
   OUT="$OUT" PARSPEC="$PARSPEC" bash bench/make_pairs.sh small
-  run_target inflated-1b "$OUT/zoo-target-1b-f16.gguf" "2 4 6 8 12 16"
+  run_target inflated-1b "$OUT/zoo-target-1b-f16.gguf" "2 4 6 8 12 16" 24
   memory_report "$OUT/zoo-target-1b-f16.gguf" "$OUT/zoo-draft-100m-f16.gguf" "$RES/inflated-1b.tree" \
     | tee "$RES/inflated-1b-memory.txt"
 fi
