@@ -32,6 +32,12 @@ inflate_one() {
   shift 4
   local shape=("$@")
   [[ $preset == - ]] || shape=(--preset "$preset" "${shape[@]}")
+  # make-model --inflate also widens SRC.ppd.gguf (PPD's prompt tokens) to OUT.ppd.gguf;
+  # a model inflated before the source had them is made again to get them.
+  if [[ -s "$path" && -s "${src%.gguf}.ppd.gguf" && ! -s "${path%.gguf}.ppd.gguf" ]]; then
+    echo "make_pairs: $path lacks ${path%.gguf}.ppd.gguf; inflating it again"
+    rm -f "$path"
+  fi
   if [[ -s "$path" ]]; then
     echo "make_pairs: $path exists, kept"
     return

@@ -144,6 +144,17 @@ phase "export done"
 # target just exported; it evaluates itself (eval-deep.json, engine-draft-deep.json)
 ZOO_WORK="$WORK" ZOO_MODELS_DIR="$MODELS" ZOO_SCALE="$SCALE" bash "$ZOO/build_deep.sh"
 phase "deep drafter done"
+# PPD prompt tokens for the target (models/zoo/ppd_train.py): the target frozen, 3 prompt
+# tokens x 1 ensemble token distilled from its own next-token distributions (seeded, one
+# process of ZOO_THREADS threads); kept when newer than the target it was trained for
+if [ ! "$MODELS/target.ppd.gguf" -nt "$MODELS/target.gguf" ]; then
+  log "PPD prompt tokens for the target (log: $WORK/ppd.log)"
+  ppd_steps=$($PY -c "print(max(20, int(350 * $SCALE)))")
+  $PY "$ZOO/ppd_train.py" --model "$MODELS/target.gguf" --tokens "$WORK/tokens" \
+    --out "$MODELS/target.ppd.gguf" --steps "$ppd_steps" --threads "$ZOO_THREADS" \
+    --device "${ZOO_DEVICE:-auto}" > "$WORK/ppd.log" 2>&1 || { log "PPD training failed: see $WORK/ppd.log"; exit 1; }
+fi
+phase "ppd done"
 prompts=()
 [ -d "$ROOT/bench/prompts" ] && prompts=(--prompts-dir "$ROOT/bench/prompts")
 $PY "$ZOO/evaluate.py" --models target="$MODELS/target.gguf" draft="$MODELS/draft.gguf" \

@@ -223,6 +223,28 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+std::vector<double> measure_target_latencies(const Model& target, Worker& worker, int max_n,
+                                             int runs) {
+  check(max_n >= 1 && runs >= 1, "measure_target_latencies: max_n and runs must be positive");
+  KvCache kv = context_cache(target, worker, max_n);
+  std::vector<std::vector<double>> times(max_n);
+  const auto pass = [&](bool keep) {
+    for (int n = 1; n <= max_n; ++n) {
+      const double ms = median_forward_ms(target, worker, kv, n, 0, 1, true);
+      if (keep) times[n - 1].push_back(ms);
+    }
+  };
+  // A warm-up pass says how many passes fit in about two seconds (at least `runs`).
+  const Stopwatch first;
+  pass(false);
+  const int passes =
+      std::clamp(static_cast<int>(2000 / std::max(first.elapsed_ms(), 1e-3)), runs, 51);
+  for (int r = 0; r < passes; ++r) pass(true);
+  std::vector<double> out;
+  for (const auto& t : times) out.push_back(median(t));
+  return out;
+}
+
 CostMeasurements measure_costs(const StrategyConfig& config,
                                const std::vector<std::vector<int32_t>>& prompts,
                                const CalibrationOptions& options) {

@@ -110,6 +110,13 @@ std::vector<double> measure_candidates(const StrategyConfig& base,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        int n_predict);
 
+// L(1..max_n) alone, timed as measure_costs times it (a short committed
+// context, logits for every row, batch sizes interleaved pass by pass, the
+// median of at least `runs` passes): for strategies sized by their input
+// length (ppd's trees).
+std::vector<double> measure_target_latencies(const Model& target, Worker& worker, int max_n,
+                                             int runs);
+
 // Measures L(1..max_gamma+1), the draft cost, acceptance and the overheads
 // (greedy ar and sd:max_gamma on `prompts`) for `config`'s target, drafter and
 // workers (config.draft must be set).

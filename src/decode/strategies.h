@@ -68,5 +68,6 @@ StrategyInfo dynamic_tree_strategy();
 StrategyInfo pearl_strategy();
 StrategyInfo easyspec_strategy();
 StrategyInfo auto_strategy();
+StrategyInfo ppd_strategy();
 
 }  // namespace parspec

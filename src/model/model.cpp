@@ -257,6 +257,12 @@ std::vector<float> Model::forward(Worker& worker, const Batch& batch, KvCache& k
         "forward: the cache must cover all layers");
   std::vector<float> hidden(n * config_.n_embd);
   embed(batch.tokens, hidden.data());
+  check(batch.input_embeddings.empty() || batch.input_embeddings.size() == n,
+        "forward: input_embeddings must be empty or one per batch entry");
+  for (size_t i = 0; i < batch.input_embeddings.size(); ++i)
+    if (batch.input_embeddings[i] != nullptr)
+      std::memcpy(&hidden[i * config_.n_embd], batch.input_embeddings[i],
+                  sizeof(float) * config_.n_embd);
   const int32_t first_cell = kv.add_cells(batch.positions, batch.parents);
   forward_layers(worker, batch, kv, first_cell, 0, config_.n_layer, hidden.data());
 

@@ -24,6 +24,10 @@ struct Batch {
   std::vector<int32_t> positions;
   std::vector<int32_t> parents;  // speculative cell id, or -1 (the committed prefix)
   std::vector<uint8_t> want_logits;
+  // Optional, empty or one per entry: n_embd floats that replace the entry's
+  // token embedding when non-null (trained prompt embeddings, e.g. PPD's);
+  // the token then only names the entry. The pointed-to data must outlive the forward.
+  std::vector<const float*> input_embeddings;
 
   size_t size() const { return tokens.size(); }
   void add(int32_t token, int32_t position, int32_t parent, bool logits);

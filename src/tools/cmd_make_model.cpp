@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "core/error.h"
+#include "decode/ppd_prompts.h"
 #include "model/gguf.h"
 #include "model/inflate.h"
 #include "model/model_config.h"
@@ -84,6 +86,13 @@ int inflate_command(const ArgParser& args, const std::string& source, const std:
                "(kv %d), n_vocab %d)\n",
                out_path.c_str(), source.c_str(), c.n_layer, c.n_embd, c.n_ff, c.n_head, c.n_head_kv,
                c.n_vocab);
+  // PPD prompt tokens trained for the source go along, zero-padded like its embeddings.
+  const std::string side = ppd_side_file_for(source);
+  if (std::filesystem::exists(side)) {
+    inflate_ppd_prompts(side, c.n_embd, ppd_side_file_for(out_path));
+    std::fprintf(stderr, "make-model: wrote %s (%s widened to n_embd %d)\n",
+                 ppd_side_file_for(out_path).c_str(), side.c_str(), c.n_embd);
+  }
   return 0;
 }
 
@@ -112,7 +121,8 @@ int cmd_make_model(int argc, char** argv) {
       "result costs what a dense model of the large shape costs and predicts what the source\n"
       "predicts, so a pair of inflated models has the source pair's acceptance rates: a\n"
       "benchmark device, not a better model (its weights are mostly zeros; it is a fair cost\n"
-      "model only for kernels that do not skip zeros, as parspec's do not).\n\n"
+      "model only for kernels that do not skip zeros, as parspec's do not). PPD prompt tokens\n"
+      "trained for SRC (SRC.ppd.gguf beside it) are widened the same way to OUT.ppd.gguf.\n\n"
       "Inflate presets: 100m, 1b, 3b, 8b (widths, depth and key/value width of GPT-2 small with\n"
       "GQA, Llama 3.2 1B and 3B, Llama 3.1 8B; heads sized to the source's head dimension).\n"
       "Shape options override a preset; unset ones keep the source's. --type sets the weight\n"

@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "decode/cost_model.h"
+#include "decode/ppd_prompts.h"
+#include "decode/ppd_tree.h"
 #include "decode/strategies.h"
 #include "decode/tuning.h"
 #include "model/model.h"
@@ -20,8 +22,8 @@ namespace parspec {
 namespace {
 
 struct TuneArgs {
-  std::string model_path, draft_path, cache_dir;
-  int n_threads = 1, threads_draft = 0, measure = 3, n_predict = 64;
+  std::string model_path, draft_path, cache_dir, ppd_path, ppd_tree_out;
+  int n_threads = 1, threads_draft = 0, measure = 3, n_predict = 64, ppd_max_budget = 48;
   bool retune = false;
 };
 
@@ -46,9 +48,18 @@ bool parse_tune_args(int argc, char** argv, TuneArgs& a) {
               "tuning cache directory (default: $PARSPEC_CACHE_DIR, else "
               "$XDG_CACHE_HOME/parspec, else ~/.cache/parspec)");
   args.flag("--retune", &a.retune, "measure again even when the cache has an entry");
+  args.option("--ppd", &a.ppd_path, "FILE",
+              "tune `--strategy ppd` with these prompt tokens instead (no draft model): measure "
+              "L(n), choose the tree size that the cost model predicts fastest, write its trees");
+  args.option("--ppd-tree-out", &a.ppd_tree_out, "FILE",
+              "where --ppd writes the chosen trees (default: the side file with .tree for .gguf)");
+  args.option("--ppd-max-budget", &a.ppd_max_budget, "N",
+              "--ppd: largest input length per step considered (L(n) is timed up to it)");
   if (!args.parse(argc, argv)) return false;
   check(!a.model_path.empty(), "no target model given (-m FILE)");
-  check(!a.draft_path.empty(), "no draft model given (-md FILE)");
+  check(!a.draft_path.empty() || !a.ppd_path.empty(),
+        "no draft model given (-md FILE), nor PPD prompt tokens (--ppd FILE)");
+  check(a.ppd_max_budget >= 1 && a.ppd_max_budget <= 512, "--ppd-max-budget must be 1..512");
   check(a.n_threads >= 1, "-t must be at least 1");
   check(a.threads_draft >= 0, "-td must not be negative");
   check(a.measure >= 0, "--measure must not be negative");
@@ -82,12 +93,141 @@ void print_measurements(const Tuning& t, const TuneArgs& a) {
   std::printf("  calibration: %d tokens, %.1f s\n\n", m.calibration_tokens, m.calibration_s);
 }
 
+// Greedy tokens/s of each config on the prompts, configs interleaved prompt by prompt.
+std::vector<double> measure_configs(const std::vector<StrategyConfig>& configs,
+                                    const std::vector<std::vector<int32_t>>& prompts,
+                                    int n_predict) {
+  std::vector<std::unique_ptr<Strategy>> strategies;
+  for (const StrategyConfig& c : configs) strategies.push_back(make_strategy(c));
+  std::vector<double> tokens(configs.size(), 0), ms(configs.size(), 0);
+  for (const auto& prompt : prompts) {
+    GenerationRequest request;
+    request.prompt = prompt;
+    request.n_predict = n_predict;
+    request.sampling.temp = 0;
+    for (size_t i = 0; i < strategies.size(); ++i) {
+      const GenerationStats s = strategies[i]->generate(request).stats;
+      tokens[i] += s.n_gen;
+      ms[i] += s.t_gen_ms;
+    }
+  }
+  std::vector<double> out;
+  for (size_t i = 0; i < configs.size(); ++i)
+    out.push_back(ms[i] > 0 ? 1000.0 * tokens[i] / ms[i] : 0.0);
+  return out;
+}
+
+// `tune --ppd`: PPD's online, hardware-aware stage. L(n) of this machine (the
+// cost model's timing), the per-step overhead of real generation (from ar, as
+// the cost model measures it), and for each input-length budget the trees of
+// the offline stage with their Markov-chain forecast: the budget with the
+// highest predicted tokens/s is chosen and its trees written.
+int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
+  const PpdPrompts prompts = PpdPrompts::load(a.ppd_path);
+  prompts.check_fits(*target);
+  check(!prompts.rank_accuracy.empty(), a.ppd_path,
+        ": the side file has no measured rank accuracies (ppd.rank_accuracy) to build trees from");
+  Worker worker(a.n_threads);
+  StrategyConfig base;
+  base.target = target;
+  base.target_worker = &worker;
+  base.name = "ar";
+  const auto calibration = calibration_prompts(*target);
+  int longest = 0;
+  for (const auto& p : calibration) longest = std::max(longest, static_cast<int>(p.size()));
+  base.ctx_size = longest + a.n_predict + 8;
+
+  std::fprintf(stderr, "tune: timing target forwards over 1..%d rows\n", a.ppd_max_budget);
+  const std::vector<double> latency =
+      measure_target_latencies(*target, worker, a.ppd_max_budget, 5);
+  const double ar_tps = measure_configs({base}, calibration, a.n_predict)[0];
+  const double overhead = std::max(0.0, 1000.0 / std::max(ar_tps, 1e-9) - latency[0]);
+
+  std::vector<int> budgets;
+  for (int b : {1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64, 96, 128})
+    if (b <= a.ppd_max_budget) budgets.push_back(b);
+  const std::vector<PpdBudgetChoice> ranked =
+      rank_ppd_budgets(prompts.rank_accuracy, prompts.ensemble_tokens, budgets, latency, overhead);
+
+  std::printf("target: %s\nprompt tokens: %s (%d x %d ensemble)\nthreads: -t %d\n",
+              a.model_path.c_str(), a.ppd_path.c_str(), prompts.prompt_tokens,
+              prompts.ensemble_tokens, a.n_threads);
+  std::printf("  target forward L(n), ms:");
+  for (size_t n = 0; n < latency.size(); ++n) std::printf(" %zu:%.2f", n + 1, latency[n]);
+  std::printf("\n  overhead of real generation, ms per step: %.3f (ar measured %.1f tok/s)\n",
+              overhead, ar_tps);
+
+  // Measured: ar, the choice and the next best predicted budgets.
+  std::vector<int> measured_budgets;
+  for (int i = 0; i < a.measure && i < static_cast<int>(ranked.size()); ++i)
+    measured_budgets.push_back(ranked[i].budget);
+  std::vector<double> measured;
+  if (!measured_budgets.empty()) {
+    std::vector<StrategyConfig> configs = {base};
+    for (int b : measured_budgets) {
+      StrategyConfig c = base;
+      c.name = "ppd";
+      c.options["ppd"] = a.ppd_path;
+      c.options["ppd_budget"] = b;
+      configs.push_back(c);
+    }
+    std::fprintf(stderr, "tune: running ar and ppd at %zu budgets on the calibration prompts\n",
+                 measured_budgets.size());
+    measured = measure_configs(configs, calibration, a.n_predict);
+  }
+  std::printf("%-8s %8s %12s %10s %12s %10s\n", "budget", "rows", "tokens/step", "ms/step",
+              "predicted", "measured");
+  std::printf("%-8s %8d %12.2f %10.2f %12.1f", "ar", 1, 1.0, latency[0] + overhead,
+              1000.0 / (latency[0] + overhead));
+  if (!measured.empty()) std::printf(" %10.1f", measured[0]);
+  std::printf("\n");
+  for (const PpdBudgetChoice& c : ranked) {
+    std::printf("%-8d %8.1f %12.2f %10.2f %12.1f", c.budget, c.forecast.rows, c.forecast.tokens,
+                c.ms_per_step, c.tok_per_s);
+    const auto found = std::find(measured_budgets.begin(), measured_budgets.end(), c.budget);
+    if (found != measured_budgets.end())
+      std::printf(" %10.1f", measured[1 + (found - measured_budgets.begin())]);
+    std::printf("\n");
+  }
+  std::string out = a.ppd_tree_out;
+  if (out.empty()) {
+    out = a.ppd_path;
+    const std::string suffix = ".gguf";
+    if (out.size() > suffix.size() &&
+        out.compare(out.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out.resize(out.size() - suffix.size());
+    out += ".tree";
+  }
+  // The choice: the predicted best, or among the budgets run for real the measured best (the
+  // forecast leaves out what ppd's steps cost beyond the forward and ar's overhead).
+  size_t chosen = 0;
+  for (size_t i = 1; i < measured_budgets.size(); ++i)
+    if (measured[1 + i] > measured[1 + chosen]) chosen = i;
+  const PpdBudgetChoice& best = ranked[chosen];
+  best.trees.save(out);
+  std::printf(
+      "(predicted: the Markov-chain forecast over L(n) + overhead; measured: greedy, %zu "
+      "calibration prompts x %d tokens, interleaved)\n\n",
+      calibration.size(), a.n_predict);
+  std::printf(
+      "choice: budget %d (%.2f tokens/step forecast, %.1f tok/s predicted vs ar %.1f%s)\n"
+      "trees: %s (use: --strategy ppd --ppd %s --ppd-tree %s)\n",
+      best.budget, best.forecast.tokens, best.tok_per_s, 1000.0 / (latency[0] + overhead),
+      measured_budgets.size() > 1 ? "; the fastest measured of the predicted best" : "",
+      out.c_str(), a.ppd_path.c_str(), out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_tune(int argc, char** argv) {
   TuneArgs a;
   if (!parse_tune_args(argc, argv, a)) return 0;
   std::shared_ptr<const Model> target = Model::load(a.model_path);
+  if (!a.ppd_path.empty()) {
+    check(a.draft_path.empty(), "tune: --ppd tunes ppd, which needs no draft model (drop -md)");
+    return tune_ppd(a, target);
+  }
   std::shared_ptr<const Model> draft = Model::load(a.draft_path);
   check(target->config().n_vocab == draft->config().n_vocab, "the draft model's vocabulary (",
         draft->config().n_vocab, " tokens) differs from the target's (", target->config().n_vocab,

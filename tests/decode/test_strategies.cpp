@@ -4,12 +4,14 @@
 // lossy verifier is caught by the same test.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
 #include <variant>
 
 #include "core/error.h"
+#include "decode/ppd_prompts.h"
 #include "decode/strategy.h"
 #include "model/model.h"
 #include "stats_helpers.h"
@@ -22,6 +24,15 @@ using testing_support::chi_square_two_sample;
 using testing_support::make_model_pair;
 using testing_support::ModelPair;
 using testing_support::TempDir;
+
+// Random PPD prompt tokens for the test models' width (64), written once per
+// process: exactness must not depend on how good trained prompt tokens are.
+std::string random_ppd_file(int ensemble_tokens) {
+  static TempDir dir;
+  const std::string path = dir.file("random-" + std::to_string(ensemble_tokens) + ".ppd.gguf");
+  if (!std::filesystem::exists(path)) write_random_ppd_prompts(path, 64, 3, ensemble_tokens, 11);
+  return path;
+}
 
 std::vector<StrategyConfig> strategy_variants() {
   std::vector<StrategyConfig> v;
@@ -81,6 +92,15 @@ std::vector<StrategyConfig> strategy_variants() {
   // auto: whatever the cost model picks for the pair on this machine.
   c = StrategyConfig();
   c.name = "auto";
+  v.push_back(c);
+  // PPD: trees built for two budgets, one with two ensemble tokens per prompt token.
+  c = StrategyConfig();
+  c.name = "ppd";
+  c.options["ppd"] = random_ppd_file(1);
+  c.options["ppd_budget"] = 12;
+  v.push_back(c);
+  c.options["ppd"] = random_ppd_file(2);
+  c.options["ppd_budget"] = 24;
   v.push_back(c);
   return v;
 }
@@ -280,6 +300,15 @@ TEST(SamplingExactness, EveryStrategyMatchesTheTargetDistribution) {
   lossy.lossy_typical = true;
   EXPECT_FALSE(same_distribution(sample_histograms(lossy, kRuns, params), reference, &why))
       << "a lossy verifier passed the exactness test";
+  // ... and so is ppd's: its candidates come from the prompt tokens'
+  // distributions, which typical acceptance takes as if they were the target's.
+  StrategyConfig lossy_ppd = base;
+  lossy_ppd.name = "ppd";
+  lossy_ppd.options["ppd"] = random_ppd_file(1);
+  lossy_ppd.options["ppd_budget"] = 16;
+  lossy_ppd.lossy_typical = true;
+  EXPECT_FALSE(same_distribution(sample_histograms(lossy_ppd, kRuns, params), reference, &why))
+      << "ppd with typical acceptance passed the exactness test";
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "cli_helpers.h"
+#include "decode/ppd_prompts.h"
+#include "decode/ppd_tree.h"
 #include "test_helpers.h"
 
 namespace parspec {
@@ -69,6 +71,29 @@ TEST(TuneCli, MeasuresThenReadsTheCache) {
   // The same measurements give the same choice.
   const auto choice = [](const std::string& out) { return out.substr(out.find("choice: ")); };
   EXPECT_EQ(choice(first.output), choice(second.output));
+}
+
+TEST(TuneCli, PpdChoosesATreeSizeAndWritesItsTrees) {
+  TempDir dir;
+  RandomModelSpec spec;
+  const std::string target = write_model(dir, "t.gguf", spec);
+  const std::string prompts = dir.file("t.ppd.gguf");
+  write_random_ppd_prompts(prompts, spec.n_embd, 3, 1, 4);
+  const std::string tree = dir.file("chosen.tree");
+  const auto run = run_parspec("tune -m " + target + " --ppd " + prompts + " --ppd-tree-out " +
+                               tree + " -t 1 --measure 1 -n 8 --ppd-max-budget 12");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("target forward L(n), ms: 1:"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("choice: budget "), std::string::npos) << run.output;
+  const PpdTrees trees = PpdTrees::load(tree);
+  EXPECT_EQ(trees.max_prompt_tokens, 3);
+  EXPECT_LE(trees.max_input_length(), 12);
+  EXPECT_LE(trees.max_input_length(), trees.budget);
+
+  const auto with_draft =
+      run_parspec("tune -m " + target + " -md " + target + " --ppd " + prompts, true);
+  EXPECT_EQ(with_draft.exit_code, 1);
+  EXPECT_NE(with_draft.output.find("needs no draft model"), std::string::npos) << with_draft.output;
 }
 
 }  // namespace
