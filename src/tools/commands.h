@@ -13,5 +13,6 @@ int cmd_make_model(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
 int cmd_tune(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 }  // namespace parspec

@@ -30,6 +30,8 @@ const Command kCommands[] = {
      "forward-pass speed: decode tokens/s vs memory roofline, latency per batch size"},
     {"quantize", parspec::cmd_quantize, "rewrite a model's weight matrices in another type"},
     {"make-model", parspec::cmd_make_model, "write a random-weight GGUF model (tests, benchmarks)"},
+    {"serve", parspec::cmd_serve,
+     "OpenAI-compatible HTTP server with continuous batching and speculative decoding"},
 };
 
 void print_usage(FILE* out) {
