@@ -22,7 +22,9 @@ int64_t unix_time() {
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
-  res.set_content(error_json(e).dump(), "application/json");
+  // Messages may quote the client's bytes: invalid UTF-8 becomes U+FFFD.
+  res.set_content(error_json(e).dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
 }
 
 ApiError api_error(int status, std::string message, std::string type, std::string code = "") {
@@ -147,7 +149,8 @@ void HttpServer::install_routes() {
                           {"ctx_size", options_.limits.ctx_size},
                           {"chat_template",
                            chat_template_ ? std::string(chat_template_->name()) : std::string()}}}};
-    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(),
+    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(
+                        -1, ' ', false, json::error_handler_t::replace),
                     "application/json");
   });
 

@@ -24,7 +24,7 @@ inline constexpr const char* kChatPage = R"PAGE(<!doctype html>
   .assistant { background: #fff; border: 1px solid #ddd; }
   .draft { background: #c9f0c9; }
   .target { background: #fff0c2; }
-  .legend span { padding: 1px 6px; border-radius: 4px; margin-left: 6px; }
+  .legend span { padding: 1px 6px; border-radius: 4px; margin-left: 6px; color: #222; }
   form { position: fixed; bottom: 0; left: 0; right: 0; background: #eee; padding: 10px;
          display: flex; gap: 8px; border-top: 1px solid #ccc; }
   textarea { flex: 1; height: 48px; font: inherit; }
