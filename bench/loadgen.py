@@ -9,6 +9,9 @@ after when --pid is given. Standard library only.
 
   bench/loadgen.py --url http://127.0.0.1:8080 --rates 2,8,32 --requests 1000 \
       --prompts code,math --max-tokens 64 [--chat] [--api-key K] [--pid PID] [--json out.json]
+
+With --concurrency C instead of --rates, C clients each send their next request as
+soon as the last one finished (closed loop: the batched throughput at C requests).
 """
 import argparse
 import http.client
@@ -132,14 +135,41 @@ def run_rate(args, rate, prompts):
         threads.append(t)
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    return summarize(args, f"{rate:g} req/s", results, time.perf_counter() - t0, mem_before)
+
+
+def run_closed(args, concurrency, prompts):
+    """`concurrency` clients, each sending requests back to back, --requests in all."""
+    results = [dict() for _ in range(args.requests)]
+    counter = iter(range(args.requests))
+    lock = threading.Lock()
+
+    def client():
+        while True:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                return
+            one_request(args.url, args, prompts[i % len(prompts)], results[i])
+
+    mem_before = rss_mib(args.pid) if args.pid else None
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return summarize(args, f"C={concurrency}", results, time.perf_counter() - t0, mem_before)
+
+
+def summarize(args, label, results, wall, mem_before):
     ok = [r for r in results if "error" not in r]
     errors = [r["error"] for r in results if "error" in r]
     ttft = [r["ttft"] for r in ok if r.get("ttft") is not None]
     tpot = [r["tpot"] for r in ok if r.get("tpot") is not None]
     tokens = sum(r["tokens"] for r in ok)
     return {
-        "rate": rate, "requests": args.requests, "ok": len(ok), "errors": len(errors),
+        "load": label, "requests": len(results), "ok": len(ok), "errors": len(errors),
         "first_errors": errors[:3], "wall_s": wall, "tokens": tokens,
         "throughput_tok_s": tokens / wall,
         "ttft_p50_ms": percentile(ttft, 50) * 1e3, "ttft_p99_ms": percentile(ttft, 99) * 1e3,
@@ -152,7 +182,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="http://127.0.0.1:8080")
     ap.add_argument("--rates", default="4", help="arrival rates in requests/s, comma-separated")
-    ap.add_argument("--requests", type=int, default=100, help="requests per rate")
+    ap.add_argument("--concurrency", default="",
+                    help="closed loop instead: client counts, comma-separated")
+    ap.add_argument("--requests", type=int, default=100, help="requests per rate (or per concurrency)")
     ap.add_argument("--prompts", default="code,math,prose,chat", help="sets from bench/prompts")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.0)
@@ -166,14 +198,16 @@ def main():
     args = ap.parse_args()
     prompts = load_prompts(args.prompts)
     rows = []
-    print("| rate (req/s) | requests | errors | tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | RSS before → after (MiB) |")
+    print("| load | requests | errors | tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | RSS before → after (MiB) |")
     print("|---|---|---|---|---|---|---|")
-    for rate in [float(r) for r in args.rates.split(",")]:
-        row = run_rate(args, rate, prompts)
+    loads = ([("closed", int(c)) for c in args.concurrency.split(",")] if args.concurrency
+             else [("rate", float(r)) for r in args.rates.split(",")])
+    for kind, value in loads:
+        row = run_closed(args, value, prompts) if kind == "closed" else run_rate(args, value, prompts)
         rows.append(row)
         mem = (f"{row['rss_before_mib']:.0f} → {row['rss_after_mib']:.0f}"
                if row["rss_before_mib"] is not None and row["rss_after_mib"] is not None else "–")
-        print(f"| {rate:g} | {row['requests']} | {row['errors']} | {row['throughput_tok_s']:.0f} | "
+        print(f"| {row['load']} | {row['requests']} | {row['errors']} | {row['throughput_tok_s']:.1f} | "
               f"{row['ttft_p50_ms']:.1f} / {row['ttft_p99_ms']:.1f} | "
               f"{row['tpot_p50_ms']:.2f} / {row['tpot_p99_ms']:.2f} | {mem} |", flush=True)
         for e in row["first_errors"]:

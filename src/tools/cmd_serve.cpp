@@ -18,7 +18,6 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
-#include "tools/llama_flags.h"
 #include "tools/prompt_input.h"
 #include "tools/strategy_options.h"
 
@@ -76,7 +75,14 @@ int cmd_serve(int argc, char** argv) {
   args.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
   args.option("--threads-http", &a.http_threads, "N",
               "HTTP connection threads (0: slots + queue + 8)");
-  add_ignored_gpu_flags(args);
+  // llama.cpp's GPU flags, as add_ignored_gpu_flags() but without -b (serve's token budget).
+  const char* cpu = "parspec runs on the CPU";
+  args.ignored("-ngl,--gpu-layers,--n-gpu-layers", "N", cpu);
+  args.ignored("-ngld,--gpu-layers-draft,--n-gpu-layers-draft", "N", cpu);
+  args.ignored("-fa,--flash-attn", "", cpu);
+  args.ignored("-nkvo,--no-kv-offload", "", cpu);
+  args.ignored("--mlock", "", "the model is memory-mapped and read as needed");
+  args.ignored("--no-mmap", "", "the model is always memory-mapped");
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
   args.bound("--port", 0, 65535);
