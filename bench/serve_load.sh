@@ -22,7 +22,7 @@ PY=/usr/bin/python3
 
 # serve ARGS...: starts the server in the background, sets SERVER_PID, waits until it answers.
 serve() {
-  "$PARSPEC" serve --port "$PORT" -t "$THREADS" --max-queue 100000 "$@" > /tmp/parspec-serve-load.log 2>&1 &
+  "$PARSPEC" serve --port "$PORT" -t "$THREADS" --max-queue 1000 "$@" > /tmp/parspec-serve-load.log 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 100); do
     curl -sf "http://127.0.0.1:$PORT/health" > /dev/null 2>&1 && return

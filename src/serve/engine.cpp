@@ -47,7 +47,12 @@ class TextAssembler {
     for (size_t i = 0; i < group_.size(); ++i)
       staged_.push_back({std::move(group_[i]), i + 1 < group_.size()});
     group_.clear();
-    if (final) staged_.push_back({decoder_.flush(), false});
+    if (final) {
+      // An unfinished character at the end comes out as U+FFFD, as generate prints it.
+      std::string rest = decoder_.flush();
+      text_ += rest;
+      staged_.push_back({std::move(rest), false});
+    }
     size_t limit = std::min(stop_at_, text_.size());
     if (!final && longest_stop_ > 0)
       limit = std::min(limit, text_.size() >= longest_stop_ - 1 ? text_.size() - (longest_stop_ - 1)

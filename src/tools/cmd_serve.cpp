@@ -74,7 +74,7 @@ int cmd_serve(int argc, char** argv) {
               "max_tokens of a chat request that gives none (completions: 16, as OpenAI)");
   args.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
   args.option("--threads-http", &a.http_threads, "N",
-              "HTTP connection threads (0: slots + queue + 8)");
+              "HTTP connection threads (0: -np + --max-queue + 8, at most 512)");
   // llama.cpp's GPU flags, as add_ignored_gpu_flags() but without -b (serve's token budget).
   const char* cpu = "parspec runs on the CPU";
   args.ignored("-ngl,--gpu-layers,--n-gpu-layers", "N", cpu);
@@ -148,7 +148,10 @@ int cmd_serve(int argc, char** argv) {
   http.port = a.port;
   http.api_key = a.api_key;
   http.max_body_bytes = static_cast<size_t>(a.max_body);
-  http.http_threads = a.http_threads > 0 ? a.http_threads : a.slots + a.max_queue + 8;
+  // A connection holds a thread while its request waits or streams; past this many,
+  // connections wait in the HTTP library's own queue.
+  http.http_threads =
+      a.http_threads > 0 ? a.http_threads : std::min(a.slots + a.max_queue + 8, 512);
   http.limits.model_id =
       a.alias.empty() ? std::filesystem::path(a.model_path).stem().string() : a.alias;
   http.limits.ctx_size = n_ctx;
