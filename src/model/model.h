@@ -65,6 +65,19 @@ class Model {
   // cells are appended to kv's speculative area; commit them with kv.commit().
   std::vector<float> forward(Worker& worker, const Batch& batch, KvCache& kv) const;
 
+  // One sequence's part of a multi-sequence forward.
+  struct SequenceBatch {
+    const Batch* batch;
+    KvCache* kv;
+  };
+  // Several sequences in one pass (a server's continuous batching): the matrix
+  // multiplies run over all sequences' rows at once, attention per sequence on
+  // its own cache. Batch invariance makes each sequence's logits bit-identical
+  // to forward(worker, *batch, *kv). Returns one logits vector per sequence.
+  // Defined in model_multi.cpp.
+  std::vector<std::vector<float>> forward_multi(Worker& worker,
+                                                std::span<const SequenceBatch> sequences) const;
+
   // Pieces for pipeline stages and layer-parallel drafting. Hidden states are
   // batch.size() × n_embd, row-major. `first_cell` is what kv.add_cells returned
   // for this batch.

@@ -25,6 +25,16 @@ const Counterpart kCounterparts[] = {
     {"tokenize", "-f",
      "same as llama-tokenize ('-' reads stdin, like its --stdin); the file is taken as it is, "
      "llama-tokenize also processes escapes in it"},
+    {"serve", "-n", "like llama-server's -n: max_tokens of a request that gives none (chat)"},
+    {"serve", "-c",
+     "different on purpose: the most tokens of one request; llama-server divides -c among its "
+     "slots"},
+    {"serve", "-b", "like llama-server's -b: the most tokens of one (batched) forward"},
+    {"serve", "-np", "same as llama-server's -np (slots: requests decoded together)"},
+    {"serve", "--host", "same as llama-server"},
+    {"serve", "--port", "same as llama-server (0 = any free port, printed)"},
+    {"serve", "--api-key", "same as llama-server"},
+    {"serve", "-a", "same as llama-server's --alias"},
     {"generate", "-n", kSame},
     {"bench", "-n",
      "same meaning as llama.cpp's -n; -1 is not accepted (a benchmark needs a "

@@ -32,6 +32,8 @@ const Command kCommands[] = {
     {"make-model", parspec::cmd_make_model, "write a random-weight GGUF model (tests, benchmarks)"},
     {"lp-similarity", parspec::cmd_lp_similarity,
      "exact vs layer-parallel (EasySpec) draft forward: cosine similarity per layer group"},
+    {"serve", parspec::cmd_serve,
+     "OpenAI-compatible HTTP server with continuous batching and speculative decoding"},
 };
 
 void print_usage(FILE* out) {

@@ -1,0 +1,170 @@
+// Model::forward_multi: several sequences, each with its own KvCache, in one
+// pass. Row-wise work (norms, RoPE, SwiGLU) and the matrix multiplies run over
+// the rows of all sequences concatenated; attention runs per sequence over its
+// own cache. Every step is the one forward() does for a row (the kernels are
+// batch invariant, docs/design.md), so each sequence's logits equal a solo
+// forward bit for bit. Kept apart from model.cpp so the single-sequence path
+// stays as it is.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+namespace parspec {
+
+std::vector<std::vector<float>> Model::forward_multi(
+    Worker& worker, std::span<const SequenceBatch> sequences) const {
+  const ModelConfig& c = config_;
+  const size_t n_seq = sequences.size();
+  // Row offsets of each sequence in the concatenated batch.
+  std::vector<int> offset(n_seq + 1, 0);
+  for (size_t s = 0; s < n_seq; ++s) {
+    const Batch& b = *sequences[s].batch;
+    const size_t n = b.size();
+    check(b.positions.size() == n && b.parents.size() == n && b.want_logits.size() == n,
+          "forward_multi: batch arrays differ in length");
+    check(sequences[s].kv->layer_first() == 0 && sequences[s].kv->layer_last() == c.n_layer,
+          "forward_multi: the cache must cover all layers");
+    for (size_t t = 0; t < s; ++t)
+      check(sequences[t].kv != sequences[s].kv, "forward_multi: two batches share a cache");
+    offset[s + 1] = offset[s] + static_cast<int>(n);
+  }
+  const int n = offset[n_seq];
+  std::vector<std::vector<float>> out(n_seq);
+  if (n == 0) return out;
+
+  std::vector<float> hidden(static_cast<size_t>(n) * c.n_embd);
+  std::vector<int32_t> first_cell(n_seq);
+  std::vector<int32_t> positions(n);
+  for (size_t s = 0; s < n_seq; ++s) {
+    const Batch& b = *sequences[s].batch;
+    embed(b.tokens, &hidden[static_cast<size_t>(offset[s]) * c.n_embd]);
+    std::copy(b.positions.begin(), b.positions.end(), positions.begin() + offset[s]);
+  }
+  // Cells are added only once every batch passed embed()'s token check.
+  for (size_t s = 0; s < n_seq; ++s)
+    first_cell[s] =
+        sequences[s].kv->add_cells(sequences[s].batch->positions, sequences[s].batch->parents);
+
+  // Visible speculative cells per row (ancestors, then itself), per sequence.
+  std::vector<std::vector<int32_t>> visible(n);
+  std::vector<int> row_seq(n);
+  for (size_t s = 0; s < n_seq; ++s)
+    for (int i = offset[s]; i < offset[s + 1]; ++i) {
+      const int32_t cell = first_cell[s] + (i - offset[s]);
+      sequences[s].kv->ancestors(cell, visible[i]);
+      visible[i].push_back(cell);
+      row_seq[i] = static_cast<int>(s);
+    }
+
+  const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
+  const int group = c.n_head / c.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> xn(static_cast<size_t>(n) * c.n_embd), q(static_cast<size_t>(n) * q_dim),
+      k(static_cast<size_t>(n) * kv_dim), v(static_cast<size_t>(n) * kv_dim),
+      att(static_cast<size_t>(n) * q_dim), o(static_cast<size_t>(n) * c.n_embd),
+      gate(static_cast<size_t>(n) * c.n_ff), up(static_cast<size_t>(n) * c.n_ff);
+  int64_t keys_total = 0;
+  for (int i = 0; i < n; ++i)
+    keys_total += sequences[row_seq[i]].kv->n_committed() + static_cast<int64_t>(visible[i].size());
+
+  for (int layer = 0; layer < c.n_layer; ++layer) {
+    const LayerWeights& w = layers_[layer];
+    // Attention block (as attention_block(), over all rows).
+    for (int i = 0; i < n; ++i)
+      rmsnorm(&hidden[static_cast<size_t>(i) * c.n_embd], w.attn_norm.data(), c.n_embd, c.rms_eps,
+              &xn[static_cast<size_t>(i) * c.n_embd]);
+    const MatmulPart qkv[] = {{&w.wq, q.data()}, {&w.wk, k.data()}, {&w.wv, v.data()}};
+    matmul_many(worker, qkv, xn.data(), n);
+    for (int i = 0; i < n; ++i) {
+      float* qi = &q[static_cast<size_t>(i) * q_dim];
+      float* ki = &k[static_cast<size_t>(i) * kv_dim];
+      float* vi = &v[static_cast<size_t>(i) * kv_dim];
+      if (c.qkv_bias) {
+        add_inplace(qi, w.bq.data(), q_dim);
+        add_inplace(ki, w.bk.data(), kv_dim);
+        add_inplace(vi, w.bv.data(), kv_dim);
+      }
+      rope(qi, c.n_head, hd, c.rope_dims, positions[i], rope_inv_freq_.data(), c.rope_style);
+      rope(ki, c.n_head_kv, hd, c.rope_dims, positions[i], rope_inv_freq_.data(), c.rope_style);
+      const size_t s = static_cast<size_t>(row_seq[i]);
+      const int32_t cell = first_cell[s] + (i - offset[s]);
+      std::memcpy(sequences[s].kv->spec_k(layer, cell), ki, sizeof(float) * kv_dim);
+      std::memcpy(sequences[s].kv->spec_v(layer, cell), vi, sizeof(float) * kv_dim);
+    }
+    // One job per (row, head), each over its own sequence's keys in the order
+    // of plain decoding: committed prefix, ancestors oldest first, itself.
+    const int64_t n_jobs = static_cast<int64_t>(n) * c.n_head;
+    const double work_ns = 0.05 * static_cast<double>(keys_total) * c.n_head * hd;
+    const int threads = worker.threads_for(work_ns);
+    worker.parallel_chunks(n_jobs, std::max<int64_t>(1, n_jobs / (8 * threads)), threads,
+                           [&](int64_t begin, int64_t end) {
+                             AttentionScratch scratch;
+                             std::vector<const float*> keys, values;
+                             for (int64_t job = begin; job < end; ++job) {
+                               const int i = static_cast<int>(job / c.n_head),
+                                         h = static_cast<int>(job % c.n_head);
+                               KvCache& kv = *sequences[row_seq[i]].kv;
+                               const int kv_off = (h / group) * hd;
+                               keys.clear();
+                               values.clear();
+                               for (int32_t pos = 0; pos < kv.n_committed(); ++pos) {
+                                 keys.push_back(kv.committed_k(layer, pos) + kv_off);
+                                 values.push_back(kv.committed_v(layer, pos) + kv_off);
+                               }
+                               for (int32_t cell : visible[i]) {
+                                 keys.push_back(kv.spec_k(layer, cell) + kv_off);
+                                 values.push_back(kv.spec_v(layer, cell) + kv_off);
+                               }
+                               attend(&q[static_cast<size_t>(i) * q_dim + h * hd], keys.data(),
+                                      values.data(), static_cast<int>(keys.size()), hd, scale,
+                                      scratch, &att[static_cast<size_t>(i) * q_dim + h * hd]);
+                             }
+                           });
+    matmul(worker, w.wo, att.data(), n, o.data());
+    add_inplace(hidden.data(), o.data(), n * c.n_embd);
+
+    // MLP block (as mlp_block()).
+    for (int i = 0; i < n; ++i)
+      rmsnorm(&hidden[static_cast<size_t>(i) * c.n_embd], w.ffn_norm.data(), c.n_embd, c.rms_eps,
+              &xn[static_cast<size_t>(i) * c.n_embd]);
+    const MatmulPart gate_up[] = {{&w.w_gate, gate.data()}, {&w.w_up, up.data()}};
+    matmul_many(worker, gate_up, xn.data(), n);
+    swiglu(gate.data(), up.data(), n * c.n_ff, gate.data());
+    matmul(worker, w.w_down, gate.data(), n, o.data());
+    add_inplace(hidden.data(), o.data(), n * c.n_embd);
+  }
+
+  // Output rows of every sequence that wants logits, in one multiply.
+  std::vector<int> out_rows;
+  for (int i = 0; i < n; ++i) {
+    const size_t s = static_cast<size_t>(row_seq[i]);
+    if (sequences[s].batch->want_logits[i - offset[s]]) out_rows.push_back(i);
+  }
+  const size_t n_vocab = static_cast<size_t>(c.n_vocab);
+  std::vector<float> selected(out_rows.size() * c.n_embd);
+  for (size_t r = 0; r < out_rows.size(); ++r)
+    std::memcpy(&selected[r * c.n_embd], &hidden[static_cast<size_t>(out_rows[r]) * c.n_embd],
+                sizeof(float) * c.n_embd);
+  std::vector<float> logits(out_rows.size() * n_vocab);
+  if (!out_rows.empty())
+    output_logits(worker, selected.data(), static_cast<int>(out_rows.size()), logits.data());
+  for (size_t r = 0; r < out_rows.size(); ++r) {
+    const float* row = logits.data() + r * n_vocab;
+    if (std::isnan(row[0])) {
+      bool all_nan = true;
+      for (size_t j = 1; j < n_vocab && all_nan; ++j) all_nan = std::isnan(row[j]);
+      check(!all_nan, file_->path(), ": the model computed NaN for all ", n_vocab,
+            " logits (its weights hold NaN/Inf or its activations overflow)");
+    }
+    auto& dst = out[static_cast<size_t>(row_seq[out_rows[r]])];
+    dst.insert(dst.end(), row, row + n_vocab);
+  }
+  return out;
+}
+
+}  // namespace parspec

@@ -1,0 +1,126 @@
+#include "serve/metrics.h"
+
+#include <sstream>
+
+namespace parspec {
+
+namespace {
+
+std::string number(double v) {
+  std::ostringstream s;
+  s.precision(10);
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  size_t i = 0;
+  while (i < bounds_.size() && value > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += value;
+  ++count_;
+}
+
+std::string Histogram::render(const std::string& name) const {
+  std::ostringstream s;
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    s << name << "_bucket{le=\"" << number(bounds_[i]) << "\"} " << cumulative << "\n";
+  }
+  s << name << "_bucket{le=\"+Inf\"} " << count_ << "\n";
+  s << name << "_sum " << number(sum_) << "\n" << name << "_count " << count_ << "\n";
+  return s.str();
+}
+
+ServerMetrics::ServerMetrics()
+    : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+      tpot_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {}
+
+void ServerMetrics::count_request(const std::string& endpoint, int status) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{endpoint, status}];
+}
+
+void ServerMetrics::count_generation(const std::string& strategy, const GenerationStats& st,
+                                     double ttft_s, double tpot_s) {
+  std::lock_guard lock(mutex_);
+  PerStrategy& p = strategies_[strategy];
+  ++p.requests;
+  p.prompt_tokens += st.n_prompt;
+  p.generated_tokens += st.n_gen;
+  p.drafted += st.drafted;
+  p.accepted += st.accepted;
+  p.verify_steps += st.verify_steps;
+  if (ttft_s >= 0) ttft_.observe(ttft_s);
+  if (tpot_s >= 0) tpot_.observe(tpot_s);
+}
+
+std::string ServerMetrics::render(int queue_depth, int active, int64_t batch_rounds,
+                                  int64_t batch_rows, int64_t batch_sequence_forwards) const {
+  std::lock_guard lock(mutex_);
+  std::ostringstream s;
+  s << "# HELP parspec_http_requests_total HTTP requests answered, by endpoint and status.\n"
+       "# TYPE parspec_http_requests_total counter\n";
+  for (const auto& [key, n] : requests_)
+    s << "parspec_http_requests_total{endpoint=\"" << key.first << "\",status=\"" << key.second
+      << "\"} " << n << "\n";
+  s << "# HELP parspec_queue_depth Requests waiting for a generation slot.\n"
+       "# TYPE parspec_queue_depth gauge\nparspec_queue_depth "
+    << queue_depth
+    << "\n# HELP parspec_active_requests Requests generating now (in the running batch).\n"
+       "# TYPE parspec_active_requests gauge\nparspec_active_requests "
+    << active
+    << "\n# HELP parspec_batch_rounds_total Batched forward rounds run.\n"
+       "# TYPE parspec_batch_rounds_total counter\nparspec_batch_rounds_total "
+    << batch_rounds
+    << "\n# HELP parspec_batch_rows_total Batch rows (tokens) run in those rounds.\n"
+       "# TYPE parspec_batch_rows_total counter\nparspec_batch_rows_total "
+    << batch_rows
+    << "\n# HELP parspec_batch_sequence_forwards_total Per-request forwards served by rounds.\n"
+       "# TYPE parspec_batch_sequence_forwards_total counter\n"
+       "parspec_batch_sequence_forwards_total "
+    << batch_sequence_forwards << "\n";
+
+  const auto per_strategy = [&](const char* name, const char* type, const char* help, auto value) {
+    s << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+    for (const auto& [strategy, p] : strategies_)
+      s << name << "{strategy=\"" << strategy << "\"} " << number(value(p)) << "\n";
+  };
+  per_strategy("parspec_requests_total", "counter", "Generations finished.",
+               [](const PerStrategy& p) { return double(p.requests); });
+  per_strategy("parspec_prompt_tokens_total", "counter", "Prompt tokens processed.",
+               [](const PerStrategy& p) { return double(p.prompt_tokens); });
+  per_strategy("parspec_generated_tokens_total", "counter", "Tokens generated.",
+               [](const PerStrategy& p) { return double(p.generated_tokens); });
+  per_strategy("parspec_drafted_total", "counter", "Draft tokens proposed to the target.",
+               [](const PerStrategy& p) { return double(p.drafted); });
+  per_strategy("parspec_accepted_total", "counter", "Draft tokens the target accepted.",
+               [](const PerStrategy& p) { return double(p.accepted); });
+  per_strategy("parspec_verify_steps_total", "counter", "Target verification steps.",
+               [](const PerStrategy& p) { return double(p.verify_steps); });
+  per_strategy("parspec_alpha", "gauge", "Acceptance rate: accepted / drafted, since start.",
+               [](const PerStrategy& p) {
+                 return p.drafted > 0 ? double(p.accepted) / double(p.drafted) : 0.0;
+               });
+  per_strategy("parspec_tau", "gauge",
+               "Mean accepted length: tokens per target verification step, since start.",
+               [](const PerStrategy& p) {
+                 return p.verify_steps > 0 ? double(p.generated_tokens) / double(p.verify_steps)
+                                           : 0.0;
+               });
+  s << "# HELP parspec_time_to_first_token_seconds Time from arrival to the first token.\n"
+       "# TYPE parspec_time_to_first_token_seconds histogram\n"
+    << ttft_.render("parspec_time_to_first_token_seconds")
+    << "# HELP parspec_time_per_output_token_seconds Mean time between output tokens of a "
+       "request.\n# TYPE parspec_time_per_output_token_seconds histogram\n"
+    << tpot_.render("parspec_time_per_output_token_seconds");
+  return s.str();
+}
+
+}  // namespace parspec

@@ -1,0 +1,185 @@
+// parspec serve: an OpenAI-compatible HTTP server (serve/) with continuous
+// batching and speculative decoding per request.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "core/error.h"
+#include "core/worker.h"
+#include "decode/strategies.h"
+#include "model/model.h"
+#include "serve/engine.h"
+#include "serve/http_server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+#include "tools/prompt_input.h"
+#include "tools/strategy_options.h"
+
+namespace parspec {
+
+namespace {
+
+// Strategies whose every forward goes through the sides, so the server can
+// batch them; pearl drafts on a thread of its own and auto may choose it.
+const std::vector<std::string> kServedStrategies = {"ar", "sd", "tree", "dyntree"};
+
+struct ServeArgs {
+  std::string model_path, strategy_name, chat_template, alias, host = "127.0.0.1", api_key;
+  StrategyOptions strategy_options;
+  int port = 8080, n_threads = default_thread_count(), n_ctx = 4096, slots = 4, max_queue = 64,
+      batch_tokens = 512, max_tokens = 4096, n_predict = 256, http_threads = 0;
+  int64_t max_body = 1 << 20;
+};
+
+bool is_loopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  ServeArgs a;
+  ArgParser args("serve",
+                 "Serve a model over an OpenAI-compatible HTTP API (/v1/completions, "
+                 "/v1/chat/completions, /v1/models, /health, /metrics) with a chat page at /.");
+  args.option("-m,--model", &a.model_path, "FILE", "target model (GGUF)");
+  args.option("--strategy", &a.strategy_name, "NAME",
+              "decoding strategy of every request: ar, sd, tree, dyntree (default: sd with -md, "
+              "ar without)");
+  a.strategy_options.add_to(args);
+  args.option("--host", &a.host, "ADDR", "address to listen on (loopback by default)");
+  args.option("--port", &a.port, "N", "port to listen on; 0 = any free port (printed)");
+  args.option("--api-key", &a.api_key, "KEY",
+              "require 'Authorization: Bearer KEY' on /v1/* and /metrics");
+  args.option("-a,--alias", &a.alias, "NAME", "model id in the API (default: the file's name)");
+  args.option("--chat-template", &a.chat_template, "NAME",
+              "chat template to use instead of the model's (llama3, chatml)");
+  args.option("-t,--threads", &a.n_threads, "N", "threads of the forward passes");
+  args.option("-c,--ctx-size,--ctx", &a.n_ctx, "N",
+              "most tokens per request (prompt + max_tokens); 0 = the model's training context");
+  args.option("-np,--parallel", &a.slots, "N", "requests generating at once (the batch)");
+  args.option("--max-queue", &a.max_queue, "N",
+              "requests waiting for a free slot; more are refused with 429");
+  args.option("-b,--batch-size", &a.batch_tokens, "N",
+              "token budget of one batched forward step (decode steps first, prompt chunks fill "
+              "the rest)");
+  args.option("--max-tokens", &a.max_tokens, "N", "largest max_tokens a request may ask for");
+  args.option("-n,--n-predict", &a.n_predict, "N",
+              "max_tokens of a chat request that gives none (completions: 16, as OpenAI)");
+  args.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
+  args.option("--threads-http", &a.http_threads, "N",
+              "HTTP connection threads (0: -np + --max-queue + 8, at most 512)");
+  // llama.cpp's GPU flags, as add_ignored_gpu_flags() but without -b (serve's token budget).
+  const char* cpu = "parspec runs on the CPU";
+  args.ignored("-ngl,--gpu-layers,--n-gpu-layers", "N", cpu);
+  args.ignored("-ngld,--gpu-layers-draft,--n-gpu-layers-draft", "N", cpu);
+  args.ignored("-fa,--flash-attn", "", cpu);
+  args.ignored("-nkvo,--no-kv-offload", "", cpu);
+  args.ignored("--mlock", "", "the model is memory-mapped and read as needed");
+  args.ignored("--no-mmap", "", "the model is always memory-mapped");
+  args.bound("-t", 1, kMaxThreads);
+  args.describe_default("-t", "the cores this process may use");
+  args.bound("--port", 0, 65535);
+  args.bound("-np", 1, 256);
+  args.bound("--max-queue", 0, 100000);
+  args.bound("-b", 1, 1 << 20);
+  args.bound("--max-tokens", 1, 1 << 24);
+  args.bound("-n", 0, 1 << 24);
+  args.bound("--max-body", 1024, 1LL << 32);
+  args.bound("--threads-http", 0, 4096);
+  if (!args.parse(argc, argv)) return 0;
+
+  check(!a.model_path.empty(), "no model given (-m FILE)");
+  if (a.strategy_name.empty())
+    a.strategy_name = a.strategy_options.draft_path.empty() ? "ar" : "sd";
+  strategy_info(a.strategy_name);
+  check(std::find(kServedStrategies.begin(), kServedStrategies.end(), a.strategy_name) !=
+            kServedStrategies.end(),
+        "serve runs ar, sd, tree and dyntree (batched across requests); '", a.strategy_name,
+        "' is not served");
+  a.strategy_options.check_given(args, {a.strategy_name});
+  check(!args.given("-td") && !args.given("--placement"),
+        "serve runs every forward of every request on the -t threads: -td and --placement do not "
+        "apply");
+  if (!is_loopback(a.host) && a.api_key.empty())
+    std::fprintf(stderr,
+                 "serve: warning: listening on %s without --api-key: anyone who can reach it may "
+                 "use it\n",
+                 a.host.c_str());
+
+  // Signals go to the thread that waits for them: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that went away fails a write, not the process
+
+  std::shared_ptr<const Model> model = Model::load(a.model_path);
+  auto tokenizer = Tokenizer::from_gguf(model->gguf());
+  const int n_ctx =
+      resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);
+  std::optional<ChatTemplate> chat_template;
+  try {
+    chat_template = ChatTemplate::for_model(model->gguf(), a.chat_template);
+  } catch (const Error& e) {
+    if (!a.chat_template.empty()) throw;
+    std::fprintf(stderr, "serve: /v1/chat/completions is off: %s\n", e.what());
+  }
+
+  StrategyResources resources;
+  resources.init(model, a.strategy_options, a.n_threads);
+  EngineOptions engine_options;
+  engine_options.base = resources.config_for(a.strategy_name, a.strategy_options, n_ctx);
+  engine_options.ctx_size = n_ctx;
+  engine_options.slots = a.slots;
+  engine_options.max_queue = a.max_queue;
+  engine_options.token_budget = a.batch_tokens;
+  Engine engine(engine_options, *tokenizer);
+
+  HttpOptions http;
+  http.host = a.host;
+  http.port = a.port;
+  http.api_key = a.api_key;
+  http.max_body_bytes = static_cast<size_t>(a.max_body);
+  // A connection holds a thread while its request waits or streams; past this many,
+  // connections wait in the HTTP library's own queue.
+  http.http_threads =
+      a.http_threads > 0 ? a.http_threads : std::min(a.slots + a.max_queue + 8, 512);
+  http.limits.model_id =
+      a.alias.empty() ? std::filesystem::path(a.model_path).stem().string() : a.alias;
+  http.limits.ctx_size = n_ctx;
+  http.limits.max_tokens = a.max_tokens;
+  http.limits.default_max_tokens = a.n_predict;
+  HttpServer server(http, engine, *tokenizer, chat_template);
+  const int port = server.bind();
+  std::printf("parspec serve: listening on http://%s:%d (model %s, strategy %s, %d slots)\n",
+              a.host.c_str(), port, http.limits.model_id.c_str(), a.strategy_name.c_str(), a.slots);
+  std::fflush(stdout);
+
+  // SIGTERM/SIGINT: finish the requests in flight, then stop.
+  std::atomic<bool> stopped{false};
+  std::thread signal_thread([&] {
+    int received = 0;
+    sigwait(&signals, &received);
+    if (stopped) return;
+    std::fprintf(stderr, "serve: %s: finishing the requests in flight\n",
+                 received == SIGINT ? "SIGINT" : "SIGTERM");
+    server.drain_and_stop();
+  });
+  server.serve();
+  stopped = true;
+  pthread_kill(signal_thread.native_handle(), SIGTERM);  // wakes it if no signal came
+  signal_thread.join();
+  engine.drain();
+  std::fprintf(stderr, "serve: stopped\n");
+  return 0;
+}
+
+}  // namespace parspec

@@ -1,0 +1,182 @@
+// Continuous batching is lossless: Model::forward_multi gives every sequence
+// the logits of its solo forward bit for bit, and strategies whose forwards go
+// through a ForwardBatcher from several threads at once emit exactly the
+// tokens of their solo runs.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "core/error.h"
+#include "decode/local_model.h"
+#include "decode/strategies.h"
+#include "model/model.h"
+#include "serve/forward_batcher.h"
+#include "test_helpers.h"
+
+namespace parspec {
+namespace {
+
+using testing_support::make_model_pair;
+using testing_support::ModelPair;
+using testing_support::TempDir;
+
+// The prefix of sequence `s` (different lengths and tokens per sequence).
+std::vector<int32_t> prefix(int s) {
+  std::vector<int32_t> p = {256};
+  for (int j = 0; j < 3 + 5 * s; ++j) p.push_back((s * 37 + j * 11 + 5) % 256);
+  return p;
+}
+
+// Sequence s's batch on top of its prefix: a chain (s % 3 == 0), a single
+// token (1), or a tree with two branches (2).
+Batch batch_for(int s, int32_t n_committed) {
+  Batch b;
+  const int kind = s % 3;
+  if (kind == 0) {
+    for (int i = 0; i < 4; ++i) b.add(10 + i + s, n_committed + i, i - 1, true);
+  } else if (kind == 1) {
+    b.add(42 + s, n_committed, -1, true);
+  } else {
+    b.add(7, n_committed, -1, true);
+    b.add(8, n_committed + 1, 0, true);
+    b.add(9, n_committed + 1, 0, false);
+    b.add(10, n_committed + 2, 2, true);
+  }
+  return b;
+}
+
+void commit_prefix(const Model& model, Worker& worker, KvCache& kv, const std::vector<int32_t>& p) {
+  model.forward(worker, Batch::chain(kv, p, false), kv);
+  std::vector<int32_t> path(p.size());
+  for (size_t i = 0; i < p.size(); ++i) path[i] = static_cast<int32_t>(i);
+  kv.commit(path, {});
+}
+
+class ForwardMulti : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ForwardMulti, EverySequenceGetsItsSoloLogits) {
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", GetParam(), DType::Q8_0, 300, 3);
+  const Model& model = *pair.target;
+  Worker worker(2);
+  constexpr int kSequences = 6;
+  std::vector<std::unique_ptr<KvCache>> solo, multi;
+  std::vector<Batch> batches;
+  std::vector<std::vector<float>> expected;
+  for (int s = 0; s < kSequences; ++s) {
+    solo.push_back(std::make_unique<KvCache>(model.config(), 128));
+    multi.push_back(std::make_unique<KvCache>(model.config(), 128));
+    commit_prefix(model, worker, *solo[s], prefix(s));
+    commit_prefix(model, worker, *multi[s], prefix(s));
+    batches.push_back(batch_for(s, solo[s]->n_committed()));
+    expected.push_back(model.forward(worker, batches[s], *solo[s]));
+  }
+  std::vector<Model::SequenceBatch> sequences;
+  for (int s = 0; s < kSequences; ++s) sequences.push_back({&batches[s], multi[s].get()});
+  const std::vector<std::vector<float>> got = model.forward_multi(worker, sequences);
+  ASSERT_EQ(got.size(), static_cast<size_t>(kSequences));
+  for (int s = 0; s < kSequences; ++s) {
+    ASSERT_EQ(got[s].size(), expected[s].size()) << "sequence " << s;
+    EXPECT_TRUE(got[s] == expected[s]) << "sequence " << s << ": logits differ from its solo run";
+    EXPECT_EQ(multi[s]->n_spec(), solo[s]->n_spec());
+  }
+  // A second step on top of the first: the cells each pass added are the same.
+  std::vector<Batch> next;
+  for (int s = 0; s < kSequences; ++s) {
+    Batch b;
+    b.add(99, solo[s]->n_committed() + 5, 0, true);
+    next.push_back(b);
+  }
+  sequences.clear();
+  for (int s = 0; s < kSequences; ++s) sequences.push_back({&next[s], multi[s].get()});
+  const auto got2 = model.forward_multi(worker, sequences);
+  for (int s = 0; s < kSequences; ++s)
+    EXPECT_TRUE(got2[s] == model.forward(worker, next[s], *solo[s])) << "sequence " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ForwardMulti,
+                         ::testing::Values(DType::F32, DType::F16, DType::Q4_0, DType::Q8_0));
+
+TEST(ForwardMulti, RefusesTwoBatchesOnOneCache) {
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::F32, 300, 3);
+  Worker worker(1);
+  KvCache kv(pair.target->config(), 32);
+  Batch a;
+  a.add(1, 0, -1, true);
+  const Model::SequenceBatch both[] = {{&a, &kv}, {&a, &kv}};
+  EXPECT_THROW(pair.target->forward_multi(worker, both), Error);
+}
+
+struct Case {
+  std::string strategy;
+  float temp;
+};
+
+class BatchedStrategies : public ::testing::TestWithParam<Case> {};
+
+// Six requests at once through one batcher, each on its own thread as the
+// server runs them: every one emits the tokens of its solo run.
+TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", DType::Q8_0, DType::Q4_0, 300, 5);
+  Worker worker(2);
+  StrategyConfig base;
+  base.name = GetParam().strategy;
+  base.target = pair.target;
+  base.draft = pair.draft;
+  base.target_worker = &worker;
+  base.ctx_size = 96;
+  constexpr int kRequests = 6;
+  std::vector<GenerationRequest> requests(kRequests);
+  std::vector<std::vector<int32_t>> solo(kRequests), batched(kRequests);
+  for (int r = 0; r < kRequests; ++r) {
+    requests[r].prompt = prefix(r);
+    requests[r].n_predict = 20 + 3 * r;
+    requests[r].sampling.temp = GetParam().temp;
+    requests[r].sampling.seed = 100 + r;
+    solo[r] = make_strategy(base)->generate(requests[r]).tokens;
+  }
+
+  ForwardBatcher batcher(worker, 64);  // small budget: prompts are split over rounds
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kRequests);
+  for (int r = 0; r < kRequests; ++r) {
+    batcher.join();
+    threads.emplace_back([&, r] {
+      try {
+        StrategyConfig c = base;
+        c.make_target = [&](const StrategyConfig& cc) -> std::unique_ptr<Target> {
+          return std::make_unique<BatchedTarget>(cc.target, batcher, nullptr);
+        };
+        c.make_drafter = [&](const StrategyConfig& cc) -> std::unique_ptr<Drafter> {
+          return std::make_unique<BatchedDrafter>(cc.draft, batcher);
+        };
+        batched[r] = make_strategy(c)->generate(requests[r]).tokens;
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+      batcher.leave();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < kRequests; ++r) {
+    EXPECT_EQ(errors[r], "");
+    EXPECT_EQ(batched[r], solo[r]) << "request " << r << " differs from its solo run";
+  }
+  const ForwardBatcher::Stats st = batcher.stats();
+  // Batching happened: rounds served several requests' forwards at once.
+  EXPECT_GT(st.sequence_forwards, st.passes);
+  EXPECT_EQ(batcher.joined(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, BatchedStrategies,
+                         ::testing::Values(Case{"ar", 0}, Case{"sd", 0}, Case{"tree", 0},
+                                           Case{"dyntree", 0}, Case{"ar", 0.8f}, Case{"sd", 0.8f}),
+                         [](const auto& param_info) {
+                           return param_info.param.strategy +
+                                  (param_info.param.temp > 0 ? "_sampled" : "_greedy");
+                         });
+
+}  // namespace
+}  // namespace parspec
