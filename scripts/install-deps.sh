@@ -8,6 +8,7 @@ packages=(
   clang libclang-rt-14-dev            # libFuzzer target of the tokenizer tests
   python3 python3-numpy libopenblas0-pthread  # independent NumPy reference forward pass
   python3-torch python3-regex         # the zoo trainer's forward pass, a second reference
+  openmpi-bin libopenmpi-dev          # the distributed runtime (mpirun, src/dist) and its tests
 )
 missing=()
 for p in "${packages[@]}"; do

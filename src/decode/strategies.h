@@ -67,5 +67,8 @@ StrategyInfo static_tree_strategy();
 StrategyInfo dynamic_tree_strategy();
 StrategyInfo pearl_strategy();
 StrategyInfo auto_strategy();
+StrategyInfo pipeline_pp_strategy();
+StrategyInfo pipeline_stpp_strategy();
+StrategyInfo pipedec_strategy();
 
 }  // namespace parspec

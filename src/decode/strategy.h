@@ -18,6 +18,8 @@
 
 namespace parspec {
 
+class Target;
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // non-empty
   int n_predict = 128;          // maximum tokens to generate
@@ -109,6 +111,10 @@ struct StrategyConfig {
   bool pre_verify = true;
   bool post_verify = true;
   std::map<std::string, OptionValue> options;
+  // Makes the target side; null: a LocalTarget on `target` and
+  // `target_worker`. The distributed runtime (src/dist) sets it so that the
+  // strategies verify on a pipeline of MPI ranks.
+  std::function<std::unique_ptr<Target>(const StrategyConfig&)> make_target;
 };
 
 // Names accepted by make_strategy, in the order benchmarks list them.
