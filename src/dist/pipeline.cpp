@@ -197,6 +197,10 @@ int session_rank() {
   return g_session ? g_session->transport.rank() : 0;
 }
 
+bool distributed_run() {
+  return g_session && g_session->transport.rank() == 0 && g_session->transport.size() >= 2;
+}
+
 int serve_stage() {
   Transport& t = g_session->transport;
   Stage s;

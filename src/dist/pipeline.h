@@ -37,6 +37,8 @@ Session* session();
 // one-rank job, which runs as a single process).
 bool start_session(int* argc, char*** argv);
 int session_rank();
+// True on the head of an mpirun job with at least one stage rank.
+bool distributed_run();
 // A stage rank's life: waits for the head's set-up, serves the pipeline,
 // returns the exit code the head ended with.
 int serve_stage();

@@ -20,12 +20,13 @@ using testing_support::ModelPair;
 using testing_support::TempDir;
 
 TEST(StrategyRegistry, ListsTheStrategiesInBenchmarkOrder) {
-  EXPECT_EQ(strategy_names(),
-            (std::vector<std::string>{"ar", "sd", "tree", "dyntree", "pearl", "auto"}));
-  EXPECT_EQ(strategy_list(), "ar, sd, tree, dyntree, pearl, auto");
+  EXPECT_EQ(strategy_names(), (std::vector<std::string>{"ar", "sd", "tree", "dyntree", "pearl",
+                                                        "auto", "pp", "stpp", "pipedec"}));
+  EXPECT_EQ(strategy_list(), "ar, sd, tree, dyntree, pearl, auto, pp, stpp, pipedec");
   for (const StrategyInfo& info : strategy_registry()) {
-    // auto without a draft model is ar.
-    EXPECT_EQ(info.needs_draft, info.name != "ar" && info.name != "auto") << info.name;
+    // auto without a draft model is ar; pp is ar on a pipeline.
+    EXPECT_EQ(info.needs_draft, info.name != "ar" && info.name != "auto" && info.name != "pp")
+        << info.name;
     EXPECT_FALSE(info.summary.empty()) << info.name;
     EXPECT_TRUE(info.make != nullptr) << info.name;
   }
