@@ -10,6 +10,7 @@ packages=(
   python3-torch python3-regex         # the zoo trainer's forward pass, a second reference
   libcpp-httplib-dev                  # parspec serve's HTTP server
   chromium                            # the browser test of serve's page (tests/tools/test_serve_clients.cpp)
+  openmpi-bin libopenmpi-dev          # the distributed runtime (mpirun, src/dist) and its tests
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -16,11 +16,7 @@ namespace {
 class Autoregressive final : public DecodeStrategy {
  public:
   explicit Autoregressive(const StrategyConfig& config)
-      : DecodeStrategy(config,
-                       config.make_target
-                           ? config.make_target(config)
-                           : std::make_unique<LocalTarget>(config.target, *config.target_worker),
-                       nullptr) {}
+      : DecodeStrategy(config, make_target_side(config), nullptr) {}
 
   std::string name() const override { return "ar"; }
 

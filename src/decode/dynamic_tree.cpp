@@ -8,12 +8,10 @@
 // subtree below the matched token, which keeps its KV cells in the draft
 // cache and is reused by the next step.
 #include <algorithm>
-#include <cmath>
 
 #include "core/error.h"
 #include "decode/strategies.h"
 #include "decode/tree_speculation.h"
-#include "sample/sampler.h"
 
 namespace parspec {
 
@@ -51,45 +49,13 @@ class DynamicTree final : public TreeSpeculation {
         if (tree_.draft_cells[node] == kUnprocessed) unprocessed.push_back(node);
       }
       draft_process(unprocessed);
-      if (!grow_level(frontier)) break;
+      if (!grow_level(frontier, config_.tree_width)) break;
     }
     target_process(verify_depth_);
     finish_step(verify(/*multi_candidate=*/false), emitted);
   }
 
  private:
-  struct Candidate {
-    double log_prob;
-    int32_t parent;
-    int32_t token;
-  };
-
-  // Appends the next level below `frontier`; false if nothing could be added.
-  bool grow_level(const std::vector<int32_t>& frontier) {
-    std::vector<Candidate> candidates;
-    const int c = config_.tree_branch;
-    for (int32_t parent : frontier) {
-      const Distribution& dist = tree_.draft_dist[parent];
-      for (int32_t id : top_c(dist, c)) {
-        if (dist[id] <= 0.0f) break;
-        candidates.push_back(
-            {tree_.log_probs[parent] + std::log(static_cast<double>(dist[id])), parent, id});
-      }
-    }
-    const size_t keep = std::min<size_t>(
-        {candidates.size(), static_cast<size_t>(config_.tree_width), frontier.size() * c});
-    if (keep == 0) return false;
-    std::stable_sort(
-        candidates.begin(), candidates.end(),
-        [](const Candidate& a, const Candidate& b) { return a.log_prob > b.log_prob; });
-    candidates.resize(keep);
-    // Keep BFS order within the level: by parent, then by rank.
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const Candidate& a, const Candidate& b) { return a.parent < b.parent; });
-    for (const Candidate& cand : candidates) tree_.add(cand.token, cand.parent, cand.log_prob);
-    return true;
-  }
-
   int verify_depth_ = 0;
 };
 

@@ -35,6 +35,13 @@ ForwardMeter LocalSequence::take_meter() {
   return std::exchange(meter_, ForwardMeter{});
 }
 
+std::unique_ptr<Target> make_target_side(const StrategyConfig& config) {
+  if (config.make_target) return config.make_target(config);
+  check(config.target != nullptr && config.target_worker != nullptr, "strategy '", config.name,
+        "' needs a target model and a worker");
+  return std::make_unique<LocalTarget>(config.target, *config.target_worker);
+}
+
 int32_t LocalTarget::n_committed() const {
   return seq_.kv().n_committed();
 }

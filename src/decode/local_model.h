@@ -4,6 +4,7 @@
 
 #include "core/worker.h"
 #include "decode/sides.h"
+#include "decode/strategy.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -54,6 +55,9 @@ class LocalTarget final : public Target {
  private:
   mutable LocalSequence seq_;
 };
+
+// The config's target side: config.make_target's, or a LocalTarget.
+std::unique_ptr<Target> make_target_side(const StrategyConfig& config);
 
 class ModelDrafter final : public Drafter {
  public:

@@ -41,6 +41,10 @@ std::vector<float> Target::collect(int64_t ticket) {
   return logits;
 }
 
+void Target::cancel(int64_t ticket) {
+  submitted_.erase(ticket);
+}
+
 std::vector<float> Drafter::catch_up(std::span<const int32_t> sequence, int32_t* n_cells) {
   check(n_spec() == 0, "drafter: catch_up with speculative cells in place");
   const size_t seen = static_cast<size_t>(n_seen());

@@ -60,6 +60,10 @@ class Target {
   // batches in flight (PipeDec). Here, a forward that runs at submit().
   virtual int64_t submit(const Batch& batch);
   virtual std::vector<float> collect(int64_t ticket);
+  // The forward's logits will not be collected: a pipelined target may skip
+  // its work. Its cells keep their ids (their contents are undefined) until
+  // a commit drops them; nothing may descend from them.
+  virtual void cancel(int64_t ticket);
 
   // Commits speculative cells 0..n-1 (a chain).
   void commit_chain(int32_t n);

@@ -22,8 +22,7 @@ const StrategyConfig& checked(const StrategyConfig& config) {
 // Both sides check the config first: the order they are made in is unspecified.
 std::unique_ptr<Target> local_target(const StrategyConfig& config) {
   checked(config);
-  if (config.make_target) return config.make_target(config);
-  return std::make_unique<LocalTarget>(config.target, *config.target_worker);
+  return make_target_side(config);
 }
 
 std::unique_ptr<Drafter> model_drafter(const StrategyConfig& config, Worker* chosen) {

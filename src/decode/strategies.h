@@ -69,5 +69,8 @@ StrategyInfo pearl_strategy();
 StrategyInfo easyspec_strategy();
 StrategyInfo auto_strategy();
 StrategyInfo ppd_strategy();
+StrategyInfo pipeline_pp_strategy();
+StrategyInfo pipeline_stpp_strategy();
+StrategyInfo pipedec_strategy();
 
 }  // namespace parspec

@@ -113,8 +113,10 @@ struct StrategyConfig {
   bool pre_verify = true;
   bool post_verify = true;
   std::map<std::string, OptionValue> options;
-  // Another backend for the sides (the server's batched forwards, serve/);
-  // empty: a LocalTarget / ModelDrafter on the config's models and workers.
+  // Another backend for the sides; null: a LocalTarget / ModelDrafter on the
+  // config's models and workers. The server (src/serve) sets both for its
+  // batched forwards; the distributed runtime (src/dist) sets make_target so
+  // that the strategies verify on a pipeline of MPI ranks.
   std::function<std::unique_ptr<Target>(const StrategyConfig&)> make_target;
   std::function<std::unique_ptr<Drafter>(const StrategyConfig&)> make_drafter;
 };

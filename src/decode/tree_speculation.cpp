@@ -1,5 +1,6 @@
 #include "decode/tree_speculation.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -100,6 +101,35 @@ void TreeSpeculation::target_process(int max_depth) {
     const float* row = &logits[i * n_vocab()];
     tree_.target_rows[nodes[i]] = greedy() ? Distribution(row, row + n_vocab()) : distribution(row);
   }
+}
+
+bool TreeSpeculation::grow_level(const std::vector<int32_t>& frontier, int width) {
+  struct Candidate {
+    double log_prob;
+    int32_t parent;
+    int32_t token;
+  };
+  std::vector<Candidate> candidates;
+  const int c = config_.tree_branch;
+  for (int32_t parent : frontier) {
+    const Distribution& dist = tree_.draft_dist[parent];
+    for (int32_t id : top_c(dist, c)) {
+      if (dist[id] <= 0.0f) break;
+      candidates.push_back(
+          {tree_.log_probs[parent] + std::log(static_cast<double>(dist[id])), parent, id});
+    }
+  }
+  const size_t keep =
+      std::min<size_t>({candidates.size(), static_cast<size_t>(width), frontier.size() * c});
+  if (keep == 0) return false;
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.log_prob > b.log_prob; });
+  candidates.resize(keep);
+  // Keep BFS order within the level: by parent, then by rank.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.parent < b.parent; });
+  for (const Candidate& cand : candidates) tree_.add(cand.token, cand.parent, cand.log_prob);
+  return true;
 }
 
 TreeVerdict TreeSpeculation::verify(bool multi_candidate) {

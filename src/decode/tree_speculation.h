@@ -48,6 +48,10 @@ class TreeSpeculation : public SpeculativeStrategy {
   // Distribution that children are chosen from: the sampling distribution
   // when sampling; the plain softmax when greedy (one-hot would rank nothing).
   Distribution draft_distribution(const float* logits) const;
+  // dyntree's level rule: appends below `frontier` the `width` best of its
+  // nodes' top-c children (c = tree_branch) by cumulative draft
+  // log-probability, in BFS order; false if nothing could be added.
+  bool grow_level(const std::vector<int32_t>& frontier, int width);
   // Verification walk over the tree (greedy, multi-candidate or token matching).
   TreeVerdict verify(bool multi_candidate);
   // Accounts the verdict: checked nodes were proposed, the path accepted.

@@ -17,6 +17,7 @@
 #include "core/worker.h"
 #include "decode/strategies.h"
 #include "decode/tuning.h"
+#include "dist/pipeline.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
@@ -258,6 +259,10 @@ void fill_config(ojson& config, const BenchArgs& a, const Model& target,
   config["ignore_eos"] = a.ignore_eos;
   config["warmup"] = a.warmup;
   config["strategy_options"] = a.strategy_options.to_json();
+  if (const dist::Pipeline* pipeline = dist::running_pipeline()) {
+    config["distributed"] = pipeline->describe();
+    config["link_emulated"] = pipeline->options().link.active();
+  }
   add_git_info(config);
 }
 
@@ -277,6 +282,8 @@ void write_reports(const BenchArgs& a, const BenchReport& report,
     std::printf(", prompts:");
     for (const TokenizedSet& ts : sets)
       std::printf(" %s %zu", ts.set.name.c_str(), ts.prompts.size());
+    if (report.config.contains("distributed"))
+      std::printf("\ndistributed: %s", report.config["distributed"].get<std::string>().c_str());
     std::printf("\n\n%s", report_table(report).c_str());
     for (const auto& [label, chosen] : report.config["chosen"].items())
       if (parse_strategy_entry(label).first == "auto")
@@ -290,6 +297,8 @@ void write_reports(const BenchArgs& a, const BenchReport& report,
           (report.machine.cpu_model.empty() ? "unknown CPU" : report.machine.cpu_model) + ", " +
           std::to_string(report.machine.cores) + " cores, " + std::to_string(a.n_threads) +
           " threads\n\n";
+    if (report.config.contains("distributed"))
+      md += "Distributed: " + report.config["distributed"].get<std::string>() + "\n\n";
     write_output(a.md_out, md + report_markdown(report));
   }
   if (!a.svg_out.empty()) write_output(a.svg_out, report_svg(report));

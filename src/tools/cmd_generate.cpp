@@ -12,6 +12,7 @@
 #include "core/worker.h"
 #include "decode/strategies.h"
 #include "decode/tuning.h"
+#include "dist/pipeline.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/stream_decoder.h"
@@ -84,6 +85,23 @@ void print_json(const std::string& strategy, const std::string& chosen,
       {"seed", seed},
       {"threads", n_threads},
   };
+  if (const dist::Pipeline* pipeline = dist::running_pipeline()) {
+    // Under mpirun: where the layers ran, whether the link was emulated, and
+    // each stage's own compute time over the run (prompt included).
+    nlohmann::json stages = nlohmann::json::array();
+    for (const dist::StageTimes& stage : pipeline->stages())
+      stages.push_back({{"rank", stage.rank},
+                        {"host", stage.host},
+                        {"layers", {stage.layer_first, stage.layer_last}},
+                        {"forwards", stage.forwards},
+                        {"skipped", stage.skipped},
+                        {"compute_ms", stage.compute_ms}});
+    out["distributed"] = {{"pipeline", pipeline->describe()},
+                          {"link_emulated", pipeline->options().link.active()},
+                          {"link_latency_us", pipeline->options().link.latency_us},
+                          {"link_gbps", pipeline->options().link.gbps},
+                          {"stages", stages}};
+  }
   std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
@@ -145,7 +163,8 @@ void add_generate_options(ArgParser& args, GenerateArgs& a) {
   args.flag("--ignore-eos", &a.ignore_eos, "do not stop at end-of-generation tokens");
   args.option("--strategy", &a.strategy_name, "NAME",
               "decoding strategy: " + strategy_list() +
-                  " (all but ar and auto need -md; default: auto with -md, ar without)");
+                  " (all but ar, pp and auto need -md; default: auto with -md, ar without; under "
+                  "mpirun pipedec with -md, pp without)");
   a.strategy_options.add_to(args);
   args.flag("--json", &a.json, "print one JSON object with the text, token ids and timings");
   args.bound("-t", 1, kMaxThreads);
@@ -223,8 +242,13 @@ int cmd_generate(int argc, char** argv) {
   check(!a.model_path.empty(), "no model given (-m FILE)");
   const bool prompt_given = args.given("-p") || args.given("--prompt");
   check(!(prompt_given && !a.prompt_file.empty()), "give either -p or -f, not both");
-  if (a.strategy_name.empty())
-    a.strategy_name = a.strategy_options.draft_path.empty() ? "ar" : "auto";
+  if (a.strategy_name.empty()) {
+    const bool draft = !a.strategy_options.draft_path.empty();
+    if (dist::distributed_run())  // auto tunes in one process; the pipeline's own defaults
+      a.strategy_name = draft ? "pipedec" : "pp";
+    else
+      a.strategy_name = draft ? "auto" : "ar";
+  }
   strategy_info(a.strategy_name);  // an unknown name fails before the draft model loads
   a.strategy_options.check_given(args, {a.strategy_name});
   if (a.conversation) {

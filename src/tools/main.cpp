@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "decode/tuning.h"
+#include "dist/pipeline.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
 
@@ -74,9 +75,7 @@ void print_markdown_reference() {
       parspec::llama_cpp_unsupported_markdown().c_str());
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_command_line(int argc, char** argv) {
   if (argc < 2) {
     print_usage(stderr);
     return 2;
@@ -115,4 +114,16 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "parspec: unknown command '%s'\n\n", name.c_str());
   print_usage(stderr);
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Under mpirun rank 0 runs the command (and is the pipeline's head); the
+  // other ranks serve as pipeline stages until the head ends (src/dist).
+  if (parspec::dist::start_session(&argc, &argv) && parspec::dist::session_rank() > 0)
+    return parspec::dist::serve_stage();
+  const int code = run_command_line(argc, argv);
+  parspec::dist::end_session(code);
+  return code;
 }

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "dist/pipeline.h"
 #include "model/compat.h"
 
 namespace parspec {
@@ -59,6 +60,22 @@ void StrategyOptions::add_to(ArgParser& args) {
   args.option("--placement", &placement, "MODE",
               "cores of the threads: auto (not pinned), separate (target on cores 0..t-1, draft "
               "on the next td cores), shared (draft on the target's cores: resource competition)");
+  args.option("--stages", &stages, "N",
+              "under mpirun: target pipeline stages on ranks 1..N (0 = every rank but rank 0, "
+              "the head)");
+  args.option("--layer-split", &layer_split, "A,B,..",
+              "under mpirun: layers per stage, in order (default: balanced by the bytes of "
+              "weights each stage reads per token)");
+  args.option("--link-latency-us", &link_latency_us, "US",
+              "under mpirun: EMULATED link latency added to every inter-rank message");
+  args.option("--link-gbps", &link_gbps, "G",
+              "under mpirun: EMULATED link bandwidth for every inter-rank message (0 = unlimited)");
+  args.option("--dist-timeout", &dist_timeout_s, "S",
+              "under mpirun: seconds the head waits for a stage before it ends the job");
+  args.bound("--stages", 0, 4096);
+  args.bound("--link-latency-us", 0, 1e7);
+  args.bound("--link-gbps", 0, 1e6);
+  args.bound("--dist-timeout", 0.1, 1e6);
 }
 
 OptionValue StrategyOptions::Slot::value() const {
@@ -138,6 +155,20 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   }
   if (options.threads_draft > 0)
     draft_worker = std::make_unique<Worker>(options.threads_draft, draft_cores);
+
+  dist::PipelineOptions pipeline;
+  pipeline.stages = options.stages;
+  pipeline.layer_split = options.layer_split;
+  pipeline.link.latency_us = options.link_latency_us;
+  pipeline.link.gbps = options.link_gbps;
+  pipeline.timeout_s = options.dist_timeout_s;
+  make_target = dist::pipeline_targets(*target, pipeline, threads);
+  if (make_target)
+    std::fprintf(stderr, "distributed: %s\n", dist::running_pipeline()->describe().c_str());
+  else
+    check(options.stages == 0 && options.layer_split.empty() && !pipeline.link.active(),
+          "--stages, --layer-split and --link-* are for runs launched by mpirun with at least "
+          "two ranks (mpirun -np N parspec ...)");
 }
 
 StrategyConfig StrategyResources::config_for(const std::string& name,
@@ -153,6 +184,15 @@ StrategyConfig StrategyResources::config_for(const std::string& name,
   c.ctx_size = ctx_size;
   if (info.needs_draft && !draft)
     fail("strategy '", name, "' needs a draft model: give one with -md FILE");
+  if (make_target) {
+    c.make_target = make_target;
+    check(name != "auto",
+          "strategy 'auto' tunes on a target in this process; under mpirun choose pp, stpp, "
+          "pipedec, pearl (with --pearl-window), sd, tree or dyntree");
+    check(name != "pearl" || c.pearl_window > 0,
+          "strategy 'pearl' under mpirun needs --pearl-window N (its measurement times the "
+          "target in this process)");
+  }
   return c;
 }
 

@@ -3,12 +3,14 @@
 // `generate` and `bench` so both accept the same flags with the same defaults.
 // The strategies' own options come from the registry (decode/strategies.h).
 #include <deque>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/worker.h"
+#include "decode/sides.h"
 #include "decode/strategies.h"
 #include "model/model.h"
 #include "tools/args.h"
@@ -23,6 +25,10 @@ struct StrategyOptions {
   // cores 0..t-1, draft on the next td cores), "shared" (both on the target's
   // cores: the resource competition of PEARL's appendix G).
   std::string placement = "auto";
+  // The distributed runtime under mpirun (docs/distributed.md).
+  int stages = 0;
+  std::string layer_split;
+  float link_latency_us = 0, link_gbps = 0, dist_timeout_s = 60;
 
   // Registers -md, -td, --placement and every registered strategy's options; a
   // flag that several strategies take is registered once, its help naming
@@ -53,8 +59,11 @@ struct StrategyOptions {
 struct StrategyResources {
   std::shared_ptr<const Model> target, draft;
   std::unique_ptr<Worker> target_worker, draft_worker;
+  // Under mpirun (head rank): targets on the pipeline of ranks; null otherwise.
+  std::function<std::unique_ptr<Target>(const StrategyConfig&)> make_target;
 
-  // Loads the draft (when a path is given) and creates the workers.
+  // Loads the draft (when a path is given) and creates the workers; under
+  // mpirun, starts the pipeline of ranks for the target.
   void init(std::shared_ptr<const Model> target_model, const StrategyOptions& options, int threads);
   // A config for strategy `name` on these resources (throws when `name` is
   // unknown, or needs a draft and none was given).

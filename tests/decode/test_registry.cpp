@@ -22,11 +22,13 @@ using testing_support::TempDir;
 TEST(StrategyRegistry, ListsTheStrategiesInBenchmarkOrder) {
   EXPECT_EQ(strategy_names(),
             (std::vector<std::string>{"ar", "sd", "tree", "dyntree", "pearl", "easyspec", "auto",
-                                      "ppd"}));
-  EXPECT_EQ(strategy_list(), "ar, sd, tree, dyntree, pearl, easyspec, auto, ppd");
+                                      "ppd", "pp", "stpp", "pipedec"}));
+  EXPECT_EQ(strategy_list(), "ar, sd, tree, dyntree, pearl, easyspec, auto, ppd, pp, stpp, pipedec");
   for (const StrategyInfo& info : strategy_registry()) {
-    // auto without a draft model is ar; ppd's guesses come from the target itself.
-    EXPECT_EQ(info.needs_draft, info.name != "ar" && info.name != "auto" && info.name != "ppd")
+    // auto without a draft model is ar; ppd's guesses come from the target
+    // itself; pp is ar on a pipeline.
+    EXPECT_EQ(info.needs_draft, info.name != "ar" && info.name != "auto" && info.name != "ppd" &&
+                                    info.name != "pp")
         << info.name;
     EXPECT_FALSE(info.summary.empty()) << info.name;
     EXPECT_TRUE(info.make != nullptr) << info.name;

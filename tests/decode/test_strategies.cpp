@@ -102,6 +102,25 @@ std::vector<StrategyConfig> strategy_variants() {
   c.options["ppd"] = random_ppd_file(2);
   c.options["ppd_budget"] = 24;
   v.push_back(c);
+  // PipeDec and its baselines (in one process: on a LocalTarget, whose
+  // submit() runs at once; tests/dist runs them on MPI pipelines).
+  c = StrategyConfig();
+  c.name = "pp";
+  v.push_back(c);
+  c.name = "stpp";
+  c.tree_depth = 2;
+  c.tree_branch = 3;
+  v.push_back(c);
+  c = StrategyConfig();
+  c.name = "pipedec";
+  c.tree_depth = 3;
+  c.tree_width = 4;
+  c.tree_branch = 2;
+  v.push_back(c);
+  c.tree_depth = 1;
+  c.tree_width = 1;
+  c.tree_branch = 1;
+  v.push_back(c);
   return v;
 }
 
@@ -205,7 +224,7 @@ TEST(GreedyExactness, StopsAtStopTokensAndLimits) {
   const int32_t stop = full[3];
   req.is_stop = [stop](int32_t t) { return t == stop; };
   c.pearl_window = 3;
-  for (const char* name : {"ar", "sd", "tree", "dyntree", "pearl"}) {
+  for (const char* name : {"ar", "sd", "tree", "dyntree", "pearl", "pp", "stpp", "pipedec"}) {
     c.name = name;
     std::vector<int32_t> streamed;
     req.on_token = [&](int32_t t) { streamed.push_back(t); };

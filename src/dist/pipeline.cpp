@@ -1,0 +1,663 @@
+#include "dist/pipeline.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <utility>
+
+#include "core/timer.h"
+#include "core/worker.h"
+#include "model/kv_cache.h"
+
+namespace parspec::dist {
+
+class Session {
+ public:
+  Session(int* argc, char*** argv) : transport(argc, argv) {}
+  Transport transport;
+  std::unique_ptr<Pipeline> pipeline;  // the head's, once started
+};
+
+namespace {
+
+std::unique_ptr<Session> g_session;
+
+// Operations of the ordered pipeline stream (tag kPipe).
+enum Op : int32_t { kBegin = 1, kForward, kCommit, kTruncate, kQuit };
+
+std::string host_name() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+std::string layer_range(int first, int last) {
+  return "layers " + std::to_string(first) + "-" + std::to_string(last - 1);
+}
+
+// One stage rank's state once set up.
+struct Stage {
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<Worker> worker;
+  std::unique_ptr<KvCache> kv;
+  int layer_first = 0, layer_last = 0;
+  int prev = 0, next = 0;  // neighbours; next = 0: the last stage (its logits go to the head)
+  bool is_first = false, is_last = false;
+  std::set<int64_t> cancelled;
+  bool failed = false;  // after an error only quit is served
+};
+
+void setup_stage(Transport& t, Stage& s, Bytes& body) {
+  const std::string path = body.get_string();
+  const FileIdentity head_file{body.get<uint64_t>(), body.get<uint64_t>()};
+  s.layer_first = body.get<int32_t>();
+  s.layer_last = body.get<int32_t>();
+  s.prev = body.get<int32_t>();
+  s.next = body.get<int32_t>();
+  const int threads = body.get<int32_t>();
+  LinkEmulation link;
+  link.latency_us = body.get<double>();
+  link.gbps = body.get<double>();
+  t.set_link(link);
+  s.is_first = s.prev == 0;
+  s.is_last = s.next == 0;
+  const FileIdentity mine = identify_file(path);
+  check(mine == head_file, "the model file ", path, " differs from rank 0's (size ", mine.size,
+        " vs ", head_file.size, ", header hash ", mine.hash, " vs ", head_file.hash,
+        "): every rank needs the same file");
+  // The file is mapped, not read: only the pages of this stage's layers (and
+  // of the embedding or output matrix at the ends) are ever touched.
+  s.model = Model::load(path);
+  check(s.layer_last <= s.model->config().n_layer, "layer range beyond the model");
+  s.worker = std::make_unique<Worker>(threads);
+}
+
+void stage_forward(Transport& t, Stage& s, Bytes& body) {
+  const int64_t ticket = body.get<int64_t>();
+  bool skipped = body.get<uint8_t>() != 0;
+  Batch batch;
+  batch.tokens = body.get_vector<int32_t>();
+  batch.positions = body.get_vector<int32_t>();
+  batch.parents = body.get_vector<int32_t>();
+  batch.want_logits = body.get_vector<uint8_t>();
+  const size_t n = batch.size();
+  check(batch.positions.size() == n && batch.parents.size() == n && batch.want_logits.size() == n,
+        "forward: batch arrays differ in length");
+  std::vector<float> hidden;
+  if (!s.is_first && !skipped) hidden = body.get_vector<float>();
+  check(s.kv != nullptr, "forward before begin");
+  // Cells are registered even when skipped, so that ids stay the same on every rank.
+  const int32_t first_cell = s.kv->add_cells(batch.positions, batch.parents);
+  skipped = skipped || s.cancelled.count(ticket) != 0;
+  s.cancelled.erase(s.cancelled.begin(), s.cancelled.upper_bound(ticket));
+  const Stopwatch watch;
+  const int n_embd = s.model->config().n_embd;
+  std::vector<float> logits;
+  if (!skipped) {
+    if (s.is_first) {
+      hidden.resize(n * n_embd);
+      s.model->embed(batch.tokens, hidden.data());
+    }
+    check(hidden.size() == n * n_embd, "forward: hidden states of the wrong size");
+    s.model->forward_layers(*s.worker, batch, *s.kv, first_cell, s.layer_first, s.layer_last,
+                            hidden.data());
+    if (s.is_last) {
+      size_t n_out = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (!batch.want_logits[i]) continue;
+        if (n_out != i) std::copy_n(&hidden[i * n_embd], n_embd, &hidden[n_out * n_embd]);
+        ++n_out;
+      }
+      logits.resize(n_out * s.model->config().n_vocab);
+      if (n_out > 0)
+        s.model->output_logits(*s.worker, hidden.data(), static_cast<int>(n_out), logits.data());
+    }
+  }
+  const double ms = watch.elapsed_ms();
+  if (s.is_last) {
+    Bytes out;
+    out.put<int64_t>(ticket);
+    out.put<uint8_t>(skipped ? 1 : 0);
+    out.put_vector(logits);
+    t.send(0, kLogits, std::move(out));
+  } else {
+    Bytes out;
+    out.put<int32_t>(kForward);
+    out.put<int64_t>(ticket);
+    out.put<uint8_t>(skipped ? 1 : 0);
+    out.put_vector(batch.tokens);
+    out.put_vector(batch.positions);
+    out.put_vector(batch.parents);
+    out.put_vector(batch.want_logits);
+    if (!skipped) out.put_vector(hidden);
+    t.send(s.next, kPipe, std::move(out));
+  }
+  Bytes progress;
+  progress.put<int64_t>(ticket);
+  progress.put<uint8_t>(skipped ? 1 : 0);
+  progress.put<double>(ms);
+  t.send(0, kProgress, std::move(progress));
+}
+
+// Applies one pipeline operation and passes it on; returns true for quit.
+bool stage_operation(Transport& t, Stage& s, Message& m, int* code) {
+  Bytes& body = m.body;
+  const int32_t op = body.get<int32_t>();
+  if (op == kQuit) {
+    *code = body.get<int32_t>();
+    return true;
+  }
+  if (s.failed) return false;
+  if (op == kForward) {
+    stage_forward(t, s, body);
+    return false;
+  }
+  if (op == kBegin) {
+    const int32_t capacity = body.get<int32_t>();
+    s.kv = std::make_unique<KvCache>(s.model->config(), capacity, s.layer_first, s.layer_last);
+  } else if (op == kCommit) {
+    check(s.kv != nullptr, "commit before begin");
+    const std::vector<int32_t> path = body.get_vector<int32_t>();
+    const std::vector<int32_t> keep = body.get_vector<int32_t>();
+    s.kv->commit(path, keep);
+  } else if (op == kTruncate) {
+    check(s.kv != nullptr, "truncate before begin");
+    s.kv->truncate(body.get<int32_t>());
+  } else {
+    fail("unknown pipeline operation ", op);
+  }
+  if (!s.is_last) t.send(s.next, kPipe, Bytes(m.body.data()));
+  return false;
+}
+
+void report_error(Transport& t, const std::string& what) {
+  Bytes b;
+  b.put_string(what);
+  t.send(0, kError, std::move(b));
+}
+
+}  // namespace
+
+Session* session() {
+  return g_session.get();
+}
+
+bool start_session(int* argc, char*** argv) {
+  if (!launched_by_mpirun()) return false;
+  g_session = std::make_unique<Session>(argc, argv);
+  return true;
+}
+
+int session_rank() {
+  return g_session ? g_session->transport.rank() : 0;
+}
+
+bool distributed_run() {
+  return g_session && g_session->transport.rank() == 0 && g_session->transport.size() >= 2;
+}
+
+int serve_stage() {
+  Transport& t = g_session->transport;
+  Stage s;
+  bool set_up = false;
+  int code = 0;
+  Backoff backoff;
+  for (;;) {
+    Message m;
+    while (t.poll(0, kCancel, &m)) s.cancelled.insert(m.body.get<int64_t>());
+    bool got = false;
+    try {
+      if (t.poll(set_up ? s.prev : 0, kPipe, &m) ||
+          (set_up && s.prev != 0 && t.poll(0, kPipe, &m))) {
+        got = true;
+        if (stage_operation(t, s, m, &code)) break;
+      } else if (!set_up && t.poll(0, kSetup, &m)) {
+        got = true;
+        Bytes reply;
+        try {
+          setup_stage(t, s, m.body);
+          set_up = true;
+          reply.put<uint8_t>(1);
+          reply.put_string(host_name());
+        } catch (const Error& e) {
+          reply.put<uint8_t>(0);
+          reply.put_string(e.what());
+        }
+        t.send(0, kSetupReply, std::move(reply));
+      }
+    } catch (const std::exception& e) {
+      s.failed = true;
+      report_error(t, e.what());
+    }
+    if (got)
+      backoff = Backoff();
+    else
+      backoff.pause();
+  }
+  t.flush(5.0);
+  g_session.reset();  // MPI_Finalize
+  return code;
+}
+
+void end_session(int code) {
+  if (!g_session) return;
+  Transport& t = g_session->transport;
+  if (t.rank() == 0) {
+    if (g_session->pipeline) {
+      try {
+        g_session->pipeline->quit(code);
+      } catch (const std::exception&) {
+      }
+    } else {
+      for (int r = 1; r < t.size(); ++r) {
+        Bytes b;
+        b.put<int32_t>(kQuit);
+        b.put<int32_t>(code);
+        t.send(r, kPipe, std::move(b));
+      }
+    }
+  }
+  g_session.reset();
+}
+
+void abort_job(const std::string& message, int code) {
+  std::fprintf(stderr, "parspec: error: %s; ending every rank\n", message.c_str());
+  if (g_session) g_session->transport.abort(code);
+  std::_Exit(code);
+}
+
+FileIdentity identify_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "cannot open ", path);
+  FileIdentity id;
+  in.seekg(0, std::ios::end);
+  id.size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  std::vector<char> head(std::min<uint64_t>(id.size, 1 << 20));
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  uint64_t h = 1469598103934665603ULL;
+  for (char c : head) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
+  id.hash = h;
+  return id;
+}
+
+std::vector<int> split_layers(const Model& model, int stages, const std::string& split) {
+  const int n_layer = model.config().n_layer;
+  check(stages >= 1, "--stages must be at least 1");
+  check(stages <= n_layer, "--stages ", stages, ": the model has only ", n_layer, " layers");
+  std::vector<int> counts;
+  if (!split.empty()) {
+    std::stringstream in(split);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      char* end = nullptr;
+      const long v = std::strtol(item.c_str(), &end, 10);
+      check(!item.empty() && *end == '\0' && v >= 1, "--layer-split '", split,
+            "': each entry is a number of layers >= 1");
+      counts.push_back(static_cast<int>(v));
+    }
+    check(static_cast<int>(counts.size()) == stages, "--layer-split '", split, "' has ",
+          counts.size(), " entries for ", stages, " stages");
+    check(std::accumulate(counts.begin(), counts.end(), 0) == n_layer, "--layer-split '", split,
+          "' covers ", std::accumulate(counts.begin(), counts.end(), 0), " layers; the model has ",
+          n_layer);
+    return counts;
+  }
+  // Bytes read per token: each layer's matrices; the output matrix on the last stage.
+  const GgufFile& f = model.gguf();
+  std::vector<double> cost(n_layer, 0.0);
+  double output = 0;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    if (t.name.rfind("blk.", 0) == 0)
+      cost[std::stoi(t.name.substr(4))] += static_cast<double>(t.n_bytes);
+    else if (t.name == "output.weight" ||
+             (t.name == "token_embd.weight" && f.find_tensor("output.weight") == nullptr))
+      output += static_cast<double>(t.n_bytes);
+  }
+  // The smallest bound on a stage's cost for which a greedy cut gives `stages`
+  // non-empty consecutive ranges (binary search over the bound).
+  auto cut = [&](double bound, std::vector<int>* out) {
+    out->assign(stages, 0);
+    int stage = 0;
+    double load = 0;
+    for (int l = 0; l < n_layer; ++l) {
+      const int layers_left = n_layer - l, stages_left = stages - stage;
+      const double extra = stage == stages - 1 ? output : 0;
+      if ((*out)[stage] > 0 && (load + cost[l] + extra > bound || layers_left < stages_left) &&
+          stage + 1 < stages) {
+        ++stage;
+        load = 0;
+      }
+      load += cost[l];
+      ++(*out)[stage];
+      if (load + (stage == stages - 1 ? output : 0) > bound) return false;
+    }
+    return stage == stages - 1;
+  };
+  double lo = 0, hi = output;
+  for (double c : cost) hi += c;
+  std::vector<int> best(stages, 0);
+  for (int i = 0; i < stages; ++i) best[i] = n_layer / stages + (i < n_layer % stages ? 1 : 0);
+  for (int iter = 0; iter < 60; ++iter) {
+    const double mid = (lo + hi) / 2;
+    std::vector<int> candidate;
+    if (cut(mid, &candidate)) {
+      hi = mid;
+      best = candidate;
+    } else {
+      lo = mid;
+    }
+  }
+  return best;
+}
+
+Pipeline::Pipeline(Transport& transport, const Model& target, const PipelineOptions& options,
+                   int threads)
+    : transport_(transport), options_(options), n_vocab_(target.config().n_vocab) {
+  const int ranks = transport_.size();
+  if (options_.stages == 0) options_.stages = ranks - 1;
+  check(options_.stages >= 1 && options_.stages <= ranks - 1, "--stages ", options_.stages,
+        ": this job has ", ranks, " ranks, so 1..", ranks - 1,
+        " target stages (rank 0 is the head)");
+  check(options_.timeout_s > 0, "--dist-timeout must be positive");
+  check(options_.link.latency_us >= 0 && options_.link.gbps >= 0,
+        "--link-latency-us and --link-gbps must not be negative");
+  transport_.set_link(options_.link);
+  const std::vector<int> counts = split_layers(target, options_.stages, options_.layer_split);
+  const std::string path = target.gguf().path();
+  const FileIdentity id = identify_file(path);
+  int first = 0;
+  for (int i = 0; i < options_.stages; ++i) {
+    const int rank = i + 1;
+    StageTimes st;
+    st.rank = rank;
+    st.layer_first = first;
+    st.layer_last = first + counts[i];
+    first = st.layer_last;
+    stages_.push_back(st);
+    Bytes b;
+    b.put_string(path);
+    b.put<uint64_t>(id.size);
+    b.put<uint64_t>(id.hash);
+    b.put<int32_t>(st.layer_first);
+    b.put<int32_t>(st.layer_last);
+    b.put<int32_t>(i == 0 ? 0 : rank - 1);
+    b.put<int32_t>(i + 1 == options_.stages ? 0 : rank + 1);
+    b.put<int32_t>(threads);
+    b.put<double>(options_.link.latency_us);
+    b.put<double>(options_.link.gbps);
+    transport_.send(rank, kSetup, std::move(b));
+  }
+  // Surplus ranks are not part of the pipeline: they may go now.
+  for (int r = options_.stages + 1; r < ranks; ++r) {
+    Bytes b;
+    b.put<int32_t>(kQuit);
+    b.put<int32_t>(0);
+    transport_.send(r, kPipe, std::move(b));
+  }
+  std::string errors;
+  for (StageTimes& st : stages_) {
+    Message m;
+    try {
+      m = transport_.receive(st.rank, kSetupReply, std::max(options_.timeout_s, 120.0));
+    } catch (const TimeoutError&) {
+      abort_job("rank " + std::to_string(st.rank) + " did not report ready", 1);
+    }
+    const bool ok = m.body.get<uint8_t>() != 0;
+    const std::string text = m.body.get_string();
+    if (ok)
+      st.host = text;
+    else
+      errors += (errors.empty() ? "" : "; ") + ("rank " + std::to_string(st.rank) + ": " + text);
+  }
+  check(errors.empty(), errors);
+  stage_window_ = stages_;
+}
+
+std::string Pipeline::describe() const {
+  std::string s = "pipeline of " + std::to_string(stages_.size()) + " stage" +
+                  (stages_.size() == 1 ? "" : "s") + " (rank 0 on " + host_name() +
+                  ": head: tokenizer, sampling, verification, drafter)";
+  for (const StageTimes& st : stages_)
+    s += "; rank " + std::to_string(st.rank) + " on " + st.host + ": " +
+         layer_range(st.layer_first, st.layer_last) + (st.rank == 1 ? " + embedding" : "") +
+         (st.rank == static_cast<int>(stages_.size()) ? " + output" : "");
+  s += "; link: " + options_.link.describe();
+  return s;
+}
+
+void Pipeline::stage_failed(int rank, const std::string& what) {
+  std::string where = "rank " + std::to_string(rank);
+  for (const StageTimes& st : stages_)
+    if (st.rank == rank) where += " (" + layer_range(st.layer_first, st.layer_last) + ")";
+  fail(where, ": ", what);
+}
+
+void Pipeline::pump() {
+  Message m;
+  try {
+    m = transport_.receive(-1, -1, options_.timeout_s);
+  } catch (const TimeoutError&) {
+    // The stuck rank: the first stage that has not finished the oldest forward.
+    const int64_t oldest = outstanding_.empty() ? next_ticket_ - 1 : *outstanding_.begin();
+    int stuck = stages_.back().rank;
+    for (const StageTimes& st : stages_) {
+      const auto found = last_done_.find(st.rank);
+      if (found == last_done_.end() || found->second < oldest) {
+        stuck = st.rank;
+        break;
+      }
+    }
+    char s[200];
+    std::snprintf(s, sizeof s,
+                  "rank %d did not answer for %.0f s (it stopped, hangs or is unreachable; "
+                  "--dist-timeout sets the limit)",
+                  stuck, options_.timeout_s);
+    abort_job(s, 1);
+  }
+  switch (m.tag) {
+    case kLogits: {
+      const int64_t ticket = m.body.get<int64_t>();
+      const bool skipped = m.body.get<uint8_t>() != 0;
+      std::vector<float> logits = m.body.get_vector<float>();
+      outstanding_.erase(ticket);
+      if (cancelled_.erase(ticket) == 0) {
+        check(!skipped, "distributed: forward ", ticket, " was skipped but not cancelled");
+        arrived_[ticket] = std::move(logits);
+      }
+      break;
+    }
+    case kProgress: {
+      const int64_t ticket = m.body.get<int64_t>();
+      const bool skipped = m.body.get<uint8_t>() != 0;
+      const double ms = m.body.get<double>();
+      last_done_[m.source] = ticket;
+      for (std::vector<StageTimes>* v : {&stages_, &stage_window_})
+        for (StageTimes& st : *v)
+          if (st.rank == m.source) {
+            ++st.forwards;
+            st.skipped += skipped ? 1 : 0;
+            st.compute_ms += ms;
+          }
+      break;
+    }
+    case kError:
+      stage_failed(m.source, m.body.get_string());
+    default:
+      fail("distributed: unexpected message (tag ", m.tag, ") from rank ", m.source);
+  }
+}
+
+void Pipeline::begin(int32_t capacity) {
+  drain();
+  Bytes b;
+  b.put<int32_t>(kBegin);
+  b.put<int32_t>(capacity);
+  transport_.send(first_rank(), kPipe, std::move(b));
+}
+
+int64_t Pipeline::send_forward(const Batch& batch) {
+  const int64_t ticket = next_ticket_++;
+  Bytes b;
+  b.put<int32_t>(kForward);
+  b.put<int64_t>(ticket);
+  b.put<uint8_t>(0);
+  b.put_vector(batch.tokens);
+  b.put_vector(batch.positions);
+  b.put_vector(batch.parents);
+  b.put_vector(batch.want_logits);
+  transport_.send(first_rank(), kPipe, std::move(b));
+  outstanding_.insert(ticket);
+  return ticket;
+}
+
+std::vector<float> Pipeline::wait_logits(int64_t ticket) {
+  for (;;) {
+    const auto found = arrived_.find(ticket);
+    if (found != arrived_.end()) {
+      std::vector<float> logits = std::move(found->second);
+      arrived_.erase(found);
+      return logits;
+    }
+    check(outstanding_.count(ticket) != 0 && cancelled_.count(ticket) == 0, "distributed: forward ",
+          ticket, " is not in flight");
+    pump();
+  }
+}
+
+void Pipeline::cancel(int64_t ticket) {
+  if (arrived_.erase(ticket) != 0) return;
+  if (outstanding_.count(ticket) == 0 || !cancelled_.insert(ticket).second) return;
+  for (const StageTimes& st : stages_) {
+    Bytes b;
+    b.put<int64_t>(ticket);
+    transport_.send(st.rank, kCancel, std::move(b));
+  }
+}
+
+void Pipeline::send_commit(std::span<const int32_t> path, std::span<const int32_t> keep) {
+  Bytes b;
+  b.put<int32_t>(kCommit);
+  b.put_vector(std::vector<int32_t>(path.begin(), path.end()));
+  b.put_vector(std::vector<int32_t>(keep.begin(), keep.end()));
+  transport_.send(first_rank(), kPipe, std::move(b));
+}
+
+void Pipeline::send_truncate(int32_t n) {
+  Bytes b;
+  b.put<int32_t>(kTruncate);
+  b.put<int32_t>(n);
+  transport_.send(first_rank(), kPipe, std::move(b));
+}
+
+void Pipeline::drain() {
+  for (const int64_t ticket : std::vector<int64_t>(outstanding_.begin(), outstanding_.end()))
+    cancel(ticket);
+  while (!outstanding_.empty()) pump();
+  arrived_.clear();
+}
+
+void Pipeline::quit(int code) {
+  drain();
+  for (int r = 1; r < transport_.size(); ++r) {
+    if (r > static_cast<int>(stages_.size())) break;  // surplus ranks are gone already
+    Bytes b;
+    b.put<int32_t>(kQuit);
+    b.put<int32_t>(code);
+    transport_.send(r, kPipe, std::move(b));
+  }
+  // Progress reports still on their way are of no interest now.
+  Message m;
+  while (transport_.poll(-1, kProgress, &m)) {
+  }
+}
+
+std::vector<StageTimes> Pipeline::take_stage_times() {
+  std::vector<StageTimes> out = stage_window_;
+  for (StageTimes& st : stage_window_) {
+    st.forwards = st.skipped = 0;
+    st.compute_ms = 0;
+  }
+  return out;
+}
+
+namespace {
+
+// Target on the pipeline: the head keeps only the cell counts; the stages hold the caches.
+class PipelineTarget final : public Target {
+ public:
+  explicit PipelineTarget(Pipeline& pipeline) : p_(pipeline) {}
+
+  int n_vocab() const override { return p_.n_vocab(); }
+  void begin(int32_t capacity) override {
+    p_.begin(capacity);
+    n_committed_ = n_spec_ = 0;
+    capacity_ = capacity;
+  }
+  int32_t n_committed() const override { return n_committed_; }
+  int32_t n_spec() const override { return n_spec_; }
+  std::vector<float> forward(const Batch& batch) override { return collect(submit(batch)); }
+  int64_t submit(const Batch& batch) override {
+    const int32_t n = static_cast<int32_t>(batch.size());
+    check(n_committed_ + n_spec_ + n <= capacity_, "KV cache full: ", n_committed_, " committed + ",
+          n_spec_, " speculative + ", n, " new cells exceed the capacity ", capacity_);
+    for (int32_t i = 0; i < n; ++i)
+      check(batch.parents[i] >= -1 && batch.parents[i] < n_spec_ + i, "forward: entry ", i,
+            " names parent ", batch.parents[i], " which is not an earlier cell");
+    n_spec_ += n;
+    ++meter_.forwards;
+    return p_.send_forward(batch);
+  }
+  std::vector<float> collect(int64_t ticket) override {
+    ScopedTimer timer(meter_.ms);  // the time the head waited for the pipeline
+    return p_.wait_logits(ticket);
+  }
+  void cancel(int64_t ticket) override { p_.cancel(ticket); }
+  std::vector<int32_t> commit(std::span<const int32_t> path,
+                              std::span<const int32_t> keep) override {
+    for (int32_t c : path) check(c >= 0 && c < n_spec_, "commit: no speculative cell ", c);
+    for (int32_t c : keep) check(c >= 0 && c < n_spec_, "commit: no speculative cell ", c);
+    p_.send_commit(path, keep);
+    n_committed_ += static_cast<int32_t>(path.size());
+    n_spec_ = static_cast<int32_t>(keep.size());
+    std::vector<int32_t> ids(keep.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    return ids;
+  }
+  void truncate(int32_t n) override {
+    check(n >= 0 && n <= n_committed_, "truncate: ", n, " is beyond the committed ", n_committed_);
+    p_.send_truncate(n);
+    n_committed_ = n;
+    n_spec_ = 0;
+  }
+  ForwardMeter take_meter() override { return std::exchange(meter_, ForwardMeter{}); }
+
+ private:
+  Pipeline& p_;
+  int32_t n_committed_ = 0, n_spec_ = 0, capacity_ = 0;
+  ForwardMeter meter_;
+};
+
+}  // namespace
+
+std::function<std::unique_ptr<Target>(const StrategyConfig&)> pipeline_targets(
+    const Model& target, const PipelineOptions& options, int threads) {
+  if (!g_session || g_session->transport.rank() != 0 || g_session->transport.size() < 2)
+    return nullptr;
+  if (!g_session->pipeline)
+    g_session->pipeline =
+        std::make_unique<Pipeline>(g_session->transport, target, options, threads);
+  Pipeline* p = g_session->pipeline.get();
+  return [p](const StrategyConfig&) { return std::make_unique<PipelineTarget>(*p); };
+}
+
+Pipeline* running_pipeline() {
+  return g_session ? g_session->pipeline.get() : nullptr;
+}
+
+}  // namespace parspec::dist

@@ -1,0 +1,160 @@
+#include "dist/transport.h"
+
+// The C API only (OpenMPI and MPICH otherwise pull in their deprecated C++ bindings).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#include <sched.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace parspec::dist {
+
+bool launched_by_mpirun() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+std::string LinkEmulation::describe() const {
+  if (!active()) return "none (the ranks' real transport)";
+  char s[160];
+  std::snprintf(s, sizeof s, "EMULATED link: %.0f us latency, %s per message", latency_us,
+                gbps > 0 ? (std::to_string(gbps) + " Gb/s").c_str() : "unlimited bandwidth");
+  return s;
+}
+
+int64_t monotonic_ns() {
+  // steady_clock is CLOCK_MONOTONIC on Linux: one clock for every process of a machine.
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void Backoff::pause() {
+  // ~200 us of yielding spins, then 50 us sleeps.
+  if (spins_ < 2000 && std::chrono::steady_clock::now() - start_ < std::chrono::microseconds(200)) {
+    ++spins_;
+    sched_yield();
+    return;
+  }
+  std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+Transport::Transport(int* argc, char*** argv) {
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // Errors come back as codes (and end the job) rather than printing MPI's own abort banner first.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+Transport::~Transport() {
+  flush(5.0);
+  MPI_Finalize();
+}
+
+void Transport::send(int dest, int tag, Bytes body) {
+  check(dest >= 0 && dest < size_, "distributed: no rank ", dest);
+  // The envelope: send time (for link emulation), then the body.
+  std::vector<uint8_t> data(sizeof(int64_t) + body.size());
+  const int64_t now = monotonic_ns();
+  std::memcpy(data.data(), &now, sizeof now);
+  if (body.size() > 0) std::memcpy(data.data() + sizeof now, body.data().data(), body.size());
+  PendingSend& s = sends_.emplace_back();
+  s.data = std::move(data);
+  auto* request = new MPI_Request;
+  s.request = request;
+  const int rc = MPI_Isend(s.data.data(), static_cast<int>(s.data.size()), MPI_BYTE, dest, tag,
+                           MPI_COMM_WORLD, request);
+  check(rc == MPI_SUCCESS, "distributed: sending to rank ", dest, " failed (MPI error ", rc, ")");
+  reap_sends();
+}
+
+void Transport::reap_sends() {
+  while (!sends_.empty()) {
+    auto* request = static_cast<MPI_Request*>(sends_.front().request);
+    int done = 0;
+    MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (!done) break;
+    delete request;
+    sends_.pop_front();
+  }
+}
+
+bool Transport::flush(double timeout_s) {
+  const auto start = std::chrono::steady_clock::now();
+  Backoff backoff;
+  while (!sends_.empty()) {
+    reap_sends();
+    if (sends_.empty()) break;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+        timeout_s) {
+      return false;
+    }
+    backoff.pause();
+  }
+  return true;
+}
+
+void Transport::emulate_delivery(int source, int64_t sent_ns, size_t bytes) {
+  if (!link_.active()) return;
+  int64_t& free_ns = link_free_ns_[source];
+  const int64_t wire_ns =
+      link_.gbps > 0 ? static_cast<int64_t>(static_cast<double>(bytes) * 8.0 / link_.gbps) : 0;
+  free_ns = std::max(free_ns, sent_ns) + wire_ns;
+  const int64_t deliver_ns = free_ns + static_cast<int64_t>(link_.latency_us * 1000.0);
+  for (int64_t now = monotonic_ns(); now < deliver_ns; now = monotonic_ns()) {
+    if (deliver_ns - now > 150000)
+      std::this_thread::sleep_for(std::chrono::nanoseconds(deliver_ns - now - 100000));
+    // the last stretch spins: sleeps overshoot by tens of microseconds
+  }
+}
+
+bool Transport::poll(int source, int tag, Message* out) {
+  reap_sends();
+  int flag = 0;
+  MPI_Status status;
+  const int rc = MPI_Iprobe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag,
+                            MPI_COMM_WORLD, &flag, &status);
+  check(rc == MPI_SUCCESS, "distributed: MPI_Iprobe failed (MPI error ", rc, ")");
+  if (!flag) return false;
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  std::vector<uint8_t> data(static_cast<size_t>(count));
+  MPI_Recv(data.data(), count, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, MPI_COMM_WORLD,
+           MPI_STATUS_IGNORE);
+  check(count >= static_cast<int>(sizeof(int64_t)), "distributed: a message without envelope");
+  int64_t sent_ns = 0;
+  std::memcpy(&sent_ns, data.data(), sizeof sent_ns);
+  emulate_delivery(status.MPI_SOURCE, sent_ns, data.size());
+  out->source = status.MPI_SOURCE;
+  out->tag = status.MPI_TAG;
+  out->body = Bytes(std::vector<uint8_t>(data.begin() + sizeof(int64_t), data.end()));
+  return true;
+}
+
+Message Transport::receive(int source, int tag, double timeout_s) {
+  const auto start = std::chrono::steady_clock::now();
+  Backoff backoff;
+  Message m;
+  while (!poll(source, tag, &m)) {
+    if (timeout_s >= 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s)
+      throw TimeoutError("no message within " + std::to_string(timeout_s) + " s", source);
+    backoff.pause();
+  }
+  return m;
+}
+
+void Transport::abort(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace parspec::dist

@@ -1,0 +1,170 @@
+// Exactness of the strategies on a real MPI pipeline, run by ctest as
+//   mpirun --oversubscribe -np N dist_pipeline_check [--sampling]
+// Rank 0 writes a random target/draft pair, starts the pipeline on ranks
+// 1..N-1 and compares, in this process, every strategy on the pipeline with
+// `ar` on a local target: greedy token ids identical over many prompts; with
+// --sampling, the same two-sample chi-square as tests/decode/test_strategies.cpp
+// over seeded runs. Exit code 0 when everything matches.
+#include <cstdio>
+#include <map>
+
+#include "core/error.h"
+#include "decode/strategies.h"
+#include "dist/pipeline.h"
+#include "stats_helpers.h"
+#include "test_helpers.h"
+
+namespace parspec {
+namespace {
+
+using testing_support::chi_square_two_sample;
+using testing_support::ModelPair;
+using testing_support::TempDir;
+
+std::vector<StrategyConfig> variants() {
+  std::vector<StrategyConfig> v;
+  StrategyConfig c;
+  c.name = "pp";
+  v.push_back(c);
+  c.name = "stpp";
+  c.tree_depth = 2;
+  c.tree_branch = 3;
+  v.push_back(c);
+  c = StrategyConfig();
+  c.name = "pipedec";
+  c.tree_depth = 3;
+  c.tree_width = 4;
+  c.tree_branch = 2;
+  v.push_back(c);
+  c = StrategyConfig();
+  c.name = "pearl";
+  c.pearl_window = 3;
+  v.push_back(c);
+  c = StrategyConfig();
+  c.name = "sd";
+  c.draft_max = 4;
+  v.push_back(c);
+  return v;
+}
+
+std::vector<std::map<int32_t, int64_t>> histograms(Strategy& strategy, int runs,
+                                                   const SamplingParams& params) {
+  std::vector<std::map<int32_t, int64_t>> hist(3);
+  GenerationRequest req;
+  req.prompt = {256, 84, 104};
+  req.n_predict = 3;
+  req.sampling = params;
+  for (int r = 0; r < runs; ++r) {
+    req.sampling.seed = 1000003ull * r + 17;
+    const auto tokens = strategy.generate(req).tokens;
+    for (size_t i = 0; i < tokens.size() && i < 3; ++i) ++hist[i][tokens[i]];
+  }
+  return hist;
+}
+
+int run(bool sampling) {
+  TempDir dir;
+  // make_model_pair's pair, with layers enough for three stages.
+  RandomModelSpec spec;
+  spec.arch = "llama";
+  spec.n_vocab = 260;
+  spec.n_embd = 64;
+  spec.n_ff = 128;
+  spec.n_layer = 4;
+  spec.n_head = 4;
+  spec.n_head_kv = 2;
+  spec.seed = 3;
+  spec.weight_type = DType::F32;
+  ModelPair pair;
+  pair.target = Model::load(testing_support::write_model(dir, "target.gguf", spec));
+  spec.weight_type = DType::Q4_0;
+  pair.draft = Model::load(testing_support::write_model(dir, "draft.gguf", spec));
+  Worker worker(1);
+  dist::PipelineOptions options;
+  options.timeout_s = 60;
+  const auto make_target = dist::pipeline_targets(*pair.target, options, 1);
+  check(make_target != nullptr, "run me under mpirun with at least 2 ranks");
+  std::fprintf(stderr, "%s\n", dist::running_pipeline()->describe().c_str());
+
+  StrategyConfig base;
+  base.target = pair.target;
+  base.draft = pair.draft;
+  base.target_worker = &worker;
+  base.ctx_size = 96;
+  base.name = "ar";
+  auto ar = make_strategy(base);
+  int failures = 0;
+  int64_t accepted = 0, drafted = 0;
+  for (int p = 0; p < 10; ++p) {
+    GenerationRequest req;
+    req.prompt = {256};
+    for (int j = 0; j <= p % 5; ++j) req.prompt.push_back((p * 31 + j * 17 + 3) % 256);
+    req.n_predict = 20;
+    req.sampling.temp = 0;
+    const std::vector<int32_t> expected = ar->generate(req).tokens;
+    for (StrategyConfig c : variants()) {
+      c.target = base.target;
+      c.draft = base.draft;
+      c.target_worker = &worker;
+      c.ctx_size = base.ctx_size;
+      c.make_target = make_target;
+      const GenerationResult got = make_strategy(c)->generate(req);
+      accepted += got.stats.accepted;
+      drafted += got.stats.drafted;
+      if (got.tokens != expected) {
+        std::fprintf(stderr, "FAIL greedy: %s on prompt %d differs from ar\n", c.name.c_str(), p);
+        ++failures;
+      }
+    }
+  }
+  if (accepted == 0 || accepted == drafted) {
+    std::fprintf(stderr, "FAIL: the pair accepted %lld of %lld drafts: not a meaningful test\n",
+                 static_cast<long long>(accepted), static_cast<long long>(drafted));
+    ++failures;
+  }
+  std::fprintf(stderr, "greedy: %d failures\n", failures);
+
+  if (sampling) {
+    SamplingParams params;
+    params.temp = 1.5f;
+    params.top_k = 0;
+    params.top_p = 1.0f;
+    params.min_p = 0.0f;
+    constexpr int kRuns = 1500;
+    const auto reference = histograms(*ar, kRuns, params);
+    for (StrategyConfig c : variants()) {
+      if (c.name == "sd") continue;
+      c.target = base.target;
+      c.draft = base.draft;
+      c.target_worker = &worker;
+      c.ctx_size = 64;
+      c.make_target = make_target;
+      auto strategy = make_strategy(c);
+      const auto got = histograms(*strategy, kRuns, params);
+      for (size_t pos = 0; pos < got.size(); ++pos) {
+        const auto r = chi_square_two_sample(got[pos], reference[pos]);
+        std::fprintf(stderr, "sampling %s position %zu: chi-square %.1f, %d df%s\n", c.name.c_str(),
+                     pos, r.statistic, r.df, r.rejects() ? ": REJECTED" : "");
+        failures += r.rejects() ? 1 : 0;
+      }
+    }
+  }
+  std::printf("%s\n", failures == 0 ? "PASS" : "FAIL");
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace parspec
+
+int main(int argc, char** argv) {
+  if (parspec::dist::start_session(&argc, &argv) && parspec::dist::session_rank() > 0)
+    return parspec::dist::serve_stage();
+  int code = 1;
+  try {
+    code = parspec::run(argc > 1 && std::string(argv[1]) == "--sampling");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAIL: %s\n", e.what());
+  }
+  parspec::dist::end_session(code);
+  return code;
+}

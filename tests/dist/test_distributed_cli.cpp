@@ -1,0 +1,117 @@
+// `mpirun -np N parspec ...` end to end: the strategies on pipelines of 2, 3
+// and 4 ranks reproduce single-process `ar` on the zoo pair; a flag error is
+// reported once; a rank that dies or stops ends the job (rank_failure.sh); a
+// two-"host" run over TCP between network namespaces (netns_two_hosts.sh).
+// Tests/dist/pipeline_check.cpp covers a random pair and sampling.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_helpers.h"
+
+namespace parspec {
+namespace {
+
+using testing_support::run_command;
+
+const std::string kSource = PARSPEC_SOURCE_DIR;
+const std::string kTarget = kSource + "/models/target.gguf";
+const std::string kDraft = kSource + "/models/draft.gguf";
+const std::string kMpirun =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe ";
+
+std::vector<int32_t> tokens_of(const std::string& json_text) {
+  const auto start = json_text.find('{');
+  if (start == std::string::npos) return {};
+  return nlohmann::json::parse(json_text.substr(start))["tokens"].get<std::vector<int32_t>>();
+}
+
+std::string generate_args(const std::string& strategy) {
+  return " generate -m " + kTarget + " -md " + kDraft + " --strategy " + strategy +
+         " -p 'Once upon a time there was' -n 32 --temp 0 --json -t 1";
+}
+
+TEST(DistributedCli, ZooStrategiesOnTwoThreeFourRanksMatchSingleProcessAr) {
+  const auto ar = run_command(std::string(PARSPEC_BINARY) + generate_args("ar") + " 2>/dev/null");
+  ASSERT_EQ(ar.exit_code, 0);
+  const std::vector<int32_t> expected = tokens_of(ar.output);
+  ASSERT_EQ(expected.size(), 32u);
+  for (int ranks : {2, 3, 4}) {
+    for (const std::string strategy : {"pp", "stpp", "pipedec", "pearl --pearl-window 3"}) {
+      const auto got = run_command(kMpirun + "-np " + std::to_string(ranks) + " " + PARSPEC_BINARY +
+                                   generate_args(strategy) + " 2>&1");
+      EXPECT_EQ(got.exit_code, 0) << strategy << " on " << ranks << " ranks:\n" << got.output;
+      EXPECT_EQ(tokens_of(got.output), expected) << strategy << " on " << ranks << " ranks";
+      EXPECT_NE(got.output.find("distributed: pipeline of " + std::to_string(ranks - 1) + " stage"),
+                std::string::npos)
+          << got.output;
+    }
+  }
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(DistributedCli, ErrorsAreReportedOnceAndEndEveryRank) {
+  const auto bad_flag = run_command(kMpirun + "-np 3 " + PARSPEC_BINARY + generate_args("pp") +
+                                    " --no-such-flag 2>&1");
+  EXPECT_NE(bad_flag.exit_code, 0);
+  EXPECT_EQ(count(bad_flag.output, "--no-such-flag"), 1) << bad_flag.output;
+  const auto bad_split = run_command(kMpirun + "-np 3 " + PARSPEC_BINARY + generate_args("pp") +
+                                     " --layer-split 1,2 2>&1");
+  EXPECT_NE(bad_split.exit_code, 0);
+  EXPECT_EQ(count(bad_split.output, "error: --layer-split '1,2' covers 3 layers"), 1)
+      << bad_split.output;
+  const auto auto_under_mpi =
+      run_command(kMpirun + "-np 2 " + PARSPEC_BINARY + generate_args("auto") + " 2>&1");
+  EXPECT_NE(auto_under_mpi.exit_code, 0);
+  EXPECT_EQ(count(auto_under_mpi.output, "strategy 'auto' tunes on a target in this process"), 1);
+  // Without mpirun the distributed flags are an error, not ignored.
+  const auto single =
+      run_command(std::string(PARSPEC_BINARY) + generate_args("pp") + " --link-latency-us 10 2>&1");
+  EXPECT_NE(single.exit_code, 0);
+  EXPECT_NE(single.output.find("are for runs launched by mpirun"), std::string::npos);
+}
+
+TEST(DistributedCli, AnExplicitLayerSplitAndEmulatedLinkStillMatchAr) {
+  const auto ar = run_command(std::string(PARSPEC_BINARY) + generate_args("ar") + " 2>/dev/null");
+  const auto got = run_command(kMpirun + "-np 3 " + PARSPEC_BINARY + generate_args("pipedec") +
+                               " --layer-split 1,5 --link-latency-us 100 --link-gbps 10 2>&1");
+  ASSERT_EQ(got.exit_code, 0) << got.output;
+  EXPECT_EQ(tokens_of(got.output), tokens_of(ar.output));
+  EXPECT_NE(got.output.find("layers 0-0 + embedding"), std::string::npos) << got.output;
+  EXPECT_NE(got.output.find("EMULATED link: 100 us latency"), std::string::npos) << got.output;
+}
+
+void expect_rank_failure_handled(const std::string& mode) {
+  const auto r = run_command("bash " + kSource + "/tests/dist/rank_failure.sh " + PARSPEC_BINARY +
+                             " " + kTarget + " " + kDraft + " " + mode + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+}
+
+TEST(DistributedCli, AKilledRankEndsTheJobWithinTenSeconds) {
+  expect_rank_failure_handled("kill");
+}
+
+TEST(DistributedCli, AStoppedRankEndsTheJobWithinTenSeconds) {
+  expect_rank_failure_handled("stop");
+}
+
+TEST(DistributedCli, TwoNetworkNamespacesOverTcp) {
+  const auto r = run_command("bash " + kSource + "/tests/dist/netns_two_hosts.sh " +
+                             PARSPEC_BINARY + " " + kTarget + " " + kDraft + " 2>&1");
+  if (r.exit_code == 77) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto ar = run_command(std::string(PARSPEC_BINARY) + " generate -m " + kTarget +
+                              " -p 'Once upon a time' -n 24 --temp 0 --json 2>/dev/null");
+  EXPECT_EQ(tokens_of(r.output), tokens_of(ar.output)) << r.output;
+}
+
+}  // namespace
+}  // namespace parspec
