@@ -171,7 +171,9 @@ def write_side_file(path, embd, args, meta, model, facts):
     k, E = args.prompt_tokens, args.ensemble
     w = gw.GgufWriter()
     w.add_string("general.architecture", "ppd")
-    w.add_string("general.name", os.path.basename(path))
+    # named after the model it serves, not the output path, so that reruns give the same bytes
+    model_name = os.path.basename(args.model)
+    w.add_string("general.name", (model_name[:-5] if model_name.endswith(".gguf") else model_name) + ".ppd.gguf")
     w.add_u32("general.alignment", gw.ALIGNMENT)
     w.add_u32("ppd.prompt_tokens", k)
     w.add_u32("ppd.ensemble_tokens", E)

@@ -133,7 +133,6 @@ class Ppd final : public DecodeStrategy {
 
     // The batch: root and candidates, then every node's prompt-token chains.
     Batch batch;
-    batch.input_embeddings.clear();
     const int32_t first = target_->n_spec();
     std::vector<int32_t> row_of(n, -1);
     for (int i = 0; i < n; ++i) {

@@ -120,7 +120,7 @@ std::vector<PpdTreeNode> build_state(const RankAccuracy& acc, int ensemble, int 
   for (size_t n = 1; n <= order.size(); ++n) {
     std::vector<PpdTreeNode> nodes(order.begin(), order.begin() + n);
     const double score = assign_prompt_tokens(nodes, acc, ensemble, budget, value);
-    if (score > best_score + 1e-12) {
+    if (score >= best_score - 1e-12) {  // ties: more candidates (tokens now, not promises)
       best_score = score;
       best = std::move(nodes);
     }
@@ -330,20 +330,28 @@ PpdTrees build_ppd_trees(const RankAccuracy& accuracy, int ensemble_tokens, int 
     chain *= rank_accuracy_at(accuracy, m, 0);
     value[m] = value[m - 1] + chain;
   }
-  PpdTrees trees;
+  PpdTrees trees, best;
   trees.max_prompt_tokens = K;
   trees.ensemble_tokens = ensemble_tokens;
   trees.budget = budget;
-  for (int round = 0; round < 3; ++round) {
+  double best_tokens = -1;
+  // The states' values and trees depend on each other: a few rounds, keeping the
+  // set whose Markov-chain forecast is best (a round can settle on a poor fixed
+  // point, e.g. prompt tokens kept where no candidate ever uses them).
+  for (int round = 0; round < 6; ++round) {
     trees.states.clear();
     for (int k = 0; k <= K; ++k)
       trees.states.push_back(build_state(accuracy, ensemble_tokens, budget, k, value));
     const PpdTreeForecast f = forecast_ppd_trees(trees, accuracy);
-    for (int m = 0; m <= K; ++m) value[m] = f.tokens_per_step[m];
+    if (f.tokens > best_tokens + 1e-12) {
+      best_tokens = f.tokens;
+      best = trees;
+    }
+    for (int m = 0; m <= K; ++m) value[m] = std::max(value[m], f.tokens_per_step[m]);
     // Keep f non-decreasing in m (more predicted depths never hurt).
     for (int m = 1; m <= K; ++m) value[m] = std::max(value[m], value[m - 1]);
   }
-  return trees;
+  return best;
 }
 
 std::vector<PpdBudgetChoice> rank_ppd_budgets(const RankAccuracy& accuracy, int ensemble_tokens,

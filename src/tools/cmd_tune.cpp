@@ -48,9 +48,11 @@ bool parse_tune_args(int argc, char** argv, TuneArgs& a) {
               "tuning cache directory (default: $PARSPEC_CACHE_DIR, else "
               "$XDG_CACHE_HOME/parspec, else ~/.cache/parspec)");
   args.flag("--retune", &a.retune, "measure again even when the cache has an entry");
-  args.option("--ppd", &a.ppd_path, "FILE",
-              "tune `--strategy ppd` with these prompt tokens instead (no draft model): measure "
-              "L(n), choose the tree size that the cost model predicts fastest, write its trees");
+  args.option(
+      "--ppd", &a.ppd_path, "FILE",
+      "tune `--strategy ppd` with these prompt tokens instead (no draft model): measure L(n), "
+      "predict each tree size's speed, run the --measure best and ar for real, write the "
+      "trees of the fastest");
   args.option("--ppd-tree-out", &a.ppd_tree_out, "FILE",
               "where --ppd writes the chosen trees (default: the side file with .tree for .gguf)");
   args.option("--ppd-max-budget", &a.ppd_max_budget, "N",
