@@ -6,14 +6,16 @@
 # interleaved prompt by prompt within each run (greedy: outputs checked against ar),
 # then `parspec lp-similarity` on the drafter, and prints one Markdown table.
 #
-# Usage: bash bench/easyspec.sh [zoo|inflated]   (default zoo)
+# Usage: bash bench/easyspec.sh [zoo|inflated|drafter]   (default zoo)
 #   zoo:      models/target.gguf + models/draft-deep.gguf (8 layers)
 #   inflated: out/zoo-target-1b-f16.gguf + out/zoo-draft-deep-100m-f16.gguf
 #             (bash bench/make_pairs.sh small makes them)
+#   drafter:  models/target.gguf + out/zoo-draft-deep-100m-f16.gguf: a cheap target, so that
+#             the memory-bound drafter's time per step is measured quickly (same α as zoo)
 # Env: PARSPEC (build/parspec), OUT (out/easyspec), SIZES ("1 2 3 4"), GAMMA (4),
 #      DEPTH (4), WIDTH (4), CALIBRATE (every), THREADS (-t, 2), THREADS_DRAFT (-td, 0),
 #      N_PREDICT (64; inflated 32), MAX_PROMPTS (4; inflated 1), PROMPTS (code,math,prose,config),
-#      TARGET, DRAFT (other model files)
+#      TARGET, DRAFT (other model files), TREE (1; 0 skips the tree runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIR=${1:-zoo}
@@ -36,8 +38,12 @@ case "$PAIR" in
     TARGET=${TARGET:-out/zoo-target-1b-f16.gguf} DRAFT=${DRAFT:-out/zoo-draft-deep-100m-f16.gguf}
     N_PREDICT=${N_PREDICT:-32} MAX_PROMPTS=${MAX_PROMPTS:-1}
     ;;
+  drafter)
+    TARGET=${TARGET:-models/target.gguf} DRAFT=${DRAFT:-out/zoo-draft-deep-100m-f16.gguf}
+    N_PREDICT=${N_PREDICT:-32} MAX_PROMPTS=${MAX_PROMPTS:-1}
+    ;;
   *)
-    echo "usage: $0 [zoo|inflated]" >&2
+    echo "usage: $0 [zoo|inflated|drafter]" >&2
     exit 2
     ;;
 esac
@@ -53,6 +59,7 @@ for n in $SIZES; do
   echo "easyspec.sh: lp size $n, chain" >&2
   "$PARSPEC" bench "${COMMON[@]}" --strategies ar,sd,easyspec --draft-max "$GAMMA" --lp-size "$n" \
     --json "$OUT/$PAIR-chain-$n.json" > "$OUT/$PAIR-chain-$n.log" 2>&1
+  [[ ${TREE:-1} == 1 ]] || continue
   echo "easyspec.sh: lp size $n, tree" >&2
   "$PARSPEC" bench "${COMMON[@]}" --strategies ar,easyspec --lp-tree --tree-depth "$DEPTH" \
     --tree-width "$WIDTH" --lp-size "$n" --json "$OUT/$PAIR-tree-$n.json" > "$OUT/$PAIR-tree-$n.log" 2>&1

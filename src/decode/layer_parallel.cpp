@@ -158,7 +158,7 @@ int32_t LayerParallelDrafter::n_spec() const {
 }
 
 std::vector<float> LayerParallelDrafter::propose(const Batch& nodes) {
-  kv();
+  kv();  // throws before begin()
   ScopedTimer timer(meter_.ms);
   ++meter_.forwards;
   const bool extends_prefix =
@@ -217,7 +217,7 @@ std::vector<float> LayerParallelDrafter::fuzzy_forward(const Batch& batch) {
 std::vector<int32_t> LayerParallelDrafter::accept(std::span<const int32_t> path,
                                                   std::span<const int32_t> keep) {
   KvCache& kv = *kv_;
-  // A rejected draft: speculative cells that neither join the sequence nor survive.
+  // What the strategy said about the verification this accept() follows.
   const bool mismatch = mismatch_;
   mismatch_ = false;
   for (int32_t cell : path) committed_fuzzy_.push_back(spec_fuzzy_.at(cell));

@@ -9,7 +9,6 @@
 // are marked; "bonus calibration" drops them after a verification so that the
 // next round's first forward (accepted tokens + the bonus token) rewrites them
 // layer-sequentially, i.e. exactly.
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>

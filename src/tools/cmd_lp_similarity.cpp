@@ -187,7 +187,9 @@ int cmd_lp_similarity(int argc, char** argv) {
     for (const LayerSimilarity& s : total) {
       all.add(s);
       nlohmann::ordered_json j = {{"layer", s.layer}, {"group", s.group}, {"offset", s.offset}};
-      j.update(Mean{s.h, s.q, s.k, s.v, s.attn, s.tokens}.json());
+      Mean layer;
+      layer.add(s);
+      j.update(layer.json());
       per_layer.push_back(j);
     }
     const nlohmann::ordered_json mean = all.json();
