@@ -5,7 +5,7 @@
 #   2. closed loop: 1 client vs 8 clients back to back (batched throughput at 8
 #      concurrent requests vs one), on the zoo pair and, when present, the inflated
 #      1B-class pair (bash bench/make_pairs.sh small).
-# Usage: bash bench/serve_load.sh [open|closed|all]
+# Usage: bash bench/serve_load.sh [open|closed|closed-1b|all]
 # Env: PARSPEC (build/parspec), THREADS (2), RATES (20,50,100), N (1000), MAX_TOKENS (64),
 #      OUT (out/: where the inflated pair is), PORT (18480)
 set -euo pipefail
@@ -73,6 +73,8 @@ closed_pair() {
 
 if [[ $WHICH == closed || $WHICH == all ]]; then
   closed_pair "zoo" models/target.gguf models/draft.gguf 40 64
+fi
+if [[ $WHICH == closed || $WHICH == closed-1b || $WHICH == all ]]; then
   if [[ -s $OUT/zoo-target-1b-f16.gguf && -s $OUT/zoo-draft-100m-f16.gguf ]]; then
     closed_pair "inflated 1B-class pair (f16)" "$OUT/zoo-target-1b-f16.gguf" \
       "$OUT/zoo-draft-100m-f16.gguf" 3 32
