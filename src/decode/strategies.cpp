@@ -9,6 +9,7 @@ const std::vector<StrategyInfo>& strategy_registry() {
   static const std::vector<StrategyInfo> registry = {
       autoregressive_strategy(), chain_sd_strategy(), static_tree_strategy(),
       dynamic_tree_strategy(),   pearl_strategy(),    auto_strategy(),
+      specinfer_strategy(),      cosine_strategy(),
   };
   return registry;
 }

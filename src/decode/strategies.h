@@ -67,5 +67,7 @@ StrategyInfo static_tree_strategy();
 StrategyInfo dynamic_tree_strategy();
 StrategyInfo pearl_strategy();
 StrategyInfo auto_strategy();
+StrategyInfo cosine_strategy();
+StrategyInfo specinfer_strategy();
 
 }  // namespace parspec

@@ -20,9 +20,9 @@ using testing_support::ModelPair;
 using testing_support::TempDir;
 
 TEST(StrategyRegistry, ListsTheStrategiesInBenchmarkOrder) {
-  EXPECT_EQ(strategy_names(),
-            (std::vector<std::string>{"ar", "sd", "tree", "dyntree", "pearl", "auto"}));
-  EXPECT_EQ(strategy_list(), "ar, sd, tree, dyntree, pearl, auto");
+  EXPECT_EQ(strategy_names(), (std::vector<std::string>{"ar", "sd", "tree", "dyntree", "pearl",
+                                                        "auto", "specinfer", "cosine"}));
+  EXPECT_EQ(strategy_list(), "ar, sd, tree, dyntree, pearl, auto, specinfer, cosine");
   for (const StrategyInfo& info : strategy_registry()) {
     // auto without a draft model is ar.
     EXPECT_EQ(info.needs_draft, info.name != "ar" && info.name != "auto") << info.name;
