@@ -127,6 +127,7 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
   base.draft = pair.draft;
   base.target_worker = &worker;
   base.ctx_size = 96;
+  if (base.name == "cosine" || base.name == "specinfer") base.drafters = {pair.draft, pair.target};
   constexpr int kRequests = 6;
   std::vector<GenerationRequest> requests(kRequests);
   std::vector<std::vector<int32_t>> solo(kRequests), batched(kRequests);
@@ -172,7 +173,9 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, BatchedStrategies,
                          ::testing::Values(Case{"ar", 0}, Case{"sd", 0}, Case{"tree", 0},
-                                           Case{"dyntree", 0}, Case{"ar", 0.8f}, Case{"sd", 0.8f}),
+                                           Case{"dyntree", 0}, Case{"ar", 0.8f}, Case{"sd", 0.8f},
+                                           Case{"specinfer", 0}, Case{"cosine", 0},
+                                           Case{"cosine", 0.8f}),
                          [](const auto& param_info) {
                            return param_info.param.strategy +
                                   (param_info.param.temp > 0 ? "_sampled" : "_greedy");
