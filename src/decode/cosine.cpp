@@ -109,7 +109,8 @@ class PoolSpeculation final : public DecodeStrategy {
   }
 
  protected:
-  int spec_budget() const override { return config_.draft_max * pool_.size() + 2; }
+  // Per depth: the fused node, and per drafter a sibling and the sibling's child.
+  int spec_budget() const override { return 2 * config_.draft_max * pool_.size() + 2; }
 
   void reset() override {
     // The driver begins the target and drafter_ (none here): the pool's
@@ -194,16 +195,33 @@ class PoolSpeculation final : public DecodeStrategy {
         for (Member& m : members_) m.node = child(m.node, m.tokens.back());
       }
       if (d == depth || stop) break;
+      // cosine: a drafter whose own token lost the fusion also scores it
+      // (eq. 4's second term), in the same forward: its next token there
+      // hangs below that sibling.
+      for (Member& m : members_)
+        m.own = cosine_ && m.tokens.back() != tokens_[m.node]
+                    ? child(parents_[m.node], m.tokens.back())
+                    : -1;
       pool_.run(slots, [&](int s) {
         Member& m = members_[s];
         Drafter& drafter = pool_.member(m.index);
+        const int32_t parent_cell = m.cell_of[parents_[m.node]];
         Batch batch;
-        batch.add(tokens_[m.node], root_pos + depths_[m.node], m.cell_of[parents_[m.node]], true);
+        batch.add(tokens_[m.node], root_pos + depths_[m.node], parent_cell, true);
+        if (m.own >= 0) batch.add(tokens_[m.own], root_pos + depths_[m.own], parent_cell, true);
         const int32_t cell = drafter.n_spec();
-        m.logits = drafter.propose(batch);
-        if (m.cell_of.size() <= static_cast<size_t>(m.node)) m.cell_of.resize(m.node + 1, -1);
+        std::vector<float> logits = drafter.propose(batch);
+        m.cell_of.resize(tokens_.size(), -1);
         m.cell_of[m.node] = cell;
+        if (m.own >= 0) {
+          m.cell_of[m.own] = cell + 1;
+          m.own_next = argmax(&logits[n_vocab()], n_vocab());
+        }
+        logits.resize(n_vocab());
+        m.logits = std::move(logits);
       });
+      for (Member& m : members_)
+        if (m.own >= 0) child(m.own, m.own_next);
     }
     stats_->t_draft_ms += draft_watch.elapsed_ms();
 
@@ -228,6 +246,8 @@ class PoolSpeculation final : public DecodeStrategy {
     std::vector<float> logits;          // after `node`
     std::vector<int32_t> tokens;        // its pick at each depth
     std::vector<float> confidence;      // the probability of that pick
+    int32_t own = -1;                   // its pick's node when the fusion chose another
+    int32_t own_next = 0;               // its next token below `own`
   };
 
   static RoutingParams routing_params(const StrategyConfig& c) {
