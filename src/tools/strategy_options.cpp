@@ -16,10 +16,11 @@ void StrategyOptions::add_to(ArgParser& args) {
   args.option("--drafters", &drafter_paths, "FILES",
               "cosine, specinfer: the drafter pool, GGUF files separated by commas (each gets a "
               "worker of -td threads when -td is given)");
-  args.option("-td,--threads-draft", &threads_draft, "N",
-              "threads of the draft model's own worker; 0 = share the target's worker (pearl, "
-              "which runs both models at once, then gives the draft as many threads as -t on "
-              "the target's cores)");
+  args.option(
+      "-td,--threads-draft", &threads_draft, "N",
+      "threads of the draft model's own worker; 0 = share the target's worker (pearl, "
+      "which runs both models at once, then gives the draft as many threads as -t on "
+      "the target's cores; serve: the worker that drafting passes run on beside verification)");
   // Flags in registry order; one slot per flag, however many strategies take it.
   std::vector<std::pair<const StrategyOption*, std::string>> flags;  // option, strategies
   for (const StrategyInfo& info : strategy_registry()) {

@@ -172,7 +172,9 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
   const ForwardBatcher::Stats st = batcher.stats();
   // Batching happened: rounds served several requests' forwards at once.
   EXPECT_GT(st.sequence_forwards, st.passes);
-  if (GetParam().pipelined) EXPECT_GT(st.overlapped, 0);
+  if (GetParam().pipelined) {
+    EXPECT_GT(st.overlapped, 0);
+  }
   EXPECT_EQ(batcher.joined(), 0);
 }
 
