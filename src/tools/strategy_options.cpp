@@ -177,7 +177,8 @@ StrategyConfig StrategyResources::config_for(const std::string& name,
   c.drafter_names = drafter_names;
   for (const auto& w : drafter_workers) c.drafter_workers.push_back(w.get());
   if (info.needs_draft && !draft && drafters.empty())
-    fail("strategy '", name, "' needs a draft model: give one with -md FILE");
+    fail("strategy '", name, "' needs a draft model: give one with -md FILE",
+         name == "cosine" || name == "specinfer" ? " or a pool with --drafters a.gguf,b.gguf" : "");
   return c;
 }
 
