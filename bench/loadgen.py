@@ -117,6 +117,15 @@ def one_request(url, args, prompt, result):
     result["latency"] = time.perf_counter() - start
 
 
+def rate_at(rate, elapsed, period):
+    """The arrival rate at `elapsed` seconds: a number, or "LOW~HIGH" (fluctuating:
+    LOW and HIGH alternate every `period` seconds, LOW first)."""
+    if isinstance(rate, str) and "~" in rate:
+        low, high = (float(x) for x in rate.split("~"))
+        return low if int(elapsed // period) % 2 == 0 else high
+    return float(rate)
+
+
 def run_rate(args, rate, prompts):
     rng = random.Random(args.seed)
     results = [dict() for _ in range(args.requests)]
@@ -125,7 +134,7 @@ def run_rate(args, rate, prompts):
     t0 = time.perf_counter()
     next_at = t0
     for i in range(args.requests):
-        next_at += rng.expovariate(rate)
+        next_at += rng.expovariate(rate_at(rate, next_at - t0, args.period))
         delay = next_at - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
@@ -135,7 +144,7 @@ def run_rate(args, rate, prompts):
         threads.append(t)
     for t in threads:
         t.join()
-    return summarize(args, f"{rate:g} req/s", results, time.perf_counter() - t0, mem_before)
+    return summarize(args, f"{rate} req/s" if isinstance(rate, str) else f"{rate:g} req/s", results, time.perf_counter() - t0, mem_before)
 
 
 def run_closed(args, concurrency, prompts):
@@ -168,12 +177,15 @@ def summarize(args, label, results, wall, mem_before):
     ttft = [r["ttft"] for r in ok if r.get("ttft") is not None]
     tpot = [r["tpot"] for r in ok if r.get("tpot") is not None]
     tokens = sum(r["tokens"] for r in ok)
+    latency = [r["latency"] for r in ok if r.get("latency") is not None]
     return {
         "load": label, "requests": len(results), "ok": len(ok), "errors": len(errors),
         "first_errors": errors[:3], "wall_s": wall, "tokens": tokens,
         "throughput_tok_s": tokens / wall,
         "ttft_p50_ms": percentile(ttft, 50) * 1e3, "ttft_p99_ms": percentile(ttft, 99) * 1e3,
         "tpot_p50_ms": percentile(tpot, 50) * 1e3, "tpot_p99_ms": percentile(tpot, 99) * 1e3,
+        "latency_mean_ms": statistics.fmean(latency) * 1e3 if latency else float("nan"),
+        "latency_p99_ms": percentile(latency, 99) * 1e3,
         "rss_before_mib": mem_before, "rss_after_mib": rss_mib(args.pid) if args.pid else None,
     }
 
@@ -181,7 +193,10 @@ def summarize(args, label, results, wall, mem_before):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="http://127.0.0.1:8080")
-    ap.add_argument("--rates", default="4", help="arrival rates in requests/s, comma-separated")
+    ap.add_argument("--rates", default="4", help="arrival rates in requests/s, comma-separated; LOW~HIGH fluctuates "
+                         "between the two every --period seconds")
+    ap.add_argument("--period", type=float, default=5.0,
+                    help="seconds of each phase of a fluctuating rate")
     ap.add_argument("--concurrency", default="",
                     help="closed loop instead: client counts, comma-separated")
     ap.add_argument("--requests", type=int, default=100, help="requests per rate (or per concurrency)")
@@ -198,16 +213,17 @@ def main():
     args = ap.parse_args()
     prompts = load_prompts(args.prompts)
     rows = []
-    print("| load | requests | errors | tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | RSS before → after (MiB) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| load | requests | errors | tok/s | latency mean / p99 (ms) | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | RSS before → after (MiB) |")
+    print("|---|---|---|---|---|---|---|---|")
     loads = ([("closed", int(c)) for c in args.concurrency.split(",")] if args.concurrency
-             else [("rate", float(r)) for r in args.rates.split(",")])
+             else [("rate", r if "~" in r else float(r)) for r in args.rates.split(",")])
     for kind, value in loads:
         row = run_closed(args, value, prompts) if kind == "closed" else run_rate(args, value, prompts)
         rows.append(row)
         mem = (f"{row['rss_before_mib']:.0f} → {row['rss_after_mib']:.0f}"
                if row["rss_before_mib"] is not None and row["rss_after_mib"] is not None else "–")
         print(f"| {row['load']} | {row['requests']} | {row['errors']} | {row['throughput_tok_s']:.1f} | "
+              f"{row['latency_mean_ms']:.0f} / {row['latency_p99_ms']:.0f} | "
               f"{row['ttft_p50_ms']:.1f} / {row['ttft_p99_ms']:.1f} | "
               f"{row['tpot_p50_ms']:.2f} / {row['tpot_p99_ms']:.2f} | {mem} |", flush=True)
         for e in row["first_errors"]:

@@ -10,7 +10,8 @@ const std::vector<StrategyInfo>& strategy_registry() {
       autoregressive_strategy(), chain_sd_strategy(),      static_tree_strategy(),
       dynamic_tree_strategy(),   pearl_strategy(),         easyspec_strategy(),
       auto_strategy(),           ppd_strategy(),           pipeline_pp_strategy(),
-      pipeline_stpp_strategy(),  pipedec_strategy(),
+      pipeline_stpp_strategy(),  pipedec_strategy(),       specinfer_strategy(),
+      cosine_strategy(),
   };
   return registry;
 }

@@ -72,5 +72,7 @@ StrategyInfo ppd_strategy();
 StrategyInfo pipeline_pp_strategy();
 StrategyInfo pipeline_stpp_strategy();
 StrategyInfo pipedec_strategy();
+StrategyInfo cosine_strategy();
+StrategyInfo specinfer_strategy();
 
 }  // namespace parspec

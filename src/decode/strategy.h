@@ -52,6 +52,14 @@ struct GenerationStats {
   double t_verify_ms = 0;
   PositionAcceptance per_position;
   int draft_window = 0;  // pearl: the window γ it ran with (measured or --pearl-window)
+  // cosine, specinfer: what each drafter of the pool did (empty for the others).
+  struct DrafterUse {
+    std::string name;
+    int64_t routed_steps = 0;  // steps the drafter drafted in
+    int64_t fused_tokens = 0;  // fused tokens (cosine) it was the most confident for
+    double score = 0;          // its routing score after the last step (eq. 2 of CoSine)
+  };
+  std::vector<DrafterUse> drafter_use;
 
   // One verification's outcome: `proposed` draft tokens went to the target,
   // `accepted` of them (a path from the root) were accepted, and draft
@@ -113,6 +121,15 @@ struct StrategyConfig {
   bool pre_verify = true;
   bool post_verify = true;
   std::map<std::string, OptionValue> options;
+  // A pool of drafters (cosine, specinfer: --drafters), each with a name (the
+  // file's stem) and a worker (missing or null: draft_worker). Empty: the one
+  // draft model.
+  std::vector<std::shared_ptr<const Model>> drafters;
+  std::vector<std::string> drafter_names;
+  std::vector<Worker*> drafter_workers;
+  // The server's verifier load (requests generating at once); empty: 1. A pool
+  // strategy lets fewer drafters take part when the verifier is busy.
+  std::function<int()> verifier_load;
   // Another backend for the sides; null: a LocalTarget / ModelDrafter on the
   // config's models and workers. The server (src/serve) sets both for its
   // batched forwards; the distributed runtime (src/dist) sets make_target so

@@ -92,7 +92,8 @@ class TextAssembler {
 Engine::Engine(EngineOptions options, const Tokenizer& tokenizer)
     : options_(std::move(options)),
       tokenizer_(tokenizer),
-      batcher_(*options_.base.target_worker, options_.token_budget) {
+      batcher_(*options_.base.target_worker, options_.token_budget, options_.draft_worker,
+               options_.base.target.get()) {
   check(options_.slots >= 1, "at least one generation slot is needed");
   for (int i = 0; i < options_.slots; ++i) slots_.emplace_back([this] { slot_main(); });
 }
@@ -168,7 +169,9 @@ void Engine::run(CompletionJob& job) {
   config.make_target = [&](const StrategyConfig& c) -> std::unique_ptr<Target> {
     return std::make_unique<BatchedTarget>(c.target, batcher_, [&text] { text.close_step(false); });
   };
-  if (config.draft)
+  // Pool strategies (cosine) share fewer drafters per request as more requests verify at once.
+  config.verifier_load = [this] { return active(); };
+  if (config.draft || !config.drafters.empty())
     config.make_drafter = [&](const StrategyConfig& c) -> std::unique_ptr<Drafter> {
       return std::make_unique<BatchedDrafter>(c.draft, batcher_);
     };

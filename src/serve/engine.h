@@ -62,6 +62,9 @@ struct EngineOptions {
   int slots = 4;        // requests generating at once
   int max_queue = 64;   // requests waiting for a slot
   int token_budget = 512;
+  // Drafting passes run on this worker beside the verification pass (null: on
+  // the target's worker, after it).
+  Worker* draft_worker = nullptr;
 };
 
 class Engine {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "core/error.h"
@@ -9,8 +10,11 @@
 
 namespace parspec {
 
-ForwardBatcher::ForwardBatcher(Worker& worker, int token_budget)
-    : worker_(worker), token_budget_(token_budget) {
+ForwardBatcher::ForwardBatcher(Worker& worker, int token_budget, Worker* draft_worker,
+                               const Model* target)
+    : worker_(worker), token_budget_(token_budget), draft_worker_(draft_worker), target_(target) {
+  check(draft_worker_ == nullptr || (target_ != nullptr && draft_worker_ != &worker_),
+        "a batcher's draft worker needs the target model and a worker of its own");
   check(token_budget_ >= 1, "the per-step token budget must be at least 1");
 }
 
@@ -80,17 +84,19 @@ void ForwardBatcher::run_round(std::unique_lock<std::mutex>& lock) {
     if (by_model.find(p->model) == by_model.end()) models.push_back(p->model);
     by_model[p->model].push_back(p);
   }
-  for (const Model* model : models) {
-    std::vector<Pending*>& group = by_model[model];
-    std::vector<Model::SequenceBatch> sequences;
-    for (Pending* p : group) sequences.push_back({p->batch, p->kv});
-    try {
-      std::vector<std::vector<float>> logits = model->forward_multi(worker_, sequences);
-      for (size_t i = 0; i < group.size(); ++i) group[i]->logits = std::move(logits[i]);
-    } catch (...) {
-      for (Pending* p : group) p->error = std::current_exception();
-    }
-  }
+  // With a draft worker, the drafters' passes run on a thread of their own
+  // while this thread runs the target's.
+  const bool overlap =
+      draft_worker_ != nullptr && by_model.count(target_) != 0 && by_model.size() > 1;
+  std::thread drafting;
+  if (overlap)
+    drafting = std::thread([&] {
+      for (const Model* model : models)
+        if (model != target_) run_pass(*draft_worker_, *model, by_model[model]);
+    });
+  for (const Model* model : models)
+    if (!overlap || model == target_) run_pass(worker_, *model, by_model[model]);
+  if (drafting.joinable()) drafting.join();
 
   lock.lock();
   running_ = false;
@@ -98,11 +104,24 @@ void ForwardBatcher::run_round(std::unique_lock<std::mutex>& lock) {
   stats_.passes += static_cast<int64_t>(models.size());
   stats_.sequence_forwards += static_cast<int64_t>(chosen.size());
   stats_.rows += static_cast<int64_t>(rows);
+  stats_.overlapped += overlap ? 1 : 0;
   for (Pending* p : chosen) {
     p->done = true;
     pending_.erase(std::find(pending_.begin(), pending_.end(), p));
   }
   cv_.notify_all();
+}
+
+void ForwardBatcher::run_pass(Worker& worker, const Model& model,
+                              const std::vector<Pending*>& group) {
+  std::vector<Model::SequenceBatch> sequences;
+  for (Pending* p : group) sequences.push_back({p->batch, p->kv});
+  try {
+    std::vector<std::vector<float>> logits = model.forward_multi(worker, sequences);
+    for (size_t i = 0; i < group.size(); ++i) group[i]->logits = std::move(logits[i]);
+  } catch (...) {
+    for (Pending* p : group) p->error = std::current_exception();
+  }
 }
 
 BatchedSequence::BatchedSequence(std::shared_ptr<const Model> model, ForwardBatcher& batcher,

@@ -27,7 +27,12 @@ class ForwardBatcher {
   // `token_budget`: batch rows one round may run (a round always runs at least
   // one forward); smaller forwards (decode and verification steps) go first,
   // prompt chunks fill the rest.
-  ForwardBatcher(Worker& worker, int token_budget);
+  // `draft_worker` (may be null): the passes of models other than `target` run
+  // on it at the same time as the target's pass, so drafting for some
+  // requests overlaps verification for others (CoSine's collaborative
+  // pipeline); null: every pass runs on `worker`, one after the other.
+  ForwardBatcher(Worker& worker, int token_budget, Worker* draft_worker = nullptr,
+                 const Model* target = nullptr);
 
   // A thread joins before its first forward() and leaves after its last; a
   // round starts when every joined thread waits in forward().
@@ -42,6 +47,7 @@ class ForwardBatcher {
     int64_t passes = 0;             // forward_multi calls (one per model per round)
     int64_t sequence_forwards = 0;  // forwards served
     int64_t rows = 0;               // batch rows run
+    int64_t overlapped = 0;         // rounds whose draft passes ran beside the target's
   };
   Stats stats() const;
   int joined() const;
@@ -59,8 +65,13 @@ class ForwardBatcher {
   void run_rounds(std::unique_lock<std::mutex>& lock);
   void run_round(std::unique_lock<std::mutex>& lock);
 
+  // Runs one model's pass over `group`, storing logits or the error in each.
+  void run_pass(Worker& worker, const Model& model, const std::vector<Pending*>& group);
+
   Worker& worker_;
   const int token_budget_;
+  Worker* draft_worker_;
+  const Model* target_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   int joined_ = 0;

@@ -136,7 +136,12 @@ void HttpServer::install_routes() {
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     const ForwardBatcher::Stats b = engine_.batcher().stats();
     res.set_content(engine_.metrics().render(engine_.queue_depth(), engine_.active(), b.rounds,
-                                             b.rows, b.sequence_forwards),
+                                             b.rows, b.sequence_forwards) +
+                        "# HELP parspec_batch_overlapped_rounds_total Rounds whose drafting "
+                        "passes ran beside the verification pass (-td).\n"
+                        "# TYPE parspec_batch_overlapped_rounds_total counter\n"
+                        "parspec_batch_overlapped_rounds_total " +
+                        std::to_string(b.overlapped) + "\n",
                     "text/plain; version=0.0.4");
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

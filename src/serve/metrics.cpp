@@ -57,6 +57,13 @@ void ServerMetrics::count_generation(const std::string& strategy, const Generati
   p.drafted += st.drafted;
   p.accepted += st.accepted;
   p.verify_steps += st.verify_steps;
+  for (const GenerationStats::DrafterUse& u : st.drafter_use) {
+    PerDrafter& d = drafters_[u.name];
+    ++d.requests;
+    d.routed_steps += u.routed_steps;
+    d.fused_tokens += u.fused_tokens;
+    d.score_sum += u.score;
+  }
   if (ttft_s >= 0) ttft_.observe(ttft_s);
   if (tpot_s >= 0) tpot_.observe(tpot_s);
 }
@@ -114,6 +121,21 @@ std::string ServerMetrics::render(int queue_depth, int active, int64_t batch_rou
                  return p.verify_steps > 0 ? double(p.generated_tokens) / double(p.verify_steps)
                                            : 0.0;
                });
+  const auto per_drafter = [&](const char* name, const char* type, const char* help, auto value) {
+    if (drafters_.empty()) return;
+    s << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+    for (const auto& [drafter, d] : drafters_)
+      s << name << "{drafter=\"" << drafter << "\"} " << number(value(d)) << "\n";
+  };
+  per_drafter("parspec_drafter_routed_steps_total", "counter",
+              "Steps a drafter of the pool drafted in (routing's choices).",
+              [](const PerDrafter& d) { return double(d.routed_steps); });
+  per_drafter("parspec_drafter_fused_tokens_total", "counter",
+              "Fused tokens a drafter was the most confident for (cosine).",
+              [](const PerDrafter& d) { return double(d.fused_tokens); });
+  per_drafter("parspec_drafter_routing_score", "gauge",
+              "Mean routing score (CoSine eq. 2) of a drafter at the end of its requests.",
+              [](const PerDrafter& d) { return d.requests > 0 ? d.score_sum / d.requests : 0.0; });
   s << "# HELP parspec_time_to_first_token_seconds Time from arrival to the first token.\n"
        "# TYPE parspec_time_to_first_token_seconds histogram\n"
     << ttft_.render("parspec_time_to_first_token_seconds")

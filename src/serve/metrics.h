@@ -47,6 +47,12 @@ class ServerMetrics {
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, int64_t> requests_;
   std::map<std::string, PerStrategy> strategies_;
+  // Pool strategies (cosine, specinfer): per drafter, over finished requests.
+  struct PerDrafter {
+    int64_t requests = 0, routed_steps = 0, fused_tokens = 0;
+    double score_sum = 0;  // routing scores at the requests' ends
+  };
+  std::map<std::string, PerDrafter> drafters_;
   Histogram ttft_, tpot_;
 };
 

@@ -241,23 +241,35 @@ json usage_json(const CompletionJob& job) {
 
 json timings_json(const CompletionJob& job) {
   const GenerationStats& st = job.stats;
-  return {{"prompt_n", st.n_prompt},
-          {"prompt_ms", st.t_prompt_ms},
-          {"prompt_per_token_ms", st.n_prompt > 0 ? st.t_prompt_ms / st.n_prompt : 0.0},
-          {"prompt_per_second", st.t_prompt_ms > 0 ? st.n_prompt * 1000.0 / st.t_prompt_ms : 0.0},
-          {"predicted_n", st.n_gen},
-          {"predicted_ms", st.t_gen_ms},
-          {"predicted_per_token_ms", st.n_gen > 0 ? st.t_gen_ms / st.n_gen : 0.0},
-          {"predicted_per_second", st.tok_per_s()},
-          {"draft_n", st.drafted},
-          {"draft_n_accepted", st.accepted},
-          {"strategy", job.strategy},
-          {"drafted", st.drafted},
-          {"accepted", st.accepted},
-          {"verify_steps", st.verify_steps},
-          {"tau", st.tau()},
-          {"alpha", st.alpha()},
-          {"ttft_ms", job.ttft_ms}};
+  json out = {
+      {"prompt_n", st.n_prompt},
+      {"prompt_ms", st.t_prompt_ms},
+      {"prompt_per_token_ms", st.n_prompt > 0 ? st.t_prompt_ms / st.n_prompt : 0.0},
+      {"prompt_per_second", st.t_prompt_ms > 0 ? st.n_prompt * 1000.0 / st.t_prompt_ms : 0.0},
+      {"predicted_n", st.n_gen},
+      {"predicted_ms", st.t_gen_ms},
+      {"predicted_per_token_ms", st.n_gen > 0 ? st.t_gen_ms / st.n_gen : 0.0},
+      {"predicted_per_second", st.tok_per_s()},
+      {"draft_n", st.drafted},
+      {"draft_n_accepted", st.accepted},
+      {"strategy", job.strategy},
+      {"drafted", st.drafted},
+      {"accepted", st.accepted},
+      {"verify_steps", st.verify_steps},
+      {"tau", st.tau()},
+      {"alpha", st.alpha()},
+      {"ttft_ms", job.ttft_ms}};
+  // Pool strategies: the routing's choices and scores for this request.
+  if (!st.drafter_use.empty()) {
+    json drafters = json::array();
+    for (const GenerationStats::DrafterUse& u : st.drafter_use)
+      drafters.push_back({{"name", u.name},
+                          {"routed_steps", u.routed_steps},
+                          {"fused_tokens", u.fused_tokens},
+                          {"score", u.score}});
+    out["drafters"] = drafters;
+  }
+  return out;
 }
 
 json response_json(const ApiRequest& r, const std::string& id, int64_t created,

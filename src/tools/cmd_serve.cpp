@@ -27,7 +27,8 @@ namespace {
 
 // Strategies whose every forward goes through the sides, so the server can
 // batch them; pearl drafts on a thread of its own and auto may choose it.
-const std::vector<std::string> kServedStrategies = {"ar", "sd", "tree", "dyntree"};
+const std::vector<std::string> kServedStrategies = {"ar",      "sd",        "tree",
+                                                    "dyntree", "specinfer", "cosine"};
 
 struct ServeArgs {
   std::string model_path, strategy_name, chat_template, alias, host = "127.0.0.1", api_key;
@@ -50,8 +51,8 @@ int cmd_serve(int argc, char** argv) {
                  "/v1/chat/completions, /v1/models, /health, /metrics) with a chat page at /.");
   args.option("-m,--model", &a.model_path, "FILE", "target model (GGUF)");
   args.option("--strategy", &a.strategy_name, "NAME",
-              "decoding strategy of every request: ar, sd, tree, dyntree (default: sd with -md, "
-              "ar without)");
+              "decoding strategy of every request: ar, sd, tree, dyntree, specinfer, cosine "
+              "(default: sd with -md, ar without)");
   a.strategy_options.add_to(args);
   args.option("--host", &a.host, "ADDR", "address to listen on (loopback by default)");
   args.option("--port", &a.port, "N", "port to listen on; 0 = any free port (printed)");
@@ -101,12 +102,9 @@ int cmd_serve(int argc, char** argv) {
   strategy_info(a.strategy_name);
   check(std::find(kServedStrategies.begin(), kServedStrategies.end(), a.strategy_name) !=
             kServedStrategies.end(),
-        "serve runs ar, sd, tree and dyntree (batched across requests); '", a.strategy_name,
-        "' is not served");
+        "serve runs ar, sd, tree, dyntree, specinfer and cosine (batched across requests); '",
+        a.strategy_name, "' is not served");
   a.strategy_options.check_given(args, {a.strategy_name});
-  check(!args.given("-td") && !args.given("--placement"),
-        "serve runs every forward of every request on the -t threads: -td and --placement do not "
-        "apply");
   if (!is_loopback(a.host) && a.api_key.empty())
     std::fprintf(stderr,
                  "serve: warning: listening on %s without --api-key: anyone who can reach it may "
@@ -141,6 +139,8 @@ int cmd_serve(int argc, char** argv) {
   engine_options.slots = a.slots;
   engine_options.max_queue = a.max_queue;
   engine_options.token_budget = a.batch_tokens;
+  // -td: drafting passes on their own worker, beside verification (the pipeline).
+  engine_options.draft_worker = resources.draft_worker.get();
   Engine engine(engine_options, *tokenizer);
 
   HttpOptions http;

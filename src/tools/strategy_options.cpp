@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/worker.h"
@@ -13,10 +14,14 @@ namespace parspec {
 void StrategyOptions::add_to(ArgParser& args) {
   args.option("-md,--model-draft", &draft_path, "FILE",
               "draft model (GGUF) for speculative strategies");
-  args.option("-td,--threads-draft", &threads_draft, "N",
-              "threads of the draft model's own worker; 0 = share the target's worker (pearl, "
-              "which runs both models at once, then gives the draft as many threads as -t on "
-              "the target's cores)");
+  args.option("--drafters", &drafter_paths, "FILES",
+              "cosine, specinfer: the drafter pool, GGUF files separated by commas (each gets a "
+              "worker of -td threads when -td is given)");
+  args.option(
+      "-td,--threads-draft", &threads_draft, "N",
+      "threads of the draft model's own worker; 0 = share the target's worker (pearl, "
+      "which runs both models at once, then gives the draft as many threads as -t on "
+      "the target's cores; serve: the worker that drafting passes run on beside verification)");
   // Flags in registry order; one slot per flag, however many strategies take it.
   std::vector<std::pair<const StrategyOption*, std::string>> flags;  // option, strategies
   for (const StrategyInfo& info : strategy_registry()) {
@@ -116,6 +121,7 @@ nlohmann::ordered_json StrategyOptions::to_json() const {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const Slot& slot : slots_)
     std::visit([&](auto v) { out[slot.option->json_key] = v; }, slot.value());
+  if (!drafter_paths.empty()) out["drafters"] = drafter_paths;
   return out;
 }
 
@@ -169,6 +175,26 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
     check(options.stages == 0 && options.layer_split.empty() && !pipeline.link.active(),
           "--stages, --layer-split and --link-* are for runs launched by mpirun with at least "
           "two ranks (mpirun -np N parspec ...)");
+  load_drafters(options);
+}
+
+void StrategyResources::load_drafters(const StrategyOptions& options) {
+  std::string list = options.drafter_paths;
+  for (size_t at = 0; !list.empty();) {
+    const size_t comma = list.find(',', at);
+    const std::string path = list.substr(at, comma == std::string::npos ? comma : comma - at);
+    check(!path.empty(), "--drafters: an empty file name in '", list, "'");
+    drafters.push_back(Model::load(path));
+    const std::string mismatch = draft_incompatibility(target->gguf(), drafters.back()->gguf());
+    if (!mismatch.empty() && !options.allow_draft_mismatch)
+      fail("--drafters: ", path, " cannot draft for the target: ", mismatch,
+           "; pass --allow-draft-mismatch to run anyway");
+    drafter_names.push_back(std::filesystem::path(path).stem().string());
+    if (options.threads_draft > 0)
+      drafter_workers.push_back(std::make_unique<Worker>(options.threads_draft));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
 }
 
 StrategyConfig StrategyResources::config_for(const std::string& name,
@@ -182,8 +208,12 @@ StrategyConfig StrategyResources::config_for(const std::string& name,
   c.target_worker = target_worker.get();
   c.draft_worker = draft_worker ? draft_worker.get() : target_worker.get();
   c.ctx_size = ctx_size;
-  if (info.needs_draft && !draft)
-    fail("strategy '", name, "' needs a draft model: give one with -md FILE");
+  c.drafters = drafters;
+  c.drafter_names = drafter_names;
+  for (const auto& w : drafter_workers) c.drafter_workers.push_back(w.get());
+  if (info.needs_draft && !draft && drafters.empty())
+    fail("strategy '", name, "' needs a draft model: give one with -md FILE",
+         name == "cosine" || name == "specinfer" ? " or a pool with --drafters a.gguf,b.gguf" : "");
   if (make_target) {
     c.make_target = make_target;
     check(name != "auto",

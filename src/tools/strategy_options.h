@@ -19,6 +19,7 @@ namespace parspec {
 
 struct StrategyOptions {
   std::string draft_path;             // -md
+  std::string drafter_paths;          // --drafters a.gguf,b.gguf,... (pool strategies)
   int threads_draft = 0;              // -td; 0: share the target's worker
   bool allow_draft_mismatch = false;  // run a draft whose vocabulary differs (α ≈ 0)
   // Where the workers' threads run: "auto" (not pinned), "separate" (target on
@@ -61,6 +62,11 @@ struct StrategyResources {
   std::unique_ptr<Worker> target_worker, draft_worker;
   // Under mpirun (head rank): targets on the pipeline of ranks; null otherwise.
   std::function<std::unique_ptr<Target>(const StrategyConfig&)> make_target;
+  // --drafters: the pool's models, names (file stems) and, with -td N, a worker
+  // of N threads each (so the pool drafts concurrently).
+  std::vector<std::shared_ptr<const Model>> drafters;
+  std::vector<std::string> drafter_names;
+  std::vector<std::unique_ptr<Worker>> drafter_workers;
 
   // Loads the draft (when a path is given) and creates the workers; under
   // mpirun, starts the pipeline of ranks for the target.
@@ -69,6 +75,9 @@ struct StrategyResources {
   // unknown, or needs a draft and none was given).
   StrategyConfig config_for(const std::string& name, const StrategyOptions& options,
                             int ctx_size) const;
+
+ private:
+  void load_drafters(const StrategyOptions& options);
 };
 
 }  // namespace parspec

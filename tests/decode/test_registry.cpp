@@ -22,8 +22,10 @@ using testing_support::TempDir;
 TEST(StrategyRegistry, ListsTheStrategiesInBenchmarkOrder) {
   EXPECT_EQ(strategy_names(),
             (std::vector<std::string>{"ar", "sd", "tree", "dyntree", "pearl", "easyspec", "auto",
-                                      "ppd", "pp", "stpp", "pipedec"}));
-  EXPECT_EQ(strategy_list(), "ar, sd, tree, dyntree, pearl, easyspec, auto, ppd, pp, stpp, pipedec");
+                                      "ppd", "pp", "stpp", "pipedec", "specinfer", "cosine"}));
+  EXPECT_EQ(strategy_list(),
+            "ar, sd, tree, dyntree, pearl, easyspec, auto, ppd, pp, stpp, pipedec, specinfer, "
+            "cosine");
   for (const StrategyInfo& info : strategy_registry()) {
     // auto without a draft model is ar; ppd's guesses come from the target
     // itself; pp is ar on a pipeline.

@@ -121,6 +121,14 @@ std::vector<StrategyConfig> strategy_variants() {
   c.tree_width = 1;
   c.tree_branch = 1;
   v.push_back(c);
+  // The pool strategies with the one draft model as their pool (tests/decode/test_cosine.cpp
+  // runs them on pools of several drafters).
+  c = StrategyConfig();
+  c.name = "specinfer";
+  c.draft_max = 3;
+  v.push_back(c);
+  c.name = "cosine";
+  v.push_back(c);
   return v;
 }
 

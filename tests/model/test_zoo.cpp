@@ -79,6 +79,14 @@ TEST(ZooExactness, EveryStrategyReproducesArOnTheBundledModels) {
   variants.back().name = "sd";
   variants.back().draft_max = 8;
   variants.back().adaptive = true;
+  // The pool strategies on the whole zoo: the general and the three domain drafters.
+  for (const char* name : {"specinfer", "cosine"}) {
+    variants.push_back(base);
+    variants.back().name = name;
+    for (const char* file :
+         {"draft.gguf", "draft-code.gguf", "draft-prose.gguf", "draft-math.gguf"})
+      variants.back().drafters.push_back(Model::load(zoo_path(file)));
+  }
 
   std::vector<int64_t> accepted(variants.size(), 0), drafted(variants.size(), 0);
   for (const char* text : kPrompts) {

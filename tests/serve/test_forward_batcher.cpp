@@ -111,6 +111,7 @@ TEST(ForwardMulti, RefusesTwoBatchesOnOneCache) {
 struct Case {
   std::string strategy;
   float temp;
+  bool pipelined = false;  // drafting passes on a worker of their own, beside verification
 };
 
 class BatchedStrategies : public ::testing::TestWithParam<Case> {};
@@ -127,6 +128,7 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
   base.draft = pair.draft;
   base.target_worker = &worker;
   base.ctx_size = 96;
+  if (base.name == "cosine" || base.name == "specinfer") base.drafters = {pair.draft, pair.target};
   constexpr int kRequests = 6;
   std::vector<GenerationRequest> requests(kRequests);
   std::vector<std::vector<int32_t>> solo(kRequests), batched(kRequests);
@@ -138,7 +140,10 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
     solo[r] = make_strategy(base)->generate(requests[r]).tokens;
   }
 
-  ForwardBatcher batcher(worker, 64);  // small budget: prompts are split over rounds
+  Worker draft_worker(1);
+  // Small budget: prompts are split over rounds.
+  ForwardBatcher batcher(worker, 64, GetParam().pipelined ? &draft_worker : nullptr,
+                         pair.target.get());
   std::vector<std::thread> threads;
   std::vector<std::string> errors(kRequests);
   for (int r = 0; r < kRequests; ++r) {
@@ -167,15 +172,22 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
   const ForwardBatcher::Stats st = batcher.stats();
   // Batching happened: rounds served several requests' forwards at once.
   EXPECT_GT(st.sequence_forwards, st.passes);
+  if (GetParam().pipelined) {
+    EXPECT_GT(st.overlapped, 0);
+  }
   EXPECT_EQ(batcher.joined(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, BatchedStrategies,
                          ::testing::Values(Case{"ar", 0}, Case{"sd", 0}, Case{"tree", 0},
-                                           Case{"dyntree", 0}, Case{"ar", 0.8f}, Case{"sd", 0.8f}),
+                                           Case{"dyntree", 0}, Case{"ar", 0.8f}, Case{"sd", 0.8f},
+                                           Case{"specinfer", 0}, Case{"cosine", 0},
+                                           Case{"cosine", 0.8f}, Case{"sd", 0, true},
+                                           Case{"cosine", 0, true}, Case{"cosine", 0.8f, true}),
                          [](const auto& param_info) {
                            return param_info.param.strategy +
-                                  (param_info.param.temp > 0 ? "_sampled" : "_greedy");
+                                  (param_info.param.temp > 0 ? "_sampled" : "_greedy") +
+                                  (param_info.param.pipelined ? "_pipelined" : "");
                          });
 
 }  // namespace

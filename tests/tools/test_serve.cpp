@@ -9,6 +9,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <thread>
 
 #include "cli_helpers.h"
 #include "serve_helpers.h"
@@ -376,6 +377,56 @@ TEST_F(ServeTest, MetricsUseTheProjectNames) {
         "parspec_alpha{strategy=\"sd\"}", "parspec_tau{strategy=\"sd\"}",
         "parspec_time_to_first_token_seconds_bucket", "parspec_time_per_output_token_seconds_count",
         "parspec_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}"})
+    EXPECT_NE(m.body.find(name), std::string::npos) << name;
+}
+
+// cosine with the zoo's four drafters and the pipelined batcher (-td 1):
+// concurrent requests give ar's tokens, and the routing shows in each
+// response's timings and in /metrics.
+TEST(ServeCosine, ConcurrentRequestsEqualArAndRoutingIsVisible) {
+  TempDir dir;
+  const std::string pool = kModels + "draft.gguf," + kModels + "draft-code.gguf," + kModels +
+                           "draft-prose.gguf," + kModels + "draft-math.gguf";
+  ServerProcess server(PARSPEC_BINARY,
+                       {"-m", kModels + "target.gguf", "--strategy", "cosine", "--drafters", pool,
+                        "--port", "0", "-t", "1", "-td", "1", "-c", "512", "-np", "3"},
+                       dir.file("server.log"));
+  ASSERT_GT(server.port(), 0) << server.log();
+  const std::vector<std::string> prompts = {"def add(a, b):", "Once upon a time",
+                                            "Q: Sam has 3 apples"};
+  std::vector<json> expected;
+  for (const std::string& p : prompts) expected.push_back(generate_reference(p, 40, false));
+  std::vector<HttpReply> replies(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    threads.emplace_back([&, i] {
+      const json body = {{"prompt", prompts[i]}, {"max_tokens", 40}, {"temperature", 0}};
+      replies[i] = http_request(server.port(), "POST", "/v1/completions", body.dump());
+    });
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(replies[i].status, 200) << replies[i].body;
+    const json j = json::parse(replies[i].body);
+    EXPECT_EQ(j["choices"][0]["text"], expected[i]["text"]) << prompts[i];
+    EXPECT_EQ(j["timings"]["strategy"], "cosine");
+    const json& drafters = j["timings"]["drafters"];
+    ASSERT_EQ(drafters.size(), 4u);
+    EXPECT_EQ(drafters[1]["name"], "draft-code");
+    int64_t routed = 0;
+    for (const json& d : drafters) {
+      routed += d["routed_steps"].get<int64_t>();
+      EXPECT_GE(d["score"].get<double>(), 0.0);
+      EXPECT_LE(d["score"].get<double>(), 1.0);
+    }
+    EXPECT_GT(routed, 0);
+  }
+  const HttpReply m = http_request(server.port(), "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  for (const char* name :
+       {"parspec_drafter_routed_steps_total{drafter=\"draft-math\"}",
+        "parspec_drafter_fused_tokens_total{drafter=\"draft\"}",
+        "parspec_drafter_routing_score{drafter=\"draft-prose\"}",
+        "parspec_batch_overlapped_rounds_total", "parspec_tau{strategy=\"cosine\"}"})
     EXPECT_NE(m.body.find(name), std::string::npos) << name;
 }
 
