@@ -19,7 +19,7 @@ out=out/distributed
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(-m "$target" -md "$draft" -n "$n" --prompts "${PROMPTS:-code,math,prose,config,chat}"
-  --max-prompts "${MAX_PROMPTS:-1}" --warmup 4 --tree-depth 3 --tree-branch 2 --tree-width 4)
+  --max-prompts "${MAX_PROMPTS:-1}" --warmup 4 --tree-depth 3 --tree-branch 2 --tree-width 2)
 echo "load before: $(cat /proc/loadavg)" | tee "$out/load.txt"
 for latency in 0 10 100; do
   # bench always runs ar too: under mpirun that is pp again (a cross-check).

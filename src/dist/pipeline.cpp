@@ -529,6 +529,7 @@ std::string Pipeline::describe() const {
 }
 
 void Pipeline::stage_failed(int rank, const std::string& what) {
+  broken_ = true;
   std::string where = "rank " + std::to_string(rank);
   for (const StageTimes& st : stages_)
     if (st.rank == rank) where += " (" + layer_range(st.layer_first, st.layer_last) + ")";
@@ -599,6 +600,7 @@ void Pipeline::begin(int32_t capacity) {
 }
 
 int64_t Pipeline::send_forward(const Batch& batch) {
+  check(!broken_, "distributed: a stage failed; the pipeline cannot run more forwards");
   const int64_t ticket = next_ticket_++;
   Bytes b;
   b.put<int32_t>(kForward);
@@ -660,7 +662,7 @@ void Pipeline::drain() {
 }
 
 void Pipeline::quit(int code) {
-  drain();
+  if (!broken_) drain();  // a failed stage answers nothing more
   for (int r = 1; r < transport_.size(); ++r) {
     if (r > static_cast<int>(stages_.size())) break;  // surplus ranks are gone already
     Bytes b;
@@ -750,7 +752,13 @@ std::function<std::unique_ptr<Target>(const StrategyConfig&)> pipeline_targets(
     g_session->pipeline =
         std::make_unique<Pipeline>(g_session->transport, target, options, threads);
   Pipeline* p = g_session->pipeline.get();
-  return [p](const StrategyConfig&) { return std::make_unique<PipelineTarget>(*p); };
+  return [p](const StrategyConfig& config) {
+    // Checked here, where bench's NAME:G variants are already applied.
+    check(config.name != "pearl" || config.pearl_window > 0,
+          "strategy 'pearl' under mpirun needs --pearl-window N or pearl:N (its measurement "
+          "times the target in this process)");
+    return std::make_unique<PipelineTarget>(*p);
+  };
 }
 
 Pipeline* running_pipeline() {
