@@ -19,11 +19,12 @@ out=out/distributed
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(-m "$target" -md "$draft" -n "$n" --prompts "${PROMPTS:-code,math,prose,config,chat}"
-  --max-prompts "${MAX_PROMPTS:-1}" --warmup 4 --tree-depth 3 --tree-branch 2 --tree-width 2)
+  --max-prompts "${MAX_PROMPTS:-1}" --warmup 4)
+tree=(--tree-depth 3 --tree-branch 2 --tree-width 2)
 echo "load before: $(cat /proc/loadavg)" | tee "$out/load.txt"
 for latency in 0 10 100; do
   # bench always runs ar too: under mpirun that is pp again (a cross-check).
-  mpirun -np 2 --bind-to core "$bin" bench "${common[@]}" -t 1 \
+  mpirun -np 2 --bind-to core "$bin" bench "${common[@]}" "${tree[@]}" -t 1 \
     --strategies pp,stpp,pipedec,pearl:3 --link-latency-us "$latency" \
     --json "$out/ranks2-latency$latency.json"
 done
