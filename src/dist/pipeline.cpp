@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -77,39 +78,102 @@ void setup_stage(Transport& t, Stage& s, Bytes& body) {
   s.worker = std::make_unique<Worker>(threads);
 }
 
-void stage_forward(Transport& t, Stage& s, Bytes& body) {
-  const int64_t ticket = body.get<int64_t>();
-  bool skipped = body.get<uint8_t>() != 0;
+// A forward as it travels: its batch and, after the first stage, hidden states.
+struct ForwardMsg {
+  int64_t ticket = 0;
+  bool skipped = false;
   Batch batch;
-  batch.tokens = body.get_vector<int32_t>();
-  batch.positions = body.get_vector<int32_t>();
-  batch.parents = body.get_vector<int32_t>();
-  batch.want_logits = body.get_vector<uint8_t>();
-  const size_t n = batch.size();
-  check(batch.positions.size() == n && batch.parents.size() == n && batch.want_logits.size() == n,
-        "forward: batch arrays differ in length");
   std::vector<float> hidden;
-  if (!s.is_first && !skipped) hidden = body.get_vector<float>();
+};
+
+ForwardMsg parse_forward(const Stage& s, Bytes& body) {
+  ForwardMsg f;
+  f.ticket = body.get<int64_t>();
+  f.skipped = body.get<uint8_t>() != 0;
+  f.batch.tokens = body.get_vector<int32_t>();
+  f.batch.positions = body.get_vector<int32_t>();
+  f.batch.parents = body.get_vector<int32_t>();
+  f.batch.want_logits = body.get_vector<uint8_t>();
+  const size_t n = f.batch.size();
+  check(f.batch.positions.size() == n && f.batch.parents.size() == n &&
+            f.batch.want_logits.size() == n,
+        "forward: batch arrays differ in length");
+  if (!s.is_first && !f.skipped) f.hidden = body.get_vector<float>();
+  return f;
+}
+
+void pass_on(Transport& t, const Stage& s, const ForwardMsg& f, const std::vector<float>& logits,
+             double ms) {
+  Bytes out;
+  if (s.is_last) {
+    out.put<int64_t>(f.ticket);
+    out.put<uint8_t>(f.skipped ? 1 : 0);
+    out.put_vector(logits);
+    t.send(0, kLogits, std::move(out));
+  } else {
+    out.put<int32_t>(kForward);
+    out.put<int64_t>(f.ticket);
+    out.put<uint8_t>(f.skipped ? 1 : 0);
+    out.put_vector(f.batch.tokens);
+    out.put_vector(f.batch.positions);
+    out.put_vector(f.batch.parents);
+    out.put_vector(f.batch.want_logits);
+    if (!f.skipped) out.put_vector(f.hidden);
+    t.send(s.next, kPipe, std::move(out));
+  }
+  Bytes progress;
+  progress.put<int64_t>(f.ticket);
+  progress.put<uint8_t>(f.skipped ? 1 : 0);
+  progress.put<double>(ms);
+  t.send(0, kProgress, std::move(progress));
+}
+
+// Runs consecutive forwards that were waiting together as one batch (the
+// stage's rule: when idle, take every forward queued; batch invariance makes
+// each row's result the same as alone) and passes each on separately.
+void run_forwards(Transport& t, Stage& s, std::vector<ForwardMsg>& group) {
   check(s.kv != nullptr, "forward before begin");
-  // Cells are registered even when skipped, so that ids stay the same on every rank.
-  const int32_t first_cell = s.kv->add_cells(batch.positions, batch.parents);
-  skipped = skipped || s.cancelled.count(ticket) != 0;
-  s.cancelled.erase(s.cancelled.begin(), s.cancelled.upper_bound(ticket));
-  const Stopwatch watch;
   const int n_embd = s.model->config().n_embd;
+  Batch merged;
+  std::vector<float> hidden;
+  int32_t first_cell = -1;
+  for (ForwardMsg& f : group) {
+    // Cells are registered even when skipped, so that ids stay the same on every rank.
+    const int32_t cell = s.kv->add_cells(f.batch.positions, f.batch.parents);
+    if (first_cell < 0) first_cell = cell;
+    f.skipped = f.skipped || s.cancelled.count(f.ticket) != 0;
+    s.cancelled.erase(s.cancelled.begin(), s.cancelled.upper_bound(f.ticket));
+    check(f.skipped || s.is_first || f.hidden.size() == f.batch.size() * n_embd,
+          "forward: hidden states of the wrong size");
+  }
+  // Skipped forwards only register cells; the others run in one batch (their
+  // cells are contiguous when no skipped forward lies between them, which the
+  // caller's grouping ensures by ending a group at a skipped forward).
+  size_t run_rows = 0;
+  for (const ForwardMsg& f : group)
+    if (!f.skipped) run_rows += f.batch.size();
+  const Stopwatch watch;
   std::vector<float> logits;
-  if (!skipped) {
-    if (s.is_first) {
-      hidden.resize(n * n_embd);
-      s.model->embed(batch.tokens, hidden.data());
+  if (run_rows > 0) {
+    for (const ForwardMsg& f : group) {
+      if (f.skipped) continue;
+      for (size_t i = 0; i < f.batch.size(); ++i)
+        merged.add(f.batch.tokens[i], f.batch.positions[i], f.batch.parents[i],
+                   f.batch.want_logits[i] != 0);
+      if (s.is_first) {
+        const size_t at = hidden.size();
+        hidden.resize(at + f.batch.size() * n_embd);
+        s.model->embed(f.batch.tokens, hidden.data() + at);
+      } else {
+        hidden.insert(hidden.end(), f.hidden.begin(), f.hidden.end());
+      }
     }
-    check(hidden.size() == n * n_embd, "forward: hidden states of the wrong size");
-    s.model->forward_layers(*s.worker, batch, *s.kv, first_cell, s.layer_first, s.layer_last,
+    s.model->forward_layers(*s.worker, merged, *s.kv, first_cell, s.layer_first, s.layer_last,
                             hidden.data());
     if (s.is_last) {
       size_t n_out = 0;
-      for (size_t i = 0; i < n; ++i) {
-        if (!batch.want_logits[i]) continue;
+      for (size_t i = 0; i < merged.size(); ++i) {
+        if (!merged.want_logits[i]) continue;
         if (n_out != i) std::copy_n(&hidden[i * n_embd], n_embd, &hidden[n_out * n_embd]);
         ++n_out;
       }
@@ -119,29 +183,25 @@ void stage_forward(Transport& t, Stage& s, Bytes& body) {
     }
   }
   const double ms = watch.elapsed_ms();
-  if (s.is_last) {
-    Bytes out;
-    out.put<int64_t>(ticket);
-    out.put<uint8_t>(skipped ? 1 : 0);
-    out.put_vector(logits);
-    t.send(0, kLogits, std::move(out));
-  } else {
-    Bytes out;
-    out.put<int32_t>(kForward);
-    out.put<int64_t>(ticket);
-    out.put<uint8_t>(skipped ? 1 : 0);
-    out.put_vector(batch.tokens);
-    out.put_vector(batch.positions);
-    out.put_vector(batch.parents);
-    out.put_vector(batch.want_logits);
-    if (!skipped) out.put_vector(hidden);
-    t.send(s.next, kPipe, std::move(out));
+  const size_t n_vocab = static_cast<size_t>(s.model->config().n_vocab);
+  size_t row = 0, out_row = 0;
+  for (ForwardMsg& f : group) {
+    std::vector<float> mine;
+    const size_t n = f.batch.size();
+    if (!f.skipped) {
+      if (s.is_last) {
+        size_t n_out = 0;
+        for (uint8_t w : f.batch.want_logits) n_out += w ? 1 : 0;
+        mine.assign(logits.begin() + out_row * n_vocab,
+                    logits.begin() + (out_row + n_out) * n_vocab);
+        out_row += n_out;
+      } else {
+        f.hidden.assign(hidden.begin() + row * n_embd, hidden.begin() + (row + n) * n_embd);
+      }
+      row += n;
+    }
+    pass_on(t, s, f, mine, run_rows > 0 && !f.skipped ? ms * n / run_rows : 0.0);
   }
-  Bytes progress;
-  progress.put<int64_t>(ticket);
-  progress.put<uint8_t>(skipped ? 1 : 0);
-  progress.put<double>(ms);
-  t.send(0, kProgress, std::move(progress));
 }
 
 // Applies one pipeline operation and passes it on; returns true for quit.
@@ -153,10 +213,6 @@ bool stage_operation(Transport& t, Stage& s, Message& m, int* code) {
     return true;
   }
   if (s.failed) return false;
-  if (op == kForward) {
-    stage_forward(t, s, body);
-    return false;
-  }
   if (op == kBegin) {
     const int32_t capacity = body.get<int32_t>();
     s.kv = std::make_unique<KvCache>(s.model->config(), capacity, s.layer_first, s.layer_last);
@@ -201,21 +257,62 @@ bool distributed_run() {
   return g_session && g_session->transport.rank() == 0 && g_session->transport.size() >= 2;
 }
 
+int32_t op_of(const Message& m) {
+  int32_t op = 0;
+  check(m.body.size() >= sizeof op, "distributed: an empty pipeline message");
+  std::memcpy(&op, m.body.data().data(), sizeof op);
+  return op;
+}
+
+// Whether a queued forward will be skipped (flagged upstream or cancelled),
+// read in place: op, ticket, flag.
+bool forward_skipped(const Message& m, const std::set<int64_t>& cancelled) {
+  Bytes copy(std::vector<uint8_t>(m.body.data().begin(),
+                                  m.body.data().begin() + sizeof(int32_t) + sizeof(int64_t) + 1));
+  copy.get<int32_t>();
+  const int64_t ticket = copy.get<int64_t>();
+  return copy.get<uint8_t>() != 0 || cancelled.count(ticket) != 0;
+}
+
 int serve_stage() {
   Transport& t = g_session->transport;
   Stage s;
   bool set_up = false;
   int code = 0;
   Backoff backoff;
+  std::deque<Message> queue;  // pipeline messages received, not yet applied
+  constexpr size_t kMaxMergedRows = 512;
   for (;;) {
     Message m;
     while (t.poll(0, kCancel, &m)) s.cancelled.insert(m.body.get<int64_t>());
     bool got = false;
     try {
-      if (t.poll(set_up ? s.prev : 0, kPipe, &m) ||
-          (set_up && s.prev != 0 && t.poll(0, kPipe, &m))) {
+      while (t.poll(set_up ? s.prev : 0, kPipe, &m) ||
+             (set_up && s.prev != 0 && t.poll(0, kPipe, &m)))
+        queue.push_back(std::move(m));
+      while (t.poll(0, kCancel, &m)) s.cancelled.insert(m.body.get<int64_t>());
+      if (!queue.empty()) {
         got = true;
-        if (stage_operation(t, s, m, &code)) break;
+        if (op_of(queue.front()) == kForward && !s.failed) {
+          // Every forward waiting at the front of the queue, up to a skipped one.
+          std::vector<ForwardMsg> group;
+          size_t rows = 0;
+          while (!queue.empty() && op_of(queue.front()) == kForward && rows < kMaxMergedRows) {
+            const bool skip = forward_skipped(queue.front(), s.cancelled);
+            if (skip && !group.empty()) break;
+            Bytes body = std::move(queue.front().body);
+            queue.pop_front();
+            body.get<int32_t>();
+            group.push_back(parse_forward(s, body));
+            rows += group.back().batch.size();
+            if (skip) break;
+          }
+          run_forwards(t, s, group);
+        } else {
+          Message op = std::move(queue.front());
+          queue.pop_front();
+          if (stage_operation(t, s, op, &code)) break;
+        }
       } else if (!set_up && t.poll(0, kSetup, &m)) {
         got = true;
         Bytes reply;
@@ -432,6 +529,7 @@ std::string Pipeline::describe() const {
 }
 
 void Pipeline::stage_failed(int rank, const std::string& what) {
+  broken_ = true;
   std::string where = "rank " + std::to_string(rank);
   for (const StageTimes& st : stages_)
     if (st.rank == rank) where += " (" + layer_range(st.layer_first, st.layer_last) + ")";
@@ -502,6 +600,7 @@ void Pipeline::begin(int32_t capacity) {
 }
 
 int64_t Pipeline::send_forward(const Batch& batch) {
+  check(!broken_, "distributed: a stage failed; the pipeline cannot run more forwards");
   const int64_t ticket = next_ticket_++;
   Bytes b;
   b.put<int32_t>(kForward);
@@ -563,7 +662,7 @@ void Pipeline::drain() {
 }
 
 void Pipeline::quit(int code) {
-  drain();
+  if (!broken_) drain();  // a failed stage answers nothing more
   for (int r = 1; r < transport_.size(); ++r) {
     if (r > static_cast<int>(stages_.size())) break;  // surplus ranks are gone already
     Bytes b;
@@ -653,7 +752,13 @@ std::function<std::unique_ptr<Target>(const StrategyConfig&)> pipeline_targets(
     g_session->pipeline =
         std::make_unique<Pipeline>(g_session->transport, target, options, threads);
   Pipeline* p = g_session->pipeline.get();
-  return [p](const StrategyConfig&) { return std::make_unique<PipelineTarget>(*p); };
+  return [p](const StrategyConfig& config) {
+    // Checked here, where bench's NAME:G variants are already applied.
+    check(config.name != "pearl" || config.pearl_window > 0,
+          "strategy 'pearl' under mpirun needs --pearl-window N or pearl:N (its measurement "
+          "times the target in this process)");
+    return std::make_unique<PipelineTarget>(*p);
+  };
 }
 
 Pipeline* running_pipeline() {

@@ -113,6 +113,7 @@ class Pipeline {
   std::set<int64_t> cancelled_;
   std::map<int64_t, std::vector<float>> arrived_;
   std::map<int, int64_t> last_done_;  // per rank: the last forward it finished
+  bool broken_ = false;               // a stage reported an error
 };
 
 // Targets on the session's pipeline, for StrategyConfig::make_target; starts

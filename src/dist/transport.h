@@ -83,6 +83,7 @@ class Bytes {
     return std::string(c.begin(), c.end());
   }
   std::vector<uint8_t>& data() { return data_; }
+  const std::vector<uint8_t>& data() const { return data_; }
   size_t size() const { return data_.size(); }
 
  private:

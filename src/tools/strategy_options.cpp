@@ -219,9 +219,6 @@ StrategyConfig StrategyResources::config_for(const std::string& name,
     check(name != "auto",
           "strategy 'auto' tunes on a target in this process; under mpirun choose pp, stpp, "
           "pipedec, pearl (with --pearl-window), sd, tree or dyntree");
-    check(name != "pearl" || c.pearl_window > 0,
-          "strategy 'pearl' under mpirun needs --pearl-window N (its measurement times the "
-          "target in this process)");
   }
   return c;
 }
