@@ -7,10 +7,10 @@ namespace parspec {
 const std::vector<StrategyInfo>& strategy_registry() {
   // One row per strategy file; the order is the order benchmarks list them.
   static const std::vector<StrategyInfo> registry = {
-      autoregressive_strategy(), chain_sd_strategy(),      static_tree_strategy(),
-      dynamic_tree_strategy(),   pearl_strategy(),         easyspec_strategy(),
-      auto_strategy(),           ppd_strategy(),           pipeline_pp_strategy(),
-      pipeline_stpp_strategy(),  pipedec_strategy(),       specinfer_strategy(),
+      autoregressive_strategy(), chain_sd_strategy(), static_tree_strategy(),
+      dynamic_tree_strategy(),   pearl_strategy(),    easyspec_strategy(),
+      auto_strategy(),           ppd_strategy(),      pipeline_pp_strategy(),
+      pipeline_stpp_strategy(),  pipedec_strategy(),  specinfer_strategy(),
       cosine_strategy(),
   };
   return registry;

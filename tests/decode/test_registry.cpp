@@ -29,8 +29,8 @@ TEST(StrategyRegistry, ListsTheStrategiesInBenchmarkOrder) {
   for (const StrategyInfo& info : strategy_registry()) {
     // auto without a draft model is ar; ppd's guesses come from the target
     // itself; pp is ar on a pipeline.
-    EXPECT_EQ(info.needs_draft, info.name != "ar" && info.name != "auto" && info.name != "ppd" &&
-                                    info.name != "pp")
+    EXPECT_EQ(info.needs_draft,
+              info.name != "ar" && info.name != "auto" && info.name != "ppd" && info.name != "pp")
         << info.name;
     EXPECT_FALSE(info.summary.empty()) << info.name;
     EXPECT_TRUE(info.make != nullptr) << info.name;

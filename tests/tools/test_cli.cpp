@@ -62,11 +62,10 @@ TEST_F(CliTest, GenerateJsonHasTheDocumentedFieldsAndStrategiesAgree) {
 TEST_F(CliTest, StrategyFlagsComeFromTheRegistry) {
   const CommandResult help = run_parspec("generate --help");
   ASSERT_EQ(help.exit_code, 0);
-  for (const char* text :
-       {"--pearl-window", "pearl: the window",
-        "sd, easyspec, specinfer, cosine: draft tokens per step",
-        "tree, dyntree, easyspec, stpp, pipedec: levels below the root",
-        "ar, sd, tree, dyntree, pearl"})
+  for (const char* text : {"--pearl-window", "pearl: the window",
+                           "sd, easyspec, specinfer, cosine: draft tokens per step",
+                           "tree, dyntree, easyspec, stpp, pipedec: levels below the root",
+                           "ar, sd, tree, dyntree, pearl"})
     EXPECT_NE(help.output.find(text), std::string::npos) << text;
   const std::string common =
       " -p 'The quick brown fox' -n 8 --temp 0 -t 1 --json --strategy pearl -md " + draft_;
