@@ -123,27 +123,7 @@ class EasySpecChain final : public SpeculativeStrategy {
     }
     const int k = static_cast<int>(drafts.size());
 
-    std::vector<int32_t> chain = {cur()};
-    chain.insert(chain.end(), drafts.begin(), drafts.end());
-    const std::vector<float> target_logits =
-        target_->forward(chain_batch(target_->n_committed(), chain, true));
-    ChainVerdict verdict;
-    {
-      ScopedTimer timer(stats_->t_verify_ms);
-      if (greedy()) {
-        verdict = verify_chain_greedy(drafts, target_logits.data(), n_vocab());
-      } else {
-        std::vector<Distribution> p;
-        for (int i = 0; i <= k; ++i)
-          p.push_back(distribution(&target_logits[size_t(i) * n_vocab()]));
-        verdict = verify_chain_sampled(drafts, q, p, rng_);
-      }
-    }
-    const int n = verdict.n_accepted;
-    stats_->observe_step(k, n);
-    emitted.assign(drafts.begin(), drafts.begin() + n);
-    emitted.push_back(verdict.next_token);
-    target_->commit_chain(1 + n);
+    const int n = verify_and_commit_chain(drafts, q, emitted);
     lp_->note_mismatch(n < k);
     drafter_->accept_chain(n_tail + std::min(n, n_fed));
   }

@@ -1,7 +1,9 @@
 #include "decode/speculative.h"
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "decode/local_model.h"
+#include "decode/sides.h"
 
 namespace parspec {
 
@@ -38,6 +40,33 @@ std::unique_ptr<Drafter> model_drafter(const StrategyConfig& config, Worker* cho
 SpeculativeStrategy::SpeculativeStrategy(const StrategyConfig& config, Worker* draft_worker)
     : DecodeStrategy(config, local_target(config), model_drafter(config, draft_worker)) {
   if (config_.draft_worker == nullptr) config_.draft_worker = config_.target_worker;
+}
+
+int SpeculativeStrategy::verify_and_commit_chain(const std::vector<int32_t>& drafts,
+                                                 const std::vector<Distribution>& q,
+                                                 std::vector<int32_t>& emitted) {
+  const int k = static_cast<int>(drafts.size());
+  std::vector<int32_t> chain = {cur()};
+  chain.insert(chain.end(), drafts.begin(), drafts.end());
+  const std::vector<float> target_logits =
+      target_->forward(chain_batch(target_->n_committed(), chain, true));
+  ChainVerdict verdict;
+  {
+    ScopedTimer timer(stats_->t_verify_ms);
+    if (greedy()) {
+      verdict = verify_chain_greedy(drafts, target_logits.data(), n_vocab());
+    } else {
+      std::vector<Distribution> p;
+      for (int i = 0; i <= k; ++i) p.push_back(distribution(&target_logits[size_t(i) * n_vocab()]));
+      verdict = verify_chain_sampled(drafts, q, p, rng_);
+    }
+  }
+  const int n = verdict.n_accepted;
+  stats_->observe_step(k, n);
+  emitted.assign(drafts.begin(), drafts.begin() + n);
+  emitted.push_back(verdict.next_token);
+  target_->commit_chain(1 + n);
+  return n;
 }
 
 }  // namespace parspec
