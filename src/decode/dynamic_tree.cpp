@@ -20,9 +20,7 @@ namespace {
 class DynamicTree final : public TreeSpeculation {
  public:
   explicit DynamicTree(const StrategyConfig& config) : TreeSpeculation(config) {
-    check(config_.tree_depth >= 1 && config_.tree_depth <= 64, "--tree-depth must be 1..64");
-    check(config_.tree_branch >= 1 && config_.tree_branch <= 64, "--tree-branch must be 1..64");
-    check(config_.tree_width >= 1 && config_.tree_width <= 1024, "--tree-width must be 1..1024");
+    check_dynamic_tree_flags();
     check(config_.tree_verify_depth >= 0, "--tree-verify-depth must not be negative");
     verify_depth_ = config_.tree_verify_depth == 0
                         ? config_.tree_depth

@@ -27,9 +27,7 @@ namespace {
 class PipeDec final : public TreeSpeculation {
  public:
   explicit PipeDec(const StrategyConfig& config) : TreeSpeculation(config) {
-    check(config_.tree_depth >= 1 && config_.tree_depth <= 64, "--tree-depth must be 1..64");
-    check(config_.tree_branch >= 1 && config_.tree_branch <= 64, "--tree-branch must be 1..64");
-    check(config_.tree_width >= 1 && config_.tree_width <= 1024, "--tree-width must be 1..1024");
+    check_dynamic_tree_flags();
   }
 
   std::string name() const override { return "pipedec"; }

@@ -40,6 +40,12 @@ int32_t TreeSpeculation::Tree::add(int32_t token, int32_t parent, double log_pro
 
 TreeSpeculation::TreeSpeculation(const StrategyConfig& config) : SpeculativeStrategy(config) {}
 
+void TreeSpeculation::check_dynamic_tree_flags() const {
+  check(config_.tree_depth >= 1 && config_.tree_depth <= 64, "--tree-depth must be 1..64");
+  check(config_.tree_branch >= 1 && config_.tree_branch <= 64, "--tree-branch must be 1..64");
+  check(config_.tree_width >= 1 && config_.tree_width <= 1024, "--tree-width must be 1..1024");
+}
+
 void TreeSpeculation::reset() {
   tree_ = Tree();
   draft_prefix_cells_.clear();

@@ -52,6 +52,9 @@ class TreeSpeculation : public SpeculativeStrategy {
   // nodes' top-c children (c = tree_branch) by cumulative draft
   // log-probability, in BFS order; false if nothing could be added.
   bool grow_level(const std::vector<int32_t>& frontier, int width);
+  // The flags of a tree grown level by level (dyntree, pipedec): depth,
+  // branching and width in range, or Error naming the flag.
+  void check_dynamic_tree_flags() const;
   // Verification walk over the tree (greedy, multi-candidate or token matching).
   TreeVerdict verify(bool multi_candidate);
   // Accounts the verdict: checked nodes were proposed, the path accepted.
