@@ -137,6 +137,30 @@ void Model::attention_block(Worker& worker, int layer, const Batch& batch, KvCac
   add_inplace(hidden, o.data(), static_cast<int>(o.size()));
 }
 
+void Model::project_qkv(Worker& worker, const LayerWeights& w, const float* hidden, int n,
+                        std::span<const int32_t> positions, float* xn, float* q, float* k,
+                        float* v) const {
+  const ModelConfig& c = config_;
+  const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
+  for (int i = 0; i < n; ++i)
+    rmsnorm(hidden + static_cast<size_t>(i) * c.n_embd, w.attn_norm.data(), c.n_embd, c.rms_eps,
+            xn + static_cast<size_t>(i) * c.n_embd);
+  const MatmulPart qkv[] = {{&w.wq, q}, {&w.wk, k}, {&w.wv, v}};
+  matmul_many(worker, qkv, xn, n);
+  for (int i = 0; i < n; ++i) {
+    float* qi = q + static_cast<size_t>(i) * q_dim;
+    float* ki = k + static_cast<size_t>(i) * kv_dim;
+    float* vi = v + static_cast<size_t>(i) * kv_dim;
+    if (c.qkv_bias) {
+      add_inplace(qi, w.bq.data(), q_dim);
+      add_inplace(ki, w.bk.data(), kv_dim);
+      add_inplace(vi, w.bv.data(), kv_dim);
+    }
+    rope(qi, c.n_head, hd, c.rope_dims, positions[i], rope_inv_freq_.data(), c.rope_style);
+    rope(ki, c.n_head_kv, hd, c.rope_dims, positions[i], rope_inv_freq_.data(), c.rope_style);
+  }
+}
+
 void Model::attention_output(Worker& worker, int layer, const Batch& batch, KvCache& kv,
                              int32_t first_cell, const float* hidden, float* out,
                              AttentionProbe* probe) const {
@@ -148,22 +172,10 @@ void Model::attention_output(Worker& worker, int layer, const Batch& batch, KvCa
       k(static_cast<size_t>(n) * kv_dim), v(static_cast<size_t>(n) * kv_dim),
       att(static_cast<size_t>(n) * q_dim);
 
-  for (int i = 0; i < n; ++i)
-    rmsnorm(hidden + static_cast<size_t>(i) * c.n_embd, w.attn_norm.data(), c.n_embd, c.rms_eps,
-            &xn[static_cast<size_t>(i) * c.n_embd]);
-  const MatmulPart qkv[] = {{&w.wq, q.data()}, {&w.wk, k.data()}, {&w.wv, v.data()}};
-  matmul_many(worker, qkv, xn.data(), n);
+  project_qkv(worker, w, hidden, n, batch.positions, xn.data(), q.data(), k.data(), v.data());
   for (int i = 0; i < n; ++i) {
-    float* qi = &q[static_cast<size_t>(i) * q_dim];
-    float* ki = &k[static_cast<size_t>(i) * kv_dim];
-    float* vi = &v[static_cast<size_t>(i) * kv_dim];
-    if (c.qkv_bias) {
-      add_inplace(qi, w.bq.data(), q_dim);
-      add_inplace(ki, w.bk.data(), kv_dim);
-      add_inplace(vi, w.bv.data(), kv_dim);
-    }
-    rope(qi, c.n_head, hd, c.rope_dims, batch.positions[i], rope_inv_freq_.data(), c.rope_style);
-    rope(ki, c.n_head_kv, hd, c.rope_dims, batch.positions[i], rope_inv_freq_.data(), c.rope_style);
+    const float* ki = &k[static_cast<size_t>(i) * kv_dim];
+    const float* vi = &v[static_cast<size_t>(i) * kv_dim];
     std::memcpy(kv.spec_k(layer, first_cell + i), ki, sizeof(float) * kv_dim);
     std::memcpy(kv.spec_v(layer, first_cell + i), vi, sizeof(float) * kv_dim);
   }

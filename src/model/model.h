@@ -100,6 +100,12 @@ class Model {
 
  private:
   Model() = default;
+  // The first half of a layer's attention for n rows: q, k, v of
+  // norm(hidden) with biases and RoPE at `positions` (xn: scratch, n × n_embd).
+  // attention_output and forward_multi share it, so both compute the same rows.
+  void project_qkv(Worker& worker, const LayerWeights& w, const float* hidden, int n,
+                   std::span<const int32_t> positions, float* xn, float* q, float* k,
+                   float* v) const;
   ModelConfig config_;
   std::unique_ptr<GgufFile> file_;
   WeightMatrix token_embd_, output_;

@@ -75,22 +75,10 @@ std::vector<std::vector<float>> Model::forward_multi(
   for (int layer = 0; layer < c.n_layer; ++layer) {
     const LayerWeights& w = layers_[layer];
     // Attention block (as attention_block(), over all rows).
-    for (int i = 0; i < n; ++i)
-      rmsnorm(&hidden[static_cast<size_t>(i) * c.n_embd], w.attn_norm.data(), c.n_embd, c.rms_eps,
-              &xn[static_cast<size_t>(i) * c.n_embd]);
-    const MatmulPart qkv[] = {{&w.wq, q.data()}, {&w.wk, k.data()}, {&w.wv, v.data()}};
-    matmul_many(worker, qkv, xn.data(), n);
+    project_qkv(worker, w, hidden.data(), n, positions, xn.data(), q.data(), k.data(), v.data());
     for (int i = 0; i < n; ++i) {
-      float* qi = &q[static_cast<size_t>(i) * q_dim];
-      float* ki = &k[static_cast<size_t>(i) * kv_dim];
-      float* vi = &v[static_cast<size_t>(i) * kv_dim];
-      if (c.qkv_bias) {
-        add_inplace(qi, w.bq.data(), q_dim);
-        add_inplace(ki, w.bk.data(), kv_dim);
-        add_inplace(vi, w.bv.data(), kv_dim);
-      }
-      rope(qi, c.n_head, hd, c.rope_dims, positions[i], rope_inv_freq_.data(), c.rope_style);
-      rope(ki, c.n_head_kv, hd, c.rope_dims, positions[i], rope_inv_freq_.data(), c.rope_style);
+      const float* ki = &k[static_cast<size_t>(i) * kv_dim];
+      const float* vi = &v[static_cast<size_t>(i) * kv_dim];
       const size_t s = static_cast<size_t>(row_seq[i]);
       const int32_t cell = first_cell[s] + (i - offset[s]);
       std::memcpy(sequences[s].kv->spec_k(layer, cell), ki, sizeof(float) * kv_dim);
