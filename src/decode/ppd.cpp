@@ -65,16 +65,10 @@ std::string prompts_path(const StrategyConfig& config) {
   return beside;
 }
 
-std::unique_ptr<Target> ppd_target(const StrategyConfig& config) {
-  check(config.target != nullptr && config.target_worker != nullptr,
-        "strategy 'ppd' needs a target model and a worker");
-  return std::make_unique<LocalTarget>(config.target, *config.target_worker);
-}
-
 class Ppd final : public DecodeStrategy {
  public:
   explicit Ppd(const StrategyConfig& config)
-      : DecodeStrategy(config, ppd_target(config), nullptr),
+      : DecodeStrategy(config, make_target_side(config), nullptr),
         prompts_(PpdPrompts::load(prompts_path(config))) {
     prompts_.check_fits(*config.target);
     const std::string tree_path = option_value<std::string>(config, ppd_tree_option());

@@ -1,5 +1,6 @@
 #include "dist/pipeline.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,12 +79,24 @@ void setup_stage(Transport& t, Stage& s, Bytes& body) {
   s.worker = std::make_unique<Worker>(threads);
 }
 
+// CPU time of this process (every thread) in ms: beside the wall time of a
+// forward it shows whether the stage computed or waited for a core.
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
 // A forward as it travels: its batch and, after the first stage, hidden states.
 struct ForwardMsg {
   int64_t ticket = 0;
   bool skipped = false;
   Batch batch;
   std::vector<float> hidden;
+  // First stage only: rows whose token embedding is replaced (PPD's trained
+  // prompt embeddings) and their vectors, n_embd floats each, in row order.
+  std::vector<uint8_t> replaced;
+  std::vector<float> replacements;
 };
 
 ForwardMsg parse_forward(const Stage& s, Bytes& body) {
@@ -98,12 +111,17 @@ ForwardMsg parse_forward(const Stage& s, Bytes& body) {
   check(f.batch.positions.size() == n && f.batch.parents.size() == n &&
             f.batch.want_logits.size() == n,
         "forward: batch arrays differ in length");
+  if (s.is_first) {
+    f.replaced = body.get_vector<uint8_t>();
+    f.replacements = body.get_vector<float>();
+    check(f.replaced.empty() || f.replaced.size() == n, "forward: replaced rows of the wrong size");
+  }
   if (!s.is_first && !f.skipped) f.hidden = body.get_vector<float>();
   return f;
 }
 
 void pass_on(Transport& t, const Stage& s, const ForwardMsg& f, const std::vector<float>& logits,
-             double ms) {
+             double ms, double cpu_ms) {
   Bytes out;
   if (s.is_last) {
     out.put<int64_t>(f.ticket);
@@ -125,6 +143,7 @@ void pass_on(Transport& t, const Stage& s, const ForwardMsg& f, const std::vecto
   progress.put<int64_t>(f.ticket);
   progress.put<uint8_t>(f.skipped ? 1 : 0);
   progress.put<double>(ms);
+  progress.put<double>(cpu_ms);
   t.send(0, kProgress, std::move(progress));
 }
 
@@ -153,6 +172,7 @@ void run_forwards(Transport& t, Stage& s, std::vector<ForwardMsg>& group) {
   for (const ForwardMsg& f : group)
     if (!f.skipped) run_rows += f.batch.size();
   const Stopwatch watch;
+  const double cpu_start = process_cpu_ms();
   std::vector<float> logits;
   if (run_rows > 0) {
     for (const ForwardMsg& f : group) {
@@ -164,6 +184,13 @@ void run_forwards(Transport& t, Stage& s, std::vector<ForwardMsg>& group) {
         const size_t at = hidden.size();
         hidden.resize(at + f.batch.size() * n_embd);
         s.model->embed(f.batch.tokens, hidden.data() + at);
+        size_t k = 0;
+        for (size_t i = 0; i < f.replaced.size(); ++i) {
+          if (!f.replaced[i]) continue;
+          check((k + 1) * n_embd <= f.replacements.size(), "forward: replacement rows missing");
+          std::copy_n(&f.replacements[k * n_embd], n_embd, &hidden[at + i * n_embd]);
+          ++k;
+        }
       } else {
         hidden.insert(hidden.end(), f.hidden.begin(), f.hidden.end());
       }
@@ -183,6 +210,7 @@ void run_forwards(Transport& t, Stage& s, std::vector<ForwardMsg>& group) {
     }
   }
   const double ms = watch.elapsed_ms();
+  const double cpu_ms = process_cpu_ms() - cpu_start;
   const size_t n_vocab = static_cast<size_t>(s.model->config().n_vocab);
   size_t row = 0, out_row = 0;
   for (ForwardMsg& f : group) {
@@ -200,7 +228,8 @@ void run_forwards(Transport& t, Stage& s, std::vector<ForwardMsg>& group) {
       }
       row += n;
     }
-    pass_on(t, s, f, mine, run_rows > 0 && !f.skipped ? ms * n / run_rows : 0.0);
+    const double share = run_rows > 0 && !f.skipped ? static_cast<double>(n) / run_rows : 0.0;
+    pass_on(t, s, f, mine, ms * share, cpu_ms * share);
   }
 }
 
@@ -455,7 +484,10 @@ std::vector<int> split_layers(const Model& model, int stages, const std::string&
 
 Pipeline::Pipeline(Transport& transport, const Model& target, const PipelineOptions& options,
                    int threads)
-    : transport_(transport), options_(options), n_vocab_(target.config().n_vocab) {
+    : transport_(transport),
+      options_(options),
+      n_vocab_(target.config().n_vocab),
+      n_embd_(target.config().n_embd) {
   const int ranks = transport_.size();
   if (options_.stages == 0) options_.stages = ranks - 1;
   check(options_.stages >= 1 && options_.stages <= ranks - 1, "--stages ", options_.stages,
@@ -574,6 +606,7 @@ void Pipeline::pump() {
       const int64_t ticket = m.body.get<int64_t>();
       const bool skipped = m.body.get<uint8_t>() != 0;
       const double ms = m.body.get<double>();
+      const double cpu_ms = m.body.get<double>();
       last_done_[m.source] = ticket;
       for (std::vector<StageTimes>* v : {&stages_, &stage_window_})
         for (StageTimes& st : *v)
@@ -581,6 +614,7 @@ void Pipeline::pump() {
             ++st.forwards;
             st.skipped += skipped ? 1 : 0;
             st.compute_ms += ms;
+            st.cpu_ms += cpu_ms;
           }
       break;
     }
@@ -610,6 +644,20 @@ int64_t Pipeline::send_forward(const Batch& batch) {
   b.put_vector(batch.positions);
   b.put_vector(batch.parents);
   b.put_vector(batch.want_logits);
+  // Rows given as embeddings (PPD's prompt tokens) travel to the first stage, which embeds.
+  check(batch.input_embeddings.empty() || batch.input_embeddings.size() == batch.size(),
+        "forward: input_embeddings must be empty or one per batch entry");
+  std::vector<uint8_t> replaced;
+  std::vector<float> replacements;
+  for (size_t i = 0; i < batch.input_embeddings.size(); ++i) {
+    if (replaced.empty()) replaced.assign(batch.size(), 0);
+    if (batch.input_embeddings[i] == nullptr) continue;
+    replaced[i] = 1;
+    replacements.insert(replacements.end(), batch.input_embeddings[i],
+                        batch.input_embeddings[i] + n_embd_);
+  }
+  b.put_vector(replaced);
+  b.put_vector(replacements);
   transport_.send(first_rank(), kPipe, std::move(b));
   outstanding_.insert(ticket);
   return ticket;
@@ -680,7 +728,7 @@ std::vector<StageTimes> Pipeline::take_stage_times() {
   std::vector<StageTimes> out = stage_window_;
   for (StageTimes& st : stage_window_) {
     st.forwards = st.skipped = 0;
-    st.compute_ms = 0;
+    st.compute_ms = st.cpu_ms = 0;
   }
   return out;
 }

@@ -68,7 +68,8 @@ struct StageTimes {
   int layer_first = 0, layer_last = 0;
   std::string host;
   int64_t forwards = 0, skipped = 0;
-  double compute_ms = 0;
+  double compute_ms = 0;  // wall time of its forwards
+  double cpu_ms = 0;      // CPU time of its process meanwhile (all threads)
 };
 
 // The head's end of the pipeline, one per job, shared by every target made on it.
@@ -106,7 +107,7 @@ class Pipeline {
 
   Transport& transport_;
   PipelineOptions options_;
-  int n_vocab_ = 0;
+  int n_vocab_ = 0, n_embd_ = 0;
   std::vector<StageTimes> stages_, stage_window_;
   int64_t next_ticket_ = 0;
   std::set<int64_t> outstanding_;  // sent, result not yet back

@@ -95,7 +95,8 @@ void print_json(const std::string& strategy, const std::string& chosen,
                         {"layers", {stage.layer_first, stage.layer_last}},
                         {"forwards", stage.forwards},
                         {"skipped", stage.skipped},
-                        {"compute_ms", stage.compute_ms}});
+                        {"compute_ms", stage.compute_ms},
+                        {"cpu_ms", stage.cpu_ms}});
     out["distributed"] = {{"pipeline", pipeline->describe()},
                           {"link_emulated", pipeline->options().link.active()},
                           {"link_latency_us", pipeline->options().link.latency_us},

@@ -51,6 +51,29 @@ TEST(DistributedCli, ZooStrategiesOnTwoThreeFourRanksMatchSingleProcessAr) {
   }
 }
 
+// PPD's prompt tokens enter as embeddings, which travel to the first stage:
+// the same tokens as ar and, with them, the same drafts accepted as in one
+// process (ignored embeddings would draft other tokens).
+TEST(DistributedCli, PpdOnTwoAndThreeRanksMatchesSingleProcessPpd) {
+  const auto ar = run_command(std::string(PARSPEC_BINARY) + generate_args("ar") + " 2>/dev/null");
+  const auto single =
+      run_command(std::string(PARSPEC_BINARY) + generate_args("ppd") + " 2>/dev/null");
+  ASSERT_EQ(ar.exit_code, 0);
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const auto accepted = [](const std::string& out) {
+    return nlohmann::json::parse(out.substr(out.find('{')))["accepted"].get<int64_t>();
+  };
+  ASSERT_GT(accepted(single.output), 0) << "the zoo PPD prompts accept nothing: not a test";
+  for (int ranks : {2, 3}) {
+    const auto got = run_command(kMpirun + "-np " + std::to_string(ranks) + " " + PARSPEC_BINARY +
+                                 generate_args("ppd") + " 2>/dev/null");
+    ASSERT_EQ(got.exit_code, 0) << "ppd on " << ranks << " ranks:\n" << got.output;
+    EXPECT_EQ(tokens_of(got.output), tokens_of(ar.output)) << "ppd on " << ranks << " ranks";
+    EXPECT_EQ(accepted(got.output), accepted(single.output)) << "ppd on " << ranks << " ranks";
+    EXPECT_NE(got.output.find("\"distributed\""), std::string::npos) << got.output;
+  }
+}
+
 int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
