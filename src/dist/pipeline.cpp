@@ -62,11 +62,12 @@ void setup_stage(Transport& t, Stage& s, Bytes& body) {
   s.prev = body.get<int32_t>();
   s.next = body.get<int32_t>();
   const int threads = body.get<int32_t>();
+  const bool embeds = body.get<uint8_t>() != 0;
   LinkEmulation link;
   link.latency_us = body.get<double>();
   link.gbps = body.get<double>();
   t.set_link(link);
-  s.is_first = s.prev == 0;
+  s.is_first = embeds;  // else the head ran the first layers (--head-layers)
   s.is_last = s.next == 0;
   const FileIdentity mine = identify_file(path);
   check(mine == head_file, "the model file ", path, " differs from rank 0's (size ", mine.size,
@@ -412,8 +413,11 @@ FileIdentity identify_file(const std::string& path) {
   return id;
 }
 
-std::vector<int> split_layers(const Model& model, int stages, const std::string& split) {
-  const int n_layer = model.config().n_layer;
+std::vector<int> split_layers(const Model& model, int stages, const std::string& split,
+                              int first_layer) {
+  check(first_layer >= 0 && first_layer < model.config().n_layer, "--head-layers ", first_layer,
+        ": the model has ", model.config().n_layer, " layers and every stage needs one");
+  const int n_layer = model.config().n_layer - first_layer;
   check(stages >= 1, "--stages must be at least 1");
   check(stages <= n_layer, "--stages ", stages, ": the model has only ", n_layer, " layers");
   std::vector<int> counts;
@@ -439,10 +443,11 @@ std::vector<int> split_layers(const Model& model, int stages, const std::string&
   std::vector<double> cost(n_layer, 0.0);
   double output = 0;
   for (const GgufTensorInfo& t : f.tensors()) {
-    if (t.name.rfind("blk.", 0) == 0)
-      cost[std::stoi(t.name.substr(4))] += static_cast<double>(t.n_bytes);
-    else if (t.name == "output.weight" ||
-             (t.name == "token_embd.weight" && f.find_tensor("output.weight") == nullptr))
+    if (t.name.rfind("blk.", 0) == 0) {
+      const int layer = std::stoi(t.name.substr(4)) - first_layer;
+      if (layer >= 0) cost[layer] += static_cast<double>(t.n_bytes);
+    } else if (t.name == "output.weight" ||
+               (t.name == "token_embd.weight" && f.find_tensor("output.weight") == nullptr))
       output += static_cast<double>(t.n_bytes);
   }
   // The smallest bound on a stage's cost for which a greedy cut gives `stages`
@@ -487,7 +492,9 @@ Pipeline::Pipeline(Transport& transport, const Model& target, const PipelineOpti
     : transport_(transport),
       options_(options),
       n_vocab_(target.config().n_vocab),
-      n_embd_(target.config().n_embd) {
+      n_embd_(target.config().n_embd),
+      target_(&target),
+      head_layers_(options.head_layers) {
   const int ranks = transport_.size();
   if (options_.stages == 0) options_.stages = ranks - 1;
   check(options_.stages >= 1 && options_.stages <= ranks - 1, "--stages ", options_.stages,
@@ -497,10 +504,12 @@ Pipeline::Pipeline(Transport& transport, const Model& target, const PipelineOpti
   check(options_.link.latency_us >= 0 && options_.link.gbps >= 0,
         "--link-latency-us and --link-gbps must not be negative");
   transport_.set_link(options_.link);
-  const std::vector<int> counts = split_layers(target, options_.stages, options_.layer_split);
+  const std::vector<int> counts =
+      split_layers(target, options_.stages, options_.layer_split, head_layers_);
+  if (head_layers_ > 0) head_worker_ = std::make_unique<Worker>(threads);
   const std::string path = target.gguf().path();
   const FileIdentity id = identify_file(path);
-  int first = 0;
+  int first = head_layers_;
   for (int i = 0; i < options_.stages; ++i) {
     const int rank = i + 1;
     StageTimes st;
@@ -518,6 +527,7 @@ Pipeline::Pipeline(Transport& transport, const Model& target, const PipelineOpti
     b.put<int32_t>(i == 0 ? 0 : rank - 1);
     b.put<int32_t>(i + 1 == options_.stages ? 0 : rank + 1);
     b.put<int32_t>(threads);
+    b.put<uint8_t>(i == 0 && head_layers_ == 0 ? 1 : 0);
     b.put<double>(options_.link.latency_us);
     b.put<double>(options_.link.gbps);
     transport_.send(rank, kSetup, std::move(b));
@@ -551,10 +561,12 @@ Pipeline::Pipeline(Transport& transport, const Model& target, const PipelineOpti
 std::string Pipeline::describe() const {
   std::string s = "pipeline of " + std::to_string(stages_.size()) + " stage" +
                   (stages_.size() == 1 ? "" : "s") + " (rank 0 on " + host_name() +
-                  ": head: tokenizer, sampling, verification, drafter)";
+                  ": head: tokenizer, sampling, verification, drafter" +
+                  (head_layers_ > 0 ? " + embedding + " + layer_range(0, head_layers_) : "") + ")";
   for (const StageTimes& st : stages_)
     s += "; rank " + std::to_string(st.rank) + " on " + st.host + ": " +
-         layer_range(st.layer_first, st.layer_last) + (st.rank == 1 ? " + embedding" : "") +
+         layer_range(st.layer_first, st.layer_last) +
+         (st.rank == 1 && head_layers_ == 0 ? " + embedding" : "") +
          (st.rank == static_cast<int>(stages_.size()) ? " + output" : "");
   s += "; link: " + options_.link.describe();
   return s;
@@ -631,6 +643,8 @@ void Pipeline::begin(int32_t capacity) {
   b.put<int32_t>(kBegin);
   b.put<int32_t>(capacity);
   transport_.send(first_rank(), kPipe, std::move(b));
+  if (head_layers_ > 0)
+    head_kv_ = std::make_unique<KvCache>(target_->config(), capacity, 0, head_layers_);
 }
 
 int64_t Pipeline::send_forward(const Batch& batch) {
@@ -644,6 +658,22 @@ int64_t Pipeline::send_forward(const Batch& batch) {
   b.put_vector(batch.positions);
   b.put_vector(batch.parents);
   b.put_vector(batch.want_logits);
+  if (head_layers_ > 0) {
+    // The head's share: embed and run the first layers here, in submission
+    // order, so that stage 1 receives hidden states like any later stage.
+    check(head_kv_ != nullptr, "forward before begin");
+    std::vector<float> hidden(batch.size() * n_embd_);
+    target_->embed(batch.tokens, hidden.data());
+    for (size_t i = 0; i < batch.input_embeddings.size(); ++i)
+      if (batch.input_embeddings[i] != nullptr)
+        std::copy_n(batch.input_embeddings[i], n_embd_, &hidden[i * n_embd_]);
+    const int32_t cell = head_kv_->add_cells(batch.positions, batch.parents);
+    target_->forward_layers(*head_worker_, batch, *head_kv_, cell, 0, head_layers_, hidden.data());
+    b.put_vector(hidden);
+    transport_.send(first_rank(), kPipe, std::move(b));
+    outstanding_.insert(ticket);
+    return ticket;
+  }
   // Rows given as embeddings (PPD's prompt tokens) travel to the first stage, which embeds.
   check(batch.input_embeddings.empty() || batch.input_embeddings.size() == batch.size(),
         "forward: input_embeddings must be empty or one per batch entry");
@@ -693,6 +723,7 @@ void Pipeline::send_commit(std::span<const int32_t> path, std::span<const int32_
   b.put_vector(std::vector<int32_t>(path.begin(), path.end()));
   b.put_vector(std::vector<int32_t>(keep.begin(), keep.end()));
   transport_.send(first_rank(), kPipe, std::move(b));
+  if (head_kv_) head_kv_->commit(path, keep);
 }
 
 void Pipeline::send_truncate(int32_t n) {
@@ -700,6 +731,7 @@ void Pipeline::send_truncate(int32_t n) {
   b.put<int32_t>(kTruncate);
   b.put<int32_t>(n);
   transport_.send(first_rank(), kPipe, std::move(b));
+  if (head_kv_) head_kv_->truncate(n);
 }
 
 void Pipeline::drain() {

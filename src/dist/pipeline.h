@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "core/worker.h"
 #include "decode/sides.h"
 #include "decode/strategy.h"
 #include "dist/transport.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 
 namespace parspec::dist {
@@ -25,6 +27,7 @@ namespace parspec::dist {
 struct PipelineOptions {
   int stages = 0;           // target stages (0: every rank but the head)
   std::string layer_split;  // "a,b,c": layers per stage; empty: balanced
+  int head_layers = 0;      // the head computes the embedding and these first layers itself
   LinkEmulation link;
   double timeout_s = 60;  // the head's wait for a stage before it gives up
 };
@@ -52,7 +55,9 @@ void end_session(int code);
 // when empty, consecutive ranges that balance the bytes of weights each stage
 // reads per token (the last stage also reads the output matrix). Throws Error
 // for a bad split.
-std::vector<int> split_layers(const Model& model, int stages, const std::string& split);
+// Only layers from `first_layer` on are split (the head keeps the ones before).
+std::vector<int> split_layers(const Model& model, int stages, const std::string& split,
+                              int first_layer = 0);
 
 // Size and FNV-1a hash of the first MiB (the GGUF header: metadata and tensor
 // table) of a file, which every rank compares before it starts.
@@ -108,6 +113,11 @@ class Pipeline {
   Transport& transport_;
   PipelineOptions options_;
   int n_vocab_ = 0, n_embd_ = 0;
+  // --head-layers: the head's own share of the target (its layers' cache).
+  const Model* target_ = nullptr;
+  int head_layers_ = 0;
+  std::unique_ptr<Worker> head_worker_;
+  std::unique_ptr<KvCache> head_kv_;
   std::vector<StageTimes> stages_, stage_window_;
   int64_t next_ticket_ = 0;
   std::set<int64_t> outstanding_;  // sent, result not yet back

@@ -71,6 +71,9 @@ void StrategyOptions::add_to(ArgParser& args) {
   args.option("--layer-split", &layer_split, "A,B,..",
               "under mpirun: layers per stage, in order (default: balanced by the bytes of "
               "weights each stage reads per token)");
+  args.option("--head-layers", &head_layers, "N",
+              "under mpirun: rank 0 (the head) also runs the embedding and the target's first N "
+              "layers, so that with 2 ranks the target is split over both (0 = none)");
   args.option("--link-latency-us", &link_latency_us, "US",
               "under mpirun: EMULATED link latency added to every inter-rank message");
   args.option("--link-gbps", &link_gbps, "G",
@@ -78,6 +81,7 @@ void StrategyOptions::add_to(ArgParser& args) {
   args.option("--dist-timeout", &dist_timeout_s, "S",
               "under mpirun: seconds the head waits for a stage before it ends the job");
   args.bound("--stages", 0, 4096);
+  args.bound("--head-layers", 0, 4096);
   args.bound("--link-latency-us", 0, 1e7);
   args.bound("--link-gbps", 0, 1e6);
   args.bound("--dist-timeout", 0.1, 1e6);
@@ -165,6 +169,7 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   dist::PipelineOptions pipeline;
   pipeline.stages = options.stages;
   pipeline.layer_split = options.layer_split;
+  pipeline.head_layers = options.head_layers;
   pipeline.link.latency_us = options.link_latency_us;
   pipeline.link.gbps = options.link_gbps;
   pipeline.timeout_s = options.dist_timeout_s;
@@ -172,8 +177,10 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   if (make_target)
     std::fprintf(stderr, "distributed: %s\n", dist::running_pipeline()->describe().c_str());
   else
-    check(options.stages == 0 && options.layer_split.empty() && !pipeline.link.active(),
-          "--stages, --layer-split and --link-* are for runs launched by mpirun with at least "
+    check(options.stages == 0 && options.layer_split.empty() && options.head_layers == 0 &&
+              !pipeline.link.active(),
+          "--stages, --layer-split, --head-layers and --link-* are for runs launched by mpirun "
+          "with at least "
           "two ranks (mpirun -np N parspec ...)");
   load_drafters(options);
 }

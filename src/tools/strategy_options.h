@@ -29,6 +29,7 @@ struct StrategyOptions {
   // The distributed runtime under mpirun (docs/distributed.md).
   int stages = 0;
   std::string layer_split;
+  int head_layers = 0;
   float link_latency_us = 0, link_gbps = 0, dist_timeout_s = 60;
 
   // Registers -md, -td, --placement and every registered strategy's options; a

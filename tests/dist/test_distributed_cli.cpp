@@ -74,6 +74,29 @@ TEST(DistributedCli, PpdOnTwoAndThreeRanksMatchesSingleProcessPpd) {
   }
 }
 
+// --head-layers: the head runs the embedding and the first layers itself, so
+// the target is split over every rank (PipeDec with the drafter and the
+// target's first layers on rank 0).
+TEST(DistributedCli, HeadLayersOnTwoAndThreeRanksMatchSingleProcessAr) {
+  const auto ar = run_command(std::string(PARSPEC_BINARY) + generate_args("ar") + " 2>/dev/null");
+  ASSERT_EQ(ar.exit_code, 0);
+  for (int ranks : {2, 3}) {
+    for (const std::string strategy : {"pp", "stpp", "pipedec", "pearl --pearl-window 3", "ppd"}) {
+      const auto got = run_command(kMpirun + "-np " + std::to_string(ranks) + " " + PARSPEC_BINARY +
+                                   generate_args(strategy) + " --head-layers 2 2>&1");
+      EXPECT_EQ(got.exit_code, 0) << strategy << " on " << ranks << " ranks:\n" << got.output;
+      EXPECT_EQ(tokens_of(got.output), tokens_of(ar.output)) << strategy << " on " << ranks;
+      EXPECT_NE(got.output.find("drafter + embedding + layers 0-1)"), std::string::npos)
+          << got.output;
+    }
+  }
+  const auto too_many = run_command(kMpirun + "-np 2 " + PARSPEC_BINARY + generate_args("pp") +
+                                    " --head-layers 6 2>&1");
+  EXPECT_NE(too_many.exit_code, 0);
+  EXPECT_NE(too_many.output.find("--head-layers 6: the model has 6 layers"), std::string::npos)
+      << too_many.output;
+}
+
 int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
