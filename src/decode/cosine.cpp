@@ -7,9 +7,13 @@
 // eq. 2-3); then for K iterations every routed drafter names its most likely next
 // token and its probability (its confidence); the most confident token is the fused
 // token x*_i (eq. 4), the next node of the fused chain, and is fed to every routed
-// drafter, so all continue from it; the other drafters' tokens hang beside it as
-// sibling leaves. After verification each routed drafter's routing score is updated
-// from its confidences and its tokens' similarity to the emitted ones (eq. 1-2).
+// drafter, so all continue from it. A drafter whose token lost the fusion keeps it
+// too (eq. 4's second term, P(x_{i+1} | x_{[1:i-1]} ⊕ x_i^n)) and from then on also
+// continues its own chain, scoring both rows in one forward: the tree holds the
+// fused chain and every routed drafter's own chain. With --tree-budget B the B nodes
+// of highest path confidence are verified (tree selection). After verification each
+// routed drafter's routing score is updated from its confidences and its tokens'
+// similarity to the emitted ones (eq. 1-2).
 //
 // specinfer: every drafter drafts its own chain of K tokens from the root, the
 // chains merged into a tree (equal prefixes share nodes); no routing, no fusion.
@@ -27,18 +31,6 @@
 #include "sample/sampler.h"
 
 namespace parspec {
-
-std::vector<int> adaptive_speculation(std::vector<int> gammas, int gamma_max) {
-  int64_t total = 0;
-  for (int& g : gammas) total += (g = std::max(g, 1));
-  while (total > gamma_max) {
-    const auto largest = std::max_element(gammas.begin(), gammas.end());
-    if (largest == gammas.end() || *largest <= 1) break;
-    --*largest;
-    --total;
-  }
-  return gammas;
-}
 
 namespace {
 
@@ -78,6 +70,13 @@ StrategyOption gamma_max_option() {
                       0);
 }
 
+StrategyOption tree_budget_option() {
+  return option_entry("--tree-budget", "tree_budget", "N",
+                      "draft tree nodes verified per step: the N of highest path confidence "
+                      "(0: every drafted node)",
+                      0);
+}
+
 std::unique_ptr<Target> pool_target(const StrategyConfig& config) {
   check(config.target != nullptr && config.target_worker != nullptr, "strategy '", config.name,
         "' needs a target model and a worker");
@@ -97,6 +96,8 @@ class PoolSpeculation final : public DecodeStrategy {
     check(route_ >= 0, "--route must not be negative");
     gamma_max_ = option_value<int>(config_, gamma_max_option());
     check(gamma_max_ >= 0, "--gamma-max must not be negative");
+    tree_budget_ = option_value<int>(config_, tree_budget_option());
+    check(tree_budget_ >= 0, "--tree-budget must not be negative");
   }
 
   std::string name() const override { return cosine_ ? "cosine" : "specinfer"; }
@@ -109,8 +110,8 @@ class PoolSpeculation final : public DecodeStrategy {
   }
 
  protected:
-  // Per depth: the fused node, and per drafter a sibling and the sibling's child.
-  int spec_budget() const override { return 2 * config_.draft_max * pool_.size() + 2; }
+  // Per depth: the fused node and one node of each drafter's own chain.
+  int spec_budget() const override { return config_.draft_max * (pool_.size() + 1) + 2; }
 
   void reset() override {
     // The driver begins the target and drafter_ (none here): the pool's
@@ -151,6 +152,7 @@ class PoolSpeculation final : public DecodeStrategy {
     tokens_ = {cur()};
     parents_ = {-1};
     depths_ = {0};
+    confidence_ = {1.0f};
     members_.assign(routed.size(), Member());
     std::vector<int> slots(routed.size());
     for (size_t s = 0; s < routed.size(); ++s) {
@@ -169,12 +171,11 @@ class PoolSpeculation final : public DecodeStrategy {
     });
     int32_t fused = 0;
     for (int d = 1; d <= depth; ++d) {
+      // Every member's pick after the fused chain (or, for specinfer, after its own chain).
       for (Member& m : members_) {
-        const Distribution dist =
-            greedy() ? softmax(m.logits.data(), n_vocab()) : distribution(m.logits.data());
-        const int32_t token = argmax(dist.data(), n_vocab());
+        const auto [token, p] = pick(m.logits);
         m.tokens.push_back(token);
-        m.confidence.push_back(dist[token]);
+        m.confidence.push_back(p);
       }
       bool stop = false;
       if (cosine_) {
@@ -185,45 +186,50 @@ class PoolSpeculation final : public DecodeStrategy {
         const int32_t x = members_[best].tokens.back();
         ++use_[members_[best].index].fused_tokens;
         const int32_t parent = fused;
-        fused = child(parent, x);
+        fused = child(parent, x, members_[best].confidence.back());
         for (Member& m : members_) {
-          if (m.tokens.back() != x) child(parent, m.tokens.back());  // a sibling candidate
+          if (m.own == m.node) {
+            // Not diverged yet: a pick that lost the fusion starts the drafter's own
+            // chain beside the fused one (eq. 4's second term).
+            m.own =
+                m.tokens.back() == x ? fused : child(parent, m.tokens.back(), m.confidence.back());
+          } else {
+            // Diverged: its own chain grows by its own next token.
+            const auto [token, p] = pick(m.own_logits);
+            m.own = child(m.own, token, p);
+          }
           m.node = fused;
         }
         stop = config_.draft_p_min > 0 && members_[best].confidence.back() < config_.draft_p_min;
       } else {
-        for (Member& m : members_) m.node = child(m.node, m.tokens.back());
+        for (Member& m : members_)
+          m.own = m.node = child(m.node, m.tokens.back(), m.confidence.back());
       }
       if (d == depth || stop) break;
-      // cosine: a drafter whose own token lost the fusion also scores it
-      // (eq. 4's second term), in the same forward: its next token there
-      // hangs below that sibling.
-      for (Member& m : members_)
-        m.own = cosine_ && m.tokens.back() != tokens_[m.node]
-                    ? child(parents_[m.node], m.tokens.back())
-                    : -1;
+      // One forward per drafter: its row on the fused chain and, once diverged,
+      // the row of its own chain.
       pool_.run(slots, [&](int s) {
         Member& m = members_[s];
         Drafter& drafter = pool_.member(m.index);
-        const int32_t parent_cell = m.cell_of[parents_[m.node]];
+        const bool diverged = m.own != m.node;
         Batch batch;
-        batch.add(tokens_[m.node], root_pos + depths_[m.node], parent_cell, true);
-        if (m.own >= 0) batch.add(tokens_[m.own], root_pos + depths_[m.own], parent_cell, true);
+        batch.add(tokens_[m.node], root_pos + depths_[m.node], m.cell_of[parents_[m.node]], true);
+        if (diverged)
+          batch.add(tokens_[m.own], root_pos + depths_[m.own], m.cell_of[parents_[m.own]], true);
         const int32_t cell = drafter.n_spec();
         std::vector<float> logits = drafter.propose(batch);
         m.cell_of.resize(tokens_.size(), -1);
         m.cell_of[m.node] = cell;
-        if (m.own >= 0) {
+        if (diverged) {
           m.cell_of[m.own] = cell + 1;
-          m.own_next = argmax(&logits[n_vocab()], n_vocab());
+          m.own_logits.assign(logits.begin() + n_vocab(), logits.begin() + 2 * n_vocab());
         }
         logits.resize(n_vocab());
         m.logits = std::move(logits);
       });
-      for (Member& m : members_)
-        if (m.own >= 0) child(m.own, m.own_next);
     }
     stats_->t_draft_ms += draft_watch.elapsed_ms();
+    select_tree();
 
     const TreeVerdict verdict = verify_tree(root_pos);
     for (int32_t node : verdict.path) emitted.push_back(tokens_[node]);
@@ -242,13 +248,21 @@ class PoolSpeculation final : public DecodeStrategy {
     int index = 0;                      // in the pool
     std::vector<int32_t> prefix_cells;  // tokens it caught up on before the root
     std::vector<int32_t> cell_of;       // its cell of each tree node it ran; -1: none
-    int32_t node = 0;                   // the node it drafts below
-    std::vector<float> logits;          // after `node`
-    std::vector<int32_t> tokens;        // its pick at each depth
-    std::vector<float> confidence;      // the probability of that pick
-    int32_t own = -1;                   // its pick's node when the fusion chose another
-    int32_t own_next = 0;               // its next token below `own`
+    int32_t node = 0;               // the fused chain's tip it drafts below (specinfer: its own)
+    int32_t own = 0;                // its own chain's tip; == node until its pick loses a fusion
+    std::vector<float> logits;      // after `node`
+    std::vector<float> own_logits;  // after `own`, once diverged
+    std::vector<int32_t> tokens;    // its pick after the fused chain at each depth
+    std::vector<float> confidence;  // the probability of that pick
   };
+
+  // A drafter's most likely token after `logits` and its probability (its confidence).
+  std::pair<int32_t, float> pick(const std::vector<float>& logits) const {
+    const Distribution dist =
+        greedy() ? softmax(logits.data(), n_vocab()) : distribution(logits.data());
+    const int32_t token = argmax(dist.data(), n_vocab());
+    return {token, dist[token]};
+  }
 
   static RoutingParams routing_params(const StrategyConfig& c) {
     RoutingParams p;
@@ -268,9 +282,8 @@ class PoolSpeculation final : public DecodeStrategy {
     std::vector<int> all(pool_.size());
     for (int i = 0; i < pool_.size(); ++i) all[i] = i;
     if (!cosine_) return all;
-    const int want = route_ == 0 ? pool_.size() : route_;
-    const int load = verifier_load();
-    return routing_.choose(std::max(1, (want + load - 1) / load), route_rng_);
+    return routing_.choose(participating_drafters(route_, pool_.size(), verifier_load()),
+                           route_rng_);
   }
 
   // K, within what is left to generate and, in a server, Γmax over its requests.
@@ -284,14 +297,60 @@ class PoolSpeculation final : public DecodeStrategy {
     return depth;
   }
 
-  // The child of `parent` with `token`, added if there is none.
-  int32_t child(int32_t parent, int32_t token) {
+  // The child of `parent` with `token`, added if there is none; its confidence
+  // is the highest any drafter gave it.
+  int32_t child(int32_t parent, int32_t token, float confidence) {
     for (int32_t n = parent + 1; n < static_cast<int32_t>(tokens_.size()); ++n)
-      if (parents_[n] == parent && tokens_[n] == token) return n;
+      if (parents_[n] == parent && tokens_[n] == token) {
+        confidence_[n] = std::max(confidence_[n], confidence);
+        return n;
+      }
     tokens_.push_back(token);
     parents_.push_back(parent);
     depths_.push_back(depths_[parent] + 1);
+    confidence_.push_back(confidence);
     return static_cast<int32_t>(tokens_.size() - 1);
+  }
+
+  // Tree selection (CoSine, section 4.2: "a suitable quantity and quality of
+  // tokens are then selected for the verification server"): with --tree-budget
+  // B, the B nodes of highest path confidence (the product of the confidences
+  // from the root) are kept. A child's path confidence never exceeds its
+  // parent's and parents come first, so the kept nodes form a tree.
+  void select_tree() {
+    const size_t n = tokens_.size();
+    if (tree_budget_ <= 0 || n - 1 <= static_cast<size_t>(tree_budget_)) return;
+    std::vector<double> path(n, 1.0);
+    for (size_t i = 1; i < n; ++i) path[i] = path[parents_[i]] * confidence_[i];
+    std::vector<int32_t> order(n - 1);
+    for (size_t i = 1; i < n; ++i) order[i - 1] = static_cast<int32_t>(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return path[a] > path[b]; });
+    std::vector<uint8_t> keep(n, 0);
+    keep[0] = 1;
+    for (int k = 0; k < tree_budget_; ++k) keep[order[k]] = 1;
+    std::vector<int32_t> new_index(n, -1);
+    std::vector<int32_t> tokens, parents, depths;
+    std::vector<float> confidence;
+    for (size_t i = 0; i < n; ++i) {
+      if (!keep[i]) continue;
+      check(i == 0 || new_index[parents_[i]] >= 0, "tree selection kept a node without its parent");
+      new_index[i] = static_cast<int32_t>(tokens.size());
+      tokens.push_back(tokens_[i]);
+      parents.push_back(i == 0 ? -1 : new_index[parents_[i]]);
+      depths.push_back(depths_[i]);
+      confidence.push_back(confidence_[i]);
+    }
+    for (Member& m : members_) {
+      std::vector<int32_t> cells(tokens.size(), -1);
+      for (size_t i = 0; i < m.cell_of.size(); ++i)
+        if (new_index[i] >= 0) cells[new_index[i]] = m.cell_of[i];
+      m.cell_of = std::move(cells);
+    }
+    tokens_ = std::move(tokens);
+    parents_ = std::move(parents);
+    depths_ = std::move(depths);
+    confidence_ = std::move(confidence);
   }
 
   // The target runs the root and every node in one forward, then the tree rule walks it.
@@ -383,9 +442,11 @@ class PoolSpeculation final : public DecodeStrategy {
   Rng route_rng_;
   int route_ = 2;
   int gamma_max_ = 0;
+  int tree_budget_ = 0;
   std::vector<GenerationStats::DrafterUse> use_;
   // This step's draft tree: node 0 is the root (cur); parents before children.
   std::vector<int32_t> tokens_, parents_, depths_;
+  std::vector<float> confidence_;  // per node: the highest drafter probability of its token
   std::vector<Member> members_;
   std::vector<float> embeddings_;
 };
@@ -403,7 +464,7 @@ StrategyInfo cosine_strategy() {
                                    "stop drafting when the draft's top probability is below P",
                                    &StrategyConfig::draft_p_min),
                       route_option(), route_threshold_option(), route_explore_option(),
-                      route_exploit_option(), gamma_max_option()},
+                      route_exploit_option(), gamma_max_option(), tree_budget_option()},
           .variant_key = "draft_max",
           .make = [](const StrategyConfig& c) {
             return std::make_unique<PoolSpeculation>(c, /*cosine=*/true);
@@ -416,7 +477,7 @@ StrategyInfo specinfer_strategy() {
               "SpecInfer-style multi-drafter tree: every drafter of --drafters drafts a "
               "chain, merged into one tree (no routing, no fusion)",
           .needs_draft = true,
-          .options = {pool_depth_option()},
+          .options = {pool_depth_option(), tree_budget_option()},
           .variant_key = "draft_max",
           .make = [](const StrategyConfig& c) {
             return std::make_unique<PoolSpeculation>(c, /*cosine=*/false);
