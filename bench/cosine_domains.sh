@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Mixed-domain acceptance (docs/performance.md, "CoSine"): τ per prompt set for every
 # single drafter alone (`sd`), the unrouted multi-drafter tree (`specinfer`) and `cosine`
-# (routing + fusion; all drafters, and ROUTE of them per step), all through `parspec bench`
-# (greedy, outputs checked against `ar`); then both pool strategies again at one equal
-# budget of verified nodes per step (--tree-budget: the most confident nodes of each
-# tree; the budget is specinfer's own mean tree size, rounded down). Prints markdown
+# (routing + fusion; all drafters, ROUTE of them per step, and all with the drafters'
+# runner-up tokens as leaves, --fusion-top 2), all through `parspec bench` (greedy, outputs
+# checked against `ar`); then both pool strategies again at one equal budget of verified
+# nodes per step (--tree-budget: the nodes of highest estimated acceptance; the budget is
+# specinfer's own mean tree size, rounded down). Prints markdown
 # tables (τ per set; tree size, draft forwards and acceptance per depth over all sets);
 # the JSON of each run stays in $OUT.
 #
@@ -36,6 +37,8 @@ done
   --json "$OUT/pool-all.json" >/dev/null
 "$PARSPEC" bench "${common[@]}" "${pool[@]}" --strategies ar,cosine --route "$ROUTE" \
   --json "$OUT/cosine-route.json" >/dev/null
+"$PARSPEC" bench "${common[@]}" "${pool[@]}" --strategies ar,cosine --route 0 --fusion-top 2 \
+  --json "$OUT/cosine-top2.json" >/dev/null
 if [[ -z "${BUDGET:-}" ]]; then
   BUDGET=$(/usr/bin/python3 -c '
 import json, sys
@@ -44,7 +47,7 @@ for r in json.load(open(sys.argv[1]))["results"]:
         print(int(r["drafted"] / r["verify_steps"]))' "$OUT/pool-all.json")
 fi
 "$PARSPEC" bench "${common[@]}" "${pool[@]}" --strategies ar,specinfer,cosine --route 0 \
-  --tree-budget "$BUDGET" --json "$OUT/pool-budget.json" >/dev/null
+  --fusion-top 2 --tree-budget "$BUDGET" --json "$OUT/pool-budget.json" >/dev/null
 
 /usr/bin/python3 - "$OUT" "$DRAFTERS" "$ROUTE" "$BUDGET" <<'PY'
 import json, os, sys
@@ -64,8 +67,9 @@ for name in drafters:
 take(os.path.join(out, "pool-all.json"), "specinfer", "specinfer (all)")
 take(os.path.join(out, "pool-all.json"), "cosine", "cosine --route 0")
 take(os.path.join(out, "cosine-route.json"), "cosine", f"cosine --route {route}")
-take(os.path.join(out, "pool-budget.json"), "specinfer", f"specinfer, budget {budget}")
-take(os.path.join(out, "pool-budget.json"), "cosine", f"cosine --route 0, budget {budget}")
+take(os.path.join(out, "cosine-top2.json"), "cosine", "cosine --route 0 --fusion-top 2")
+take(os.path.join(out, "pool-budget.json"), "specinfer", f"specinfer --tree-budget {budget}")
+take(os.path.join(out, "pool-budget.json"), "cosine", f"cosine --route 0 --fusion-top 2 --tree-budget {budget}")
 sets = ["code", "prose", "math", "config", "chat", "all"]
 print("| prompt set | " + " | ".join(columns) + " |")
 print("|---|" + "---:|" * len(columns))
@@ -86,7 +90,7 @@ def per_node(r):
     "τ per verified node (all)"
     return "%.3f" % (r["tau"] / (r["drafted"] / r["verify_steps"]))
 def depth(r):
-    "acceptance at depth 1/2/3/4 (all)"
+    "acceptance at depth 1/2/3/4, given the depth was reached (all)"
     return "/".join("%.2f" % a for a in r.get("per_position_acceptance", [])[:4])
 for f in (nodes, per_node, forwards, depth):
     stat(f)

@@ -7,7 +7,7 @@
 # Usage: bash bench/cosine_load.sh
 # Env:   PARSPEC (build/parspec), TARGET (models/target.gguf), DRAFT (models/draft.gguf, sd's),
 #        DRAFTERS (the four zoo drafters, comma-separated), STRATEGIES (ar,sd,specinfer,cosine),
-#        RATES (2,20,2~20), REQUESTS (60 per rate), MAX_TOKENS (64), THREADS (-t, 1),
+#        RATES (2,20,2~20), PERIOD (seconds of each phase of a fluctuating rate, 5), REQUESTS (60 per rate), MAX_TOKENS (64), THREADS (-t, 1),
 #        THREADS_DRAFT (-td, 1: drafting passes beside verification), SLOTS (-np, 4),
 #        EXTRA (more serve flags), OUT (out/cosine-load)
 set -euo pipefail
@@ -18,6 +18,7 @@ DRAFT=${DRAFT:-models/draft.gguf}
 DRAFTERS=${DRAFTERS:-models/draft.gguf,models/draft-code.gguf,models/draft-prose.gguf,models/draft-math.gguf}
 STRATEGIES=${STRATEGIES:-ar,sd,specinfer,cosine}
 RATES=${RATES:-2,20,2~20}
+PERIOD=${PERIOD:-5}
 REQUESTS=${REQUESTS:-60}
 MAX_TOKENS=${MAX_TOKENS:-64}
 THREADS=${THREADS:-1}
@@ -49,7 +50,7 @@ for strategy in ${STRATEGIES//,/ }; do
     sleep 0.2
   done
   [[ -n "$port" ]] || { cat "$OUT/$strategy.server.log" >&2; exit 1; }
-  /usr/bin/python3 bench/loadgen.py --url "http://127.0.0.1:$port" --rates "$RATES" \
+  /usr/bin/python3 bench/loadgen.py --url "http://127.0.0.1:$port" --rates "$RATES" --period "$PERIOD" \
     --requests "$REQUESTS" --max-tokens "$MAX_TOKENS" --ignore-eos --prompts code,prose,math,config,chat \
     --pid "$server_pid" --json "$OUT/$strategy.json" >"$OUT/$strategy.loadgen.md"
   curl -s "http://127.0.0.1:$port/metrics" >"$OUT/$strategy.metrics.txt" || true

@@ -77,6 +77,13 @@ StrategyOption tree_budget_option() {
                       0);
 }
 
+StrategyOption fusion_top_option() {
+  return option_entry("--fusion-top", "fusion_top", "N",
+                      "tokens of each routed drafter's distribution after the fused chain that "
+                      "enter the tree: its best drafts on, the other N-1 are leaves",
+                      1);
+}
+
 std::unique_ptr<Target> pool_target(const StrategyConfig& config) {
   check(config.target != nullptr && config.target_worker != nullptr, "strategy '", config.name,
         "' needs a target model and a worker");
@@ -98,6 +105,8 @@ class PoolSpeculation final : public DecodeStrategy {
     check(gamma_max_ >= 0, "--gamma-max must not be negative");
     tree_budget_ = option_value<int>(config_, tree_budget_option());
     check(tree_budget_ >= 0, "--tree-budget must not be negative");
+    fusion_top_ = option_value<int>(config_, fusion_top_option());
+    check(fusion_top_ >= 1 && fusion_top_ <= 8, "--fusion-top must be 1..8");
   }
 
   std::string name() const override { return cosine_ ? "cosine" : "specinfer"; }
@@ -110,8 +119,11 @@ class PoolSpeculation final : public DecodeStrategy {
   }
 
  protected:
-  // Per depth: the fused node and one node of each drafter's own chain.
-  int spec_budget() const override { return config_.draft_max * (pool_.size() + 1) + 2; }
+  // Per depth: the fused node, one node of each drafter's own chain and each
+  // drafter's runner-up leaves.
+  int spec_budget() const override {
+    return config_.draft_max * (pool_.size() * fusion_top_ + 1) + 2;
+  }
 
   void reset() override {
     // The driver begins the target and drafter_ (none here): the pool's
@@ -153,6 +165,7 @@ class PoolSpeculation final : public DecodeStrategy {
     parents_ = {-1};
     depths_ = {0};
     confidence_ = {1.0f};
+    rank_ = {0};
     members_.assign(routed.size(), Member());
     std::vector<int> slots(routed.size());
     for (size_t s = 0; s < routed.size(); ++s) {
@@ -173,9 +186,9 @@ class PoolSpeculation final : public DecodeStrategy {
     for (int d = 1; d <= depth; ++d) {
       // Every member's pick after the fused chain (or, for specinfer, after its own chain).
       for (Member& m : members_) {
-        const auto [token, p] = pick(m.logits);
-        m.tokens.push_back(token);
-        m.confidence.push_back(p);
+        m.picks = top_tokens(m.logits, cosine_ ? fusion_top_ : 1);
+        m.tokens.push_back(m.picks[0].first);
+        m.confidence.push_back(m.picks[0].second);
       }
       bool stop = false;
       if (cosine_) {
@@ -186,24 +199,29 @@ class PoolSpeculation final : public DecodeStrategy {
         const int32_t x = members_[best].tokens.back();
         ++use_[members_[best].index].fused_tokens;
         const int32_t parent = fused;
-        fused = child(parent, x, members_[best].confidence.back());
+        fused = child(parent, x, members_[best].confidence.back(), 0);
+        // The drafters' runner-up tokens after the fused chain: leaf candidates for
+        // tree selection (no drafting below them).
+        for (Member& m : members_)
+          for (size_t k = 1; k < m.picks.size(); ++k)
+            child(parent, m.picks[k].first, m.picks[k].second, static_cast<int>(k));
         for (Member& m : members_) {
           if (m.own == m.node) {
             // Not diverged yet: a pick that lost the fusion starts the drafter's own
             // chain beside the fused one (eq. 4's second term).
-            m.own =
-                m.tokens.back() == x ? fused : child(parent, m.tokens.back(), m.confidence.back());
+            m.own = m.tokens.back() == x ? fused
+                                         : child(parent, m.tokens.back(), m.confidence.back(), 0);
           } else {
             // Diverged: its own chain grows by its own next token.
-            const auto [token, p] = pick(m.own_logits);
-            m.own = child(m.own, token, p);
+            const auto [token, p] = top_tokens(m.own_logits, 1)[0];
+            m.own = child(m.own, token, p, 0);
           }
           m.node = fused;
         }
         stop = config_.draft_p_min > 0 && members_[best].confidence.back() < config_.draft_p_min;
       } else {
         for (Member& m : members_)
-          m.own = m.node = child(m.node, m.tokens.back(), m.confidence.back());
+          m.own = m.node = child(m.node, m.tokens.back(), m.confidence.back(), 0);
       }
       if (d == depth || stop) break;
       // One forward per drafter: its row on the fused chain and, once diverged,
@@ -235,6 +253,7 @@ class PoolSpeculation final : public DecodeStrategy {
     for (int32_t node : verdict.path) emitted.push_back(tokens_[node]);
     emitted.push_back(verdict.next_token);
     commit_drafters(verdict.path);
+    calibrate(verdict.path);
     observe(verdict.path);
     update_routing(emitted);
     stats_->draft_forwards += pool_.take_meter().forwards;
@@ -254,14 +273,23 @@ class PoolSpeculation final : public DecodeStrategy {
     std::vector<float> own_logits;  // after `own`, once diverged
     std::vector<int32_t> tokens;    // its pick after the fused chain at each depth
     std::vector<float> confidence;  // the probability of that pick
+    std::vector<std::pair<int32_t, float>> picks;  // this depth's top tokens, best first
   };
 
-  // A drafter's most likely token after `logits` and its probability (its confidence).
-  std::pair<int32_t, float> pick(const std::vector<float>& logits) const {
+  // A drafter's `n` most likely tokens after `logits` with their probabilities
+  // (its confidence), most likely first; ties to the lower token id, as argmax.
+  std::vector<std::pair<int32_t, float>> top_tokens(const std::vector<float>& logits, int n) const {
     const Distribution dist =
         greedy() ? softmax(logits.data(), n_vocab()) : distribution(logits.data());
-    const int32_t token = argmax(dist.data(), n_vocab());
-    return {token, dist[token]};
+    std::vector<int32_t> ids(n_vocab());
+    for (int32_t t = 0; t < n_vocab(); ++t) ids[t] = t;
+    n = std::clamp(n, 1, n_vocab());
+    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+      return dist[a] > dist[b] || (dist[a] == dist[b] && a < b);
+    });
+    std::vector<std::pair<int32_t, float>> out;
+    for (int k = 0; k < n; ++k) out.emplace_back(ids[k], dist[ids[k]]);
+    return out;
   }
 
   static RoutingParams routing_params(const StrategyConfig& c) {
@@ -298,30 +326,60 @@ class PoolSpeculation final : public DecodeStrategy {
   }
 
   // The child of `parent` with `token`, added if there is none; its confidence
-  // is the highest any drafter gave it.
-  int32_t child(int32_t parent, int32_t token, float confidence) {
+  // is the highest any drafter gave it, its rank the best place it had in a
+  // drafter's distribution (0: the drafter's pick).
+  int32_t child(int32_t parent, int32_t token, float confidence, int rank) {
     for (int32_t n = parent + 1; n < static_cast<int32_t>(tokens_.size()); ++n)
       if (parents_[n] == parent && tokens_[n] == token) {
         confidence_[n] = std::max(confidence_[n], confidence);
+        rank_[n] = std::min<int>(rank_[n], rank);
         return n;
       }
     tokens_.push_back(token);
     parents_.push_back(parent);
     depths_.push_back(depths_[parent] + 1);
     confidence_.push_back(confidence);
+    rank_.push_back(static_cast<uint8_t>(rank));
     return static_cast<int32_t>(tokens_.size() - 1);
+  }
+
+  // A node's calibration class: its rank and its confidence in tenths.
+  static int calibration_class(int rank, float confidence) {
+    return rank * 10 + std::clamp(static_cast<int>(confidence * 10), 0, 9);
+  }
+
+  // The estimated chance that the target accepts a node once its parent is
+  // accepted: the rate measured so far for its class (calibration_), starting
+  // from its confidence as a prior worth two observations.
+  double acceptance_estimate(size_t node) const {
+    const Calibration& c = calibration_[calibration_class(rank_[node], confidence_[node])];
+    return (c.accepted + 2.0 * confidence_[node]) / (c.offered + 2.0);
+  }
+
+  // After verification: every node whose parent was accepted was offered to the
+  // target; those on the path were accepted.
+  void calibrate(const std::vector<int32_t>& path) {
+    std::vector<uint8_t> on_path(tokens_.size(), 0);
+    on_path[0] = 1;
+    for (int32_t node : path) on_path[node] = 1;
+    for (size_t n = 1; n < tokens_.size(); ++n) {
+      if (!on_path[parents_[n]]) continue;
+      Calibration& c = calibration_[calibration_class(rank_[n], confidence_[n])];
+      ++c.offered;
+      c.accepted += on_path[n];
+    }
   }
 
   // Tree selection (CoSine, section 4.2: "a suitable quantity and quality of
   // tokens are then selected for the verification server"): with --tree-budget
-  // B, the B nodes of highest path confidence (the product of the confidences
-  // from the root) are kept. A child's path confidence never exceeds its
+  // B, the B nodes of highest estimated path acceptance (the product of the
+  // estimates from the root) are kept. A child's product never exceeds its
   // parent's and parents come first, so the kept nodes form a tree.
   void select_tree() {
     const size_t n = tokens_.size();
     if (tree_budget_ <= 0 || n - 1 <= static_cast<size_t>(tree_budget_)) return;
     std::vector<double> path(n, 1.0);
-    for (size_t i = 1; i < n; ++i) path[i] = path[parents_[i]] * confidence_[i];
+    for (size_t i = 1; i < n; ++i) path[i] = path[parents_[i]] * acceptance_estimate(i);
     std::vector<int32_t> order(n - 1);
     for (size_t i = 1; i < n; ++i) order[i - 1] = static_cast<int32_t>(i);
     std::stable_sort(order.begin(), order.end(),
@@ -332,6 +390,7 @@ class PoolSpeculation final : public DecodeStrategy {
     std::vector<int32_t> new_index(n, -1);
     std::vector<int32_t> tokens, parents, depths;
     std::vector<float> confidence;
+    std::vector<uint8_t> rank;
     for (size_t i = 0; i < n; ++i) {
       if (!keep[i]) continue;
       check(i == 0 || new_index[parents_[i]] >= 0, "tree selection kept a node without its parent");
@@ -340,6 +399,7 @@ class PoolSpeculation final : public DecodeStrategy {
       parents.push_back(i == 0 ? -1 : new_index[parents_[i]]);
       depths.push_back(depths_[i]);
       confidence.push_back(confidence_[i]);
+      rank.push_back(rank_[i]);
     }
     for (Member& m : members_) {
       std::vector<int32_t> cells(tokens.size(), -1);
@@ -351,6 +411,7 @@ class PoolSpeculation final : public DecodeStrategy {
     parents_ = std::move(parents);
     depths_ = std::move(depths);
     confidence_ = std::move(confidence);
+    rank_ = std::move(rank);
   }
 
   // The target runs the root and every node in one forward, then the tree rule walks it.
@@ -443,10 +504,17 @@ class PoolSpeculation final : public DecodeStrategy {
   int route_ = 2;
   int gamma_max_ = 0;
   int tree_budget_ = 0;
+  int fusion_top_ = 1;
   std::vector<GenerationStats::DrafterUse> use_;
   // This step's draft tree: node 0 is the root (cur); parents before children.
   std::vector<int32_t> tokens_, parents_, depths_;
   std::vector<float> confidence_;  // per node: the highest drafter probability of its token
+  std::vector<uint8_t> rank_;      // per node: its best rank in a drafter's distribution
+  struct Calibration {
+    int64_t offered = 0, accepted = 0;
+  };
+  // Per calibration class, over every request this strategy served.
+  std::vector<Calibration> calibration_ = std::vector<Calibration>(80);
   std::vector<Member> members_;
   std::vector<float> embeddings_;
 };
@@ -464,7 +532,8 @@ StrategyInfo cosine_strategy() {
                                    "stop drafting when the draft's top probability is below P",
                                    &StrategyConfig::draft_p_min),
                       route_option(), route_threshold_option(), route_explore_option(),
-                      route_exploit_option(), gamma_max_option(), tree_budget_option()},
+                      route_exploit_option(), gamma_max_option(), tree_budget_option(),
+                      fusion_top_option()},
           .variant_key = "draft_max",
           .make = [](const StrategyConfig& c) {
             return std::make_unique<PoolSpeculation>(c, /*cosine=*/true);

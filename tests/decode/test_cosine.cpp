@@ -200,7 +200,9 @@ TEST(PoolStrategies, GreedyOutputEqualsAutoregressive) {
   variants.push_back(c);
   c = variants[0];
   c.options["route"] = 0;
-  c.options["tree_budget"] = 3;  // tree selection: the 3 most confident nodes
+  c.options["fusion_top"] = 3;  // the drafters' runner-ups as leaves
+  variants.push_back(c);
+  c.options["tree_budget"] = 3;  // tree selection: the 3 nodes most likely accepted
   variants.push_back(c);
   const auto reference = make_strategy(ar);
   for (const auto& prompt : prompts(12)) {
@@ -278,6 +280,7 @@ TEST(PoolStrategies, SampledOutputMatchesTheTargetDistribution) {
   for (const char* name : {"cosine", "specinfer"}) {
     StrategyConfig c = pool.config(name, worker);
     c.options["route"] = 2;
+    if (c.name == "cosine") c.options["fusion_top"] = 2;
     const auto got = histograms(c);
     for (size_t pos = 0; pos < got.size(); ++pos) {
       const auto r = chi_square_two_sample(got[pos], reference[pos]);
