@@ -72,8 +72,8 @@ StrategyOption gamma_max_option() {
 
 StrategyOption tree_budget_option() {
   return option_entry("--tree-budget", "tree_budget", "N",
-                      "draft tree nodes verified per step: the N of highest path confidence "
-                      "(0: every drafted node)",
+                      "draft tree nodes verified per step: the N most likely accepted, "
+                      "estimated from the acceptance measured so far (0: every drafted node)",
                       0);
 }
 
