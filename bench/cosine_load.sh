@@ -9,7 +9,8 @@
 #        DRAFTERS (the four zoo drafters, comma-separated), STRATEGIES (ar,sd,specinfer,cosine),
 #        RATES (2,20,2~20), PERIOD (seconds of each phase of a fluctuating rate, 5), REQUESTS (60 per rate), MAX_TOKENS (64), THREADS (-t, 1),
 #        THREADS_DRAFT (-td, 1: drafting passes beside verification), SLOTS (-np, 4),
-#        EXTRA (more serve flags), OUT (out/cosine-load)
+#        EXTRA (more serve flags), COSINE_FLAGS (cosine's own, e.g. "--fusion-top 2"),
+#        OUT (out/cosine-load)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PARSPEC=${PARSPEC:-build/parspec}
@@ -25,6 +26,7 @@ THREADS=${THREADS:-1}
 THREADS_DRAFT=${THREADS_DRAFT:-1}
 SLOTS=${SLOTS:-4}
 EXTRA=${EXTRA:-}
+COSINE_FLAGS=${COSINE_FLAGS:-}
 OUT=${OUT:-out/cosine-load}
 [[ -x "$PARSPEC" ]] || { echo "cosine_load: $PARSPEC not found; build first" >&2; exit 1; }
 mkdir -p "$OUT"
@@ -38,6 +40,9 @@ for strategy in ${STRATEGIES//,/ }; do
   case $strategy in
     ar) ;;
     sd) flags+=(-md "$DRAFT" -td "$THREADS_DRAFT") ;;
+    cosine)
+      # shellcheck disable=SC2206
+      flags+=(--drafters "$DRAFTERS" -td "$THREADS_DRAFT" $COSINE_FLAGS) ;;
     *) flags+=(--drafters "$DRAFTERS" -td "$THREADS_DRAFT") ;;
   esac
   # shellcheck disable=SC2086
