@@ -10,7 +10,7 @@
 #        RATES (2,20,2~20), PERIOD (seconds of each phase of a fluctuating rate, 5), REQUESTS (60 per rate), MAX_TOKENS (64), THREADS (-t, 1),
 #        THREADS_DRAFT (-td, 1: drafting passes beside verification), SLOTS (-np, 4),
 #        EXTRA (more serve flags), COSINE_FLAGS (cosine's own, e.g. "--fusion-top 2"),
-#        OUT (out/cosine-load)
+#        OUT (out/cosine-load), TABLE_ONLY (set: only print the table from the JSON in $OUT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PARSPEC=${PARSPEC:-build/parspec}
@@ -36,6 +36,7 @@ stop_server() { [[ -n "$server_pid" ]] && kill "$server_pid" 2>/dev/null && wait
 trap stop_server EXIT
 
 for strategy in ${STRATEGIES//,/ }; do
+  [[ -z "${TABLE_ONLY:-}" ]] || break
   flags=(-m "$TARGET" --strategy "$strategy" -t "$THREADS" -np "$SLOTS" --port 0)
   case $strategy in
     ar) ;;
@@ -65,11 +66,11 @@ done
 /usr/bin/python3 - "$OUT" "$STRATEGIES" <<'PY'
 import json, os, sys
 out, strategies = sys.argv[1], sys.argv[2].split(",")
-print("| strategy | rate (req/s) | latency mean (ms) | latency p99 (ms) | throughput (tok/s) | TTFT p50 (ms) | errors | load (1 min) |")
+print("| strategy | rate | latency mean (ms) | latency p99 (ms) | throughput (tok/s) | TTFT p50 (ms) | errors | load (1 min) |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
 for s in strategies:
     d = json.load(open(os.path.join(out, s + ".json")))
     for r in d["results"]:
-        print(f"| {s} | {r['rate']} | {r['latency_mean_ms']:.0f} | {r['latency_p99_ms']:.0f} | "
-              f"{r['throughput_tok_s']:.0f} | {r['ttft_p50_ms']:.1f} | {r['errors']} | {d['load'][0]:.1f} |")
+        print(f"| {s} | {r.get('rate', r.get('load'))} | {r['latency_mean_ms']:.0f} | {r['latency_p99_ms']:.0f} | "
+              f"{r['throughput_tok_s']:.1f} | {r['ttft_p50_ms']:.1f} | {r['errors']} | {d['load'][0]:.1f} |")
 PY
