@@ -7,9 +7,13 @@
 // eq. 2-3); then for K iterations every routed drafter names its most likely next
 // token and its probability (its confidence); the most confident token is the fused
 // token x*_i (eq. 4), the next node of the fused chain, and is fed to every routed
-// drafter, so all continue from it; the other drafters' tokens hang beside it as
-// sibling leaves. After verification each routed drafter's routing score is updated
-// from its confidences and its tokens' similarity to the emitted ones (eq. 1-2).
+// drafter, so all continue from it. A drafter whose token lost the fusion keeps it
+// too (eq. 4's second term, P(x_{i+1} | x_{[1:i-1]} ⊕ x_i^n)) and from then on also
+// continues its own chain, scoring both rows in one forward: the tree holds the
+// fused chain and every routed drafter's own chain. With --tree-budget B the B nodes
+// of highest path confidence are verified (tree selection). After verification each
+// routed drafter's routing score is updated from its confidences and its tokens'
+// similarity to the emitted ones (eq. 1-2).
 //
 // specinfer: every drafter drafts its own chain of K tokens from the root, the
 // chains merged into a tree (equal prefixes share nodes); no routing, no fusion.
@@ -27,18 +31,6 @@
 #include "sample/sampler.h"
 
 namespace parspec {
-
-std::vector<int> adaptive_speculation(std::vector<int> gammas, int gamma_max) {
-  int64_t total = 0;
-  for (int& g : gammas) total += (g = std::max(g, 1));
-  while (total > gamma_max) {
-    const auto largest = std::max_element(gammas.begin(), gammas.end());
-    if (largest == gammas.end() || *largest <= 1) break;
-    --*largest;
-    --total;
-  }
-  return gammas;
-}
 
 namespace {
 
@@ -78,6 +70,20 @@ StrategyOption gamma_max_option() {
                       0);
 }
 
+StrategyOption tree_budget_option() {
+  return option_entry("--tree-budget", "tree_budget", "N",
+                      "draft tree nodes verified per step: the N most likely accepted, "
+                      "estimated from the acceptance measured so far (0: every drafted node)",
+                      0);
+}
+
+StrategyOption fusion_top_option() {
+  return option_entry("--fusion-top", "fusion_top", "N",
+                      "tokens of each routed drafter's distribution after the fused chain that "
+                      "enter the tree: its best drafts on, the other N-1 are leaves",
+                      1);
+}
+
 std::unique_ptr<Target> pool_target(const StrategyConfig& config) {
   check(config.target != nullptr && config.target_worker != nullptr, "strategy '", config.name,
         "' needs a target model and a worker");
@@ -97,6 +103,10 @@ class PoolSpeculation final : public DecodeStrategy {
     check(route_ >= 0, "--route must not be negative");
     gamma_max_ = option_value<int>(config_, gamma_max_option());
     check(gamma_max_ >= 0, "--gamma-max must not be negative");
+    tree_budget_ = option_value<int>(config_, tree_budget_option());
+    check(tree_budget_ >= 0, "--tree-budget must not be negative");
+    fusion_top_ = option_value<int>(config_, fusion_top_option());
+    check(fusion_top_ >= 1 && fusion_top_ <= 8, "--fusion-top must be 1..8");
   }
 
   std::string name() const override { return cosine_ ? "cosine" : "specinfer"; }
@@ -109,8 +119,11 @@ class PoolSpeculation final : public DecodeStrategy {
   }
 
  protected:
-  // Per depth: the fused node, and per drafter a sibling and the sibling's child.
-  int spec_budget() const override { return 2 * config_.draft_max * pool_.size() + 2; }
+  // Per depth: the fused node, one node of each drafter's own chain and each
+  // drafter's runner-up leaves.
+  int spec_budget() const override {
+    return config_.draft_max * (pool_.size() * fusion_top_ + 1) + 2;
+  }
 
   void reset() override {
     // The driver begins the target and drafter_ (none here): the pool's
@@ -151,6 +164,8 @@ class PoolSpeculation final : public DecodeStrategy {
     tokens_ = {cur()};
     parents_ = {-1};
     depths_ = {0};
+    confidence_ = {1.0f};
+    rank_ = {0};
     members_.assign(routed.size(), Member());
     std::vector<int> slots(routed.size());
     for (size_t s = 0; s < routed.size(); ++s) {
@@ -169,12 +184,11 @@ class PoolSpeculation final : public DecodeStrategy {
     });
     int32_t fused = 0;
     for (int d = 1; d <= depth; ++d) {
+      // Every member's pick after the fused chain (or, for specinfer, after its own chain).
       for (Member& m : members_) {
-        const Distribution dist =
-            greedy() ? softmax(m.logits.data(), n_vocab()) : distribution(m.logits.data());
-        const int32_t token = argmax(dist.data(), n_vocab());
-        m.tokens.push_back(token);
-        m.confidence.push_back(dist[token]);
+        m.picks = top_tokens(m.logits, cosine_ ? fusion_top_ : 1);
+        m.tokens.push_back(m.picks[0].first);
+        m.confidence.push_back(m.picks[0].second);
       }
       bool stop = false;
       if (cosine_) {
@@ -185,50 +199,61 @@ class PoolSpeculation final : public DecodeStrategy {
         const int32_t x = members_[best].tokens.back();
         ++use_[members_[best].index].fused_tokens;
         const int32_t parent = fused;
-        fused = child(parent, x);
+        fused = child(parent, x, members_[best].confidence.back(), 0);
+        // The drafters' runner-up tokens after the fused chain: leaf candidates for
+        // tree selection (no drafting below them).
+        for (Member& m : members_)
+          for (size_t k = 1; k < m.picks.size(); ++k)
+            child(parent, m.picks[k].first, m.picks[k].second, static_cast<int>(k));
         for (Member& m : members_) {
-          if (m.tokens.back() != x) child(parent, m.tokens.back());  // a sibling candidate
+          if (m.own == m.node) {
+            // Not diverged yet: a pick that lost the fusion starts the drafter's own
+            // chain beside the fused one (eq. 4's second term).
+            m.own = m.tokens.back() == x ? fused
+                                         : child(parent, m.tokens.back(), m.confidence.back(), 0);
+          } else {
+            // Diverged: its own chain grows by its own next token.
+            const auto [token, p] = top_tokens(m.own_logits, 1)[0];
+            m.own = child(m.own, token, p, 0);
+          }
           m.node = fused;
         }
         stop = config_.draft_p_min > 0 && members_[best].confidence.back() < config_.draft_p_min;
       } else {
-        for (Member& m : members_) m.node = child(m.node, m.tokens.back());
+        for (Member& m : members_)
+          m.own = m.node = child(m.node, m.tokens.back(), m.confidence.back(), 0);
       }
       if (d == depth || stop) break;
-      // cosine: a drafter whose own token lost the fusion also scores it
-      // (eq. 4's second term), in the same forward: its next token there
-      // hangs below that sibling.
-      for (Member& m : members_)
-        m.own = cosine_ && m.tokens.back() != tokens_[m.node]
-                    ? child(parents_[m.node], m.tokens.back())
-                    : -1;
+      // One forward per drafter: its row on the fused chain and, once diverged,
+      // the row of its own chain.
       pool_.run(slots, [&](int s) {
         Member& m = members_[s];
         Drafter& drafter = pool_.member(m.index);
-        const int32_t parent_cell = m.cell_of[parents_[m.node]];
+        const bool diverged = m.own != m.node;
         Batch batch;
-        batch.add(tokens_[m.node], root_pos + depths_[m.node], parent_cell, true);
-        if (m.own >= 0) batch.add(tokens_[m.own], root_pos + depths_[m.own], parent_cell, true);
+        batch.add(tokens_[m.node], root_pos + depths_[m.node], m.cell_of[parents_[m.node]], true);
+        if (diverged)
+          batch.add(tokens_[m.own], root_pos + depths_[m.own], m.cell_of[parents_[m.own]], true);
         const int32_t cell = drafter.n_spec();
         std::vector<float> logits = drafter.propose(batch);
         m.cell_of.resize(tokens_.size(), -1);
         m.cell_of[m.node] = cell;
-        if (m.own >= 0) {
+        if (diverged) {
           m.cell_of[m.own] = cell + 1;
-          m.own_next = argmax(&logits[n_vocab()], n_vocab());
+          m.own_logits.assign(logits.begin() + n_vocab(), logits.begin() + 2 * n_vocab());
         }
         logits.resize(n_vocab());
         m.logits = std::move(logits);
       });
-      for (Member& m : members_)
-        if (m.own >= 0) child(m.own, m.own_next);
     }
     stats_->t_draft_ms += draft_watch.elapsed_ms();
+    select_tree();
 
     const TreeVerdict verdict = verify_tree(root_pos);
     for (int32_t node : verdict.path) emitted.push_back(tokens_[node]);
     emitted.push_back(verdict.next_token);
     commit_drafters(verdict.path);
+    calibrate(verdict.path);
     observe(verdict.path);
     update_routing(emitted);
     stats_->draft_forwards += pool_.take_meter().forwards;
@@ -242,13 +267,30 @@ class PoolSpeculation final : public DecodeStrategy {
     int index = 0;                      // in the pool
     std::vector<int32_t> prefix_cells;  // tokens it caught up on before the root
     std::vector<int32_t> cell_of;       // its cell of each tree node it ran; -1: none
-    int32_t node = 0;                   // the node it drafts below
-    std::vector<float> logits;          // after `node`
-    std::vector<int32_t> tokens;        // its pick at each depth
-    std::vector<float> confidence;      // the probability of that pick
-    int32_t own = -1;                   // its pick's node when the fusion chose another
-    int32_t own_next = 0;               // its next token below `own`
+    int32_t node = 0;               // the fused chain's tip it drafts below (specinfer: its own)
+    int32_t own = 0;                // its own chain's tip; == node until its pick loses a fusion
+    std::vector<float> logits;      // after `node`
+    std::vector<float> own_logits;  // after `own`, once diverged
+    std::vector<int32_t> tokens;    // its pick after the fused chain at each depth
+    std::vector<float> confidence;  // the probability of that pick
+    std::vector<std::pair<int32_t, float>> picks;  // this depth's top tokens, best first
   };
+
+  // A drafter's `n` most likely tokens after `logits` with their probabilities
+  // (its confidence), most likely first; ties to the lower token id, as argmax.
+  std::vector<std::pair<int32_t, float>> top_tokens(const std::vector<float>& logits, int n) const {
+    const Distribution dist =
+        greedy() ? softmax(logits.data(), n_vocab()) : distribution(logits.data());
+    std::vector<int32_t> ids(n_vocab());
+    for (int32_t t = 0; t < n_vocab(); ++t) ids[t] = t;
+    n = std::clamp(n, 1, n_vocab());
+    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+      return dist[a] > dist[b] || (dist[a] == dist[b] && a < b);
+    });
+    std::vector<std::pair<int32_t, float>> out;
+    for (int k = 0; k < n; ++k) out.emplace_back(ids[k], dist[ids[k]]);
+    return out;
+  }
 
   static RoutingParams routing_params(const StrategyConfig& c) {
     RoutingParams p;
@@ -268,9 +310,8 @@ class PoolSpeculation final : public DecodeStrategy {
     std::vector<int> all(pool_.size());
     for (int i = 0; i < pool_.size(); ++i) all[i] = i;
     if (!cosine_) return all;
-    const int want = route_ == 0 ? pool_.size() : route_;
-    const int load = verifier_load();
-    return routing_.choose(std::max(1, (want + load - 1) / load), route_rng_);
+    return routing_.choose(participating_drafters(route_, pool_.size(), verifier_load()),
+                           route_rng_);
   }
 
   // K, within what is left to generate and, in a server, Γmax over its requests.
@@ -284,14 +325,93 @@ class PoolSpeculation final : public DecodeStrategy {
     return depth;
   }
 
-  // The child of `parent` with `token`, added if there is none.
-  int32_t child(int32_t parent, int32_t token) {
+  // The child of `parent` with `token`, added if there is none; its confidence
+  // is the highest any drafter gave it, its rank the best place it had in a
+  // drafter's distribution (0: the drafter's pick).
+  int32_t child(int32_t parent, int32_t token, float confidence, int rank) {
     for (int32_t n = parent + 1; n < static_cast<int32_t>(tokens_.size()); ++n)
-      if (parents_[n] == parent && tokens_[n] == token) return n;
+      if (parents_[n] == parent && tokens_[n] == token) {
+        confidence_[n] = std::max(confidence_[n], confidence);
+        rank_[n] = std::min<int>(rank_[n], rank);
+        return n;
+      }
     tokens_.push_back(token);
     parents_.push_back(parent);
     depths_.push_back(depths_[parent] + 1);
+    confidence_.push_back(confidence);
+    rank_.push_back(static_cast<uint8_t>(rank));
     return static_cast<int32_t>(tokens_.size() - 1);
+  }
+
+  // A node's calibration class: its rank and its confidence in tenths.
+  static int calibration_class(int rank, float confidence) {
+    return rank * 10 + std::clamp(static_cast<int>(confidence * 10), 0, 9);
+  }
+
+  // The estimated chance that the target accepts a node once its parent is
+  // accepted: the rate measured so far for its class (calibration_), starting
+  // from its confidence as a prior worth two observations.
+  double acceptance_estimate(size_t node) const {
+    const Calibration& c = calibration_[calibration_class(rank_[node], confidence_[node])];
+    return (c.accepted + 2.0 * confidence_[node]) / (c.offered + 2.0);
+  }
+
+  // After verification: every node whose parent was accepted was offered to the
+  // target; those on the path were accepted.
+  void calibrate(const std::vector<int32_t>& path) {
+    std::vector<uint8_t> on_path(tokens_.size(), 0);
+    on_path[0] = 1;
+    for (int32_t node : path) on_path[node] = 1;
+    for (size_t n = 1; n < tokens_.size(); ++n) {
+      if (!on_path[parents_[n]]) continue;
+      Calibration& c = calibration_[calibration_class(rank_[n], confidence_[n])];
+      ++c.offered;
+      c.accepted += on_path[n];
+    }
+  }
+
+  // Tree selection (CoSine, section 4.2: "a suitable quantity and quality of
+  // tokens are then selected for the verification server"): with --tree-budget
+  // B, the B nodes of highest estimated path acceptance (the product of the
+  // estimates from the root) are kept. A child's product never exceeds its
+  // parent's and parents come first, so the kept nodes form a tree.
+  void select_tree() {
+    const size_t n = tokens_.size();
+    if (tree_budget_ <= 0 || n - 1 <= static_cast<size_t>(tree_budget_)) return;
+    std::vector<double> path(n, 1.0);
+    for (size_t i = 1; i < n; ++i) path[i] = path[parents_[i]] * acceptance_estimate(i);
+    std::vector<int32_t> order(n - 1);
+    for (size_t i = 1; i < n; ++i) order[i - 1] = static_cast<int32_t>(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return path[a] > path[b]; });
+    std::vector<uint8_t> keep(n, 0);
+    keep[0] = 1;
+    for (int k = 0; k < tree_budget_; ++k) keep[order[k]] = 1;
+    std::vector<int32_t> new_index(n, -1);
+    std::vector<int32_t> tokens, parents, depths;
+    std::vector<float> confidence;
+    std::vector<uint8_t> rank;
+    for (size_t i = 0; i < n; ++i) {
+      if (!keep[i]) continue;
+      check(i == 0 || new_index[parents_[i]] >= 0, "tree selection kept a node without its parent");
+      new_index[i] = static_cast<int32_t>(tokens.size());
+      tokens.push_back(tokens_[i]);
+      parents.push_back(i == 0 ? -1 : new_index[parents_[i]]);
+      depths.push_back(depths_[i]);
+      confidence.push_back(confidence_[i]);
+      rank.push_back(rank_[i]);
+    }
+    for (Member& m : members_) {
+      std::vector<int32_t> cells(tokens.size(), -1);
+      for (size_t i = 0; i < m.cell_of.size(); ++i)
+        if (new_index[i] >= 0) cells[new_index[i]] = m.cell_of[i];
+      m.cell_of = std::move(cells);
+    }
+    tokens_ = std::move(tokens);
+    parents_ = std::move(parents);
+    depths_ = std::move(depths);
+    confidence_ = std::move(confidence);
+    rank_ = std::move(rank);
   }
 
   // The target runs the root and every node in one forward, then the tree rule walks it.
@@ -383,9 +503,18 @@ class PoolSpeculation final : public DecodeStrategy {
   Rng route_rng_;
   int route_ = 2;
   int gamma_max_ = 0;
+  int tree_budget_ = 0;
+  int fusion_top_ = 1;
   std::vector<GenerationStats::DrafterUse> use_;
   // This step's draft tree: node 0 is the root (cur); parents before children.
   std::vector<int32_t> tokens_, parents_, depths_;
+  std::vector<float> confidence_;  // per node: the highest drafter probability of its token
+  std::vector<uint8_t> rank_;      // per node: its best rank in a drafter's distribution
+  struct Calibration {
+    int64_t offered = 0, accepted = 0;
+  };
+  // Per calibration class, over every request this strategy served.
+  std::vector<Calibration> calibration_ = std::vector<Calibration>(80);
   std::vector<Member> members_;
   std::vector<float> embeddings_;
 };
@@ -403,7 +532,8 @@ StrategyInfo cosine_strategy() {
                                    "stop drafting when the draft's top probability is below P",
                                    &StrategyConfig::draft_p_min),
                       route_option(), route_threshold_option(), route_explore_option(),
-                      route_exploit_option(), gamma_max_option()},
+                      route_exploit_option(), gamma_max_option(), tree_budget_option(),
+                      fusion_top_option()},
           .variant_key = "draft_max",
           .make = [](const StrategyConfig& c) {
             return std::make_unique<PoolSpeculation>(c, /*cosine=*/true);
@@ -416,7 +546,7 @@ StrategyInfo specinfer_strategy() {
               "SpecInfer-style multi-drafter tree: every drafter of --drafters drafts a "
               "chain, merged into one tree (no routing, no fusion)",
           .needs_draft = true,
-          .options = {pool_depth_option()},
+          .options = {pool_depth_option(), tree_budget_option()},
           .variant_key = "draft_max",
           .make = [](const StrategyConfig& c) {
             return std::make_unique<PoolSpeculation>(c, /*cosine=*/false);

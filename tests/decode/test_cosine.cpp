@@ -62,6 +62,86 @@ TEST(AdaptiveSpeculation, CutsTheLargestGammaWhileTheSumExceedsTheBound) {
   EXPECT_EQ(adaptive_speculation({5, 1}, 3), (std::vector<int>{2, 1}));
   EXPECT_EQ(adaptive_speculation({3, 3}, 1), (std::vector<int>{1, 1}));  // never below 1
   EXPECT_EQ(adaptive_speculation({3, 2}, 10), (std::vector<int>{3, 2}));
+  EXPECT_EQ(adaptive_speculation({3, 2}, 0), (std::vector<int>{3, 2}));  // no bound
+}
+
+// Given latencies: L(n) = 9 + n ms for n = 1..8 (linear beyond), no overhead.
+LatencyModel given_latencies(double draft_token_ms) {
+  LatencyModel m;
+  for (int n = 1; n <= 8; ++n) m.target_ms.push_back(9.0 + n);
+  m.draft_token_ms = draft_token_ms;
+  return m;
+}
+
+TEST(CosineSchedule, LatencyModelIsTheTuningCostModel) {
+  CostMeasurements measured;
+  measured.target_ms = {5, 6};
+  measured.target_overhead_ms = 0.5;
+  measured.draft_ms = 1;
+  measured.draft_overhead_ms = 0.25;
+  const LatencyModel m = latency_model(measured);
+  EXPECT_DOUBLE_EQ(m.verify_ms(1, 0), 5.5);  // L(1) + overhead
+  EXPECT_DOUBLE_EQ(m.verify_ms(2, 2), 8.5);  // L(4): the last slope, 1 ms per token
+  EXPECT_DOUBLE_EQ(m.draft_ms(4), 5.0);      // 4 × (d + overhead)
+  EXPECT_THROW(latency_model(CostMeasurements()), Error);
+}
+
+TEST(CosineSchedule, BatchesEveryRequestWhenThatIsCheapestPerRequest) {
+  const std::vector<PoolRequest> pool = {{10, 4, 0}, {20, 4, 0}, {30, 4, 0}};
+  // b requests: T_ttl = 4·2 + L(5b) = 17 + 5b ms; per request lowest at b = 3.
+  const BatchChoice c = schedule_batch(pool, given_latencies(2), {});
+  EXPECT_EQ(c.members, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(c.gammas, (std::vector<int>{4, 4, 4}));
+  EXPECT_EQ(c.gamma_total, 12);
+  EXPECT_EQ(c.critical_length, 30);
+  EXPECT_DOUBLE_EQ(c.t_ttl_ms, 32.0);
+  EXPECT_NEAR(c.objective, 32.0 / 3, 1e-12);
+  EXPECT_TRUE(c.feasible);
+}
+
+TEST(CosineSchedule, GammaMaxCutsTheLargestGammasOfTheBatch) {
+  const std::vector<PoolRequest> pool = {{10, 4, 0}, {20, 4, 0}, {30, 4, 0}};
+  ScheduleBounds bounds;
+  bounds.gamma_max = 6;
+  // b = 3: γ cut to 2,2,2, T = 4 + L(9) = 22 (7.3 per request); b = 2: 3,3, T = 23.
+  const BatchChoice c = schedule_batch(pool, given_latencies(2), bounds);
+  EXPECT_EQ(c.members, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(c.gammas, (std::vector<int>{2, 2, 2}));
+  EXPECT_DOUBLE_EQ(c.t_ttl_ms, 22.0);
+  bounds.max_latency_ms = 21.5;  // now no batch is fast enough: the shortest alone
+  const BatchChoice late = schedule_batch(pool, given_latencies(2), bounds);
+  EXPECT_FALSE(late.feasible);
+  EXPECT_EQ(late.members, std::vector<int>{0});
+}
+
+TEST(CosineSchedule, MemoryBoundLeavesTheLargeRequestOut) {
+  const std::vector<PoolRequest> pool = {{10, 4, 1}, {20, 4, 1}, {5, 4, 5}};
+  ScheduleBounds bounds;
+  bounds.gamma_max = 6;
+  bounds.max_memory = 3;
+  const BatchChoice c = schedule_batch(pool, given_latencies(2), bounds);
+  EXPECT_EQ(c.members, (std::vector<int>{0, 1}));
+  EXPECT_EQ(c.gammas, (std::vector<int>{3, 3}));
+  EXPECT_DOUBLE_EQ(c.t_ttl_ms, 23.0);  // 3·2 + L(8)
+}
+
+TEST(CosineSchedule, LambdaTradesLatencyForVerifiedTokens) {
+  // Slow drafting (10 ms a token): the γ = 8 request costs 98 ms alone.
+  const std::vector<PoolRequest> pool = {{10, 1, 0}, {10, 8, 0}};
+  ScheduleBounds bounds;
+  // λ = 0: the short request alone (21 ms) beats both (100 / 2 = 50 ms).
+  EXPECT_EQ(schedule_batch(pool, given_latencies(10), bounds).members, std::vector<int>{0});
+  bounds.lambda = 5;  // 21 − 5 = 16 vs 50 − 45 = 5: both
+  EXPECT_EQ(schedule_batch(pool, given_latencies(10), bounds).members, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(schedule_batch({}, given_latencies(10), bounds).members.empty());
+}
+
+TEST(CosineSchedule, DraftersPerRequestShrinkWithVerifierLoad) {
+  EXPECT_EQ(participating_drafters(2, 4, 1), 2);
+  EXPECT_EQ(participating_drafters(0, 4, 1), 4);  // 0: the whole pool
+  EXPECT_EQ(participating_drafters(0, 4, 3), 2);
+  EXPECT_EQ(participating_drafters(2, 4, 3), 1);  // never below one
+  EXPECT_EQ(participating_drafters(9, 4, 1), 4);  // never above the pool
 }
 
 // Three drafters of different quality: the pair's draft, an unrelated model
@@ -118,6 +198,12 @@ TEST(PoolStrategies, GreedyOutputEqualsAutoregressive) {
   c.options["gamma_max"] = 2;
   c.verifier_load = [] { return 3; };  // a busy server: one drafter, γ cut to 1
   variants.push_back(c);
+  c = variants[0];
+  c.options["route"] = 0;
+  c.options["fusion_top"] = 3;  // the drafters' runner-ups as leaves
+  variants.push_back(c);
+  c.options["tree_budget"] = 3;  // tree selection: the 3 nodes most likely accepted
+  variants.push_back(c);
   const auto reference = make_strategy(ar);
   for (const auto& prompt : prompts(12)) {
     GenerationRequest req;
@@ -132,6 +218,9 @@ TEST(PoolStrategies, GreedyOutputEqualsAutoregressive) {
       EXPECT_GE(got.stats.tau(), 1.0);
       ASSERT_EQ(got.stats.drafter_use.size(), 3u);
       EXPECT_EQ(got.stats.drafter_use[1].name, "unrelated");
+      if (v + 1 == variants.size()) {
+        EXPECT_LE(got.stats.drafted, 3 * got.stats.verify_steps) << "the tree budget holds";
+      }
     }
   }
 }
@@ -191,6 +280,7 @@ TEST(PoolStrategies, SampledOutputMatchesTheTargetDistribution) {
   for (const char* name : {"cosine", "specinfer"}) {
     StrategyConfig c = pool.config(name, worker);
     c.options["route"] = 2;
+    if (c.name == "cosine") c.options["fusion_top"] = 2;
     const auto got = histograms(c);
     for (size_t pos = 0; pos < got.size(); ++pos) {
       const auto r = chi_square_two_sample(got[pos], reference[pos]);

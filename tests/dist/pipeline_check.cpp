@@ -44,6 +44,17 @@ std::vector<StrategyConfig> variants() {
   c.name = "sd";
   c.draft_max = 4;
   v.push_back(c);
+  // The pool strategies (given two drafters below): the tree of both drafters'
+  // chains, and CoSine's routing (one drafter per step after the first) with fusion.
+  c = StrategyConfig();
+  c.name = "specinfer";
+  c.draft_max = 3;
+  v.push_back(c);
+  c = StrategyConfig();
+  c.name = "cosine";
+  c.draft_max = 3;
+  c.options["route"] = 1;
+  v.push_back(c);
   return v;
 }
 
@@ -79,6 +90,8 @@ int run(bool sampling) {
   pair.target = Model::load(testing_support::write_model(dir, "target.gguf", spec));
   spec.weight_type = DType::Q4_0;
   pair.draft = Model::load(testing_support::write_model(dir, "draft.gguf", spec));
+  spec.seed = 5;  // a second drafter that agrees less with the target
+  const auto other_draft = Model::load(testing_support::write_model(dir, "draft2.gguf", spec));
   Worker worker(1);
   dist::PipelineOptions options;
   options.timeout_s = 60;
@@ -108,6 +121,7 @@ int run(bool sampling) {
       c.target_worker = &worker;
       c.ctx_size = base.ctx_size;
       c.make_target = make_target;
+      if (c.name == "cosine" || c.name == "specinfer") c.drafters = {pair.draft, other_draft};
       const GenerationResult got = make_strategy(c)->generate(req);
       accepted += got.stats.accepted;
       drafted += got.stats.drafted;
@@ -139,6 +153,7 @@ int run(bool sampling) {
       c.target_worker = &worker;
       c.ctx_size = 64;
       c.make_target = make_target;
+      if (c.name == "cosine" || c.name == "specinfer") c.drafters = {pair.draft, other_draft};
       auto strategy = make_strategy(c);
       const auto got = histograms(*strategy, kRuns, params);
       for (size_t pos = 0; pos < got.size(); ++pos) {
