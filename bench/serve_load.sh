@@ -106,10 +106,14 @@ closed_pair() {
     serve -m "$target" -md "$draft" --strategy "$strategy" -np 8 -c 512
     $PY bench/loadgen.py --url "http://127.0.0.1:$PORT" --concurrency 1 \
       --requests "$per_client" --max-tokens "$max_tokens" --ignore-eos --prompts code,math \
-      --pid "$SERVER_PID" || true
+      --pid "$SERVER_PID" --json /tmp/parspec-serve-c1.json || true
     $PY bench/loadgen.py --url "http://127.0.0.1:$PORT" --concurrency 8 \
       --requests $((8 * per_client)) --max-tokens "$max_tokens" --ignore-eos --prompts code,math \
-      --pid "$SERVER_PID" | tail -1 || true
+      --pid "$SERVER_PID" --json /tmp/parspec-serve-c8.json | tail -1 || true
+    $PY -c 'import json, sys
+one, eight = (json.load(open(f))["results"][0]["throughput_tok_s"] for f in sys.argv[1:])
+print(f"# 8 clients / 1 client: {eight / one:.2f}x ({eight:.1f} / {one:.1f} tok/s)")' \
+      /tmp/parspec-serve-c1.json /tmp/parspec-serve-c8.json || true
     stop
     echo "# load average now: $(cut -d' ' -f1-3 /proc/loadavg)"
   done
