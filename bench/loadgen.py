@@ -55,6 +55,38 @@ def rss_mib(pid):
     return None
 
 
+class RssSampler:
+    """The server's resident memory sampled every `period` seconds while a load runs:
+    start, peak and end (MiB); all None without a pid."""
+
+    def __init__(self, pid, period=0.5):
+        self.pid, self.period = pid, period
+        self.start = self.peak = self.end = None
+        self._stop = threading.Event()
+        self._thread = None
+
+    def __enter__(self):
+        if self.pid:
+            self.start = self.peak = rss_mib(self.pid)
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.wait(self.period):
+            v = rss_mib(self.pid)
+            if v is not None:
+                self.peak = max(self.peak or 0.0, v)
+
+    def __exit__(self, *exc):
+        if self._thread:
+            self._stop.set()
+            self._thread.join()
+            self.end = rss_mib(self.pid)
+            if self.end is not None:
+                self.peak = max(self.peak or 0.0, self.end)
+
+
 def one_request(url, args, prompt, result):
     """Streams one request; fills result with ttft, tpot, tokens or error."""
     u = urllib.parse.urlparse(url)
@@ -130,21 +162,22 @@ def run_rate(args, rate, prompts):
     rng = random.Random(args.seed)
     results = [dict() for _ in range(args.requests)]
     threads = []
-    mem_before = rss_mib(args.pid) if args.pid else None
-    t0 = time.perf_counter()
-    next_at = t0
-    for i in range(args.requests):
-        next_at += rng.expovariate(rate_at(rate, next_at - t0, args.period))
-        delay = next_at - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        t = threading.Thread(target=one_request,
-                             args=(args.url, args, prompts[i % len(prompts)], results[i]))
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join()
-    return summarize(args, f"{rate} req/s" if isinstance(rate, str) else f"{rate:g} req/s", results, time.perf_counter() - t0, mem_before)
+    with RssSampler(args.pid) as mem:
+        t0 = time.perf_counter()
+        next_at = t0
+        for i in range(args.requests):
+            next_at += rng.expovariate(rate_at(rate, next_at - t0, args.period))
+            delay = next_at - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            t = threading.Thread(target=one_request,
+                                 args=(args.url, args, prompts[i % len(prompts)], results[i]))
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+    return summarize(args, f"{rate} req/s" if isinstance(rate, str) else f"{rate:g} req/s", results, wall, mem)
 
 
 def run_closed(args, concurrency, prompts):
@@ -161,17 +194,18 @@ def run_closed(args, concurrency, prompts):
                 return
             one_request(args.url, args, prompts[i % len(prompts)], results[i])
 
-    mem_before = rss_mib(args.pid) if args.pid else None
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return summarize(args, f"C={concurrency}", results, time.perf_counter() - t0, mem_before)
+    with RssSampler(args.pid) as mem:
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=client) for _ in range(concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+    return summarize(args, f"C={concurrency}", results, wall, mem)
 
 
-def summarize(args, label, results, wall, mem_before):
+def summarize(args, label, results, wall, mem):
     ok = [r for r in results if "error" not in r]
     errors = [r["error"] for r in results if "error" in r]
     ttft = [r["ttft"] for r in ok if r.get("ttft") is not None]
@@ -180,13 +214,14 @@ def summarize(args, label, results, wall, mem_before):
     latency = [r["latency"] for r in ok if r.get("latency") is not None]
     return {
         "load": label, "requests": len(results), "ok": len(ok), "errors": len(errors),
+        "rejected_429": sum(e.startswith("HTTP 429") for e in errors),
         "first_errors": errors[:3], "wall_s": wall, "tokens": tokens,
         "throughput_tok_s": tokens / wall,
         "ttft_p50_ms": percentile(ttft, 50) * 1e3, "ttft_p99_ms": percentile(ttft, 99) * 1e3,
         "tpot_p50_ms": percentile(tpot, 50) * 1e3, "tpot_p99_ms": percentile(tpot, 99) * 1e3,
         "latency_mean_ms": statistics.fmean(latency) * 1e3 if latency else float("nan"),
         "latency_p99_ms": percentile(latency, 99) * 1e3,
-        "rss_before_mib": mem_before, "rss_after_mib": rss_mib(args.pid) if args.pid else None,
+        "rss_start_mib": mem.start, "rss_peak_mib": mem.peak, "rss_end_mib": mem.end,
     }
 
 
@@ -213,16 +248,17 @@ def main():
     args = ap.parse_args()
     prompts = load_prompts(args.prompts)
     rows = []
-    print("| load | requests | errors | tok/s | latency mean / p99 (ms) | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | RSS before → after (MiB) |")
+    print("| load | requests | errors | tok/s | latency mean / p99 (ms) | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | RSS start / peak / end (MiB) |")
     print("|---|---|---|---|---|---|---|---|")
     loads = ([("closed", int(c)) for c in args.concurrency.split(",")] if args.concurrency
              else [("rate", r if "~" in r else float(r)) for r in args.rates.split(",")])
     for kind, value in loads:
         row = run_closed(args, value, prompts) if kind == "closed" else run_rate(args, value, prompts)
         rows.append(row)
-        mem = (f"{row['rss_before_mib']:.0f} → {row['rss_after_mib']:.0f}"
-               if row["rss_before_mib"] is not None and row["rss_after_mib"] is not None else "–")
-        print(f"| {row['load']} | {row['requests']} | {row['errors']} | {row['throughput_tok_s']:.1f} | "
+        mem = (f"{row['rss_start_mib']:.0f} / {row['rss_peak_mib']:.0f} / {row['rss_end_mib']:.0f}"
+               if None not in (row["rss_start_mib"], row["rss_peak_mib"], row["rss_end_mib"]) else "–")
+        errors = f"{row['errors']}" + (f" ({row['rejected_429']} × 429)" if row["rejected_429"] else "")
+        print(f"| {row['load']} | {row['requests']} | {errors} | {row['throughput_tok_s']:.1f} | "
               f"{row['latency_mean_ms']:.0f} / {row['latency_p99_ms']:.0f} | "
               f"{row['ttft_p50_ms']:.1f} / {row['ttft_p99_ms']:.1f} | "
               f"{row['tpot_p50_ms']:.2f} / {row['tpot_p99_ms']:.2f} | {mem} |", flush=True)

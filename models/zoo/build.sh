@@ -144,6 +144,10 @@ phase "export done"
 # target just exported; it evaluates itself (eval-deep.json, engine-draft-deep.json)
 ZOO_WORK="$WORK" ZOO_MODELS_DIR="$MODELS" ZOO_SCALE="$SCALE" bash "$ZOO/build_deep.sh"
 phase "deep drafter done"
+# the chat model (the target fine-tuned on ChatML turns made from the corpus, the template in
+# its metadata); it evaluates itself against the target (eval-chat.json)
+ZOO_WORK="$WORK" ZOO_MODELS_DIR="$MODELS" ZOO_SCALE="$SCALE" bash "$ZOO/build_chat.sh"
+phase "chat model done"
 # PPD prompt tokens for the target (models/zoo/ppd_train.py): the target frozen, 3 prompt
 # tokens x 1 ensemble token distilled from its own next-token distributions (seeded, one
 # process of ZOO_THREADS threads); kept when newer than the target it was trained for

@@ -16,7 +16,7 @@ import gguf_writer as gw
 from model import gguf_tensor_names, load_checkpoint
 
 
-def export(ckpt_path, tokenizer_path, out_path, name, ttype):
+def export(ckpt_path, tokenizer_path, out_path, name, ttype, chat_template=None):
     model, _ = load_checkpoint(ckpt_path)
     c = model.c
     tok = bpe.Tokenizer.load(tokenizer_path)
@@ -38,6 +38,8 @@ def export(ckpt_path, tokenizer_path, out_path, name, ttype):
     w.add_u32("llama.rope.dimension_count", c.head_dim)
     w.add_u32("llama.vocab_size", c.n_vocab)
     tok.add_to_gguf(w)
+    if chat_template:
+        w.add_string("tokenizer.chat_template", chat_template)
 
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     for gguf_name, key in gguf_tensor_names(c.n_layer).items():
@@ -53,9 +55,15 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--type", choices=("f16", "q8_0"), default="f16")
+    ap.add_argument("--chat", action="store_true",
+                    help="write the chat model's ChatML template (chat_data.CHAT_TEMPLATE) as tokenizer.chat_template")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    export(args.ckpt, args.tokenizer, args.out, args.name, {"f16": gw.F16, "q8_0": gw.Q8_0}[args.type])
+    chat_template = None
+    if args.chat:
+        from chat_data import CHAT_TEMPLATE as chat_template
+    export(args.ckpt, args.tokenizer, args.out, args.name, {"f16": gw.F16, "q8_0": gw.Q8_0}[args.type],
+           chat_template)
     print(f"wrote {args.out}")
 
 

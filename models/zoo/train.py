@@ -32,6 +32,8 @@ import bpe
 from model import Config, Llama, load_checkpoint
 
 DOMAINS = ("code", "prose", "config", "math")
+# Streams a --mix may also draw from: chat conversations (chat_data.py), for the chat model.
+MIX_DOMAINS = DOMAINS + ("chat",)
 
 
 def set_threads():
@@ -68,7 +70,7 @@ def parse_mix(text):
     mix = {}
     for part in text.split(","):
         name, weight = part.split("=")
-        assert name in DOMAINS, f"unknown domain {name}"
+        assert name in MIX_DOMAINS, f"unknown domain {name}"
         mix[name] = float(weight)
     return mix
 
@@ -138,6 +140,11 @@ def resolve_device(name):
     return name
 
 
+def load_gguf(path, device):
+    from reference import load_gguf_model
+    return load_gguf_model(path)[0].to(device)
+
+
 def cmd_train(args):
     args.device = resolve_device(args.device)
     if args.device != "cpu" and args.procs > 1:
@@ -171,16 +178,18 @@ def train_worker(rank, args, port):
         history = state["history"][:-1]
         log(f"{args.out}: resuming at step {state['step']} of {total_steps}")
     elif args.init:
-        model, init_state = load_checkpoint(args.init, args.device)
-        history = init_state.get("history", [])
+        if args.init.endswith(".gguf"):  # an exported model (the chat model starts from target.gguf)
+            model, history = load_gguf(args.init, args.device), []
+        else:
+            model, init_state = load_checkpoint(args.init, args.device)
+            history = init_state.get("history", [])
         log(f"fine-tuning {args.init} on {args.mix}")
     else:
         model = Llama(Config(**json.loads(args.shape))).to(args.device)
     teacher = None
     if args.teacher:
         if args.teacher.endswith(".gguf"):  # an exported model (e.g. the committed target.gguf)
-            from reference import load_gguf_model
-            teacher = load_gguf_model(args.teacher)[0].to(args.device)
+            teacher = load_gguf(args.teacher, args.device)
         else:
             teacher, _ = load_checkpoint(args.teacher, args.device)
         teacher.eval()

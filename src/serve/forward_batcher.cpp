@@ -63,6 +63,15 @@ void ForwardBatcher::run_round(std::unique_lock<std::mutex>& lock) {
   // Smallest forwards first (decode and verification steps keep their pace),
   // then in arrival order, within the token budget.
   std::vector<Pending*> order = pending_;
+  // Without a draft worker every pass runs on one worker, one after the other.
+  // Then the target's pass waits while any request is still drafting, so that
+  // one target forward serves every request's step: requests whose drafting
+  // is out of phase would otherwise split the target's work over several
+  // smaller passes, and each pass reads all of the target's weights.
+  if (draft_worker_ == nullptr && target_ != nullptr &&
+      std::any_of(order.begin(), order.end(),
+                  [&](const Pending* p) { return p->model != target_; }))
+    std::erase_if(order, [&](const Pending* p) { return p->model == target_; });
   std::stable_sort(order.begin(), order.end(), [](const Pending* a, const Pending* b) {
     if (a->batch->size() != b->batch->size()) return a->batch->size() < b->batch->size();
     return a->order < b->order;
@@ -105,6 +114,10 @@ void ForwardBatcher::run_round(std::unique_lock<std::mutex>& lock) {
   stats_.sequence_forwards += static_cast<int64_t>(chosen.size());
   stats_.rows += static_cast<int64_t>(rows);
   stats_.overlapped += overlap ? 1 : 0;
+  if (by_model.count(target_) != 0) {
+    ++stats_.target_passes;
+    stats_.target_sequence_forwards += static_cast<int64_t>(by_model[target_].size());
+  }
   for (Pending* p : chosen) {
     p->done = true;
     pending_.erase(std::find(pending_.begin(), pending_.end(), p));

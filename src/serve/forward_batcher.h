@@ -43,11 +43,13 @@ class ForwardBatcher {
   std::vector<float> forward(const Model& model, const Batch& batch, KvCache& kv);
 
   struct Stats {
-    int64_t rounds = 0;             // rounds run
-    int64_t passes = 0;             // forward_multi calls (one per model per round)
-    int64_t sequence_forwards = 0;  // forwards served
-    int64_t rows = 0;               // batch rows run
-    int64_t overlapped = 0;         // rounds whose draft passes ran beside the target's
+    int64_t rounds = 0;                    // rounds run
+    int64_t passes = 0;                    // forward_multi calls (one per model per round)
+    int64_t sequence_forwards = 0;         // forwards served
+    int64_t rows = 0;                      // batch rows run
+    int64_t overlapped = 0;                // rounds whose draft passes ran beside the target's
+    int64_t target_passes = 0;             // passes of the target model
+    int64_t target_sequence_forwards = 0;  // requests' target forwards those passes served
   };
   Stats stats() const;
   int joined() const;

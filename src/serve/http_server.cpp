@@ -141,7 +141,16 @@ void HttpServer::install_routes() {
                         "passes ran beside the verification pass (-td).\n"
                         "# TYPE parspec_batch_overlapped_rounds_total counter\n"
                         "parspec_batch_overlapped_rounds_total " +
-                        std::to_string(b.overlapped) + "\n",
+                        std::to_string(b.overlapped) +
+                        "\n# HELP parspec_batch_target_passes_total Passes of the target model.\n"
+                        "# TYPE parspec_batch_target_passes_total counter\n"
+                        "parspec_batch_target_passes_total " +
+                        std::to_string(b.target_passes) +
+                        "\n# HELP parspec_batch_target_sequence_forwards_total Requests' target "
+                        "forwards those passes served (per pass: requests in one target forward).\n"
+                        "# TYPE parspec_batch_target_sequence_forwards_total counter\n"
+                        "parspec_batch_target_sequence_forwards_total " +
+                        std::to_string(b.target_sequence_forwards) + "\n",
                     "text/plain; version=0.0.4");
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

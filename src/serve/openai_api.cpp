@@ -219,12 +219,11 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
     bad(e.what());
   }
   job->stop = stop_field(body);
-  // A vocabulary without the template's end-of-turn token (the zoo models with
-  // --chat-template) spells it as text: the turn ends there all the same.
+  // A vocabulary without the template's end-of-turn token (the zoo's chat
+  // model) spells it as text: the turn ends there all the same.
   if (chat) {
-    const char* end_of_turn =
-        chat_template->family() == ChatFamily::kChatML ? "<|im_end|>" : "<|eot_id|>";
-    if (tokenizer.find_token(end_of_turn) < 0) job->stop.push_back(end_of_turn);
+    std::string end_of_turn = chat_template->end_of_turn_stop(tokenizer);
+    if (!end_of_turn.empty()) job->stop.push_back(std::move(end_of_turn));
   }
   job->ignore_eos = bool_field(body, "ignore_eos", false);
   r.job = std::move(job);

@@ -80,6 +80,15 @@ std::string_view ChatTemplate::name() const {
   return family_ == ChatFamily::kLlama3 ? "llama3" : "chatml";
 }
 
+std::string_view ChatTemplate::end_of_turn() const {
+  return family_ == ChatFamily::kLlama3 ? "<|eot_id|>" : "<|im_end|>";
+}
+
+std::string ChatTemplate::end_of_turn_stop(const Tokenizer& tokenizer) const {
+  const std::string text(end_of_turn());
+  return tokenizer.find_token(text) < 0 ? text : std::string();
+}
+
 std::string ChatTemplate::render(std::span<const ChatMessage> messages,
                                  bool add_generation_prompt) const {
   return render_text(messages, add_generation_prompt, true);

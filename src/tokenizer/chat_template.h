@@ -40,6 +40,13 @@ class ChatTemplate {
   // ChatML: system prompt inserted when the conversation does not start with
   // one (empty: none).
   const std::string& default_system() const { return default_system_; }
+  // The text that ends a turn: "<|im_end|>" (ChatML) or "<|eot_id|>" (Llama 3).
+  std::string_view end_of_turn() const;
+  // end_of_turn() when `tokenizer` has no token of that text (the zoo's chat
+  // model keeps the zoo's vocabulary and writes the marker as plain text):
+  // generation then stops at it as a stop string. Empty when the token exists
+  // (it ends generation as an end-of-generation token).
+  std::string end_of_turn_stop(const Tokenizer& tokenizer) const;
 
   // The prompt text, as the Jinja template renders it (Llama 3 includes the
   // BOS text "<|begin_of_text|>" and trims each content, as its template does).

@@ -16,6 +16,10 @@ int run_chat_loop(Strategy& strategy, const Tokenizer& tokenizer, const ChatTemp
                   const ChatLoopSettings& settings) {
   std::vector<ChatMessage> messages;
   if (!settings.system_prompt.empty()) messages.push_back({"system", settings.system_prompt});
+  // A vocabulary that spells the end of a turn as text stops there as a stop string.
+  std::vector<std::string> stop_strings = settings.stop_strings;
+  const std::string end_of_turn = tmpl.end_of_turn_stop(tokenizer);
+  if (!end_of_turn.empty()) stop_strings.push_back(end_of_turn);
   const bool tty = isatty(fileno(stdin));
   if (tty) std::fprintf(stderr, "conversation: one line per turn; /exit or end of input ends it\n");
   for (int turn = 0;; ++turn) {
@@ -32,7 +36,7 @@ int run_chat_loop(Strategy& strategy, const Tokenizer& tokenizer, const ChatTemp
     request.n_predict = n_predict;
     request.sampling = settings.sampling;
     request.sampling.seed = settings.sampling.seed + static_cast<uint64_t>(turn);
-    StopStrings stop(tokenizer, settings.stop_strings);
+    StopStrings stop(tokenizer, stop_strings);
     request.is_stop = [&](int32_t t) { return tokenizer.is_end_of_generation(t) || stop.feed(t); };
     StreamDecoder stream(tokenizer);
     std::string reply;
@@ -48,6 +52,9 @@ int run_chat_loop(Strategy& strategy, const Tokenizer& tokenizer, const ChatTemp
     reply += tail;
     std::fputs(tail.c_str(), stdout);
     std::fputs("\n", stdout);
+    // The template writes the end of the turn itself.
+    if (!end_of_turn.empty() && reply.ends_with(end_of_turn))
+      reply.resize(reply.size() - end_of_turn.size());
     messages.push_back({"assistant", reply});
   }
   return 0;

@@ -186,9 +186,11 @@ std::string read_prompt(const GenerateArgs& a) {
   return prompt;
 }
 
-// The prompt's tokens, in the chat template with --chat or --chat-template.
-std::vector<int32_t> encode_prompt(const GenerateArgs& a, const std::string& prompt,
-                                   const Model& model, const Tokenizer& tokenizer) {
+// The prompt's tokens, in the chat template with --chat or --chat-template
+// (whose end-of-turn text joins the stop strings where the vocabulary spells it
+// as text).
+std::vector<int32_t> encode_prompt(GenerateArgs& a, const std::string& prompt, const Model& model,
+                                   const Tokenizer& tokenizer) {
   std::vector<int32_t> tokens;
   if (a.chat || !a.chat_template.empty()) {
     const ChatTemplate tmpl = ChatTemplate::for_model(model.gguf(), a.chat_template);
@@ -196,6 +198,8 @@ std::vector<int32_t> encode_prompt(const GenerateArgs& a, const std::string& pro
     if (!a.system_prompt.empty()) turns.push_back({"system", a.system_prompt});
     turns.push_back({"user", prompt});
     tokens = tmpl.encode(tokenizer, turns, true);
+    const std::string end_of_turn = tmpl.end_of_turn_stop(tokenizer);
+    if (!end_of_turn.empty()) a.stop_strings.push_back(end_of_turn);
   } else {
     tokens = tokenizer.encode(prompt, true, false);
   }

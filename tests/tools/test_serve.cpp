@@ -28,6 +28,13 @@ using testing_support::TempDir;
 
 const std::string kModels = std::string(PARSPEC_SOURCE_DIR) + "/models/";
 const std::string kKey = "test-key-123";
+// Questions in the forms the zoo's chat model was taught (an arithmetic
+// question, a word problem), answered "... The answer is N." Not the right
+// N: the 5M-parameter zoo target cannot do arithmetic (models/README.md).
+const std::vector<std::string> kChatQuestions = {
+    "What is 12 plus 30?", "How much is 7 * 6?",
+    "Tom has 5 apples. He buys 3 more and then gives 2 to his friend. How many apples does he "
+    "have now?"};
 
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
@@ -428,6 +435,83 @@ TEST(ServeCosine, ConcurrentRequestsEqualArAndRoutingIsVisible) {
         "parspec_drafter_routing_score{drafter=\"draft-prose\"}",
         "parspec_batch_overlapped_rounds_total", "parspec_tau{strategy=\"cosine\"}"})
     EXPECT_NE(m.body.find(name), std::string::npos) << name;
+}
+
+// The zoo's chat model (models/target-chat.gguf: the target fine-tuned on ChatML
+// turns, the template in its GGUF): a question is answered in the format it was
+// taught and the answer ends its turn -- finish_reason "stop" well before
+// max_tokens, the end-of-turn text (plain text in the zoo's vocabulary) left out
+// of the content -- exactly as `generate --chat` answers it, streamed and not,
+// while the requests run at once with the zoo drafter drafting for the chat
+// model. The plain target, asked the same with --chat-template chatml, runs on
+// to max_tokens without ending its turn: the fine-tune taught it.
+TEST(ServeChatModel, AnswersInTheTemplateAndEndsTheTurn) {
+  TempDir dir;
+  ServerProcess server(PARSPEC_BINARY,
+                       {"-m", kModels + "target-chat.gguf", "-md", kModels + "draft.gguf",
+                        "--strategy", "sd", "--port", "0", "-t", "1", "-c", "256", "-np", "4"},
+                       dir.file("server.log"));
+  ASSERT_GT(server.port(), 0) << server.log();
+  const HttpReply models = http_request(server.port(), "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(json::parse(models.body)["data"][0]["meta"]["chat_template"], "chatml");
+
+  const std::string end_of_turn = "<|im_end|>";
+  const std::vector<std::string>& questions = kChatQuestions;
+  std::vector<json> expected;
+  for (const std::string& question : questions) {
+    const auto r =
+        run_parspec("generate -m " + kModels +
+                    "target-chat.gguf --chat -t 1 --temp 0 --json -n 64 --no-escape -p " +
+                    shell_quote(question));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expected.push_back(json::parse(r.output));
+    const std::string text = expected.back()["text"];
+    ASSERT_TRUE(text.ends_with(end_of_turn)) << question << " -> " << text;
+    expected.back()["text"] = text.substr(0, text.size() - end_of_turn.size());
+    const auto plain = run_parspec("generate -m " + kModels +
+                                   "target.gguf --chat-template chatml -t 1 --temp 0 --json -n 64 "
+                                   "--no-escape -p " +
+                                   shell_quote(question));
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    EXPECT_EQ(json::parse(plain.output)["n_gen"], 64) << plain.output;
+  }
+  std::vector<HttpReply> replies(2 * questions.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < replies.size(); ++i)
+    threads.emplace_back([&, i] {
+      const json body = {
+          {"messages", json::array({{{"role", "user"}, {"content", questions[i / 2]}}})},
+          {"max_tokens", 64},
+          {"temperature", 0},
+          {"stream", i % 2 == 1}};
+      replies[i] = http_request(server.port(), "POST", "/v1/chat/completions", body.dump());
+    });
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < replies.size(); ++i) {
+    const std::string& question = questions[i / 2];
+    ASSERT_EQ(replies[i].status, 200) << replies[i].body;
+    std::string content, finish_reason;
+    if (i % 2 == 0) {
+      const json j = json::parse(replies[i].body);
+      content = j["choices"][0]["message"]["content"];
+      finish_reason = j["choices"][0]["finish_reason"];
+      EXPECT_EQ(j["usage"]["completion_tokens"], expected[i / 2]["n_gen"]) << question;
+      EXPECT_LT(j["usage"]["completion_tokens"].get<int>(), 64) << question;
+    } else {
+      const Streamed st = parse_sse(replies[i].body, true);
+      EXPECT_TRUE(st.done && st.well_formed) << replies[i].body;
+      content = st.text;
+      for (const json& c : st.chunks)
+        if (!c["choices"].empty() && !c["choices"][0]["finish_reason"].is_null())
+          finish_reason = c["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(finish_reason, "stop") << question << " -> " << content;
+    EXPECT_EQ(content, expected[i / 2]["text"]) << question;
+    EXPECT_EQ(content.find("<|im"), std::string::npos) << content;
+    EXPECT_TRUE(std::regex_search(content, std::regex("^[^\\n]+ The answer is [0-9]+\\.$")))
+        << question << " -> " << content;
+  }
 }
 
 // A second server with one slot and a queue of one: the third request is
