@@ -9,9 +9,10 @@
 //   dw_b, dx_b are the f32 values of the f16 block scales. Every kernel
 //   computes exactly this per SIMD lane, so tile shape, M, the other rows and
 //   the thread count cannot change a bit.
-// - F32/F16/BF16 weights: f32 activations; an 8-lane accumulator where lane j
-//   sums k ≡ j (mod 8) with fma in k order (the ragged tail as one zero-padded
-//   step), then one fixed horizontal reduction.
+// - F32/F16/BF16 weights: f32 activations; a 16-lane accumulator where lane j
+//   sums k ≡ j (mod 16) with fma in k order (the ragged tail as one
+//   zero-padded step), lanes 0-7 + lanes 8-15, then one fixed horizontal
+//   reduction (float_tiles.h).
 // - Q4_K/Q6_K weights: activations quantized per row to Q8_K; per super-block
 //   exact int32 sums (scaled quants · x, and the min/bias terms), combined in
 //   f32 in super-block order with fixed expressions: the same ones
@@ -28,7 +29,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/float_pairs.h"
+#include "kernels/float_tiles.h"
 #include "kernels/isa.h"
 #include "kernels/kquants.h"
 #include "kernels/q8_tiles.h"
@@ -155,43 +156,41 @@ inline float weight_at(const uint8_t* row, int64_t k) {
   }
 }
 
-// The one horizontal reduction every float path uses.
-inline float reduce8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// R weight rows × C activation rows; out[c * R + r]. Each (r, c) pair runs the
-// same sequence of fmas whatever R and C are.
+// R weight rows × C activation rows (x: C × n), out[c * R + r]: the float
+// contract (float_tiles.h) with each 16-lane accumulator as two 8-lane
+// halves (lanes 0-7: k mod 16 < 8).
 template <DType T, int R, int C>
-void tile_float(const uint8_t* const rows[], const float* const xs[], int64_t n, float* out) {
-  __m256 acc[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  const int64_t n8 = n & ~int64_t{7};
-  for (int64_t k = 0; k < n8; k += 8) {
-    __m256 x[C];
-    for (int c = 0; c < C; ++c) x[c] = _mm256_loadu_ps(xs[c] + k);
+void tile_float(const uint8_t* const rows[], const float* x, int64_t n, float* out) {
+  __m256 lo[R][C], hi[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
+  }
+  const int64_t n16 = n & ~int64_t{15};
+  for (int64_t k = 0; k < n16; k += 16) {
     for (int r = 0; r < R; ++r) {
-      const __m256 w = load_weights8<T>(rows[r], k);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(w, x[c], acc[r][c]);
+      const __m256 w0 = load_weights8<T>(rows[r], k), w1 = load_weights8<T>(rows[r], k + 8);
+      for (int c = 0; c < C; ++c) {
+        lo[r][c] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c * n + k), lo[r][c]);
+        hi[r][c] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + c * n + k + 8), hi[r][c]);
+      }
     }
   }
-  if (n8 < n) {
-    alignas(32) float xt[C][8] = {};
-    alignas(32) float wt[8] = {};
+  if (n16 < n) {
+    alignas(32) float xt[C][16] = {};
+    alignas(32) float wt[16] = {};
     for (int c = 0; c < C; ++c)
-      for (int64_t k = n8; k < n; ++k) xt[c][k - n8] = xs[c][k];
+      for (int64_t k = n16; k < n; ++k) xt[c][k - n16] = x[c * n + k];
     for (int r = 0; r < R; ++r) {
-      for (int64_t k = n8; k < n; ++k) wt[k - n8] = weight_at<T>(rows[r], k);
-      const __m256 w = _mm256_load_ps(wt);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(w, _mm256_load_ps(xt[c]), acc[r][c]);
+      for (int64_t k = n16; k < n; ++k) wt[k - n16] = weight_at<T>(rows[r], k);
+      for (int c = 0; c < C; ++c) {
+        lo[r][c] = _mm256_fmadd_ps(_mm256_load_ps(wt), _mm256_load_ps(xt[c]), lo[r][c]);
+        hi[r][c] = _mm256_fmadd_ps(_mm256_load_ps(wt + 8), _mm256_load_ps(xt[c] + 8), hi[r][c]);
+      }
     }
   }
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * R + r] = reduce8(acc[r][c]);
+    for (int r = 0; r < R; ++r)
+      out[c * R + r] = float_tiles::reduce8(_mm256_add_ps(lo[r][c], hi[r][c]));
 }
 
 // -------------------------------------------------------- Q4_K/Q6_K kernels ----
@@ -536,75 +535,38 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
   }
 }
 
-// F16/BF16 against two or more activation rows with the AVX-512 pair kernels
-// (float_pairs.h): the same per-output numerics as the AVX2 tiles below.
-template <DType T>
-void run_float_pair_tiles(const Problem& p, int64_t t0, int64_t t1) {
-  const int64_t n = p.w.n_in, steps = (n + 7) / 8, n_pairs = (p.M + 1) / 2;
-  thread_local std::vector<float> packed;
-  packed.resize(static_cast<size_t>(float_pairs::packed_floats(p.M, n)));
-  float_pairs::pack_pairs(p.x, p.M, n, packed.data());
-  const auto kernel = T == DType::F16 ? &float_pairs::f16_rows4 : &float_pairs::bf16_rows4;
-  for (int64_t t = t0; t < t1; ++t) {
-    const uint8_t* rows[kTileRows];
-    tile_rows(p, t, rows);
-    const int64_t o0 = t * kTileRows;
-    const int64_t valid = std::min<int64_t>(kTileRows, p.w.n_out - o0);
-    for (int r0 = 0; r0 < valid; r0 += 4) {
-      const size_t count = static_cast<size_t>(std::min<int64_t>(4, valid - r0));
-      for (int64_t q = 0; q < n_pairs; q += 2) {
-        const int pairs = static_cast<int>(std::min<int64_t>(2, n_pairs - q));
-        float out[16];
-        kernel(rows + r0, packed.data() + q * steps * 16, n, pairs, out);
-        for (int c = 0; c < 2 * pairs && 2 * q + c < p.M; ++c)
-          std::memcpy(p.y + (2 * q + c) * p.w.n_out + o0 + r0, out + 4 * c, count * sizeof(float));
-      }
-    }
-  }
-}
-
 template <DType T>
 void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
   const int64_t n = p.w.n_in;
-  if (T != DType::F32 && p.M >= 2 && active_isa() == Isa::kAvx512)
-    return run_float_pair_tiles<T>(p, t0, t1);
+  const bool avx512 = active_isa() == Isa::kAvx512;
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* rows[kTileRows];
     tile_rows(p, t, rows);
-    float out[kTileRows * 3];
     const int64_t o0 = t * kTileRows;
-    const int64_t valid = std::min<int64_t>(kTileRows, p.w.n_out - o0);
-    if (p.M == 1) {
-      const float* xs[1] = {p.x};
-      tile_float<T, 8, 1>(rows, xs, n, out);
-      std::memcpy(p.y + o0, out, static_cast<size_t>(valid) * sizeof(float));
+    const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
+    float* y = p.y + o0;
+    if (avx512) {
+      float_tiles::avx512_tile(T, rows, valid, p.x, p.M, n, y, p.w.n_out);
       continue;
     }
-    for (int half = 0; half < 2; ++half) {
-      const int r0 = 4 * half;
-      if (r0 >= valid) break;
-      const int64_t count = std::min<int64_t>(4, valid - r0);
+    // AVX2: 2 rows × 2 activations, or 4 rows × the odd one (8 accumulator
+    // halves either way: enough fma chains to hide the latency).
+    float out[4];
+    for (int r0 = 0; r0 < valid; r0 += 4) {
+      const int count = std::min(4, valid - r0);
       int64_t m = 0;
-      auto store = [&](int c_count) {
-        for (int c = 0; c < c_count; ++c)
-          std::memcpy(p.y + (m + c) * p.w.n_out + o0 + r0, out + 4 * c,
-                      static_cast<size_t>(count) * sizeof(float));
-      };
-      // Groups of 3 activation rows, ending in 2 + 2 rather than 3 + 1 (a
-      // 4 x 1 tile runs only 4 dependent fma chains). M >= 2 here, and
-      // `left` never drops to 1.
-      while (m < p.M) {
-        const int64_t left = p.M - m;
-        const float* xs[3] = {p.x + m * n, p.x + (m + 1) * n, p.x + std::min(m + 2, p.M - 1) * n};
-        if (left == 2 || left == 4) {
-          tile_float<T, 4, 2>(rows + r0, xs, n, out);
-          store(2);
-          m += 2;
-        } else {
-          tile_float<T, 4, 3>(rows + r0, xs, n, out);
-          store(3);
-          m += 3;
+      for (; m + 1 < p.M; m += 2) {
+        for (int r1 = r0; r1 < r0 + count; r1 += 2) {
+          tile_float<T, 2, 2>(rows + r1, p.x + m * n, n, out);
+          for (int r = r1; r < std::min(r0 + count, r1 + 2); ++r) {
+            y[m * p.w.n_out + r] = out[r - r1];
+            y[(m + 1) * p.w.n_out + r] = out[2 + r - r1];
+          }
         }
+      }
+      if (m < p.M) {
+        tile_float<T, 4, 1>(rows + r0, p.x + m * n, n, out);
+        for (int r = 0; r < count; ++r) y[m * p.w.n_out + r0 + r] = out[r];
       }
     }
   }
