@@ -132,9 +132,9 @@ inline Q8Block16 load_q8_block(const uint8_t* const rows[kTileRows16], int64_t a
   return k;
 }
 
-// MR > 0: exactly MR activation rows, accumulated in registers (a decode step
-// or a short chain; through memory every block would wait on a store-to-load
-// forward). MR = 0: any number, accumulated in acc. Same operations per lane
+// MR > 0: exactly MR activation rows (up to 8: a verification chain),
+// accumulated in registers (through memory every block would wait on a
+// store-to-load forward). MR = 0: any number, accumulated in acc. Same operations per lane
 // either way.
 template <class Block, Block (*Load)(const uint8_t* const*, int64_t), int MR>
 void tile16(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
@@ -171,6 +171,14 @@ void tile16_any(const uint8_t* const rows[kTileRows16], size_t row_stride, int64
       return tile16<Block, Load, 3>(rows, row_stride, nb, act, m0, m1, acc);
     case 4:
       return tile16<Block, Load, 4>(rows, row_stride, nb, act, m0, m1, acc);
+    case 5:
+      return tile16<Block, Load, 5>(rows, row_stride, nb, act, m0, m1, acc);
+    case 6:
+      return tile16<Block, Load, 6>(rows, row_stride, nb, act, m0, m1, acc);
+    case 7:
+      return tile16<Block, Load, 7>(rows, row_stride, nb, act, m0, m1, acc);
+    case 8:
+      return tile16<Block, Load, 8>(rows, row_stride, nb, act, m0, m1, acc);
     default:
       return tile16<Block, Load, 0>(rows, row_stride, nb, act, m0, m1, acc);
   }
