@@ -538,17 +538,31 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
 template <DType T>
 void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
   const int64_t n = p.w.n_in;
-  const bool avx512 = active_isa() == Isa::kAvx512;
+  if (active_isa() == Isa::kAvx512) {
+    // Large batches (prefill) in blocks of activation rows small enough to
+    // stay in L2 (~512 KiB) while every weight tile of the chunk passes over
+    // them; without blocking, each tile streamed all M rows from memory.
+    const int64_t block =
+        std::clamp<int64_t>((int64_t{128} << 10) / std::max<int64_t>(n, 1) / 6 * 6, 6, 48);
+    for (int64_t m0 = 0; m0 < p.M; m0 += block) {
+      const int64_t rows_here = std::min(block, p.M - m0);
+      for (int64_t t = t0; t < t1; ++t) {
+        const uint8_t* rows[kTileRows];
+        tile_rows(p, t, rows);
+        const int64_t o0 = t * kTileRows;
+        const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
+        float_tiles::avx512_tile(T, rows, valid, p.x + m0 * n, rows_here, n,
+                                 p.y + m0 * p.w.n_out + o0, p.w.n_out);
+      }
+    }
+    return;
+  }
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* rows[kTileRows];
     tile_rows(p, t, rows);
     const int64_t o0 = t * kTileRows;
     const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
     float* y = p.y + o0;
-    if (avx512) {
-      float_tiles::avx512_tile(T, rows, valid, p.x, p.M, n, y, p.w.n_out);
-      continue;
-    }
     // AVX2: 2 rows × 2 activations, or 4 rows × the odd one (8 accumulator
     // halves either way: enough fma chains to hide the latency).
     float out[4];
