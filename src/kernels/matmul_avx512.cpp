@@ -231,6 +231,8 @@ inline __m512 load_weights16_tail(const uint8_t* row, int64_t k, __mmask16 mask)
   }
 }
 
+constexpr int64_t kPrefetchBytes = 1024;
+
 // R weight rows × C activation rows: out[c * R + r]. Each (r, c) pair runs
 // the contract's fma sequence in its own register, whatever R and C are.
 template <DType T, int R, int C>
@@ -240,6 +242,13 @@ void block(const uint8_t* const rows[], const float* x, int64_t n, float* out) {
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   const int64_t n16 = n & ~int64_t{15};
   for (int64_t k = 0; k < n16; k += 16) {
+    if (k % 32 == 0) {
+      // One prefetch per cache line of F16/BF16 weights, 1 KiB ahead in each
+      // row: with 4-8 rows streaming at once the hardware prefetcher alone
+      // left a one-token forward further from the bandwidth roofline.
+      for (int r = 0; r < R; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + 2 * k + kPrefetchBytes, _MM_HINT_T0);
+    }
     __m512 xv[C];
     for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * n + k);
     for (int r = 0; r < R; ++r) {
