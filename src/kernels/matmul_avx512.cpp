@@ -240,14 +240,16 @@ void block(const uint8_t* const rows[], const float* x, int64_t n, float* out) {
   __m512 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;  // per weight
   const int64_t n16 = n & ~int64_t{15};
   for (int64_t k = 0; k < n16; k += 16) {
-    if (k % 32 == 0) {
-      // One prefetch per cache line of F16/BF16 weights, 1 KiB ahead in each
+    if (k % (64 / kBytes) == 0) {
+      // One prefetch per cache line of weights, 1 KiB ahead in each
       // row: with 4-8 rows streaming at once the hardware prefetcher alone
       // left a one-token forward further from the bandwidth roofline.
       for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + 2 * k + kPrefetchBytes, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + kBytes * k + kPrefetchBytes,
+                     _MM_HINT_T0);
     }
     __m512 xv[C];
     for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * n + k);
