@@ -156,38 +156,48 @@ inline float weight_at(const uint8_t* row, int64_t k) {
   }
 }
 
-// R weight rows × C activation rows (x: C × n), out[c * R + r]: the float
-// contract (float_tiles.h) with each 16-lane accumulator as two 8-lane
-// halves (lanes 0-7: k mod 16 < 8).
+// One 8-lane half of the float contract's 16-lane accumulators (float_tiles.h)
+// for R weight rows × C activation rows (x: C × n): `h` = 0 sums the lanes
+// k mod 16 < 8, `h` = 8 the others. The halves never meet before the final
+// add, so the AVX2 tiles run them as two passes over k: R × C accumulators
+// live instead of 2 R × C, which lets a 4 × 3 tile keep 12 fma chains, the 3
+// activation vectors and the converted weight vector in the 16 ymm registers.
+template <DType T, int R, int C>
+inline void tile_float_half(const uint8_t* const rows[], const float* x, int64_t n, int h,
+                            __m256 (&acc)[R][C]) {
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
+  const int64_t n16 = n & ~int64_t{15};
+  for (int64_t k = h; k < n16; k += 16) {
+    __m256 xv[C];
+    for (int c = 0; c < C; ++c) xv[c] = _mm256_loadu_ps(x + c * n + k);
+    for (int r = 0; r < R; ++r) {
+      const __m256 w = load_weights8<T>(rows[r], k);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(w, xv[c], acc[r][c]);
+    }
+  }
+  // The ragged tail: this half's 8 lanes of the one zero-padded 16-step.
+  const int64_t k0 = n16 + h, k1 = std::min(n, k0 + 8);
+  if (k0 >= k1) return;
+  alignas(32) float xt[C][8] = {};
+  alignas(32) float wt[8] = {};
+  for (int c = 0; c < C; ++c)
+    for (int64_t k = k0; k < k1; ++k) xt[c][k - k0] = x[c * n + k];
+  for (int r = 0; r < R; ++r) {
+    for (int64_t k = k0; k < k1; ++k) wt[k - k0] = weight_at<T>(rows[r], k);
+    const __m256 w = _mm256_load_ps(wt);
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(w, _mm256_load_ps(xt[c]), acc[r][c]);
+  }
+}
+
+// R weight rows × C activation rows (x: C × n), out[c * R + r]: both halves,
+// then the contract's lanes 0-7 + lanes 8-15 and the one reduction.
 template <DType T, int R, int C>
 void tile_float(const uint8_t* const rows[], const float* x, int64_t n, float* out) {
   __m256 lo[R][C], hi[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
-  }
-  const int64_t n16 = n & ~int64_t{15};
-  for (int64_t k = 0; k < n16; k += 16) {
-    for (int r = 0; r < R; ++r) {
-      const __m256 w0 = load_weights8<T>(rows[r], k), w1 = load_weights8<T>(rows[r], k + 8);
-      for (int c = 0; c < C; ++c) {
-        lo[r][c] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c * n + k), lo[r][c]);
-        hi[r][c] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + c * n + k + 8), hi[r][c]);
-      }
-    }
-  }
-  if (n16 < n) {
-    alignas(32) float xt[C][16] = {};
-    alignas(32) float wt[16] = {};
-    for (int c = 0; c < C; ++c)
-      for (int64_t k = n16; k < n; ++k) xt[c][k - n16] = x[c * n + k];
-    for (int r = 0; r < R; ++r) {
-      for (int64_t k = n16; k < n; ++k) wt[k - n16] = weight_at<T>(rows[r], k);
-      for (int c = 0; c < C; ++c) {
-        lo[r][c] = _mm256_fmadd_ps(_mm256_load_ps(wt), _mm256_load_ps(xt[c]), lo[r][c]);
-        hi[r][c] = _mm256_fmadd_ps(_mm256_load_ps(wt + 8), _mm256_load_ps(xt[c] + 8), hi[r][c]);
-      }
-    }
-  }
+  tile_float_half<T, R, C>(rows, x, n, 0, lo);
+  tile_float_half<T, R, C>(rows, x, n, 8, hi);
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r)
       out[c * R + r] = float_tiles::reduce8(_mm256_add_ps(lo[r][c], hi[r][c]));
@@ -563,24 +573,27 @@ void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
     const int64_t o0 = t * kTileRows;
     const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
     float* y = p.y + o0;
-    // AVX2: 2 rows × 2 activations, or 4 rows × the odd one (8 accumulator
-    // halves either way: enough fma chains to hide the latency).
-    float out[4];
+    float out[kTileRows * 3];
+    if (p.M == 1) {
+      tile_float<T, 8, 1>(rows, p.x, n, out);
+      std::memcpy(y, out, static_cast<size_t>(valid) * sizeof(float));
+      continue;
+    }
+    // AVX2, M >= 2: 4 weight rows × 3 activation rows (12 fma chains per
+    // half), ending in 2 + 2 rather than 3 + 1 (4 × 1 runs only 4 chains).
     for (int r0 = 0; r0 < valid; r0 += 4) {
-      const int count = std::min(4, valid - r0);
-      int64_t m = 0;
-      for (; m + 1 < p.M; m += 2) {
-        for (int r1 = r0; r1 < r0 + count; r1 += 2) {
-          tile_float<T, 2, 2>(rows + r1, p.x + m * n, n, out);
-          for (int r = r1; r < std::min(r0 + count, r1 + 2); ++r) {
-            y[m * p.w.n_out + r] = out[r - r1];
-            y[(m + 1) * p.w.n_out + r] = out[2 + r - r1];
-          }
+      const size_t count = static_cast<size_t>(std::min(4, valid - r0));
+      for (int64_t m = 0; m < p.M;) {
+        const int64_t left = p.M - m;
+        const int c_count = left == 2 || left == 4 ? 2 : 3;
+        if (c_count == 2) {
+          tile_float<T, 4, 2>(rows + r0, p.x + m * n, n, out);
+        } else {
+          tile_float<T, 4, 3>(rows + r0, p.x + m * n, n, out);
         }
-      }
-      if (m < p.M) {
-        tile_float<T, 4, 1>(rows + r0, p.x + m * n, n, out);
-        for (int r = 0; r < count; ++r) y[m * p.w.n_out + r0 + r] = out[r];
+        for (int c = 0; c < c_count; ++c)
+          std::memcpy(y + (m + c) * p.w.n_out + r0, out + 4 * c, count * sizeof(float));
+        m += c_count;
       }
     }
   }

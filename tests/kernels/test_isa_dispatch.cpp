@@ -143,7 +143,8 @@ TEST(IsaDispatch, FloatMatmulsFollowTheScalarContractOnEveryPath) {
   IsaGuard guard;
   Worker worker(2);
   for (DType type : {DType::F32, DType::F16, DType::BF16}) {
-    for (int64_t n_in : {16, 203, 256}) {  // one step, a ragged tail, whole steps
+    // one step, ragged tails ending in the high and the low 8 lanes, whole steps
+    for (int64_t n_in : {16, 203, 37, 256}) {
       const int64_t n_out = 13;
       const auto bytes = random_matrix(type, n_in, n_out, 3);
       const WeightMatrix w{type, n_in, n_out, bytes.data()};
