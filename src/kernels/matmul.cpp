@@ -156,51 +156,71 @@ inline float weight_at(const uint8_t* row, int64_t k) {
   }
 }
 
-// One 8-lane half of the float contract's 16-lane accumulators (float_tiles.h)
-// for R weight rows × C activation rows (x: C × n): `h` = 0 sums the lanes
-// k mod 16 < 8, `h` = 8 the others. The halves never meet before the final
-// add, so the AVX2 tiles run them as two passes over k: R × C accumulators
-// live instead of 2 R × C, which lets a 4 × 3 tile keep 12 fma chains, the 3
-// activation vectors and the converted weight vector in the 16 ymm registers.
-template <DType T, int R, int C>
-inline void tile_float_half(const uint8_t* const rows[], const float* x, int64_t n, int h,
-                            __m256 (&acc)[R][C]) {
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  }
+// 8-lane halves of the float contract's 16-lane accumulators (float_tiles.h)
+// for R weight rows × C activation rows (x: C × n): acc[i] holds the lanes
+// k mod 16 in [h0 + 8 i, h0 + 8 i + 8), so H = 2 (h0 = 0) is the whole
+// accumulator in one pass over k, H = 1 one half of it. The halves never meet
+// before the final add, so a tile may run them as two passes: R × C
+// accumulators live instead of 2 R × C, which lets 4 × 3 keep 12 fma chains,
+// the 3 activation vectors and the converted weight vector in the 16 ymm
+// registers.
+template <DType T, int R, int C, int H>
+inline void tile_float_lanes(const uint8_t* const rows[], const float* x, int64_t n, int h0,
+                             __m256 (&acc)[H][R][C]) {
+  for (int i = 0; i < H; ++i)
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[i][r][c] = _mm256_setzero_ps();
   const int64_t n16 = n & ~int64_t{15};
-  for (int64_t k = h; k < n16; k += 16) {
-    __m256 xv[C];
-    for (int c = 0; c < C; ++c) xv[c] = _mm256_loadu_ps(x + c * n + k);
-    for (int r = 0; r < R; ++r) {
-      const __m256 w = load_weights8<T>(rows[r], k);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(w, xv[c], acc[r][c]);
+  for (int64_t k = h0; k < n16; k += 16) {
+    for (int i = 0; i < H; ++i) {
+      __m256 xv[C];
+      for (int c = 0; c < C; ++c) xv[c] = _mm256_loadu_ps(x + c * n + k + 8 * i);
+      for (int r = 0; r < R; ++r) {
+        const __m256 w = load_weights8<T>(rows[r], k + 8 * i);
+        for (int c = 0; c < C; ++c) acc[i][r][c] = _mm256_fmadd_ps(w, xv[c], acc[i][r][c]);
+      }
     }
   }
-  // The ragged tail: this half's 8 lanes of the one zero-padded 16-step.
-  const int64_t k0 = n16 + h, k1 = std::min(n, k0 + 8);
-  if (k0 >= k1) return;
-  alignas(32) float xt[C][8] = {};
-  alignas(32) float wt[8] = {};
-  for (int c = 0; c < C; ++c)
-    for (int64_t k = k0; k < k1; ++k) xt[c][k - k0] = x[c * n + k];
-  for (int r = 0; r < R; ++r) {
-    for (int64_t k = k0; k < k1; ++k) wt[k - k0] = weight_at<T>(rows[r], k);
-    const __m256 w = _mm256_load_ps(wt);
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(w, _mm256_load_ps(xt[c]), acc[r][c]);
+  // The ragged tail: these lanes of the one zero-padded 16-step (a half with
+  // no element left is skipped: fma(0, 0, acc) == acc, as acc is never -0).
+  for (int i = 0; i < H; ++i) {
+    const int64_t k0 = n16 + h0 + 8 * i, k1 = std::min(n, k0 + 8);
+    if (k0 >= k1) continue;
+    alignas(32) float xt[C][8] = {};
+    alignas(32) float wt[8] = {};
+    for (int c = 0; c < C; ++c)
+      for (int64_t k = k0; k < k1; ++k) xt[c][k - k0] = x[c * n + k];
+    for (int r = 0; r < R; ++r) {
+      for (int64_t k = k0; k < k1; ++k) wt[k - k0] = weight_at<T>(rows[r], k);
+      const __m256 w = _mm256_load_ps(wt);
+      for (int c = 0; c < C; ++c)
+        acc[i][r][c] = _mm256_fmadd_ps(w, _mm256_load_ps(xt[c]), acc[i][r][c]);
+    }
   }
 }
 
-// R weight rows × C activation rows (x: C × n), out[c * R + r]: both halves,
-// then the contract's lanes 0-7 + lanes 8-15 and the one reduction.
-template <DType T, int R, int C>
+// R weight rows × C activation rows (x: C × n), out[c * R + r]: the two
+// halves in one pass (Passes = 1) or two, then the contract's lanes 0-7 +
+// lanes 8-15 and the one reduction.
+template <DType T, int R, int C, int Passes>
 void tile_float(const uint8_t* const rows[], const float* x, int64_t n, float* out) {
-  __m256 lo[R][C], hi[R][C];
-  tile_float_half<T, R, C>(rows, x, n, 0, lo);
-  tile_float_half<T, R, C>(rows, x, n, 8, hi);
+  __m256 acc[2][R][C];
+  if constexpr (Passes == 1) {
+    tile_float_lanes<T, R, C, 2>(rows, x, n, 0, acc);
+  } else {
+    __m256 lo[1][R][C], hi[1][R][C];
+    tile_float_lanes<T, R, C, 1>(rows, x, n, 0, lo);
+    tile_float_lanes<T, R, C, 1>(rows, x, n, 8, hi);
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < C; ++c) {
+        acc[0][r][c] = lo[0][r][c];
+        acc[1][r][c] = hi[0][r][c];
+      }
+    }
+  }
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r)
-      out[c * R + r] = float_tiles::reduce8(_mm256_add_ps(lo[r][c], hi[r][c]));
+      out[c * R + r] = float_tiles::reduce8(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
 }
 
 // -------------------------------------------------------- Q4_K/Q6_K kernels ----
@@ -574,22 +594,24 @@ void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
     const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
     float* y = p.y + o0;
     float out[kTileRows * 3];
-    if (p.M == 1) {
-      tile_float<T, 8, 1>(rows, p.x, n, out);
-      std::memcpy(y, out, static_cast<size_t>(valid) * sizeof(float));
+    if (p.M == 1) {  // 4 rows × both halves in one pass: 8 chains, contiguous loads
+      for (int r0 = 0; r0 < valid; r0 += 4) {
+        tile_float<T, 4, 1, 1>(rows + r0, p.x, n, out);
+        std::memcpy(y + r0, out, static_cast<size_t>(std::min(4, valid - r0)) * sizeof(float));
+      }
       continue;
     }
-    // AVX2, M >= 2: 4 weight rows × 3 activation rows (12 fma chains per
-    // half), ending in 2 + 2 rather than 3 + 1 (4 × 1 runs only 4 chains).
+    // AVX2, M >= 2: 4 weight rows × 3 activation rows, one half per pass
+    // (12 fma chains), ending in 2 + 2 rather than 3 + 1 (4 × 1 runs only 4 chains).
     for (int r0 = 0; r0 < valid; r0 += 4) {
       const size_t count = static_cast<size_t>(std::min(4, valid - r0));
       for (int64_t m = 0; m < p.M;) {
         const int64_t left = p.M - m;
         const int c_count = left == 2 || left == 4 ? 2 : 3;
         if (c_count == 2) {
-          tile_float<T, 4, 2>(rows + r0, p.x + m * n, n, out);
+          tile_float<T, 4, 2, 2>(rows + r0, p.x + m * n, n, out);
         } else {
-          tile_float<T, 4, 3>(rows + r0, p.x + m * n, n, out);
+          tile_float<T, 4, 3, 2>(rows + r0, p.x + m * n, n, out);
         }
         for (int c = 0; c < c_count; ++c)
           std::memcpy(y + (m + c) * p.w.n_out + r0, out + 4 * c, count * sizeof(float));
