@@ -12,7 +12,7 @@
 # Usage: bash bench/serve_load.sh [open|open-1b|load|closed|closed-1b|all]
 # Env: PARSPEC (build/parspec), THREADS (2), RATES (10,20,40), N (1000), MAX_TOKENS (32),
 #      RATES_1B (0.5,1), N_1B (1000), MAX_TOKENS_1B (8),
-#      OUT (/work/main/out: where the inflated pair is), PORT (18480)
+#      OUT (out: where the inflated pair is), PORT (18480)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PARSPEC=${PARSPEC:-build/parspec}
@@ -23,7 +23,7 @@ MAX_TOKENS=${MAX_TOKENS:-32}
 RATES_1B=${RATES_1B:-0.5,1}
 N_1B=${N_1B:-1000}
 MAX_TOKENS_1B=${MAX_TOKENS_1B:-8}
-OUT=${OUT:-/work/main/out}
+OUT=${OUT:-out}
 PORT=${PORT:-18480}
 WHICH=${1:-all}
 PY=/usr/bin/python3

@@ -9,9 +9,10 @@
 //   dw_b, dx_b are the f32 values of the f16 block scales. Every kernel
 //   computes exactly this per SIMD lane, so tile shape, M, the other rows and
 //   the thread count cannot change a bit.
-// - F32/F16/BF16 weights: f32 activations; an 8-lane accumulator where lane j
-//   sums k ≡ j (mod 8) with fma in k order (the ragged tail as one zero-padded
-//   step), then one fixed horizontal reduction.
+// - F32/F16/BF16 weights: f32 activations; a 16-lane accumulator where lane j
+//   sums k ≡ j (mod 16) with fma in k order (the ragged tail as one
+//   zero-padded step), lanes 0-7 + lanes 8-15, then one fixed horizontal
+//   reduction (float_tiles.h).
 // - Q4_K/Q6_K weights: activations quantized per row to Q8_K; per super-block
 //   exact int32 sums (scaled quants · x, and the min/bias terms), combined in
 //   f32 in super-block order with fixed expressions: the same ones
@@ -28,7 +29,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/float_pairs.h"
+#include "kernels/float_tiles.h"
 #include "kernels/isa.h"
 #include "kernels/kquants.h"
 #include "kernels/q8_tiles.h"
@@ -155,43 +156,71 @@ inline float weight_at(const uint8_t* row, int64_t k) {
   }
 }
 
-// The one horizontal reduction every float path uses.
-inline float reduce8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// R weight rows × C activation rows; out[c * R + r]. Each (r, c) pair runs the
-// same sequence of fmas whatever R and C are.
-template <DType T, int R, int C>
-void tile_float(const uint8_t* const rows[], const float* const xs[], int64_t n, float* out) {
-  __m256 acc[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  const int64_t n8 = n & ~int64_t{7};
-  for (int64_t k = 0; k < n8; k += 8) {
-    __m256 x[C];
-    for (int c = 0; c < C; ++c) x[c] = _mm256_loadu_ps(xs[c] + k);
-    for (int r = 0; r < R; ++r) {
-      const __m256 w = load_weights8<T>(rows[r], k);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(w, x[c], acc[r][c]);
+// 8-lane halves of the float contract's 16-lane accumulators (float_tiles.h)
+// for R weight rows × C activation rows (x: C × n): acc[i] holds the lanes
+// k mod 16 in [h0 + 8 i, h0 + 8 i + 8), so H = 2 (h0 = 0) is the whole
+// accumulator in one pass over k, H = 1 one half of it. The halves never meet
+// before the final add, so a tile may run them as two passes: R × C
+// accumulators live instead of 2 R × C, which lets 4 × 3 keep 12 fma chains,
+// the 3 activation vectors and the converted weight vector in the 16 ymm
+// registers.
+template <DType T, int R, int C, int H>
+inline void tile_float_lanes(const uint8_t* const rows[], const float* x, int64_t n, int h0,
+                             __m256 (&acc)[H][R][C]) {
+  for (int i = 0; i < H; ++i)
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[i][r][c] = _mm256_setzero_ps();
+  const int64_t n16 = n & ~int64_t{15};
+  for (int64_t k = h0; k < n16; k += 16) {
+    for (int i = 0; i < H; ++i) {
+      __m256 xv[C];
+      for (int c = 0; c < C; ++c) xv[c] = _mm256_loadu_ps(x + c * n + k + 8 * i);
+      for (int r = 0; r < R; ++r) {
+        const __m256 w = load_weights8<T>(rows[r], k + 8 * i);
+        for (int c = 0; c < C; ++c) acc[i][r][c] = _mm256_fmadd_ps(w, xv[c], acc[i][r][c]);
+      }
     }
   }
-  if (n8 < n) {
+  // The ragged tail: these lanes of the one zero-padded 16-step (a half with
+  // no element left is skipped: fma(0, 0, acc) == acc, as acc is never -0).
+  for (int i = 0; i < H; ++i) {
+    const int64_t k0 = n16 + h0 + 8 * i, k1 = std::min(n, k0 + 8);
+    if (k0 >= k1) continue;
     alignas(32) float xt[C][8] = {};
     alignas(32) float wt[8] = {};
     for (int c = 0; c < C; ++c)
-      for (int64_t k = n8; k < n; ++k) xt[c][k - n8] = xs[c][k];
+      for (int64_t k = k0; k < k1; ++k) xt[c][k - k0] = x[c * n + k];
     for (int r = 0; r < R; ++r) {
-      for (int64_t k = n8; k < n; ++k) wt[k - n8] = weight_at<T>(rows[r], k);
+      for (int64_t k = k0; k < k1; ++k) wt[k - k0] = weight_at<T>(rows[r], k);
       const __m256 w = _mm256_load_ps(wt);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(w, _mm256_load_ps(xt[c]), acc[r][c]);
+      for (int c = 0; c < C; ++c)
+        acc[i][r][c] = _mm256_fmadd_ps(w, _mm256_load_ps(xt[c]), acc[i][r][c]);
+    }
+  }
+}
+
+// R weight rows × C activation rows (x: C × n), out[c * R + r]: the two
+// halves in one pass (Passes = 1) or two, then the contract's lanes 0-7 +
+// lanes 8-15 and the one reduction.
+template <DType T, int R, int C, int Passes>
+void tile_float(const uint8_t* const rows[], const float* x, int64_t n, float* out) {
+  __m256 acc[2][R][C];
+  if constexpr (Passes == 1) {
+    tile_float_lanes<T, R, C, 2>(rows, x, n, 0, acc);
+  } else {
+    __m256 lo[1][R][C], hi[1][R][C];
+    tile_float_lanes<T, R, C, 1>(rows, x, n, 0, lo);
+    tile_float_lanes<T, R, C, 1>(rows, x, n, 8, hi);
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < C; ++c) {
+        acc[0][r][c] = lo[0][r][c];
+        acc[1][r][c] = hi[0][r][c];
+      }
     }
   }
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * R + r] = reduce8(acc[r][c]);
+    for (int r = 0; r < R; ++r)
+      out[c * R + r] = float_tiles::reduce8(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
 }
 
 // -------------------------------------------------------- Q4_K/Q6_K kernels ----
@@ -536,75 +565,57 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
   }
 }
 
-// F16/BF16 against two or more activation rows with the AVX-512 pair kernels
-// (float_pairs.h): the same per-output numerics as the AVX2 tiles below.
-template <DType T>
-void run_float_pair_tiles(const Problem& p, int64_t t0, int64_t t1) {
-  const int64_t n = p.w.n_in, steps = (n + 7) / 8, n_pairs = (p.M + 1) / 2;
-  thread_local std::vector<float> packed;
-  packed.resize(static_cast<size_t>(float_pairs::packed_floats(p.M, n)));
-  float_pairs::pack_pairs(p.x, p.M, n, packed.data());
-  const auto kernel = T == DType::F16 ? &float_pairs::f16_rows4 : &float_pairs::bf16_rows4;
-  for (int64_t t = t0; t < t1; ++t) {
-    const uint8_t* rows[kTileRows];
-    tile_rows(p, t, rows);
-    const int64_t o0 = t * kTileRows;
-    const int64_t valid = std::min<int64_t>(kTileRows, p.w.n_out - o0);
-    for (int r0 = 0; r0 < valid; r0 += 4) {
-      const size_t count = static_cast<size_t>(std::min<int64_t>(4, valid - r0));
-      for (int64_t q = 0; q < n_pairs; q += 2) {
-        const int pairs = static_cast<int>(std::min<int64_t>(2, n_pairs - q));
-        float out[16];
-        kernel(rows + r0, packed.data() + q * steps * 16, n, pairs, out);
-        for (int c = 0; c < 2 * pairs && 2 * q + c < p.M; ++c)
-          std::memcpy(p.y + (2 * q + c) * p.w.n_out + o0 + r0, out + 4 * c, count * sizeof(float));
-      }
-    }
-  }
-}
-
 template <DType T>
 void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
   const int64_t n = p.w.n_in;
-  if (T != DType::F32 && p.M >= 2 && active_isa() == Isa::kAvx512)
-    return run_float_pair_tiles<T>(p, t0, t1);
+  if (active_isa() == Isa::kAvx512) {
+    // Large batches (prefill) in blocks of activation rows small enough to
+    // stay in L2 (~512 KiB) while every weight tile of the chunk passes over
+    // them; without blocking, each tile streamed all M rows from memory.
+    const int64_t block =
+        std::clamp<int64_t>((int64_t{128} << 10) / std::max<int64_t>(n, 1) / 6 * 6, 6, 48);
+    for (int64_t m0 = 0; m0 < p.M; m0 += block) {
+      const int64_t rows_here = std::min(block, p.M - m0);
+      for (int64_t t = t0; t < t1; ++t) {
+        const uint8_t* rows[kTileRows];
+        tile_rows(p, t, rows);
+        const int64_t o0 = t * kTileRows;
+        const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
+        float_tiles::avx512_tile(T, rows, valid, p.x + m0 * n, rows_here, n,
+                                 p.y + m0 * p.w.n_out + o0, p.w.n_out);
+      }
+    }
+    return;
+  }
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* rows[kTileRows];
     tile_rows(p, t, rows);
-    float out[kTileRows * 3];
     const int64_t o0 = t * kTileRows;
-    const int64_t valid = std::min<int64_t>(kTileRows, p.w.n_out - o0);
-    if (p.M == 1) {
-      const float* xs[1] = {p.x};
-      tile_float<T, 8, 1>(rows, xs, n, out);
-      std::memcpy(p.y + o0, out, static_cast<size_t>(valid) * sizeof(float));
+    const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
+    float* y = p.y + o0;
+    float out[kTileRows * 3];
+    if (p.M == 1) {  // 4 rows × both halves in one pass: 8 chains, contiguous loads
+      for (int r0 = 0; r0 < valid; r0 += 4) {
+        tile_float<T, 4, 1, 1>(rows + r0, p.x, n, out);
+        std::memcpy(y + r0, out, static_cast<size_t>(std::min(4, valid - r0)) * sizeof(float));
+      }
       continue;
     }
-    for (int half = 0; half < 2; ++half) {
-      const int r0 = 4 * half;
-      if (r0 >= valid) break;
-      const int64_t count = std::min<int64_t>(4, valid - r0);
-      int64_t m = 0;
-      auto store = [&](int c_count) {
-        for (int c = 0; c < c_count; ++c)
-          std::memcpy(p.y + (m + c) * p.w.n_out + o0 + r0, out + 4 * c,
-                      static_cast<size_t>(count) * sizeof(float));
-      };
-      // Groups of 3 activation rows, ending in 2 + 2 rather than 3 + 1 (a
-      // 4 x 1 tile runs only 4 dependent fma chains). M >= 2 here, and
-      // `left` never drops to 1.
-      while (m < p.M) {
+    // AVX2, M >= 2: 4 weight rows × 3 activation rows, one half per pass
+    // (12 fma chains), ending in 2 + 2 rather than 3 + 1 (4 × 1 runs only 4 chains).
+    for (int r0 = 0; r0 < valid; r0 += 4) {
+      const size_t count = static_cast<size_t>(std::min(4, valid - r0));
+      for (int64_t m = 0; m < p.M;) {
         const int64_t left = p.M - m;
-        const float* xs[3] = {p.x + m * n, p.x + (m + 1) * n, p.x + std::min(m + 2, p.M - 1) * n};
-        if (left == 2 || left == 4) {
-          tile_float<T, 4, 2>(rows + r0, xs, n, out);
-          store(2);
-          m += 2;
+        const int c_count = left == 2 || left == 4 ? 2 : 3;
+        if (c_count == 2) {
+          tile_float<T, 4, 2, 2>(rows + r0, p.x + m * n, n, out);
         } else {
-          tile_float<T, 4, 3>(rows + r0, xs, n, out);
-          store(3);
-          m += 3;
+          tile_float<T, 4, 3, 2>(rows + r0, p.x + m * n, n, out);
         }
+        for (int c = 0; c < c_count; ++c)
+          std::memcpy(y + (m + c) * p.w.n_out + r0, out + 4 * c, count * sizeof(float));
+        m += c_count;
       }
     }
   }

@@ -14,7 +14,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <algorithm>
 
-#include "kernels/float_pairs.h"
+#include "kernels/float_tiles.h"
 #include "kernels/q8_tiles.h"
 
 namespace parspec::q8tiles {
@@ -132,9 +132,9 @@ inline Q8Block16 load_q8_block(const uint8_t* const rows[kTileRows16], int64_t a
   return k;
 }
 
-// MR > 0: exactly MR activation rows, accumulated in registers (a decode step
-// or a short chain; through memory every block would wait on a store-to-load
-// forward). MR = 0: any number, accumulated in acc. Same operations per lane
+// MR > 0: exactly MR activation rows (up to 8: a verification chain),
+// accumulated in registers (through memory every block would wait on a
+// store-to-load forward). MR = 0: any number, accumulated in acc. Same operations per lane
 // either way.
 template <class Block, Block (*Load)(const uint8_t* const*, int64_t), int MR>
 void tile16(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
@@ -171,6 +171,14 @@ void tile16_any(const uint8_t* const rows[kTileRows16], size_t row_stride, int64
       return tile16<Block, Load, 3>(rows, row_stride, nb, act, m0, m1, acc);
     case 4:
       return tile16<Block, Load, 4>(rows, row_stride, nb, act, m0, m1, acc);
+    case 5:
+      return tile16<Block, Load, 5>(rows, row_stride, nb, act, m0, m1, acc);
+    case 6:
+      return tile16<Block, Load, 6>(rows, row_stride, nb, act, m0, m1, acc);
+    case 7:
+      return tile16<Block, Load, 7>(rows, row_stride, nb, act, m0, m1, acc);
+    case 8:
+      return tile16<Block, Load, 8>(rows, row_stride, nb, act, m0, m1, acc);
     default:
       return tile16<Block, Load, 0>(rows, row_stride, nb, act, m0, m1, acc);
   }
@@ -194,91 +202,132 @@ TileKernels avx512_tile_kernels() {
 
 }  // namespace parspec::q8tiles
 
-// ------------------------------------------------------- F16/BF16 pairs ----
+// ------------------------------------------------------ F32/F16/BF16 tiles ----
 
-namespace parspec::float_pairs {
+namespace parspec::float_tiles {
 namespace {
 
-constexpr bool kF16 = true, kBF16 = false;
-
-// 8 weights (halves at `h`) converted to f32 in both 256-bit halves.
-template <bool F16>
-inline __m512 weights_twice(const uint8_t* h) {
-  const __m256i v =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
-  if constexpr (F16) {
-    return _mm512_cvtph_ps(v);
+// Weights k..k+15 of a row as f32 (all 16 lanes of one register).
+template <DType T>
+inline __m512 load_weights16(const uint8_t* row, int64_t k) {
+  if constexpr (T == DType::F32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
   } else {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+    if constexpr (T == DType::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 }
 
-// The AVX2 kernels' horizontal reduction (matmul.cpp reduce8), on one half.
-inline float reduce8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+// The same for the ragged tail: lanes selected by `mask`, zero elsewhere.
+template <DType T>
+inline __m512 load_weights16_tail(const uint8_t* row, int64_t k, __mmask16 mask) {
+  if constexpr (T == DType::F32) {
+    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + k);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(mask, row + 2 * k);
+    if constexpr (T == DType::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
 }
 
-template <bool F16, int P>
-void rows4(const uint8_t* const rows[4], const float* xp, int64_t n, float* out) {
-  const int64_t steps = (n + 7) / 8, full = n / 8;
-  __m512 acc[4][P];
-  for (int r = 0; r < 4; ++r)
-    for (int q = 0; q < P; ++q) acc[r][q] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < full; ++s) {
-    __m512 x[P];
-    for (int q = 0; q < P; ++q) x[q] = _mm512_loadu_ps(xp + (q * steps + s) * 16);
-    for (int r = 0; r < 4; ++r) {
-      const __m512 w = weights_twice<F16>(rows[r] + 16 * s);
-      for (int q = 0; q < P; ++q) acc[r][q] = _mm512_fmadd_ps(w, x[q], acc[r][q]);
+constexpr int64_t kPrefetchBytes = 1024;
+
+// R weight rows × C activation rows: out[c * R + r]. Each (r, c) pair runs
+// the contract's fma sequence in its own register, whatever R and C are.
+template <DType T, int R, int C>
+void block(const uint8_t* const rows[], const float* x, int64_t n, float* out) {
+  __m512 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;  // per weight
+  const int64_t n16 = n & ~int64_t{15};
+  for (int64_t k = 0; k < n16; k += 16) {
+    if (k % (64 / kBytes) == 0) {
+      // One prefetch per cache line of weights, 1 KiB ahead in each
+      // row: with 4-8 rows streaming at once the hardware prefetcher alone
+      // left a one-token forward further from the bandwidth roofline.
+      for (int r = 0; r < R; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + kBytes * k + kPrefetchBytes,
+                     _MM_HINT_T0);
+    }
+    __m512 xv[C];
+    for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * n + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512 w = load_weights16<T>(rows[r], k);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(w, xv[c], acc[r][c]);
     }
   }
-  if (full < steps) {
-    // The ragged tail as one zero-padded step (the packed activations are zero there).
-    __m512 x[P];
-    for (int q = 0; q < P; ++q) x[q] = _mm512_loadu_ps(xp + (q * steps + full) * 16);
-    for (int r = 0; r < 4; ++r) {
-      alignas(16) uint8_t tail[16] = {};
-      std::memcpy(tail, rows[r] + 16 * full, static_cast<size_t>(2 * (n - 8 * full)));
-      const __m512 w = weights_twice<F16>(tail);
-      for (int q = 0; q < P; ++q) acc[r][q] = _mm512_fmadd_ps(w, x[q], acc[r][q]);
+  if (n16 < n) {
+    const auto mask = static_cast<__mmask16>((1u << (n - n16)) - 1);
+    __m512 xv[C];
+    for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x + c * n + n16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 w = load_weights16_tail<T>(rows[r], n16, mask);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(w, xv[c], acc[r][c]);
     }
   }
-  for (int q = 0; q < P; ++q) {
-    for (int r = 0; r < 4; ++r) {
-      const __m256d halves_hi = _mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][q]), 1);
-      out[(2 * q) * 4 + r] = reduce8(_mm512_castps512_ps256(acc[r][q]));
-      out[(2 * q + 1) * 4 + r] = reduce8(_mm256_castpd_ps(halves_hi));
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) {
+      const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][c]), 1));
+      out[c * R + r] = reduce8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]), hi));
+    }
+  }
+}
+
+template <DType T>
+void tile(const uint8_t* const rows[kTileRows], int valid, const float* x, int64_t M, int64_t n,
+          float* y, int64_t ldy) {
+  float out[kTileRows * 6];
+  if (M == 1) {
+    block<T, 8, 1>(rows, x, n, out);
+    for (int r = 0; r < valid; ++r) y[r] = out[r];
+    return;
+  }
+  for (int r0 = 0; r0 < valid; r0 += 4) {
+    for (int64_t m = 0; m < M;) {
+      const int c_count = column_group(M - m);
+      const float* xm = x + m * n;
+      switch (c_count) {
+        case 1:
+          block<T, 4, 1>(rows + r0, xm, n, out);
+          break;
+        case 2:
+          block<T, 4, 2>(rows + r0, xm, n, out);
+          break;
+        case 3:
+          block<T, 4, 3>(rows + r0, xm, n, out);
+          break;
+        case 4:
+          block<T, 4, 4>(rows + r0, xm, n, out);
+          break;
+        case 5:
+          block<T, 4, 5>(rows + r0, xm, n, out);
+          break;
+        default:
+          block<T, 4, 6>(rows + r0, xm, n, out);
+          break;
+      }
+      for (int c = 0; c < c_count; ++c)
+        for (int r = r0; r < std::min(valid, r0 + 4); ++r)
+          y[(m + c) * ldy + r] = out[c * 4 + (r - r0)];
+      m += c_count;
     }
   }
 }
 
 }  // namespace
 
-void pack_pairs(const float* x, int64_t M, int64_t n, float* packed) {
-  const int64_t steps = (n + 7) / 8;
-  for (int64_t q = 0; q < (M + 1) / 2; ++q) {
-    for (int h = 0; h < 2; ++h) {
-      const float* row = x + std::min(2 * q + h, M - 1) * n;
-      for (int64_t s = 0; s < steps; ++s) {
-        float* dst = packed + (q * steps + s) * 16 + 8 * h;
-        const int64_t valid = std::min<int64_t>(8, n - 8 * s);
-        for (int64_t j = 0; j < 8; ++j) dst[j] = j < valid ? row[8 * s + j] : 0.0f;
-      }
-    }
+void avx512_tile(DType type, const uint8_t* const rows[kTileRows], int valid, const float* x,
+                 int64_t M, int64_t n, float* y, int64_t ldy) {
+  switch (type) {
+    case DType::F32:
+      return tile<DType::F32>(rows, valid, x, M, n, y, ldy);
+    case DType::F16:
+      return tile<DType::F16>(rows, valid, x, M, n, y, ldy);
+    default:
+      return tile<DType::BF16>(rows, valid, x, M, n, y, ldy);
   }
 }
 
-void f16_rows4(const uint8_t* const rows[4], const float* xp, int64_t n, int pairs, float* out) {
-  if (pairs == 2) return rows4<kF16, 2>(rows, xp, n, out);
-  rows4<kF16, 1>(rows, xp, n, out);
-}
-
-void bf16_rows4(const uint8_t* const rows[4], const float* xp, int64_t n, int pairs, float* out) {
-  if (pairs == 2) return rows4<kBF16, 2>(rows, xp, n, out);
-  rows4<kBF16, 1>(rows, xp, n, out);
-}
-
-}  // namespace parspec::float_pairs
+}  // namespace parspec::float_tiles

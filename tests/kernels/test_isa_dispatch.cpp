@@ -3,6 +3,7 @@
 // matmuls and in whole forward passes; PARSPEC_ISA selects and reports it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -55,7 +56,7 @@ void expect_matmuls_match_avx2(Isa isa) {
   IsaGuard guard;
   Worker one(1), three(3);
   for (DType type : kTypes) {
-    // Float rows of 203: a ragged tail step (203 = 25·8 + 3).
+    // Float rows of 203: a ragged tail step (203 = 12·16 + 11).
     const int64_t n_in = type_info(type).block_elems == 1 ? 203 : 512;
     // 16-row tiles, an odd tile at the end, a partial tile, a single row.
     for (int64_t n_out : {1, 8, 16, 17, 24, 37, 130}) {
@@ -92,7 +93,7 @@ TEST(IsaDispatch, ForwardLogitsAreBitIdenticalOnEveryPath) {
   IsaGuard guard;
   testing_support::TempDir dir;
   Worker worker(2);
-  for (DType type : {DType::Q8_0, DType::Q4_0}) {
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16}) {
     RandomModelSpec spec;
     spec.n_vocab = 300;
     spec.n_embd = 128;
@@ -118,6 +119,51 @@ TEST(IsaDispatch, ForwardLogitsAreBitIdenticalOnEveryPath) {
       ASSERT_EQ(got.size(), want.size());
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
           << isa_name(isa) << " " << type_info(type).name;
+    }
+  }
+}
+
+// The float contract (kernels/float_tiles.h) written out in scalar code: lane
+// j of 16 sums k ≡ j (mod 16) with fma in k order, the ragged tail as one
+// zero-padded step, lanes 0-7 + 8-15, then the fixed 8-lane reduction.
+float float_contract_dot(DType type, const uint8_t* row, const float* x, int64_t n) {
+  std::vector<float> w(n);
+  dequantize_row(type, row, w.data(), n);
+  float lane[16] = {};
+  const int64_t padded = (n + 15) / 16 * 16;
+  for (int64_t k = 0; k < padded; ++k) {
+    lane[k % 16] = k < n ? std::fma(w[k], x[k], lane[k % 16]) : std::fma(0.0f, 0.0f, lane[k % 16]);
+  }
+  float f[8];
+  for (int j = 0; j < 8; ++j) f[j] = lane[j] + lane[j + 8];
+  return ((f[0] + f[4]) + (f[2] + f[6])) + ((f[1] + f[5]) + (f[3] + f[7]));
+}
+
+TEST(IsaDispatch, FloatMatmulsFollowTheScalarContractOnEveryPath) {
+  IsaGuard guard;
+  Worker worker(2);
+  for (DType type : {DType::F32, DType::F16, DType::BF16}) {
+    // one step, ragged tails ending in the high and the low 8 lanes, whole steps
+    for (int64_t n_in : {16, 203, 37, 256}) {
+      const int64_t n_out = 13;
+      const auto bytes = random_matrix(type, n_in, n_out, 3);
+      const WeightMatrix w{type, n_in, n_out, bytes.data()};
+      for (int64_t M : {1, 2, 5, 8, 13}) {
+        const auto x = gaussian(M * n_in, 9 + static_cast<uint32_t>(M), 3.0f);
+        std::vector<float> want(M * n_out), got(M * n_out);
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t o = 0; o < n_out; ++o) {
+            want[m * n_out + o] = float_contract_dot(type, bytes.data() + o * row_bytes(type, n_in),
+                                                     x.data() + m * n_in, n_in);
+          }
+        }
+        for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+          if (!set_active_isa(isa)) continue;  // not on this CPU (the other tests say so)
+          matmul(worker, w, x.data(), M, got.data());
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+              << isa_name(isa) << " " << type_info(type).name << " n_in " << n_in << " M " << M;
+        }
+      }
     }
   }
 }
