@@ -11,7 +11,8 @@
 # target pass served and the strategy's tau/alpha.
 # Usage: bash bench/serve_load.sh [open|open-1b|load|closed|closed-1b|all]
 # Env: PARSPEC (build/parspec), THREADS (2), RATES (10,20,40), N (1000), MAX_TOKENS (32),
-#      RATES_1B (0.5,1), N_1B (1000), MAX_TOKENS_1B (8),
+#      RATES_1B (0.5,1), N_1B (1000), MAX_TOKENS_1B (8), CLOSED_1B_REQUESTS (3 per client),
+#      CLOSED_1B_MAX_TOKENS (32),
 #      OUT (out: where the inflated pair is), PORT (18480)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,8 @@ MAX_TOKENS=${MAX_TOKENS:-32}
 RATES_1B=${RATES_1B:-0.5,1}
 N_1B=${N_1B:-1000}
 MAX_TOKENS_1B=${MAX_TOKENS_1B:-8}
+CLOSED_1B_REQUESTS=${CLOSED_1B_REQUESTS:-3}     # per client, closed-1b
+CLOSED_1B_MAX_TOKENS=${CLOSED_1B_MAX_TOKENS:-32}
 OUT=${OUT:-out}
 PORT=${PORT:-18480}
 WHICH=${1:-all}
@@ -124,7 +127,8 @@ if [[ $WHICH == closed || $WHICH == all ]]; then
 fi
 if [[ $WHICH == closed-1b || $WHICH == all ]]; then
   if [[ -s $TARGET_1B && -s $DRAFT_1B ]]; then
-    closed_pair "inflated 1B-class pair (f16)" "$TARGET_1B" "$DRAFT_1B" 3 32
+    closed_pair "inflated 1B-class pair (f16)" "$TARGET_1B" "$DRAFT_1B" "$CLOSED_1B_REQUESTS" \
+      "$CLOSED_1B_MAX_TOKENS"
   else
     echo "serve_load: $TARGET_1B missing (bash bench/make_pairs.sh small): skipped"
   fi
