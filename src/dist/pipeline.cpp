@@ -275,6 +275,8 @@ Session* session() {
 
 bool start_session(int* argc, char*** argv) {
   if (!launched_by_mpirun()) return false;
+  // Every rank reads only its own layers of the (shared) file mapping.
+  set_weight_loading(WeightLoading::kMap);
   g_session = std::make_unique<Session>(argc, argv);
   return true;
 }

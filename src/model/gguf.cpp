@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -409,6 +412,62 @@ GgufValue GgufValue::i32_array(const std::vector<int32_t>& items) {
 // ---------------------------------------------------------------------------------------------
 // GgufFile
 
+namespace {
+
+std::atomic<WeightLoading> g_weight_loading{WeightLoading::kAuto};
+
+bool should_copy(size_t size) {
+  switch (weight_loading()) {
+    case WeightLoading::kCopy:
+      return true;
+    case WeightLoading::kMap:
+      return false;
+    case WeightLoading::kAuto:
+      break;
+  }
+  const char* env = std::getenv("PARSPEC_MMAP");
+  if (env != nullptr && std::string_view(env) == "1") return false;
+  return size >= (size_t{64} << 20);
+}
+
+// The file's bytes in anonymous memory advised to use 2 MiB pages, or nullptr
+// where the policy says map (or the memory is not there: then mapping is the
+// fallback, as before). A read error is an error: the file is unreadable.
+void* copy_to_huge_pages(int fd, size_t size, const std::string& path, size_t* mapped_size) {
+  if (!should_copy(size)) return nullptr;
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t rounded = (size + kHuge - 1) / kHuge * kHuge;
+  void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return nullptr;
+  madvise(memory, rounded, MADV_HUGEPAGE);  // advice only: without THP it is 4 KiB pages
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t got =
+        pread(fd, static_cast<char*>(memory) + done, size - done, static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      const int err = got < 0 ? errno : 0;
+      munmap(memory, rounded);
+      ::close(fd);
+      fail(path, ": cannot read: ", got < 0 ? std::strerror(err) : "file shrank while reading");
+    }
+    done += static_cast<size_t>(got);
+  }
+  mprotect(memory, rounded, PROT_READ);
+  *mapped_size = rounded;
+  return memory;
+}
+
+}  // namespace
+
+void set_weight_loading(WeightLoading mode) {
+  g_weight_loading.store(mode);
+}
+
+WeightLoading weight_loading() {
+  return g_weight_loading.load();
+}
+
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
@@ -427,7 +486,10 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
     fail(path, ": empty file (truncated while reading header magic)");
   }
   const auto size = static_cast<size_t>(st.st_size);
-  void* mapping = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  size_t mapped_size = size;
+  void* mapping = copy_to_huge_pages(fd, size, path, &mapped_size);
+  const bool copied = mapping != nullptr;
+  if (!copied) mapping = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
   ::close(fd);  // the mapping keeps the file alive
   if (mapping == MAP_FAILED) fail(path, ": cannot mmap: ", std::strerror(map_errno));
@@ -435,6 +497,8 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
   file->mapping_ = mapping;
+  file->mapped_size_ = mapped_size;
+  file->copied_ = copied;
   file->base_ = static_cast<const uint8_t*>(mapping);
   file->size_ = size;
   file->parse();  // on throw, the destructor unmaps
@@ -452,7 +516,7 @@ std::unique_ptr<GgufFile> GgufFile::from_memory(const uint8_t* data, size_t size
 }
 
 GgufFile::~GgufFile() {
-  if (mapping_ != nullptr) munmap(mapping_, size_);
+  if (mapping_ != nullptr) munmap(mapping_, mapped_size_);
 }
 
 namespace {

@@ -82,8 +82,10 @@ int cmd_serve(int argc, char** argv) {
   args.ignored("-ngld,--gpu-layers-draft,--n-gpu-layers-draft", "N", cpu);
   args.ignored("-fa,--flash-attn", "", cpu);
   args.ignored("-nkvo,--no-kv-offload", "", cpu);
-  args.ignored("--mlock", "", "the model is memory-mapped and read as needed");
-  args.ignored("--no-mmap", "", "the model is always memory-mapped");
+  args.ignored("--mlock", "",
+               "models of 64 MiB and more are read into memory (huge pages) at load");
+  args.ignored("--no-mmap", "",
+               "models of 64 MiB and more are read into memory already (PARSPEC_MMAP=1 maps them)");
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
   args.bound("--port", 0, 65535);

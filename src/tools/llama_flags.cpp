@@ -85,8 +85,10 @@ const Counterpart kCounterparts[] = {
     {"*", "-mg", "accepted and ignored (CPU only)"},
     {"*", "-ts", "accepted and ignored (CPU only)"},
     {"*", "-nkvo", "accepted and ignored (CPU only)"},
-    {"*", "--mlock", "accepted and ignored (the model is memory-mapped)"},
-    {"*", "--no-mmap", "accepted and ignored (the model is always memory-mapped)"},
+    {"*", "--mlock",
+     "accepted and ignored (models of 64 MiB and more are read into memory at load)"},
+    {"*", "--no-mmap",
+     "accepted and ignored (models of 64 MiB and more are read into memory already)"},
     {"*", "-b", "accepted and ignored (batches are sized by the strategy)"},
     {"*", "-ub", "accepted and ignored (batches are sized by the strategy)"},
     {"perplexity", "--chunks", kSame},
@@ -133,8 +135,10 @@ void add_ignored_gpu_flags(ArgParser& args) {
   args.ignored("-mg,--main-gpu", "INDEX", cpu);
   args.ignored("-ts,--tensor-split", "LIST", cpu);
   args.ignored("-nkvo,--no-kv-offload", "", cpu);
-  args.ignored("--mlock", "", "the model is memory-mapped and read as needed");
-  args.ignored("--no-mmap", "", "the model is always memory-mapped");
+  args.ignored("--mlock", "",
+               "models of 64 MiB and more are read into memory (huge pages) at load");
+  args.ignored("--no-mmap", "",
+               "models of 64 MiB and more are read into memory already (PARSPEC_MMAP=1 maps them)");
   args.ignored("-b,--batch-size", "N", "batches are sized by the decoding strategy");
   args.ignored("-ub,--ubatch-size", "N", "batches are sized by the decoding strategy");
 }

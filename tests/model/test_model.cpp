@@ -209,6 +209,27 @@ TEST_P(ModelTest, LayerRangesComposeToTheFullForward) {
   EXPECT_THROW(model_->forward_layers(w, b, lower, first_lower, 0, 2, hidden.data()), Error);
 }
 
+// The weights copied into (huge-page) anonymous memory are the file's bytes:
+// the same logits, bit for bit, as from the plain mapping.
+TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
+  const std::string path = dir_.file("m.gguf");
+  set_weight_loading(WeightLoading::kCopy);
+  const auto copied = Model::load(path);
+  set_weight_loading(WeightLoading::kMap);
+  const auto mapped = Model::load(path);
+  set_weight_loading(WeightLoading::kAuto);
+  EXPECT_TRUE(copied->gguf().copied());
+  EXPECT_FALSE(mapped->gguf().copied());
+  Worker w(2);
+  std::vector<float> logits[2];
+  int i = 0;
+  for (const std::shared_ptr<Model>& model : {copied, mapped}) {
+    KvCache kv(model->config(), 64);
+    logits[i++] = model->forward(w, Batch::chain(kv, prompt_, true), kv);
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, ModelTest, ::testing::ValuesIn(model_cases()),
                          [](const auto& test_case) { return std::string(test_case.param.name); });
 
