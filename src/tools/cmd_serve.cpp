@@ -18,6 +18,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/llama_flags.h"
 #include "tools/prompt_input.h"
 #include "tools/strategy_options.h"
 
@@ -76,16 +77,7 @@ int cmd_serve(int argc, char** argv) {
   args.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
   args.option("--threads-http", &a.http_threads, "N",
               "HTTP connection threads (0: -np + --max-queue + 8, at most 512)");
-  // llama.cpp's GPU flags, as add_ignored_gpu_flags() but without -b (serve's token budget).
-  const char* cpu = "parspec runs on the CPU";
-  args.ignored("-ngl,--gpu-layers,--n-gpu-layers", "N", cpu);
-  args.ignored("-ngld,--gpu-layers-draft,--n-gpu-layers-draft", "N", cpu);
-  args.ignored("-fa,--flash-attn", "", cpu);
-  args.ignored("-nkvo,--no-kv-offload", "", cpu);
-  args.ignored("--mlock", "",
-               "models of 64 MiB and more are read into memory (huge pages) at load");
-  args.ignored("--no-mmap", "",
-               "models of 64 MiB and more are read into memory already (PARSPEC_MMAP=1 maps them)");
+  add_ignored_gpu_flags(args, /*batch_size=*/false);  // -b is serve's token budget
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
   args.bound("--port", 0, 65535);

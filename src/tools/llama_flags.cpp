@@ -126,7 +126,7 @@ const Unsupported kUnsupported[] = {
 
 }  // namespace
 
-void add_ignored_gpu_flags(ArgParser& args) {
+void add_ignored_gpu_flags(ArgParser& args, bool batch_size) {
   const char* cpu = "parspec runs on the CPU";
   args.ignored("-ngl,--gpu-layers,--n-gpu-layers", "N", cpu);
   args.ignored("-ngld,--gpu-layers-draft,--n-gpu-layers-draft", "N", cpu);
@@ -139,7 +139,8 @@ void add_ignored_gpu_flags(ArgParser& args) {
                "models of 64 MiB and more are read into memory (huge pages) at load");
   args.ignored("--no-mmap", "",
                "models of 64 MiB and more are read into memory already (PARSPEC_MMAP=1 maps them)");
-  args.ignored("-b,--batch-size", "N", "batches are sized by the decoding strategy");
+  if (batch_size)
+    args.ignored("-b,--batch-size", "N", "batches are sized by the decoding strategy");
   args.ignored("-ub,--ubatch-size", "N", "batches are sized by the decoding strategy");
 }
 

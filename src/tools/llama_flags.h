@@ -11,8 +11,9 @@ class ArgParser;
 
 // Registers llama.cpp's GPU and memory-placement flags that scripts pass
 // (-ngl, -ngld, -fa, -sm, -mg, -ts, -nkvo, --mlock, --no-mmap, -b, -ub) as
-// accepted and ignored, each with a note when given.
-void add_ignored_gpu_flags(ArgParser& args);
+// accepted and ignored, each with a note when given; batch_size = false leaves
+// -b to the caller (serve, where it is the token budget).
+void add_ignored_gpu_flags(ArgParser& args, bool batch_size = true);
 
 // "same as llama.cpp", "different on purpose: ...", or "parspec only" for a flag
 // of `command` known by any of `names`.
