@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "decode/strategy.h"
 #include "model/model.h"
 #include "model/random_model.h"
 
@@ -64,6 +65,26 @@ inline ModelPair make_model_pair(const TempDir& dir, const std::string& arch, DT
 
 inline bool bitwise_equal(const float* a, const float* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// PipeDec and its two baselines as the exactness tests run them, in one
+// process (tests/decode) and on MPI pipelines (tests/dist).
+inline std::vector<StrategyConfig> pipeline_strategy_variants() {
+  std::vector<StrategyConfig> v;
+  StrategyConfig c;
+  c.name = "pp";
+  v.push_back(c);
+  c.name = "stpp";
+  c.tree_depth = 2;
+  c.tree_branch = 3;
+  v.push_back(c);
+  c = StrategyConfig();
+  c.name = "pipedec";
+  c.tree_depth = 3;
+  c.tree_width = 4;
+  c.tree_branch = 2;
+  v.push_back(c);
+  return v;
 }
 
 }  // namespace parspec::testing_support

@@ -104,19 +104,9 @@ std::vector<StrategyConfig> strategy_variants() {
   v.push_back(c);
   // PipeDec and its baselines (in one process: on a LocalTarget, whose
   // submit() runs at once; tests/dist runs them on MPI pipelines).
-  c = StrategyConfig();
-  c.name = "pp";
-  v.push_back(c);
-  c.name = "stpp";
-  c.tree_depth = 2;
-  c.tree_branch = 3;
-  v.push_back(c);
-  c = StrategyConfig();
-  c.name = "pipedec";
-  c.tree_depth = 3;
-  c.tree_width = 4;
-  c.tree_branch = 2;
-  v.push_back(c);
+  for (const StrategyConfig& pipeline : testing_support::pipeline_strategy_variants())
+    v.push_back(pipeline);
+  c = v.back();  // pipedec, then as a chain
   c.tree_depth = 1;
   c.tree_width = 1;
   c.tree_branch = 1;

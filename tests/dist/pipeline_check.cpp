@@ -22,21 +22,8 @@ using testing_support::ModelPair;
 using testing_support::TempDir;
 
 std::vector<StrategyConfig> variants() {
-  std::vector<StrategyConfig> v;
+  std::vector<StrategyConfig> v = testing_support::pipeline_strategy_variants();
   StrategyConfig c;
-  c.name = "pp";
-  v.push_back(c);
-  c.name = "stpp";
-  c.tree_depth = 2;
-  c.tree_branch = 3;
-  v.push_back(c);
-  c = StrategyConfig();
-  c.name = "pipedec";
-  c.tree_depth = 3;
-  c.tree_width = 4;
-  c.tree_branch = 2;
-  v.push_back(c);
-  c = StrategyConfig();
   c.name = "pearl";
   c.pearl_window = 3;
   v.push_back(c);
