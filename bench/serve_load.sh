@@ -12,7 +12,8 @@
 # Usage: bash bench/serve_load.sh [open|open-1b|load|closed|closed-1b|all]
 # Env: PARSPEC (build/parspec), THREADS (2), RATES (10,20,40), N (1000), MAX_TOKENS (32),
 #      RATES_1B (0.5,1), N_1B (1000), MAX_TOKENS_1B (8), CLOSED_1B_REQUESTS (3 per client),
-#      CLOSED_1B_MAX_TOKENS (32),
+#      CLOSED_1B_MAX_TOKENS (32), STRATEGIES ("ar sd": the open modes' strategies),
+#      PROMPTS_1B (chat,math: open-1b's prompt sets),
 #      OUT (out: where the inflated pair is), PORT (18480)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,8 @@ N_1B=${N_1B:-1000}
 MAX_TOKENS_1B=${MAX_TOKENS_1B:-8}
 CLOSED_1B_REQUESTS=${CLOSED_1B_REQUESTS:-3}     # per client, closed-1b
 CLOSED_1B_MAX_TOKENS=${CLOSED_1B_MAX_TOKENS:-32}
+STRATEGIES=${STRATEGIES:-ar sd}
+PROMPTS_1B=${PROMPTS_1B:-chat,math}
 OUT=${OUT:-out}
 PORT=${PORT:-18480}
 WHICH=${1:-all}
@@ -75,7 +78,7 @@ echo "# CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(npr
 # open_pair NAME TARGET DRAFT RATES N MAX_TOKENS CTX PROMPTS
 open_pair() {
   local name=$1 target=$2 draft=$3 rates=$4 n=$5 max_tokens=$6 ctx=$7 prompts=$8
-  for strategy in ar sd; do
+  for strategy in $STRATEGIES; do
     echo
     echo "## $name, --strategy $strategy, -np 8, -t $THREADS, $n streamed requests per rate," \
       "max_tokens $max_tokens, prompts $prompts"
@@ -94,7 +97,7 @@ fi
 if [[ $WHICH == open-1b || $WHICH == load || $WHICH == all ]]; then
   if [[ -s $TARGET_1B && -s $DRAFT_1B ]]; then
     open_pair "inflated 1B-class pair (f16)" "$TARGET_1B" "$DRAFT_1B" "$RATES_1B" "$N_1B" \
-      "$MAX_TOKENS_1B" 256 chat,math
+      "$MAX_TOKENS_1B" 256 "$PROMPTS_1B"
   else
     echo "serve_load: $TARGET_1B missing (bash bench/make_pairs.sh small): skipped"
   fi
