@@ -73,10 +73,12 @@ void setup_stage(Transport& t, Stage& s, Bytes& body) {
   check(mine == head_file, "the model file ", path, " differs from rank 0's (size ", mine.size,
         " vs ", head_file.size, ", header hash ", mine.hash, " vs ", head_file.hash,
         "): every rank needs the same file");
-  // The file is mapped, not read: only the pages of this stage's layers (and
-  // of the embedding or output matrix at the ends) are ever touched.
+  // The file is mapped, not read: only this stage's layers (and the output
+  // matrix at the end) are read in, into 2 MiB pages (4 KiB page-cache pages
+  // cost a TLB miss each as the weights stream by).
   s.model = Model::load(path);
   check(s.layer_last <= s.model->config().n_layer, "layer range beyond the model");
+  s.model->hold_in_memory(s.layer_first, s.layer_last, s.is_last);
   s.worker = std::make_unique<Worker>(threads);
 }
 
@@ -508,7 +510,10 @@ Pipeline::Pipeline(Transport& transport, const Model& target, const PipelineOpti
   transport_.set_link(options_.link);
   const std::vector<int> counts =
       split_layers(target, options_.stages, options_.layer_split, head_layers_);
-  if (head_layers_ > 0) head_worker_ = std::make_unique<Worker>(threads);
+  if (head_layers_ > 0) {
+    head_worker_ = std::make_unique<Worker>(threads);
+    target.hold_in_memory(0, head_layers_, false);  // the head's own layers, as a stage's
+  }
   const std::string path = target.gguf().path();
   const FileIdentity id = identify_file(path);
   int first = head_layers_;

@@ -415,6 +415,8 @@ GgufValue GgufValue::i32_array(const std::vector<int32_t>& items) {
 namespace {
 
 std::atomic<WeightLoading> g_weight_loading{WeightLoading::kAuto};
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kPage = 4096;
 
 bool should_copy(size_t size) {
   switch (weight_loading()) {
@@ -435,8 +437,7 @@ bool should_copy(size_t size) {
 // fallback, as before). A read error is an error: the file is unreadable.
 void* copy_to_huge_pages(int fd, size_t size, const std::string& path, size_t* mapped_size) {
   if (!should_copy(size)) return nullptr;
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t rounded = (size + kHuge - 1) / kHuge * kHuge;
+  const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
   void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return nullptr;
   madvise(memory, rounded, MADV_HUGEPAGE);  // advice only: without THP it is 4 KiB pages
@@ -458,7 +459,79 @@ void* copy_to_huge_pages(int fd, size_t size, const std::string& path, size_t* m
   return memory;
 }
 
+// The file mapped read-only; a large file starts on a 2 MiB boundary, so that
+// ranges hold_in_memory() reads in later can be backed by 2 MiB pages.
+void* map_at_huge_page_boundary(int fd, size_t size) {
+  if (size < (size_t{64} << 20)) return mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const size_t reserved = size + kHugePage;
+  void* area = mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (area == MAP_FAILED) return mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const auto start = reinterpret_cast<uintptr_t>(area);
+  const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  void* mapping =
+      mmap(reinterpret_cast<void*>(aligned), size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+  if (mapping == MAP_FAILED) {
+    munmap(area, reserved);
+    return MAP_FAILED;
+  }
+  // Give back the reservation around the mapping.
+  const uintptr_t end = aligned + (size + kPage - 1) / kPage * kPage;
+  if (aligned > start) munmap(area, aligned - start);
+  if (start + reserved > end) munmap(reinterpret_cast<void*>(end), start + reserved - end);
+  return mapping;
+}
+
 }  // namespace
+
+void GgufFile::hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors) {
+  if (copied_ || mapping_ == nullptr) return;
+  // Byte ranges of the file, merged where less than a huge page apart.
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (const GgufTensorInfo* t : tensors) {
+    const size_t begin = static_cast<size_t>(data_offset_ + t->offset);
+    ranges.emplace_back(begin, begin + static_cast<size_t>(t->n_bytes));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<size_t, size_t>> merged;
+  for (const auto& r : ranges) {
+    if (!merged.empty() && r.first <= merged.back().second + kHugePage)
+      merged.back().second = std::max(merged.back().second, r.second);
+    else
+      merged.push_back(r);
+  }
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path_, ": cannot open: ", std::strerror(errno));
+  auto* base = static_cast<char*>(mapping_);
+  for (const auto& [first, last] : merged) {
+    const size_t begin = first / kPage * kPage;
+    const size_t end =
+        std::min((last + kPage - 1) / kPage * kPage, (size_ + kPage - 1) / kPage * kPage);
+    char* at = base + begin;
+    // Anonymous pages replace the file's at the same addresses, then get its bytes.
+    if (mmap(at, end - begin, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+             0) == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      fail(path_, ": cannot hold tensors in memory: ", std::strerror(err));
+    }
+    madvise(at, end - begin, MADV_HUGEPAGE);  // advice only
+    const size_t want = std::min(end, size_) - begin;
+    size_t done = 0;
+    while (done < want) {
+      const ssize_t got = pread(fd, at + done, want - done, static_cast<off_t>(begin + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        const int err = got < 0 ? errno : 0;
+        ::close(fd);
+        fail(path_, ": cannot read: ", got < 0 ? std::strerror(err) : "file shrank while reading");
+      }
+      done += static_cast<size_t>(got);
+    }
+    mprotect(at, end - begin, PROT_READ);
+    held_bytes_ += end - begin;
+  }
+  ::close(fd);
+}
 
 void set_weight_loading(WeightLoading mode) {
   g_weight_loading.store(mode);
@@ -489,7 +562,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   size_t mapped_size = size;
   void* mapping = copy_to_huge_pages(fd, size, path, &mapped_size);
   const bool copied = mapping != nullptr;
-  if (!copied) mapping = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (!copied) mapping = map_at_huge_page_boundary(fd, size);
   const int map_errno = errno;
   ::close(fd);  // the mapping keeps the file alive
   if (mapping == MAP_FAILED) fail(path, ": cannot mmap: ", std::strerror(map_errno));

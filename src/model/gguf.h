@@ -123,6 +123,16 @@ class GgufFile {
   // Pointer to a tensor's bytes inside the mapping (valid while *this lives).
   const uint8_t* tensor_data(const GgufTensorInfo& info) const;
 
+  // A mapped file's tensors read into anonymous memory (2 MiB pages where the
+  // kernel has them) at the same addresses, so pointers taken before stay
+  // valid: an MPI stage maps the file and reads in only its own layers. The
+  // pages around the tensors are read in too (whole pages, from the file).
+  // Not thread-safe against readers of those tensors: call it before forwards
+  // start. A no-op for copied files and files in memory; counts the bytes read
+  // in (held_bytes()). Throws Error when the file cannot be read.
+  void hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors);
+  uint64_t held_bytes() const { return held_bytes_; }
+
  private:
   GgufFile() = default;
   void parse();
@@ -133,6 +143,7 @@ class GgufFile {
   size_t size_ = 0;
   void* mapping_ = nullptr;  // non-null when we own a mapping (of mapped_size_ bytes)
   size_t mapped_size_ = 0;
+  uint64_t held_bytes_ = 0;
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   uint64_t data_offset_ = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -67,6 +68,21 @@ uint64_t matrix_bytes(const WeightMatrix& w) {
 }
 
 }  // namespace
+
+void Model::hold_in_memory(int layer_first, int layer_last, bool output) const {
+  const std::string output_name = config_.tied_embeddings ? "token_embd.weight" : "output.weight";
+  std::vector<const GgufTensorInfo*> wanted;
+  for (const GgufTensorInfo& t : file_->tensors()) {
+    if (output && t.name == output_name) {
+      wanted.push_back(&t);
+      continue;
+    }
+    if (!t.name.starts_with("blk.")) continue;
+    const int layer = std::atoi(t.name.c_str() + 4);
+    if (layer >= layer_first && layer < layer_last) wanted.push_back(&t);
+  }
+  file_->hold_in_memory(wanted);
+}
 
 std::shared_ptr<Model> Model::load(const std::string& path) {
   return from_gguf(GgufFile::open(path));

@@ -57,6 +57,11 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const GgufFile& gguf() const { return *file_; }
+  // Reads the weights of layers [layer_first, layer_last), and the output
+  // matrix when `output`, from a mapped file into memory backed by 2 MiB pages
+  // (GgufFile::hold_in_memory: the addresses stay) — an MPI stage's own share.
+  // Call before forwards start.
+  void hold_in_memory(int layer_first, int layer_last, bool output) const;
   // Bytes of weights read per token (for roofline estimates).
   uint64_t weight_bytes() const { return weight_bytes_; }
 

@@ -156,6 +156,8 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   target_worker = std::make_unique<Worker>(threads, target_cores);
   if (!options.draft_path.empty()) {
     draft = Model::load(options.draft_path);
+    // An mpirun job maps its files (model/gguf.h); the head's drafter streams all of its weights.
+    if (dist::session() != nullptr) draft->hold_in_memory(0, draft->config().n_layer, true);
     const std::string mismatch = draft_incompatibility(target->gguf(), draft->gguf());
     if (!mismatch.empty() && !options.allow_draft_mismatch)
       fail("the draft model cannot draft for the target: ", mismatch,
@@ -192,6 +194,8 @@ void StrategyResources::load_drafters(const StrategyOptions& options) {
     const std::string path = list.substr(at, comma == std::string::npos ? comma : comma - at);
     check(!path.empty(), "--drafters: an empty file name in '", list, "'");
     drafters.push_back(Model::load(path));
+    if (dist::session() != nullptr)
+      drafters.back()->hold_in_memory(0, drafters.back()->config().n_layer, true);
     const std::string mismatch = draft_incompatibility(target->gguf(), drafters.back()->gguf());
     if (!mismatch.empty() && !options.allow_draft_mismatch)
       fail("--drafters: ", path, " cannot draft for the target: ", mismatch,

@@ -230,6 +230,30 @@ TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
   EXPECT_EQ(logits[0], logits[1]);
 }
 
+// An MPI stage maps the file and reads in only its layers (and the output
+// matrix): the addresses stay, so the logits are the mapping's, bit for bit.
+TEST_P(ModelTest, HeldLayersGiveTheMappedLogitsBitwise) {
+  const std::string path = dir_.file("m.gguf");
+  set_weight_loading(WeightLoading::kMap);
+  const auto held = Model::load(path);
+  const auto mapped = Model::load(path);
+  set_weight_loading(WeightLoading::kAuto);
+  held->hold_in_memory(1, held->config().n_layer, true);
+  EXPECT_GT(held->gguf().held_bytes(), 0u);
+  EXPECT_EQ(mapped->gguf().held_bytes(), 0u);
+  Worker w(2);
+  std::vector<float> logits[2];
+  int i = 0;
+  for (const std::shared_ptr<Model>& model : {held, mapped}) {
+    KvCache kv(model->config(), 64);
+    logits[i++] = model->forward(w, Batch::chain(kv, prompt_, true), kv);
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+  held->hold_in_memory(0, 1, false);  // the rest, over pages already held
+  KvCache kv(held->config(), 64);
+  EXPECT_EQ(held->forward(w, Batch::chain(kv, prompt_, true), kv), logits[1]);
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, ModelTest, ::testing::ValuesIn(model_cases()),
                          [](const auto& test_case) { return std::string(test_case.param.name); });
 
