@@ -7,7 +7,9 @@
 #
 # Usage: bash bench/distributed.sh      Results: out/distributed/{*.json,table.md}
 # Env:   N (tokens per prompt, 32), MAX_PROMPTS (per set, 1), PROMPTS (code,math,prose,config,chat),
-#        TARGET, DRAFT (default: the inflated 1B/100M pair), PARSPEC (build/parspec)
+#        TARGET, DRAFT (default: the inflated 1B/100M pair), PARSPEC (build/parspec),
+#        HEAD_LAYERS (0: rank 1 holds the whole target; N: the head runs the first N layers
+#        beside the drafter, so the pipeline has two target stages), TREE (the tree flags)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${PARSPEC:-build/parspec}
@@ -20,12 +22,13 @@ mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(-m "$target" -md "$draft" -n "$n" --prompts "${PROMPTS:-code,math,prose,config,chat}"
   --max-prompts "${MAX_PROMPTS:-1}" --warmup 4)
-tree=(--tree-depth 3 --tree-branch 2 --tree-width 2)
+read -r -a tree <<< "${TREE:---tree-depth 3 --tree-branch 2 --tree-width 2}"
+head_layers=${HEAD_LAYERS:-0}
 echo "load before: $(cat /proc/loadavg)" | tee "$out/load.txt"
 for latency in 0 10 100; do
   # bench always runs ar too: under mpirun that is pp again (a cross-check).
   mpirun -np 2 --bind-to core "$bin" bench "${common[@]}" "${tree[@]}" -t 1 \
-    --strategies pp,stpp,pipedec,pearl:3 --link-latency-us "$latency" \
+    --strategies pp,stpp,pipedec,pearl:3 --link-latency-us "$latency" --head-layers "$head_layers" \
     --json "$out/ranks2-latency$latency.json"
 done
 "$bin" bench "${common[@]}" -t 2 --strategies ar,sd,auto --json "$out/single.json"
