@@ -16,7 +16,7 @@ namespace parspec {
 namespace {
 
 // Bump when the measurements or the predictions change meaning: older entries are ignored.
-constexpr int kCacheVersion = 2;
+constexpr int kCacheVersion = 3;  // 3: draft batch sizes, tree acceptance
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -62,6 +62,9 @@ nlohmann::json measurements_json(const CostMeasurements& m) {
           {"pearl_efficiency", m.pearl_efficiency},
           {"rejected", m.rejected},
           {"accept_prefix", m.accept_prefix},
+          {"draft_batch_ms", m.draft_batch_ms},
+          {"tree_accept", m.tree_accept},
+          {"tree_node_overhead_ms", m.tree_node_overhead_ms},
           {"parallel", m.parallel},
           {"calibration_tokens", m.calibration_tokens},
           {"calibration_s", m.calibration_s}};
@@ -76,6 +79,9 @@ CostMeasurements measurements_from(const nlohmann::json& j) {
   m.pearl_efficiency = j.at("pearl_efficiency").get<double>();
   m.rejected = j.at("rejected").get<std::vector<std::string>>();
   m.accept_prefix = j.at("accept_prefix").get<std::vector<double>>();
+  m.draft_batch_ms = j.at("draft_batch_ms").get<std::vector<double>>();
+  m.tree_accept = j.at("tree_accept").get<std::vector<std::vector<std::vector<double>>>>();
+  m.tree_node_overhead_ms = j.at("tree_node_overhead_ms").get<double>();
   m.parallel = j.at("parallel").get<bool>();
   m.calibration_tokens = j.at("calibration_tokens").get<int>();
   m.calibration_s = j.at("calibration_s").get<double>();

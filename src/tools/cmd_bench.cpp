@@ -159,11 +159,9 @@ std::vector<TokenizedSet> load_sets(const BenchArgs& a) {
 void add_strategies(BenchPlan& plan, const BenchArgs& a, const StrategyResources& resources) {
   bool any_lossy = false;
   for (const std::string& label : plan.labels) {
-    const auto [name, variant] = parse_strategy_entry(label);
-    StrategyConfig config = resources.config_for(name, a.strategy_options, a.n_ctx);
-    const StrategyInfo& info = strategy_info(name);
-    for (const StrategyOption& option : info.options)
-      if (variant > 0 && option.json_key == info.variant_key) option.set(config, variant);
+    const StrategySpec spec = parse_strategy_spec(label);
+    StrategyConfig config = resources.config_for(spec.name, a.strategy_options, a.n_ctx);
+    apply_strategy_spec(spec, config);
     any_lossy |= config.lossy_typical;
     plan.strategies.push_back(make_strategy(config));
     for (const std::string& note : plan.strategies.back()->notes())
