@@ -43,7 +43,8 @@ bool parse_tune_args(int argc, char** argv, TuneArgs& a) {
   args.option("-td,--threads-draft", &a.threads_draft, "N",
               "threads of the draft model's own worker; 0 = share the target's worker");
   args.option("--measure", &a.measure, "K",
-              "run the K best predicted candidates (and ar) for real; 0 = predictions only");
+              "run the K best predicted candidates, the best predicted of each family and ar for "
+              "real; 0 = predictions only");
   args.option("-n,--n-predict", &a.n_predict, "N",
               "tokens per calibration prompt in the real runs");
   args.option("--cache-dir", &a.cache_dir, "DIR",
@@ -113,6 +114,18 @@ void print_measurements(const Tuning& t, const TuneArgs& a) {
     std::printf("\n");
   }
   std::printf("  calibration: %d tokens, %.1f s\n\n", m.calibration_tokens, m.calibration_s);
+}
+
+// The best predicted candidate of each speculative family (sd, tree, dyntree, pearl).
+std::vector<Candidate> best_of_families(const std::vector<Prediction>& ranked) {
+  std::vector<Candidate> out;
+  for (const char* family : {"sd", "tree", "dyntree", "pearl"}) {
+    const auto best = std::find_if(ranked.begin(), ranked.end(), [&](const Prediction& p) {
+      return p.candidate.strategy == family;
+    });
+    if (best != ranked.end()) out.push_back(best->candidate);
+  }
+  return out;
 }
 
 // Greedy tokens/s of each config on the prompts, configs interleaved prompt by prompt.
@@ -285,6 +298,7 @@ int cmd_tune(int argc, char** argv) {
     add(t.choice.chosen);
     for (int i = 0; i < a.measure && i < static_cast<int>(ranked.size()); ++i)
       add(ranked[i].candidate);
+    for (const Candidate& c : best_of_families(ranked)) add(c);
   }
   std::vector<double> measured;
   const auto prompts = calibration_prompts(*target);
@@ -311,14 +325,9 @@ int cmd_tune(int argc, char** argv) {
   std::printf("(tok/s; measured: greedy, %zu calibration prompts x %d tokens, interleaved)\n\n",
               prompts.size(), a.n_predict);
   std::printf("choice: %s\nreason: %s\n", t.choice.chosen.label().c_str(), t.choice.reason.c_str());
-  // The best predicted of each family (bench/speculative_table.sh runs them as "tuned").
+  // bench/speculative_table.sh runs these as the "tuned" rows.
   std::printf("tuned:");
-  for (const char* family : {"sd", "tree", "dyntree", "pearl"}) {
-    const auto best = std::find_if(ranked.begin(), ranked.end(), [&](const Prediction& p) {
-      return p.candidate.strategy == family;
-    });
-    if (best != ranked.end()) std::printf(" %s", best->candidate.label().c_str());
-  }
+  for (const Candidate& c : best_of_families(ranked)) std::printf(" %s", c.label().c_str());
   std::printf("\n");
   return 0;
 }
