@@ -48,6 +48,9 @@ struct CostMeasurements {
   // Time a real generation spends beyond those forwards (sampling, verification,
   // cache bookkeeping, caches cooled by the other model), measured by running ar
   // and sd on the calibration prompts: per target step and per draft token.
+  // The target's may be negative (down to -L(1)/2): a forward timed among
+  // other batch sizes and the drafter's can be slower than one of a run of ar
+  // steps, and ar's measured speed is what its prediction must meet.
   double target_overhead_ms = 0;
   double draft_overhead_ms = 0;
   // PEARL's measured tokens/s over the formula's (below) at a calibration

@@ -52,8 +52,9 @@ void add_run_options(ArgParser& args, BenchArgs& a) {
               "target model (GGUF); default: the bundled models/target.gguf");
   args.option("--strategies", &a.strategies_text, "LIST",
               "comma-separated strategies (" + strategy_list() +
-                  "); NAME:G sets γ of sd or pearl's window, e.g. sd:2,sd:3 (ar is always run: "
-                  "speedups are measured against it)");
+                  "); NAME:G sets γ of sd or pearl's window, e.g. sd:2,sd:3; a tree shape is "
+                  "NAME:d<depth>c<children>w<width>, e.g. tree:d2c2,dyntree:d4c2w3 (ar is always "
+                  "run: speedups are measured against it)");
   args.option(
       "--prompts", &a.prompts_text, "LIST",
       "comma-separated prompt sets: names in bench/prompts (code, math, prose, config, chat) or "
