@@ -19,6 +19,17 @@ namespace {
 // speculative cells (a tree's nodes and the levels dyntree keeps).
 constexpr int kSpecRoom = 4 * kMaxTreeNodes + 2 * kMaxTunedGamma + 16;
 
+bool is_tree(const std::string& strategy) {
+  return strategy == "tree" || strategy == "dyntree";
+}
+
+// N: the nodes of a tree candidate's tree.
+int tree_nodes(const Candidate& c) {
+  int nodes = 0;
+  for (int n : tree_level_sizes(c)) nodes += n;
+  return nodes;
+}
+
 GenerationRequest greedy_request(std::span<const int32_t> prompt, int n_predict) {
   GenerationRequest request;
   request.prompt.assign(prompt.begin(), prompt.end());
@@ -30,7 +41,7 @@ GenerationRequest greedy_request(std::span<const int32_t> prompt, int n_predict)
 }  // namespace
 
 std::string Candidate::label() const {
-  if (strategy == "tree" || strategy == "dyntree") {
+  if (is_tree(strategy)) {
     std::string out = strategy + ":d" + std::to_string(depth) + "c" + std::to_string(branch);
     return strategy == "dyntree" ? out + "w" + std::to_string(width) : out;
   }
@@ -97,10 +108,6 @@ double draft_latency(const CostMeasurements& m, int n) {
   return (ms >= 0 ? ms : m.draft_batch_ms[n - 1]) + m.draft_overhead_ms;
 }
 
-bool is_tree(const std::string& strategy) {
-  return strategy == "tree" || strategy == "dyntree";
-}
-
 }  // namespace
 
 Prediction predict(const CostMeasurements& m, const Candidate& c) {
@@ -125,8 +132,7 @@ Prediction predict(const CostMeasurements& m, const Candidate& c) {
     }
   } else if (is_tree(c.strategy)) {
     const std::vector<int> sizes = tree_level_sizes(c);
-    int nodes = 0;
-    for (int n : sizes) nodes += n;
+    const int nodes = tree_nodes(c);
     p.tokens_per_step = 1 + expected_tree_accepted(m, c);
     p.ms_per_step =
         draft_latency(m, 1) + target_latency(m, nodes + 1) + nodes * m.tree_node_overhead_ms;
@@ -151,12 +157,9 @@ std::vector<Candidate> tuned_candidates(const CostMeasurements& m, int max_gamma
         c.depth > static_cast<int>(m.tree_accept[c.branch - 1].size()))
       return false;
     const std::vector<int> sizes = tree_level_sizes(c);
-    int nodes = 0;
-    for (int d = 0; d < c.depth; ++d) {
-      nodes += sizes[d];
-      if (d + 1 < c.depth && sizes[d] > std::max<int>(1, m.draft_batch_ms.size())) return false;
-    }
-    return nodes <= max_nodes;
+    for (int d = 0; d + 1 < c.depth; ++d)
+      if (sizes[d] > std::max<int>(1, m.draft_batch_ms.size())) return false;
+    return tree_nodes(c) <= max_nodes;
   };
   for (int c = 2; c <= kMaxTreeBranch; ++c)
     for (int d = 1; d <= kMaxTreeDepth && fits(Candidate::tree(d, c)); ++d)
@@ -544,10 +547,9 @@ CostMeasurements measure_costs(const StrategyConfig& config,
       steps += st.verify_steps;
     }
     const Prediction formula = predict(m, shape);
-    int nodes = 0;
-    for (int n : tree_level_sizes(shape)) nodes += n;
     if (steps > 0)
-      m.tree_node_overhead_ms = std::max(0.0, (t_gen_ms / steps - formula.ms_per_step) / nodes);
+      m.tree_node_overhead_ms =
+          std::max(0.0, (t_gen_ms / steps - formula.ms_per_step) / tree_nodes(shape));
   }
 
   // PEARL at one window, against the formula with the measurements above.
