@@ -190,8 +190,24 @@ TuneChoice choose_strategy(const CostMeasurements& m, double margin) {
   });
   TuneChoice choice;
   choice.ar = predict(m, {"ar", 0});
-  const Prediction& best = ranked.front();
   char reason[320];
+  const auto checked = std::find_if(ranked.begin(), ranked.end(), [&](const Prediction& p) {
+    return p.candidate.label() == m.measured_best;
+  });
+  if (!m.measured_best.empty() && checked != ranked.end()) {
+    choice.chosen = checked->candidate;
+    choice.predicted = *checked;
+    std::snprintf(reason, sizeof reason,
+                  "%s measured fastest on the calibration prompts of the configurations predicted "
+                  "within %.0f%% of the best, and faster than ar (predicted %.1f tok/s, %.2fx ar's "
+                  "%.1f; %.2f tokens per step of %.2f ms)",
+                  m.measured_best.c_str(), kRivalMargin * 100, checked->tok_per_s,
+                  checked->tok_per_s / choice.ar.tok_per_s, choice.ar.tok_per_s,
+                  checked->tokens_per_step, checked->ms_per_step);
+    choice.reason = reason;
+    return choice;
+  }
+  const Prediction& best = ranked.front();
   if (best.candidate.strategy != "ar" && best.tok_per_s > choice.ar.tok_per_s * (1 + margin)) {
     choice.chosen = best.candidate;
     choice.predicted = best;

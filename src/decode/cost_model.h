@@ -60,6 +60,11 @@ struct CostMeasurements {
   // Candidates that were predicted fastest but measured no faster than ar in
   // real runs on the calibration prompts (see tune()): never chosen.
   std::vector<std::string> rejected;
+  // The real-run check's pick (see tune()): of the fastest prediction and the
+  // best predictions of other families within kRivalMargin of it, the one
+  // measured fastest on the calibration prompts, and faster than ar. Chosen
+  // while not rejected; empty: none (or not checked).
+  std::string measured_best;
   // accept_prefix[k]: fraction of calibration steps whose first k+1 drafts were
   // all accepted (greedy chain drafting), non-increasing in k.
   std::vector<double> accept_prefix;
@@ -136,8 +141,13 @@ struct TuneChoice {
   std::string reason;    // one sentence
 };
 
-// The fastest predicted candidate that is not rejected, or ar unless that
-// beats ar's prediction by more than `margin` (0.05: 5%).
+// Predictions this close to the fastest (0.1: within 10%) are too close to
+// tell apart by the model: the real-run check measures them.
+inline constexpr double kRivalMargin = 0.1;
+
+// measured_best when set and not rejected; else the fastest predicted
+// candidate that is not rejected, or ar unless that beats ar's prediction by
+// more than `margin` (0.05: 5%).
 TuneChoice choose_strategy(const CostMeasurements& m, double margin = 0.05);
 
 // A StrategyConfig for `c` derived from `base` (name and its parameter set).

@@ -108,6 +108,9 @@ void print_measurements(const Tuning& t, const TuneArgs& a) {
               m.parallel ? "yes" : "no");
   std::printf("  pearl's measured speed over the formula's at the calibration window: %.2f\n",
               m.pearl_efficiency);
+  if (!m.measured_best.empty())
+    std::printf("  measured fastest of the best predictions, and faster than ar: %s\n",
+                m.measured_best.c_str());
   if (!m.rejected.empty()) {
     std::printf("  predicted fastest but measured no faster than ar (not chosen):");
     for (const std::string& r : m.rejected) std::printf(" %s", r.c_str());

@@ -99,6 +99,17 @@ TEST(CostModel, ChoosesTheFastestPrediction) {
   EXPECT_DOUBLE_EQ(choice.ar.tok_per_s, 100.0);
 }
 
+TEST(CostModel, TheRealRunCheckDecides) {
+  CostMeasurements m = hand_made(false);
+  ASSERT_EQ(choose_strategy(m).chosen.label(), "sd:2");  // predicted 150 tok/s
+  m.measured_best = "sd:3";                              // predicted 147.4, measured faster
+  const TuneChoice checked = choose_strategy(m);
+  EXPECT_EQ(checked.chosen.label(), "sd:3");
+  EXPECT_NE(checked.reason.find("measured fastest"), std::string::npos) << checked.reason;
+  m.rejected = {"sd:3"};  // a later check found it no faster than ar
+  EXPECT_EQ(choose_strategy(m).chosen.label(), "sd:2");
+}
+
 TEST(CostModel, FallsBackToArWithinTheMargin) {
   CostMeasurements m = hand_made(false);
   m.accept_prefix = {0.05, 0.0, 0.0, 0.0};
@@ -303,6 +314,12 @@ TEST(TuneCache, RoundTripAndInvalidation) {
   EXPECT_EQ(trees_back->draft_batch_ms, trees.draft_batch_ms);
   EXPECT_EQ(trees_back->tree_accept, trees.tree_accept);
   EXPECT_EQ(trees_back->tree_node_overhead_ms, trees.tree_node_overhead_ms);
+  CostMeasurements checked = trees;
+  checked.measured_best = "dyntree:d2c2w2";
+  checked.rejected = {"sd:2"};
+  store_tuning(cache, key, checked);
+  EXPECT_EQ(load_tuning(cache, key)->measured_best, "dyntree:d2c2w2");
+  EXPECT_EQ(load_tuning(cache, key)->rejected, checked.rejected);
   EXPECT_DOUBLE_EQ(predict(*trees_back, Candidate::dyntree(2, 2, 2)).tok_per_s,
                    predict(trees, Candidate::dyntree(2, 2, 2)).tok_per_s);
 
