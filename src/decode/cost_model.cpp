@@ -336,6 +336,26 @@ KvCache context_cache(const Model& model, Worker& worker, int extra) {
   return kv;
 }
 
+// The least-squares non-decreasing fit of v (pool adjacent violators).
+std::vector<double> non_decreasing(const std::vector<double>& v) {
+  std::vector<double> sums, out;
+  std::vector<int> counts;
+  for (double x : v) {
+    sums.push_back(x);
+    counts.push_back(1);
+    while (sums.size() > 1 &&
+           sums[sums.size() - 2] / counts[counts.size() - 2] > sums.back() / counts.back()) {
+      sums[sums.size() - 2] += sums.back();
+      counts[counts.size() - 2] += counts.back();
+      sums.pop_back();
+      counts.pop_back();
+    }
+  }
+  for (size_t b = 0; b < sums.size(); ++b)
+    for (int i = 0; i < counts[b]; ++i) out.push_back(sums[b] / counts[b]);
+  return out;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -455,7 +475,9 @@ CostMeasurements measure_costs(const StrategyConfig& config,
   const int max_draft_n = options.trees ? kMaxTreeNodes / 2 : 1;
   say("tune: timing target forwards over 1.." + std::to_string(max_n) +
       " tokens and draft forwards over 1.." + std::to_string(max_draft_n) +
-      ", and measuring acceptance on " + std::to_string(prompts.size()) + " calibration prompts");
+      ", and running ar, sd:" + std::to_string(options.max_gamma) +
+      (options.trees ? " and dyntree:d3c2w3" : "") + " on " + std::to_string(prompts.size()) +
+      " calibration prompts");
   KvCache target_kv = context_cache(target, target_worker, max_n);
   KvCache draft_kv = context_cache(draft, draft_worker, max_draft_n);
   std::vector<std::vector<double>> target_times(max_n), draft_times(max_draft_n);
@@ -493,8 +515,12 @@ CostMeasurements measure_costs(const StrategyConfig& config,
   sd.ctx_size = longest + options.n_predict + kSpecRoom;
   const std::unique_ptr<Strategy> sd_strategy = make_strategy(sd);
   const std::unique_ptr<Strategy> ar_strategy = make_strategy(config_for_candidate(sd, {"ar", 0}));
+  // A tree shape whose cost per step, beyond the formula's, prices a node.
+  const Candidate tree_shape = Candidate::dyntree(3, 2, 3);
+  std::unique_ptr<Strategy> tree_strategy;
+  if (options.trees) tree_strategy = make_strategy(config_for_candidate(sd, tree_shape));
   std::vector<int64_t> proposed(gamma, 0), accepted(gamma, 0);
-  GenerationStats ar_total, sd_total;
+  GenerationStats ar_total, sd_total, tree_total;
   // The target's greedy continuations (prompt + tokens), for tree acceptance.
   std::vector<std::vector<int32_t>> continuations;
   std::vector<int> generated_from;
@@ -519,9 +545,18 @@ CostMeasurements measure_costs(const StrategyConfig& config,
       proposed[k] += pa.proposed[k];
       accepted[k] += pa.accepted[k];
     }
+    if (tree_strategy) {
+      const GenerationStats tree = tree_strategy->generate(request).stats;
+      tree_total.t_gen_ms += tree.t_gen_ms;
+      tree_total.verify_steps += tree.verify_steps;
+    }
   }
+  // Medians, made non-decreasing in n (a forward over more tokens costs no
+  // less; a dip is the machine's noise).
   for (const auto& times : target_times) m.target_ms.push_back(median(times));
   for (const auto& times : draft_times) m.draft_batch_ms.push_back(median(times));
+  m.target_ms = non_decreasing(m.target_ms);
+  m.draft_batch_ms = non_decreasing(m.draft_batch_ms);
   m.draft_ms = m.draft_batch_ms[0];
   // ar: one target step per token. sd: per step one verification over
   // (drafts + 1) tokens (taken at γ, which nearly all steps draft) and its
@@ -545,27 +580,17 @@ CostMeasurements measure_costs(const StrategyConfig& config,
 
   if (options.trees) {
     // Per-depth, per-rank acceptance from the drafter's ranks of the target's
-    // tokens; then one tree shape run for real prices what a node costs beyond
-    // the forwards (per step, so that acceptance does not enter).
+    // tokens; the tree shape's real runs price what a node costs beyond the
+    // forwards (per step, so that acceptance does not enter).
     std::vector<std::vector<int>> ranks;
     for (const auto& tokens : continuations)
       ranks.push_back(draft_ranks(draft, draft_worker, tokens, kMaxTreeBranch));
     m.tree_accept = tree_acceptance(ranks, generated_from, kMaxTreeDepth);
-    const Candidate shape = Candidate::dyntree(3, 2, 3);
-    say("tune: measuring " + shape.label() + "'s cost per step");
-    const std::unique_ptr<Strategy> tree = make_strategy(config_for_candidate(sd, shape));
-    double t_gen_ms = 0;
-    int64_t steps = 0;
-    for (const auto& prompt : prompts) {
-      const GenerationRequest request = greedy_request(prompt, options.n_predict);
-      const GenerationStats st = tree->generate(request).stats;
-      t_gen_ms += st.t_gen_ms;
-      steps += st.verify_steps;
-    }
-    const Prediction formula = predict(m, shape);
-    if (steps > 0)
+    const Prediction formula = predict(m, tree_shape);
+    if (tree_total.verify_steps > 0)
       m.tree_node_overhead_ms =
-          std::max(0.0, (t_gen_ms / steps - formula.ms_per_step) / tree_nodes(shape));
+          std::max(0.0, (tree_total.t_gen_ms / tree_total.verify_steps - formula.ms_per_step) /
+                            tree_nodes(tree_shape));
   }
 
   // PEARL at one window, against the formula with the measurements above.
