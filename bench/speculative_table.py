@@ -1,12 +1,14 @@
 """Markdown table of bench/speculative_table.sh: parspec bench's JSON and
 llama-speculative-simple's per-prompt (tokens, seconds), tok/s per prompt set
 and the ratio to parspec's ar. Usage (from the script):
-  speculative_table.py PAIR PARSPEC.json LLAMA.json COMMAND LOAD_BEFORE LOAD_AFTER SPEC THREADS
+  speculative_table.py PAIR PARSPEC.json LLAMA.json COMMAND LOAD_BEFORE LOAD_AFTER SPEC THREADS [TUNED]
+TUNED: comma list of the labels `parspec tune` predicts best per family (marked "tuned").
 """
 import json
 import sys
 
 pair, parspec_json, llama_json, command, load_before, load_after, spec, threads = sys.argv[1:9]
+tuned = [t for t in (sys.argv[9] if len(sys.argv) > 9 else "").split(",") if t]
 report = json.load(open(parspec_json))
 llama = json.load(open(llama_json))
 sets = [s["name"] for s in report["config"]["prompt_sets"]] + ["all"]
@@ -46,6 +48,8 @@ for label in labels:
     name = label
     if label.split(":")[0] == "auto" and label in chosen:
         name = f"{label} (ran {chosen[label]})"
+    elif label in tuned:
+        name = f"{label} (tuned)"
     cells = [f"{rate.get((label, s), float('nan')):.2f}" for s in sets]
     ratio = rate.get((label, "all"), 0) / ar_all if ar_all else float("nan")
     print(f"| parspec | {name} | " + " | ".join(cells) + f" | {ratio:.2f}x |")

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One table of speculative decoding on this machine: parspec's ar, auto (the
-# tuned choice), sd, tree, dyntree and pearl (defaults and the γ/window auto
-# tunes to) beside llama.cpp's llama-speculative-simple, on the same GGUF
-# files, prompt sets, token count and threads. parspec's rows come from one
-# `parspec bench` run (strategies interleaved prompt by prompt, greedy outputs
-# checked against ar); llama.cpp's from one llama-speculative-simple process per
-# prompt (its "decoded N tokens in S seconds" line, summed per set).
+# tuned choice), sd, tree, dyntree and pearl at their defaults and tuned (the
+# best predicted configuration of each family, from `parspec tune`'s line
+# "tuned:", which measures or reads the tuning cache auto uses) beside
+# llama.cpp's llama-speculative-simple, on the same GGUF files, prompt sets,
+# token count and threads. parspec's rows come from one `parspec bench` run
+# (strategies interleaved prompt by prompt, greedy outputs checked against ar);
+# llama.cpp's from one llama-speculative-simple process per prompt (its
+# "decoded N tokens in S seconds" line, summed per set).
 #
 #   bash bench/speculative_table.sh [-t 2] [-n 64] [-k 2] [PAIR...]
 #
@@ -14,7 +16,8 @@
 # default: zoo 1b. -k: prompts per set (0: all). Env: LLAMA_CPP_DIR (a llama.cpp
 # build: its bin/ or a checkout with build/bin; without it the llama.cpp rows
 # are left out), LLAMA_DRAFT_MAX (comma list of --draft-max, default 16,4,2),
-# STRATEGIES (parspec's list). Prints Markdown (with CPU, load average and the
+# STRATEGIES (parspec's list; the tuned ones are added), NO_TUNED=1 (leave
+# the tuned ones out). Prints Markdown (with CPU, load average and the
 # commands) and keeps the raw outputs in out/speculative_table/. Run it on a
 # quiet machine: every figure is wall time.
 set -euo pipefail
@@ -27,7 +30,7 @@ while [[ $# -gt 0 ]]; do
     -t) threads="$2"; shift 2 ;;
     -n) n_predict="$2"; shift 2 ;;
     -k) per_set="$2"; shift 2 ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -61,7 +64,19 @@ for pair in "${pairs[@]}"; do
   esac
   [[ -f $target && -f $draft ]] || { echo "$pair: $target or $draft missing (bash bench/make_pairs.sh small)" >&2; exit 1; }
   load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-  cmd=("$parspec" bench -m "$target" -md "$draft" --strategies "$strategies" -t "$threads"
+  # The tuned configurations: predictions only (--measure 0) from the cache
+  # auto reads (measured now if it has no entry for these files and threads).
+  tuned=""
+  if [[ -z ${NO_TUNED:-} ]]; then
+    "$parspec" tune -m "$target" -md "$draft" -t "$threads" --measure 0 >"$out/$pair-tune.txt" \
+      2>"$out/$pair-tune.err"
+    tuned=$(sed -n 's/^tuned: *//p' "$out/$pair-tune.txt" | tr ' ' ',')
+  fi
+  run_strategies=$strategies
+  for t in ${tuned//,/ }; do
+    [[ ",$run_strategies," == *",$t,"* ]] || run_strategies+=",$t"
+  done
+  cmd=("$parspec" bench -m "$target" -md "$draft" --strategies "$run_strategies" -t "$threads"
     -n "$n_predict" --prompts "$sets" --max-prompts "$per_set" --json "$out/$pair-parspec.json")
   "${cmd[@]}" >"$out/$pair-parspec.txt" 2>"$out/$pair-parspec.err"
   llama_json="$out/$pair-llama.json"
@@ -95,6 +110,6 @@ print(json.dumps([dict(zip(("draft_max", "set", "n", "s"), l.split())) for l in 
   fi
   load_after=$(cut -d' ' -f1-3 /proc/loadavg)
   $py bench/speculative_table.py "$pair" "$out/$pair-parspec.json" "$llama_json" \
-    "${cmd[*]}" "$load_before" "$load_after" "$spec" "$threads"
+    "${cmd[*]}" "$load_before" "$load_after" "$spec" "$threads" "$tuned"
   echo
 done

@@ -9,29 +9,17 @@
 namespace parspec {
 
 std::pair<std::string, int> parse_strategy_entry(const std::string& entry) {
-  const size_t colon = entry.find(':');
-  const std::string base = entry.substr(0, colon);
-  const StrategyInfo* info = nullptr;
-  for (const StrategyInfo& i : strategy_registry())
-    if (i.name == base) info = &i;
-  if (info == nullptr)
-    fail("unknown strategy '", entry, "' in --strategies (known: ", strategy_list(), ")");
-  int gamma = 0;
-  if (colon != std::string::npos) {
-    std::string with_variants;
-    for (const StrategyInfo& i : strategy_registry()) {
-      if (i.variant_key.empty()) continue;
-      if (!with_variants.empty()) with_variants += " and ";
-      with_variants += i.name;
-    }
-    const std::string value = entry.substr(colon + 1);
-    const bool digits = !value.empty() && value.size() < 4 &&
-                        value.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits || (gamma = std::stoi(value)) < 1 || info->variant_key.empty())
-      fail("invalid strategy '", entry, "' in --strategies (NAME:G with G >= 1 is for ",
-           with_variants, ")");
+  StrategySpec spec;
+  try {
+    spec = parse_strategy_spec(entry);
+  } catch (const Error& e) {
+    fail(e.what(), " in --strategies");
   }
-  return {base, gamma};
+  // NAME:G, not a tree shape: its one setting is the variant.
+  const size_t colon = entry.find(':');
+  const bool variant = colon != std::string::npos && colon + 1 < entry.size() &&
+                       entry[colon + 1] >= '0' && entry[colon + 1] <= '9';
+  return {spec.name, variant ? spec.settings[0].second : 0};
 }
 
 std::string tokenize_sets(std::vector<TokenizedSet>& sets, const Tokenizer& tokenizer,

@@ -14,10 +14,11 @@
 
 namespace parspec {
 
-// An entry of --strategies is NAME or NAME:G, G setting the option the
+// An entry of --strategies is NAME, NAME:G, G setting the option the
 // strategy names for variants (sd: γ, pearl: the window), so that several
-// values are compared in one run (sd:2,sd:3,...). Returns {NAME, G or 0};
-// throws Error for an unknown name or a bad variant.
+// values are compared in one run (sd:2,sd:3,...), or NAME:<letter><value>...
+// (a tree shape: "dyntree:d3c2w4"; see parse_strategy_spec). Returns {NAME, G
+// or 0}; throws Error for an unknown name or a bad variant.
 std::pair<std::string, int> parse_strategy_entry(const std::string& entry);
 
 struct TokenizedSet {

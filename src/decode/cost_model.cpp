@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <span>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -12,7 +13,38 @@
 
 namespace parspec {
 
+namespace {
+
+// Context cells beyond prompt and generation a candidate may need for its
+// speculative cells (a tree's nodes and the levels dyntree keeps).
+constexpr int kSpecRoom = 4 * kMaxTreeNodes + 2 * kMaxTunedGamma + 16;
+
+bool is_tree(const std::string& strategy) {
+  return strategy == "tree" || strategy == "dyntree";
+}
+
+// N: the nodes of a tree candidate's tree.
+int tree_nodes(const Candidate& c) {
+  int nodes = 0;
+  for (int n : tree_level_sizes(c)) nodes += n;
+  return nodes;
+}
+
+GenerationRequest greedy_request(std::span<const int32_t> prompt, int n_predict) {
+  GenerationRequest request;
+  request.prompt.assign(prompt.begin(), prompt.end());
+  request.n_predict = n_predict;
+  request.sampling.temp = 0;
+  return request;
+}
+
+}  // namespace
+
 std::string Candidate::label() const {
+  if (is_tree(strategy)) {
+    std::string out = strategy + ":d" + std::to_string(depth) + "c" + std::to_string(branch);
+    return strategy == "dyntree" ? out + "w" + std::to_string(width) : out;
+  }
   return param > 0 ? strategy + ":" + std::to_string(param) : strategy;
 }
 
@@ -24,6 +56,41 @@ double expected_accepted(const CostMeasurements& m, int gamma) {
   return e;
 }
 
+std::vector<int> tree_level_sizes(const Candidate& c) {
+  check(c.depth >= 1 && c.branch >= 1 && (c.strategy == "tree" || c.width >= 1), "cost model: '",
+        c.label(), "' is not a tree shape");
+  std::vector<int> sizes;
+  int64_t n = 1;
+  for (int d = 0; d < c.depth; ++d) {
+    n = std::min<int64_t>(n * c.branch, 1 << 20);
+    if (c.strategy == "dyntree") n = std::min<int64_t>(n, c.width);
+    sizes.push_back(static_cast<int>(n));
+  }
+  return sizes;
+}
+
+double expected_tree_accepted(const CostMeasurements& m, const Candidate& c) {
+  const std::vector<int> sizes = tree_level_sizes(c);
+  check(c.branch <= static_cast<int>(m.tree_accept.size()) &&
+            c.depth <= static_cast<int>(m.tree_accept[c.branch - 1].size()),
+        "cost model: tree acceptance was not measured for ", c.label());
+  const auto& accept = m.tree_accept[c.branch - 1];
+  // Level by level: every node of the level above with its c children, the
+  // level's n_d most likely kept (all of them for a full tree).
+  std::vector<double> level = {1.0};  // P(node on the target's path), the root
+  double expected = 0;
+  for (int d = 0; d < c.depth; ++d) {
+    std::vector<double> next;
+    for (double p : level)
+      for (int r = 0; r < c.branch; ++r) next.push_back(p * accept[d][r]);
+    std::sort(next.begin(), next.end(), std::greater<>());
+    next.resize(std::min<size_t>(next.size(), sizes[d]));
+    for (double p : next) expected += p;
+    level = std::move(next);
+  }
+  return expected;
+}
+
 namespace {
 
 // T(n): a target step over n tokens.
@@ -31,6 +98,14 @@ double target_latency(const CostMeasurements& m, int n) {
   check(n >= 1 && n <= static_cast<int>(m.target_ms.size()), "cost model: L(", n,
         ") was not measured (", m.target_ms.size(), " batch sizes)");
   return m.target_ms[n - 1] + m.target_overhead_ms;
+}
+
+// D(n): a draft forward over n tokens.
+double draft_latency(const CostMeasurements& m, int n) {
+  const double ms = n == 1 && m.draft_batch_ms.empty() ? m.draft_ms : -1;
+  check(ms >= 0 || (n >= 1 && n <= static_cast<int>(m.draft_batch_ms.size())),
+        "cost model: the draft's forward over ", n, " tokens was not measured");
+  return (ms >= 0 ? ms : m.draft_batch_ms[n - 1]) + m.draft_overhead_ms;
 }
 
 }  // namespace
@@ -55,6 +130,13 @@ Prediction predict(const CostMeasurements& m, const Candidate& c) {
       p.ms_per_step = m.parallel ? std::max(drafted_ms, verify_ms) : drafted_ms + verify_ms;
       p.ms_per_step /= m.pearl_efficiency > 0 ? m.pearl_efficiency : 1;
     }
+  } else if (is_tree(c.strategy)) {
+    const std::vector<int> sizes = tree_level_sizes(c);
+    const int nodes = tree_nodes(c);
+    p.tokens_per_step = 1 + expected_tree_accepted(m, c);
+    p.ms_per_step =
+        draft_latency(m, 1) + target_latency(m, nodes + 1) + nodes * m.tree_node_overhead_ms;
+    for (int d = 0; d + 1 < c.depth; ++d) p.ms_per_step += draft_latency(m, sizes[d]);
   } else {
     fail("cost model: no prediction for strategy '", c.strategy, "'");
   }
@@ -68,6 +150,27 @@ std::vector<Candidate> tuned_candidates(const CostMeasurements& m, int max_gamma
                               static_cast<int>(m.target_ms.size()) - 1});
   for (const char* name : {"sd", "pearl"})
     for (int g = 1; g <= reach; ++g) out.push_back({name, g});
+  // Tree shapes whose every forward was measured: the node budget is what L(n) reaches.
+  const int max_nodes = std::min(kMaxTreeNodes, static_cast<int>(m.target_ms.size()) - 1);
+  const auto fits = [&](const Candidate& c) {
+    if (c.branch > static_cast<int>(m.tree_accept.size()) ||
+        c.depth > static_cast<int>(m.tree_accept[c.branch - 1].size()))
+      return false;
+    const std::vector<int> sizes = tree_level_sizes(c);
+    for (int d = 0; d + 1 < c.depth; ++d)
+      if (sizes[d] > std::max<int>(1, m.draft_batch_ms.size())) return false;
+    return tree_nodes(c) <= max_nodes;
+  };
+  for (int c = 2; c <= kMaxTreeBranch; ++c)
+    for (int d = 1; d <= kMaxTreeDepth && fits(Candidate::tree(d, c)); ++d)
+      out.push_back(Candidate::tree(d, c));
+  // dyntree: shapes narrower than the full tree of their depth and c.
+  for (int c = 2; c <= 3; ++c)
+    for (int w = 2; w <= kMaxTreeBranch; ++w)
+      for (int d = 2; d <= kMaxTreeDepth && fits(Candidate::dyntree(d, c, w)); ++d)
+        if (tree_level_sizes(Candidate::dyntree(d, c, w)) !=
+            tree_level_sizes(Candidate::tree(d, c)))
+          out.push_back(Candidate::dyntree(d, c, w));
   return out;
 }
 
@@ -87,8 +190,24 @@ TuneChoice choose_strategy(const CostMeasurements& m, double margin) {
   });
   TuneChoice choice;
   choice.ar = predict(m, {"ar", 0});
-  const Prediction& best = ranked.front();
   char reason[320];
+  const auto checked = std::find_if(ranked.begin(), ranked.end(), [&](const Prediction& p) {
+    return p.candidate.label() == m.measured_best;
+  });
+  if (!m.measured_best.empty() && checked != ranked.end()) {
+    choice.chosen = checked->candidate;
+    choice.predicted = *checked;
+    std::snprintf(reason, sizeof reason,
+                  "%s measured fastest on the calibration prompts of the configurations predicted "
+                  "within %.0f%% of the best, and faster than ar (predicted %.1f tok/s, %.2fx ar's "
+                  "%.1f; %.2f tokens per step of %.2f ms)",
+                  m.measured_best.c_str(), kRivalMargin * 100, checked->tok_per_s,
+                  checked->tok_per_s / choice.ar.tok_per_s, choice.ar.tok_per_s,
+                  checked->tokens_per_step, checked->ms_per_step);
+    choice.reason = reason;
+    return choice;
+  }
+  const Prediction& best = ranked.front();
   if (best.candidate.strategy != "ar" && best.tok_per_s > choice.ar.tok_per_s * (1 + margin)) {
     choice.chosen = best.candidate;
     choice.predicted = best;
@@ -127,6 +246,10 @@ StrategyConfig config_for_candidate(const StrategyConfig& base, const Candidate&
   } else if (c.strategy == "pearl") {
     config.pearl_window = c.param;
     config.pre_verify = config.post_verify = true;
+  } else if (is_tree(c.strategy)) {
+    apply_strategy_spec(parse_strategy_spec(c.label()), config);
+    config.tree_verify_depth = 0;
+    config.lossy_typical = false;
   } else {
     check(c.strategy == "ar", "cost model: cannot run candidate '", c.label(), "'");
   }
@@ -175,7 +298,7 @@ std::vector<double> measure_candidates(const StrategyConfig& base,
   StrategyConfig config = base;
   int longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
-  config.ctx_size = longest + n_predict + 2 * kMaxTunedGamma + 8;
+  config.ctx_size = longest + n_predict + kSpecRoom;
   std::vector<std::unique_ptr<Strategy>> strategies;
   for (const Candidate& c : candidates)
     strategies.push_back(make_strategy(config_for_candidate(config, c)));
@@ -184,10 +307,7 @@ std::vector<double> measure_candidates(const StrategyConfig& base,
   for (size_t p = 0; p < prompts.size(); ++p) {
     for (size_t i = 0; i < strategies.size(); ++i) {
       const size_t k = (i + p) % strategies.size();  // rotated: no one always runs first
-      GenerationRequest request;
-      request.prompt = prompts[p];
-      request.n_predict = n_predict;
-      request.sampling.temp = 0;
+      const GenerationRequest request = greedy_request(prompts[p], n_predict);
       const GenerationStats st = strategies[k]->generate(request).stats;
       tokens[k] += st.n_gen;
       ms[k] += st.t_gen_ms;
@@ -216,12 +336,91 @@ KvCache context_cache(const Model& model, Worker& worker, int extra) {
   return kv;
 }
 
+// The least-squares non-decreasing fit of v (pool adjacent violators).
+std::vector<double> non_decreasing(const std::vector<double>& v) {
+  std::vector<double> sums, out;
+  std::vector<int> counts;
+  for (double x : v) {
+    sums.push_back(x);
+    counts.push_back(1);
+    while (sums.size() > 1 &&
+           sums[sums.size() - 2] / counts[counts.size() - 2] > sums.back() / counts.back()) {
+      sums[sums.size() - 2] += sums.back();
+      counts[counts.size() - 2] += counts.back();
+      sums.pop_back();
+      counts.pop_back();
+    }
+  }
+  for (size_t b = 0; b < sums.size(); ++b)
+    for (int i = 0; i < counts[b]; ++i) out.push_back(sums[b] / counts[b]);
+  return out;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
 }  // namespace
+
+std::vector<int> draft_ranks(const Model& draft, Worker& worker, const std::vector<int32_t>& tokens,
+                             int cap) {
+  check(!tokens.empty() && cap >= 1, "draft_ranks: no tokens or a bad cap");
+  const int n_vocab = draft.config().n_vocab;
+  KvCache kv(draft.config(), static_cast<int>(tokens.size()) + 1);
+  const std::vector<float> logits = draft.forward(worker, Batch::chain(kv, tokens, true), kv);
+  std::vector<int> ranks(tokens.size(), 0);
+  for (size_t j = 1; j < tokens.size(); ++j) {
+    // The order of top_c: higher first, the lower id on ties.
+    const float* row = &logits[(j - 1) * n_vocab];
+    const int32_t t = tokens[j];
+    int rank = 0;
+    for (int32_t i = 0; i < n_vocab && rank < cap; ++i)
+      rank += row[i] > row[t] || (row[i] == row[t] && i < t);
+    ranks[j] = rank;
+  }
+  return ranks;
+}
+
+std::vector<std::vector<std::vector<double>>> tree_acceptance(
+    const std::vector<std::vector<int>>& ranks, const std::vector<int>& first, int max_depth) {
+  check(ranks.size() == first.size() && max_depth >= 1, "tree_acceptance: bad arguments");
+  std::vector<std::vector<std::vector<double>>> out;
+  for (int c = 1; c <= kMaxTreeBranch; ++c) {
+    // Steps of a c-ary tree max_depth deep along each sequence: at depth d the
+    // target's token is counted if the depths above it were all accepted.
+    std::vector<int64_t> reached(max_depth, 0);
+    std::vector<std::vector<int64_t>> at_rank(max_depth, std::vector<int64_t>(c, 0));
+    for (size_t s = 0; s < ranks.size(); ++s) {
+      const int n = static_cast<int>(ranks[s].size());
+      // The first generated token comes from the prompt's forward; steps follow it.
+      for (int i = std::max(first[s] + 1, 1); i < n;) {
+        int accepted = 0;
+        for (int d = 0; d < max_depth && i + d < n; ++d) {
+          ++reached[d];
+          const int r = ranks[s][i + d];
+          if (r >= c) break;
+          ++at_rank[d][r];
+          accepted = d + 1;
+        }
+        i += accepted + 1;  // the accepted path and the target's own token
+      }
+    }
+    std::vector<std::vector<double>> table;
+    for (int d = 0; d < max_depth; ++d) {
+      std::vector<double> row(c, 0.0);
+      if (reached[d] == 0 && d > 0) {
+        row = table.back();
+      } else {
+        for (int r = 0; r < c && reached[d] > 0; ++r)
+          row[r] = static_cast<double>(at_rank[d][r]) / reached[d];
+      }
+      table.push_back(std::move(row));
+    }
+    out.push_back(std::move(table));
+  }
+  return out;
+}
 
 std::vector<double> measure_target_latencies(const Model& target, Worker& worker, int max_n,
                                              int runs) {
@@ -270,14 +469,18 @@ CostMeasurements measure_costs(const StrategyConfig& config,
 
   // Forward latencies, batch sizes interleaved run by run so that a change in
   // the machine's load affects them all alike.
-  say("tune: timing target forwards over 1.." + std::to_string(options.max_gamma + 1) +
-      " tokens and draft forwards, and measuring acceptance on " + std::to_string(prompts.size()) +
+  const int max_n = std::max(options.max_gamma, options.trees ? kMaxTreeNodes : 0) + 1;
+  // Tree levels the drafter scores in one forward: at most kMaxTreeNodes / 2
+  // (a drafted level has a level below it).
+  const int max_draft_n = options.trees ? kMaxTreeNodes / 2 : 1;
+  say("tune: timing target forwards over 1.." + std::to_string(max_n) +
+      " tokens and draft forwards over 1.." + std::to_string(max_draft_n) +
+      ", and running ar, sd:" + std::to_string(options.max_gamma) +
+      (options.trees ? " and dyntree:d3c2w3" : "") + " on " + std::to_string(prompts.size()) +
       " calibration prompts");
-  const int max_n = options.max_gamma + 1;
   KvCache target_kv = context_cache(target, target_worker, max_n);
-  KvCache draft_kv = context_cache(draft, draft_worker, 1);
-  std::vector<std::vector<double>> target_times(max_n);
-  std::vector<double> draft_times;
+  KvCache draft_kv = context_cache(draft, draft_worker, max_draft_n);
+  std::vector<std::vector<double>> target_times(max_n), draft_times(max_draft_n);
   // One pass times every batch size once, and the draft twice. A warm-up pass
   // says how many passes fit in about half a second (small models are timed
   // often: their forwards are short and noisy); the passes are spread between
@@ -288,10 +491,11 @@ CostMeasurements measure_costs(const StrategyConfig& config,
       const double ms = median_forward_ms(target, target_worker, target_kv, n, 0, 1, true);
       if (keep) target_times[n - 1].push_back(ms);
     }
-    for (int k = 0; k < 2; ++k) {
-      const double ms = median_forward_ms(draft, draft_worker, draft_kv, 1, 0, 1, true);
-      if (keep) draft_times.push_back(ms);
-    }
+    for (int n = 1; n <= max_draft_n; ++n)
+      for (int k = 0; k < (n == 1 ? 2 : 1); ++k) {
+        const double ms = median_forward_ms(draft, draft_worker, draft_kv, n, 0, 1, true);
+        if (keep) draft_times[n - 1].push_back(ms);
+      }
   };
   const Stopwatch first_pass;
   timing_pass(0, false);
@@ -308,18 +512,27 @@ CostMeasurements measure_costs(const StrategyConfig& config,
   StrategyConfig sd = config_for_candidate(config, {"sd", gamma});
   int longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
-  sd.ctx_size = longest + options.n_predict + 2 * gamma + 8;
+  sd.ctx_size = longest + options.n_predict + kSpecRoom;
   const std::unique_ptr<Strategy> sd_strategy = make_strategy(sd);
   const std::unique_ptr<Strategy> ar_strategy = make_strategy(config_for_candidate(sd, {"ar", 0}));
+  // A tree shape whose cost per step, beyond the formula's, prices a node.
+  const Candidate tree_shape = Candidate::dyntree(3, 2, 3);
+  std::unique_ptr<Strategy> tree_strategy;
+  if (options.trees) tree_strategy = make_strategy(config_for_candidate(sd, tree_shape));
   std::vector<int64_t> proposed(gamma, 0), accepted(gamma, 0);
-  GenerationStats ar_total, sd_total;
+  GenerationStats ar_total, sd_total, tree_total;
+  // The target's greedy continuations (prompt + tokens), for tree acceptance.
+  std::vector<std::vector<int32_t>> continuations;
+  std::vector<int> generated_from;
   for (const auto& prompt : prompts) {
     for (int k = 0; k < passes_per_prompt; ++k) timing_pass(pass++, true);
-    GenerationRequest request;
-    request.prompt = prompt;
-    request.n_predict = options.n_predict;
-    request.sampling.temp = 0;
-    const GenerationStats ar = ar_strategy->generate(request).stats;
+    const GenerationRequest request = greedy_request(prompt, options.n_predict);
+    GenerationResult ar_result = ar_strategy->generate(request);
+    const GenerationStats& ar = ar_result.stats;
+    generated_from.push_back(static_cast<int>(prompt.size()));
+    continuations.push_back(prompt);
+    continuations.back().insert(continuations.back().end(), ar_result.tokens.begin(),
+                                ar_result.tokens.end());
     ar_total.n_gen += ar.n_gen;
     ar_total.t_gen_ms += ar.t_gen_ms;
     const GenerationStats st = sd_strategy->generate(request).stats;
@@ -332,14 +545,27 @@ CostMeasurements measure_costs(const StrategyConfig& config,
       proposed[k] += pa.proposed[k];
       accepted[k] += pa.accepted[k];
     }
+    if (tree_strategy) {
+      const GenerationStats tree = tree_strategy->generate(request).stats;
+      tree_total.t_gen_ms += tree.t_gen_ms;
+      tree_total.verify_steps += tree.verify_steps;
+    }
   }
+  // Medians, made non-decreasing in n (a forward over more tokens costs no
+  // less; a dip is the machine's noise).
   for (const auto& times : target_times) m.target_ms.push_back(median(times));
-  m.draft_ms = median(draft_times);
+  for (const auto& times : draft_times) m.draft_batch_ms.push_back(median(times));
+  m.target_ms = non_decreasing(m.target_ms);
+  m.draft_batch_ms = non_decreasing(m.draft_batch_ms);
+  m.draft_ms = m.draft_batch_ms[0];
   // ar: one target step per token. sd: per step one verification over
   // (drafts + 1) tokens (taken at γ, which nearly all steps draft) and its
   // draft forwards; what remains after the target's overhead is the drafts'.
+  // The target's overhead may be negative: a forward timed alone (after the
+  // drafter's, other batch sizes') can be slower than one of a run of ar steps.
   if (ar_total.n_gen > 0)
-    m.target_overhead_ms = std::max(0.0, ar_total.t_gen_ms / ar_total.n_gen - m.target_ms[0]);
+    m.target_overhead_ms =
+        std::max(-0.5 * m.target_ms[0], ar_total.t_gen_ms / ar_total.n_gen - m.target_ms[0]);
   if (sd_total.verify_steps > 0 && sd_total.draft_forwards > 0) {
     const double steps = static_cast<double>(sd_total.verify_steps);
     const double drafts_per_step = sd_total.draft_forwards / steps;
@@ -352,6 +578,21 @@ CostMeasurements measure_costs(const StrategyConfig& config,
     m.accept_prefix.push_back(std::min(k == 0 ? 1.0 : m.accept_prefix.back(), rate));
   }
 
+  if (options.trees) {
+    // Per-depth, per-rank acceptance from the drafter's ranks of the target's
+    // tokens; the tree shape's real runs price what a node costs beyond the
+    // forwards (per step, so that acceptance does not enter).
+    std::vector<std::vector<int>> ranks;
+    for (const auto& tokens : continuations)
+      ranks.push_back(draft_ranks(draft, draft_worker, tokens, kMaxTreeBranch));
+    m.tree_accept = tree_acceptance(ranks, generated_from, kMaxTreeDepth);
+    const Prediction formula = predict(m, tree_shape);
+    if (tree_total.verify_steps > 0)
+      m.tree_node_overhead_ms =
+          std::max(0.0, (tree_total.t_gen_ms / tree_total.verify_steps - formula.ms_per_step) /
+                            tree_nodes(tree_shape));
+  }
+
   // PEARL at one window, against the formula with the measurements above.
   const int window = std::min(options.pearl_window, gamma);
   if (window >= 1) {
@@ -361,10 +602,7 @@ CostMeasurements measure_costs(const StrategyConfig& config,
     int64_t n_gen = 0;
     double t_gen_ms = 0;
     for (const auto& prompt : prompts) {
-      GenerationRequest request;
-      request.prompt = prompt;
-      request.n_predict = options.n_predict;
-      request.sampling.temp = 0;
+      const GenerationRequest request = greedy_request(prompt, options.n_predict);
       const GenerationStats st = pearl->generate(request).stats;
       n_gen += st.n_gen;
       t_gen_ms += st.t_gen_ms;

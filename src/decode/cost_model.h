@@ -1,13 +1,16 @@
 #pragma once
 // A cost model of speculative decoding on the machine it runs on: measured
-// target latency L(n) for a forward over n tokens, the drafter's cost per
-// token and per-position acceptance of chain drafting on a short calibration
-// set; from them, predicted tokens/s of ar, sd (γ = 1..8) and PEARL (window
-// 1..8), and the choice of the fastest. A library: it returns data and
-// prints nothing (progress goes to a callback).
+// target latency L(n) for a forward over n tokens, the drafter's latency per
+// forward of n tokens, per-position acceptance of chain drafting and
+// per-depth, per-rank acceptance for trees on a short calibration set; from
+// them, predicted tokens/s of ar, sd (γ = 1..8), PEARL (window 1..8) and
+// tree shapes of `tree` and `dyntree` whose node count L(n) was measured for,
+// and the choice of the fastest. A library: it returns data and prints
+// nothing (progress goes to a callback).
 //
 // The predictions (per step, in ms, with E(γ) = Σ_{k<γ} P(first k+1 drafts accepted),
-// T(n) = L(n) + the target's overhead per step, D = d + the draft's overhead per token):
+// T(n) = L(n) + the target's overhead per step, D(n) = the draft's forward over n
+// tokens + its overhead per forward, D = D(1)):
 //   ar:        1 token per T(1)
 //   sd γ:      1 + E(γ) tokens per γ·D + T(γ+1)          (γ draft forwards, one verification)
 //   pearl γ:   E(γ) + 1 − P(all γ accepted) tokens per round of max(γ·D, T(γ+1)) when the
@@ -16,6 +19,19 @@
 //              (PEARL, "Parallel Speculative Decoding with Adaptive Draft Length": drafting the
 //              next window while the target verifies this one; a fully accepted window emits
 //              no bonus token, the drafter already continues).
+//   trees:     depth K, c children per node (the drafter's top c), n_d nodes at depth d
+//              (tree: c^d; dyntree: min(w, c·n_{d-1}), width w), N = Σ n_d nodes:
+//              1 + Σ_nodes P(node on the target's path) tokens per
+//              D + Σ_{d<K} D(n_d) + T(N+1) + N·(overhead per node)
+//              (one draft forward catches up and scores the root, one per level but the
+//              last, one verification over the root and every node, as tree_speculation.cpp
+//              runs them). P(node of ranks r_1..r_d on the path) = Π_j a_c[j][r_j], a_c the
+//              measured per-depth, per-rank acceptance at branching c (see tree_accept);
+//              dyntree keeps per level the n_d nodes of highest P, as Sequoia ("Sequoia:
+//              Scalable, Robust, and Hardware-aware Speculative Decoding") and Medusa size
+//              their trees by positional acceptance. The node budget is hardware-aware:
+//              only shapes with N + 1 <= the largest n L(n) was measured for are
+//              candidates, and L(N+1) prices each one.
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,6 +48,9 @@ struct CostMeasurements {
   // Time a real generation spends beyond those forwards (sampling, verification,
   // cache bookkeeping, caches cooled by the other model), measured by running ar
   // and sd on the calibration prompts: per target step and per draft token.
+  // The target's may be negative (down to -L(1)/2): a forward timed among
+  // other batch sizes and the drafter's can be slower than one of a run of ar
+  // steps, and ar's measured speed is what its prediction must meet.
   double target_overhead_ms = 0;
   double draft_overhead_ms = 0;
   // PEARL's measured tokens/s over the formula's (below) at a calibration
@@ -41,9 +60,29 @@ struct CostMeasurements {
   // Candidates that were predicted fastest but measured no faster than ar in
   // real runs on the calibration prompts (see tune()): never chosen.
   std::vector<std::string> rejected;
+  // The real-run check's pick (see tune()): of the fastest prediction and the
+  // best predictions of other families within kRivalMargin of it, the one
+  // measured fastest on the calibration prompts, and faster than ar. Chosen
+  // while not rejected; empty: none (or not checked).
+  std::string measured_best;
   // accept_prefix[k]: fraction of calibration steps whose first k+1 drafts were
   // all accepted (greedy chain drafting), non-increasing in k.
   std::vector<double> accept_prefix;
+  // draft_batch_ms[n-1]: median time of one draft forward over n tokens with
+  // logits for all of them (a tree level); draft_batch_ms[0] is draft_ms.
+  std::vector<double> draft_batch_ms;
+  // tree_accept[c-1][d-1][r] (r < c): along the target's greedy continuations
+  // of the calibration prompts, at draft depth d of a step whose tokens at
+  // depths 1..d-1 were each among the drafter's top c, the probability that
+  // the target's token is the drafter's rank-r token. Steps as a c-ary tree
+  // would take them (the next step starts after the accepted path and the
+  // target's token). Σ_r tree_accept[c-1][d-1][r] is P(depth d accepted |
+  // depths < d accepted) of a full c-ary tree.
+  std::vector<std::vector<std::vector<double>>> tree_accept;
+  // What a tree step costs beyond the formula per node (the drafter's softmax
+  // and top-c per drafted node, the target's row per checked node, the tree's
+  // bookkeeping), measured by running one tree shape on the calibration prompts.
+  double tree_node_overhead_ms = 0;
   // Whether the drafter and the target have cores of their own (PEARL runs them at once).
   bool parallel = false;
   int calibration_tokens = 0;  // tokens generated to measure acceptance
@@ -51,10 +90,17 @@ struct CostMeasurements {
 };
 
 struct Candidate {
-  std::string strategy = "ar";  // ar, sd or pearl
-  int param = 0;                // sd: γ; pearl: the window; ar: 0
-  // "ar", "sd:3", "pearl:2": the form of bench's --strategies entries.
+  std::string strategy = "ar";  // ar, sd, pearl, tree or dyntree
+  int param = 0;                // sd: γ; pearl: the window; ar, trees: 0
+  int depth = 0, branch = 0;    // trees: levels below the root, children per node (c)
+  int width = 0;                // dyntree: nodes kept per level (w)
+  // "ar", "sd:3", "pearl:2", "tree:d2c2", "dyntree:d4c2w3": the form of bench's
+  // --strategies entries (parse_strategy_spec reads it).
   std::string label() const;
+  static Candidate tree(int depth, int branch) { return {"tree", 0, depth, branch, 0}; }
+  static Candidate dyntree(int depth, int branch, int width) {
+    return {"dyntree", 0, depth, branch, width};
+  }
 };
 
 struct Prediction {
@@ -65,13 +111,25 @@ struct Prediction {
 };
 
 inline constexpr int kMaxTunedGamma = 8;
+// Tree shapes: at most this many nodes (L(n) is measured to n = kMaxTreeNodes + 1),
+// this deep, with at most this many children per node.
+inline constexpr int kMaxTreeNodes = 16;
+inline constexpr int kMaxTreeDepth = 8;
+inline constexpr int kMaxTreeBranch = 4;
 
 // E(γ): expected accepted drafts of a step drafting γ tokens.
 double expected_accepted(const CostMeasurements& m, int gamma);
+// Nodes per depth 1..K of a tree candidate (tree: c^d; dyntree: min(w, c·n_{d-1})).
+std::vector<int> tree_level_sizes(const Candidate& c);
+// Expected accepted nodes of a tree candidate's step (see the header comment);
+// throws Error when tree_accept does not cover its depth or branching.
+double expected_tree_accepted(const CostMeasurements& m, const Candidate& c);
 // The prediction for one candidate; throws Error when the measurements do not
 // cover it (γ beyond the measured positions or L(γ+1)).
 Prediction predict(const CostMeasurements& m, const Candidate& c);
-// ar, sd:1..max_gamma and pearl:1..max_gamma (as far as the measurements reach).
+// ar, sd:1..max_gamma and pearl:1..max_gamma, and a grid of tree and dyntree
+// shapes (c 2..4, w 2..4, depths to kMaxTreeDepth) whose nodes fit the measured
+// L(n) and draft batch sizes, as far as the measurements reach.
 std::vector<Candidate> tuned_candidates(const CostMeasurements& m, int max_gamma = kMaxTunedGamma);
 // Predictions for every candidate, fastest first.
 std::vector<Prediction> rank_candidates(const CostMeasurements& m, int max_gamma = kMaxTunedGamma);
@@ -83,8 +141,13 @@ struct TuneChoice {
   std::string reason;    // one sentence
 };
 
-// The fastest predicted candidate that is not rejected, or ar unless that
-// beats ar's prediction by more than `margin` (0.05: 5%).
+// Predictions this close to the fastest (0.1: within 10%) are too close to
+// tell apart by the model: the real-run check measures them.
+inline constexpr double kRivalMargin = 0.1;
+
+// measured_best when set and not rejected; else the fastest predicted
+// candidate that is not rejected, or ar unless that beats ar's prediction by
+// more than `margin` (0.05: 5%).
 TuneChoice choose_strategy(const CostMeasurements& m, double margin = 0.05);
 
 // A StrategyConfig for `c` derived from `base` (name and its parameter set).
@@ -94,6 +157,7 @@ struct CalibrationOptions {
   int n_predict = 32;    // tokens per calibration prompt
   int pearl_window = 3;  // the window PEARL's efficiency is measured at (0: not measured)
   int max_gamma = kMaxTunedGamma;
+  bool trees = true;    // measure tree acceptance, L(n) to kMaxTreeNodes + 1, the node overhead
   int timing_runs = 5;  // timed forwards per batch size at least (median); more when fast
   std::function<void(const std::string&)> progress;  // may be empty
 };
@@ -110,6 +174,18 @@ std::vector<double> measure_candidates(const StrategyConfig& base,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        int n_predict);
 
+// The rank of each of `tokens` in the drafter's distribution after the
+// tokens before it: ranks[j] for tokens[j], j >= 1 (ranks[0] is 0), capped at
+// `cap` (cap: not among the top cap). One forward over the whole sequence.
+std::vector<int> draft_ranks(const Model& draft, Worker& worker, const std::vector<int32_t>& tokens,
+                             int cap);
+// tree_accept (CostMeasurements) from per-sequence ranks of the target's
+// tokens, each sequence's steps starting after index `first` (its first
+// generated token, which the prompt's forward yields), up to kMaxTreeBranch children and
+// `max_depth` depths. A depth no step reached repeats the depth above it.
+std::vector<std::vector<std::vector<double>>> tree_acceptance(
+    const std::vector<std::vector<int>>& ranks, const std::vector<int>& first, int max_depth);
+
 // L(1..max_n) alone, timed as measure_costs times it (a short committed
 // context, logits for every row, batch sizes interleaved pass by pass, the
 // median of at least `runs` passes): for strategies sized by their input
@@ -117,9 +193,10 @@ std::vector<double> measure_candidates(const StrategyConfig& base,
 std::vector<double> measure_target_latencies(const Model& target, Worker& worker, int max_n,
                                              int runs);
 
-// Measures L(1..max_gamma+1), the draft cost, acceptance and the overheads
-// (greedy ar and sd:max_gamma on `prompts`) for `config`'s target, drafter and
-// workers (config.draft must be set).
+// Measures L(1..max(max_gamma, kMaxTreeNodes)+1), the draft cost per batch
+// size, chain and tree acceptance and the overheads (greedy ar, sd:max_gamma
+// and one tree shape on `prompts`) for `config`'s target, drafter and workers
+// (config.draft must be set).
 CostMeasurements measure_costs(const StrategyConfig& config,
                                const std::vector<std::vector<int32_t>>& prompts,
                                const CalibrationOptions& options);

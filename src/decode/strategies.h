@@ -60,6 +60,21 @@ const StrategyInfo& strategy_info(const std::string& name);
 // "ar, sd, ..." for messages and help texts.
 std::string strategy_list();
 
+// A strategy as bench's --strategies and `parspec tune` write it: NAME,
+// NAME:G (G >= 1 sets the strategy's variant_key option: "sd:3") or
+// NAME:<letter><value>... for a tree shape (d: tree_depth, c: tree_branch, w:
+// tree_width, each where the strategy has that option: "dyntree:d3c2w4"), the
+// form `parspec tune` names tree shapes in.
+struct StrategySpec {
+  std::string name;
+  std::vector<std::pair<std::string, int>> settings;  // option JSON key, value
+};
+// Throws Error for an unknown name, a variant the strategy does not take or a
+// malformed value.
+StrategySpec parse_strategy_spec(const std::string& entry);
+// `config` with the name and the settings of `spec`.
+void apply_strategy_spec(const StrategySpec& spec, StrategyConfig& config);
+
 // The registry rows of the built-in strategies, one per strategy file.
 StrategyInfo autoregressive_strategy();
 StrategyInfo chain_sd_strategy();

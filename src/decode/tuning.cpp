@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,7 +17,7 @@ namespace parspec {
 namespace {
 
 // Bump when the measurements or the predictions change meaning: older entries are ignored.
-constexpr int kCacheVersion = 2;
+constexpr int kCacheVersion = 3;  // 3: draft batch sizes, tree acceptance
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -61,7 +62,11 @@ nlohmann::json measurements_json(const CostMeasurements& m) {
           {"draft_overhead_ms", m.draft_overhead_ms},
           {"pearl_efficiency", m.pearl_efficiency},
           {"rejected", m.rejected},
+          {"measured_best", m.measured_best},
           {"accept_prefix", m.accept_prefix},
+          {"draft_batch_ms", m.draft_batch_ms},
+          {"tree_accept", m.tree_accept},
+          {"tree_node_overhead_ms", m.tree_node_overhead_ms},
           {"parallel", m.parallel},
           {"calibration_tokens", m.calibration_tokens},
           {"calibration_s", m.calibration_s}};
@@ -75,7 +80,11 @@ CostMeasurements measurements_from(const nlohmann::json& j) {
   m.draft_overhead_ms = j.at("draft_overhead_ms").get<double>();
   m.pearl_efficiency = j.at("pearl_efficiency").get<double>();
   m.rejected = j.at("rejected").get<std::vector<std::string>>();
+  m.measured_best = j.at("measured_best").get<std::string>();
   m.accept_prefix = j.at("accept_prefix").get<std::vector<double>>();
+  m.draft_batch_ms = j.at("draft_batch_ms").get<std::vector<double>>();
+  m.tree_accept = j.at("tree_accept").get<std::vector<std::vector<std::vector<double>>>>();
+  m.tree_node_overhead_ms = j.at("tree_node_overhead_ms").get<double>();
   m.parallel = j.at("parallel").get<bool>();
   m.calibration_tokens = j.at("calibration_tokens").get<int>();
   m.calibration_s = j.at("calibration_s").get<double>();
@@ -193,17 +202,45 @@ Tuning tune(const StrategyConfig& config, const TuneOptions& options) {
   } else {
     const auto prompts = calibration_prompts(*config.target);
     t.measurements = measure_costs(config, prompts, options.calibration);
-    // The prediction is checked by running the predicted best against ar: one
-    // that is not faster is rejected and the next one checked (twice at most).
+    // The prediction is checked by running the predicted best, with the best
+    // of other families predicted within kRivalMargin of it, against ar:
+    // those not faster than ar are rejected, the fastest of the others is
+    // chosen; if none was faster, the next prediction is checked (twice at most).
     for (int attempt = 0; attempt < 2; ++attempt) {
-      const Candidate best = choose_strategy(t.measurements).chosen;
-      if (best.strategy == "ar") break;
+      const TuneChoice choice = choose_strategy(t.measurements);
+      if (choice.chosen.strategy == "ar") break;
+      std::vector<Candidate> contenders = {choice.chosen};
+      for (const Prediction& p : rank_candidates(t.measurements)) {
+        const bool family_seen =
+            std::any_of(contenders.begin(), contenders.end(),
+                        [&](const Candidate& c) { return c.strategy == p.candidate.strategy; });
+        const bool rejected =
+            std::find(t.measurements.rejected.begin(), t.measurements.rejected.end(),
+                      p.candidate.label()) != t.measurements.rejected.end();
+        if (p.candidate.strategy == "ar" || family_seen || rejected ||
+            p.tok_per_s < choice.predicted.tok_per_s * (1 - kRivalMargin))
+          continue;
+        contenders.push_back(p.candidate);
+      }
+      std::string names;
+      for (const Candidate& c : contenders) names += (names.empty() ? "" : ", ") + c.label();
       if (options.calibration.progress)
-        options.calibration.progress("tune: checking " + best.label() + " against ar");
+        options.calibration.progress("tune: checking " + names + " against ar");
+      std::vector<Candidate> runs = contenders;
+      runs.push_back({"ar", 0});
       const std::vector<double> measured =
-          measure_candidates(config, {best, {"ar", 0}}, prompts, options.calibration.n_predict);
-      if (measured[0] > measured[1]) break;
-      t.measurements.rejected.push_back(best.label());
+          measure_candidates(config, runs, prompts, options.calibration.n_predict);
+      const double ar_measured = measured.back();
+      double best_measured = ar_measured;
+      for (size_t i = 0; i < contenders.size(); ++i) {
+        if (measured[i] <= ar_measured) {
+          t.measurements.rejected.push_back(contenders[i].label());
+        } else if (measured[i] > best_measured) {
+          best_measured = measured[i];
+          t.measurements.measured_best = contenders[i].label();
+        }
+      }
+      if (!t.measurements.measured_best.empty()) break;
     }
     store_tuning(dir, key, t.measurements);
   }

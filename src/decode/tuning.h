@@ -60,8 +60,11 @@ struct Tuning {
 };
 
 // Cached measurements for `config` or new ones (stored), and the choice. New
-// measurements are checked: the predicted best runs against ar on the
-// calibration prompts, and one that is not faster is rejected (twice at most).
+// measurements are checked: the predicted best and the best of other families
+// predicted within kRivalMargin of it run against ar on the calibration
+// prompts; those not faster than ar are rejected, the measured fastest of the
+// others is chosen (measured_best); if none was faster, the next prediction
+// is checked (twice at most).
 Tuning tune(const StrategyConfig& config, const TuneOptions& options);
 
 // Where `--strategy auto` reports tuning progress (a tool sets it to print on

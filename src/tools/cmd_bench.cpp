@@ -52,8 +52,9 @@ void add_run_options(ArgParser& args, BenchArgs& a) {
               "target model (GGUF); default: the bundled models/target.gguf");
   args.option("--strategies", &a.strategies_text, "LIST",
               "comma-separated strategies (" + strategy_list() +
-                  "); NAME:G sets γ of sd or pearl's window, e.g. sd:2,sd:3 (ar is always run: "
-                  "speedups are measured against it)");
+                  "); NAME:G sets γ of sd or pearl's window, e.g. sd:2,sd:3; a tree shape is "
+                  "NAME:d<depth>c<children>w<width>, e.g. tree:d2c2,dyntree:d4c2w3 (ar is always "
+                  "run: speedups are measured against it)");
   args.option(
       "--prompts", &a.prompts_text, "LIST",
       "comma-separated prompt sets: names in bench/prompts (code, math, prose, config, chat) or "
@@ -159,11 +160,9 @@ std::vector<TokenizedSet> load_sets(const BenchArgs& a) {
 void add_strategies(BenchPlan& plan, const BenchArgs& a, const StrategyResources& resources) {
   bool any_lossy = false;
   for (const std::string& label : plan.labels) {
-    const auto [name, variant] = parse_strategy_entry(label);
-    StrategyConfig config = resources.config_for(name, a.strategy_options, a.n_ctx);
-    const StrategyInfo& info = strategy_info(name);
-    for (const StrategyOption& option : info.options)
-      if (variant > 0 && option.json_key == info.variant_key) option.set(config, variant);
+    const StrategySpec spec = parse_strategy_spec(label);
+    StrategyConfig config = resources.config_for(spec.name, a.strategy_options, a.n_ctx);
+    apply_strategy_spec(spec, config);
     any_lossy |= config.lossy_typical;
     plan.strategies.push_back(make_strategy(config));
     for (const std::string& note : plan.strategies.back()->notes())

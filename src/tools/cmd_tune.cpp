@@ -32,16 +32,19 @@ bool parse_tune_args(int argc, char** argv, TuneArgs& a) {
   ArgParser args("tune",
                  "Measure, on this machine, the target's forward latency per batch size, the "
                  "draft's cost per token and the acceptance of its drafts on a few calibration "
-                 "prompts; predict tokens/s of ar, sd (γ 1..8) and pearl (window 1..8), run the "
-                 "best predicted ones and ar for real, and print the choice of --strategy auto. "
-                 "Measurements are cached per model files, CPU and threads.");
+                 "prompts (chains, and per depth and rank for trees); predict tokens/s of ar, sd "
+                 "(γ 1..8), pearl (window 1..8) and tree and dyntree shapes whose node count fits "
+                 "the measured L(n), run the best predicted ones and ar for real, and print the "
+                 "choice of --strategy auto and the best predicted configuration of each family "
+                 "(line 'tuned:'). Measurements are cached per model files, CPU and threads.");
   args.option("-m,--model", &a.model_path, "FILE", "target model (GGUF)");
   args.option("-md,--model-draft", &a.draft_path, "FILE", "draft model (GGUF)");
   args.option("-t,--threads", &a.n_threads, "N", "threads of the target model");
   args.option("-td,--threads-draft", &a.threads_draft, "N",
               "threads of the draft model's own worker; 0 = share the target's worker");
   args.option("--measure", &a.measure, "K",
-              "run the K best predicted candidates (and ar) for real; 0 = predictions only");
+              "run the K best predicted candidates, the best predicted of each family and ar for "
+              "real; 0 = predictions only");
   args.option("-n,--n-predict", &a.n_predict, "N",
               "tokens per calibration prompt in the real runs");
   args.option("--cache-dir", &a.cache_dir, "DIR",
@@ -77,22 +80,55 @@ void print_measurements(const Tuning& t, const TuneArgs& a) {
               t.cache_file.c_str());
   std::printf("  target forward L(n), ms:");
   for (size_t n = 0; n < m.target_ms.size(); ++n) std::printf(" %zu:%.2f", n + 1, m.target_ms[n]);
-  std::printf("\n  draft forward, ms per token: %.3f\n", m.draft_ms);
+  std::printf("\n  draft forward D(n), ms:");
+  for (size_t n = 0; n < m.draft_batch_ms.size(); ++n)
+    std::printf(" %zu:%.2f", n + 1, m.draft_batch_ms[n]);
+  std::printf("\n");
   std::printf("  overhead of real generation, ms: %.3f per target step, %.3f per draft token\n",
               m.target_overhead_ms, m.draft_overhead_ms);
   std::printf("  P(first k drafts accepted):");
   for (size_t k = 0; k < m.accept_prefix.size(); ++k)
     std::printf(" %zu:%.2f", k + 1, m.accept_prefix[k]);
-  std::printf("\n  draft and target on cores of their own (pearl in parallel): %s\n",
+  std::printf("\n");
+  // Trees: P(depth d accepted | depths above accepted) of a full c-ary tree.
+  for (size_t c = 1; c < m.tree_accept.size(); ++c) {
+    std::printf("  tree, c = %zu: P(depth d within the draft's top %zu | above accepted):", c + 1,
+                c + 1);
+    for (size_t d = 0; d < m.tree_accept[c].size(); ++d) {
+      double p = 0;
+      for (double r : m.tree_accept[c][d]) p += r;
+      std::printf(" %zu:%.2f", d + 1, p);
+    }
+    std::printf("\n");
+  }
+  if (!m.tree_accept.empty())
+    std::printf("  tree overhead beyond the forwards, ms per node: %.3f\n",
+                m.tree_node_overhead_ms);
+  std::printf("  draft and target on cores of their own (pearl in parallel): %s\n",
               m.parallel ? "yes" : "no");
   std::printf("  pearl's measured speed over the formula's at the calibration window: %.2f\n",
               m.pearl_efficiency);
+  if (!m.measured_best.empty())
+    std::printf("  measured fastest of the best predictions, and faster than ar: %s\n",
+                m.measured_best.c_str());
   if (!m.rejected.empty()) {
     std::printf("  predicted fastest but measured no faster than ar (not chosen):");
     for (const std::string& r : m.rejected) std::printf(" %s", r.c_str());
     std::printf("\n");
   }
   std::printf("  calibration: %d tokens, %.1f s\n\n", m.calibration_tokens, m.calibration_s);
+}
+
+// The best predicted candidate of each speculative family (sd, tree, dyntree, pearl).
+std::vector<Candidate> best_of_families(const std::vector<Prediction>& ranked) {
+  std::vector<Candidate> out;
+  for (const char* family : {"sd", "tree", "dyntree", "pearl"}) {
+    const auto best = std::find_if(ranked.begin(), ranked.end(), [&](const Prediction& p) {
+      return p.candidate.strategy == family;
+    });
+    if (best != ranked.end()) out.push_back(best->candidate);
+  }
+  return out;
 }
 
 // Greedy tokens/s of each config on the prompts, configs interleaved prompt by prompt.
@@ -265,6 +301,7 @@ int cmd_tune(int argc, char** argv) {
     add(t.choice.chosen);
     for (int i = 0; i < a.measure && i < static_cast<int>(ranked.size()); ++i)
       add(ranked[i].candidate);
+    for (const Candidate& c : best_of_families(ranked)) add(c);
   }
   std::vector<double> measured;
   const auto prompts = calibration_prompts(*target);
@@ -274,10 +311,10 @@ int cmd_tune(int argc, char** argv) {
     measured = measure_candidates(base, to_measure, prompts, a.n_predict);
   }
 
-  std::printf("%-10s %12s %12s %10s %12s %10s\n", "candidate", "predicted", "tokens/step",
+  std::printf("%-16s %12s %12s %10s %12s %10s\n", "candidate", "predicted", "tokens/step",
               "ms/step", "measured", "meas/pred");
   for (const Prediction& p : ranked) {
-    std::printf("%-10s %12.1f %12.2f %10.2f", p.candidate.label().c_str(), p.tok_per_s,
+    std::printf("%-16s %12.1f %12.2f %10.2f", p.candidate.label().c_str(), p.tok_per_s,
                 p.tokens_per_step, p.ms_per_step);
     const auto found = std::find_if(to_measure.begin(), to_measure.end(), [&](const Candidate& c) {
       return c.label() == p.candidate.label();
@@ -291,6 +328,10 @@ int cmd_tune(int argc, char** argv) {
   std::printf("(tok/s; measured: greedy, %zu calibration prompts x %d tokens, interleaved)\n\n",
               prompts.size(), a.n_predict);
   std::printf("choice: %s\nreason: %s\n", t.choice.chosen.label().c_str(), t.choice.reason.c_str());
+  // bench/speculative_table.sh runs these as the "tuned" rows.
+  std::printf("tuned:");
+  for (const Candidate& c : best_of_families(ranked)) std::printf(" %s", c.label().c_str());
+  std::printf("\n");
   return 0;
 }
 

@@ -1,18 +1,23 @@
 // The cost model's predictions on hand-made measurements, the tuning cache
-// (round trip, invalidation when a model file changes), and `auto` falling
-// back to ar when drafting cannot pay.
+// (round trip, invalidation when a model file changes or its version is
+// older), tree shapes (prediction, acceptance from the drafter's ranks,
+// exactness as auto runs them), and `auto` falling back to ar when drafting
+// cannot pay.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <optional>
 
 #include "core/error.h"
 #include "decode/cost_model.h"
 #include "decode/strategies.h"
 #include "decode/tuning.h"
+#include "model/kv_cache.h"
+#include "sample/sampler.h"
 #include "test_helpers.h"
 
 namespace parspec {
@@ -94,6 +99,17 @@ TEST(CostModel, ChoosesTheFastestPrediction) {
   EXPECT_DOUBLE_EQ(choice.ar.tok_per_s, 100.0);
 }
 
+TEST(CostModel, TheRealRunCheckDecides) {
+  CostMeasurements m = hand_made(false);
+  ASSERT_EQ(choose_strategy(m).chosen.label(), "sd:2");  // predicted 150 tok/s
+  m.measured_best = "sd:3";                              // predicted 147.4, measured faster
+  const TuneChoice checked = choose_strategy(m);
+  EXPECT_EQ(checked.chosen.label(), "sd:3");
+  EXPECT_NE(checked.reason.find("measured fastest"), std::string::npos) << checked.reason;
+  m.rejected = {"sd:3"};  // a later check found it no faster than ar
+  EXPECT_EQ(choose_strategy(m).chosen.label(), "sd:2");
+}
+
 TEST(CostModel, FallsBackToArWithinTheMargin) {
   CostMeasurements m = hand_made(false);
   m.accept_prefix = {0.05, 0.0, 0.0, 0.0};
@@ -117,6 +133,138 @@ TEST(CostModel, CandidateConfigsSetTheirParameter) {
   const StrategyConfig pearl = config_for_candidate(base, {"pearl", 5});
   EXPECT_EQ(pearl.name, "pearl");
   EXPECT_EQ(pearl.pearl_window, 5);
+}
+
+// Trees: L(n) = 10 + (n - 1) ms to n = 17, D(n) = 1.5 + n / 2 ms, and at
+// branching 2 the target's token is the drafter's first at depth 1 half the
+// time and its second 0.2 of the time; at depth 2, 0.4 and 0.1.
+CostMeasurements hand_made_trees() {
+  CostMeasurements m = hand_made(false);
+  m.target_ms.clear();
+  for (int n = 1; n <= 17; ++n) m.target_ms.push_back(10 + (n - 1));
+  m.draft_batch_ms = {2, 2.5, 3, 3.5};
+  m.tree_accept = {{{0.7}, {0.6}}, {{0.5, 0.2}, {0.4, 0.1}}};
+  return m;
+}
+
+TEST(CostModel, TreeShapesLevelByLevel) {
+  EXPECT_EQ(tree_level_sizes(Candidate::tree(3, 2)), (std::vector<int>{2, 4, 8}));
+  EXPECT_EQ(tree_level_sizes(Candidate::dyntree(4, 3, 4)), (std::vector<int>{3, 4, 4, 4}));
+  EXPECT_EQ(tree_level_sizes(Candidate::dyntree(2, 2, 3)), (std::vector<int>{2, 3}));
+  EXPECT_EQ(Candidate::tree(3, 2).label(), "tree:d3c2");
+  EXPECT_EQ(Candidate::dyntree(4, 3, 2).label(), "dyntree:d4c3w2");
+}
+
+TEST(CostModel, PredictsTreesFromPerDepthRankAcceptance) {
+  CostMeasurements m = hand_made_trees();
+  // tree:d2c2: depth 1 accepts 0.5 + 0.2; depth 2 (0.5 + 0.2) × (0.4 + 0.1) = 0.35.
+  EXPECT_DOUBLE_EQ(expected_tree_accepted(m, Candidate::tree(2, 2)), 1.05);
+  // 6 nodes: D(1) to catch up + D(2) for level 1 + L(7) = 2 + 2.5 + 16 ms.
+  const Prediction full = predict(m, Candidate::tree(2, 2));
+  EXPECT_DOUBLE_EQ(full.tokens_per_step, 2.05);
+  EXPECT_DOUBLE_EQ(full.ms_per_step, 20.5);
+  // dyntree:d2c2w2 keeps the 2 likeliest of depth 2's 4 candidates: 0.5 × 0.4 and 0.2 × 0.4.
+  EXPECT_DOUBLE_EQ(expected_tree_accepted(m, Candidate::dyntree(2, 2, 2)), 0.7 + 0.28);
+  EXPECT_DOUBLE_EQ(predict(m, Candidate::dyntree(2, 2, 2)).ms_per_step, 2 + 2.5 + 14);
+  // The measured overheads: 0.25 ms per node, 1 ms per draft forward, -0.5 per target step.
+  m.tree_node_overhead_ms = 0.25;
+  m.draft_overhead_ms = 1;
+  m.target_overhead_ms = -0.5;
+  EXPECT_DOUBLE_EQ(predict(m, Candidate::tree(2, 2)).ms_per_step, 20.5 + 6 * 0.25 + 2 - 0.5);
+  // A chain through the tree formula (c = 1) costs what sd does.
+  m.tree_node_overhead_ms = 0;
+  EXPECT_DOUBLE_EQ(predict(m, Candidate::tree(2, 1)).ms_per_step,
+                   predict(m, {"sd", 2}).ms_per_step);
+  EXPECT_DOUBLE_EQ(predict(m, Candidate::tree(2, 1)).tokens_per_step, 1 + 0.7 + 0.7 * 0.6);
+  // Not measured: depth 3, branching 3.
+  EXPECT_THROW(predict(m, Candidate::tree(3, 2)), Error);
+  EXPECT_THROW(predict(m, Candidate::tree(1, 3)), Error);
+}
+
+TEST(CostModel, TreeCandidatesFitTheMeasuredBudget) {
+  const CostMeasurements m = hand_made_trees();
+  std::vector<std::string> labels;
+  for (const Candidate& c : tuned_candidates(m)) labels.push_back(c.label());
+  const auto has = [&](const std::string& l) {
+    return std::find(labels.begin(), labels.end(), l) != labels.end();
+  };
+  EXPECT_TRUE(has("tree:d1c2"));
+  EXPECT_TRUE(has("tree:d2c2"));
+  EXPECT_TRUE(has("dyntree:d2c2w2"));
+  EXPECT_FALSE(has("dyntree:d2c2w4"));  // the full tree: tree:d2c2
+  EXPECT_FALSE(has("tree:d3c2"));       // depth 3 was not measured
+  EXPECT_FALSE(has("tree:d1c3"));       // nor branching 3
+  // Every candidate is a strategy entry bench and auto can run.
+  StrategyConfig base;
+  for (const Candidate& c : tuned_candidates(m)) {
+    const StrategyConfig config = config_for_candidate(base, c);
+    EXPECT_EQ(config.name, c.strategy);
+    EXPECT_NO_THROW(parse_strategy_spec(c.label())) << c.label();
+    if (c.depth > 0) {
+      EXPECT_EQ(config.tree_depth, c.depth) << c.label();
+    }
+  }
+  const StrategyConfig dyn = config_for_candidate(base, Candidate::dyntree(3, 2, 4));
+  EXPECT_EQ(dyn.name, "dyntree");
+  EXPECT_EQ(dyn.tree_depth, 3);
+  EXPECT_EQ(dyn.tree_branch, 2);
+  EXPECT_EQ(dyn.tree_width, 4);
+}
+
+TEST(CostModel, TreeAcceptanceFromRanks) {
+  // Ranks of the target's tokens; index 0 is the first generated token, steps start at 1.
+  // c = 2, 2 deep: step at 1 accepts ranks 0 and 1 (depths 1, 2); the next starts at 4 and
+  // accepts rank 0, then rank 5 is rejected at depth 2.
+  const std::vector<std::vector<int>> ranks = {{0, 0, 1, 3, 0, 5}};
+  const auto table = tree_acceptance(ranks, {0}, 2);
+  ASSERT_EQ(table.size(), static_cast<size_t>(kMaxTreeBranch));
+  EXPECT_EQ(table[1], (std::vector<std::vector<double>>{{1.0, 0.0}, {0.0, 0.5}}));
+  // c = 1 (a chain): steps at 1 (accepts 1), 3 (rank 3: none), 4 (accepts 1).
+  EXPECT_EQ(table[0][0], std::vector<double>{2.0 / 3.0});
+  EXPECT_EQ(table[0][1], std::vector<double>{0.0});
+}
+
+TEST(CostModel, DraftRanksOfTheTargetsTokens) {
+  TempDir dir;
+  const testing_support::ModelPair models =
+      testing_support::make_model_pair(dir, "llama", DType::F32, DType::Q8_0, 300, 3);
+  const Model& draft = *models.draft;
+  Worker worker(1);
+  // A sequence whose tokens are the drafter's rank 2, 0, 1 and 7 choices after their prefix.
+  std::vector<int32_t> tokens = {5, 9};
+  const std::vector<int> chosen = {2, 0, 1, 7};
+  for (int rank : chosen) {
+    KvCache kv(draft.config(), static_cast<int>(tokens.size()) + 1);
+    const std::vector<float> logits = draft.forward(worker, Batch::chain(kv, tokens, false), kv);
+    tokens.push_back(top_c(softmax(logits.data(), draft.config().n_vocab), 8)[rank]);
+  }
+  const std::vector<int> ranks = draft_ranks(draft, worker, tokens, 4);
+  ASSERT_EQ(ranks.size(), tokens.size());
+  EXPECT_EQ(std::vector<int>(ranks.begin() + 2, ranks.end()), (std::vector<int>{2, 0, 1, 4}));
+}
+
+// Tree candidates as auto runs them: greedy output equal to ar's.
+TEST(CostModel, TreeCandidatesAreExact) {
+  TempDir dir;
+  const testing_support::ModelPair models =
+      testing_support::make_model_pair(dir, "llama", DType::F32, DType::Q8_0, 300, 5);
+  Worker worker(1);
+  StrategyConfig base;
+  base.target = models.target;
+  base.draft = models.draft;
+  base.target_worker = &worker;
+  base.draft_worker = &worker;
+  base.ctx_size = 128;
+  GenerationRequest req;
+  req.prompt = {256, 5, 7, 9};
+  req.n_predict = 24;
+  req.sampling.temp = 0;
+  const auto reference = make_strategy(config_for_candidate(base, {"ar", 0}))->generate(req);
+  for (const Candidate& c : {Candidate::tree(2, 3), Candidate::dyntree(3, 2, 3)}) {
+    const GenerationResult got = make_strategy(config_for_candidate(base, c))->generate(req);
+    EXPECT_EQ(got.tokens, reference.tokens) << c.label();
+    EXPECT_GT(got.stats.drafted, 0) << c.label();
+  }
 }
 
 // Sets an environment variable for a scope and restores the old value.
@@ -159,6 +307,21 @@ TEST(TuneCache, RoundTripAndInvalidation) {
   EXPECT_EQ(back->pearl_efficiency, m.pearl_efficiency);
   EXPECT_EQ(back->target_overhead_ms, m.target_overhead_ms);
   EXPECT_EQ(back->draft_overhead_ms, m.draft_overhead_ms);
+  const CostMeasurements trees = hand_made_trees();
+  store_tuning(cache, key, trees);
+  const auto trees_back = load_tuning(cache, key);
+  ASSERT_TRUE(trees_back.has_value());
+  EXPECT_EQ(trees_back->draft_batch_ms, trees.draft_batch_ms);
+  EXPECT_EQ(trees_back->tree_accept, trees.tree_accept);
+  EXPECT_EQ(trees_back->tree_node_overhead_ms, trees.tree_node_overhead_ms);
+  CostMeasurements checked = trees;
+  checked.measured_best = "dyntree:d2c2w2";
+  checked.rejected = {"sd:2"};
+  store_tuning(cache, key, checked);
+  EXPECT_EQ(load_tuning(cache, key)->measured_best, "dyntree:d2c2w2");
+  EXPECT_EQ(load_tuning(cache, key)->rejected, checked.rejected);
+  EXPECT_DOUBLE_EQ(predict(*trees_back, Candidate::dyntree(2, 2, 2)).tok_per_s,
+                   predict(trees, Candidate::dyntree(2, 2, 2)).tok_per_s);
 
   // Other threads or another CPU: another entry.
   TuneKey other = key;
@@ -193,6 +356,27 @@ TEST(TuneCache, ACorruptFileCountsAsEmpty) {
   EXPECT_FALSE(load_tuning(cache, key).has_value());
   store_tuning(cache, key, hand_made(false));
   EXPECT_TRUE(load_tuning(cache, key).has_value());
+}
+
+// An entry of an older cache version (before tree measurements) is not found, so
+// tuning measures again; storing replaces the file.
+TEST(TuneCache, AnOlderVersionIsMeasuredAgain) {
+  TempDir dir;
+  write_bytes(dir.file("t.gguf"), "t");
+  const std::string cache = dir.file("cache");
+  const TuneKey key{file_identity(dir.file("t.gguf")), file_identity(dir.file("t.gguf")), "c", 1,
+                    0};
+  store_tuning(cache, key, hand_made(false));
+  std::ifstream in(tune_cache_file(cache));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = text.find("\"version\": 3");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 12, "\"version\": 2");
+  write_bytes(tune_cache_file(cache), text);
+  EXPECT_FALSE(load_tuning(cache, key).has_value());
+  store_tuning(cache, key, hand_made_trees());
+  ASSERT_TRUE(load_tuning(cache, key).has_value());
+  EXPECT_EQ(load_tuning(cache, key)->tree_accept, hand_made_trees().tree_accept);
 }
 
 TEST(TuneCache, MissingFilesAreErrors) {

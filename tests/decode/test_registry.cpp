@@ -99,6 +99,27 @@ TEST(StrategyRegistry, BenchEntriesTakeVariantsOnlyWhereAStrategyNamesOne) {
   for (const char* bad : {"tree:2", "sd:0", "sd:x", "sd:", "ar:1"})
     EXPECT_THROW(parse_strategy_entry(bad), Error) << bad;
   EXPECT_THROW(parse_strategy_entry("medusa"), Error);
+  // Tree shapes: letters for the depth, branching and width options a strategy has.
+  EXPECT_EQ(parse_strategy_entry("dyntree:d3c2w4"), (std::pair<std::string, int>("dyntree", 0)));
+  for (const char* bad :
+       {"tree:w2", "tree:d0", "tree:d2d3", "tree:dc2", "sd:d2", "tree:d2x", "dyntree:d1234"})
+    EXPECT_THROW(parse_strategy_entry(bad), Error) << bad;
+}
+
+TEST(StrategyRegistry, SpecsSetTheirOptions) {
+  StrategyConfig c;
+  apply_strategy_spec(parse_strategy_spec("dyntree:d3c2w5"), c);
+  EXPECT_EQ(c.name, "dyntree");
+  EXPECT_EQ(c.tree_depth, 3);
+  EXPECT_EQ(c.tree_branch, 2);
+  EXPECT_EQ(c.tree_width, 5);
+  apply_strategy_spec(parse_strategy_spec("sd:3"), c);
+  EXPECT_EQ(c.name, "sd");
+  EXPECT_EQ(c.draft_max, 3);
+  apply_strategy_spec(parse_strategy_spec("tree:c3d1"), c);
+  EXPECT_EQ(c.name, "tree");
+  EXPECT_EQ(c.tree_depth, 1);
+  EXPECT_EQ(c.tree_branch, 3);
 }
 
 TEST(Accounting, ObserveStepCountsProposalsAndPositions) {

@@ -63,6 +63,9 @@ TEST(TuneCli, MeasuresThenReadsTheCache) {
   EXPECT_NE(first.output.find("measured now"), std::string::npos) << first.output;
   EXPECT_NE(first.output.find("choice: "), std::string::npos);
   EXPECT_NE(first.output.find("sd:8"), std::string::npos);  // every candidate is listed
+  EXPECT_NE(first.output.find("tree:d1c2"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("dyntree:d2c2w2"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("\ntuned: sd:"), std::string::npos) << first.output;
   EXPECT_TRUE(std::filesystem::exists(cache + "/tune.json"));
 
   const auto second = run_parspec(args + " --measure 0");
