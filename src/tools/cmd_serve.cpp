@@ -131,7 +131,8 @@ int cmd_serve(int argc, char** argv) {
               "HTTP connection threads (0: -np + --max-queue + 8, at most 512)");
   args.option("--sched-max-latency", &a.sched_max_latency, "MS",
               "cosine: T_max, the request scheduler's bound on a batch's modelled drafting + "
-              "verification time (0: none)");
+              "verification time (0: none); the model: `parspec tune`'s cached measurements of "
+              "-m and the first drafter at these -t/-td, else timed at start");
   args.option("--sched-max-kv", &a.sched_max_kv, "MIB",
               "cosine: M_max, the bound on a batch's KV cache memory (target and drafters, "
               "by context length; 0: none)");
