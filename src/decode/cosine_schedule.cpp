@@ -20,6 +20,28 @@ std::vector<int> adaptive_speculation(std::vector<int> gammas, int gamma_max) {
   return gammas;
 }
 
+double LatencyModel::extrapolation_slope() const {
+  // Least squares over the upper half of the measured sizes (at least the last
+  // two): one noisy timing must not set the cost of every larger batch.
+  const int measured = static_cast<int>(target_ms.size());
+  if (measured < 2) return 0;
+  const int first = std::min(measured / 2, measured - 2);
+  double mean_n = 0, mean_l = 0;
+  const int k = measured - first;
+  for (int i = first; i < measured; ++i) {
+    mean_n += i + 1;
+    mean_l += target_ms[i];
+  }
+  mean_n /= k;
+  mean_l /= k;
+  double cov = 0, var = 0;
+  for (int i = first; i < measured; ++i) {
+    cov += (i + 1 - mean_n) * (target_ms[i] - mean_l);
+    var += (i + 1 - mean_n) * (i + 1 - mean_n);
+  }
+  return std::max(0.0, cov / var);
+}
+
 double LatencyModel::verify_ms(int batch, int gamma_total) const {
   check(!target_ms.empty(), "latency model: L(n) was not measured");
   const int n = std::max(1, batch + gamma_total);
@@ -28,8 +50,7 @@ double LatencyModel::verify_ms(int batch, int gamma_total) const {
   if (n <= measured) {
     l = target_ms[n - 1];
   } else {
-    const double slope = measured >= 2 ? target_ms[measured - 1] - target_ms[measured - 2] : 0;
-    l = target_ms[measured - 1] + std::max(0.0, slope) * (n - measured);
+    l = target_ms[measured - 1] + extrapolation_slope() * (n - measured);
   }
   return l + target_overhead_ms;
 }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "core/worker.h"
 #include "decode/cosine_schedule.h"
 #include "decode/strategies.h"
@@ -70,15 +71,21 @@ std::shared_ptr<RequestScheduler> make_scheduler(const StrategyResources& r,
     options.model = latency_model(*m);
     source = "from the tuning cache " + tune_cache_file(default_tune_cache_dir());
   } else {
+    constexpr int kMeasured = 16;  // L(n) beyond: extrapolated (LatencyModel)
     std::fprintf(stderr,
                  "serve: cosine scheduler: no `parspec tune` entry for these models and threads; "
-                 "timing the target's forwards and a draft token now (a few seconds)\n");
-    constexpr int kMeasured = 16;  // L(n) beyond: linear from the last two
+                 "timing the target's forwards over 1..%d tokens and a draft token now\n",
+                 kMeasured);
+    const Stopwatch watch;
+    // At least one timed pass over the sizes after a warm-up one; more when fast.
     options.model.target_ms =
-        measure_target_latencies(*base.target, *base.target_worker, kMeasured, 3);
+        measure_target_latencies(*base.target, *base.target_worker, kMeasured, 1);
     options.model.draft_token_ms =
         measure_target_latencies(*key_config.draft, *key_config.draft_worker, 1, 3)[0];
-    source = "measured now, without per-step overheads";
+    char took[96];
+    std::snprintf(took, sizeof took, "measured now in %.1f s, without per-step overheads",
+                  watch.elapsed_ms() / 1000.0);
+    source = took;
   }
   std::fprintf(stderr,
                "serve: cosine scheduler: T_llm(b, Γ) = L(b + Γ) + %.2f ms, L(1) = %.2f ms, "
