@@ -1,6 +1,7 @@
 #include "decode/cosine_schedule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/error.h"
@@ -91,9 +92,10 @@ BatchChoice evaluate(std::span<const PoolRequest> pool, const std::vector<int>& 
   return c;
 }
 
+// Among batches tied with the best objective: the larger, then the lower objective.
 bool better(const BatchChoice& a, const BatchChoice& b) {
-  if (a.objective != b.objective) return a.objective < b.objective;
   if (a.members.size() != b.members.size()) return a.members.size() > b.members.size();
+  if (a.objective != b.objective) return a.objective < b.objective;
   return a.members < b.members;
 }
 
@@ -125,16 +127,22 @@ BatchChoice schedule_batch(std::span<const PoolRequest> pool, const LatencyModel
       candidates.push_back(std::move(members));
     }
   }
-  BatchChoice best;
-  bool found = false;
+  std::vector<BatchChoice> feasible;
+  double lowest = 0;
   for (const std::vector<int>& members : candidates) {
     BatchChoice c = evaluate(pool, members, model, bounds);
-    if (c.feasible && (!found || better(c, best))) {
-      best = std::move(c);
-      found = true;
-    }
+    if (!c.feasible) continue;
+    if (feasible.empty() || c.objective < lowest) lowest = c.objective;
+    feasible.push_back(std::move(c));
   }
-  if (found) return best;
+  if (!feasible.empty()) {
+    // The objective may be negative (λ): "within near_tie" of its size.
+    const double limit = lowest + std::max(0.0, bounds.near_tie) * std::abs(lowest);
+    const BatchChoice* best = nullptr;
+    for (const BatchChoice& c : feasible)
+      if (c.objective <= limit && (best == nullptr || better(c, *best))) best = &c;
+    return *best;
+  }
   // Nothing meets the bounds: serve the shortest request alone rather than stall.
   int shortest = 0;
   for (int i = 1; i < r; ++i)

@@ -55,6 +55,10 @@ struct ScheduleBounds {
   // the objective (the paper's "trade-off between maximizing the verified token
   // length and minimizing latency"; λ = 0 minimises latency per request alone).
   double lambda = 0;
+  // Batches whose objective is within this fraction of the best one's count as
+  // tied, and ties go to the larger batch: the latencies are measured, and a
+  // request left out waits a whole verification pass for a gain in the noise.
+  double near_tie = 0.05;
 };
 
 struct BatchChoice {
@@ -70,8 +74,9 @@ struct BatchChoice {
 // Eq. 5-8: the batch B* minimising T_ttl/b − λΓ over the subsets of the pool
 // (exhaustively up to 16 requests, otherwise over the k shortest for every k)
 // whose γs are cut by adaptive speculation and that keep T_ttl ≤ T_max and
-// Σ m_i ≤ M_max. Ties go to the larger batch, then to the lower indices. An
-// empty pool gives an empty choice.
+// Σ m_i ≤ M_max. Ties (within near_tie) go to the larger batch, then to the
+// lower objective, then to the lower indices. An empty pool gives an empty
+// choice.
 BatchChoice schedule_batch(std::span<const PoolRequest> pool, const LatencyModel& model,
                            const ScheduleBounds& bounds);
 
