@@ -50,7 +50,8 @@ for strategy in ${STRATEGIES//,/ }; do
   "$PARSPEC" serve "${flags[@]}" $EXTRA >"$OUT/$strategy.server.log" 2>&1 &
   server_pid=$!
   port=""
-  for _ in $(seq 100); do
+  # cosine times L(n) at start when `parspec tune` has no entry for the pair: up to 60 s.
+  for _ in $(seq 300); do
     port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$OUT/$strategy.server.log")
     [[ -n "$port" ]] && break
     sleep 0.2

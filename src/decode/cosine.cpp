@@ -158,8 +158,8 @@ class PoolSpeculation final : public DecodeStrategy {
   }
 
   void step(std::vector<int32_t>& emitted) override {
-    const std::vector<int> routed = choose_drafters();
-    const int depth = step_depth();
+    const auto [depth, n_routed] = plan_step();
+    const std::vector<int> routed = choose_drafters(n_routed);
     const int32_t root_pos = static_cast<int32_t>(seq_.size()) - 1;
     tokens_ = {cur()};
     parents_ = {-1};
@@ -304,25 +304,34 @@ class PoolSpeculation final : public DecodeStrategy {
     return config_.verifier_load ? std::max(1, config_.verifier_load()) : 1;
   }
 
-  // cosine: `--route` drafters, divided among the requests the verifier serves
-  // (a busy verifier gets fewer drafters per request, an idle one all of them).
-  std::vector<int> choose_drafters() {
+  // cosine: `n` drafters chosen by routing; specinfer: all of them.
+  std::vector<int> choose_drafters(int n) {
     std::vector<int> all(pool_.size());
     for (int i = 0; i < pool_.size(); ++i) all[i] = i;
     if (!cosine_) return all;
-    return routing_.choose(participating_drafters(route_, pool_.size(), verifier_load()),
-                           route_rng_);
+    return routing_.choose(n, route_rng_);
   }
 
-  // K, within what is left to generate and, in a server, Γmax over its requests.
-  int step_depth() const {
+  // The step's K (within what is left to generate) and cosine's number of
+  // routed drafters (`--route`): granted by the server's request scheduler
+  // when there is one (it cuts K to Γmax over the chosen batch and shares the
+  // drafters among it); otherwise K is cut to Γmax over the verifier's load
+  // and the drafters divided among the requests it serves (a busy verifier
+  // gets fewer drafters per request, an idle one all of them).
+  std::pair<int, int> plan_step() const {
     int depth = std::max(1, std::min(config_.draft_max, remaining()));
+    const int wanted = route_ <= 0 ? pool_.size() : std::min(route_, pool_.size());
+    if (cosine_ && config_.schedule_step) {
+      const StrategyConfig::StepGrant g =
+          config_.schedule_step(static_cast<int>(seq_.size()), depth, wanted);
+      return {std::clamp(g.gamma, 1, depth), std::clamp(g.drafters, 1, wanted)};
+    }
     if (gamma_max_ > 0) {
       const std::vector<int> cut =
           adaptive_speculation(std::vector<int>(verifier_load(), depth), gamma_max_);
       depth = cut.back();
     }
-    return depth;
+    return {depth, participating_drafters(route_, pool_.size(), verifier_load())};
   }
 
   // The child of `parent` with `token`, added if there is none; its confidence

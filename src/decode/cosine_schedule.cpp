@@ -1,6 +1,7 @@
 #include "decode/cosine_schedule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/error.h"
@@ -20,6 +21,28 @@ std::vector<int> adaptive_speculation(std::vector<int> gammas, int gamma_max) {
   return gammas;
 }
 
+double LatencyModel::extrapolation_slope() const {
+  // Least squares over the upper half of the measured sizes (at least the last
+  // two): one noisy timing must not set the cost of every larger batch.
+  const int measured = static_cast<int>(target_ms.size());
+  if (measured < 2) return 0;
+  const int first = std::min(measured / 2, measured - 2);
+  double mean_n = 0, mean_l = 0;
+  const int k = measured - first;
+  for (int i = first; i < measured; ++i) {
+    mean_n += i + 1;
+    mean_l += target_ms[i];
+  }
+  mean_n /= k;
+  mean_l /= k;
+  double cov = 0, var = 0;
+  for (int i = first; i < measured; ++i) {
+    cov += (i + 1 - mean_n) * (target_ms[i] - mean_l);
+    var += (i + 1 - mean_n) * (i + 1 - mean_n);
+  }
+  return std::max(0.0, cov / var);
+}
+
 double LatencyModel::verify_ms(int batch, int gamma_total) const {
   check(!target_ms.empty(), "latency model: L(n) was not measured");
   const int n = std::max(1, batch + gamma_total);
@@ -28,8 +51,7 @@ double LatencyModel::verify_ms(int batch, int gamma_total) const {
   if (n <= measured) {
     l = target_ms[n - 1];
   } else {
-    const double slope = measured >= 2 ? target_ms[measured - 1] - target_ms[measured - 2] : 0;
-    l = target_ms[measured - 1] + std::max(0.0, slope) * (n - measured);
+    l = target_ms[measured - 1] + extrapolation_slope() * (n - measured);
   }
   return l + target_overhead_ms;
 }
@@ -70,9 +92,10 @@ BatchChoice evaluate(std::span<const PoolRequest> pool, const std::vector<int>& 
   return c;
 }
 
+// Among batches tied with the best objective: the larger, then the lower objective.
 bool better(const BatchChoice& a, const BatchChoice& b) {
-  if (a.objective != b.objective) return a.objective < b.objective;
   if (a.members.size() != b.members.size()) return a.members.size() > b.members.size();
+  if (a.objective != b.objective) return a.objective < b.objective;
   return a.members < b.members;
 }
 
@@ -104,16 +127,22 @@ BatchChoice schedule_batch(std::span<const PoolRequest> pool, const LatencyModel
       candidates.push_back(std::move(members));
     }
   }
-  BatchChoice best;
-  bool found = false;
+  std::vector<BatchChoice> feasible;
+  double lowest = 0;
   for (const std::vector<int>& members : candidates) {
     BatchChoice c = evaluate(pool, members, model, bounds);
-    if (c.feasible && (!found || better(c, best))) {
-      best = std::move(c);
-      found = true;
-    }
+    if (!c.feasible) continue;
+    if (feasible.empty() || c.objective < lowest) lowest = c.objective;
+    feasible.push_back(std::move(c));
   }
-  if (found) return best;
+  if (!feasible.empty()) {
+    // The objective may be negative (λ): "within near_tie" of its size.
+    const double limit = lowest + std::max(0.0, bounds.near_tie) * std::abs(lowest);
+    const BatchChoice* best = nullptr;
+    for (const BatchChoice& c : feasible)
+      if (c.objective <= limit && (best == nullptr || better(c, *best))) best = &c;
+    return *best;
+  }
   // Nothing meets the bounds: serve the shortest request alone rather than stall.
   int shortest = 0;
   for (int i = 1; i < r; ++i)

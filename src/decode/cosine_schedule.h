@@ -8,7 +8,7 @@
 // The latencies come from the cost model `parspec tune` measures and caches
 // (decode/cost_model.h): T_llm(b, Γ) is the target's measured forward time over
 // the batch's b roots and Γ draft tokens, L(b + Γ), plus its per-step overhead
-// (linear beyond the measured sizes, from the last two); T_ssm(γ) is γ draft
+// (linear beyond the measured sizes, fitted to the upper half); T_ssm(γ) is γ draft
 // forwards of one request, γ·(d + the draft overhead). Both were measured on a
 // short context, so the request length l of eq. 5 bounds the batch only through
 // memory (m_i), not through time.
@@ -29,8 +29,11 @@ struct LatencyModel {
   double target_overhead_ms = 0;  // per verification step
   double draft_token_ms = 0;      // one draft forward of one token, overhead included
 
-  // T_llm(b, Γ): one verification forward over b roots and Γ draft tokens.
+  // T_llm(b, Γ): one verification forward over b roots and Γ draft tokens;
+  // beyond the measured sizes L grows by extrapolation_slope() per token.
   double verify_ms(int batch, int gamma_total) const;
+  // The least-squares slope of L over the upper half of the measured sizes (≥ 0).
+  double extrapolation_slope() const;
   // T_ssm(γ): drafting γ tokens for one request.
   double draft_ms(int gamma) const { return gamma * draft_token_ms; }
 };
@@ -52,6 +55,10 @@ struct ScheduleBounds {
   // the objective (the paper's "trade-off between maximizing the verified token
   // length and minimizing latency"; λ = 0 minimises latency per request alone).
   double lambda = 0;
+  // Batches whose objective is within this fraction of the best one's count as
+  // tied, and ties go to the larger batch: the latencies are measured, and a
+  // request left out waits a whole verification pass for a gain in the noise.
+  double near_tie = 0.05;
 };
 
 struct BatchChoice {
@@ -67,8 +74,9 @@ struct BatchChoice {
 // Eq. 5-8: the batch B* minimising T_ttl/b − λΓ over the subsets of the pool
 // (exhaustively up to 16 requests, otherwise over the k shortest for every k)
 // whose γs are cut by adaptive speculation and that keep T_ttl ≤ T_max and
-// Σ m_i ≤ M_max. Ties go to the larger batch, then to the lower indices. An
-// empty pool gives an empty choice.
+// Σ m_i ≤ M_max. Ties (within near_tie) go to the larger batch, then to the
+// lower objective, then to the lower indices. An empty pool gives an empty
+// choice.
 BatchChoice schedule_batch(std::span<const PoolRequest> pool, const LatencyModel& model,
                            const ScheduleBounds& bounds);
 

@@ -130,6 +130,16 @@ struct StrategyConfig {
   // The server's verifier load (requests generating at once); empty: 1. A pool
   // strategy lets fewer drafters take part when the verifier is busy.
   std::function<int()> verifier_load;
+  // The server's request scheduler (cosine): called at the start of each step
+  // with the request's context length, the draft tokens it wants and the
+  // drafters it would route to; it may block while the request waits for a
+  // later verification pass, and returns what the step is granted. Empty: as
+  // wanted, Γmax and verifier_load applied by the strategy itself.
+  struct StepGrant {
+    int gamma = 1;
+    int drafters = 1;
+  };
+  std::function<StepGrant(int length, int gamma, int drafters)> schedule_step;
   // Another backend for the sides; null: a LocalTarget / ModelDrafter on the
   // config's models and workers. The server (src/serve) sets both for its
   // batched forwards; the distributed runtime (src/dist) sets make_target so

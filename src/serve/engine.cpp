@@ -127,6 +127,11 @@ int Engine::queue_depth() const {
   return static_cast<int>(queue_.size());
 }
 
+std::optional<RequestScheduler::Stats> Engine::scheduler_stats() const {
+  if (!options_.scheduler) return std::nullopt;
+  return options_.scheduler->stats();
+}
+
 int Engine::active() const {
   std::lock_guard lock(mutex_);
   return active_;
@@ -171,6 +176,29 @@ void Engine::run(CompletionJob& job) {
   };
   // Pool strategies (cosine) share fewer drafters per request as more requests verify at once.
   config.verifier_load = [this] { return active(); };
+  // cosine: each step asks the request scheduler for its verification pass, γ
+  // and drafters; a refused step waits for the next target pass, then asks again.
+  RequestScheduler* const scheduler = options_.scheduler.get();
+  const int pool_id = scheduler != nullptr ? scheduler->add() : -1;
+  struct LeavePool {
+    RequestScheduler* scheduler;
+    int id;
+    ~LeavePool() {
+      if (scheduler != nullptr) scheduler->remove(id);
+    }
+  } leave_pool{scheduler, pool_id};
+  CompletionJob::Scheduling scheduling;
+  if (scheduler != nullptr)
+    config.schedule_step = [&](int length, int gamma, int drafters) {
+      const PoolRequest state{length, gamma, length * options_.kv_mib_per_token};
+      const StepDecision d = scheduler->admit(pool_id, state, drafters, batcher_, scheduling.waits);
+      ++scheduling.steps;
+      scheduling.forced += d.forced ? 1 : 0;
+      scheduling.batch_sum += d.batch;
+      scheduling.gamma_sum += d.gamma;
+      scheduling.drafters_sum += d.drafters;
+      return StrategyConfig::StepGrant{d.gamma, d.drafters};
+    };
   if (config.draft || !config.drafters.empty())
     config.make_drafter = [&](const StrategyConfig& c) -> std::unique_ptr<Drafter> {
       return std::make_unique<BatchedDrafter>(c.draft, batcher_);
@@ -211,6 +239,7 @@ void Engine::run(CompletionJob& job) {
   job.tokens = std::move(result.tokens);
   job.stats = result.stats;
   job.strategy = strategy->name();
+  job.scheduling = scheduling;
   job.finish_reason = (end_of_text || text.stopped()) ? "stop" : "length";
 }
 

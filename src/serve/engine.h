@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "decode/strategy.h"
 #include "serve/forward_batcher.h"
 #include "serve/metrics.h"
+#include "serve/request_scheduler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace parspec {
@@ -54,6 +56,11 @@ struct CompletionJob {
   GenerationStats stats;
   std::string strategy;
   double ttft_ms = -1;
+  // cosine: what the request scheduler decided for this request's steps.
+  struct Scheduling {
+    int64_t steps = 0, waits = 0, forced = 0;
+    int64_t batch_sum = 0, gamma_sum = 0, drafters_sum = 0;  // over its steps
+  } scheduling;
 };
 
 struct EngineOptions {
@@ -65,6 +72,11 @@ struct EngineOptions {
   // Drafting passes run on this worker beside the verification pass (null: on
   // the target's worker, after it).
   Worker* draft_worker = nullptr;
+  // cosine: the request scheduler that grants each step (null: none) and each
+  // request's memory per context token for its m_i (MiB: KV of the target and
+  // the drafters).
+  std::shared_ptr<RequestScheduler> scheduler;
+  double kv_mib_per_token = 0;
 };
 
 class Engine {
@@ -83,6 +95,7 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   ServerMetrics& metrics() { return metrics_; }
   const ForwardBatcher& batcher() const { return batcher_; }
+  std::optional<RequestScheduler::Stats> scheduler_stats() const;
 
  private:
   void slot_main();

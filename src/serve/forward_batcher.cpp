@@ -52,11 +52,40 @@ std::vector<float> ForwardBatcher::forward(const Model& model, const Batch& batc
   return std::move(p.logits);
 }
 
+void ForwardBatcher::wait_for_target_pass() {
+  std::unique_lock lock(mutex_);
+  check(joined_ > 0, "ForwardBatcher::wait_for_target_pass called by a thread that did not join");
+  const int64_t passes = stats_.target_passes;
+  const uint64_t release = releases_;
+  ++waiting_;
+  run_rounds(lock);
+  cv_.wait(lock, [&] {
+    return releases_ != release || (draft_worker_ == nullptr && stats_.target_passes != passes);
+  });
+  // A release counted every waiting thread out; a pass's end lets only this one go.
+  if (releases_ == release) --waiting_;
+}
+
 void ForwardBatcher::run_rounds(std::unique_lock<std::mutex>& lock) {
-  // The thread that completes the set runs the round; a round in progress
-  // finishes first (its leader re-checks afterwards).
-  while (!running_ && !pending_.empty() && static_cast<int>(pending_.size()) >= joined_)
+  // The thread that completes the set runs the round (waiting threads count as
+  // ready); a round in progress finishes first (its leader re-checks afterwards).
+  while (!running_ && static_cast<int>(pending_.size()) + waiting_ >= joined_) {
+    if (waiting_ > 0) {
+      const bool target_pending = std::any_of(
+          pending_.begin(), pending_.end(), [&](const Pending* p) { return p->model == target_; });
+      // Release the waiting threads when their drafting can run beside a target
+      // pass, or when nothing else is left to run: the round starts once their
+      // forwards came.
+      if ((draft_worker_ != nullptr && target_pending) || pending_.empty()) {
+        waiting_ = 0;
+        ++releases_;
+        cv_.notify_all();
+        return;
+      }
+    }
+    if (pending_.empty()) return;
     run_round(lock);
+  }
 }
 
 void ForwardBatcher::run_round(std::unique_lock<std::mutex>& lock) {
@@ -98,13 +127,20 @@ void ForwardBatcher::run_round(std::unique_lock<std::mutex>& lock) {
   const bool overlap =
       draft_worker_ != nullptr && by_model.count(target_) != 0 && by_model.size() > 1;
   std::thread drafting;
+  double draft_ms = 0, target_ms = 0;
   if (overlap)
     drafting = std::thread([&] {
+      const Stopwatch watch;
       for (const Model* model : models)
         if (model != target_) run_pass(*draft_worker_, *model, by_model[model]);
+      draft_ms = watch.elapsed_ms();
     });
-  for (const Model* model : models)
-    if (!overlap || model == target_) run_pass(worker_, *model, by_model[model]);
+  for (const Model* model : models) {
+    if (overlap && model != target_) continue;
+    const Stopwatch watch;
+    run_pass(worker_, *model, by_model[model]);
+    (model == target_ ? target_ms : draft_ms) += watch.elapsed_ms();
+  }
   if (drafting.joinable()) drafting.join();
 
   lock.lock();
@@ -114,6 +150,8 @@ void ForwardBatcher::run_round(std::unique_lock<std::mutex>& lock) {
   stats_.sequence_forwards += static_cast<int64_t>(chosen.size());
   stats_.rows += static_cast<int64_t>(rows);
   stats_.overlapped += overlap ? 1 : 0;
+  stats_.draft_ms += draft_ms;
+  if (overlap) stats_.overlapped_draft_ms += std::min(draft_ms, target_ms);
   if (by_model.count(target_) != 0) {
     ++stats_.target_passes;
     stats_.target_sequence_forwards += static_cast<int64_t>(by_model[target_].size());

@@ -41,6 +41,13 @@ class ForwardBatcher {
   // Runs `batch` on `kv` in the next round; returns its logits as
   // Model::forward would.
   std::vector<float> forward(const Model& model, const Batch& batch, KvCache& kv);
+  // A joined thread whose request the scheduler left out of the coming
+  // verification pass waits here without holding up rounds. With a draft
+  // worker it returns when a round with a target pass is about to run, and
+  // that round waits for its next forward, so its drafting runs beside the
+  // verification (the collaborative pipeline); without one it returns when
+  // that pass ended. At once when no other joined thread has work left.
+  void wait_for_target_pass();
 
   struct Stats {
     int64_t rounds = 0;                    // rounds run
@@ -50,6 +57,10 @@ class ForwardBatcher {
     int64_t overlapped = 0;                // rounds whose draft passes ran beside the target's
     int64_t target_passes = 0;             // passes of the target model
     int64_t target_sequence_forwards = 0;  // requests' target forwards those passes served
+    // Of overlapped rounds: drafting time that ran while the target's pass ran
+    // (per round the shorter of the two), and the drafting time in all.
+    double overlapped_draft_ms = 0;
+    double draft_ms = 0;
   };
   Stats stats() const;
   int joined() const;
@@ -77,6 +88,8 @@ class ForwardBatcher {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   int joined_ = 0;
+  int waiting_ = 0;        // joined threads in wait_for_target_pass(), not released
+  uint64_t releases_ = 0;  // wait_for_target_pass() releases so far
   bool running_ = false;
   uint64_t next_order_ = 0;
   std::vector<Pending*> pending_;

@@ -135,22 +135,10 @@ void HttpServer::install_routes() {
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     const ForwardBatcher::Stats b = engine_.batcher().stats();
+    const auto sched = engine_.scheduler_stats();
     res.set_content(engine_.metrics().render(engine_.queue_depth(), engine_.active(), b.rounds,
                                              b.rows, b.sequence_forwards) +
-                        "# HELP parspec_batch_overlapped_rounds_total Rounds whose drafting "
-                        "passes ran beside the verification pass (-td).\n"
-                        "# TYPE parspec_batch_overlapped_rounds_total counter\n"
-                        "parspec_batch_overlapped_rounds_total " +
-                        std::to_string(b.overlapped) +
-                        "\n# HELP parspec_batch_target_passes_total Passes of the target model.\n"
-                        "# TYPE parspec_batch_target_passes_total counter\n"
-                        "parspec_batch_target_passes_total " +
-                        std::to_string(b.target_passes) +
-                        "\n# HELP parspec_batch_target_sequence_forwards_total Requests' target "
-                        "forwards those passes served (per pass: requests in one target forward).\n"
-                        "# TYPE parspec_batch_target_sequence_forwards_total counter\n"
-                        "parspec_batch_target_sequence_forwards_total " +
-                        std::to_string(b.target_sequence_forwards) + "\n",
+                        render_pipeline_metrics(b, sched ? &*sched : nullptr),
                     "text/plain; version=0.0.4");
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

@@ -145,4 +145,60 @@ std::string ServerMetrics::render(int queue_depth, int active, int64_t batch_rou
   return s.str();
 }
 
+std::string render_pipeline_metrics(const ForwardBatcher::Stats& b,
+                                    const RequestScheduler::Stats* scheduler) {
+  std::ostringstream s;
+  const auto metric = [&](const char* name, const char* type, const char* help, double value) {
+    s << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
+      << name << " " << number(value) << "\n";
+  };
+  metric("parspec_batch_overlapped_rounds_total", "counter",
+         "Rounds whose drafting passes ran beside the verification pass (-td).",
+         double(b.overlapped));
+  metric("parspec_batch_overlapped_draft_seconds_total", "counter",
+         "Drafting time that ran while the target's pass ran (per round the shorter of the two).",
+         b.overlapped_draft_ms / 1000.0);
+  metric("parspec_batch_draft_seconds_total", "counter", "Time of the drafting passes in all.",
+         b.draft_ms / 1000.0);
+  metric("parspec_batch_target_passes_total", "counter", "Passes of the target model.",
+         double(b.target_passes));
+  metric("parspec_batch_target_sequence_forwards_total", "counter",
+         "Requests' target forwards those passes served (per pass: requests in one target "
+         "forward).",
+         double(b.target_sequence_forwards));
+  if (scheduler == nullptr) return s.str();
+  const RequestScheduler::Stats& r = *scheduler;
+  metric("parspec_scheduler_decisions_total", "counter",
+         "Batches the request scheduler chose (CoSine eq. 8 solved over the pool).",
+         double(r.decisions));
+  metric("parspec_scheduler_infeasible_total", "counter",
+         "Of those, decisions where no batch met the bounds (the shortest request alone).",
+         double(r.infeasible));
+  metric("parspec_scheduler_admitted_steps_total", "counter",
+         "Request steps admitted to the coming verification pass.", double(r.admitted));
+  metric("parspec_scheduler_waits_total", "counter",
+         "Request steps left out of the chosen batch: they drafted beside its verification "
+         "pass and verified in a later one.",
+         double(r.refused));
+  metric("parspec_scheduler_forced_total", "counter",
+         "Steps admitted after --sched-max-wait refusals in a row.", double(r.forced));
+  metric("parspec_scheduler_batch_size_sum", "counter",
+         "Sum over steps (admitted or waiting) of the chosen batch's size b.", double(r.batch_sum));
+  metric("parspec_scheduler_gamma_sum", "counter",
+         "Sum over steps (admitted or waiting) of the draft tokens granted (after adaptive "
+         "speculation).",
+         double(r.gamma_sum));
+  metric("parspec_scheduler_drafters_sum", "counter",
+         "Sum over steps (admitted or waiting) of the drafters participating.",
+         double(r.drafters_sum));
+  metric("parspec_scheduler_batch_size", "gauge", "b of the last step's batch.",
+         double(r.last_batch));
+  metric("parspec_scheduler_gamma_total", "gauge",
+         "Γ (draft tokens of the batch after adaptive speculation) of the last step.",
+         double(r.last_gamma_total));
+  metric("parspec_scheduler_drafters", "gauge", "Drafters of the last step.",
+         double(r.last_drafters));
+  return s.str();
+}
+
 }  // namespace parspec

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "decode/strategy.h"
+#include "serve/forward_batcher.h"
+#include "serve/request_scheduler.h"
 
 namespace parspec {
 
@@ -55,5 +57,10 @@ class ServerMetrics {
   std::map<std::string, PerDrafter> drafters_;
   Histogram ttft_, tpot_;
 };
+
+// The batcher's pipeline (target passes, drafting beside them) and, with
+// cosine, the request scheduler's decisions (null: none).
+std::string render_pipeline_metrics(const ForwardBatcher::Stats& batcher,
+                                    const RequestScheduler::Stats* scheduler);
 
 }  // namespace parspec

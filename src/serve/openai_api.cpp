@@ -268,6 +268,16 @@ json timings_json(const CompletionJob& job) {
                           {"score", u.score}});
     out["drafters"] = drafters;
   }
+  // cosine: the request scheduler's decisions for this request's steps.
+  if (const CompletionJob::Scheduling& s = job.scheduling; s.steps > 0) {
+    const double steps = static_cast<double>(s.steps);
+    out["scheduler"] = {{"steps", s.steps},
+                        {"waits", s.waits},
+                        {"forced", s.forced},
+                        {"batch_mean", s.batch_sum / steps},
+                        {"gamma_mean", s.gamma_sum / steps},
+                        {"drafters_mean", s.drafters_sum / steps}};
+  }
   return out;
 }
 

@@ -9,8 +9,11 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "core/worker.h"
+#include "decode/cosine_schedule.h"
 #include "decode/strategies.h"
+#include "decode/tuning.h"
 #include "model/model.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
@@ -37,10 +40,66 @@ struct ServeArgs {
   int port = 8080, n_threads = default_thread_count(), n_ctx = 4096, slots = 4, max_queue = 64,
       batch_tokens = 512, max_tokens = 4096, n_predict = 256, http_threads = 0;
   int64_t max_body = 1 << 20;
+  // cosine's request scheduler: T_max (ms), M_max (MiB), λ, refusals before admission.
+  float sched_max_latency = 0, sched_max_kv = 0, sched_lambda = 0;
+  int sched_max_wait = 4;
 };
+
+const char* const kSchedulerFlags[] = {"--sched-max-latency", "--sched-max-kv", "--sched-lambda",
+                                       "--sched-max-wait"};
 
 bool is_loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// KV cache bytes per context token of a model, in MiB (keys and values, float).
+double kv_mib_per_token(const Model& model) {
+  const ModelConfig& c = model.config();
+  return 2.0 * c.n_layer * c.kv_dim() * sizeof(float) / (1024.0 * 1024.0);
+}
+
+// cosine: the request scheduler, its latencies from `parspec tune`'s cache for
+// the target and the pool's first drafter on these workers, or timed now.
+std::shared_ptr<RequestScheduler> make_scheduler(const StrategyResources& r,
+                                                 const StrategyConfig& base, const ServeArgs& a) {
+  StrategyConfig key_config = base;
+  if (!key_config.draft) key_config.draft = r.drafters.front();
+  SchedulerOptions options;
+  std::string source;
+  if (const std::optional<CostMeasurements> m =
+          load_tuning(default_tune_cache_dir(), tune_key(key_config))) {
+    options.model = latency_model(*m);
+    source = "from the tuning cache " + tune_cache_file(default_tune_cache_dir());
+  } else {
+    constexpr int kMeasured = 16;  // L(n) beyond: extrapolated (LatencyModel)
+    std::fprintf(stderr,
+                 "serve: cosine scheduler: no `parspec tune` entry for these models and threads; "
+                 "timing the target's forwards over 1..%d tokens and a draft token now\n",
+                 kMeasured);
+    const Stopwatch watch;
+    // At least one timed pass over the sizes after a warm-up one; more when fast.
+    options.model.target_ms =
+        measure_target_latencies(*base.target, *base.target_worker, kMeasured, 1);
+    options.model.draft_token_ms =
+        measure_target_latencies(*key_config.draft, *key_config.draft_worker, 1, 3)[0];
+    char took[96];
+    std::snprintf(took, sizeof took, "measured now in %.1f s, without per-step overheads",
+                  watch.elapsed_ms() / 1000.0);
+    source = took;
+  }
+  std::fprintf(stderr,
+               "serve: cosine scheduler: T_llm(b, Γ) = L(b + Γ) + %.2f ms, L(1) = %.2f ms, "
+               "L(%zu) = %.2f ms; T_ssm = %.3f ms per draft token (%s)\n",
+               options.model.target_overhead_ms, options.model.target_ms.front(),
+               options.model.target_ms.size(), options.model.target_ms.back(),
+               options.model.draft_token_ms, source.c_str());
+  if (const auto it = base.options.find("gamma_max"); it != base.options.end())
+    options.bounds.gamma_max = std::get<int>(it->second);
+  options.bounds.max_latency_ms = a.sched_max_latency;
+  options.bounds.max_memory = a.sched_max_kv;
+  options.bounds.lambda = a.sched_lambda;
+  options.max_wait = a.sched_max_wait;
+  return std::make_shared<RequestScheduler>(options);
 }
 
 }  // namespace
@@ -77,6 +136,19 @@ int cmd_serve(int argc, char** argv) {
   args.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
   args.option("--threads-http", &a.http_threads, "N",
               "HTTP connection threads (0: -np + --max-queue + 8, at most 512)");
+  args.option("--sched-max-latency", &a.sched_max_latency, "MS",
+              "cosine: T_max, the request scheduler's bound on a batch's modelled drafting + "
+              "verification time (0: none); the model: `parspec tune`'s cached measurements of "
+              "-m and the first drafter at these -t/-td, else timed at start");
+  args.option("--sched-max-kv", &a.sched_max_kv, "MIB",
+              "cosine: M_max, the bound on a batch's KV cache memory (target and drafters, "
+              "by context length; 0: none)");
+  args.option("--sched-lambda", &a.sched_lambda, "L",
+              "cosine: λ, ms of modelled time one verified draft token is worth in the "
+              "scheduler's objective T_ttl/b − λΓ (0: latency per request alone)");
+  args.option("--sched-max-wait", &a.sched_max_wait, "N",
+              "cosine: steps a request may be left out of the chosen batch in a row before "
+              "it is admitted anyway");
   add_ignored_gpu_flags(args, /*batch_size=*/false);  // -b is serve's token budget
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
@@ -88,6 +160,10 @@ int cmd_serve(int argc, char** argv) {
   args.bound("-n", 0, 1 << 24);
   args.bound("--max-body", 1024, 1LL << 32);
   args.bound("--threads-http", 0, 4096);
+  args.bound("--sched-max-latency", 0, 1e9);
+  args.bound("--sched-max-kv", 0, 1e9);
+  args.bound("--sched-lambda", 0, 1e9);
+  args.bound("--sched-max-wait", 0, 1000000);
   if (!args.parse(argc, argv)) return 0;
 
   check(!a.model_path.empty(), "no model given (-m FILE)");
@@ -99,6 +175,9 @@ int cmd_serve(int argc, char** argv) {
         "serve runs ar, sd, tree, dyntree, specinfer and cosine (batched across requests); '",
         a.strategy_name, "' is not served");
   a.strategy_options.check_given(args, {a.strategy_name});
+  for (const char* flag : kSchedulerFlags)
+    check(a.strategy_name == "cosine" || !args.given(flag), flag,
+          " is an option of cosine's request scheduler (--strategy cosine)");
   if (!is_loopback(a.host) && a.api_key.empty())
     std::fprintf(stderr,
                  "serve: warning: listening on %s without --api-key: anyone who can reach it may "
@@ -135,6 +214,14 @@ int cmd_serve(int argc, char** argv) {
   engine_options.token_budget = a.batch_tokens;
   // -td: drafting passes on their own worker, beside verification (the pipeline).
   engine_options.draft_worker = resources.draft_worker.get();
+  if (a.strategy_name == "cosine") {
+    engine_options.scheduler = make_scheduler(resources, engine_options.base, a);
+    engine_options.kv_mib_per_token = kv_mib_per_token(*model);
+    if (resources.drafters.empty())
+      engine_options.kv_mib_per_token += kv_mib_per_token(*resources.draft);
+    for (const auto& d : resources.drafters)
+      engine_options.kv_mib_per_token += kv_mib_per_token(*d);
+  }
   Engine engine(engine_options, *tokenizer);
 
   HttpOptions http;

@@ -86,6 +86,35 @@ TEST(CosineSchedule, LatencyModelIsTheTuningCostModel) {
   EXPECT_THROW(latency_model(CostMeasurements()), Error);
 }
 
+TEST(CosineSchedule, NearTiesGoToTheLargerBatch) {
+  // L(n) = 2n ms, but L(10) = 20.6: two requests of γ = 4 cost 10.3 ms each
+  // together, one alone 10 ms: 3% apart, inside the default near tie of 5%.
+  LatencyModel m;
+  for (int n = 1; n <= 10; ++n) m.target_ms.push_back(2.0 * n);
+  m.target_ms[9] = 20.6;
+  const std::vector<PoolRequest> pool = {{10, 4, 0}, {10, 4, 0}};
+  EXPECT_EQ(schedule_batch(pool, m, {}).members, (std::vector<int>{0, 1}));
+  ScheduleBounds exact;
+  exact.near_tie = 0;
+  const BatchChoice alone = schedule_batch(pool, m, exact);
+  EXPECT_EQ(alone.members, (std::vector<int>{0}));
+  EXPECT_DOUBLE_EQ(alone.objective, 10.0);
+}
+
+TEST(CosineSchedule, ExtrapolationFollowsTheUpperHalfNotOneNoisyTiming) {
+  LatencyModel m;
+  m.target_ms = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_DOUBLE_EQ(m.extrapolation_slope(), 1.0);
+  EXPECT_DOUBLE_EQ(m.verify_ms(10, 0), 10.0);
+  // A slow last timing: the last two alone would say 4 ms per token; the fit
+  // over sizes 5..8 (5, 6, 7, 10) says 1.6.
+  m.target_ms.back() = 10;
+  EXPECT_NEAR(m.extrapolation_slope(), 1.6, 1e-12);
+  EXPECT_NEAR(m.verify_ms(10, 0), 10 + 1.6 * 2, 1e-12);
+  m.target_ms = {3, 2};  // never a negative slope
+  EXPECT_DOUBLE_EQ(m.verify_ms(5, 0), 2.0);
+}
+
 TEST(CosineSchedule, BatchesEveryRequestWhenThatIsCheapestPerRequest) {
   const std::vector<PoolRequest> pool = {{10, 4, 0}, {20, 4, 0}, {30, 4, 0}};
   // b requests: T_ttl = 4·2 + L(5b) = 17 + 5b ms; per request lowest at b = 3.

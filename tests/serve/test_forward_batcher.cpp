@@ -12,6 +12,7 @@
 #include "decode/strategies.h"
 #include "model/model.h"
 #include "serve/forward_batcher.h"
+#include "serve/request_scheduler.h"
 #include "test_helpers.h"
 
 namespace parspec {
@@ -109,10 +110,71 @@ TEST(ForwardMulti, RefusesTwoBatchesOnOneCache) {
   EXPECT_THROW(pair.target->forward_multi(worker, both), Error);
 }
 
+// A joined thread with nothing to run waits for the next target pass without
+// holding up the rounds of the others; alone, it goes on at once.
+TEST(ForwardBatcherWait, WaitsForTheNextTargetPassWithoutStallingRounds) {
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", DType::Q8_0, DType::Q4_0, 300, 5);
+  Worker worker(1);
+  ForwardBatcher batcher(worker, 64, nullptr, pair.target.get());
+  batcher.join();
+  batcher.wait_for_target_pass();  // alone: no pass can come
+  EXPECT_EQ(batcher.stats().target_passes, 0);
+
+  batcher.join();
+  int64_t passes_seen = -1;
+  std::thread waiting([&] {
+    batcher.wait_for_target_pass();
+    passes_seen = batcher.stats().target_passes;
+    batcher.leave();
+  });
+  KvCache kv(pair.target->config(), 32);
+  Batch b;
+  b.add(5, 0, -1, true);
+  // Runs although the other joined thread never sends a forward.
+  EXPECT_EQ(batcher.forward(*pair.target, b, kv).size(),
+            static_cast<size_t>(pair.target->config().n_vocab));
+  waiting.join();
+  EXPECT_GE(passes_seen, 1);
+  batcher.leave();
+  EXPECT_EQ(batcher.joined(), 0);
+}
+
+// With a draft worker a waiting thread is let go when a target pass is about
+// to run, and that round waits for its drafting forward: the two run at once.
+TEST(ForwardBatcherWait, WaitingDrafterDraftsBesideTheNextTargetPass) {
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", DType::Q8_0, DType::Q4_0, 300, 5);
+  Worker worker(1), draft_worker(1);
+  ForwardBatcher batcher(worker, 64, &draft_worker, pair.target.get());
+  batcher.join();
+  batcher.join();
+  Batch b;
+  b.add(5, 0, -1, true);
+  std::thread drafting([&] {
+    KvCache kv(pair.draft->config(), 32);
+    batcher.wait_for_target_pass();
+    batcher.forward(*pair.draft, b, kv);
+    batcher.leave();
+  });
+  KvCache kv(pair.target->config(), 32);
+  batcher.forward(*pair.target, b, kv);
+  drafting.join();
+  batcher.leave();
+  const ForwardBatcher::Stats st = batcher.stats();
+  EXPECT_EQ(st.rounds, 1);
+  EXPECT_EQ(st.overlapped, 1);
+  EXPECT_EQ(st.target_passes, 1);
+  EXPECT_GT(st.overlapped_draft_ms, 0.0);
+}
+
 struct Case {
   std::string strategy;
   float temp;
   bool pipelined = false;  // drafting passes on a worker of their own, beside verification
+  // cosine under the server's request scheduler with a latency bound no batch
+  // meets: one request is chosen per pass, the others wait (max_wait 2).
+  bool scheduled = false;
 };
 
 class BatchedStrategies : public ::testing::TestWithParam<Case> {};
@@ -146,6 +208,13 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
   // Small budget: prompts are split over rounds.
   ForwardBatcher batcher(worker, 64, GetParam().pipelined ? &draft_worker : nullptr,
                          pair.target.get());
+  SchedulerOptions scheduling;
+  scheduling.model.target_ms = {1.0, 1.5, 2.0};
+  scheduling.model.draft_token_ms = 0.5;
+  scheduling.bounds.max_latency_ms = 0.001;
+  scheduling.max_wait = 2;
+  RequestScheduler scheduler(scheduling);
+  std::vector<int64_t> waits(kRequests, 0);
   std::vector<std::thread> threads;
   std::vector<std::string> errors(kRequests);
   // All join before the first forward, so the first round holds every prompt.
@@ -160,7 +229,15 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
         c.make_drafter = [&](const StrategyConfig& cc) -> std::unique_ptr<Drafter> {
           return std::make_unique<BatchedDrafter>(cc.draft, batcher);
         };
+        const int id = scheduler.add();
+        if (GetParam().scheduled)
+          c.schedule_step = [&, id](int length, int gamma, int drafters) {
+            const StepDecision d =
+                scheduler.admit(id, {length, gamma, 0}, drafters, batcher, waits[r]);
+            return StrategyConfig::StepGrant{d.gamma, d.drafters};
+          };
         const GenerationResult result = make_strategy(c)->generate(requests[r]);
+        scheduler.remove(id);
         batched[r] = result.tokens;
         target_forwards[r] = result.stats.target_forwards;
       } catch (const std::exception& e) {
@@ -177,8 +254,21 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
   const ForwardBatcher::Stats st = batcher.stats();
   // Batching happened: rounds served several requests' forwards at once.
   EXPECT_GT(st.sequence_forwards, st.passes);
+  if (GetParam().scheduled) {
+    // One request chosen per pass: the others waited and were let in after two
+    // refusals in a row.
+    const RequestScheduler::Stats sched = scheduler.stats();
+    EXPECT_GT(sched.refused, 0);
+    EXPECT_GT(sched.forced, 0);
+    EXPECT_EQ(sched.infeasible, sched.decisions);
+    int64_t all_waits = 0;
+    for (int64_t w : waits) all_waits += w;
+    EXPECT_EQ(all_waits, sched.refused);
+  }
   if (GetParam().pipelined) {
     EXPECT_GT(st.overlapped, 0);
+    EXPECT_GT(st.overlapped_draft_ms, 0.0);
+    EXPECT_LE(st.overlapped_draft_ms, st.draft_ms);
   } else if (base.name == "sd") {
     // The target's pass waits for every request still drafting: one target
     // forward serves all requests' steps, so there are no more target passes
@@ -196,11 +286,14 @@ INSTANTIATE_TEST_SUITE_P(Strategies, BatchedStrategies,
                                            Case{"dyntree", 0}, Case{"ar", 0.8f}, Case{"sd", 0.8f},
                                            Case{"specinfer", 0}, Case{"cosine", 0},
                                            Case{"cosine", 0.8f}, Case{"sd", 0, true},
-                                           Case{"cosine", 0, true}, Case{"cosine", 0.8f, true}),
+                                           Case{"cosine", 0, true}, Case{"cosine", 0.8f, true},
+                                           Case{"cosine", 0, false, true},
+                                           Case{"cosine", 0, true, true}),
                          [](const auto& param_info) {
                            return param_info.param.strategy +
                                   (param_info.param.temp > 0 ? "_sampled" : "_greedy") +
-                                  (param_info.param.pipelined ? "_pipelined" : "");
+                                  (param_info.param.pipelined ? "_pipelined" : "") +
+                                  (param_info.param.scheduled ? "_scheduled" : "");
                          });
 
 }  // namespace

@@ -387,35 +387,65 @@ TEST_F(ServeTest, MetricsUseTheProjectNames) {
     EXPECT_NE(m.body.find(name), std::string::npos) << name;
 }
 
+// The value of an unlabelled metric in a /metrics text (-1: missing).
+double metric_value(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size() + 2));
+}
+
+const std::string kPool = kModels + "draft.gguf," + kModels + "draft-code.gguf," + kModels +
+                          "draft-prose.gguf," + kModels + "draft-math.gguf";
+const std::vector<std::string> kPoolPrompts = {"def add(a, b):", "Once upon a time",
+                                               "Q: Sam has 3 apples"};
+
+// The prompts at once, greedy, 40 tokens each: the replies, each checked to
+// give ar's text (`parspec generate`).
+std::vector<json> concurrent_equal_ar(int port) {
+  std::vector<json> expected;
+  for (const std::string& p : kPoolPrompts) expected.push_back(generate_reference(p, 40, false));
+  std::vector<HttpReply> replies(kPoolPrompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < kPoolPrompts.size(); ++i)
+    threads.emplace_back([&, i] {
+      const json body = {{"prompt", kPoolPrompts[i]}, {"max_tokens", 40}, {"temperature", 0}};
+      replies[i] = http_request(port, "POST", "/v1/completions", body.dump());
+    });
+  for (std::thread& t : threads) t.join();
+  std::vector<json> out;
+  for (size_t i = 0; i < kPoolPrompts.size(); ++i) {
+    EXPECT_EQ(replies[i].status, 200) << replies[i].body;
+    out.push_back(json::parse(replies[i].body));
+    EXPECT_EQ(out.back()["choices"][0]["text"], expected[i]["text"]) << kPoolPrompts[i];
+  }
+  return out;
+}
+
 // cosine with the zoo's four drafters and the pipelined batcher (-td 1):
-// concurrent requests give ar's tokens, and the routing shows in each
-// response's timings and in /metrics.
+// concurrent requests give ar's tokens; the routing and the request
+// scheduler's decisions show in each response's timings and in /metrics, and
+// drafting ran beside verification.
 TEST(ServeCosine, ConcurrentRequestsEqualArAndRoutingIsVisible) {
   TempDir dir;
-  const std::string pool = kModels + "draft.gguf," + kModels + "draft-code.gguf," + kModels +
-                           "draft-prose.gguf," + kModels + "draft-math.gguf";
   ServerProcess server(PARSPEC_BINARY,
-                       {"-m", kModels + "target.gguf", "--strategy", "cosine", "--drafters", pool,
+                       {"-m", kModels + "target.gguf", "--strategy", "cosine", "--drafters", kPool,
                         "--port", "0", "-t", "1", "-td", "1", "-c", "512", "-np", "3"},
                        dir.file("server.log"));
   ASSERT_GT(server.port(), 0) << server.log();
-  const std::vector<std::string> prompts = {"def add(a, b):", "Once upon a time",
-                                            "Q: Sam has 3 apples"};
-  std::vector<json> expected;
-  for (const std::string& p : prompts) expected.push_back(generate_reference(p, 40, false));
-  std::vector<HttpReply> replies(prompts.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < prompts.size(); ++i)
-    threads.emplace_back([&, i] {
-      const json body = {{"prompt", prompts[i]}, {"max_tokens", 40}, {"temperature", 0}};
-      replies[i] = http_request(server.port(), "POST", "/v1/completions", body.dump());
-    });
-  for (std::thread& t : threads) t.join();
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSERT_EQ(replies[i].status, 200) << replies[i].body;
-    const json j = json::parse(replies[i].body);
-    EXPECT_EQ(j["choices"][0]["text"], expected[i]["text"]) << prompts[i];
+  EXPECT_NE(server.log().find("serve: cosine scheduler: T_llm(b, Γ)"), std::string::npos)
+      << server.log();
+  const std::vector<json> replies = concurrent_equal_ar(server.port());
+  int64_t waits = 0;
+  for (const json& j : replies) {
     EXPECT_EQ(j["timings"]["strategy"], "cosine");
+    // The scheduler granted every step (whether a step waits depends on the
+    // latencies measured at start: the zoo's tiny target is nearly linear in n).
+    const json& sched = j["timings"]["scheduler"];
+    EXPECT_GT(sched["steps"].get<int64_t>(), 0);
+    waits += sched["waits"].get<int64_t>();
+    EXPECT_GE(sched["batch_mean"].get<double>(), 1.0);
+    EXPECT_LE(sched["batch_mean"].get<double>(), 3.0);
+    EXPECT_GE(sched["gamma_mean"].get<double>(), 1.0);
+    EXPECT_GE(sched["drafters_mean"].get<double>(), 1.0);
     const json& drafters = j["timings"]["drafters"];
     ASSERT_EQ(drafters.size(), 4u);
     EXPECT_EQ(drafters[1]["name"], "draft-code");
@@ -435,6 +465,61 @@ TEST(ServeCosine, ConcurrentRequestsEqualArAndRoutingIsVisible) {
         "parspec_drafter_routing_score{drafter=\"draft-prose\"}",
         "parspec_batch_overlapped_rounds_total", "parspec_tau{strategy=\"cosine\"}"})
     EXPECT_NE(m.body.find(name), std::string::npos) << name;
+  EXPECT_GT(metric_value(m.body, "parspec_scheduler_decisions_total"), 0) << m.body;
+  EXPECT_GT(metric_value(m.body, "parspec_scheduler_admitted_steps_total"), 0);
+  EXPECT_EQ(metric_value(m.body, "parspec_scheduler_waits_total"), static_cast<double>(waits));
+  EXPECT_GE(metric_value(m.body, "parspec_scheduler_batch_size"), 1);
+  EXPECT_GE(metric_value(m.body, "parspec_scheduler_drafters"), 1);
+  EXPECT_GE(metric_value(m.body, "parspec_batch_overlapped_draft_seconds_total"), 0) << m.body;
+}
+
+// The scheduler's bounds decide: with T_max below any batch's modelled time
+// one request is chosen per verification pass, the others wait (at most
+// --sched-max-wait passes in a row), and the tokens are still ar's.
+TEST(ServeCosine, LatencyBoundMakesRequestsWaitAndStaysExact) {
+  TempDir dir;
+  ServerProcess server(PARSPEC_BINARY,
+                       {"-m",
+                        kModels + "target.gguf",
+                        "--strategy",
+                        "cosine",
+                        "--drafters",
+                        kPool,
+                        "--port",
+                        "0",
+                        "-t",
+                        "1",
+                        "-td",
+                        "1",
+                        "-c",
+                        "512",
+                        "-np",
+                        "3",
+                        "--gamma-max",
+                        "6",
+                        "--sched-max-latency",
+                        "0.001",
+                        "--sched-max-wait",
+                        "1"},
+                       dir.file("server.log"));
+  ASSERT_GT(server.port(), 0) << server.log();
+  const std::vector<json> replies = concurrent_equal_ar(server.port());
+  int64_t waits = 0;
+  for (const json& j : replies) waits += j["timings"]["scheduler"]["waits"].get<int64_t>();
+  EXPECT_GT(waits, 0);
+  const HttpReply m = http_request(server.port(), "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_EQ(metric_value(m.body, "parspec_scheduler_waits_total"), static_cast<double>(waits));
+  EXPECT_GT(metric_value(m.body, "parspec_scheduler_forced_total"), 0) << m.body;
+  // The requests left out drafted beside the chosen one's verification (-td 1).
+  EXPECT_GT(metric_value(m.body, "parspec_batch_overlapped_rounds_total"), 0) << m.body;
+  EXPECT_GT(metric_value(m.body, "parspec_batch_overlapped_draft_seconds_total"), 0) << m.body;
+  EXPECT_EQ(metric_value(m.body, "parspec_scheduler_infeasible_total"),
+            metric_value(m.body, "parspec_scheduler_decisions_total"));
+  // A scheduler flag without cosine is refused.
+  const auto r = run_parspec("serve -m " + kModels + "target.gguf --sched-lambda 1 --port 0", true);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--sched-lambda is an option of cosine"), std::string::npos) << r.output;
 }
 
 // The zoo's chat model (models/target-chat.gguf: the target fine-tuned on ChatML
