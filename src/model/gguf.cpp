@@ -417,6 +417,24 @@ namespace {
 std::atomic<WeightLoading> g_weight_loading{WeightLoading::kAuto};
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kPage = 4096;
+constexpr size_t kLargeFile = size_t{64} << 20;  // from here on, weights want 2 MiB pages
+
+size_t round_up(size_t n, size_t to) {
+  return (n + to - 1) / to * to;
+}
+
+// Reads `size` bytes at `offset` of `fd` into `dest`: "" when done, otherwise why not.
+std::string read_fully(int fd, char* dest, size_t size, size_t offset) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t got = pread(fd, dest + done, size - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return std::strerror(errno);
+    if (got == 0) return "file shrank while reading";
+    done += static_cast<size_t>(got);
+  }
+  return "";
+}
 
 bool should_copy(size_t size) {
   switch (weight_loading()) {
@@ -429,7 +447,7 @@ bool should_copy(size_t size) {
   }
   const char* env = std::getenv("PARSPEC_MMAP");
   if (env != nullptr && std::string_view(env) == "1") return false;
-  return size >= (size_t{64} << 20);
+  return size >= kLargeFile;
 }
 
 // The file's bytes in anonymous memory advised to use 2 MiB pages, or nullptr
@@ -437,22 +455,15 @@ bool should_copy(size_t size) {
 // fallback, as before). A read error is an error: the file is unreadable.
 void* copy_to_huge_pages(int fd, size_t size, const std::string& path, size_t* mapped_size) {
   if (!should_copy(size)) return nullptr;
-  const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t rounded = round_up(size, kHugePage);
   void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return nullptr;
   madvise(memory, rounded, MADV_HUGEPAGE);  // advice only: without THP it is 4 KiB pages
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t got =
-        pread(fd, static_cast<char*>(memory) + done, size - done, static_cast<off_t>(done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      const int err = got < 0 ? errno : 0;
-      munmap(memory, rounded);
-      ::close(fd);
-      fail(path, ": cannot read: ", got < 0 ? std::strerror(err) : "file shrank while reading");
-    }
-    done += static_cast<size_t>(got);
+  const std::string error = read_fully(fd, static_cast<char*>(memory), size, 0);
+  if (!error.empty()) {
+    munmap(memory, rounded);
+    ::close(fd);
+    fail(path, ": cannot read: ", error);
   }
   mprotect(memory, rounded, PROT_READ);
   *mapped_size = rounded;
@@ -462,12 +473,13 @@ void* copy_to_huge_pages(int fd, size_t size, const std::string& path, size_t* m
 // The file mapped read-only; a large file starts on a 2 MiB boundary, so that
 // ranges hold_in_memory() reads in later can be backed by 2 MiB pages.
 void* map_at_huge_page_boundary(int fd, size_t size) {
-  if (size < (size_t{64} << 20)) return mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const size_t reserved = size + kHugePage;
-  void* area = mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* area = size < kLargeFile
+                   ? MAP_FAILED
+                   : mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (area == MAP_FAILED) return mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const auto start = reinterpret_cast<uintptr_t>(area);
-  const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t aligned = round_up(start, kHugePage);
   void* mapping =
       mmap(reinterpret_cast<void*>(aligned), size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
   if (mapping == MAP_FAILED) {
@@ -475,7 +487,7 @@ void* map_at_huge_page_boundary(int fd, size_t size) {
     return MAP_FAILED;
   }
   // Give back the reservation around the mapping.
-  const uintptr_t end = aligned + (size + kPage - 1) / kPage * kPage;
+  const uintptr_t end = aligned + round_up(size, kPage);
   if (aligned > start) munmap(area, aligned - start);
   if (start + reserved > end) munmap(reinterpret_cast<void*>(end), start + reserved - end);
   return mapping;
@@ -504,8 +516,7 @@ void GgufFile::hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors)
   auto* base = static_cast<char*>(mapping_);
   for (const auto& [first, last] : merged) {
     const size_t begin = first / kPage * kPage;
-    const size_t end =
-        std::min((last + kPage - 1) / kPage * kPage, (size_ + kPage - 1) / kPage * kPage);
+    const size_t end = std::min(round_up(last, kPage), round_up(size_, kPage));
     char* at = base + begin;
     // Anonymous pages replace the file's at the same addresses, then get its bytes.
     if (mmap(at, end - begin, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
@@ -515,17 +526,10 @@ void GgufFile::hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors)
       fail(path_, ": cannot hold tensors in memory: ", std::strerror(err));
     }
     madvise(at, end - begin, MADV_HUGEPAGE);  // advice only
-    const size_t want = std::min(end, size_) - begin;
-    size_t done = 0;
-    while (done < want) {
-      const ssize_t got = pread(fd, at + done, want - done, static_cast<off_t>(begin + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) {
-        const int err = got < 0 ? errno : 0;
-        ::close(fd);
-        fail(path_, ": cannot read: ", got < 0 ? std::strerror(err) : "file shrank while reading");
-      }
-      done += static_cast<size_t>(got);
+    const std::string error = read_fully(fd, at, std::min(end, size_) - begin, begin);
+    if (!error.empty()) {
+      ::close(fd);
+      fail(path_, ": cannot read: ", error);
     }
     mprotect(at, end - begin, PROT_READ);
     held_bytes_ += end - begin;
