@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <span>
 
 #include "core/error.h"
@@ -23,11 +24,9 @@ bool is_tree(const std::string& strategy) {
   return strategy == "tree" || strategy == "dyntree";
 }
 
-// N: the nodes of a tree candidate's tree.
-int tree_nodes(const Candidate& c) {
-  int nodes = 0;
-  for (int n : tree_level_sizes(c)) nodes += n;
-  return nodes;
+// N: the nodes of a tree with these level sizes.
+int tree_nodes(const std::vector<int>& level_sizes) {
+  return std::accumulate(level_sizes.begin(), level_sizes.end(), 0);
 }
 
 GenerationRequest greedy_request(std::span<const int32_t> prompt, int n_predict) {
@@ -132,7 +131,7 @@ Prediction predict(const CostMeasurements& m, const Candidate& c) {
     }
   } else if (is_tree(c.strategy)) {
     const std::vector<int> sizes = tree_level_sizes(c);
-    const int nodes = tree_nodes(c);
+    const int nodes = tree_nodes(sizes);
     p.tokens_per_step = 1 + expected_tree_accepted(m, c);
     p.ms_per_step =
         draft_latency(m, 1) + target_latency(m, nodes + 1) + nodes * m.tree_node_overhead_ms;
@@ -159,7 +158,7 @@ std::vector<Candidate> tuned_candidates(const CostMeasurements& m, int max_gamma
     const std::vector<int> sizes = tree_level_sizes(c);
     for (int d = 0; d + 1 < c.depth; ++d)
       if (sizes[d] > std::max<int>(1, m.draft_batch_ms.size())) return false;
-    return tree_nodes(c) <= max_nodes;
+    return tree_nodes(sizes) <= max_nodes;
   };
   for (int c = 2; c <= kMaxTreeBranch; ++c)
     for (int d = 1; d <= kMaxTreeDepth && fits(Candidate::tree(d, c)); ++d)
@@ -590,7 +589,7 @@ CostMeasurements measure_costs(const StrategyConfig& config,
     if (tree_total.verify_steps > 0)
       m.tree_node_overhead_ms =
           std::max(0.0, (tree_total.t_gen_ms / tree_total.verify_steps - formula.ms_per_step) /
-                            tree_nodes(tree_shape));
+                            tree_nodes(tree_level_sizes(tree_shape)));
   }
 
   // PEARL at one window, against the formula with the measurements above.
