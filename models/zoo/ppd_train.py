@@ -52,9 +52,11 @@ DISTANCE_DECAY = 0.8
 def base_pass(model, ids):
     """Frozen forward of ids (B, T): per-layer rotated keys/values and the logits."""
     c = model.c
+    dev = model.tok_embd.weight.device
+    ids = torch.as_tensor(ids).to(dev)
     T = ids.shape[1]
     cos, sin = model.rope_cos[:T], model.rope_sin[:T]
-    mask = torch.full((T, T), float("-inf")).triu(1)
+    mask = torch.full((T, T), float("-inf"), device=dev).triu(1)
     x = model.tok_embd(ids)
     kv = []
     for block in model.blocks:
@@ -80,16 +82,18 @@ def prompt_pass(model, embd, kv, cuts, k, E):
     keys at positions <= its cut and the rows of the same cut and ensemble
     index with a prompt index <= its own. Logits are averaged over j."""
     c = model.c
+    dev = embd.device
+    cuts = cuts.to(dev)
     B, M = cuts.shape
     R = M * E * k
-    idx_i = torch.arange(k).repeat(M * E)                      # prompt index per row
-    idx_j = torch.arange(E).repeat_interleave(k).repeat(M)     # ensemble index per row
-    idx_m = torch.arange(M).repeat_interleave(E * k)           # cut per row
+    idx_i = torch.arange(k, device=dev).repeat(M * E)                      # prompt index per row
+    idx_j = torch.arange(E, device=dev).repeat_interleave(k).repeat(M)     # ensemble index per row
+    idx_m = torch.arange(M, device=dev).repeat_interleave(E * k)           # cut per row
     pos = cuts[:, idx_m] + 1 + idx_i[None, :]                   # (B, R)
     T = kv[0][0].shape[2]
-    cos_all, sin_all = rope_tables(c.head_dim, T + k + 1, c.rope_base)
+    cos_all, sin_all = rope_tables(c.head_dim, T + k + 1, c.rope_base, dev)
     cos, sin = cos_all[pos][:, None], sin_all[pos][:, None]    # (B, 1, R, hd/2)
-    base_mask = torch.where(torch.arange(T)[None, None, :] <= cuts[:, idx_m][:, :, None], 0.0,
+    base_mask = torch.where(torch.arange(T, device=dev)[None, None, :] <= cuts[:, idx_m][:, :, None], 0.0,
                             float("-inf"))[:, None]             # (B, 1, R, T)
     same = (idx_m[:, None] == idx_m[None, :]) & (idx_j[:, None] == idx_j[None, :])
     self_mask = torch.where(same & (idx_i[None, :] <= idx_i[:, None]), 0.0, float("-inf"))
@@ -113,16 +117,18 @@ def prompt_pass(model, embd, kv, cuts, k, E):
 
 def teacher_logits(base_logits, cuts, k):
     """(B, M, k, V): the base model's logits at cut + 1 + i (they predict the token cut + 2 + i)."""
-    pos = cuts[:, :, None] + 1 + torch.arange(k)[None, None, :]
+    dev = base_logits.device
+    cuts = cuts.to(dev)
+    pos = cuts[:, :, None] + 1 + torch.arange(k, device=dev)[None, None, :]
     B, M = cuts.shape
-    return base_logits[torch.arange(B)[:, None, None], pos]
+    return base_logits[torch.arange(B, device=dev)[:, None, None], pos]
 
 
 def ppd_loss(student, teacher, k):
     logp = F.log_softmax(student, dim=-1)
     logq = F.log_softmax(teacher, dim=-1)
     kl = (logq.exp() * (logq - logp)).sum(-1).mean(dim=(0, 1))  # per distance
-    weights = DISTANCE_DECAY ** torch.arange(k, dtype=torch.float32)
+    weights = DISTANCE_DECAY ** torch.arange(k, dtype=torch.float32, device=kl.device)
     return (kl * weights).sum(), kl
 
 
@@ -155,7 +161,7 @@ def evaluate(model, embd, data, k, E, seq, n_windows, cuts, seed):
             student = prompt_pass(model, embd, kv, cut, k, E)[0]            # (M, k, V)
             greedy = teacher_logits(base_logits, cut, k)[0].argmax(-1)      # (M, k)
             order = student.topk(RANKS, dim=-1).indices                      # (M, k, RANKS)
-            hits += (order == greedy[..., None]).float().sum(0)
+            hits += (order == greedy[..., None]).float().sum(0).cpu()
             count += cut.shape[1]
     rank_acc = hits / count
     cum = rank_acc.cumsum(-1)
@@ -164,7 +170,7 @@ def evaluate(model, embd, data, k, E, seq, n_windows, cuts, seed):
 
 
 def embedding_hash(model):
-    return hashlib.sha256(model.tok_embd.weight.detach().numpy().astype(np.float32).tobytes()).hexdigest()
+    return hashlib.sha256(model.tok_embd.weight.detach().cpu().numpy().astype(np.float32).tobytes()).hexdigest()
 
 
 def write_side_file(path, embd, args, meta, model, facts):
@@ -186,7 +192,7 @@ def write_side_file(path, embd, args, meta, model, facts):
     w.add_array("ppd.accuracy.top5", gw.T_F32, facts["eval"]["top5"])
     w.add_array("ppd.rank_accuracy", gw.T_F32, [a for row in facts["eval"]["rank"] for a in row])
     w.add_string("ppd.training", json.dumps(facts["training"], sort_keys=True))
-    w.add_tensor("ppd.prompt_embd", embd.detach().float().numpy(), gw.F32)
+    w.add_tensor("ppd.prompt_embd", embd.detach().float().cpu().numpy(), gw.F32)
     w.write(path)
 
 
@@ -231,7 +237,7 @@ def main():
     # initialised from the embeddings of real tokens (drawn with the seed, control tokens excluded)
     rng = np.random.default_rng(args.seed)
     init_ids = rng.choice(model.c.n_vocab - 2, size=k * E, replace=False)
-    embd = torch.nn.Parameter(model.tok_embd.weight[torch.from_numpy(init_ids)].clone())
+    embd = torch.nn.Parameter(model.tok_embd.weight[torch.from_numpy(init_ids)].clone().to(device))
     opt = torch.optim.Adam([embd], lr=args.lr)
     model.to(device)
     print(f"PPD: {k} prompt tokens x {E} ensemble tokens = {k * E * model.c.n_embd} trainable values "
