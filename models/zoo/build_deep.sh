@@ -36,18 +36,19 @@ fi
 
 # 8 x 96 (2 heads of 48, one KV head), n_ff 128: 0.71 M parameters, per token about
 # 1.1x the multiply-adds of draft.gguf (2 x 128, n_ff 352), 43% of a layer's weights in
-# attention. Budgets (1.2 M + 0.3 M tokens) keep training to about 25 minutes on one
-# core of the shared 2-core build machine.
+# attention. A deep, narrow model needs more tokens than the 2-layer drafter to reach its
+# quality (with 1.2 M + 0.3 M tokens its acceptance was 0.09): 12 M + 4 M tokens take
+# about 3 minutes on one GPU (ZOO_DEVICE=auto picks it) and hours on a CPU core.
 DEEP_SHAPE='{"n_vocab":2048,"n_embd":96,"n_layer":8,"n_head":2,"n_head_kv":1,"n_ff":128,"n_ctx":256}'
 GENERAL_MIX="code=0.4,prose=0.25,config=0.15,math=0.2"
 TRAIN=("$PY" "$ZOO/train.py" train --data "$WORK/tokens" --seq 256 --device "${ZOO_DEVICE:-auto}")
 
 log "deep drafter, phase 1: data only (log: $WORK/draft-deep-base.log)"
 "${TRAIN[@]}" --out "$WORK/draft-deep-base.pt" --shape "$DEEP_SHAPE" --mix "$GENERAL_MIX" \
-  --tokens "$(tokens 1200000)" --batch 16 --lr 4e-3 --warmup 50 --seed 5 >> "$WORK/draft-deep-base.log" 2>&1
+  --tokens "$(tokens 12000000)" --batch 16 --lr 4e-3 --warmup 50 --seed 5 >> "$WORK/draft-deep-base.log" 2>&1
 log "deep drafter, phase 2: distilled from $MODELS/target.gguf (log: $WORK/draft-deep.log)"
 "${TRAIN[@]}" --out "$WORK/draft-deep.pt" --init "$WORK/draft-deep-base.pt" --teacher "$MODELS/target.gguf" \
-  --kd-weight 0.8 --mix "$GENERAL_MIX" --tokens "$(tokens 300000)" --batch 8 --lr 1.5e-3 --warmup 20 \
+  --kd-weight 0.8 --mix "$GENERAL_MIX" --tokens "$(tokens 4000000)" --batch 8 --lr 1.5e-3 --warmup 20 \
   --seed 6 >> "$WORK/draft-deep.log" 2>&1
 $PY "$ZOO/export.py" --ckpt "$WORK/draft-deep.pt" --tokenizer "$WORK/tokenizer.json" \
   --out "$MODELS/draft-deep.gguf" --name "parspec-zoo-draft-deep" --type f16
