@@ -72,7 +72,4 @@ Tuning tune(const StrategyConfig& config, const TuneOptions& options);
 void set_tuning_progress(std::function<void(const std::string&)> progress);
 const std::function<void(const std::string&)>& tuning_progress();
 
-// What a strategy runs: auto's choice ("sd:3"), otherwise its name.
-std::string chosen_strategy(const Strategy& strategy);
-
 }  // namespace parspec

@@ -489,7 +489,7 @@ TEST(AutoStrategy, FallsBackToArWhenDraftingCannotPay) {
   c.name = "auto";
   const auto strategy = make_strategy(c);
   EXPECT_EQ(strategy->name(), "auto");
-  EXPECT_EQ(chosen_strategy(*strategy), "ar");
+  EXPECT_EQ(strategy->runs(), "ar");
   ASSERT_FALSE(strategy->notes().empty());
   EXPECT_NE(strategy->notes().front().find("auto: runs ar"), std::string::npos);
 
@@ -505,7 +505,7 @@ TEST(AutoStrategy, FallsBackToArWhenDraftingCannotPay) {
 
   // The second one reads the cache and agrees.
   c.name = "auto";
-  EXPECT_EQ(chosen_strategy(*make_strategy(c)), "ar");
+  EXPECT_EQ(make_strategy(c)->runs(), "ar");
   EXPECT_TRUE(std::filesystem::exists(tune_cache_file(dir.file("cache"))));
 }
 
@@ -518,7 +518,7 @@ TEST(AutoStrategy, IsArWithoutADraftModel) {
   c.target_worker = &worker;
   c.ctx_size = 64;
   c.name = "auto";
-  EXPECT_EQ(chosen_strategy(*make_strategy(c)), "ar");
+  EXPECT_EQ(make_strategy(c)->runs(), "ar");
 }
 
 }  // namespace
