@@ -9,8 +9,8 @@
 // nothing (progress goes to a callback).
 //
 // The predictions (per step, in ms, with E(γ) = Σ_{k<γ} P(first k+1 drafts accepted),
-// T(n) = L(n) + the target's overhead per step, D(n) = the draft's forward over n
-// tokens + its overhead per forward, D = D(1)):
+// T(n) = L(n) + the target's overhead per step + (n−1)·verify_row_ms, D(n) = the draft's forward
+// over n tokens + its overhead per forward, D = D(1)):
 //   ar:        1 token per T(1)
 //   sd γ:      1 + E(γ) tokens per γ·D + T(γ+1)          (γ draft forwards, one verification)
 //   pearl γ:   E(γ) + 1 − P(all γ accepted) tokens per round of max(γ·D, T(γ+1)) when the

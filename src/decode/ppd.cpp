@@ -98,13 +98,9 @@ class Ppd final : public DecodeStrategy {
 
   std::string name() const override { return "ppd"; }
 
-  // Whether some state's tree has a candidate: without one the prompt tokens
-  // guess nothing and every step is one row, ar's step with more machinery.
-  bool has_guesses() const {
-    for (int k = 0; k < static_cast<int>(trees_.states.size()); ++k)
-      if (trees_.candidates(k) > 0) return true;
-    return false;
-  }
+  // Without a candidate in any state the prompt tokens guess nothing and
+  // every step is one row: ar's step with more machinery.
+  bool has_guesses() const { return trees_.has_guesses(); }
 
   std::vector<std::string> notes() const override {
     std::string tree = "ppd: " + std::to_string(prompts_.prompt_tokens) + " prompt tokens x " +

@@ -260,10 +260,13 @@ int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
       calibration.size(), a.n_predict);
   std::printf(
       "choice: budget %d (%.2f tokens/step forecast, %.1f tok/s predicted vs ar %.1f%s)\n"
-      "trees: %s (use: --strategy ppd --ppd %s --ppd-tree %s)\n",
+      "trees: %s (use: --strategy ppd --ppd %s --ppd-tree %s)%s\n",
       best.budget, best.forecast.tokens, best.tok_per_s, 1000.0 / (latency[0] + overhead),
       measured_budgets.size() > 1 ? "; the fastest measured of the predicted best" : "",
-      out.c_str(), a.ppd_path.c_str(), out.c_str());
+      out.c_str(), a.ppd_path.c_str(), out.c_str(),
+      best.trees.has_guesses()
+          ? ""
+          : "\n(no tree pays here: these trees have no guesses, so ppd decodes as ar)");
   return 0;
 }
 

@@ -179,6 +179,8 @@ TEST(PpdStrategy, ATreeWithoutGuessesDecodesAsAr) {
             1);
   // A tree file of roots alone, as `tune --ppd` writes for budget 1, alike.
   const PpdTrees roots = build_ppd_trees(example_accuracy(), 1, 1);
+  EXPECT_FALSE(roots.has_guesses());
+  EXPECT_TRUE(build_ppd_trees(example_accuracy(), 1, 6).has_guesses());
   roots.save(dir.file("roots.tree"));
   c.options["ppd_tree"] = dir.file("roots.tree");
   EXPECT_EQ(make_strategy(c)->runs(), "ar");
