@@ -280,8 +280,8 @@ std::vector<std::vector<int32_t>> calibration_prompts(const Model& target) {
   // The last two prompts of each bundled set (bench/prompts/*.jsonl):
   // benchmarks that take the first prompts of each set do not tune on what
   // they measure. Two per set: acceptance varies by prompt more than timing
-  // does, so the check (decide_check) needs about ten prompts to resolve a
-  // 5% difference, and the acceptance rates gain a sample twice as large.
+  // does, so the check (decide_check) needs about ten prompts to resolve
+  // differences of 5–10%, and the acceptance rates gain a sample twice as large.
   static const char* const kTexts[] = {
       "def gcd(a, b):\n    \"\"\"Return the greatest common divisor of a and b.\"\"\"\n    while "
       "b:\n",
