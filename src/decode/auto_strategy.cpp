@@ -38,7 +38,7 @@ class AutoStrategy final : public Strategy {
     return inner_->generate(request);
   }
   std::vector<std::string> notes() const override { return notes_; }
-  const std::string& chosen() const { return chosen_; }
+  std::string runs() const override { return chosen_; }
 
  private:
   std::unique_ptr<Strategy> inner_;
@@ -47,11 +47,6 @@ class AutoStrategy final : public Strategy {
 };
 
 }  // namespace
-
-std::string chosen_strategy(const Strategy& strategy) {
-  if (const auto* a = dynamic_cast<const AutoStrategy*>(&strategy)) return a->chosen();
-  return strategy.name();
-}
 
 StrategyInfo auto_strategy() {
   return {.name = "auto",

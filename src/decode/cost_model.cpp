@@ -1,6 +1,7 @@
 #include "decode/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <span>
@@ -96,7 +97,7 @@ namespace {
 double target_latency(const CostMeasurements& m, int n) {
   check(n >= 1 && n <= static_cast<int>(m.target_ms.size()), "cost model: L(", n,
         ") was not measured (", m.target_ms.size(), " batch sizes)");
-  return m.target_ms[n - 1] + m.target_overhead_ms;
+  return m.target_ms[n - 1] + m.target_overhead_ms + (n - 1) * m.verify_row_ms;
 }
 
 // D(n): a draft forward over n tokens.
@@ -189,19 +190,39 @@ TuneChoice choose_strategy(const CostMeasurements& m, double margin) {
   });
   TuneChoice choice;
   choice.ar = predict(m, {"ar", 0});
-  char reason[320];
+  char reason[640];
   const auto checked = std::find_if(ranked.begin(), ranked.end(), [&](const Prediction& p) {
     return p.candidate.label() == m.measured_best;
   });
   if (!m.measured_best.empty() && checked != ranked.end()) {
     choice.chosen = checked->candidate;
     choice.predicted = *checked;
+    // The check's figures: the chosen one's and, when it was not the fastest, the fastest's.
+    const CostMeasurements::Checked* mine = nullptr;
+    const CostMeasurements::Checked* fastest = nullptr;
+    for (const auto& c : m.checked) {
+      if (c.label == m.measured_best) mine = &c;
+      if (fastest == nullptr || c.tok_per_s > fastest->tok_per_s) fastest = &c;
+    }
+    std::string measured = "measured fastest";
+    if (mine != nullptr && fastest != nullptr && fastest != mine) {
+      char tie[200];
+      std::snprintf(tie, sizeof tie,
+                    "as fast as the fastest, %s, within the check's noise (%.1f%% ± %.1f%% "
+                    "slower per prompt) and simpler",
+                    fastest->label.c_str(), 100 * mine->slower, 100 * mine->slower_se);
+      measured = tie;
+    }
+    char figures[120] = "";
+    if (mine != nullptr && m.checked_ar_tok_per_s > 0)
+      std::snprintf(figures, sizeof figures, ": %.1f tok/s against ar's %.1f", mine->tok_per_s,
+                    m.checked_ar_tok_per_s);
     std::snprintf(reason, sizeof reason,
-                  "%s measured fastest on the calibration prompts of the configurations predicted "
-                  "within %.0f%% of the best, and faster than ar (predicted %.1f tok/s, %.2fx ar's "
-                  "%.1f; %.2f tokens per step of %.2f ms)",
-                  m.measured_best.c_str(), kRivalMargin * 100, checked->tok_per_s,
-                  checked->tok_per_s / choice.ar.tok_per_s, choice.ar.tok_per_s,
+                  "%s %s on the calibration prompts of the configurations predicted within %.0f%% "
+                  "of the best, and faster than ar%s (predicted %.1f tok/s, %.2fx ar's %.1f; %.2f "
+                  "tokens per step of %.2f ms)",
+                  m.measured_best.c_str(), measured.c_str(), kRivalMargin * 100, figures,
+                  checked->tok_per_s, checked->tok_per_s / choice.ar.tok_per_s, choice.ar.tok_per_s,
                   checked->tokens_per_step, checked->ms_per_step);
     choice.reason = reason;
     return choice;
@@ -256,8 +277,11 @@ StrategyConfig config_for_candidate(const StrategyConfig& base, const Candidate&
 }
 
 std::vector<std::vector<int32_t>> calibration_prompts(const Model& target) {
-  // The last prompt of each bundled set (bench/prompts/*.jsonl): benchmarks
-  // that take the first prompts of each set do not tune on what they measure.
+  // The last two prompts of each bundled set (bench/prompts/*.jsonl):
+  // benchmarks that take the first prompts of each set do not tune on what
+  // they measure. Two per set: acceptance varies by prompt more than timing
+  // does, so the check (decide_check) needs about ten prompts to resolve
+  // differences of 5–10%, and the acceptance rates gain a sample twice as large.
   static const char* const kTexts[] = {
       "def gcd(a, b):\n    \"\"\"Return the greatest common divisor of a and b.\"\"\"\n    while "
       "b:\n",
@@ -268,6 +292,12 @@ std::vector<std::vector<int32_t>> calibration_prompts(const Model& target) {
       "Conflicts=shutdown.target\nBefore=sysinit.target shutdown.target\n\n[Service]\n"
       "Type=oneshot\nRemainAfterExit=yes\n",
       "Where does Debian keep the documentation of installed packages?",
+      "    for i, line in enumerate(lines):\n        if not line.strip():\n            continue\n",
+      "Q: A tank holds 250 litres of water. 95 litres are used in the morning and 60 litres in the "
+      "evening. How much water is left?\nA:",
+      "The examples directory contains several small programs that show how to",
+      "# /etc/default/parspec\n# Options passed to the inference server by its service unit.\n\n",
+      "What is an exception and how do I catch one?",
   };
   std::vector<std::vector<int32_t>> prompts;
   try {
@@ -281,7 +311,7 @@ std::vector<std::vector<int32_t>> calibration_prompts(const Model& target) {
   }
   if (prompts.empty()) {
     const int n_vocab = target.config().n_vocab;
-    for (int p = 0; p < 5; ++p) {
+    for (int p = 0; p < 10; ++p) {
       std::vector<int32_t> tokens;
       for (int i = 0; i < 12; ++i) tokens.push_back((p * 131 + i * 17 + 3) % n_vocab);
       prompts.push_back(std::move(tokens));
@@ -290,10 +320,78 @@ std::vector<std::vector<int32_t>> calibration_prompts(const Model& target) {
   return prompts;
 }
 
+double CandidateRuns::tok_per_s(size_t k) const {
+  const double n = std::accumulate(tokens[k].begin(), tokens[k].end(), 0.0);
+  const double t = std::accumulate(ms[k].begin(), ms[k].end(), 0.0);
+  return t > 0 ? n * 1000.0 / t : 0;
+}
+
 std::vector<double> measure_candidates(const StrategyConfig& base,
                                        const std::vector<Candidate>& candidates,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        int n_predict) {
+  const CandidateRuns runs = run_candidates(base, candidates, prompts, n_predict);
+  std::vector<double> out;
+  for (size_t k = 0; k < candidates.size(); ++k) out.push_back(runs.tok_per_s(k));
+  return out;
+}
+
+int complexity_rank(const Candidate& c) {
+  static const char* const kOrder[] = {"ar", "sd", "tree", "dyntree", "pearl"};
+  const int family =
+      static_cast<int>(std::find(std::begin(kOrder), std::end(kOrder), c.strategy) - kOrder);
+  const int rows = is_tree(c.strategy) ? tree_nodes(tree_level_sizes(c)) : c.param;
+  return family * 1000 + rows;
+}
+
+CheckOutcome decide_check(const std::vector<Candidate>& contenders, const CandidateRuns& runs) {
+  check(runs.ms.size() == contenders.size() + 1 && !runs.ms.back().empty(),
+        "decide_check: the runs must be the contenders' and ar's");
+  CheckOutcome out;
+  out.ar_tok_per_s = runs.tok_per_s(contenders.size());
+  std::vector<size_t> kept;
+  for (size_t k = 0; k < contenders.size(); ++k) {
+    if (runs.tok_per_s(k) <= out.ar_tok_per_s)
+      out.rejected.push_back(contenders[k].label());
+    else
+      kept.push_back(k);
+  }
+  size_t fastest = contenders.size();
+  for (size_t k : kept)
+    if (fastest == contenders.size() || runs.tok_per_s(k) > runs.tok_per_s(fastest)) fastest = k;
+  const size_t n_prompts = runs.ms.back().size();
+  const auto per_token = [&](size_t k, size_t p) {
+    return runs.ms[k][p] / std::max(1.0, runs.tokens[k][p]);
+  };
+  int best_rank = 0;
+  for (size_t k = 0; k < contenders.size(); ++k) {
+    CostMeasurements::Checked c{contenders[k].label(), runs.tok_per_s(k), 0, 0};
+    if (fastest < contenders.size() && n_prompts > 0) {
+      double sum = 0, sum2 = 0;
+      for (size_t p = 0; p < n_prompts; ++p) {
+        const double d = std::log(per_token(k, p) / per_token(fastest, p));
+        sum += d;
+        sum2 += d * d;
+      }
+      c.slower = sum / n_prompts;
+      const double var =
+          n_prompts > 1 ? std::max(0.0, (sum2 - sum * c.slower) / (n_prompts - 1)) : 0;
+      c.slower_se = std::sqrt(var / n_prompts);
+    }
+    out.checked.push_back(c);
+    const bool tie =
+        std::find(kept.begin(), kept.end(), k) != kept.end() &&
+        (k == fastest || c.slower < std::max(kTieFloor, kTieStandardErrors * c.slower_se));
+    if (tie && (out.chosen.empty() || complexity_rank(contenders[k]) < best_rank)) {
+      out.chosen = contenders[k].label();
+      best_rank = complexity_rank(contenders[k]);
+    }
+  }
+  return out;
+}
+
+CandidateRuns run_candidates(const StrategyConfig& base, const std::vector<Candidate>& candidates,
+                             const std::vector<std::vector<int32_t>>& prompts, int n_predict) {
   StrategyConfig config = base;
   int longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
@@ -301,21 +399,19 @@ std::vector<double> measure_candidates(const StrategyConfig& base,
   std::vector<std::unique_ptr<Strategy>> strategies;
   for (const Candidate& c : candidates)
     strategies.push_back(make_strategy(config_for_candidate(config, c)));
-  std::vector<int64_t> tokens(candidates.size(), 0);
-  std::vector<double> ms(candidates.size(), 0);
+  CandidateRuns runs;
+  runs.ms.assign(candidates.size(), std::vector<double>(prompts.size(), 0));
+  runs.tokens = runs.ms;
   for (size_t p = 0; p < prompts.size(); ++p) {
     for (size_t i = 0; i < strategies.size(); ++i) {
       const size_t k = (i + p) % strategies.size();  // rotated: no one always runs first
       const GenerationRequest request = greedy_request(prompts[p], n_predict);
       const GenerationStats st = strategies[k]->generate(request).stats;
-      tokens[k] += st.n_gen;
-      ms[k] += st.t_gen_ms;
+      runs.tokens[k][p] = st.n_gen;
+      runs.ms[k][p] = st.t_gen_ms;
     }
   }
-  std::vector<double> out;
-  for (size_t k = 0; k < candidates.size(); ++k)
-    out.push_back(ms[k] > 0 ? tokens[k] * 1000.0 / ms[k] : 0);
-  return out;
+  return runs;
 }
 
 namespace {
@@ -353,6 +449,14 @@ std::vector<double> non_decreasing(const std::vector<double>& v) {
   for (size_t b = 0; b < sums.size(); ++b)
     for (int i = 0; i < counts[b]; ++i) out.push_back(sums[b] / counts[b]);
   return out;
+}
+
+// v linearly interpolated at 1-based position x (v[0] is at 1), clamped to its ends.
+double interpolated(const std::vector<double>& v, double x) {
+  const double i = std::clamp(x - 1, 0.0, static_cast<double>(v.size() - 1));
+  const size_t lo = static_cast<size_t>(i);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (i - lo) * (v[hi] - v[lo]);
 }
 
 double median(std::vector<double> v) {
@@ -539,6 +643,9 @@ CostMeasurements measure_costs(const StrategyConfig& config,
     sd_total.t_gen_ms += st.t_gen_ms;
     sd_total.verify_steps += st.verify_steps;
     sd_total.draft_forwards += st.draft_forwards;
+    sd_total.drafted += st.drafted;
+    sd_total.target_forwards += st.target_forwards;
+    sd_total.t_verify_ms += st.t_verify_ms;
     const PositionAcceptance& pa = st.per_position;
     for (size_t k = 0; k < pa.proposed.size() && k < proposed.size(); ++k) {
       proposed[k] += pa.proposed[k];
@@ -567,9 +674,18 @@ CostMeasurements measure_costs(const StrategyConfig& config,
         std::max(-0.5 * m.target_ms[0], ar_total.t_gen_ms / ar_total.n_gen - m.target_ms[0]);
   if (sd_total.verify_steps > 0 && sd_total.draft_forwards > 0) {
     const double steps = static_cast<double>(sd_total.verify_steps);
+    // The verifications' real forwards (the target's meter) against L at
+    // their mean row count: the excess over ar's, per row beyond the first.
+    const double rows = 1 + sd_total.drafted / steps;
+    if (sd_total.target_forwards > 0 && rows > 1.5) {
+      const double real_ms = sd_total.t_verify_ms / sd_total.target_forwards;
+      const double excess = real_ms - interpolated(m.target_ms, rows) - m.target_overhead_ms;
+      m.verify_row_ms =
+          std::clamp(excess / (rows - 1), -0.5 * m.target_ms[0] / (rows - 1), m.target_ms[0]);
+    }
     const double drafts_per_step = sd_total.draft_forwards / steps;
-    const double explained =
-        drafts_per_step * m.draft_ms + m.target_ms[gamma] + m.target_overhead_ms;
+    const double explained = drafts_per_step * m.draft_ms + interpolated(m.target_ms, rows) +
+                             m.target_overhead_ms + (rows - 1) * m.verify_row_ms;
     m.draft_overhead_ms = std::max(0.0, (sd_total.t_gen_ms / steps - explained) / drafts_per_step);
   }
   for (size_t k = 0; k < proposed.size(); ++k) {

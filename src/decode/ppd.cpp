@@ -98,6 +98,10 @@ class Ppd final : public DecodeStrategy {
 
   std::string name() const override { return "ppd"; }
 
+  // Without a candidate in any state the prompt tokens guess nothing and
+  // every step is one row: ar's step with more machinery.
+  bool has_guesses() const { return trees_.has_guesses(); }
+
   std::vector<std::string> notes() const override {
     std::string tree = "ppd: " + std::to_string(prompts_.prompt_tokens) + " prompt tokens x " +
                        std::to_string(prompts_.ensemble_tokens) + " ensemble tokens (" +
@@ -275,6 +279,37 @@ class Ppd final : public DecodeStrategy {
   std::vector<Distribution> next_;
 };
 
+// ppd whose trees have no guesses (`parspec tune --ppd` chooses budget 1 where
+// no tree pays, as on a target that lives in cache): it decodes with ar's own
+// strategy, so at ar's cost, and says so once in its notes.
+class PpdWithoutGuesses final : public Strategy {
+ public:
+  PpdWithoutGuesses(const StrategyConfig& config, std::vector<std::string> notes)
+      : notes_(std::move(notes)) {
+    StrategyConfig ar = config;
+    ar.name = "ar";
+    inner_ = make_strategy(ar);
+    notes_.push_back(
+        "ppd: the tree has no guesses (the root alone, one row per step): decodes as ar");
+  }
+  std::string name() const override { return "ppd"; }
+  std::string runs() const override { return "ar"; }
+  GenerationResult generate(const GenerationRequest& request) override {
+    return inner_->generate(request);
+  }
+  std::vector<std::string> notes() const override { return notes_; }
+
+ private:
+  std::unique_ptr<Strategy> inner_;
+  std::vector<std::string> notes_;
+};
+
+std::unique_ptr<Strategy> make_ppd(const StrategyConfig& config) {
+  auto ppd = std::make_unique<Ppd>(config);
+  if (ppd->has_guesses()) return ppd;
+  return std::make_unique<PpdWithoutGuesses>(config, ppd->notes());
+}
+
 }  // namespace
 
 StrategyInfo ppd_strategy() {
@@ -284,7 +319,7 @@ StrategyInfo ppd_strategy() {
           .options = {ppd_file_option(), ppd_tree_option(), ppd_budget_option(),
                       lossy_typical_option()},
           .variant_key = "ppd_budget",
-          .make = [](const StrategyConfig& c) { return std::make_unique<Ppd>(c); }};
+          .make = make_ppd};
 }
 
 }  // namespace parspec

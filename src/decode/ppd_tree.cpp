@@ -159,6 +159,12 @@ int PpdTrees::max_input_length() const {
   return rows;
 }
 
+bool PpdTrees::has_guesses() const {
+  for (int k = 0; k < static_cast<int>(states.size()); ++k)
+    if (candidates(k) > 0) return true;
+  return false;
+}
+
 std::string PpdTrees::to_text() const {
   std::ostringstream out;
   out << "# parspec PPD trees: per state k (prompt tokens of the last accepted node) one line per\n"

@@ -42,6 +42,9 @@ struct PpdTrees {
   // Rows of a step's forward in `state`.
   int input_length(int state) const;
   int max_input_length() const;
+  // Whether some state's tree has a candidate (budget 1 builds the root alone:
+  // no guesses, and ppd then decodes as ar).
+  bool has_guesses() const;
   // The text form (a header, then per state "state K" and one "node RANKS PROMPTS"
   // line per node, RANKS "-" for the root, else dot-separated).
   std::string to_text() const;

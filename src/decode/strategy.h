@@ -87,6 +87,9 @@ class Strategy {
   // What the strategy measured or decided when it was made, one line each, for
   // the tool to show (libraries do not print).
   virtual std::vector<std::string> notes() const { return {}; }
+  // What it decodes with when it hands the work to another strategy (auto's
+  // choice "sd:3"; "ar" for a ppd tree without guesses); its name otherwise.
+  virtual std::string runs() const { return name(); }
 };
 
 // A strategy option's value: its flag takes an integer, a real, nothing (a

@@ -17,7 +17,8 @@ namespace parspec {
 namespace {
 
 // Bump when the measurements or the predictions change meaning: older entries are ignored.
-constexpr int kCacheVersion = 3;  // 3: draft batch sizes, tree acceptance
+// 3: draft batch sizes, tree acceptance; 4: verify_row_ms, the check's figures and tie rule.
+constexpr int kCacheVersion = 4;
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -55,6 +56,16 @@ TuneKey key_from(const nlohmann::json& j) {
           j.at("threads_draft").get<int>()};
 }
 
+nlohmann::json checked_json(const std::vector<CostMeasurements::Checked>& checked) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& c : checked)
+    out.push_back({{"label", c.label},
+                   {"tok_per_s", c.tok_per_s},
+                   {"slower", c.slower},
+                   {"slower_se", c.slower_se}});
+  return out;
+}
+
 nlohmann::json measurements_json(const CostMeasurements& m) {
   return {{"target_ms", m.target_ms},
           {"draft_ms", m.draft_ms},
@@ -67,6 +78,9 @@ nlohmann::json measurements_json(const CostMeasurements& m) {
           {"draft_batch_ms", m.draft_batch_ms},
           {"tree_accept", m.tree_accept},
           {"tree_node_overhead_ms", m.tree_node_overhead_ms},
+          {"verify_row_ms", m.verify_row_ms},
+          {"checked", checked_json(m.checked)},
+          {"checked_ar_tok_per_s", m.checked_ar_tok_per_s},
           {"parallel", m.parallel},
           {"calibration_tokens", m.calibration_tokens},
           {"calibration_s", m.calibration_s}};
@@ -85,6 +99,11 @@ CostMeasurements measurements_from(const nlohmann::json& j) {
   m.draft_batch_ms = j.at("draft_batch_ms").get<std::vector<double>>();
   m.tree_accept = j.at("tree_accept").get<std::vector<std::vector<std::vector<double>>>>();
   m.tree_node_overhead_ms = j.at("tree_node_overhead_ms").get<double>();
+  m.verify_row_ms = j.at("verify_row_ms").get<double>();
+  for (const nlohmann::json& c : j.at("checked"))
+    m.checked.push_back({c.at("label").get<std::string>(), c.at("tok_per_s").get<double>(),
+                         c.at("slower").get<double>(), c.at("slower_se").get<double>()});
+  m.checked_ar_tok_per_s = j.at("checked_ar_tok_per_s").get<double>();
   m.parallel = j.at("parallel").get<bool>();
   m.calibration_tokens = j.at("calibration_tokens").get<int>();
   m.calibration_s = j.at("calibration_s").get<double>();
@@ -204,8 +223,10 @@ Tuning tune(const StrategyConfig& config, const TuneOptions& options) {
     t.measurements = measure_costs(config, prompts, options.calibration);
     // The prediction is checked by running the predicted best, with the best
     // of other families predicted within kRivalMargin of it, against ar:
-    // those not faster than ar are rejected, the fastest of the others is
-    // chosen; if none was faster, the next prediction is checked (twice at most).
+    // those not faster than ar are rejected, and of the others the simplest
+    // one as fast as the measured fastest within the check's noise is chosen
+    // (decide_check); if none was faster, the next prediction is checked
+    // (twice at most).
     for (int attempt = 0; attempt < 2; ++attempt) {
       const TuneChoice choice = choose_strategy(t.measurements);
       if (choice.chosen.strategy == "ar") break;
@@ -228,19 +249,14 @@ Tuning tune(const StrategyConfig& config, const TuneOptions& options) {
         options.calibration.progress("tune: checking " + names + " against ar");
       std::vector<Candidate> runs = contenders;
       runs.push_back({"ar", 0});
-      const std::vector<double> measured =
-          measure_candidates(config, runs, prompts, options.calibration.n_predict);
-      const double ar_measured = measured.back();
-      double best_measured = ar_measured;
-      for (size_t i = 0; i < contenders.size(); ++i) {
-        if (measured[i] <= ar_measured) {
-          t.measurements.rejected.push_back(contenders[i].label());
-        } else if (measured[i] > best_measured) {
-          best_measured = measured[i];
-          t.measurements.measured_best = contenders[i].label();
-        }
-      }
-      if (!t.measurements.measured_best.empty()) break;
+      const CheckOutcome outcome = decide_check(
+          contenders, run_candidates(config, runs, prompts, options.calibration.n_predict));
+      CostMeasurements& m = t.measurements;
+      m.rejected.insert(m.rejected.end(), outcome.rejected.begin(), outcome.rejected.end());
+      m.checked.insert(m.checked.end(), outcome.checked.begin(), outcome.checked.end());
+      m.checked_ar_tok_per_s = outcome.ar_tok_per_s;
+      m.measured_best = outcome.chosen;
+      if (!m.measured_best.empty()) break;
     }
     store_tuning(dir, key, t.measurements);
   }

@@ -62,17 +62,15 @@ struct Tuning {
 // Cached measurements for `config` or new ones (stored), and the choice. New
 // measurements are checked: the predicted best and the best of other families
 // predicted within kRivalMargin of it run against ar on the calibration
-// prompts; those not faster than ar are rejected, the measured fastest of the
-// others is chosen (measured_best); if none was faster, the next prediction
-// is checked (twice at most).
+// prompts; those not faster than ar are rejected, and of the others the
+// simplest as fast as the measured fastest within the check's noise is chosen
+// (decide_check, measured_best); if none was faster, the next prediction is
+// checked (twice at most).
 Tuning tune(const StrategyConfig& config, const TuneOptions& options);
 
 // Where `--strategy auto` reports tuning progress (a tool sets it to print on
 // stderr; libraries print nothing). Empty by default.
 void set_tuning_progress(std::function<void(const std::string&)> progress);
 const std::function<void(const std::string&)>& tuning_progress();
-
-// What a strategy runs: auto's choice ("sd:3"), otherwise its name.
-std::string chosen_strategy(const Strategy& strategy);
 
 }  // namespace parspec

@@ -16,7 +16,6 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "decode/strategies.h"
-#include "decode/tuning.h"
 #include "dist/pipeline.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -285,7 +284,7 @@ void write_reports(const BenchArgs& a, const BenchReport& report,
       std::printf("\ndistributed: %s", report.config["distributed"].get<std::string>().c_str());
     std::printf("\n\n%s", report_table(report).c_str());
     for (const auto& [label, chosen] : report.config["chosen"].items())
-      if (parse_strategy_entry(label).first == "auto")
+      if (chosen.get<std::string>() != label)
         std::printf("%s ran %s\n", label.c_str(), chosen.get<std::string>().c_str());
     std::fflush(stdout);
     if (!a.json_out.empty()) write_output(a.json_out, json_text);
@@ -352,12 +351,13 @@ int cmd_bench(int argc, char** argv) {
   report.exactness_checked = plan.check_exact;
   report.config["command"] = command_line(argc, argv);
   fill_config(report.config, a, *target, resources, plan.labels, sets, template_used);
-  // What each label ran: auto's choice ("sd:2"), the strategy's name otherwise.
+  // What each label ran: auto's choice ("sd:2"), ar for a ppd tree without
+  // guesses, the label itself otherwise.
   report.config["chosen"] = ojson::object();
-  for (size_t i = 0; i < plan.labels.size(); ++i)
-    report.config["chosen"][plan.labels[i]] = parse_strategy_entry(plan.labels[i]).first == "auto"
-                                                  ? chosen_strategy(*plan.strategies[i])
-                                                  : plan.labels[i];
+  for (size_t i = 0; i < plan.labels.size(); ++i) {
+    const Strategy& s = *plan.strategies[i];
+    report.config["chosen"][plan.labels[i]] = s.runs() != s.name() ? s.runs() : plan.labels[i];
+  }
   write_reports(a, report, sets, resources.draft != nullptr);
 
   if (!outcome.mismatches.empty()) {

@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "decode/strategies.h"
-#include "decode/tuning.h"
 #include "dist/pipeline.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
@@ -231,8 +230,8 @@ void generate_and_print(Strategy& strategy, const GenerateArgs& a, const std::st
   }
   const GenerationResult result = strategy.generate(request);
   if (a.json)
-    print_json(strategy.name(), chosen_strategy(strategy), result, tokenizer, a.ignore_eos,
-               a.sampling.seed, a.n_threads);
+    print_json(strategy.name(), strategy.runs(), result, tokenizer, a.ignore_eos, a.sampling.seed,
+               a.n_threads);
   else
     print_speed(strategy.name(), stream.flush(), result.stats);
 }

@@ -108,9 +108,20 @@ void print_measurements(const Tuning& t, const TuneArgs& a) {
               m.parallel ? "yes" : "no");
   std::printf("  pearl's measured speed over the formula's at the calibration window: %.2f\n",
               m.pearl_efficiency);
+  std::printf("  real verification forward beyond L(n), ms per row after the first: %.3f\n",
+              m.verify_row_ms);
+  if (!m.checked.empty()) {
+    std::printf("  check against ar (%.1f tok/s), per prompt against the fastest:",
+                m.checked_ar_tok_per_s);
+    for (const auto& c : m.checked)
+      std::printf(" %s %.1f tok/s (%+.1f%% ± %.1f%%)", c.label.c_str(), c.tok_per_s, 100 * c.slower,
+                  100 * c.slower_se);
+    std::printf("\n");
+  }
   if (!m.measured_best.empty())
-    std::printf("  measured fastest of the best predictions, and faster than ar: %s\n",
-                m.measured_best.c_str());
+    std::printf(
+        "  chosen by the check (the simplest as fast as the fastest, and faster than ar): %s\n",
+        m.measured_best.c_str());
   if (!m.rejected.empty()) {
     std::printf("  predicted fastest but measured no faster than ar (not chosen):");
     for (const std::string& r : m.rejected) std::printf(" %s", r.c_str());
@@ -249,10 +260,13 @@ int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
       calibration.size(), a.n_predict);
   std::printf(
       "choice: budget %d (%.2f tokens/step forecast, %.1f tok/s predicted vs ar %.1f%s)\n"
-      "trees: %s (use: --strategy ppd --ppd %s --ppd-tree %s)\n",
+      "trees: %s (use: --strategy ppd --ppd %s --ppd-tree %s)%s\n",
       best.budget, best.forecast.tokens, best.tok_per_s, 1000.0 / (latency[0] + overhead),
       measured_budgets.size() > 1 ? "; the fastest measured of the predicted best" : "",
-      out.c_str(), a.ppd_path.c_str(), out.c_str());
+      out.c_str(), a.ppd_path.c_str(), out.c_str(),
+      best.trees.has_guesses()
+          ? ""
+          : "\n(no tree pays here: these trees have no guesses, so ppd decodes as ar)");
   return 0;
 }
 

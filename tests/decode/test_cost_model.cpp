@@ -51,6 +51,14 @@ TEST(CostModel, AddsTheMeasuredOverheads) {
   EXPECT_DOUBLE_EQ(predict(m, {"sd", 2}).tok_per_s, 2400.0 / 19.5);
 }
 
+TEST(CostModel, PricesEveryVerifiedRowFromRealRuns) {
+  CostMeasurements m = hand_made(false);
+  m.verify_row_ms = 0.5;  // a real forward over n rows: L(n) + 0.5 ms per row after the first
+  EXPECT_DOUBLE_EQ(predict(m, {"ar", 0}).ms_per_step, 10.0);  // one row: no change
+  // sd:2: 2 drafts (4 ms) + L(3) (12 ms) + 2 rows × 0.5 ms.
+  EXPECT_DOUBLE_EQ(predict(m, {"sd", 2}).ms_per_step, 17.0);
+}
+
 TEST(CostModel, PredictsChainSpeculation) {
   const CostMeasurements m = hand_made(false);
   EXPECT_DOUBLE_EQ(expected_accepted(m, 2), 0.8 + 0.6);
@@ -108,6 +116,57 @@ TEST(CostModel, TheRealRunCheckDecides) {
   EXPECT_NE(checked.reason.find("measured fastest"), std::string::npos) << checked.reason;
   m.rejected = {"sd:3"};  // a later check found it no faster than ar
   EXPECT_EQ(choose_strategy(m).chosen.label(), "sd:2");
+}
+
+// Runs of the contenders and ar (last): ms per prompt for 10 tokens each.
+CandidateRuns runs_of(const std::vector<std::vector<double>>& ms) {
+  CandidateRuns runs;
+  runs.ms = ms;
+  for (const auto& row : ms) runs.tokens.push_back(std::vector<double>(row.size(), 10));
+  return runs;
+}
+
+TEST(RealRunCheck, RejectsWhatIsNotFasterThanAr) {
+  const std::vector<Candidate> contenders = {{"sd", 2}, Candidate::dyntree(2, 3, 2)};
+  const CheckOutcome out =
+      decide_check(contenders, runs_of({{100, 110, 90}, {130, 140, 120}, {120, 120, 120}}));
+  EXPECT_EQ(out.chosen, "sd:2");
+  EXPECT_EQ(out.rejected, std::vector<std::string>{"dyntree:d2c3w2"});
+  EXPECT_DOUBLE_EQ(out.ar_tok_per_s, 30 * 1000.0 / 360);
+  ASSERT_EQ(out.checked.size(), 2u);
+  EXPECT_DOUBLE_EQ(out.checked[0].tok_per_s, 30 * 1000.0 / 300);
+  EXPECT_DOUBLE_EQ(out.checked[0].slower, 0.0);  // the fastest against itself
+  // Nothing faster than ar: no choice.
+  EXPECT_TRUE(decide_check({{"sd", 2}}, runs_of({{130, 130}, {120, 120}})).chosen.empty());
+}
+
+TEST(RealRunCheck, TheSimplestWithinTheNoiseOfTheFastestIsChosen) {
+  const std::vector<Candidate> contenders = {Candidate::dyntree(2, 3, 2), {"sd", 3}};
+  // The tree is 4% faster overall, but per prompt the gap swings from -10% to +20%
+  // (acceptance differs by prompt): within two standard errors, so sd:3 runs.
+  const std::vector<double> tree = {100, 100, 100, 100, 100, 100};
+  const std::vector<double> noisy = {120, 90, 110, 92, 118, 95};
+  const std::vector<double> ar = {200, 200, 200, 200, 200, 200};
+  const CheckOutcome tie = decide_check(contenders, runs_of({tree, noisy, ar}));
+  EXPECT_EQ(tie.chosen, "sd:3");
+  EXPECT_GT(tie.checked[1].slower, 0.0);
+  EXPECT_LT(tie.checked[1].slower, 2 * tie.checked[1].slower_se);
+  // The same 4% on every prompt is resolved: the tree runs.
+  const std::vector<double> steady(6, 104);
+  EXPECT_EQ(decide_check(contenders, runs_of({tree, steady, ar})).chosen, "dyntree:d2c3w2");
+  // Under 1% is a tie even when steady.
+  const std::vector<double> close(6, 100.5);
+  EXPECT_EQ(decide_check(contenders, runs_of({tree, close, ar})).chosen, "sd:3");
+}
+
+TEST(RealRunCheck, SimplerMeansFewerMovingParts) {
+  EXPECT_LT(complexity_rank({"ar", 0}), complexity_rank({"sd", 8}));
+  EXPECT_LT(complexity_rank({"sd", 2}), complexity_rank({"sd", 3}));
+  EXPECT_LT(complexity_rank({"sd", 8}), complexity_rank(Candidate::tree(1, 2)));
+  EXPECT_LT(complexity_rank(Candidate::tree(2, 2)), complexity_rank(Candidate::dyntree(2, 2, 2)));
+  EXPECT_LT(complexity_rank(Candidate::dyntree(2, 2, 2)),
+            complexity_rank(Candidate::dyntree(2, 3, 3)));
+  EXPECT_LT(complexity_rank(Candidate::dyntree(8, 3, 4)), complexity_rank({"pearl", 1}));
 }
 
 TEST(CostModel, FallsBackToArWithinTheMargin) {
@@ -317,8 +376,16 @@ TEST(TuneCache, RoundTripAndInvalidation) {
   CostMeasurements checked = trees;
   checked.measured_best = "dyntree:d2c2w2";
   checked.rejected = {"sd:2"};
+  checked.verify_row_ms = 0.75;
+  checked.checked = {{"dyntree:d2c2w2", 31.5, 0, 0}, {"sd:3", 30.5, 0.03, 0.02}};
+  checked.checked_ar_tok_per_s = 22.5;
   store_tuning(cache, key, checked);
   EXPECT_EQ(load_tuning(cache, key)->measured_best, "dyntree:d2c2w2");
+  EXPECT_EQ(load_tuning(cache, key)->verify_row_ms, 0.75);
+  ASSERT_EQ(load_tuning(cache, key)->checked.size(), 2u);
+  EXPECT_EQ(load_tuning(cache, key)->checked[1].label, "sd:3");
+  EXPECT_EQ(load_tuning(cache, key)->checked[1].slower_se, 0.02);
+  EXPECT_EQ(load_tuning(cache, key)->checked_ar_tok_per_s, 22.5);
   EXPECT_EQ(load_tuning(cache, key)->rejected, checked.rejected);
   EXPECT_DOUBLE_EQ(predict(*trees_back, Candidate::dyntree(2, 2, 2)).tok_per_s,
                    predict(trees, Candidate::dyntree(2, 2, 2)).tok_per_s);
@@ -369,9 +436,9 @@ TEST(TuneCache, AnOlderVersionIsMeasuredAgain) {
   store_tuning(cache, key, hand_made(false));
   std::ifstream in(tune_cache_file(cache));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t at = text.find("\"version\": 3");
+  const size_t at = text.find("\"version\": 4");
   ASSERT_NE(at, std::string::npos) << text;
-  text.replace(at, 12, "\"version\": 2");
+  text.replace(at, 12, "\"version\": 3");
   write_bytes(tune_cache_file(cache), text);
   EXPECT_FALSE(load_tuning(cache, key).has_value());
   store_tuning(cache, key, hand_made_trees());
@@ -422,7 +489,7 @@ TEST(AutoStrategy, FallsBackToArWhenDraftingCannotPay) {
   c.name = "auto";
   const auto strategy = make_strategy(c);
   EXPECT_EQ(strategy->name(), "auto");
-  EXPECT_EQ(chosen_strategy(*strategy), "ar");
+  EXPECT_EQ(strategy->runs(), "ar");
   ASSERT_FALSE(strategy->notes().empty());
   EXPECT_NE(strategy->notes().front().find("auto: runs ar"), std::string::npos);
 
@@ -438,7 +505,7 @@ TEST(AutoStrategy, FallsBackToArWhenDraftingCannotPay) {
 
   // The second one reads the cache and agrees.
   c.name = "auto";
-  EXPECT_EQ(chosen_strategy(*make_strategy(c)), "ar");
+  EXPECT_EQ(make_strategy(c)->runs(), "ar");
   EXPECT_TRUE(std::filesystem::exists(tune_cache_file(dir.file("cache"))));
 }
 
@@ -451,7 +518,7 @@ TEST(AutoStrategy, IsArWithoutADraftModel) {
   c.target_worker = &worker;
   c.ctx_size = 64;
   c.name = "auto";
-  EXPECT_EQ(chosen_strategy(*make_strategy(c)), "ar");
+  EXPECT_EQ(make_strategy(c)->runs(), "ar");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // random models is in test_strategies.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -149,6 +150,60 @@ TEST(PpdStrategy, NeedsPromptTokensThatFitTheTarget) {
   EXPECT_NO_THROW(make_strategy(c));  // found beside the target
   c.options["ppd_tree"] = dir.file("missing.tree");
   EXPECT_THROW(make_strategy(c), Error);
+}
+
+TEST(PpdStrategy, ATreeWithoutGuessesDecodesAsAr) {
+  // `tune --ppd` picks budget 1 (the root alone) where no tree pays: ppd then
+  // runs ar itself (same tokens, same cost) and says so.
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::F32, 300, 4);
+  write_random_ppd_prompts(ppd_side_file_for(pair.target->gguf().path()), 64, 3, 1, 5, 0.05f);
+  Worker worker(1);
+  StrategyConfig c;
+  c.target = pair.target;
+  c.target_worker = &worker;
+  c.ctx_size = 128;
+  c.name = "ar";
+  auto ar = make_strategy(c);
+  c.name = "ppd";
+  c.options["ppd_budget"] = 1;
+  auto root_only = make_strategy(c);
+  EXPECT_EQ(root_only->name(), "ppd");
+  EXPECT_EQ(root_only->runs(), "ar");
+  const std::vector<std::string> notes = root_only->notes();
+  EXPECT_EQ(std::count_if(notes.begin(), notes.end(),
+                          [](const std::string& n) {
+                            return n.find("no guesses") != std::string::npos &&
+                                   n.find("decodes as ar") != std::string::npos;
+                          }),
+            1);
+  // A tree file of roots alone, as `tune --ppd` writes for budget 1, alike.
+  const PpdTrees roots = build_ppd_trees(example_accuracy(), 1, 1);
+  EXPECT_FALSE(roots.has_guesses());
+  EXPECT_TRUE(build_ppd_trees(example_accuracy(), 1, 6).has_guesses());
+  roots.save(dir.file("roots.tree"));
+  c.options["ppd_tree"] = dir.file("roots.tree");
+  EXPECT_EQ(make_strategy(c)->runs(), "ar");
+  c.options.erase("ppd_tree");
+  c.options["ppd_budget"] = 6;
+  auto with_guesses = make_strategy(c);
+  EXPECT_EQ(with_guesses->runs(), "ppd");
+
+  for (const float temp : {0.0f, 0.8f}) {
+    GenerationRequest req;
+    req.prompt = {256, 72, 101, 108};
+    req.n_predict = 24;
+    req.sampling.temp = temp;
+    req.sampling.seed = 7;
+    const GenerationResult expected = ar->generate(req);
+    const GenerationResult got = root_only->generate(req);
+    EXPECT_EQ(got.tokens, expected.tokens) << "temp " << temp;
+    EXPECT_EQ(got.stats.drafted, 0);
+    EXPECT_EQ(got.stats.target_forwards, expected.stats.target_forwards);
+    if (temp == 0) {
+      EXPECT_EQ(with_guesses->generate(req).tokens, expected.tokens);
+    }
+  }
 }
 
 TEST(PpdStrategy, InflatedPromptTokensPredictWhatTheSourcesDo) {
