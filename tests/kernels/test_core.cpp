@@ -42,12 +42,17 @@ TEST(Worker, ParallelForCoversTheRangeExactlyOnce) {
 TEST(Worker, TwoWorkersRunConcurrently) {
   Worker a(1), b(1);
   std::atomic<int> inside{0}, max_inside{0};
+  // Each job waits (up to 10 s, so a loaded machine cannot make it flaky) until
+  // the other is inside too: that happens only if the two workers run at once.
   auto job = [&](int, int) {
     int now = ++inside;
     int prev = max_inside.load();
     while (now > prev && !max_inside.compare_exchange_weak(prev, now)) {
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (max_inside.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     --inside;
   };
   std::thread t([&] { a.run(job); });
