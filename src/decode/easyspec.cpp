@@ -68,30 +68,41 @@ std::vector<LayerGroup> configured_groups(const StrategyConfig& config) {
   return groups_from_lp_size(n_layer, lp_size);
 }
 
+// Under mpirun the other ranks run the drafter's group attention blocks
+// (config.make_group_executor), so the target stays in this process, on the
+// head, rather than on a pipeline of those ranks.
+StrategyConfig target_on_head(StrategyConfig config) {
+  if (config.make_group_executor) config.make_target = nullptr;
+  return config;
+}
+
 // Replaces the ModelDrafter that SpeculativeStrategy made with the
 // layer-parallel drafter on the same draft model and worker.
 LayerParallelDrafter* install_drafter(const StrategyConfig& config,
                                       std::unique_ptr<Drafter>& drafter) {
   const Calibration calibration =
       parse_calibration(option_value<std::string>(config, calibrate_option()));
-  auto lp = std::make_unique<LayerParallelDrafter>(config.draft, *config.draft_worker,
-                                                   configured_groups(config), calibration);
+  std::vector<LayerGroup> groups = configured_groups(config);
+  std::unique_ptr<GroupExecutor> executor;
+  if (config.make_group_executor && widest_group(groups) > 1)
+    executor = config.make_group_executor(*config.draft, groups);
+  auto lp = std::make_unique<LayerParallelDrafter>(
+      config.draft, *config.draft_worker, std::move(groups), calibration, std::move(executor));
   LayerParallelDrafter* raw = lp.get();
   drafter = std::move(lp);
   return raw;
 }
 
 std::string describe_drafter(const LayerParallelDrafter& lp, const StrategyConfig& config) {
-  const int lanes = widest_group(lp.groups());
   return "easyspec: draft layer groups " + format_lp_groups(lp.groups()) + " (" +
-         std::to_string(lanes) + (lanes == 1 ? " thread" : " threads") +
-         " for a group's attention blocks), calibrate " +
+         lp.describe_lanes() + " for a group's attention blocks), calibrate " +
          option_value<std::string>(config, calibrate_option());
 }
 
 class EasySpecChain final : public SpeculativeStrategy {
  public:
-  explicit EasySpecChain(const StrategyConfig& config) : SpeculativeStrategy(config) {
+  explicit EasySpecChain(const StrategyConfig& config)
+      : SpeculativeStrategy(target_on_head(config)) {
     check(config_.draft_max >= 1, "--draft-max must be at least 1");
     lp_ = install_drafter(config_, drafter_);
   }
@@ -134,7 +145,7 @@ class EasySpecChain final : public SpeculativeStrategy {
 
 class EasySpecTree final : public TreeSpeculation {
  public:
-  explicit EasySpecTree(const StrategyConfig& config) : TreeSpeculation(config) {
+  explicit EasySpecTree(const StrategyConfig& config) : TreeSpeculation(target_on_head(config)) {
     check(config_.tree_depth >= 1 && config_.tree_depth <= 64, "--tree-depth must be 1..64");
     check(config_.tree_width >= 1 && config_.tree_width <= 256, "--tree-width must be 1..256");
     lp_ = install_drafter(config_, drafter_);

@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "decode/layer_parallel.h"
+#include "dist/draft_lanes.h"
 #include "dist/pipeline.h"
 #include "model/compat.h"
 
@@ -175,15 +177,39 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   pipeline.link.latency_us = options.link_latency_us;
   pipeline.link.gbps = options.link_gbps;
   pipeline.timeout_s = options.dist_timeout_s;
-  make_target = dist::pipeline_targets(*target, pipeline, threads);
-  if (make_target)
-    std::fprintf(stderr, "distributed: %s\n", dist::running_pipeline()->describe().c_str());
-  else
+  if (dist::distributed_run()) {
+    // The other ranks serve the first strategy that asks: as a target pipeline,
+    // or (easyspec) as its drafter's layer-group lanes with the target here.
+    make_target = [model = target, pipeline, threads](const StrategyConfig& c) {
+      const bool starts = dist::running_pipeline() == nullptr;
+      auto targets = dist::pipeline_targets(*model, pipeline, threads);
+      if (starts)
+        std::fprintf(stderr, "distributed: %s\n", dist::running_pipeline()->describe().c_str());
+      return targets(c);
+    };
+    const bool pipeline_flags =
+        options.stages != 0 || !options.layer_split.empty() || options.head_layers != 0;
+    dist::LaneOptions lanes;
+    lanes.link = pipeline.link;
+    lanes.timeout_s = pipeline.timeout_s;
+    make_group_executor = [lanes, pipeline_flags](const Model& draft,
+                                                  const std::vector<LayerGroup>& groups) {
+      check(!pipeline_flags,
+            "--stages, --layer-split and --head-layers shape a target pipeline; easyspec under "
+            "mpirun keeps the target on rank 0 and runs its drafter's layer groups on the other "
+            "ranks");
+      const bool starts = dist::describe_draft_lanes().empty();
+      auto executor = dist::draft_lane_executors(lanes)(draft, groups);
+      if (starts) std::fprintf(stderr, "distributed: %s\n", dist::describe_draft_lanes().c_str());
+      return executor;
+    };
+  } else {
     check(options.stages == 0 && options.layer_split.empty() && options.head_layers == 0 &&
               !pipeline.link.active(),
           "--stages, --layer-split, --head-layers and --link-* are for runs launched by mpirun "
           "with at least "
           "two ranks (mpirun -np N parspec ...)");
+  }
   load_drafters(options);
 }
 
@@ -225,6 +251,7 @@ StrategyConfig StrategyResources::config_for(const std::string& name,
   if (info.needs_draft && !draft && drafters.empty())
     fail("strategy '", name, "' needs a draft model: give one with -md FILE",
          name == "cosine" || name == "specinfer" ? " or a pool with --drafters a.gguf,b.gguf" : "");
+  c.make_group_executor = make_group_executor;
   if (make_target) {
     c.make_target = make_target;
     check(name != "auto",

@@ -63,6 +63,8 @@ struct StrategyResources {
   std::unique_ptr<Worker> target_worker, draft_worker;
   // Under mpirun (head rank): targets on the pipeline of ranks; null otherwise.
   std::function<std::unique_ptr<Target>(const StrategyConfig&)> make_target;
+  // Under mpirun (head rank): easyspec's group executors on the other ranks; null otherwise.
+  decltype(StrategyConfig::make_group_executor) make_group_executor;
   // --drafters: the pool's models, names (file stems) and, with -td N, a worker
   // of N threads each (so the pool drafts concurrently).
   std::vector<std::shared_ptr<const Model>> drafters;
@@ -70,7 +72,8 @@ struct StrategyResources {
   std::vector<std::unique_ptr<Worker>> drafter_workers;
 
   // Loads the draft (when a path is given) and creates the workers; under
-  // mpirun, starts the pipeline of ranks for the target.
+  // mpirun, prepares the other ranks' roles: the first strategy made starts
+  // the target pipeline on them or (easyspec) its drafter lanes.
   void init(std::shared_ptr<const Model> target_model, const StrategyOptions& options, int threads);
   // A config for strategy `name` on these resources (throws when `name` is
   // unknown, or needs a draft and none was given).
