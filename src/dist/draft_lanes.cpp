@@ -98,7 +98,10 @@ class LaneGroupExecutor final : public GroupExecutor {
   ~LaneGroupExecutor() override {
     if (session() == nullptr) return;  // MPI has ended already
     try {
-      for_each_lane([&](Bytes& b) { b.put<int32_t>(kLaneEnd); });
+      for_each_lane([&](Bytes& b) {
+        b.put<int32_t>(kLaneEnd);
+        b.put<int32_t>(id_);
+      });
     } catch (const std::exception&) {
     }
   }
