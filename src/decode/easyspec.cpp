@@ -84,8 +84,7 @@ LayerParallelDrafter* install_drafter(const StrategyConfig& config,
       parse_calibration(option_value<std::string>(config, calibrate_option()));
   std::vector<LayerGroup> groups = configured_groups(config);
   std::unique_ptr<GroupExecutor> executor;
-  if (config.make_group_executor && widest_group(groups) > 1)
-    executor = config.make_group_executor(*config.draft, groups);
+  if (config.make_group_executor) executor = config.make_group_executor(*config.draft, groups);
   auto lp = std::make_unique<LayerParallelDrafter>(
       config.draft, *config.draft_worker, std::move(groups), calibration, std::move(executor));
   LayerParallelDrafter* raw = lp.get();

@@ -150,7 +150,7 @@ struct StrategyConfig {
   std::function<std::unique_ptr<Drafter>(const StrategyConfig&)> make_drafter;
   // Under mpirun (src/dist/draft_lanes.h): runs a layer-parallel drafter's
   // group attention blocks on MPI ranks that hold replicas of `draft`
-  // (easyspec); null: threads of this process.
+  // (easyspec); null, or null returned: threads of this process.
   std::function<std::unique_ptr<GroupExecutor>(const Model& draft,
                                                const std::vector<LayerGroup>& groups)>
       make_group_executor;

@@ -378,15 +378,16 @@ bool lane_operation(Transport& t, LaneServer& s, Bytes& body, int* code) {
 std::function<std::unique_ptr<GroupExecutor>(const Model&, const std::vector<LayerGroup>&)>
 draft_lane_executors(const LaneOptions& options) {
   if (!distributed_run()) return nullptr;
-  return [options](const Model& draft, const std::vector<LayerGroup>& groups) {
+  return [options](const Model& draft,
+                   const std::vector<LayerGroup>& groups) -> std::unique_ptr<GroupExecutor> {
+    if (widest_group(groups) == 1) return nullptr;  // no group to spread over ranks
     if (!g_lanes) {
       claim_ranks("easyspec's drafter lanes");
       g_lanes = std::make_unique<DraftLanes>(session_transport(), draft, options);
     }
     check(draft.gguf().path() == g_lanes->path(), "the drafter lanes hold ", g_lanes->path(),
           ", not ", draft.gguf().path());
-    return std::unique_ptr<GroupExecutor>(
-        std::make_unique<LaneGroupExecutor>(*g_lanes, draft, groups));
+    return std::make_unique<LaneGroupExecutor>(*g_lanes, draft, groups);
   };
 }
 

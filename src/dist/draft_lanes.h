@@ -27,7 +27,8 @@ struct LaneOptions {
 
 // Executors on the job's ranks for StrategyConfig::make_group_executor; the
 // lanes start (once per process, claiming every rank but the head) on the
-// first call. Null when this process is not the head of an mpirun job.
+// first call. Null when this process is not the head of an mpirun job; an
+// executor is null for groups of one layer each (nothing runs side by side).
 std::function<std::unique_ptr<GroupExecutor>(const Model&, const std::vector<LayerGroup>&)>
 draft_lane_executors(const LaneOptions& options);
 // "rank 0 on host: head ...; rank 1 on host: drafter lane ..." once started; empty before.

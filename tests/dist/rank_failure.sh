@@ -2,15 +2,20 @@
 # A rank that dies (kill -9) or stops answering (SIGSTOP) mid-generation must
 # end every rank of the job within 10 s, non-zero, with one message naming
 # the rank, and leave no process behind.
-#   rank_failure.sh PARSPEC TARGET DRAFT kill|stop
+#   rank_failure.sh PARSPEC TARGET DRAFT kill|stop [STRATEGY FLAGS...]
+# (default flags: --strategy pipedec; rank 1 is then a target stage, with
+# `--strategy easyspec --lp-size 2` one of the drafter's lanes)
 set -u
 parspec=$1 target=$2 draft=$3 mode=$4
+shift 4
+strategy=("$@")
+[ ${#strategy[@]} -gt 0 ] || strategy=(--strategy pipedec)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 timeout_flag=()
 [ "$mode" = stop ] && timeout_flag=(--dist-timeout 3)
-mpirun --oversubscribe -np 3 "$parspec" generate -m "$target" -md "$draft" --strategy pipedec \
+mpirun --oversubscribe -np 3 "$parspec" generate -m "$target" -md "$draft" "${strategy[@]}" \
   -p "Once upon a time" -n 3000 -c 4096 --ignore-eos --temp 0 -t 1 "${timeout_flag[@]}" \
   > "$out" 2>&1 &
 job=$!
