@@ -68,14 +68,6 @@ std::vector<LayerGroup> configured_groups(const StrategyConfig& config) {
   return groups_from_lp_size(n_layer, lp_size);
 }
 
-// Under mpirun the other ranks run the drafter's group attention blocks
-// (config.make_group_executor), so the target stays in this process, on the
-// head, rather than on a pipeline of those ranks.
-StrategyConfig target_on_head(StrategyConfig config) {
-  if (config.make_group_executor) config.make_target = nullptr;
-  return config;
-}
-
 // Replaces the ModelDrafter that SpeculativeStrategy made with the
 // layer-parallel drafter on the same draft model and worker.
 LayerParallelDrafter* install_drafter(const StrategyConfig& config,
@@ -100,8 +92,7 @@ std::string describe_drafter(const LayerParallelDrafter& lp, const StrategyConfi
 
 class EasySpecChain final : public SpeculativeStrategy {
  public:
-  explicit EasySpecChain(const StrategyConfig& config)
-      : SpeculativeStrategy(target_on_head(config)) {
+  explicit EasySpecChain(const StrategyConfig& config) : SpeculativeStrategy(config) {
     check(config_.draft_max >= 1, "--draft-max must be at least 1");
     lp_ = install_drafter(config_, drafter_);
   }
@@ -144,7 +135,7 @@ class EasySpecChain final : public SpeculativeStrategy {
 
 class EasySpecTree final : public TreeSpeculation {
  public:
-  explicit EasySpecTree(const StrategyConfig& config) : TreeSpeculation(target_on_head(config)) {
+  explicit EasySpecTree(const StrategyConfig& config) : TreeSpeculation(config) {
     check(config_.tree_depth >= 1 && config_.tree_depth <= 64, "--tree-depth must be 1..64");
     check(config_.tree_width >= 1 && config_.tree_width <= 256, "--tree-width must be 1..256");
     lp_ = install_drafter(config_, drafter_);
@@ -225,6 +216,7 @@ StrategyInfo easyspec_strategy() {
                   option_field("--tree-width", "tree_width", "W", "nodes kept per level",
                                &StrategyConfig::tree_width)},
       .variant_key = "draft_max",
+      .drafts_on_ranks = true,
       .make = [](const StrategyConfig& c) -> std::unique_ptr<Strategy> {
         if (option_value<bool>(c, lp_tree_option())) return std::make_unique<EasySpecTree>(c);
         return std::make_unique<EasySpecChain>(c);

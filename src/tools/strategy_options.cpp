@@ -104,8 +104,8 @@ void StrategyOptions::apply(const std::string& name, StrategyConfig& config) con
       if (slot.option->flag == option.flag) option.set(config, slot.value());
 }
 
-void StrategyOptions::check_given(const ArgParser& args,
-                                  const std::vector<std::string>& names) const {
+void StrategyOptions::check_given(const ArgParser& args, const std::vector<std::string>& names) {
+  strategies_run = names;
   for (const Slot& slot : slots_) {
     if (!args.given(slot.option->flag)) continue;
     bool taken = false;
@@ -178,38 +178,37 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   pipeline.link.latency_us = options.link_latency_us;
   pipeline.link.gbps = options.link_gbps;
   pipeline.timeout_s = options.dist_timeout_s;
-  if (dist::distributed_run()) {
-    // The other ranks serve the first strategy that asks: as a target pipeline,
-    // or (easyspec) as its drafter's layer-group lanes with the target here.
-    make_target = [model = target, pipeline, threads](const StrategyConfig& c) {
-      const bool starts = dist::running_pipeline() == nullptr;
-      auto targets = dist::pipeline_targets(*model, pipeline, threads);
-      if (starts)
-        std::fprintf(stderr, "distributed: %s\n", dist::running_pipeline()->describe().c_str());
-      return targets(c);
-    };
-    const bool pipeline_flags =
-        options.stages != 0 || !options.layer_split.empty() || options.head_layers != 0;
-    dist::LaneOptions lanes;
-    lanes.link = pipeline.link;
-    lanes.timeout_s = pipeline.timeout_s;
-    make_group_executor = [lanes, pipeline_flags](const Model& draft,
-                                                  const std::vector<LayerGroup>& groups) {
-      check(!pipeline_flags,
-            "--stages, --layer-split and --head-layers shape a target pipeline; easyspec under "
-            "mpirun keeps the target on rank 0 and runs its drafter's layer groups on the other "
-            "ranks");
+  const bool lanes =
+      dist::distributed_run() &&
+      std::any_of(options.strategies_run.begin(), options.strategies_run.end(),
+                  [](const std::string& name) { return strategy_info(name).drafts_on_ranks; });
+  if (lanes) {
+    // The other ranks run easyspec's drafter lanes; every target stays here.
+    check(options.stages == 0 && options.layer_split.empty() && options.head_layers == 0,
+          "--stages, --layer-split and --head-layers shape a target pipeline; with easyspec an "
+          "mpirun job keeps the target on rank 0 and runs the drafter's layer groups on the "
+          "other ranks");
+    dist::LaneOptions lane_options;
+    lane_options.link = pipeline.link;
+    lane_options.timeout_s = pipeline.timeout_s;
+    make_group_executor = [lane_options](const Model& draft,
+                                         const std::vector<LayerGroup>& groups) {
       const bool starts = dist::describe_draft_lanes().empty();
-      auto executor = dist::draft_lane_executors(lanes)(draft, groups);
-      if (starts) std::fprintf(stderr, "distributed: %s\n", dist::describe_draft_lanes().c_str());
+      auto executor = dist::draft_lane_executors(lane_options)(draft, groups);
+      if (starts && !dist::describe_draft_lanes().empty())
+        std::fprintf(stderr, "distributed: %s\n", dist::describe_draft_lanes().c_str());
       return executor;
     };
   } else {
-    check(options.stages == 0 && options.layer_split.empty() && options.head_layers == 0 &&
-              !pipeline.link.active(),
-          "--stages, --layer-split, --head-layers and --link-* are for runs launched by mpirun "
-          "with at least "
-          "two ranks (mpirun -np N parspec ...)");
+    make_target = dist::pipeline_targets(*target, pipeline, threads);
+    if (make_target)
+      std::fprintf(stderr, "distributed: %s\n", dist::running_pipeline()->describe().c_str());
+    else
+      check(options.stages == 0 && options.layer_split.empty() && options.head_layers == 0 &&
+                !pipeline.link.active(),
+            "--stages, --layer-split, --head-layers and --link-* are for runs launched by mpirun "
+            "with at least "
+            "two ranks (mpirun -np N parspec ...)");
   }
   load_drafters(options);
 }
