@@ -188,6 +188,8 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
           "--stages, --layer-split and --head-layers shape a target pipeline; with easyspec an "
           "mpirun job keeps the target on rank 0 and runs the drafter's layer groups on the "
           "other ranks");
+    // An mpirun job maps its files (model/gguf.h): the head runs the whole target itself.
+    target->hold_in_memory(0, target->config().n_layer, true);
     dist::LaneOptions lane_options;
     lane_options.link = pipeline.link;
     lane_options.timeout_s = pipeline.timeout_s;
