@@ -74,18 +74,19 @@ LayerParallelDrafter* install_drafter(const StrategyConfig& config,
                                       std::unique_ptr<Drafter>& drafter) {
   const Calibration calibration =
       parse_calibration(option_value<std::string>(config, calibrate_option()));
-  auto lp = std::make_unique<LayerParallelDrafter>(config.draft, *config.draft_worker,
-                                                   configured_groups(config), calibration);
+  std::vector<LayerGroup> groups = configured_groups(config);
+  std::unique_ptr<GroupExecutor> executor;
+  if (config.make_group_executor) executor = config.make_group_executor(*config.draft, groups);
+  auto lp = std::make_unique<LayerParallelDrafter>(
+      config.draft, *config.draft_worker, std::move(groups), calibration, std::move(executor));
   LayerParallelDrafter* raw = lp.get();
   drafter = std::move(lp);
   return raw;
 }
 
 std::string describe_drafter(const LayerParallelDrafter& lp, const StrategyConfig& config) {
-  const int lanes = widest_group(lp.groups());
   return "easyspec: draft layer groups " + format_lp_groups(lp.groups()) + " (" +
-         std::to_string(lanes) + (lanes == 1 ? " thread" : " threads") +
-         " for a group's attention blocks), calibrate " +
+         lp.describe_lanes() + " for a group's attention blocks), calibrate " +
          option_value<std::string>(config, calibrate_option());
 }
 
@@ -215,6 +216,7 @@ StrategyInfo easyspec_strategy() {
                   option_field("--tree-width", "tree_width", "W", "nodes kept per level",
                                &StrategyConfig::tree_width)},
       .variant_key = "draft_max",
+      .drafts_on_ranks = true,
       .make = [](const StrategyConfig& c) -> std::unique_ptr<Strategy> {
         if (option_value<bool>(c, lp_tree_option())) return std::make_unique<EasySpecTree>(c);
         return std::make_unique<EasySpecChain>(c);

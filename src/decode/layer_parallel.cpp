@@ -104,6 +104,10 @@ ThreadGroupExecutor::ThreadGroupExecutor(int lanes) : pool_(std::max(1, lanes)) 
   for (int i = 0; i < pool_.n_threads(); ++i) lane_workers_.push_back(std::make_unique<Worker>(1));
 }
 
+std::string ThreadGroupExecutor::describe() const {
+  return std::to_string(lanes()) + (lanes() == 1 ? " thread" : " threads");
+}
+
 void ThreadGroupExecutor::run_attention(const Model& model, LayerGroup group, const Batch& batch,
                                         KvCache& kv, int32_t first_cell, const float* h0,
                                         float* out) {
@@ -139,9 +143,14 @@ LayerParallelDrafter::LayerParallelDrafter(std::shared_ptr<const Model> model, W
 
 void LayerParallelDrafter::begin(int32_t capacity) {
   kv_ = std::make_unique<KvCache>(model_->config(), capacity);
+  if (executor_) executor_->begin(capacity);
   committed_fuzzy_.clear();
   spec_fuzzy_.clear();
   mismatch_ = false;
+}
+
+std::string LayerParallelDrafter::describe_lanes() const {
+  return executor_ ? executor_->describe() : "1 thread";
 }
 
 const KvCache& LayerParallelDrafter::kv() const {
@@ -169,8 +178,14 @@ std::vector<float> LayerParallelDrafter::propose(const Batch& nodes) {
   // Groups of one layer make the fuzzy forward the exact one: nothing to calibrate.
   const bool fuzzy_rows = !exact && widest_group(groups_) > 1;
   try {
-    std::vector<float> logits =
-        exact ? model_->forward(worker_, nodes, *kv_) : fuzzy_forward(nodes);
+    std::vector<float> logits;
+    if (exact) {
+      const int32_t first_cell = kv_->n_spec();
+      logits = model_->forward(worker_, nodes, *kv_);
+      if (executor_) executor_->add_exact(nodes, *kv_, first_cell);
+    } else {
+      logits = fuzzy_forward(nodes);
+    }
     ++(exact ? counts_.exact_forwards : counts_.fuzzy_forwards);
     spec_fuzzy_.insert(spec_fuzzy_.end(), nodes.size(), fuzzy_rows ? 1 : 0);
     return logits;
@@ -189,6 +204,7 @@ std::vector<float> LayerParallelDrafter::fuzzy_forward(const Batch& batch) {
   std::vector<float> hidden(n * row), h0, outs;
   model_->embed(batch.tokens, hidden.data());
   const int32_t first_cell = kv_->add_cells(batch.positions, batch.parents);
+  if (executor_) executor_->add_cells(batch);
   for (const LayerGroup& g : groups_) {
     if (g.size() == 1) {
       model_->forward_layers(worker_, batch, *kv_, first_cell, g.first, g.last, hidden.data());
@@ -224,6 +240,7 @@ std::vector<int32_t> LayerParallelDrafter::accept(std::span<const int32_t> path,
   std::vector<uint8_t> kept_fuzzy;
   for (int32_t cell : keep) kept_fuzzy.push_back(spec_fuzzy_.at(cell));
   std::vector<int32_t> ids = kv.commit(path, keep);
+  if (executor_) executor_->commit(path, keep);
   spec_fuzzy_ = std::move(kept_fuzzy);
 
   const bool calibrate =
@@ -237,6 +254,7 @@ std::vector<int32_t> LayerParallelDrafter::accept(std::span<const int32_t> path,
     ++counts_.calibrations;
     counts_.dropped_rows += kv.n_committed() - n;
     kv.truncate(n);
+    if (executor_) executor_->truncate(n);
     committed_fuzzy_.resize(n);
     spec_fuzzy_.clear();
   }
@@ -247,6 +265,7 @@ void LayerParallelDrafter::roll_back(int32_t n) {
   KvCache& kv = *kv_;
   if (kv.n_committed() <= n) return;
   kv.truncate(n);
+  if (executor_) executor_->truncate(n);
   committed_fuzzy_.resize(n);
   spec_fuzzy_.clear();
 }

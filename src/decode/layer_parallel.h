@@ -47,17 +47,30 @@ const char* calibration_name(Calibration c);
 
 // Runs the attention blocks of one layer group side by side: out + i·n·n_embd
 // receives attention_output of layer group.first + i on `h0` (n rows), and each
-// layer's KV rows of the batch's cells are written. This is the seam for other
-// executors: the one here uses threads of this process; one on MPI ranks would
-// hold a replica of the draft model per rank, broadcast (batch, h0), let each
-// rank run its layers into its own KV replica and gather the outputs.
+// layer's KV rows of the batch's cells are written to `kv`. Block i runs on
+// lane i % lanes(). Executors: threads of this process (below) or MPI ranks
+// that each hold a replica of the draft model and of its cache
+// (dist/draft_lanes.h); for those the drafter reports every edit of its cache,
+// in order, through the hooks below.
 class GroupExecutor {
  public:
   virtual ~GroupExecutor() = default;
   // How many attention blocks it runs at once.
   virtual int lanes() const = 0;
+  // Where the lanes run, for reports: "2 threads", "MPI ranks 0-1".
+  virtual std::string describe() const = 0;
   virtual void run_attention(const Model& model, LayerGroup group, const Batch& batch, KvCache& kv,
                              int32_t first_cell, const float* h0, float* out) = 0;
+
+  // The drafter's cache edits (threads share its cache: nothing to do).
+  // A new sequence with room for `capacity` cells.
+  virtual void begin(int32_t capacity) {}
+  // A fuzzy forward's cells, registered before its groups run.
+  virtual void add_cells(const Batch& batch) {}
+  // A layer-sequential forward's cells, with the rows it wrote to `kv` from `first_cell` on.
+  virtual void add_exact(const Batch& batch, KvCache& kv, int32_t first_cell) {}
+  virtual void commit(std::span<const int32_t> path, std::span<const int32_t> keep) {}
+  virtual void truncate(int32_t n) {}
 };
 
 // `lanes` threads (the caller and lanes - 1 of a Worker), each with a
@@ -67,6 +80,7 @@ class ThreadGroupExecutor final : public GroupExecutor {
  public:
   explicit ThreadGroupExecutor(int lanes);
   int lanes() const override { return pool_.n_threads(); }
+  std::string describe() const override;
   void run_attention(const Model& model, LayerGroup group, const Batch& batch, KvCache& kv,
                      int32_t first_cell, const float* h0, float* out) override;
 
@@ -93,7 +107,7 @@ class LayerParallelDrafter final : public Drafter {
  public:
   // `worker` runs the layer-sequential parts (MLPs, exact forwards, logits);
   // `executor` the groups' attention blocks (null: a ThreadGroupExecutor as
-  // wide as the widest group).
+  // wide as the widest group; unused while every group has one layer).
   LayerParallelDrafter(std::shared_ptr<const Model> model, Worker& worker,
                        std::vector<LayerGroup> groups, Calibration calibration,
                        std::unique_ptr<GroupExecutor> executor = nullptr);
@@ -119,6 +133,8 @@ class LayerParallelDrafter final : public Drafter {
   LayerParallelCounts take_counts();
 
   const std::vector<LayerGroup>& groups() const { return groups_; }
+  // Where the groups' attention blocks run ("1 thread" when no group has two layers).
+  std::string describe_lanes() const;
   const KvCache& kv() const;
   // Whether committed row `pos` / speculative cell `cell` was written fuzzily.
   bool committed_fuzzy(int32_t pos) const { return committed_fuzzy_.at(pos) != 0; }

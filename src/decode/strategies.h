@@ -50,6 +50,10 @@ struct StrategyInfo {
   std::vector<StrategyOption> options;
   // The option bench's NAME:G variants set to G (empty: no variants).
   std::string variant_key;
+  // Under mpirun the other ranks run this strategy's drafter (easyspec's
+  // lanes, StrategyConfig::make_group_executor) instead of a target pipeline;
+  // every strategy of such a run keeps its target on rank 0.
+  bool drafts_on_ranks = false;
   std::function<std::unique_ptr<Strategy>(const StrategyConfig&)> make;
 };
 

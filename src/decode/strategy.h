@@ -20,6 +20,8 @@ namespace parspec {
 
 class Target;
 class Drafter;
+class GroupExecutor;
+struct LayerGroup;
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // non-empty
@@ -149,6 +151,12 @@ struct StrategyConfig {
   // that the strategies verify on a pipeline of MPI ranks.
   std::function<std::unique_ptr<Target>(const StrategyConfig&)> make_target;
   std::function<std::unique_ptr<Drafter>(const StrategyConfig&)> make_drafter;
+  // Under mpirun (src/dist/draft_lanes.h): runs a layer-parallel drafter's
+  // group attention blocks on MPI ranks that hold replicas of `draft`
+  // (easyspec); null, or null returned: threads of this process.
+  std::function<std::unique_ptr<GroupExecutor>(const Model& draft,
+                                               const std::vector<LayerGroup>& groups)>
+      make_group_executor;
 };
 
 // Names accepted by make_strategy, in the order benchmarks list them.

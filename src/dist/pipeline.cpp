@@ -14,6 +14,7 @@
 
 #include "core/timer.h"
 #include "core/worker.h"
+#include "dist/draft_lanes.h"
 #include "model/kv_cache.h"
 
 namespace parspec::dist {
@@ -23,20 +24,12 @@ class Session {
   Session(int* argc, char*** argv) : transport(argc, argv) {}
   Transport transport;
   std::unique_ptr<Pipeline> pipeline;  // the head's, once started
+  std::string role;                    // what the other ranks serve (claim_ranks)
 };
 
 namespace {
 
 std::unique_ptr<Session> g_session;
-
-// Operations of the ordered pipeline stream (tag kPipe).
-enum Op : int32_t { kBegin = 1, kForward, kCommit, kTruncate, kQuit };
-
-std::string host_name() {
-  char name[256] = {0};
-  if (gethostname(name, sizeof name - 1) != 0) return "?";
-  return name;
-}
 
 std::string layer_range(int first, int last) {
   return "layers " + std::to_string(first) + "-" + std::to_string(last - 1);
@@ -275,6 +268,33 @@ Session* session() {
   return g_session.get();
 }
 
+std::string host_name() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+Transport& session_transport() {
+  check(g_session != nullptr, "distributed: no MPI session (run under mpirun)");
+  return g_session->transport;
+}
+
+void claim_ranks(const std::string& role) {
+  Session& s = *g_session;
+  check(s.role.empty() || s.role == role, "the other ranks of this mpirun job already serve as ",
+        s.role, ", so they cannot also serve as ", role, ": run these strategies in separate jobs");
+  s.role = role;
+}
+
+void abort_unanswered(int rank, double timeout_s) {
+  char s[200];
+  std::snprintf(s, sizeof s,
+                "rank %d did not answer for %.0f s (it stopped, hangs or is unreachable; "
+                "--dist-timeout sets the limit)",
+                rank, timeout_s);
+  abort_job(s, 1);
+}
+
 bool start_session(int* argc, char*** argv) {
   if (!launched_by_mpirun()) return false;
   // Every rank reads only its own layers of the (shared) file mapping.
@@ -347,6 +367,10 @@ int serve_stage() {
           queue.pop_front();
           if (stage_operation(t, s, op, &code)) break;
         }
+      } else if (!set_up && t.poll(0, kLaneSetup, &m)) {
+        // This rank is one of easyspec's drafter lanes rather than a stage.
+        code = serve_draft_lane(t, m);
+        break;
       } else if (!set_up && t.poll(0, kSetup, &m)) {
         got = true;
         Bytes reply;
@@ -602,12 +626,7 @@ void Pipeline::pump() {
         break;
       }
     }
-    char s[200];
-    std::snprintf(s, sizeof s,
-                  "rank %d did not answer for %.0f s (it stopped, hangs or is unreachable; "
-                  "--dist-timeout sets the limit)",
-                  stuck, options_.timeout_s);
-    abort_job(s, 1);
+    abort_unanswered(stuck, options_.timeout_s);
   }
   switch (m.tag) {
     case kLogits: {
@@ -835,9 +854,11 @@ std::function<std::unique_ptr<Target>(const StrategyConfig&)> pipeline_targets(
     const Model& target, const PipelineOptions& options, int threads) {
   if (!g_session || g_session->transport.rank() != 0 || g_session->transport.size() < 2)
     return nullptr;
-  if (!g_session->pipeline)
+  if (!g_session->pipeline) {
+    claim_ranks("a target pipeline");
     g_session->pipeline =
         std::make_unique<Pipeline>(g_session->transport, target, options, threads);
+  }
   Pipeline* p = g_session->pipeline.get();
   return [p](const StrategyConfig& config) {
     // Checked here, where bench's NAME:G variants are already applied.

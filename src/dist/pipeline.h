@@ -51,6 +51,16 @@ void end_session(int code);
 // `message` once and ends every rank (MPI_Abort).
 [[noreturn]] void abort_job(const std::string& message, int code);
 
+// The session's transport (throws Error when there is none).
+Transport& session_transport();
+// The other ranks of a job serve one role, the first asked for: "a target
+// pipeline" or "easyspec's drafter lanes". Throws Error when `role` differs.
+void claim_ranks(const std::string& role);
+// A peer that did not answer within `timeout_s`: ends every rank with a
+// message naming it.
+[[noreturn]] void abort_unanswered(int rank, double timeout_s);
+std::string host_name();
+
 // Layers per stage: `split` ("a,b,c", summing to the model's layers) or,
 // when empty, consecutive ranges that balance the bytes of weights each stage
 // reads per token (the last stage also reads the output matrix). Throws Error

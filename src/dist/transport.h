@@ -30,6 +30,26 @@ enum Tag : int {
   kCancel,      // head → every stage: skip this forward
   kProgress,    // stage → head: finished this forward (to name a stuck rank)
   kError,       // stage → head: a failure, with its message
+  kLaneSetup,   // head → drafter lane (easyspec): model identity, link
+  kLaneResult,  // drafter lane → head: a group's attention outputs and KV rows
+};
+
+// Operations of the ordered stream from the head (tag kPipe): the pipeline's
+// (dist/pipeline.h), then the drafter lanes' (dist/draft_lanes.h). kQuit ends
+// either.
+enum Op : int32_t {
+  kBegin = 1,
+  kForward,
+  kCommit,
+  kTruncate,
+  kQuit,
+  kLaneBegin,
+  kLaneEnd,
+  kLaneCells,
+  kLaneRows,
+  kLaneAttention,
+  kLaneCommit,
+  kLaneTruncate,
 };
 
 // Emulated interconnect: every message is delivered `latency_us` after it

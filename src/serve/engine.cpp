@@ -174,6 +174,8 @@ void Engine::run(CompletionJob& job) {
   config.make_target = [&](const StrategyConfig& c) -> std::unique_ptr<Target> {
     return std::make_unique<BatchedTarget>(c.target, batcher_, [&text] { text.close_step(false); });
   };
+  // Requests run on the server's threads, which must not call MPI: easyspec drafts on threads.
+  config.make_group_executor = nullptr;
   // Pool strategies (cosine) share fewer drafters per request as more requests verify at once.
   config.verifier_load = [this] { return active(); };
   // cosine: each step asks the request scheduler for its verification pass, γ

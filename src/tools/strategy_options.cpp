@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "decode/layer_parallel.h"
+#include "dist/draft_lanes.h"
 #include "dist/pipeline.h"
 #include "model/compat.h"
 
@@ -79,7 +81,8 @@ void StrategyOptions::add_to(ArgParser& args) {
   args.option("--link-gbps", &link_gbps, "G",
               "under mpirun: EMULATED link bandwidth for every inter-rank message (0 = unlimited)");
   args.option("--dist-timeout", &dist_timeout_s, "S",
-              "under mpirun: seconds the head waits for a stage before it ends the job");
+              "under mpirun: seconds the head waits for a stage (or an easyspec lane) before it "
+              "ends the job");
   args.bound("--stages", 0, 4096);
   args.bound("--head-layers", 0, 4096);
   args.bound("--link-latency-us", 0, 1e7);
@@ -101,8 +104,8 @@ void StrategyOptions::apply(const std::string& name, StrategyConfig& config) con
       if (slot.option->flag == option.flag) option.set(config, slot.value());
 }
 
-void StrategyOptions::check_given(const ArgParser& args,
-                                  const std::vector<std::string>& names) const {
+void StrategyOptions::check_given(const ArgParser& args, const std::vector<std::string>& names) {
+  strategies_run = names;
   for (const Slot& slot : slots_) {
     if (!args.given(slot.option->flag)) continue;
     bool taken = false;
@@ -175,15 +178,40 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   pipeline.link.latency_us = options.link_latency_us;
   pipeline.link.gbps = options.link_gbps;
   pipeline.timeout_s = options.dist_timeout_s;
-  make_target = dist::pipeline_targets(*target, pipeline, threads);
-  if (make_target)
-    std::fprintf(stderr, "distributed: %s\n", dist::running_pipeline()->describe().c_str());
-  else
-    check(options.stages == 0 && options.layer_split.empty() && options.head_layers == 0 &&
-              !pipeline.link.active(),
-          "--stages, --layer-split, --head-layers and --link-* are for runs launched by mpirun "
-          "with at least "
-          "two ranks (mpirun -np N parspec ...)");
+  const bool lanes =
+      dist::distributed_run() &&
+      std::any_of(options.strategies_run.begin(), options.strategies_run.end(),
+                  [](const std::string& name) { return strategy_info(name).drafts_on_ranks; });
+  if (lanes) {
+    // The other ranks run easyspec's drafter lanes; every target stays here.
+    check(options.stages == 0 && options.layer_split.empty() && options.head_layers == 0,
+          "--stages, --layer-split and --head-layers shape a target pipeline; with easyspec an "
+          "mpirun job keeps the target on rank 0 and runs the drafter's layer groups on the "
+          "other ranks");
+    // An mpirun job maps its files (model/gguf.h): the head runs the whole target itself.
+    target->hold_in_memory(0, target->config().n_layer, true);
+    dist::LaneOptions lane_options;
+    lane_options.link = pipeline.link;
+    lane_options.timeout_s = pipeline.timeout_s;
+    make_group_executor = [lane_options](const Model& draft,
+                                         const std::vector<LayerGroup>& groups) {
+      const bool starts = dist::describe_draft_lanes().empty();
+      auto executor = dist::draft_lane_executors(lane_options)(draft, groups);
+      if (starts && !dist::describe_draft_lanes().empty())
+        std::fprintf(stderr, "distributed: %s\n", dist::describe_draft_lanes().c_str());
+      return executor;
+    };
+  } else {
+    make_target = dist::pipeline_targets(*target, pipeline, threads);
+    if (make_target)
+      std::fprintf(stderr, "distributed: %s\n", dist::running_pipeline()->describe().c_str());
+    else
+      check(options.stages == 0 && options.layer_split.empty() && options.head_layers == 0 &&
+                !pipeline.link.active(),
+            "--stages, --layer-split, --head-layers and --link-* are for runs launched by mpirun "
+            "with at least "
+            "two ranks (mpirun -np N parspec ...)");
+  }
   load_drafters(options);
 }
 
@@ -225,6 +253,7 @@ StrategyConfig StrategyResources::config_for(const std::string& name,
   if (info.needs_draft && !draft && drafters.empty())
     fail("strategy '", name, "' needs a draft model: give one with -md FILE",
          name == "cosine" || name == "specinfer" ? " or a pool with --drafters a.gguf,b.gguf" : "");
+  c.make_group_executor = make_group_executor;
   if (make_target) {
     c.make_target = make_target;
     check(name != "auto",

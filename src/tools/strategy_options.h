@@ -31,6 +31,7 @@ struct StrategyOptions {
   std::string layer_split;
   int head_layers = 0;
   float link_latency_us = 0, link_gbps = 0, dist_timeout_s = 60;
+  std::vector<std::string> strategies_run;  // as given to check_given()
 
   // Registers -md, -td, --placement and every registered strategy's options; a
   // flag that several strategies take is registered once, its help naming
@@ -39,8 +40,10 @@ struct StrategyOptions {
   // Sets strategy `name`'s options in `config` to the values given (or their defaults).
   void apply(const std::string& name, StrategyConfig& config) const;
   // Throws Error when a strategy flag was given on `args` that none of the
-  // strategies `names` takes (naming the strategies that do).
-  void check_given(const ArgParser& args, const std::vector<std::string>& names) const;
+  // strategies `names` takes (naming the strategies that do). Remembers
+  // `names`: the strategies of the run, from which init() chooses what the
+  // other ranks of an mpirun job do.
+  void check_given(const ArgParser& args, const std::vector<std::string>& names);
   // Every strategy option by JSON key, as given or defaulted.
   nlohmann::ordered_json to_json() const;
 
@@ -63,6 +66,8 @@ struct StrategyResources {
   std::unique_ptr<Worker> target_worker, draft_worker;
   // Under mpirun (head rank): targets on the pipeline of ranks; null otherwise.
   std::function<std::unique_ptr<Target>(const StrategyConfig&)> make_target;
+  // Under mpirun (head rank): easyspec's group executors on the other ranks; null otherwise.
+  decltype(StrategyConfig::make_group_executor) make_group_executor;
   // --drafters: the pool's models, names (file stems) and, with -td N, a worker
   // of N threads each (so the pool drafts concurrently).
   std::vector<std::shared_ptr<const Model>> drafters;
@@ -70,7 +75,9 @@ struct StrategyResources {
   std::vector<std::unique_ptr<Worker>> drafter_workers;
 
   // Loads the draft (when a path is given) and creates the workers; under
-  // mpirun, starts the pipeline of ranks for the target.
+  // mpirun, starts the pipeline of ranks for the target or, when a strategy
+  // of the run drafts on the ranks (easyspec), prepares its drafter lanes
+  // (started by the first such strategy made; every target stays here).
   void init(std::shared_ptr<const Model> target_model, const StrategyOptions& options, int threads);
   // A config for strategy `name` on these resources (throws when `name` is
   // unknown, or needs a draft and none was given).

@@ -97,6 +97,39 @@ TEST(DistributedCli, HeadLayersOnTwoAndThreeRanksMatchSingleProcessAr) {
       << too_many.output;
 }
 
+// EasySpec under mpirun: the target stays on rank 0 and rank 1 runs lane 1 of
+// the deep drafter's fuzzy layer groups; the tokens are ar's.
+TEST(DistributedCli, EasySpecDrafterLanesOnTwoRanksMatchSingleProcessAr) {
+  const std::string deep = " -md " + kSource + "/models/draft-deep.gguf";
+  const auto ar = run_command(std::string(PARSPEC_BINARY) + generate_args("ar") + " 2>/dev/null");
+  ASSERT_EQ(ar.exit_code, 0);
+  for (const std::string flags :
+       {"--lp-size 2 --calibrate every", "--lp-groups 0/1-3/4-6/7 --calibrate never",
+        "--lp-size 3 --calibrate mismatch --lp-tree --link-latency-us 50"}) {
+    const auto got = run_command(kMpirun + "-np 2 " + PARSPEC_BINARY + generate_args("easyspec") +
+                                 deep + " " + flags + " 2>&1");
+    EXPECT_EQ(got.exit_code, 0) << flags << ":\n" << got.output;
+    EXPECT_EQ(tokens_of(got.output), tokens_of(ar.output)) << flags;
+    EXPECT_NE(got.output.find("distributed: easyspec drafter lanes on 2 ranks"), std::string::npos)
+        << got.output;
+    EXPECT_NE(got.output.find("(MPI ranks 0-1 for a group's attention blocks)"), std::string::npos)
+        << got.output;
+  }
+}
+
+// A bench with easyspec under mpirun: the ranks are easyspec's lanes, and ar
+// and sd (whose greedy outputs bench checks against ar's) verify on rank 0 too.
+TEST(DistributedCli, BenchWithEasySpecKeepsEveryTargetOnRankZero) {
+  const auto got =
+      run_command(kMpirun + "-np 2 " + PARSPEC_BINARY + " bench -m " + kTarget + " -md " + kSource +
+                  "/models/draft-deep.gguf --strategies sd,easyspec --prompts prose "
+                  "--max-prompts 2 -n 16 -t 1 2>&1");
+  ASSERT_EQ(got.exit_code, 0) << got.output;
+  EXPECT_NE(got.output.find("distributed: easyspec drafter lanes on 2 ranks"), std::string::npos)
+      << got.output;
+  EXPECT_EQ(got.output.find("distributed: pipeline"), std::string::npos) << got.output;
+}
+
 int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -117,6 +150,11 @@ TEST(DistributedCli, ErrorsAreReportedOnceAndEndEveryRank) {
       run_command(kMpirun + "-np 2 " + PARSPEC_BINARY + generate_args("auto") + " 2>&1");
   EXPECT_NE(auto_under_mpi.exit_code, 0);
   EXPECT_EQ(count(auto_under_mpi.output, "strategy 'auto' tunes on a target in this process"), 1);
+  const auto stages = run_command(kMpirun + "-np 2 " + PARSPEC_BINARY + generate_args("easyspec") +
+                                  " --stages 1 2>&1");
+  EXPECT_NE(stages.exit_code, 0);
+  EXPECT_EQ(count(stages.output, "with easyspec an mpirun job keeps the target on rank 0"), 1)
+      << stages.output;
   // Without mpirun the distributed flags are an error, not ignored.
   const auto single =
       run_command(std::string(PARSPEC_BINARY) + generate_args("pp") + " --link-latency-us 10 2>&1");
@@ -134,9 +172,10 @@ TEST(DistributedCli, AnExplicitLayerSplitAndEmulatedLinkStillMatchAr) {
   EXPECT_NE(got.output.find("EMULATED link: 100 us latency"), std::string::npos) << got.output;
 }
 
-void expect_rank_failure_handled(const std::string& mode) {
+void expect_rank_failure_handled(const std::string& mode, const std::string& draft = kDraft,
+                                 const std::string& strategy = "") {
   const auto r = run_command("bash " + kSource + "/tests/dist/rank_failure.sh " + PARSPEC_BINARY +
-                             " " + kTarget + " " + kDraft + " " + mode + " 2>&1");
+                             " " + kTarget + " " + draft + " " + mode + " " + strategy + " 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
 }
@@ -147,6 +186,14 @@ TEST(DistributedCli, AKilledRankEndsTheJobWithinTenSeconds) {
 
 TEST(DistributedCli, AStoppedRankEndsTheJobWithinTenSeconds) {
   expect_rank_failure_handled("stop");
+}
+
+// Rank 1 as one of easyspec's drafter lanes: the head waits for its attention
+// outputs, so a dead or stopped lane ends the job as a dead stage does.
+TEST(DistributedCli, AKilledOrStoppedDrafterLaneEndsTheJobWithinTenSeconds) {
+  const std::string deep = kSource + "/models/draft-deep.gguf";
+  expect_rank_failure_handled("kill", deep, "--strategy easyspec --lp-size 2");
+  expect_rank_failure_handled("stop", deep, "--strategy easyspec --lp-size 2");
 }
 
 TEST(DistributedCli, TwoNetworkNamespacesOverTcp) {
