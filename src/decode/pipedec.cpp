@@ -51,11 +51,15 @@ class PipeDec final : public TreeSpeculation {
   void step(std::vector<int32_t>& emitted) override {
     if (tree_.size() == 0) tree_.add(cur(), -1, 0.0);
     if (tree_.target_cells[0] == kUnprocessed) submit_level({0});
-    draft_root();
     // Fill the pipeline: every level drafted enters it at once, as deep as the
-    // tree may grow and as far as the request needs.
+    // tree may grow and as far as the request needs, until the root's level
+    // is back: then the root is decided first, since drafting below a root
+    // that may be wrong delays its token and feeds the stages work that a
+    // miss throws away (the paper's timestep: the oldest level completes,
+    // the tree is pruned, then the next level enters).
     const int depth_limit = std::min(config_.tree_depth, remaining() - 1);
-    while (tree_.max_depth() < depth_limit) {
+    while (tree_.max_depth() < depth_limit && !target_->arrived(in_flight_.front().ticket)) {
+      draft_root();
       const int depth = tree_.max_depth();
       std::vector<int32_t> frontier, unprocessed;
       for (int32_t node = 0; node < tree_.size(); ++node) {

@@ -41,6 +41,10 @@ std::vector<float> Target::collect(int64_t ticket) {
   return logits;
 }
 
+bool Target::arrived(int64_t) {
+  return false;
+}
+
 void Target::cancel(int64_t ticket) {
   submitted_.erase(ticket);
 }

@@ -60,6 +60,11 @@ class Target {
   // batches in flight (PipeDec). Here, a forward that runs at submit().
   virtual int64_t submit(const Batch& batch);
   virtual std::vector<float> collect(int64_t ticket);
+  // Without waiting: whether collect(ticket) has its logits back from a
+  // pipeline, so that a strategy can act on them before drafting more. A
+  // target that runs forwards at submit() says false: a pipelined strategy
+  // then fills its pipeline as if the forward were still on its way.
+  virtual bool arrived(int64_t ticket);
   // The forward's logits will not be collected: a pipelined target may skip
   // its work. Its cells keep their ids (their contents are undefined) until
   // a commit drops them; nothing may descend from them.

@@ -31,6 +31,9 @@ namespace {
 
 std::unique_ptr<Session> g_session;
 
+// What a stage did with a forward (its progress report).
+enum ForwardFate : uint8_t { kRan = 0, kSkipped, kAbandoned };
+
 std::string layer_range(int first, int last) {
   return "layers " + std::to_string(first) + "-" + std::to_string(last - 1);
 }
@@ -87,6 +90,7 @@ double process_cpu_ms() {
 struct ForwardMsg {
   int64_t ticket = 0;
   bool skipped = false;
+  bool abandoned = false;  // started here, stopped by a cancel (and so skipped downstream)
   Batch batch;
   std::vector<float> hidden;
   // First stage only: rows whose token embedding is replaced (PPD's trained
@@ -137,10 +141,24 @@ void pass_on(Transport& t, const Stage& s, const ForwardMsg& f, const std::vecto
   }
   Bytes progress;
   progress.put<int64_t>(f.ticket);
-  progress.put<uint8_t>(f.skipped ? 1 : 0);
+  progress.put<uint8_t>(f.abandoned ? kAbandoned : f.skipped ? kSkipped : kRan);
   progress.put<double>(ms);
   progress.put<double>(cpu_ms);
   t.send(0, kProgress, std::move(progress));
+}
+
+// Files every cancel that has arrived.
+void take_cancels(Transport& t, Stage& s) {
+  Message m;
+  while (t.poll(0, kCancel, &m)) s.cancelled.insert(m.body.get<int64_t>());
+}
+
+// Whether every forward of the group that runs has been cancelled since.
+bool all_cancelled(Transport& t, Stage& s, const std::vector<ForwardMsg>& group) {
+  take_cancels(t, s);
+  for (const ForwardMsg& f : group)
+    if (!f.skipped && s.cancelled.count(f.ticket) == 0) return false;
+  return true;
 }
 
 // Runs consecutive forwards that were waiting together as one batch (the
@@ -191,9 +209,21 @@ void run_forwards(Transport& t, Stage& s, std::vector<ForwardMsg>& group) {
         hidden.insert(hidden.end(), f.hidden.begin(), f.hidden.end());
       }
     }
-    s.model->forward_layers(*s.worker, merged, *s.kv, first_cell, s.layer_first, s.layer_last,
-                            hidden.data());
-    if (s.is_last) {
+    // Layer by layer, so that a cancel arriving meanwhile stops the work (the
+    // head found the root wrong): once every forward of the group is
+    // cancelled, the remaining layers are not run and the forwards travel on
+    // as skipped ones (their cells' contents undefined until a commit drops them).
+    bool abandoned = false;
+    for (int l = s.layer_first; l < s.layer_last && !abandoned; ++l) {
+      s.model->forward_layers(*s.worker, merged, *s.kv, first_cell, l, l + 1, hidden.data());
+      abandoned = l + 1 < s.layer_last && all_cancelled(t, s, group);
+    }
+    if (abandoned) {
+      for (ForwardMsg& f : group) {
+        f.abandoned = !f.skipped;
+        f.skipped = true;
+      }
+    } else if (s.is_last) {
       size_t n_out = 0;
       for (size_t i = 0; i < merged.size(); ++i) {
         if (!merged.want_logits[i]) continue;
@@ -212,6 +242,7 @@ void run_forwards(Transport& t, Stage& s, std::vector<ForwardMsg>& group) {
   for (ForwardMsg& f : group) {
     std::vector<float> mine;
     const size_t n = f.batch.size();
+    const bool ran = !f.skipped || f.abandoned;
     if (!f.skipped) {
       if (s.is_last) {
         size_t n_out = 0;
@@ -224,7 +255,7 @@ void run_forwards(Transport& t, Stage& s, std::vector<ForwardMsg>& group) {
       }
       row += n;
     }
-    const double share = run_rows > 0 && !f.skipped ? static_cast<double>(n) / run_rows : 0.0;
+    const double share = run_rows > 0 && ran ? static_cast<double>(n) / run_rows : 0.0;
     pass_on(t, s, f, mine, ms * share, cpu_ms * share);
   }
 }
@@ -338,13 +369,12 @@ int serve_stage() {
   constexpr size_t kMaxMergedRows = 512;
   for (;;) {
     Message m;
-    while (t.poll(0, kCancel, &m)) s.cancelled.insert(m.body.get<int64_t>());
     bool got = false;
     try {
       while (t.poll(set_up ? s.prev : 0, kPipe, &m) ||
              (set_up && s.prev != 0 && t.poll(0, kPipe, &m)))
         queue.push_back(std::move(m));
-      while (t.poll(0, kCancel, &m)) s.cancelled.insert(m.body.get<int64_t>());
+      take_cancels(t, s);
       if (!queue.empty()) {
         got = true;
         if (op_of(queue.front()) == kForward && !s.failed) {
@@ -628,6 +658,10 @@ void Pipeline::pump() {
     }
     abort_unanswered(stuck, options_.timeout_s);
   }
+  file(m);
+}
+
+void Pipeline::file(Message& m) {
   switch (m.tag) {
     case kLogits: {
       const int64_t ticket = m.body.get<int64_t>();
@@ -642,7 +676,7 @@ void Pipeline::pump() {
     }
     case kProgress: {
       const int64_t ticket = m.body.get<int64_t>();
-      const bool skipped = m.body.get<uint8_t>() != 0;
+      const uint8_t fate = m.body.get<uint8_t>();
       const double ms = m.body.get<double>();
       const double cpu_ms = m.body.get<double>();
       last_done_[m.source] = ticket;
@@ -650,7 +684,8 @@ void Pipeline::pump() {
         for (StageTimes& st : *v)
           if (st.rank == m.source) {
             ++st.forwards;
-            st.skipped += skipped ? 1 : 0;
+            st.skipped += fate == kSkipped ? 1 : 0;
+            st.abandoned += fate == kAbandoned ? 1 : 0;
             st.compute_ms += ms;
             st.cpu_ms += cpu_ms;
           }
@@ -719,6 +754,12 @@ int64_t Pipeline::send_forward(const Batch& batch) {
   return ticket;
 }
 
+bool Pipeline::arrived(int64_t ticket) {
+  Message m;
+  while (transport_.poll(-1, -1, &m)) file(m);
+  return arrived_.count(ticket) != 0;
+}
+
 std::vector<float> Pipeline::wait_logits(int64_t ticket) {
   for (;;) {
     const auto found = arrived_.find(ticket);
@@ -785,7 +826,7 @@ void Pipeline::quit(int code) {
 std::vector<StageTimes> Pipeline::take_stage_times() {
   std::vector<StageTimes> out = stage_window_;
   for (StageTimes& st : stage_window_) {
-    st.forwards = st.skipped = 0;
+    st.forwards = st.skipped = st.abandoned = 0;
     st.compute_ms = st.cpu_ms = 0;
   }
   return out;
@@ -818,6 +859,7 @@ class PipelineTarget final : public Target {
     ++meter_.forwards;
     return p_.send_forward(batch);
   }
+  bool arrived(int64_t ticket) override { return p_.arrived(ticket); }
   std::vector<float> collect(int64_t ticket) override {
     ScopedTimer timer(meter_.ms);  // the time the head waited for the pipeline
     return p_.wait_logits(ticket);

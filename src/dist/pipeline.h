@@ -83,6 +83,7 @@ struct StageTimes {
   int layer_first = 0, layer_last = 0;
   std::string host;
   int64_t forwards = 0, skipped = 0;
+  int64_t abandoned = 0;  // started, then stopped between layers by a cancel
   double compute_ms = 0;  // wall time of its forwards
   double cpu_ms = 0;      // CPU time of its process meanwhile (all threads)
 };
@@ -98,6 +99,8 @@ class Pipeline {
   int64_t send_forward(const Batch& batch);
   // The logits of a forward (throws Error when a stage failed or timed out).
   std::vector<float> wait_logits(int64_t ticket);
+  // Without waiting: whether the forward's logits are back (files whatever has arrived).
+  bool arrived(int64_t ticket);
   // The forward's result is not wanted: stages that have not run it skip it.
   void cancel(int64_t ticket);
   void send_commit(std::span<const int32_t> path, std::span<const int32_t> keep);
@@ -117,6 +120,7 @@ class Pipeline {
  private:
   // Receives one message (waits at most the timeout) and files it.
   void pump();
+  void file(Message& m);
   [[noreturn]] void stage_failed(int rank, const std::string& what);
   int first_rank() const { return 1; }
 

@@ -5,6 +5,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #include <sched.h>
+#include <sys/prctl.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +47,9 @@ void Backoff::pause() {
 Transport::Transport(int* argc, char*** argv) {
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // Waits sleep in 50 µs steps (Backoff) and up to the emulated due time;
+  // Linux's default timer slack would stretch each sleep by up to 50 µs more.
+  prctl(PR_SET_TIMERSLACK, 1000UL);
   // Errors come back as codes (and end the job) rather than printing MPI's own abort banner first.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -100,41 +104,56 @@ bool Transport::flush(double timeout_s) {
   return true;
 }
 
-void Transport::emulate_delivery(int source, int64_t sent_ns, size_t bytes) {
-  if (!link_.active()) return;
+int64_t Transport::due_ns(int source, int64_t sent_ns, size_t bytes) {
+  if (!link_.active()) return 0;
+  // The wire carries one message after another; latency overlaps: a message
+  // is due its latency after its last byte left, however many are in flight.
   int64_t& free_ns = link_free_ns_[source];
   const int64_t wire_ns =
       link_.gbps > 0 ? static_cast<int64_t>(static_cast<double>(bytes) * 8.0 / link_.gbps) : 0;
   free_ns = std::max(free_ns, sent_ns) + wire_ns;
-  const int64_t deliver_ns = free_ns + static_cast<int64_t>(link_.latency_us * 1000.0);
-  for (int64_t now = monotonic_ns(); now < deliver_ns; now = monotonic_ns()) {
-    if (deliver_ns - now > 150000)
-      std::this_thread::sleep_for(std::chrono::nanoseconds(deliver_ns - now - 100000));
-    // the last stretch spins: sleeps overshoot by tens of microseconds
+  return free_ns + static_cast<int64_t>(link_.latency_us * 1000.0);
+}
+
+void Transport::take_arrivals() {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    const int rc = MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &status);
+    check(rc == MPI_SUCCESS, "distributed: MPI_Iprobe failed (MPI error ", rc, ")");
+    if (!flag) return;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    std::vector<uint8_t> data(static_cast<size_t>(count));
+    MPI_Recv(data.data(), count, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, MPI_COMM_WORLD,
+             MPI_STATUS_IGNORE);
+    check(count >= static_cast<int>(sizeof(int64_t)), "distributed: a message without envelope");
+    int64_t sent_ns = 0;
+    std::memcpy(&sent_ns, data.data(), sizeof sent_ns);
+    Arrival& a = inbox_.emplace_back();
+    a.source = status.MPI_SOURCE;
+    a.tag = status.MPI_TAG;
+    a.due_ns = due_ns(a.source, sent_ns, data.size());
+    a.data.assign(data.begin() + sizeof(int64_t), data.end());
   }
 }
 
 bool Transport::poll(int source, int tag, Message* out) {
   reap_sends();
-  int flag = 0;
-  MPI_Status status;
-  const int rc = MPI_Iprobe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag,
-                            MPI_COMM_WORLD, &flag, &status);
-  check(rc == MPI_SUCCESS, "distributed: MPI_Iprobe failed (MPI error ", rc, ")");
-  if (!flag) return false;
-  int count = 0;
-  MPI_Get_count(&status, MPI_BYTE, &count);
-  std::vector<uint8_t> data(static_cast<size_t>(count));
-  MPI_Recv(data.data(), count, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, MPI_COMM_WORLD,
-           MPI_STATUS_IGNORE);
-  check(count >= static_cast<int>(sizeof(int64_t)), "distributed: a message without envelope");
-  int64_t sent_ns = 0;
-  std::memcpy(&sent_ns, data.data(), sizeof sent_ns);
-  emulate_delivery(status.MPI_SOURCE, sent_ns, data.size());
-  out->source = status.MPI_SOURCE;
-  out->tag = status.MPI_TAG;
-  out->body = Bytes(std::vector<uint8_t>(data.begin() + sizeof(int64_t), data.end()));
-  return true;
+  take_arrivals();
+  // Per source, messages fall due in arrival order (the wire is FIFO), so the
+  // first matching message that is due is the one to hand over.
+  const int64_t now = link_.active() ? monotonic_ns() : 0;
+  for (auto a = inbox_.begin(); a != inbox_.end(); ++a) {
+    if ((source >= 0 && a->source != source) || (tag >= 0 && a->tag != tag) || a->due_ns > now)
+      continue;
+    out->source = a->source;
+    out->tag = a->tag;
+    out->body = Bytes(std::move(a->data));
+    inbox_.erase(a);
+    return true;
+  }
+  return false;
 }
 
 Message Transport::receive(int source, int tag, double timeout_s) {
@@ -145,7 +164,18 @@ Message Transport::receive(int source, int tag, double timeout_s) {
     if (timeout_s >= 0 &&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s)
       throw TimeoutError("no message within " + std::to_string(timeout_s) + " s", source);
-    backoff.pause();
+    // A message on an emulated wire: wait for exactly when it is due (sleep
+    // while far, spin the last stretch: sleeps overshoot by tens of µs).
+    int64_t due = -1;
+    for (const Arrival& a : inbox_)
+      if ((source < 0 || a.source == source) && (tag < 0 || a.tag == tag))
+        due = due < 0 ? a.due_ns : std::min(due, a.due_ns);
+    if (due < 0) {
+      backoff.pause();
+      continue;
+    }
+    const int64_t left = due - monotonic_ns();
+    if (left > 150000) std::this_thread::sleep_for(std::chrono::nanoseconds(left - 100000));
   }
   return m;
 }

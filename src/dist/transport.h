@@ -53,8 +53,10 @@ enum Op : int32_t {
 };
 
 // Emulated interconnect: every message is delivered `latency_us` after it
-// was sent plus its size at `gbps`, messages on one link one after another.
-// Emulation assumes the ranks share a clock (one machine).
+// was sent plus its size at `gbps`, messages on one link one after another
+// (serialised on the wire, overlapping in flight: a sender never waits, and
+// the receiver keeps working until a message is due). Emulation assumes the
+// ranks share a clock (one machine).
 struct LinkEmulation {
   double latency_us = 0;
   double gbps = 0;  // 0: unlimited
@@ -142,7 +144,7 @@ class Transport {
   // Starts sending (MPI_Isend); the bytes are kept until the send completes.
   void send(int dest, int tag, Bytes body);
   // The next message from `source` (or any: -1) with `tag` (or any: -1) if
-  // one has arrived (and, emulated, been delivered); never blocks for long.
+  // one has arrived (and, emulated, is due); never waits.
   bool poll(int source, int tag, Message* out);
   // Waits for such a message; throws TimeoutError after timeout_s (< 0: no limit).
   Message receive(int source, int tag, double timeout_s);
@@ -153,9 +155,11 @@ class Transport {
 
  private:
   void reap_sends();
-  // Blocks until an emulated link would have delivered a message sent at
-  // `sent_ns` of `bytes` bytes from `source`.
-  void emulate_delivery(int source, int64_t sent_ns, size_t bytes);
+  // Moves every message MPI holds into inbox_, stamped with when it is due.
+  void take_arrivals();
+  // When an emulated link delivers a message sent at `sent_ns` of `bytes`
+  // bytes from `source` (its wire time after the link's previous message).
+  int64_t due_ns(int source, int64_t sent_ns, size_t bytes);
 
   int rank_ = 0, size_ = 1;
   LinkEmulation link_;
@@ -164,6 +168,13 @@ class Transport {
     void* request;  // MPI_Request, kept opaque here
   };
   std::deque<PendingSend> sends_;
+  // Received from MPI, in arrival order (the order of sending, per source).
+  struct Arrival {
+    int source, tag;
+    int64_t due_ns;             // when the (emulated) link hands it over
+    std::vector<uint8_t> data;  // the envelope stripped
+  };
+  std::deque<Arrival> inbox_;
   std::map<int, int64_t> link_free_ns_;  // per source: when its link is free again
 };
 

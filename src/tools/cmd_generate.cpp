@@ -94,6 +94,7 @@ void print_json(const std::string& strategy, const std::string& chosen,
                         {"layers", {stage.layer_first, stage.layer_last}},
                         {"forwards", stage.forwards},
                         {"skipped", stage.skipped},
+                        {"abandoned", stage.abandoned},
                         {"compute_ms", stage.compute_ms},
                         {"cpu_ms", stage.cpu_ms}});
     out["distributed"] = {{"pipeline", pipeline->describe()},

@@ -4,11 +4,15 @@
 // 1..N-1 and compares, in this process, every strategy on the pipeline with
 // `ar` on a local target: greedy token ids identical over many prompts; with
 // --sampling, the same two-sample chi-square as tests/decode/test_strategies.cpp
-// over seeded runs. Exit code 0 when everything matches.
+// over seeded runs; and a forward cancelled while a stage runs it. Exit code
+// 0 when everything matches.
+#include <chrono>
 #include <cstdio>
 #include <map>
+#include <thread>
 
 #include "core/error.h"
+#include "decode/local_model.h"
 #include "decode/strategies.h"
 #include "dist/pipeline.h"
 #include "stats_helpers.h"
@@ -58,6 +62,73 @@ std::vector<std::map<int32_t, int64_t>> histograms(Strategy& strategy, int runs,
     for (size_t i = 0; i < tokens.size() && i < 3; ++i) ++hist[i][tokens[i]];
   }
   return hist;
+}
+
+// A forward cancelled while a stage runs it: the stage stops it between
+// layers (abandons it) and every cache stays as the head numbers it, so a
+// later forward's logits equal a local target's bit for bit. The cancel goes
+// out as soon as the forward queued before it is back, when the first stage
+// has just started the long one; a stage not scheduled in time skips it
+// instead, hence a few attempts. Returns the number of failures.
+int check_cancel_mid_forward(
+    const StrategyConfig& base,
+    const std::function<std::unique_ptr<Target>(const StrategyConfig&)>& make_target) {
+  dist::Pipeline& pipeline = *dist::running_pipeline();
+  const auto reports = [&] {
+    int64_t forwards = 0, abandoned = 0;
+    for (const dist::StageTimes& st : pipeline.stages()) {
+      forwards += st.forwards;
+      abandoned += st.abandoned;
+    }
+    return std::pair(forwards, abandoned);
+  };
+  const auto [forwards_before, abandoned_before] = reports();
+  const std::unique_ptr<Target> remote = make_target(base);
+  LocalTarget local(base.target, *base.target_worker);
+  constexpr int32_t kLong = 2000;  // rows: milliseconds per layer even for this small model
+  const std::vector<int32_t> prefix = {256, 10, 20, 30};
+  std::vector<int32_t> long_tokens(kLong);
+  for (int32_t i = 0; i < kLong; ++i) long_tokens[i] = (i * 7 + 3) % 256;
+  const std::vector<int32_t> probe = {50, 60, 70};
+  int failures = 0, forwards_sent = 0;
+  int64_t abandoned = 0;
+  for (int attempt = 0; attempt < 20 && abandoned == 0; ++attempt) {
+    for (Target* t : {remote.get(), static_cast<Target*>(&local)}) {
+      t->begin(kLong + 16);
+      t->forward(chain_batch(0, prefix, false));
+      t->commit_chain(static_cast<int32_t>(prefix.size()));
+    }
+    // Queued at the first stage in this order: short forward, truncate, long forward.
+    const int64_t short_ticket = remote->submit(chain_batch(4, std::vector<int32_t>{40}, false));
+    remote->truncate(4);
+    const int64_t long_ticket = remote->submit(chain_batch(4, long_tokens, false));
+    remote->collect(short_ticket);
+    remote->cancel(long_ticket);
+    remote->truncate(4);
+    const Batch check = chain_batch(4, probe, true);
+    if (remote->forward(check) != local.forward(check)) {
+      std::fprintf(stderr, "FAIL cancel: logits after a cancelled forward differ from local\n");
+      ++failures;
+    }
+    forwards_sent += 4;
+    // Every stage reports every forward (ran, skipped or abandoned); wait for them all.
+    const int64_t expected = forwards_before + forwards_sent * int64_t(pipeline.stages().size());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (reports().first < expected && std::chrono::steady_clock::now() < deadline) {
+      pipeline.arrived(-1);
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    abandoned = reports().second - abandoned_before;
+  }
+  const dist::StageTimes& first = pipeline.stages().front();
+  std::fprintf(stderr, "cancel mid-forward: %lld abandoned\n", static_cast<long long>(abandoned));
+  // The first stage is the one running the long forward when the cancel
+  // comes; with one layer it has no point between layers to stop at.
+  if (abandoned == 0 && first.layer_last - first.layer_first > 1) {
+    std::fprintf(stderr, "FAIL cancel: no stage stopped a forward cancelled while it ran\n");
+    ++failures;
+  }
+  return failures;
 }
 
 int run(bool sampling) {
@@ -124,6 +195,7 @@ int run(bool sampling) {
     ++failures;
   }
   std::fprintf(stderr, "greedy: %d failures\n", failures);
+  failures += check_cancel_mid_forward(base, make_target);
 
   if (sampling) {
     SamplingParams params;
