@@ -17,12 +17,14 @@
 #include "decode/strategies.h"
 #include "dist/draft_lanes.h"
 #include "dist/pipeline.h"
-#include "stats_helpers.h"
+#include "sampling_check.h"
 
 namespace parspec {
 namespace {
 
-using testing_support::chi_square_two_sample;
+using testing_support::chi_square_rejections;
+using testing_support::PositionHistograms;
+using testing_support::sampled_histograms;
 
 struct Setting {
   std::string label;
@@ -53,19 +55,8 @@ StrategyConfig config_of(const Setting& s, const StrategyConfig& base) {
   return c;
 }
 
-std::vector<std::map<int32_t, int64_t>> histograms(Strategy& strategy, int runs,
-                                                   const SamplingParams& params) {
-  std::vector<std::map<int32_t, int64_t>> hist(3);
-  GenerationRequest req;
-  req.prompt = {1, 450, 1123, 263};
-  req.n_predict = 3;
-  req.sampling = params;
-  for (int r = 0; r < runs; ++r) {
-    req.sampling.seed = 1000003ull * r + 17;
-    const auto tokens = strategy.generate(req).tokens;
-    for (size_t i = 0; i < tokens.size() && i < 3; ++i) ++hist[i][tokens[i]];
-  }
-  return hist;
+PositionHistograms histograms(Strategy& strategy, int runs, const SamplingParams& params) {
+  return sampled_histograms(strategy, runs, params, {1, 450, 1123, 263});
 }
 
 // Whether the strategy's groups ran on the lanes (its note names the ranks).
@@ -145,12 +136,7 @@ int run(const std::string& source, bool sampling) {
       c.make_group_executor = lanes;
       auto strategy = make_strategy(c);
       const auto got = histograms(*strategy, kRuns, params);
-      for (size_t pos = 0; pos < got.size(); ++pos) {
-        const auto r = chi_square_two_sample(got[pos], reference[pos]);
-        std::fprintf(stderr, "sampling %s position %zu: chi-square %.1f, %d df%s\n",
-                     s.label.c_str(), pos, r.statistic, r.df, r.rejects() ? ": REJECTED" : "");
-        failures += r.rejects() ? 1 : 0;
-      }
+      failures += chi_square_rejections(got, reference, s.label);
     }
   }
   std::printf("%s\n", failures == 0 ? "PASS" : "FAIL");

@@ -15,14 +15,16 @@
 #include "decode/local_model.h"
 #include "decode/strategies.h"
 #include "dist/pipeline.h"
-#include "stats_helpers.h"
+#include "sampling_check.h"
 #include "test_helpers.h"
 
 namespace parspec {
 namespace {
 
-using testing_support::chi_square_two_sample;
+using testing_support::chi_square_rejections;
 using testing_support::ModelPair;
+using testing_support::PositionHistograms;
+using testing_support::sampled_histograms;
 using testing_support::TempDir;
 
 std::vector<StrategyConfig> variants() {
@@ -49,19 +51,8 @@ std::vector<StrategyConfig> variants() {
   return v;
 }
 
-std::vector<std::map<int32_t, int64_t>> histograms(Strategy& strategy, int runs,
-                                                   const SamplingParams& params) {
-  std::vector<std::map<int32_t, int64_t>> hist(3);
-  GenerationRequest req;
-  req.prompt = {256, 84, 104};
-  req.n_predict = 3;
-  req.sampling = params;
-  for (int r = 0; r < runs; ++r) {
-    req.sampling.seed = 1000003ull * r + 17;
-    const auto tokens = strategy.generate(req).tokens;
-    for (size_t i = 0; i < tokens.size() && i < 3; ++i) ++hist[i][tokens[i]];
-  }
-  return hist;
+PositionHistograms histograms(Strategy& strategy, int runs, const SamplingParams& params) {
+  return sampled_histograms(strategy, runs, params, {256, 84, 104});
 }
 
 // A forward cancelled while a stage runs it: the stage stops it between
@@ -219,12 +210,7 @@ int run(bool sampling) {
       if (c.name == "cosine" || c.name == "specinfer") c.drafters = {pair.draft, other_draft};
       auto strategy = make_strategy(c);
       const auto got = histograms(*strategy, kRuns, params);
-      for (size_t pos = 0; pos < got.size(); ++pos) {
-        const auto r = chi_square_two_sample(got[pos], reference[pos]);
-        std::fprintf(stderr, "sampling %s position %zu: chi-square %.1f, %d df%s\n", c.name.c_str(),
-                     pos, r.statistic, r.df, r.rejects() ? ": REJECTED" : "");
-        failures += r.rejects() ? 1 : 0;
-      }
+      failures += chi_square_rejections(got, reference, c.name);
     }
   }
   std::printf("%s\n", failures == 0 ? "PASS" : "FAIL");
