@@ -63,6 +63,17 @@ inline ModelPair make_model_pair(const TempDir& dir, const std::string& arch, DT
   return {target, draft};
 }
 
+// Sampling at temperature `temp` with no truncation (top-k, top-p, min-p off):
+// the distribution the sampling-exactness checks compare strategies on.
+inline SamplingParams untruncated_sampling(float temp) {
+  SamplingParams params;
+  params.temp = temp;
+  params.top_k = 0;
+  params.top_p = 1.0f;
+  params.min_p = 0.0f;
+  return params;
+}
+
 inline bool bitwise_equal(const float* a, const float* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(float)) == 0;
 }

@@ -285,11 +285,7 @@ TEST(PoolStrategies, RoutingLearnsWhichDrafterAgreesWithTheTarget) {
 TEST(PoolStrategies, SampledOutputMatchesTheTargetDistribution) {
   const Pool pool(260, 3);
   Worker worker(1);
-  SamplingParams params;
-  params.temp = 1.5f;
-  params.top_k = 0;
-  params.top_p = 1.0f;
-  params.min_p = 0.0f;
+  const SamplingParams params = testing_support::untruncated_sampling(1.5f);
   auto histograms = [&](StrategyConfig c) {
     c.ctx_size = 64;
     auto strategy = make_strategy(c);

@@ -24,6 +24,7 @@ using testing_support::chi_square_two_sample;
 using testing_support::make_model_pair;
 using testing_support::ModelPair;
 using testing_support::TempDir;
+using testing_support::untruncated_sampling;
 
 // Random PPD prompt tokens for the test models' width (64), written once per
 // process: exactness must not depend on how good trained prompt tokens are.
@@ -271,11 +272,7 @@ TEST(SamplingExactness, EveryStrategyMatchesTheTargetDistribution) {
   // A small vocabulary keeps the histograms dense enough for the test.
   const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::Q4_0, 260, 3);
   Worker worker(1);
-  SamplingParams params;
-  params.temp = 1.5f;
-  params.top_k = 0;
-  params.top_p = 1.0f;
-  params.min_p = 0.0f;
+  const SamplingParams params = untruncated_sampling(1.5f);
   constexpr int kRuns = 2500;
   StrategyConfig base;
   base.target = pair.target;

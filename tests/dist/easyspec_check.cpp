@@ -18,6 +18,7 @@
 #include "dist/draft_lanes.h"
 #include "dist/pipeline.h"
 #include "sampling_check.h"
+#include "test_helpers.h"
 
 namespace parspec {
 namespace {
@@ -25,6 +26,7 @@ namespace {
 using testing_support::chi_square_rejections;
 using testing_support::PositionHistograms;
 using testing_support::sampled_histograms;
+using testing_support::untruncated_sampling;
 
 struct Setting {
   std::string label;
@@ -124,11 +126,7 @@ int run(const std::string& source, bool sampling) {
                static_cast<long long>(accepted), static_cast<long long>(drafted));
 
   if (sampling) {
-    SamplingParams params;
-    params.temp = 1.5f;
-    params.top_k = 0;
-    params.top_p = 1.0f;
-    params.min_p = 0.0f;
+    const SamplingParams params = untruncated_sampling(1.5f);
     constexpr int kRuns = 1500;
     const auto reference = histograms(*ar, kRuns, params);
     for (const Setting& s : {settings()[0], settings()[1]}) {

@@ -26,6 +26,7 @@ using testing_support::ModelPair;
 using testing_support::PositionHistograms;
 using testing_support::sampled_histograms;
 using testing_support::TempDir;
+using testing_support::untruncated_sampling;
 
 std::vector<StrategyConfig> variants() {
   std::vector<StrategyConfig> v = testing_support::pipeline_strategy_variants();
@@ -193,11 +194,7 @@ int run(bool sampling) {
   failures += check_cancel_mid_forward(base, make_target);
 
   if (sampling) {
-    SamplingParams params;
-    params.temp = 1.5f;
-    params.top_k = 0;
-    params.top_p = 1.0f;
-    params.min_p = 0.0f;
+    const SamplingParams params = untruncated_sampling(1.5f);
     constexpr int kRuns = 1500;
     const auto reference = histograms(*ar, kRuns, params);
     for (StrategyConfig c : variants()) {
