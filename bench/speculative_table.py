@@ -37,7 +37,7 @@ print()
 print(f"parspec: `{command}`  ")
 if spec:
     print(f"llama.cpp: `{spec} -m T -md D -p PROMPT -n N -t {threads} -td {threads} --temp 0 "
-          f"--draft-max M` per prompt (raw prompt texts)  ")
+          f"--draft-max M [--draft-p-min P]` per prompt (raw prompt texts)  ")
 print(f"load average (1/5/15 min) before {load_before}, after {load_after}; greedy outputs "
       f"differing from ar: {mismatches}")
 print()
@@ -53,14 +53,16 @@ for label in labels:
     cells = [f"{rate.get((label, s), float('nan')):.2f}" for s in sets]
     ratio = rate.get((label, "all"), 0) / ar_all if ar_all else float("nan")
     print(f"| parspec | {name} | " + " | ".join(cells) + f" | {ratio:.2f}x |")
-for dm, acc in sorted(by_dm.items(), key=lambda kv: -int(kv[0])):
+for dm, acc in by_dm.items():
     cells = []
     for s in sets:
         n, secs = acc.get(s, (0, 0.0))
         cells.append(f"{n / secs:.2f}" if secs > 0 else "-")
     n, secs = acc.get("all", (0, 0.0))
     ratio = (n / secs) / ar_all if secs > 0 and ar_all else float("nan")
-    print(f"| llama.cpp | speculative-simple --draft-max {dm} | " + " | ".join(cells) +
+    m, _, p_min = dm.partition("/")
+    args = f"--draft-max {m}" + (f" --draft-p-min {p_min}" if p_min else "")
+    print(f"| llama.cpp | speculative-simple {args} | " + " | ".join(cells) +
           f" | {ratio:.2f}x |")
 print()
 print("tok/s of generation (prompt processing excluded in both engines); × ar: over parspec's ar.")

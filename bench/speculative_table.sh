@@ -11,11 +11,14 @@
 #
 #   bash bench/speculative_table.sh [-t 2] [-n 64] [-k 2] [PAIR...]
 #
-# PAIR: zoo (models/target.gguf + models/draft.gguf) and/or 1b (the inflated
-# pair of bench/make_pairs.sh; TARGET_1B / DRAFT_1B override the paths);
-# default: zoo 1b. -k: prompts per set (0: all). Env: LLAMA_CPP_DIR (a llama.cpp
+# PAIR: zoo (models/target.gguf + models/draft.gguf), 1b (the inflated pair of
+# bench/make_pairs.sh: the zoo target and drafter at 1B / 100M class) and
+# 1b-deep (the same target with the inflated deep drafter, models/draft-deep.gguf);
+# TARGET_1B / DRAFT_1B / DRAFT_1B_DEEP override the paths; default: zoo 1b. -k: prompts per set (0: all). Env: LLAMA_CPP_DIR (a llama.cpp
 # build: its bin/ or a checkout with build/bin; without it the llama.cpp rows
-# are left out), LLAMA_DRAFT_MAX (comma list of --draft-max, default 16,4,2),
+# are left out), LLAMA_DRAFT_MAX (comma list of --draft-max M, or M/P for
+# --draft-max M --draft-p-min P; default 16,4,2,16/0,4/0,2/0: llama.cpp's
+# default minimum draft probability 0.8 ends a draft early, 0 drafts M always),
 # STRATEGIES (parspec's list; the tuned ones are added), NO_TUNED=1 (leave
 # the tuned ones out). Prints Markdown (with CPU, load average and the
 # commands) and keeps the raw outputs in out/speculative_table/. Run it on a
@@ -30,7 +33,7 @@ while [[ $# -gt 0 ]]; do
     -t) threads="$2"; shift 2 ;;
     -n) n_predict="$2"; shift 2 ;;
     -k) per_set="$2"; shift 2 ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -41,7 +44,7 @@ parspec=${PARSPEC:-build/parspec}
 [[ -x $parspec ]] || { echo "build parspec first: bash scripts/build.sh" >&2; exit 1; }
 strategies=${STRATEGIES:-ar,auto,sd,sd:2,tree,dyntree,pearl,pearl:3}
 sets=code,math,prose,config,chat
-draft_max=${LLAMA_DRAFT_MAX:-16,4,2}
+draft_max=${LLAMA_DRAFT_MAX:-16,4,2,16/0,4/0,2/0}
 spec=""
 if [[ -n ${LLAMA_CPP_DIR:-} ]]; then
   for c in "$LLAMA_CPP_DIR/llama-speculative-simple" "$LLAMA_CPP_DIR/build/bin/llama-speculative-simple" \
@@ -60,7 +63,11 @@ for pair in "${pairs[@]}"; do
   case "$pair" in
     zoo) target=models/target.gguf draft=models/draft.gguf ;;
     1b) target=${TARGET_1B:-out/zoo-target-1b-f16.gguf} draft=${DRAFT_1B:-out/zoo-draft-100m-f16.gguf} ;;
-    *) echo "unknown pair '$pair' (zoo, 1b)" >&2; exit 2 ;;
+    1b-deep)
+      target=${TARGET_1B:-out/zoo-target-1b-f16.gguf}
+      draft=${DRAFT_1B_DEEP:-out/zoo-draft-deep-100m-f16.gguf}
+      ;;
+    *) echo "unknown pair '$pair' (zoo, 1b, 1b-deep)" >&2; exit 2 ;;
   esac
   [[ -f $target && -f $draft ]] || { echo "$pair: $target or $draft missing (bash bench/make_pairs.sh small)" >&2; exit 1; }
   load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -96,9 +103,11 @@ EOF
     for dm in ${draft_max//,/ }; do
       while IFS=$'\t' read -r set prompt; do
         text=$($py -c 'import json,sys; print(json.loads(sys.argv[1]), end="")' "$prompt")
-        log="$out/$pair-llama-dm$dm.log"
+        log="$out/$pair-llama-dm${dm/\//-p}.log"
+        draft_args=(--draft-max "${dm%%/*}")
+        [[ $dm == */* ]] && draft_args+=(--draft-p-min "${dm#*/}")
         "$spec" -m "$target" -md "$draft" -p "$text" -n "$n_predict" -t "$threads" -td "$threads" \
-          --temp 0 --draft-max "$dm" >>"$log" 2>&1 </dev/null || true
+          --temp 0 "${draft_args[@]}" >>"$log" 2>&1 </dev/null || true
         line=$(grep -a 'decoded .* tokens in' "$log" | tail -1)
         rows+=("$dm $set $(echo "$line" | awk '{print $2, $5}')")
         : >"$log"
