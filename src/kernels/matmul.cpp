@@ -671,7 +671,11 @@ void run_k_tiles_dpbusd(const Problem& p, const K8Activations& act, int64_t t0, 
 
 void run_k_tiles(const Problem& p, const K8Activations& act, int64_t t0, int64_t t1) {
   const ktiles::KTileKernels& kernels = active_k_tiles();
-  if (kernels.q4_K != nullptr) return run_k_tiles_dpbusd(p, act, t0, t1, kernels);
+  // The 8-row AVX-VNNI tiles pass over the weights once per 4 activation rows;
+  // from M = 8 on the AVX2 tiles (one pass for all) were as fast or faster
+  // (bench/kernel_throughput), so they take those batches: same results.
+  if (kernels.q4_K != nullptr && (kernels.q4_K_16 != nullptr || p.M <= 4))
+    return run_k_tiles_dpbusd(p, act, t0, t1, kernels);
   thread_local std::vector<float> total;
   thread_local std::vector<int32_t> isum;
   total.resize(static_cast<size_t>(kChunkRows * kTileRows));
