@@ -1,14 +1,17 @@
-// Instruction-throughput bound of the matmul kernels: one thread, a weight
-// matrix small enough to stay in cache (so memory bandwidth is not the limit),
+// Instruction-throughput bound of the matmul kernels: one thread, by default a
+// weight matrix small enough to stay in cache (so memory bandwidth is not the limit),
 // fastest of many repetitions (robust on a shared machine: a run the OS
 // disturbed is only ever slower). Prints weight GB/s consumed per ISA, weight
 // type and batch size M. Build and run:
-//   cmake --build build --target kernel_throughput && build/kernel_throughput [n_in n_out]
+//   cmake --build build --target kernel_throughput && build/kernel_throughput [n_in n_out [types]]
+// (types: a comma-separated list such as q4_K,q6_K; default all). A matrix
+// larger than the caches (e.g. 2048 65536) measures streaming from memory instead.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/worker.h"
@@ -27,7 +30,7 @@ int main(int argc, char** argv) {
   const int64_t max_m = 64;
   std::vector<float> x(max_m * n_in), y(max_m * n_out), row(n_in);
   for (float& v : x) v = dist(rng);
-  std::printf("one thread, %lld x %lld weights in cache; weight GB/s consumed (fastest of 15)\n\n",
+  std::printf("one thread, %lld x %lld weights; weight GB/s consumed (fastest of 15)\n\n",
               static_cast<long long>(n_out), static_cast<long long>(n_in));
   const int64_t ms[] = {1, 2, 4, 8, 16, 64};
   std::printf("| type | ISA |");
@@ -35,7 +38,12 @@ int main(int argc, char** argv) {
   std::printf("\n|---|---|");
   for (size_t i = 0; i < std::size(ms); ++i) std::printf("---|");
   std::printf("\n");
+  std::string only;  // ",q4_K,q6_K," or empty for every type
+  if (argc > 3) only = std::string(",").append(argv[3]).append(",");
   for (DType type : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    const std::string name(type_info(type).name);
+    if (!only.empty() && only.find(std::string(",").append(name).append(",")) == std::string::npos)
+      continue;
     const size_t stride = row_bytes(type, n_in);
     std::vector<uint8_t> bytes(stride * n_out);
     for (int64_t o = 0; o < n_out; ++o) {
@@ -45,7 +53,7 @@ int main(int argc, char** argv) {
     const WeightMatrix w{type, n_in, n_out, bytes.data()};
     for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
       if (!set_active_isa(isa)) continue;
-      std::printf("| %s | %s |", std::string(type_info(type).name).c_str(), isa_name(isa));
+      std::printf("| %s | %s |", name.c_str(), isa_name(isa));
       for (int64_t m : ms) {
         double best = 1e30;
         for (int rep = 0; rep < 15; ++rep) {

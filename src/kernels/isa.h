@@ -6,10 +6,11 @@
 // speed only.
 //
 //   avx2     AVX2 + FMA + F16C: every kernel (the build's baseline).
-//   avxvnni  AVX-VNNI (vpdpbusd on 256 bits) for the Q8_0/Q4_0 integer dot products.
-//   avx512   AVX-512 F/BW/VL/VNNI: Q8_0/Q4_0 tiles of 16 weight rows in 512-bit
-//            registers; F32/F16/BF16 with each output's 16-lane accumulator in
-//            one register; Q4_K/Q6_K keep their AVX2 kernels.
+//   avxvnni  AVX-VNNI (vpdpbusd on 256 bits) for the Q8_0/Q4_0/Q4_K/Q6_K integer
+//            dot products (8-row tiles).
+//   avx512   AVX-512 F/BW/VL/VNNI: Q8_0/Q4_0/Q4_K/Q6_K tiles of 16 weight rows in
+//            512-bit registers, several activation rows' sums in registers;
+//            F32/F16/BF16 with each output's 16-lane accumulator in one register.
 #include <string>
 
 namespace parspec {

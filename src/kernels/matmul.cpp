@@ -17,7 +17,8 @@
 //   exact int32 sums (scaled quants · x, and the min/bias terms), combined in
 //   f32 in super-block order with fixed expressions: the same ones
 //   dot_q4_K_q8_K / dot_q6_K_q8_K evaluate (bit-identical today), but 8 rows
-//   and a batch of activations at a time.
+//   (AVX2, AVX-VNNI) or 16 (AVX-512, kernels/k_tiles.h) and a batch of
+//   activations at a time.
 // Threads split the output rows in tiles of 8; a dot product is never split.
 #include "kernels/matmul.h"
 
@@ -31,6 +32,7 @@
 #include "core/error.h"
 #include "kernels/float_tiles.h"
 #include "kernels/isa.h"
+#include "kernels/k_tiles.h"
 #include "kernels/kquants.h"
 #include "kernels/q8_tiles.h"
 
@@ -230,12 +232,7 @@ void tile_float(const uint8_t* const rows[], const float* x, int64_t n, float* o
 // float per super-block with the same expressions as dot_q4_K_q8_K /
 // dot_q6_K_q8_K (as GCC compiles them: see the fmsub/fma below).
 
-// Activation rows quantized to Q8_K.
-struct K8Activations {
-  int64_t blocks_per_row = 0;
-  std::vector<BlockQ8_K> blocks;   // rows × blocks_per_row
-  std::vector<int32_t> min_pairs;  // per block 4 dwords: int16 pairs of 32-element sums (Q4_K mins)
-};
+using ktiles::K8Activations;
 
 void quantize_activations_q8_K(Worker& worker, const float* x, int64_t M, int64_t n_in,
                                K8Activations& out) {
@@ -621,7 +618,64 @@ void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
   }
 }
 
+// The vpdpbusd builds of the Q4_K/Q6_K tiles (kernels/k_tiles.h) for the ISA
+// in use; all null under avx2 (the kernels above).
+const ktiles::KTileKernels& active_k_tiles() {
+  static const ktiles::KTileKernels none{};
+  static const ktiles::KTileKernels vnni =
+      cpu_supports(Isa::kAvxVnni) ? ktiles::vnni_k_tile_kernels() : none;
+  static const ktiles::KTileKernels avx512 =
+      cpu_supports(Isa::kAvx512) ? ktiles::avx512_k_tile_kernels() : none;
+  switch (active_isa()) {
+    case Isa::kAvxVnni:
+      return vnni;
+    case Isa::kAvx512:
+      return avx512;
+    case Isa::kAvx2:
+      break;
+  }
+  return none;
+}
+
+// Pairs of tiles through the 16-row kernel where there is one, the rest one by one.
+void run_k_tiles_dpbusd(const Problem& p, const K8Activations& act, int64_t t0, int64_t t1,
+                        const ktiles::KTileKernels& kernels) {
+  const bool q4 = p.w.type == DType::Q4_K;
+  const ktiles::KTile8 tile = q4 ? kernels.q4_K : kernels.q6_K;
+  const ktiles::KTile16 tile16 = q4 ? kernels.q4_K_16 : kernels.q6_K_16;
+  thread_local std::vector<float> acc;
+  acc.resize(static_cast<size_t>(kChunkRows * 2 * kTileRows));
+  const int64_t nb = p.w.n_in / kQKK;
+  int64_t t = t0;
+  for (; tile16 != nullptr && t + 1 < t1; t += 2) {
+    const uint8_t* rows[2 * kTileRows];
+    tile_rows(p, t, rows);
+    tile_rows(p, t + 1, rows + kTileRows);
+    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
+      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
+      tile16(rows, p.row_stride, nb, act, m0, m1, acc.data());
+      store_tile(p, t, m0, m1, acc.data(), 2 * kTileRows);
+      store_tile(p, t + 1, m0, m1, acc.data() + kTileRows, 2 * kTileRows);
+    }
+  }
+  for (; t < t1; ++t) {
+    const uint8_t* rows[kTileRows];
+    tile_rows(p, t, rows);
+    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
+      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
+      tile(rows, p.row_stride, nb, act, m0, m1, acc.data());
+      store_tile(p, t, m0, m1, acc.data());
+    }
+  }
+}
+
 void run_k_tiles(const Problem& p, const K8Activations& act, int64_t t0, int64_t t1) {
+  const ktiles::KTileKernels& kernels = active_k_tiles();
+  // The 8-row AVX-VNNI tiles pass over the weights once per 4 activation rows;
+  // from M = 8 on the AVX2 tiles (one pass for all) were as fast or faster
+  // (bench/kernel_throughput), so they take those batches: same results.
+  if (kernels.q4_K != nullptr && (kernels.q4_K_16 != nullptr || p.M <= 4))
+    return run_k_tiles_dpbusd(p, act, t0, t1, kernels);
   thread_local std::vector<float> total;
   thread_local std::vector<int32_t> isum;
   total.resize(static_cast<size_t>(kChunkRows * kTileRows));

@@ -12,6 +12,7 @@
 #include "cli_helpers.h"
 #include "core/worker.h"
 #include "kernels/isa.h"
+#include "kernels/kquants.h"
 #include "kernels/matmul.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -56,13 +57,14 @@ void expect_matmuls_match_avx2(Isa isa) {
   IsaGuard guard;
   Worker one(1), three(3);
   for (DType type : kTypes) {
-    // Float rows of 203: a ragged tail step (203 = 12·16 + 11).
-    const int64_t n_in = type_info(type).block_elems == 1 ? 203 : 512;
+    // Float rows of 203: a ragged tail step (203 = 12·16 + 11); 3 K-quant super-blocks.
+    const int64_t n_in = type_info(type).block_elems == 1 ? 203 : 768;
     // 16-row tiles, an odd tile at the end, a partial tile, a single row.
     for (int64_t n_out : {1, 8, 16, 17, 24, 37, 130}) {
       const auto bytes = random_matrix(type, n_in, n_out, 11 + static_cast<uint32_t>(n_out));
       const WeightMatrix w{type, n_in, n_out, bytes.data()};
-      for (int64_t M : {1, 2, 3, 8, 16, 70}) {
+      // Every register-accumulator count (1-8), chunks of them, and a 64-row chunk boundary.
+      for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 70}) {
         const auto x = gaussian(M * n_in, 5 + static_cast<uint32_t>(M), 3.0f);
         std::vector<float> want(M * n_out), got(M * n_out);
         ASSERT_TRUE(set_active_isa(Isa::kAvx2));
@@ -93,11 +95,12 @@ TEST(IsaDispatch, ForwardLogitsAreBitIdenticalOnEveryPath) {
   IsaGuard guard;
   testing_support::TempDir dir;
   Worker worker(2);
-  for (DType type : {DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16}) {
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16, DType::Q4_K, DType::Q6_K}) {
+    const bool k_quant = type_info(type).block_elems == kQKK;
     RandomModelSpec spec;
     spec.n_vocab = 300;
-    spec.n_embd = 128;
-    spec.n_ff = 256;
+    spec.n_embd = k_quant ? 256 : 128;  // whole super-blocks
+    spec.n_ff = k_quant ? 512 : 256;
     spec.n_layer = 2;
     spec.weight_type = type;
     auto model = Model::load(testing_support::write_model(
@@ -119,6 +122,54 @@ TEST(IsaDispatch, ForwardLogitsAreBitIdenticalOnEveryPath) {
       ASSERT_EQ(got.size(), want.size());
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
           << isa_name(isa) << " " << type_info(type).name;
+    }
+  }
+}
+
+// Q4_K/Q6_K blocks of random bytes (every bit of every scale, min and quant
+// exercised; finite f16 super-scales) against the scalar reference dot product
+// of the same weights and the row's Q8_K activations, with ==, on every path.
+TEST(IsaDispatch, KQuantMatmulsEqualTheScalarReferenceOnEveryPath) {
+  IsaGuard guard;
+  Worker worker(2);
+  std::mt19937 rng(4);
+  const int64_t n_in = 1024, n_out = 40;  // two 16-row tiles and an 8-row one
+  for (DType type : {DType::Q4_K, DType::Q6_K}) {
+    const size_t stride = row_bytes(type, n_in);
+    std::vector<uint8_t> bytes(stride * n_out);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+    std::uniform_real_distribution<float> scale(0.001f, 0.01f);
+    for (int64_t i = 0; i < n_out * (n_in / kQKK); ++i) {
+      if (type == DType::Q4_K) {
+        auto& blk = reinterpret_cast<BlockQ4_K*>(bytes.data())[i];
+        blk.d = fp32_to_fp16(scale(rng));
+        blk.dmin = fp32_to_fp16(scale(rng));
+      } else {
+        auto& blk = reinterpret_cast<BlockQ6_K*>(bytes.data())[i];
+        blk.d = fp32_to_fp16(rng() % 2 ? scale(rng) : -scale(rng));
+      }
+    }
+    const WeightMatrix w{type, n_in, n_out, bytes.data()};
+    for (int64_t M : {1, 3, 8, 11}) {
+      const auto x = gaussian(M * n_in, 21 + static_cast<uint32_t>(M), 2.0f);
+      std::vector<float> want(M * n_out), got(M * n_out);
+      std::vector<BlockQ8_K> xq(n_in / kQKK);
+      for (int64_t m = 0; m < M; ++m) {
+        quantize_row_q8_K(x.data() + m * n_in, xq.data(), n_in);
+        for (int64_t o = 0; o < n_out; ++o) {
+          const uint8_t* row = bytes.data() + o * stride;
+          want[m * n_out + o] =
+              type == DType::Q4_K
+                  ? dot_q4_K_q8_K_ref(n_in, reinterpret_cast<const BlockQ4_K*>(row), xq.data())
+                  : dot_q6_K_q8_K_ref(n_in, reinterpret_cast<const BlockQ6_K*>(row), xq.data());
+        }
+      }
+      for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+        if (!set_active_isa(isa)) continue;  // not on this CPU (the other tests say so)
+        matmul(worker, w, x.data(), M, got.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << isa_name(isa) << " " << type_info(type).name << " M " << M;
+      }
     }
   }
 }
