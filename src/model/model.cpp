@@ -7,8 +7,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "kernels/attention.h"
 #include "kernels/ops.h"
+#include "model/attention_rows.h"
 
 namespace parspec {
 
@@ -183,7 +183,7 @@ void Model::attention_output(Worker& worker, int layer, const Batch& batch, KvCa
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_.at(layer);
   const int n = static_cast<int>(batch.size());
-  const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
+  const int q_dim = c.q_dim(), kv_dim = c.kv_dim();
   std::vector<float> xn(static_cast<size_t>(n) * c.n_embd), q(static_cast<size_t>(n) * q_dim),
       k(static_cast<size_t>(n) * kv_dim), v(static_cast<size_t>(n) * kv_dim),
       att(static_cast<size_t>(n) * q_dim);
@@ -201,43 +201,11 @@ void Model::attention_output(Worker& worker, int layer, const Batch& batch, KvCa
     probe->v = v;
   }
 
-  // Each query sees the committed prefix, its speculative ancestors (oldest
-  // first) and itself: the same keys in the same order as in plain decoding.
-  std::vector<std::vector<int32_t>> visible(n);
-  for (int i = 0; i < n; ++i) {
-    kv.ancestors(first_cell + i, visible[i]);
-    visible[i].push_back(first_cell + i);
-  }
-  const int32_t n_committed = kv.n_committed();
-  const int group = c.n_head / c.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // ~0.05 ns per key and head dimension on one thread (dot, softmax, weighted sum).
-  const int64_t n_jobs = static_cast<int64_t>(n) * c.n_head;
-  const double work_ns = 0.05 * static_cast<double>(n_jobs) * (n_committed + n) * hd;
-  const int threads = worker.threads_for(work_ns);
-  worker.parallel_chunks(n_jobs, std::max<int64_t>(1, n_jobs / (8 * threads)), threads,
-                         [&](int64_t begin, int64_t end) {
-                           AttentionScratch scratch;
-                           std::vector<const float*> keys, values;
-                           for (int64_t job = begin; job < end; ++job) {
-                             const int i = static_cast<int>(job / c.n_head),
-                                       h = static_cast<int>(job % c.n_head);
-                             const int kv_off = (h / group) * hd;
-                             keys.clear();
-                             values.clear();
-                             for (int32_t pos = 0; pos < n_committed; ++pos) {
-                               keys.push_back(kv.committed_k(layer, pos) + kv_off);
-                               values.push_back(kv.committed_v(layer, pos) + kv_off);
-                             }
-                             for (int32_t cell : visible[i]) {
-                               keys.push_back(kv.spec_k(layer, cell) + kv_off);
-                               values.push_back(kv.spec_v(layer, cell) + kv_off);
-                             }
-                             attend(&q[static_cast<size_t>(i) * q_dim + h * hd], keys.data(),
-                                    values.data(), static_cast<int>(keys.size()), hd, scale,
-                                    scratch, &att[static_cast<size_t>(i) * q_dim + h * hd]);
-                           }
-                         });
+  std::vector<AttentionRow> rows(n);
+  for (int i = 0; i < n; ++i)
+    rows[i] = AttentionRow{&kv, first_cell + i, &q[static_cast<size_t>(i) * q_dim],
+                           &att[static_cast<size_t>(i) * q_dim]};
+  attend_rows(worker, c, layer, rows);
   matmul(worker, w.wo, att.data(), n, out);
 }
 
