@@ -21,6 +21,7 @@ namespace parspec {
 struct AttentionScratch {
   std::vector<float> scores;   // per key (and lane)
   std::vector<float> queries;  // queries transposed into lanes
+  std::vector<float> acc;      // weighted-value accumulators, dimension-major
 };
 
 // keys[i] and values[i] point to head_dim floats each.

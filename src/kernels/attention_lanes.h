@@ -99,36 +99,43 @@ static void queries_in_lanes(const float* const* qs, const int* nk, const float*
   }
   const V inv = T::div(T::set1(1.0f), sum_tree(part, [](V a, V b) { return T::add(a, b); }));
 
-  // Weighted values, 8 dimensions at a time (8 accumulators per lane group).
-  alignas(64) float lane_out[8][W];
-  for (int d0 = 0; d0 < hd; d0 += 8) {
-    const int dn = std::min(8, hd - d0);
-    V acc[8];
-    for (int dd = 0; dd < 8; ++dd) acc[dd] = T::zero();
-    if (dn == 8) {
-      for (j = 0; j < nk_min; ++j) {
+  // Weighted values: blocks of kValueKeys keys (their value rows stay in L1)
+  // times 8 dimensions (8 accumulators, kept in `acc` between key blocks).
+  constexpr int kValueKeys = 64;
+  scratch.acc.assign(static_cast<size_t>(hd) * W, 0.0f);
+  float* acc_rows = scratch.acc.data();
+  for (int j0 = 0; j0 < nk_max; j0 += kValueKeys) {
+    const int j1 = std::min(nk_max, j0 + kValueKeys), j_all = std::clamp(nk_min, j0, j1);
+    for (int d0 = 0; d0 < hd; d0 += 8) {
+      const int dn = std::min(8, hd - d0);
+      V acc[8];
+      for (int dd = 0; dd < dn; ++dd) acc[dd] = T::load(acc_rows + (d0 + dd) * W);
+      if (dn == 8) {
+        for (j = j0; j < j_all; ++j) {
+          const V p = T::load(s + j * W);
+          const float* v = values[j] + d0;
+          for (int dd = 0; dd < 8; ++dd) acc[dd] = T::fma(p, T::set1(v[dd]), acc[dd]);
+        }
+      } else {
+        for (j = j0; j < j_all; ++j) {
+          const V p = T::load(s + j * W);
+          const float* v = values[j] + d0;
+          for (int dd = 0; dd < dn; ++dd) acc[dd] = T::fma(p, T::set1(v[dd]), acc[dd]);
+        }
+      }
+      for (j = j_all; j < j1; ++j) {
         const V p = T::load(s + j * W);
         const float* v = values[j] + d0;
-        for (int dd = 0; dd < 8; ++dd) acc[dd] = T::fma(p, T::set1(v[dd]), acc[dd]);
+        for (int dd = 0; dd < dn; ++dd)
+          acc[dd] = T::keep_valid(T::fma(p, T::set1(v[dd]), acc[dd]), acc[dd], lanes_nk, j);
       }
-    } else {
-      for (j = 0; j < nk_min; ++j) {
-        const V p = T::load(s + j * W);
-        const float* v = values[j] + d0;
-        for (int dd = 0; dd < dn; ++dd) acc[dd] = T::fma(p, T::set1(v[dd]), acc[dd]);
-      }
+      for (int dd = 0; dd < dn; ++dd) T::store(acc_rows + (d0 + dd) * W, acc[dd]);
     }
-    for (j = nk_min; j < nk_max; ++j) {
-      const V p = T::load(s + j * W);
-      const float* v = values[j] + d0;
-      for (int dd = 0; dd < dn; ++dd)
-        acc[dd] = T::keep_valid(T::fma(p, T::set1(v[dd]), acc[dd]), acc[dd], lanes_nk, j);
-    }
-    for (int dd = 0; dd < dn; ++dd) T::store(lane_out[dd], T::mul(acc[dd], inv));
-    for (int l = 0; l < W; ++l) {
-      if (outs[l] == nullptr) continue;
-      for (int dd = 0; dd < dn; ++dd) outs[l][d0 + dd] = lane_out[dd][l];
-    }
+  }
+  for (int d = 0; d < hd; ++d) T::store(acc_rows + d * W, T::mul(T::load(acc_rows + d * W), inv));
+  for (int l = 0; l < W; ++l) {
+    if (outs[l] == nullptr) continue;
+    for (int d = 0; d < hd; ++d) outs[l][d] = acc_rows[d * W + l];
   }
 }
 

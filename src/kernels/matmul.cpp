@@ -63,6 +63,8 @@ void quantize_activations_q8_0(Worker& worker, const float* x, int64_t M, int64_
   out.blocks.resize(static_cast<size_t>(M * nb));
   out.scales.resize(static_cast<size_t>(M * nb));
   out.sums8.resize(static_cast<size_t>(M * nb));
+  out.minus_sums8.resize(static_cast<size_t>(M * nb));
+  out.minus_sums128.resize(static_cast<size_t>(M * nb));
   auto quantize_rows = [&](int64_t begin, int64_t end) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t m = begin; m < end; ++m) {
@@ -76,7 +78,10 @@ void quantize_activations_q8_0(Worker& worker, const float* x, int64_t M, int64_
         __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
         s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-        out.sums8[m * nb + b] = 8 * _mm_cvtsi128_si32(s);
+        const int32_t sum = _mm_cvtsi128_si32(s);
+        out.sums8[m * nb + b] = 8 * sum;
+        out.minus_sums8[m * nb + b] = -8 * sum;
+        out.minus_sums128[m * nb + b] = -128 * sum;
       }
     }
   };

@@ -73,24 +73,38 @@ inline void prefetch_next_tile16(const uint8_t* const rows[kTileRows16], size_t 
     _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
 }
 
+// The activation arrays as plain pointers, read once per tile: through the
+// vectors of Q8Activations every block would reload them (the accumulator
+// stores may alias them as far as the compiler knows).
+struct ActView {
+  const BlockQ8_0* blocks;
+  const float* scales;
+  const int32_t* minus_sums8;
+  const int32_t* minus_sums128;
+  explicit ActView(const Q8Activations& a)
+      : blocks(a.blocks.data()),
+        scales(a.scales.data()),
+        minus_sums8(a.minus_sums8.data()),
+        minus_sums128(a.minus_sums128.data()) {}
+};
+
 // Block b's contribution to activation row m: acc = fma(float(isum), dw·dx, acc).
 struct Q4Block16 {
   static constexpr int64_t kBytes = sizeof(BlockQ4_0);
   __m512i lo[4], hi[4];
   __m512 dw;
-  __m512 apply(const Q8Activations& act, int64_t i, __m512 acc) const {
+  __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
     const int8_t* xq = act.blocks[i].qs;
-    // Four short chains instead of one of eight (the integer sum is exact in
-    // any order): a batch's rows then overlap in the pipeline.
-    __m512i s[4];
-    for (int d = 0; d < 4; ++d)
-      s[d] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[d], broadcast_x(xq + 4 * d));
-    for (int d = 0; d < 4; ++d)
-      s[d] = _mm512_dpbusd_epi32(s[d], hi[d], broadcast_x(xq + 16 + 4 * d));
-    const __m512i sum =
-        _mm512_add_epi32(_mm512_add_epi32(s[0], s[1]), _mm512_add_epi32(s[2], s[3]));
-    // Σ (q − 8)·x = Σ q·x − 8·Σ x.
-    const __m512i isum = _mm512_sub_epi32(sum, _mm512_set1_epi32(act.sums8[i]));
+    // Σ (q − 8)·x = Σ q·x − 8·Σ x: the sum starts at −8·Σ x. Two chains of
+    // four (the integer sum is exact in any order) let a batch's rows overlap.
+    __m512i s0 = _mm512_set1_epi32(act.minus_sums8[i]), s1 = _mm512_setzero_si512();
+    for (int d = 0; d < 4; d += 2) {
+      s0 = _mm512_dpbusd_epi32(s0, lo[d], broadcast_x(xq + 4 * d));
+      s1 = _mm512_dpbusd_epi32(s1, lo[d + 1], broadcast_x(xq + 4 * d + 4));
+      s0 = _mm512_dpbusd_epi32(s0, hi[d], broadcast_x(xq + 16 + 4 * d));
+      s1 = _mm512_dpbusd_epi32(s1, hi[d + 1], broadcast_x(xq + 16 + 4 * d + 4));
+    }
+    const __m512i isum = _mm512_add_epi32(s0, s1);
     const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
   }
@@ -102,18 +116,15 @@ struct Q8Block16 {
   static constexpr int64_t kBytes = sizeof(BlockQ8_0);
   __m512i w[8];
   __m512 dw;
-  __m512 apply(const Q8Activations& act, int64_t i, __m512 acc) const {
+  __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
     const int8_t* xq = act.blocks[i].qs;
-    // Four short chains (exact in any order), as in Q4Block16.
-    __m512i s[4];
-    for (int g = 0; g < 4; ++g)
-      s[g] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[g], broadcast_x(xq + 4 * g));
-    for (int g = 0; g < 4; ++g)
-      s[g] = _mm512_dpbusd_epi32(s[g], w[g + 4], broadcast_x(xq + 16 + 4 * g));
-    const __m512i sum =
-        _mm512_add_epi32(_mm512_add_epi32(s[0], s[1]), _mm512_add_epi32(s[2], s[3]));
-    // sums8 = 8·Σ x, so 128·Σ x = 16·sums8.
-    const __m512i isum = _mm512_sub_epi32(sum, _mm512_set1_epi32(16 * act.sums8[i]));
+    // Σ (w + 128)·x − 128·Σ x: the sum starts at −128·Σ x; two chains of four.
+    __m512i s0 = _mm512_set1_epi32(act.minus_sums128[i]), s1 = _mm512_setzero_si512();
+    for (int g = 0; g < 8; g += 2) {
+      s0 = _mm512_dpbusd_epi32(s0, w[g], broadcast_x(xq + 4 * g));
+      s1 = _mm512_dpbusd_epi32(s1, w[g + 1], broadcast_x(xq + 4 * g + 4));
+    }
+    const __m512i isum = _mm512_add_epi32(s0, s1);
     const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
   }
@@ -148,7 +159,8 @@ inline Q8Block16 load_q8_block(const uint8_t* const rows[kTileRows16], int64_t a
 // either way.
 template <class Block, Block (*Load)(const uint8_t* const*, int64_t), int MR>
 void tile16(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
-            const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+            const Q8Activations& activations, int64_t m0, int64_t m1, float* acc) {
+  const ActView act(activations);
   __m512 regs[MR > 0 ? MR : 1];
   for (int j = 0; j < MR; ++j) regs[j] = _mm512_setzero_ps();
   if (MR == 0)

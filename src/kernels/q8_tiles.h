@@ -26,6 +26,9 @@ struct Q8Activations {
   std::vector<BlockQ8_0> blocks;  // rows × blocks_per_row
   std::vector<float> scales;      // f32 value of each block's f16 scale
   std::vector<int32_t> sums8;     // 8 × Σ quants of each block (Q4_0 offset correction)
+  // −8 × Σ quants and −128 × Σ quants: where the AVX-512 tiles start each
+  // block's Q4_0 / biased Q8_0 integer sum, instead of subtracting at the end.
+  std::vector<int32_t> minus_sums8, minus_sums128;
 };
 
 // A tile of 8 weight rows (row pointers; rows past the end repeat a valid row)
