@@ -543,10 +543,23 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
   // (measured with bench/kernel_throughput: the 16-row transposition costs
   // more than it saves until the rows amortize it).
   const q8tiles::TileKernel16 tile16 = q4 ? kernels.q4_0_16 : p.M >= 3 ? kernels.q8_0_16 : nullptr;
+  const q8tiles::TileKernel32 tile32 =
+      p.M > q8tiles::kMaxRegisterRows ? (q4 ? kernels.q4_0_32 : kernels.q8_0_32) : nullptr;
   thread_local std::vector<float> acc;
-  acc.resize(static_cast<size_t>(kChunkRows * q8tiles::kTileRows16));
+  acc.resize(static_cast<size_t>(kChunkRows * q8tiles::kTileRows32));
   const int64_t nb = p.w.n_in / kQK;
   int64_t t = t0;
+  // Groups of four tiles for large batches; acc rows are 32 wide.
+  for (; tile32 != nullptr && t + 3 < t1; t += 4) {
+    const uint8_t* rows[q8tiles::kTileRows32];
+    for (int i = 0; i < 4; ++i) tile_rows(p, t + i, rows + i * kTileRows);
+    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
+      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
+      tile32(rows, p.row_stride, nb, act, m0, m1, acc.data());
+      for (int i = 0; i < 4; ++i)
+        store_tile(p, t + i, m0, m1, acc.data() + i * kTileRows, q8tiles::kTileRows32);
+    }
+  }
   // Pairs of tiles where there is a 16-row kernel; acc rows are 16 wide.
   for (; tile16 != nullptr && t + 1 < t1; t += 2) {
     const uint8_t* rows[q8tiles::kTileRows16];

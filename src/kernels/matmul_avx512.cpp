@@ -93,6 +93,9 @@ struct Q4Block16 {
   static constexpr int64_t kBytes = sizeof(BlockQ4_0);
   __m512i lo[4], hi[4];
   __m512 dw;
+  // The weights that multiply activation dword g (quants 4g..4g+3).
+  __m512i part(int g) const { return g < 4 ? lo[g] : hi[g - 4]; }
+  static int32_t start(const ActView& act, int64_t i) { return act.minus_sums8[i]; }
   __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
     const int8_t* xq = act.blocks[i].qs;
     // Σ (q − 8)·x = Σ q·x − 8·Σ x: the sum starts at −8·Σ x. Two chains of
@@ -116,6 +119,8 @@ struct Q8Block16 {
   static constexpr int64_t kBytes = sizeof(BlockQ8_0);
   __m512i w[8];
   __m512 dw;
+  __m512i part(int g) const { return w[g]; }
+  static int32_t start(const ActView& act, int64_t i) { return act.minus_sums128[i]; }
   __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
     const int8_t* xq = act.blocks[i].qs;
     // Σ (w + 128)·x − 128·Σ x: the sum starts at −128·Σ x; two chains of four.
@@ -206,6 +211,59 @@ void tile16_any(const uint8_t* const rows[kTileRows16], size_t row_stride, int64
   }
 }
 
+// 32 weight rows (two 16-row blocks) against any number of activation rows,
+// accumulated in acc (32 per row): each broadcast activation dword feeds both
+// blocks. A core loads two 512-bit vectors per cycle, broadcasts included, so
+// with 16 rows the eight broadcasts, the scale and the accumulator of every
+// row and block bound a prompt's matmuls; here they are shared by twice the
+// work. Per lane the same integer sum and the same fma as tile16.
+template <class Block, Block (*Load)(const uint8_t* const*, int64_t)>
+void tile32(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
+            const Q8Activations& activations, int64_t m0, int64_t m1, float* acc) {
+  const ActView act(activations);
+  for (int64_t m = m0; m < m1; ++m) {
+    _mm512_storeu_ps(acc + (m - m0) * 32, _mm512_setzero_ps());
+    _mm512_storeu_ps(acc + (m - m0) * 32 + 16, _mm512_setzero_ps());
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t at = b * Block::kBytes;
+    const size_t ahead = kTileRows32 * row_stride;
+    for (int r = 0; r < kTileRows32; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
+    const Block k0 = Load(rows, at), k1 = Load(rows + kTileRows16, at);
+    for (int64_t m = m0; m < m1; ++m) {
+      const int64_t i = m * nb + b;
+      const int8_t* xq = act.blocks[i].qs;
+      const __m512i start = _mm512_set1_epi32(Block::start(act, i));
+      __m512i a0 = start, a1 = _mm512_setzero_si512(), c0 = start, c1 = _mm512_setzero_si512();
+      for (int g = 0; g < 8; g += 2) {
+        const __m512i x0 = broadcast_x(xq + 4 * g), x1 = broadcast_x(xq + 4 * g + 4);
+        a0 = _mm512_dpbusd_epi32(a0, k0.part(g), x0);
+        c0 = _mm512_dpbusd_epi32(c0, k1.part(g), x0);
+        a1 = _mm512_dpbusd_epi32(a1, k0.part(g + 1), x1);
+        c1 = _mm512_dpbusd_epi32(c1, k1.part(g + 1), x1);
+      }
+      const __m512 dx = _mm512_set1_ps(act.scales[i]);
+      float* out = acc + (m - m0) * 32;
+      _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)),
+                                            _mm512_mul_ps(k0.dw, dx), _mm512_loadu_ps(out)));
+      _mm512_storeu_ps(out + 16,
+                       _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0, c1)),
+                                       _mm512_mul_ps(k1.dw, dx), _mm512_loadu_ps(out + 16)));
+    }
+  }
+}
+
+void tile32_q4_0(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
+                 const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  tile32<Q4Block16, &load_q4_block>(rows, row_stride, nb, act, m0, m1, acc);
+}
+
+void tile32_q8_0(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
+                 const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  tile32<Q8Block16, &load_q8_block>(rows, row_stride, nb, act, m0, m1, acc);
+}
+
 void tile16_q4_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
   tile16_any<Q4Block16, &load_q4_block>(rows, row_stride, nb, act, m0, m1, acc);
@@ -219,7 +277,8 @@ void tile16_q8_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int6
 }  // namespace
 
 TileKernels avx512_tile_kernels() {
-  return {&tile_q4_0<DotVnni256>, &tile_q8_0<DotVnni256>, &tile16_q4_0, &tile16_q8_0};
+  return {&tile_q4_0<DotVnni256>, &tile_q8_0<DotVnni256>, &tile16_q4_0,
+          &tile16_q8_0,           &tile32_q4_0,           &tile32_q8_0};
 }
 
 }  // namespace parspec::q8tiles
