@@ -8,8 +8,9 @@
 //   avx2     AVX2 + FMA + F16C: every kernel (the build's baseline).
 //   avxvnni  AVX-VNNI (vpdpbusd on 256 bits) for the Q8_0/Q4_0 integer dot products.
 //   avx512   AVX-512 F/BW/VL/VNNI: Q8_0/Q4_0 tiles of 16 weight rows in 512-bit
-//            registers; F32/F16/BF16 with each output's 16-lane accumulator in
-//            one register; Q4_K/Q6_K keep their AVX2 kernels.
+//            registers (32 rows for batches of more than 8); F32/F16/BF16 with
+//            each output's 16-lane accumulator in one register; attention with
+//            16 queries per register; Q4_K/Q6_K keep their AVX2 kernels.
 #include <string>
 
 namespace parspec {
