@@ -8,6 +8,9 @@
 #
 # LLAMA_CPP_DIR is a llama.cpp checkout with a build in build/bin (or the bin
 # directory itself). Optional: nothing in parspec's build or tests needs it.
+# PARSPEC=path/to/parspec measures another build (default build/parspec);
+# SKIP_LLAMA=1 prints the parspec rows only (an earlier build beside a run);
+# LABEL names the parspec rows (default "parspec").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=1,2
@@ -19,7 +22,7 @@ while [[ $# -gt 0 ]]; do
     -t) threads="$2"; shift 2 ;;
     -p) prompts="$2"; shift 2 ;;
     -r) repeat="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) break ;;
   esac
 done
@@ -30,7 +33,7 @@ for candidate in "$LLAMA_CPP_DIR/build/bin/llama-bench" "$LLAMA_CPP_DIR/llama-be
   [[ -x $candidate ]] && { bench=$candidate; break; }
 done
 [[ -n $bench ]] || { echo "no llama-bench under $LLAMA_CPP_DIR" >&2; exit 1; }
-parspec=build/parspec
+parspec=${PARSPEC:-build/parspec}
 [[ -x $parspec ]] || { echo "build parspec first: bash scripts/build.sh" >&2; exit 1; }
 out=out/compare_llama_cpp
 mkdir -p "$out"
@@ -47,8 +50,8 @@ for model in "$@"; do
   for t in ${threads//,/ }; do
     load=$(cut -d' ' -f1 /proc/loadavg)
     json="$out/$name-t$t-llama.json"
-    "$bench" -m "$model" -t "$t" -p "$prompts" -n "$decode_tokens" -r "$repeat" -o json >"$json" 2>/dev/null
-    $py - "$json" "$prompts" "$name" "$t" "$load" <<'EOF'
+    [[ ${SKIP_LLAMA:-0} == 1 ]] || "$bench" -m "$model" -t "$t" -p "$prompts" -n "$decode_tokens" -r "$repeat" -o json >"$json" 2>/dev/null
+    [[ ${SKIP_LLAMA:-0} == 1 ]] || $py - "$json" "$prompts" "$name" "$t" "$load" <<'EOF'
 import json, sys
 rows = json.load(open(sys.argv[1]))
 prompts = [int(p) for p in sys.argv[2].split(",")]
@@ -65,11 +68,11 @@ EOF
     json="$out/$name-t$t-parspec.json"
     "$parspec" bench-forward -m "$model" -t "$t" -b "$prompts" -r "$repeat" \
       --decode-tokens "$decode_tokens" --json "$json" >/dev/null 2>&1
-    $py - "$json" "$prompts" "$name" "$t" "$load" <<'EOF'
+    $py - "$json" "$prompts" "$name" "$t" "$load" "${LABEL:-parspec}" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))["results"][0]
 prompts = sys.argv[2].split(",")
-print(f"| {sys.argv[3]} | {sys.argv[4]} | parspec | {d['decode_tok_per_s']:.2f} | " +
+print(f"| {sys.argv[3]} | {sys.argv[4]} | {sys.argv[6]} | {d['decode_tok_per_s']:.2f} | " +
       " | ".join(f"{int(p) * 1000.0 / d['latency_ms'][p]:.1f}" for p in prompts) +
       f" | {sys.argv[5]} |")
 EOF

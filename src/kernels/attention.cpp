@@ -1,55 +1,215 @@
+// Attention kernels: queries in SIMD lanes for many queries over one key list
+// (a prompt's rows), keys in lanes for a few (a decode step's heads). Both
+// follow the per-element contract of attention.h, so which one runs never
+// changes a bit.
 #include "kernels/attention.h"
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#include "kernels/attention_avx512.h"
+#include "kernels/attention_lanes.h"
+#include "kernels/isa.h"
 
 namespace parspec {
 
 namespace {
 
-float dot(const float* a, const float* b, int n) {
-  __m256 acc = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  float sum = _mm_cvtss_f32(s);
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+struct Avx2Lanes {
+  using V = __m256;
+  static constexpr int W = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+  static V round(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in [-126, 0].
+  static V pow2(V n) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  }
+  static __m256i load_counts(const int* nk) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nk));
+  }
+  // v where key j is one of the lane's keys (j < nk), else `otherwise`.
+  static V keep_valid(V v, V otherwise, __m256i nk, int j) {
+    const __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nk, _mm256_set1_epi32(j)));
+    return _mm256_blendv_ps(otherwise, v, valid);
+  }
+};
+
+// Rows r of an 8 × 8 block (8 floats each) to columns: out[c] lane r = in[r][c].
+inline void transpose8(const __m256 in[8], __m256 out[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(in[2 * i], in[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    out[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+    out[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+  }
+}
+
+// Mask of the first n lanes (n in [0, 8]) for maskload.
+inline __m256i first_lanes(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+inline float reduce_max8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+constexpr int kKeyLaneQueries = 4;  // queries sharing one transposed key block
+
+// Up to kKeyLaneQueries queries with keys in lanes: 8 keys per vector, their
+// rows transposed in registers 8 dimensions at a time. For decode steps and
+// tree nodes, where too few queries share the keys to fill query lanes.
+void keys_in_lanes(int nq, const float* const* qs, const int* nk, const float* const* keys,
+                   const float* const* values, int hd, float scale, AttentionScratch& scratch,
+                   float* const* outs) {
+  const int nk_max = *std::max_element(nk, nk + nq);
+  const int n_blocks = (nk_max + 7) / 8;
+  const size_t stride = static_cast<size_t>(n_blocks) * 8;
+  scratch.scores.resize(stride * nq);
+  float* s = scratch.scores.data();
+  const int hd8 = hd & ~7;
+  const __m256i tail_mask = first_lanes(hd - hd8);
+  const __m256 vscale = _mm256_set1_ps(scale);
+
+  // Scores: lane u of block b is key 8b + u (keys past the end repeat the last).
+  for (int b = 0; b < n_blocks; ++b) {
+    const float* rows[8];
+    for (int u = 0; u < 8; ++u) rows[u] = keys[std::min(8 * b + u, nk_max - 1)];
+    __m256 acc[kKeyLaneQueries];
+    for (int i = 0; i < nq; ++i) acc[i] = _mm256_setzero_ps();
+    for (int d0 = 0; d0 < hd; d0 += 8) {
+      __m256 in[8], kt[8];
+      if (d0 < hd8) {
+        for (int u = 0; u < 8; ++u) in[u] = _mm256_loadu_ps(rows[u] + d0);
+      } else {
+        for (int u = 0; u < 8; ++u) in[u] = _mm256_maskload_ps(rows[u] + d0, tail_mask);
+      }
+      transpose8(in, kt);
+      const int dn = std::min(8, hd - d0);
+      for (int dd = 0; dd < dn; ++dd)
+        for (int i = 0; i < nq; ++i)
+          acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(qs[i][d0 + dd]), kt[dd], acc[i]);
+    }
+    for (int i = 0; i < nq; ++i)
+      _mm256_storeu_ps(s + i * stride + 8 * b, _mm256_mul_ps(acc[i], vscale));
+  }
+
+  for (int i = 0; i < nq; ++i) {
+    float* si = s + i * stride;
+    const int n = nk[i];
+    const int full = n / 8;
+    // Maximum over the query's own keys (exact in any order).
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    for (int b = 0; b < full; ++b) m = _mm256_max_ps(m, _mm256_loadu_ps(si + 8 * b));
+    float max_score = reduce_max8(m);
+    for (int j = 8 * full; j < n; ++j) max_score = std::max(max_score, si[j]);
+    // Probabilities; lane u of the partial sums is S_u (j ≡ u mod 8).
+    const __m256 vmax = _mm256_set1_ps(max_score);
+    __m256 part = _mm256_setzero_ps();
+    for (int b = 0; b * 8 < n; ++b) {
+      __m256 p = attention_lanes::exp_nonpositive<Avx2Lanes>(
+          _mm256_sub_ps(_mm256_loadu_ps(si + 8 * b), vmax));
+      if (8 * b + 8 > n) p = _mm256_and_ps(p, _mm256_castsi256_ps(first_lanes(n - 8 * b)));
+      part = _mm256_add_ps(part, p);
+      _mm256_storeu_ps(si + 8 * b, p);
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, part);
+    const float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+                      ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    // Weighted values, dimensions in lanes, up to 8 vectors (64 dims) at a time.
+    for (int d0 = 0; d0 < hd; d0 += 64) {
+      const int nv = std::min(8, (hd - d0 + 7) / 8);
+      __m256 acc[8];
+      for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
+      const bool ragged = d0 + 8 * nv > hd;
+      for (int j = 0; j < n; ++j) {
+        const __m256 p = _mm256_set1_ps(si[j]);
+        const float* v = values[j] + d0;
+        if (nv == 8 && !ragged) {
+          for (int c = 0; c < 8; ++c)
+            acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * c), acc[c]);
+        } else {
+          for (int c = 0; c < nv; ++c) {
+            const __m256 vv = d0 + 8 * c + 8 <= hd ? _mm256_loadu_ps(v + 8 * c)
+                                                   : _mm256_maskload_ps(v + 8 * c, tail_mask);
+            acc[c] = _mm256_fmadd_ps(p, vv, acc[c]);
+          }
+        }
+      }
+      for (int c = 0; c < nv; ++c) {
+        alignas(32) float o[8];
+        _mm256_store_ps(o, _mm256_mul_ps(acc[c], inv));
+        const int dn = std::min(8, hd - d0 - 8 * c);
+        std::memcpy(outs[i] + d0 + 8 * c, o, sizeof(float) * dn);
+      }
+    }
+  }
 }
 
 }  // namespace
 
 void attend(const float* q, const float* const* keys, const float* const* values, int n_keys,
             int head_dim, float scale, AttentionScratch& scratch, float* out) {
-  if (static_cast<int>(scratch.scores.size()) < n_keys) scratch.scores.resize(n_keys);
-  float* s = scratch.scores.data();
-  float max_score = -INFINITY;
-  for (int j = 0; j < n_keys; ++j) {
-    s[j] = dot(q, keys[j], head_dim) * scale;
-    max_score = std::max(max_score, s[j]);
+  attend_many(1, &q, &n_keys, keys, values, head_dim, scale, scratch, &out);
+}
+
+void attend_many(int n_queries, const float* const* queries, const int* n_keys,
+                 const float* const* keys, const float* const* values, int head_dim, float scale,
+                 AttentionScratch& scratch, float* const* outs) {
+  const bool wide = active_isa() == Isa::kAvx512;
+  const int lanes = wide ? attention_avx512::kLanes : Avx2Lanes::W;
+  int i = 0;
+  // Full groups of query lanes; a remainder of at least half a group is padded
+  // (its padding lanes repeat a real query and write nothing).
+  while (n_queries - i >= std::max(lanes / 2, kKeyLaneQueries + 1)) {
+    const float* qs[attention_avx512::kLanes];
+    int nk[attention_avx512::kLanes];
+    float* os[attention_avx512::kLanes];
+    for (int l = 0; l < lanes; ++l) {
+      const int src = std::min(i + l, n_queries - 1);
+      qs[l] = queries[src];
+      nk[l] = n_keys[src];
+      os[l] = i + l < n_queries ? outs[i + l] : nullptr;
+    }
+    if (wide) {
+      attention_avx512::queries_in_lanes(qs, nk, keys, values, head_dim, scale, scratch, os);
+    } else {
+      attention_lanes::queries_in_lanes<Avx2Lanes>(qs, nk, keys, values, head_dim, scale, scratch,
+                                                   os);
+    }
+    i += lanes;
   }
-  double sum = 0.0;
-  for (int j = 0; j < n_keys; ++j) {
-    s[j] = std::exp(s[j] - max_score);
-    sum += s[j];
+  for (; i < n_queries; i += kKeyLaneQueries) {
+    const int nq = std::min(kKeyLaneQueries, n_queries - i);
+    keys_in_lanes(nq, queries + i, n_keys + i, keys, values, head_dim, scale, scratch, outs + i);
   }
-  for (int d = 0; d < head_dim; ++d) out[d] = 0.0f;
-  for (int j = 0; j < n_keys; ++j) {
-    const float p = s[j];
-    const float* v = values[j];
-    int d = 0;
-    const __m256 pv = _mm256_set1_ps(p);
-    for (; d + 8 <= head_dim; d += 8)
-      _mm256_storeu_ps(out + d,
-                       _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(out + d)));
-    for (; d < head_dim; ++d) out[d] += p * v[d];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int d = 0; d < head_dim; ++d) out[d] *= inv;
 }
 
 void attend_reference(const float* q, const float* const* keys, const float* const* values,

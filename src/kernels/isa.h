@@ -9,8 +9,9 @@
 //   avxvnni  AVX-VNNI (vpdpbusd on 256 bits) for the Q8_0/Q4_0/Q4_K/Q6_K integer
 //            dot products (8-row tiles).
 //   avx512   AVX-512 F/BW/VL/VNNI: Q8_0/Q4_0/Q4_K/Q6_K tiles of 16 weight rows in
-//            512-bit registers, several activation rows' sums in registers;
-//            F32/F16/BF16 with each output's 16-lane accumulator in one register.
+//            512-bit registers, several activation rows' sums in registers (Q8_0/Q4_0:
+//            32 rows for batches of more than 8); F32/F16/BF16 with each output's
+//            16-lane accumulator in one register; attention with 16 queries per register.
 #include <string>
 
 namespace parspec {

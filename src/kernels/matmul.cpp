@@ -65,6 +65,8 @@ void quantize_activations_q8_0(Worker& worker, const float* x, int64_t M, int64_
   out.blocks.resize(static_cast<size_t>(M * nb));
   out.scales.resize(static_cast<size_t>(M * nb));
   out.sums8.resize(static_cast<size_t>(M * nb));
+  out.minus_sums8.resize(static_cast<size_t>(M * nb));
+  out.minus_sums128.resize(static_cast<size_t>(M * nb));
   auto quantize_rows = [&](int64_t begin, int64_t end) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t m = begin; m < end; ++m) {
@@ -78,7 +80,10 @@ void quantize_activations_q8_0(Worker& worker, const float* x, int64_t M, int64_
         __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
         s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-        out.sums8[m * nb + b] = 8 * _mm_cvtsi128_si32(s);
+        const int32_t sum = _mm_cvtsi128_si32(s);
+        out.sums8[m * nb + b] = 8 * sum;
+        out.minus_sums8[m * nb + b] = -8 * sum;
+        out.minus_sums128[m * nb + b] = -128 * sum;
       }
     }
   };
@@ -535,10 +540,23 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
   // (measured with bench/kernel_throughput: the 16-row transposition costs
   // more than it saves until the rows amortize it).
   const q8tiles::TileKernel16 tile16 = q4 ? kernels.q4_0_16 : p.M >= 3 ? kernels.q8_0_16 : nullptr;
+  const q8tiles::TileKernel32 tile32 =
+      p.M > q8tiles::kMaxRegisterRows ? (q4 ? kernels.q4_0_32 : kernels.q8_0_32) : nullptr;
   thread_local std::vector<float> acc;
-  acc.resize(static_cast<size_t>(kChunkRows * q8tiles::kTileRows16));
+  acc.resize(static_cast<size_t>(kChunkRows * q8tiles::kTileRows32));
   const int64_t nb = p.w.n_in / kQK;
   int64_t t = t0;
+  // Groups of four tiles for large batches; acc rows are 32 wide.
+  for (; tile32 != nullptr && t + 3 < t1; t += 4) {
+    const uint8_t* rows[q8tiles::kTileRows32];
+    for (int i = 0; i < 4; ++i) tile_rows(p, t + i, rows + i * kTileRows);
+    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
+      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
+      tile32(rows, p.row_stride, nb, act, m0, m1, acc.data());
+      for (int i = 0; i < 4; ++i)
+        store_tile(p, t + i, m0, m1, acc.data() + i * kTileRows, q8tiles::kTileRows32);
+    }
+  }
   // Pairs of tiles where there is a 16-row kernel; acc rows are 16 wide.
   for (; tile16 != nullptr && t + 1 < t1; t += 2) {
     const uint8_t* rows[q8tiles::kTileRows16];

@@ -73,20 +73,41 @@ inline void prefetch_next_tile16(const uint8_t* const rows[kTileRows16], size_t 
     _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
 }
 
+// The activation arrays as plain pointers, read once per tile: through the
+// vectors of Q8Activations every block would reload them (the accumulator
+// stores may alias them as far as the compiler knows).
+struct ActView {
+  const BlockQ8_0* blocks;
+  const float* scales;
+  const int32_t* minus_sums8;
+  const int32_t* minus_sums128;
+  explicit ActView(const Q8Activations& a)
+      : blocks(a.blocks.data()),
+        scales(a.scales.data()),
+        minus_sums8(a.minus_sums8.data()),
+        minus_sums128(a.minus_sums128.data()) {}
+};
+
 // Block b's contribution to activation row m: acc = fma(float(isum), dw·dx, acc).
 struct Q4Block16 {
   static constexpr int64_t kBytes = sizeof(BlockQ4_0);
   __m512i lo[4], hi[4];
   __m512 dw;
-  __m512 apply(const Q8Activations& act, int64_t i, __m512 acc) const {
+  // The weights that multiply activation dword g (quants 4g..4g+3).
+  __m512i part(int g) const { return g < 4 ? lo[g] : hi[g - 4]; }
+  static int32_t start(const ActView& act, int64_t i) { return act.minus_sums8[i]; }
+  __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
     const int8_t* xq = act.blocks[i].qs;
-    __m512i s = _mm512_setzero_si512();
-    for (int d = 0; d < 4; ++d) {
-      s = _mm512_dpbusd_epi32(s, lo[d], broadcast_x(xq + 4 * d));
-      s = _mm512_dpbusd_epi32(s, hi[d], broadcast_x(xq + 16 + 4 * d));
+    // Σ (q − 8)·x = Σ q·x − 8·Σ x: the sum starts at −8·Σ x. Two chains of
+    // four (the integer sum is exact in any order) let a batch's rows overlap.
+    __m512i s0 = _mm512_set1_epi32(act.minus_sums8[i]), s1 = _mm512_setzero_si512();
+    for (int d = 0; d < 4; d += 2) {
+      s0 = _mm512_dpbusd_epi32(s0, lo[d], broadcast_x(xq + 4 * d));
+      s1 = _mm512_dpbusd_epi32(s1, lo[d + 1], broadcast_x(xq + 4 * d + 4));
+      s0 = _mm512_dpbusd_epi32(s0, hi[d], broadcast_x(xq + 16 + 4 * d));
+      s1 = _mm512_dpbusd_epi32(s1, hi[d + 1], broadcast_x(xq + 16 + 4 * d + 4));
     }
-    // Σ (q − 8)·x = Σ q·x − 8·Σ x.
-    const __m512i isum = _mm512_sub_epi32(s, _mm512_set1_epi32(act.sums8[i]));
+    const __m512i isum = _mm512_add_epi32(s0, s1);
     const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
   }
@@ -98,12 +119,17 @@ struct Q8Block16 {
   static constexpr int64_t kBytes = sizeof(BlockQ8_0);
   __m512i w[8];
   __m512 dw;
-  __m512 apply(const Q8Activations& act, int64_t i, __m512 acc) const {
+  __m512i part(int g) const { return w[g]; }
+  static int32_t start(const ActView& act, int64_t i) { return act.minus_sums128[i]; }
+  __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
     const int8_t* xq = act.blocks[i].qs;
-    __m512i s = _mm512_setzero_si512();
-    for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, w[g], broadcast_x(xq + 4 * g));
-    // sums8 = 8·Σ x, so 128·Σ x = 16·sums8.
-    const __m512i isum = _mm512_sub_epi32(s, _mm512_set1_epi32(16 * act.sums8[i]));
+    // Σ (w + 128)·x − 128·Σ x: the sum starts at −128·Σ x; two chains of four.
+    __m512i s0 = _mm512_set1_epi32(act.minus_sums128[i]), s1 = _mm512_setzero_si512();
+    for (int g = 0; g < 8; g += 2) {
+      s0 = _mm512_dpbusd_epi32(s0, w[g], broadcast_x(xq + 4 * g));
+      s1 = _mm512_dpbusd_epi32(s1, w[g + 1], broadcast_x(xq + 4 * g + 4));
+    }
+    const __m512i isum = _mm512_add_epi32(s0, s1);
     const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
   }
@@ -138,7 +164,8 @@ inline Q8Block16 load_q8_block(const uint8_t* const rows[kTileRows16], int64_t a
 // either way.
 template <class Block, Block (*Load)(const uint8_t* const*, int64_t), int MR>
 void tile16(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
-            const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+            const Q8Activations& activations, int64_t m0, int64_t m1, float* acc) {
+  const ActView act(activations);
   __m512 regs[MR > 0 ? MR : 1];
   for (int j = 0; j < MR; ++j) regs[j] = _mm512_setzero_ps();
   if (MR == 0)
@@ -184,6 +211,59 @@ void tile16_any(const uint8_t* const rows[kTileRows16], size_t row_stride, int64
   }
 }
 
+// 32 weight rows (two 16-row blocks) against any number of activation rows,
+// accumulated in acc (32 per row): each broadcast activation dword feeds both
+// blocks. A core loads two 512-bit vectors per cycle, broadcasts included, so
+// with 16 rows the eight broadcasts, the scale and the accumulator of every
+// row and block bound a prompt's matmuls; here they are shared by twice the
+// work. Per lane the same integer sum and the same fma as tile16.
+template <class Block, Block (*Load)(const uint8_t* const*, int64_t)>
+void tile32(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
+            const Q8Activations& activations, int64_t m0, int64_t m1, float* acc) {
+  const ActView act(activations);
+  for (int64_t m = m0; m < m1; ++m) {
+    _mm512_storeu_ps(acc + (m - m0) * 32, _mm512_setzero_ps());
+    _mm512_storeu_ps(acc + (m - m0) * 32 + 16, _mm512_setzero_ps());
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t at = b * Block::kBytes;
+    const size_t ahead = kTileRows32 * row_stride;
+    for (int r = 0; r < kTileRows32; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
+    const Block k0 = Load(rows, at), k1 = Load(rows + kTileRows16, at);
+    for (int64_t m = m0; m < m1; ++m) {
+      const int64_t i = m * nb + b;
+      const int8_t* xq = act.blocks[i].qs;
+      const __m512i start = _mm512_set1_epi32(Block::start(act, i));
+      __m512i a0 = start, a1 = _mm512_setzero_si512(), c0 = start, c1 = _mm512_setzero_si512();
+      for (int g = 0; g < 8; g += 2) {
+        const __m512i x0 = broadcast_x(xq + 4 * g), x1 = broadcast_x(xq + 4 * g + 4);
+        a0 = _mm512_dpbusd_epi32(a0, k0.part(g), x0);
+        c0 = _mm512_dpbusd_epi32(c0, k1.part(g), x0);
+        a1 = _mm512_dpbusd_epi32(a1, k0.part(g + 1), x1);
+        c1 = _mm512_dpbusd_epi32(c1, k1.part(g + 1), x1);
+      }
+      const __m512 dx = _mm512_set1_ps(act.scales[i]);
+      float* out = acc + (m - m0) * 32;
+      _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)),
+                                            _mm512_mul_ps(k0.dw, dx), _mm512_loadu_ps(out)));
+      _mm512_storeu_ps(out + 16,
+                       _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0, c1)),
+                                       _mm512_mul_ps(k1.dw, dx), _mm512_loadu_ps(out + 16)));
+    }
+  }
+}
+
+void tile32_q4_0(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
+                 const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  tile32<Q4Block16, &load_q4_block>(rows, row_stride, nb, act, m0, m1, acc);
+}
+
+void tile32_q8_0(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
+                 const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  tile32<Q8Block16, &load_q8_block>(rows, row_stride, nb, act, m0, m1, acc);
+}
+
 void tile16_q4_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
   tile16_any<Q4Block16, &load_q4_block>(rows, row_stride, nb, act, m0, m1, acc);
@@ -197,7 +277,8 @@ void tile16_q8_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int6
 }  // namespace
 
 TileKernels avx512_tile_kernels() {
-  return {&tile_q4_0<DotVnni256>, &tile_q8_0<DotVnni256>, &tile16_q4_0, &tile16_q8_0};
+  return {&tile_q4_0<DotVnni256>, &tile_q8_0<DotVnni256>, &tile16_q4_0,
+          &tile16_q8_0,           &tile32_q4_0,           &tile32_q8_0};
 }
 
 }  // namespace parspec::q8tiles

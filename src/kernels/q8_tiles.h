@@ -26,6 +26,9 @@ struct Q8Activations {
   std::vector<BlockQ8_0> blocks;  // rows × blocks_per_row
   std::vector<float> scales;      // f32 value of each block's f16 scale
   std::vector<int32_t> sums8;     // 8 × Σ quants of each block (Q4_0 offset correction)
+  // −8 × Σ quants and −128 × Σ quants: where the AVX-512 tiles start each
+  // block's Q4_0 / biased Q8_0 integer sum, instead of subtracting at the end.
+  std::vector<int32_t> minus_sums8, minus_sums128;
 };
 
 // A tile of 8 weight rows (row pointers; rows past the end repeat a valid row)
@@ -38,11 +41,21 @@ constexpr int kTileRows16 = 2 * kTileRows;
 using TileKernel16 = void (*)(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
                               const Q8Activations& act, int64_t m0, int64_t m1, float* acc);
 
+// And over 32 weight rows (four tiles), for batches of more than kMaxRegisterRows
+// activation rows: acc[(m - m0) * 32 + r].
+constexpr int kTileRows32 = 4 * kTileRows;
+constexpr int64_t kMaxRegisterRows =
+    8;  // the 16-row kernels keep up to this many rows in registers
+using TileKernel32 = void (*)(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
+                              const Q8Activations& act, int64_t m0, int64_t m1, float* acc);
+
 struct TileKernels {
   TileKernel q4_0 = nullptr;
   TileKernel q8_0 = nullptr;
   TileKernel16 q4_0_16 = nullptr;  // null: no 16-row kernels, tiles go one by one
   TileKernel16 q8_0_16 = nullptr;
+  TileKernel32 q4_0_32 = nullptr;  // null: no 32-row kernels
+  TileKernel32 q8_0_32 = nullptr;
 };
 
 // The AVX-VNNI build (matmul_vnni.cpp); call only where the CPU has AVX-VNNI.

@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/attention.h"
 #include "kernels/ops.h"
+#include "model/attention_rows.h"
 #include "model/model.h"
 
 namespace parspec {
@@ -50,27 +50,16 @@ std::vector<std::vector<float>> Model::forward_multi(
     first_cell[s] =
         sequences[s].kv->add_cells(sequences[s].batch->positions, sequences[s].batch->parents);
 
-  // Visible speculative cells per row (ancestors, then itself), per sequence.
-  std::vector<std::vector<int32_t>> visible(n);
-  std::vector<int> row_seq(n);
+  std::vector<int> row_seq(n);  // each row's sequence
   for (size_t s = 0; s < n_seq; ++s)
-    for (int i = offset[s]; i < offset[s + 1]; ++i) {
-      const int32_t cell = first_cell[s] + (i - offset[s]);
-      sequences[s].kv->ancestors(cell, visible[i]);
-      visible[i].push_back(cell);
-      row_seq[i] = static_cast<int>(s);
-    }
+    for (int i = offset[s]; i < offset[s + 1]; ++i) row_seq[i] = static_cast<int>(s);
 
-  const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
-  const int group = c.n_head / c.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int q_dim = c.q_dim(), kv_dim = c.kv_dim();
   std::vector<float> xn(static_cast<size_t>(n) * c.n_embd), q(static_cast<size_t>(n) * q_dim),
       k(static_cast<size_t>(n) * kv_dim), v(static_cast<size_t>(n) * kv_dim),
       att(static_cast<size_t>(n) * q_dim), o(static_cast<size_t>(n) * c.n_embd),
       gate(static_cast<size_t>(n) * c.n_ff), up(static_cast<size_t>(n) * c.n_ff);
-  int64_t keys_total = 0;
-  for (int i = 0; i < n; ++i)
-    keys_total += sequences[row_seq[i]].kv->n_committed() + static_cast<int64_t>(visible[i].size());
+  std::vector<AttentionRow> rows(n);
 
   for (int layer = 0; layer < c.n_layer; ++layer) {
     const LayerWeights& w = layers_[layer];
@@ -84,35 +73,13 @@ std::vector<std::vector<float>> Model::forward_multi(
       std::memcpy(sequences[s].kv->spec_k(layer, cell), ki, sizeof(float) * kv_dim);
       std::memcpy(sequences[s].kv->spec_v(layer, cell), vi, sizeof(float) * kv_dim);
     }
-    // One job per (row, head), each over its own sequence's keys in the order
-    // of plain decoding: committed prefix, ancestors oldest first, itself.
-    const int64_t n_jobs = static_cast<int64_t>(n) * c.n_head;
-    const double work_ns = 0.05 * static_cast<double>(keys_total) * c.n_head * hd;
-    const int threads = worker.threads_for(work_ns);
-    worker.parallel_chunks(n_jobs, std::max<int64_t>(1, n_jobs / (8 * threads)), threads,
-                           [&](int64_t begin, int64_t end) {
-                             AttentionScratch scratch;
-                             std::vector<const float*> keys, values;
-                             for (int64_t job = begin; job < end; ++job) {
-                               const int i = static_cast<int>(job / c.n_head),
-                                         h = static_cast<int>(job % c.n_head);
-                               KvCache& kv = *sequences[row_seq[i]].kv;
-                               const int kv_off = (h / group) * hd;
-                               keys.clear();
-                               values.clear();
-                               for (int32_t pos = 0; pos < kv.n_committed(); ++pos) {
-                                 keys.push_back(kv.committed_k(layer, pos) + kv_off);
-                                 values.push_back(kv.committed_v(layer, pos) + kv_off);
-                               }
-                               for (int32_t cell : visible[i]) {
-                                 keys.push_back(kv.spec_k(layer, cell) + kv_off);
-                                 values.push_back(kv.spec_v(layer, cell) + kv_off);
-                               }
-                               attend(&q[static_cast<size_t>(i) * q_dim + h * hd], keys.data(),
-                                      values.data(), static_cast<int>(keys.size()), hd, scale,
-                                      scratch, &att[static_cast<size_t>(i) * q_dim + h * hd]);
-                             }
-                           });
+    for (int i = 0; i < n; ++i) {
+      const size_t s = static_cast<size_t>(row_seq[i]);
+      rows[i] =
+          AttentionRow{sequences[s].kv, first_cell[s] + (i - offset[s]),
+                       &q[static_cast<size_t>(i) * q_dim], &att[static_cast<size_t>(i) * q_dim]};
+    }
+    attend_rows(worker, c, layer, rows);
     matmul(worker, w.wo, att.data(), n, o.data());
     add_inplace(hidden.data(), o.data(), n * c.n_embd);
 
