@@ -119,12 +119,9 @@ struct DotAvx2 {
 constexpr q8tiles::TileKernels kAvx2Tiles{&q8tiles::tile_q4_0<DotAvx2>,
                                           &q8tiles::tile_q8_0<DotAvx2>};
 
-// The tile kernels of the ISA in use (kernels/isa.h).
-const q8tiles::TileKernels& active_tiles() {
-  static const q8tiles::TileKernels vnni =
-      cpu_supports(Isa::kAvxVnni) ? q8tiles::vnni_tile_kernels() : q8tiles::TileKernels{};
-  static const q8tiles::TileKernels avx512 =
-      cpu_supports(Isa::kAvx512) ? q8tiles::avx512_tile_kernels() : q8tiles::TileKernels{};
+// The kernel table of the ISA in use (kernels/isa.h), one argument per ISA.
+template <class Table>
+const Table& for_active_isa(const Table& avx2, const Table& vnni, const Table& avx512) {
   switch (active_isa()) {
     case Isa::kAvxVnni:
       return vnni;
@@ -133,7 +130,16 @@ const q8tiles::TileKernels& active_tiles() {
     case Isa::kAvx2:
       break;
   }
-  return kAvx2Tiles;
+  return avx2;
+}
+
+// The tile kernels of the ISA in use (kernels/isa.h).
+const q8tiles::TileKernels& active_tiles() {
+  static const q8tiles::TileKernels vnni =
+      cpu_supports(Isa::kAvxVnni) ? q8tiles::vnni_tile_kernels() : q8tiles::TileKernels{};
+  static const q8tiles::TileKernels avx512 =
+      cpu_supports(Isa::kAvx512) ? q8tiles::avx512_tile_kernels() : q8tiles::TileKernels{};
+  return for_active_isa(kAvx2Tiles, vnni, avx512);
 }
 
 // ------------------------------------------------------ F32/F16/BF16 kernels ----
@@ -644,15 +650,7 @@ const ktiles::KTileKernels& active_k_tiles() {
       cpu_supports(Isa::kAvxVnni) ? ktiles::vnni_k_tile_kernels() : none;
   static const ktiles::KTileKernels avx512 =
       cpu_supports(Isa::kAvx512) ? ktiles::avx512_k_tile_kernels() : none;
-  switch (active_isa()) {
-    case Isa::kAvxVnni:
-      return vnni;
-    case Isa::kAvx512:
-      return avx512;
-    case Isa::kAvx2:
-      break;
-  }
-  return none;
+  return for_active_isa(none, vnni, avx512);
 }
 
 // Pairs of tiles through the 16-row kernel where there is one, the rest one by one.

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "sample/sampler.h"
+#include "test_helpers.h"
 
 namespace parspec {
 namespace {
@@ -16,12 +17,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 SamplingParams unfiltered(float temp = 1.0f) {
-  SamplingParams params;
-  params.temp = temp;
-  params.top_k = 0;
-  params.top_p = 1.0f;
-  params.min_p = 0.0f;
-  return params;
+  return testing_support::untruncated_sampling(temp);
 }
 
 // Logits whose temperature-1 softmax is proportional to `weights`.
