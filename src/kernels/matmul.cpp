@@ -538,6 +538,34 @@ void store_tile(const Problem& p, int64_t t, int64_t m0, int64_t m1, const float
   }
 }
 
+// Tiles [t, t1): pairs through the 16-row kernel where there is one (acc rows
+// 16 wide), the rest one by one through the 8-row kernel; activation rows in
+// chunks of kChunkRows. Shared by the Q8_0/Q4_0 and the Q4_K/Q6_K tiles.
+template <class Act, class Tile16, class Tile8>
+void run_tile_pairs_then_singles(const Problem& p, const Act& act, int64_t nb, int64_t t,
+                                 int64_t t1, Tile16 tile16, Tile8 tile, float* acc) {
+  for (; tile16 != nullptr && t + 1 < t1; t += 2) {
+    const uint8_t* rows[2 * kTileRows];
+    tile_rows(p, t, rows);
+    tile_rows(p, t + 1, rows + kTileRows);
+    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
+      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
+      tile16(rows, p.row_stride, nb, act, m0, m1, acc);
+      store_tile(p, t, m0, m1, acc, 2 * kTileRows);
+      store_tile(p, t + 1, m0, m1, acc + kTileRows, 2 * kTileRows);
+    }
+  }
+  for (; t < t1; ++t) {
+    const uint8_t* rows[kTileRows];
+    tile_rows(p, t, rows);
+    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
+      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
+      tile(rows, p.row_stride, nb, act, m0, m1, acc);
+      store_tile(p, t, m0, m1, acc);
+    }
+  }
+}
+
 void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_t t1) {
   const q8tiles::TileKernels& kernels = active_tiles();
   const bool q4 = p.w.type == DType::Q4_0;
@@ -563,27 +591,7 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
         store_tile(p, t + i, m0, m1, acc.data() + i * kTileRows, q8tiles::kTileRows32);
     }
   }
-  // Pairs of tiles where there is a 16-row kernel; acc rows are 16 wide.
-  for (; tile16 != nullptr && t + 1 < t1; t += 2) {
-    const uint8_t* rows[q8tiles::kTileRows16];
-    tile_rows(p, t, rows);
-    tile_rows(p, t + 1, rows + kTileRows);
-    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
-      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
-      tile16(rows, p.row_stride, nb, act, m0, m1, acc.data());
-      store_tile(p, t, m0, m1, acc.data(), q8tiles::kTileRows16);
-      store_tile(p, t + 1, m0, m1, acc.data() + kTileRows, q8tiles::kTileRows16);
-    }
-  }
-  for (; t < t1; ++t) {
-    const uint8_t* rows[kTileRows];
-    tile_rows(p, t, rows);
-    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
-      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
-      tile(rows, p.row_stride, nb, act, m0, m1, acc.data());
-      store_tile(p, t, m0, m1, acc.data());
-    }
-  }
+  run_tile_pairs_then_singles(p, act, nb, t, t1, tile16, tile, acc.data());
 }
 
 template <DType T>
@@ -662,27 +670,7 @@ void run_k_tiles_dpbusd(const Problem& p, const K8Activations& act, int64_t t0, 
   thread_local std::vector<float> acc;
   acc.resize(static_cast<size_t>(kChunkRows * 2 * kTileRows));
   const int64_t nb = p.w.n_in / kQKK;
-  int64_t t = t0;
-  for (; tile16 != nullptr && t + 1 < t1; t += 2) {
-    const uint8_t* rows[2 * kTileRows];
-    tile_rows(p, t, rows);
-    tile_rows(p, t + 1, rows + kTileRows);
-    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
-      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
-      tile16(rows, p.row_stride, nb, act, m0, m1, acc.data());
-      store_tile(p, t, m0, m1, acc.data(), 2 * kTileRows);
-      store_tile(p, t + 1, m0, m1, acc.data() + kTileRows, 2 * kTileRows);
-    }
-  }
-  for (; t < t1; ++t) {
-    const uint8_t* rows[kTileRows];
-    tile_rows(p, t, rows);
-    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
-      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
-      tile(rows, p.row_stride, nb, act, m0, m1, acc.data());
-      store_tile(p, t, m0, m1, acc.data());
-    }
-  }
+  run_tile_pairs_then_singles(p, act, nb, t0, t1, tile16, tile, acc.data());
 }
 
 void run_k_tiles(const Problem& p, const K8Activations& act, int64_t t0, int64_t t1) {
