@@ -13,7 +13,11 @@ LocalSequence::LocalSequence(std::shared_ptr<const Model> model, Worker& worker,
 }
 
 void LocalSequence::begin(int32_t capacity) {
-  kv_ = std::make_unique<KvCache>(model_->config(), capacity);
+  // The next request of the same size reuses the cache (its pages are already in memory).
+  if (kv_ != nullptr && kv_->capacity() == capacity)
+    kv_->clear();
+  else
+    kv_ = std::make_unique<KvCache>(model_->config(), capacity);
 }
 
 KvCache& LocalSequence::kv() {

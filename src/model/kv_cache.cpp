@@ -17,8 +17,8 @@ KvCache::KvCache(const ModelConfig& config, int32_t capacity, int layer_first, i
         "invalid layer range [", layer_first_, ", ", layer_last_, ") for a model with ",
         config.n_layer, " layers");
   const size_t n = static_cast<size_t>(layer_last_ - layer_first_) * capacity_ * kv_dim_;
-  k_.resize(n);
-  v_.resize(n);
+  k_ = std::make_unique_for_overwrite<float[]>(n);
+  v_ = std::make_unique_for_overwrite<float[]>(n);
 }
 
 int32_t KvCache::add_cells(std::span<const int32_t> positions, std::span<const int32_t> parents) {
