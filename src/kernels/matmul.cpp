@@ -177,16 +177,24 @@ inline float weight_at(const uint8_t* row, int64_t k) {
 // add, so a tile may run them as two passes: R × C accumulators live instead
 // of 2 R × C, which lets 4 × 3 keep 12 fma chains, the 3 activation vectors
 // and the converted weight vector in the 16 ymm registers. Prefetch: one
-// prefetch per cache line of weights, 1 KiB ahead in each row.
+// prefetch per cache line of weights, 1 KiB ahead in each row, and (unless
+// null) of the same line in the 4 rows ahead[].
 template <DType T, int R, int C, int H, bool Prefetch = false>
 inline void tile_float_lanes(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t n,
-                             int h0, __m256 (&acc)[H][R][C]) {
+                             int h0, __m256 (&acc)[H][R][C],
+                             const uint8_t* const ahead[] = nullptr) {
   constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;  // per weight
   const int64_t n16 = n & ~int64_t{15};
   for (int64_t k = h0; k < n16; k += 16) {
-    if (Prefetch && (k - h0) % (64 / kBytes) == 0) {
-      for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + kBytes * k + 1024, _MM_HINT_T0);
+    if ((k - h0) % (64 / kBytes) == 0) {
+      if (Prefetch) {
+        for (int r = 0; r < R; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + kBytes * k + 1024, _MM_HINT_T0);
+      }
+      if (ahead != nullptr) {
+        for (int r = 0; r < 4; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(ahead[r]) + kBytes * k, _MM_HINT_T1);
+      }
     }
     for (int i = 0; i < H; ++i) {
       __m256 xv[C];
@@ -237,15 +245,15 @@ struct Ops256 {
   static constexpr int kWidest = 3;
 
   template <DType T, int R, int C, bool Prefetch>
-  static void block(const uint8_t* const rows[], int64_t n, const float* x, int64_t ldx,
-                    float* acc) {
+  static void block(const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
+                    const float* x, int64_t ldx, float* acc) {
     for (int h0 = 0; h0 < 16; h0 += 8) {
       __m256 a[1][R][C];
       for (int r = 0; r < R; ++r)
         for (int c = 0; c < C; ++c)
           a[0][r][c] = _mm256_load_ps(acc + (r * float_tiles::kMaxColumns + c) * 16 + h0);
       if (h0 == 0) {  // the first half's pass prefetches for both
-        tile_float_lanes<T, R, C, 1, Prefetch>(rows, x, ldx, n, h0, a);
+        tile_float_lanes<T, R, C, 1, Prefetch>(rows, x, ldx, n, h0, a, ahead);
       } else {
         tile_float_lanes<T, R, C, 1>(rows, x, ldx, n, h0, a);
       }
@@ -627,15 +635,17 @@ void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
     const int64_t rows_here = std::min(block, p.M - m0);
     const float* x = p.x + m0 * n;
     for (int64_t t = t0; t < t1; ++t) {
-      const uint8_t* rows[kTileRows];
+      const uint8_t* rows[2 * kTileRows];  // this tile's, then the next one's
       tile_rows(p, t, rows);
+      if (t + 1 < t1) tile_rows(p, t + 1, rows + kTileRows);
+      const uint8_t* const* next = t + 1 < t1 ? rows + kTileRows : nullptr;
       const int64_t o0 = t * kTileRows;
       const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
       float* y = p.y + m0 * p.w.n_out + o0;
       if (avx512) {
-        float_tiles::avx512_tile(T, rows, valid, x, rows_here, n, y, p.w.n_out);
+        float_tiles::avx512_tile(T, rows, next, valid, x, rows_here, n, y, p.w.n_out);
       } else if (rows_here > 1) {
-        float_tiles::column_tile<Ops256, T>(rows, valid, x, rows_here, n, y, p.w.n_out);
+        float_tiles::column_tile<Ops256, T>(rows, next, valid, x, rows_here, n, y, p.w.n_out);
       } else {
         // 4 rows × both halves in one pass: 8 chains, contiguous loads
         float out[4];

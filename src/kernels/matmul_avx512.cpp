@@ -323,18 +323,24 @@ struct Ops512 {
   static constexpr int kWidest = 6;
 
   template <DType T, int R, int C, bool Prefetch>
-  static void block(const uint8_t* const rows[], int64_t n, const float* x, int64_t ldx,
-                    float* acc) {
+  static void block(const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
+                    const float* x, int64_t ldx, float* acc) {
     __m512 a[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) a[r][c] = _mm512_load_ps(acc + (r * kMaxColumns + c) * 16);
     constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;  // per weight
     const int64_t whole = n & ~int64_t{15};
     for (int64_t k = 0; k < whole; k += 16) {
-      if (Prefetch && k % (64 / kBytes) == 0) {
-        for (int r = 0; r < R; ++r)
-          _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + kBytes * k + kPrefetchBytes,
-                       _MM_HINT_T0);
+      if (k % (64 / kBytes) == 0) {
+        if (Prefetch) {
+          for (int r = 0; r < R; ++r)
+            _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + kBytes * k + kPrefetchBytes,
+                         _MM_HINT_T0);
+        }
+        if (ahead != nullptr) {
+          for (int r = 0; r < 4; ++r)
+            _mm_prefetch(reinterpret_cast<const char*>(ahead[r]) + kBytes * k, _MM_HINT_T1);
+        }
       }
       __m512 xv[C];
       for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * ldx + k);
@@ -359,15 +365,15 @@ struct Ops512 {
 
 }  // namespace
 
-void avx512_tile(DType type, const uint8_t* const rows[kTileRows], int valid, const float* x,
-                 int64_t M, int64_t n, float* y, int64_t ldy) {
+void avx512_tile(DType type, const uint8_t* const rows[kTileRows], const uint8_t* const next[],
+                 int valid, const float* x, int64_t M, int64_t n, float* y, int64_t ldy) {
   switch (type) {
     case DType::F32:
-      return column_tile<Ops512, DType::F32>(rows, valid, x, M, n, y, ldy);
+      return column_tile<Ops512, DType::F32>(rows, next, valid, x, M, n, y, ldy);
     case DType::F16:
-      return column_tile<Ops512, DType::F16>(rows, valid, x, M, n, y, ldy);
+      return column_tile<Ops512, DType::F16>(rows, next, valid, x, M, n, y, ldy);
     default:
-      return column_tile<Ops512, DType::BF16>(rows, valid, x, M, n, y, ldy);
+      return column_tile<Ops512, DType::BF16>(rows, next, valid, x, M, n, y, ldy);
   }
 }
 
