@@ -35,7 +35,8 @@ inline int column_group(int64_t left, int widest) {
   return widest;
 }
 
-// ---- Batches of M ≥ 2 (verification, trees, prefill): one driver for every ISA.
+// ---- One driver for every ISA: batches of M ≥ 2 (verification, trees, prefill),
+// and on AVX-512 the one-row decode as well (8 weight rows × 1).
 constexpr int kMaxColumns = 16;  // activation rows per pass over a tile
 
 // Ops (one per ISA) provides kWidest (above), kEightRows (whether 8 weight
