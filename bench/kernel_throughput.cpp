@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   for (float& v : x) v = dist(rng);
   std::printf("one thread, %lld x %lld weights; weight GB/s consumed (fastest of 15)\n\n",
               static_cast<long long>(n_out), static_cast<long long>(n_in));
-  const int64_t ms[] = {1, 2, 4, 8, 16, 64};
+  const int64_t ms[] = {1, 2, 3, 4, 5, 8, 16, 64};
   std::printf("| type | ISA |");
   for (int64_t m : ms) std::printf(" M=%lld |", static_cast<long long>(m));
   std::printf("\n|---|---|");

@@ -8,6 +8,7 @@
 // 16-lane accumulator in one register; AVX2 holds it as two 8-lane halves.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/quant.h"
@@ -25,18 +26,118 @@ inline float reduce8(__m256 v) {
 }
 
 // Column groups for a batch of M ≥ 2 activation rows against 4 weight rows:
-// at most 6 per group (4×6 accumulators fit the 32 AVX-512 registers), and
-// never a group of 1 (4 fma chains cannot hide the fma latency).
-inline int column_group(int64_t left) {
-  if (left <= 6) return static_cast<int>(left);
-  if (left <= 12) return static_cast<int>((left + 1) / 2);
-  return 6;
+// at most `widest` per group (Ops::kWidest: 4 × 6 accumulators fit the 32
+// AVX-512 registers, 4 × 3 the 16 AVX2 ones), and never a group of 1 (4 fma
+// chains cannot hide the fma latency).
+inline int column_group(int64_t left, int widest) {
+  if (left <= widest) return static_cast<int>(left);
+  if (left <= 2 * widest) return static_cast<int>((left + 1) / 2);
+  return widest;
+}
+
+// ---- One driver for every ISA: batches of M ≥ 2 (verification, trees, prefill),
+// and on AVX-512 the one-row decode as well (8 weight rows × 1).
+constexpr int kMaxColumns = 16;  // activation rows per pass over a tile
+
+// Ops (one per ISA) provides kWidest (above), kEightRows (whether 8 weight
+// rows × 3 activation rows fit its registers) and
+//   template <DType T, int R, int C, bool Prefetch>
+//   static void block(const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
+//                     const float* x, int64_t ldx, float* acc);
+//     the contract's fmas for weights 0..n (a ragged end zero padded) of
+//     rows r < R and activation rows c < C (x + c·ldx), continuing the
+//     16-lane accumulators acc + (r·kMaxColumns + c)·16; with Prefetch, one
+//     software prefetch per cache line of weights, ahead in each row; unless
+//     null, the same lines of the 4 rows ahead[] (the next block's) as well.
+template <class Ops, DType T, int R, bool Prefetch>
+void column_block(int c_count, const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
+                  const float* x, int64_t ldx, float* acc) {
+  if constexpr (R == 4) {
+    switch (c_count) {
+      case 4:
+        return Ops::template block<T, R, 4, Prefetch>(rows, ahead, n, x, ldx, acc);
+      case 5:
+        return Ops::template block<T, R, 5, Prefetch>(rows, ahead, n, x, ldx, acc);
+      case 6:
+        return Ops::template block<T, R, 6, Prefetch>(rows, ahead, n, x, ldx, acc);
+      default:
+        break;
+    }
+  }
+  switch (c_count) {
+    case 1:
+      return Ops::template block<T, R, 1, Prefetch>(rows, ahead, n, x, ldx, acc);
+    case 2:
+      return Ops::template block<T, R, 2, Prefetch>(rows, ahead, n, x, ldx, acc);
+    default:
+      return Ops::template block<T, R, 3, Prefetch>(rows, ahead, n, x, ldx, acc);
+  }
+}
+
+// y[c * ldy + r] for activation rows c < M (1 ≤ M ≤ kMaxColumns; x: M × n)
+// and weight rows r < valid of `rows`; `next` (null at the end): the first 4
+// rows of the tile that follows. The accumulators live in memory between
+// column groups (storing and reloading a float is exact).
+template <class Ops, DType T>
+void column_pass(const uint8_t* const rows[kTileRows], const uint8_t* const next[], int valid,
+                 const float* x, int64_t M, int64_t n, float* y, int64_t ldy) {
+  alignas(64) float acc[kTileRows][kMaxColumns][16];
+  const int row_count = valid <= 4 ? 4 : kTileRows;
+  for (int r = 0; r < row_count; ++r)
+    for (int64_t c = 0; c < M; ++c)
+      for (float& v : acc[r][c]) v = 0.0f;
+  if (Ops::kEightRows && row_count == kTileRows && M <= 3) {
+    // All 8 weight rows at once: 8 rows stream from memory, as in a one-row
+    // decode, rather than 4 (2-3 rows ran at ~24 GB/s of F16 weights on one
+    // Zen 5 core with 4 rows, ~31 with 8: bench/kernel_throughput 2048 16384).
+    column_block<Ops, T, kTileRows, true>(static_cast<int>(M), rows, nullptr, n, x, n,
+                                          &acc[0][0][0]);
+  } else {
+    // 4 weight rows × column groups. The first group of each streams the
+    // weights (prefetching ahead in them); the last also prefetches the next
+    // 4 rows, so that memory keeps streaming while the other groups find the
+    // weights in cache and while the next block has fewer streams of its own.
+    for (int r0 = 0; r0 < row_count; r0 += 4) {
+      const uint8_t* const* ahead = r0 + 4 < row_count ? rows + r0 + 4 : next;
+      for (int64_t c0 = 0; c0 < M;) {
+        const int c_count = column_group(M - c0, Ops::kWidest);
+        const uint8_t* const* ahead_here = c0 + c_count == M ? ahead : nullptr;
+        if (c0 == 0) {
+          column_block<Ops, T, 4, true>(c_count, rows + r0, ahead_here, n, x, n, &acc[r0][0][0]);
+        } else {
+          column_block<Ops, T, 4, false>(c_count, rows + r0, ahead_here, n, x + c0 * n, n,
+                                         &acc[r0][c0][0]);
+        }
+        c0 += c_count;
+      }
+    }
+  }
+  for (int64_t c = 0; c < M; ++c) {
+    for (int r = 0; r < valid; ++r) {
+      const float* a = acc[r][c];
+      y[c * ldy + r] = reduce8(_mm256_add_ps(_mm256_load_ps(a), _mm256_load_ps(a + 8)));
+    }
+  }
+}
+
+// The same for any M: passes of at most kMaxColumns rows, balanced (17 =
+// 8 + 9), so that no pass is a single row unless M is.
+template <class Ops, DType T>
+void column_tile(const uint8_t* const rows[kTileRows], const uint8_t* const next[], int valid,
+                 const float* x, int64_t M, int64_t n, float* y, int64_t ldy) {
+  const int64_t passes = (M + kMaxColumns - 1) / kMaxColumns;
+  for (int64_t m0 = 0, p = 0; p < passes; ++p) {
+    const int64_t cols = (M - m0) / (passes - p);
+    column_pass<Ops, T>(rows, next, valid, x + m0 * n, cols, n, y + m0 * ldy, ldy);
+    m0 += cols;
+  }
 }
 
 // AVX-512 (matmul_avx512.cpp; call only where the CPU has AVX-512 F/BW/VL):
 // y[m * ldy + r] for activation rows m < M (x: M × n, row-major) and weight
-// rows r < valid of `rows` (type F32, F16 or BF16, n elements each).
-void avx512_tile(DType type, const uint8_t* const rows[kTileRows], int valid, const float* x,
-                 int64_t M, int64_t n, float* y, int64_t ldy);
+// rows r < valid of `rows` (type F32, F16 or BF16, n elements each); `next`:
+// the next tile's rows, to prefetch (or null).
+void avx512_tile(DType type, const uint8_t* const rows[kTileRows], const uint8_t* const next[],
+                 int valid, const float* x, int64_t M, int64_t n, float* y, int64_t ldy);
 
 }  // namespace parspec::float_tiles

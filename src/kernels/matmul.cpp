@@ -170,24 +170,35 @@ inline float weight_at(const uint8_t* row, int64_t k) {
 }
 
 // 8-lane halves of the float contract's 16-lane accumulators (float_tiles.h)
-// for R weight rows × C activation rows (x: C × n): acc[i] holds the lanes
-// k mod 16 in [h0 + 8 i, h0 + 8 i + 8), so H = 2 (h0 = 0) is the whole
-// accumulator in one pass over k, H = 1 one half of it. The halves never meet
-// before the final add, so a tile may run them as two passes: R × C
-// accumulators live instead of 2 R × C, which lets 4 × 3 keep 12 fma chains,
-// the 3 activation vectors and the converted weight vector in the 16 ymm
-// registers.
-template <DType T, int R, int C, int H>
-inline void tile_float_lanes(const uint8_t* const rows[], const float* x, int64_t n, int h0,
-                             __m256 (&acc)[H][R][C]) {
-  for (int i = 0; i < H; ++i)
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) acc[i][r][c] = _mm256_setzero_ps();
+// for R weight rows × C activation rows (x + c·ldx), continuing the fma chains
+// in acc over weights 0..n of the rows: acc[i] holds the lanes k mod 16 in
+// [h0 + 8 i, h0 + 8 i + 8), so H = 2 (h0 = 0) is the whole accumulator in one
+// pass over k, H = 1 one half of it. The halves never meet before the final
+// add, so a tile may run them as two passes: R × C accumulators live instead
+// of 2 R × C, which lets 4 × 3 keep 12 fma chains, the 3 activation vectors
+// and the converted weight vector in the 16 ymm registers. Prefetch: one
+// prefetch per cache line of weights, 1 KiB ahead in each row, and (unless
+// null) of the same line in the 4 rows ahead[].
+template <DType T, int R, int C, int H, bool Prefetch = false>
+inline void tile_float_lanes(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t n,
+                             int h0, __m256 (&acc)[H][R][C],
+                             const uint8_t* const ahead[] = nullptr) {
+  constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;  // per weight
   const int64_t n16 = n & ~int64_t{15};
   for (int64_t k = h0; k < n16; k += 16) {
+    if ((k - h0) % (64 / kBytes) == 0) {
+      if (Prefetch) {
+        for (int r = 0; r < R; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + kBytes * k + 1024, _MM_HINT_T0);
+      }
+      if (ahead != nullptr) {
+        for (int r = 0; r < 4; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(ahead[r]) + kBytes * k, _MM_HINT_T1);
+      }
+    }
     for (int i = 0; i < H; ++i) {
       __m256 xv[C];
-      for (int c = 0; c < C; ++c) xv[c] = _mm256_loadu_ps(x + c * n + k + 8 * i);
+      for (int c = 0; c < C; ++c) xv[c] = _mm256_loadu_ps(x + c * ldx + k + 8 * i);
       for (int r = 0; r < R; ++r) {
         const __m256 w = load_weights8<T>(rows[r], k + 8 * i);
         for (int c = 0; c < C; ++c) acc[i][r][c] = _mm256_fmadd_ps(w, xv[c], acc[i][r][c]);
@@ -202,7 +213,7 @@ inline void tile_float_lanes(const uint8_t* const rows[], const float* x, int64_
     alignas(32) float xt[C][8] = {};
     alignas(32) float wt[8] = {};
     for (int c = 0; c < C; ++c)
-      for (int64_t k = k0; k < k1; ++k) xt[c][k - k0] = x[c * n + k];
+      for (int64_t k = k0; k < k1; ++k) xt[c][k - k0] = x[c * ldx + k];
     for (int r = 0; r < R; ++r) {
       for (int64_t k = k0; k < k1; ++k) wt[k - k0] = weight_at<T>(rows[r], k);
       const __m256 w = _mm256_load_ps(wt);
@@ -212,29 +223,46 @@ inline void tile_float_lanes(const uint8_t* const rows[], const float* x, int64_
   }
 }
 
-// R weight rows × C activation rows (x: C × n), out[c * R + r]: the two
-// halves in one pass (Passes = 1) or two, then the contract's lanes 0-7 +
-// lanes 8-15 and the one reduction.
-template <DType T, int R, int C, int Passes>
+// R weight rows × C activation rows (x: C × n), out[c * R + r]: both halves
+// in one pass, then the contract's lanes 0-7 + lanes 8-15 and the one reduction.
+template <DType T, int R, int C>
 void tile_float(const uint8_t* const rows[], const float* x, int64_t n, float* out) {
   __m256 acc[2][R][C];
-  if constexpr (Passes == 1) {
-    tile_float_lanes<T, R, C, 2>(rows, x, n, 0, acc);
-  } else {
-    __m256 lo[1][R][C], hi[1][R][C];
-    tile_float_lanes<T, R, C, 1>(rows, x, n, 0, lo);
-    tile_float_lanes<T, R, C, 1>(rows, x, n, 8, hi);
-    for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < C; ++c) {
-        acc[0][r][c] = lo[0][r][c];
-        acc[1][r][c] = hi[0][r][c];
-      }
-    }
-  }
+  for (int i = 0; i < 2; ++i)
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[i][r][c] = _mm256_setzero_ps();
+  tile_float_lanes<T, R, C, 2>(rows, x, n, n, 0, acc);
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r)
       out[c * R + r] = float_tiles::reduce8(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
 }
+
+// The column_tile operations (float_tiles.h) on 256-bit registers: the
+// halves of the contract's accumulators (tile_float_lanes), H = 1, one after
+// the other, so that 4 × 3 blocks fit the 16 registers.
+struct Ops256 {
+  static constexpr bool kEightRows = false;
+  static constexpr int kWidest = 3;
+
+  template <DType T, int R, int C, bool Prefetch>
+  static void block(const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
+                    const float* x, int64_t ldx, float* acc) {
+    for (int h0 = 0; h0 < 16; h0 += 8) {
+      __m256 a[1][R][C];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c)
+          a[0][r][c] = _mm256_load_ps(acc + (r * float_tiles::kMaxColumns + c) * 16 + h0);
+      if (h0 == 0) {  // the first half's pass prefetches for both
+        tile_float_lanes<T, R, C, 1, Prefetch>(rows, x, ldx, n, h0, a, ahead);
+      } else {
+        tile_float_lanes<T, R, C, 1>(rows, x, ldx, n, h0, a);
+      }
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c)
+          _mm256_store_ps(acc + (r * float_tiles::kMaxColumns + c) * 16 + h0, a[0][r][c]);
+    }
+  }
+};
 
 // -------------------------------------------------------- Q4_K/Q6_K kernels ----
 //
@@ -597,54 +625,34 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
 template <DType T>
 void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
   const int64_t n = p.w.n_in;
-  if (active_isa() == Isa::kAvx512) {
-    // Large batches (prefill) in blocks of activation rows small enough to
-    // stay in L2 (~512 KiB) while every weight tile of the chunk passes over
-    // them; without blocking, each tile streamed all M rows from memory.
-    const int64_t block =
-        std::clamp<int64_t>((int64_t{128} << 10) / std::max<int64_t>(n, 1) / 6 * 6, 6, 48);
-    for (int64_t m0 = 0; m0 < p.M; m0 += block) {
-      const int64_t rows_here = std::min(block, p.M - m0);
-      for (int64_t t = t0; t < t1; ++t) {
-        const uint8_t* rows[kTileRows];
-        tile_rows(p, t, rows);
-        const int64_t o0 = t * kTileRows;
-        const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
-        float_tiles::avx512_tile(T, rows, valid, p.x + m0 * n, rows_here, n,
-                                 p.y + m0 * p.w.n_out + o0, p.w.n_out);
-      }
-    }
-    return;
-  }
-  for (int64_t t = t0; t < t1; ++t) {
-    const uint8_t* rows[kTileRows];
-    tile_rows(p, t, rows);
-    const int64_t o0 = t * kTileRows;
-    const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
-    float* y = p.y + o0;
-    float out[kTileRows * 3];
-    if (p.M == 1) {  // 4 rows × both halves in one pass: 8 chains, contiguous loads
-      for (int r0 = 0; r0 < valid; r0 += 4) {
-        tile_float<T, 4, 1, 1>(rows + r0, p.x, n, out);
-        std::memcpy(y + r0, out, static_cast<size_t>(std::min(4, valid - r0)) * sizeof(float));
-      }
-      continue;
-    }
-    // AVX2, M >= 2: 4 weight rows × 3 activation rows, one half per pass
-    // (12 fma chains), ending in 2 + 2 rather than 3 + 1 (4 × 1 runs only 4 chains).
-    for (int r0 = 0; r0 < valid; r0 += 4) {
-      const size_t count = static_cast<size_t>(std::min(4, valid - r0));
-      for (int64_t m = 0; m < p.M;) {
-        const int64_t left = p.M - m;
-        const int c_count = left == 2 || left == 4 ? 2 : 3;
-        if (c_count == 2) {
-          tile_float<T, 4, 2, 2>(rows + r0, p.x + m * n, n, out);
-        } else {
-          tile_float<T, 4, 3, 2>(rows + r0, p.x + m * n, n, out);
+  const bool avx512 = active_isa() == Isa::kAvx512;
+  // Large batches (prefill) in blocks of activation rows small enough to stay
+  // in L2 (~512 KiB) while every weight tile of the chunk passes over them;
+  // without blocking, each tile streamed all M rows from memory.
+  const int64_t block =
+      std::clamp<int64_t>((int64_t{128} << 10) / std::max<int64_t>(n, 1) / 6 * 6, 6, 48);
+  for (int64_t m0 = 0; m0 < p.M; m0 += block) {
+    const int64_t rows_here = std::min(block, p.M - m0);
+    const float* x = p.x + m0 * n;
+    for (int64_t t = t0; t < t1; ++t) {
+      const uint8_t* rows[2 * kTileRows];  // this tile's, then the next one's
+      tile_rows(p, t, rows);
+      if (t + 1 < t1) tile_rows(p, t + 1, rows + kTileRows);
+      const uint8_t* const* next = t + 1 < t1 ? rows + kTileRows : nullptr;
+      const int64_t o0 = t * kTileRows;
+      const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
+      float* y = p.y + m0 * p.w.n_out + o0;
+      if (avx512) {
+        float_tiles::avx512_tile(T, rows, next, valid, x, rows_here, n, y, p.w.n_out);
+      } else if (rows_here > 1) {
+        float_tiles::column_tile<Ops256, T>(rows, next, valid, x, rows_here, n, y, p.w.n_out);
+      } else {
+        // 4 rows × both halves in one pass: 8 chains, contiguous loads
+        float out[4];
+        for (int r0 = 0; r0 < valid; r0 += 4) {
+          tile_float<T, 4, 1>(rows + r0, x, n, out);
+          std::memcpy(y + r0, out, static_cast<size_t>(std::min(4, valid - r0)) * sizeof(float));
         }
-        for (int c = 0; c < c_count; ++c)
-          std::memcpy(y + (m + c) * p.w.n_out + r0, out + 4 * c, count * sizeof(float));
-        m += c_count;
       }
     }
   }

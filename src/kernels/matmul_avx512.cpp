@@ -312,102 +312,68 @@ inline __m512 load_weights16_tail(const uint8_t* row, int64_t k, __mmask16 mask)
   }
 }
 
+// One prefetch per cache line of weights, 1 KiB ahead in each row: with 4-8
+// rows streaming at once the hardware prefetcher alone left a one-token
+// forward further from the bandwidth roofline.
 constexpr int64_t kPrefetchBytes = 1024;
 
-// R weight rows × C activation rows: out[c * R + r]. Each (r, c) pair runs
-// the contract's fma sequence in its own register, whatever R and C are.
-template <DType T, int R, int C>
-void block(const uint8_t* const rows[], const float* x, int64_t n, float* out) {
-  __m512 acc[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;  // per weight
-  const int64_t n16 = n & ~int64_t{15};
-  for (int64_t k = 0; k < n16; k += 16) {
-    if (k % (64 / kBytes) == 0) {
-      // One prefetch per cache line of weights, 1 KiB ahead in each
-      // row: with 4-8 rows streaming at once the hardware prefetcher alone
-      // left a one-token forward further from the bandwidth roofline.
-      for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + kBytes * k + kPrefetchBytes,
-                     _MM_HINT_T0);
-    }
-    __m512 xv[C];
-    for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * n + k);
-    for (int r = 0; r < R; ++r) {
-      const __m512 w = load_weights16<T>(rows[r], k);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(w, xv[c], acc[r][c]);
-    }
-  }
-  if (n16 < n) {
-    const auto mask = static_cast<__mmask16>((1u << (n - n16)) - 1);
-    __m512 xv[C];
-    for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x + c * n + n16);
-    for (int r = 0; r < R; ++r) {
-      const __m512 w = load_weights16_tail<T>(rows[r], n16, mask);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(w, xv[c], acc[r][c]);
-    }
-  }
-  for (int c = 0; c < C; ++c) {
-    for (int r = 0; r < R; ++r) {
-      const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][c]), 1));
-      out[c * R + r] = reduce8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]), hi));
-    }
-  }
-}
+// The column_tile operations (float_tiles.h) on 512-bit registers.
+struct Ops512 {
+  static constexpr bool kEightRows = true;
+  static constexpr int kWidest = 6;
 
-template <DType T>
-void tile(const uint8_t* const rows[kTileRows], int valid, const float* x, int64_t M, int64_t n,
-          float* y, int64_t ldy) {
-  float out[kTileRows * 6];
-  if (M == 1) {
-    block<T, 8, 1>(rows, x, n, out);
-    for (int r = 0; r < valid; ++r) y[r] = out[r];
-    return;
-  }
-  for (int r0 = 0; r0 < valid; r0 += 4) {
-    for (int64_t m = 0; m < M;) {
-      const int c_count = column_group(M - m);
-      const float* xm = x + m * n;
-      switch (c_count) {
-        case 1:
-          block<T, 4, 1>(rows + r0, xm, n, out);
-          break;
-        case 2:
-          block<T, 4, 2>(rows + r0, xm, n, out);
-          break;
-        case 3:
-          block<T, 4, 3>(rows + r0, xm, n, out);
-          break;
-        case 4:
-          block<T, 4, 4>(rows + r0, xm, n, out);
-          break;
-        case 5:
-          block<T, 4, 5>(rows + r0, xm, n, out);
-          break;
-        default:
-          block<T, 4, 6>(rows + r0, xm, n, out);
-          break;
+  template <DType T, int R, int C, bool Prefetch>
+  static void block(const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
+                    const float* x, int64_t ldx, float* acc) {
+    __m512 a[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) a[r][c] = _mm512_load_ps(acc + (r * kMaxColumns + c) * 16);
+    constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;  // per weight
+    const int64_t whole = n & ~int64_t{15};
+    for (int64_t k = 0; k < whole; k += 16) {
+      if (k % (64 / kBytes) == 0) {
+        if (Prefetch) {
+          for (int r = 0; r < R; ++r)
+            _mm_prefetch(reinterpret_cast<const char*>(rows[r]) + kBytes * k + kPrefetchBytes,
+                         _MM_HINT_T0);
+        }
+        if (ahead != nullptr) {
+          for (int r = 0; r < 4; ++r)
+            _mm_prefetch(reinterpret_cast<const char*>(ahead[r]) + kBytes * k, _MM_HINT_T1);
+        }
       }
-      for (int c = 0; c < c_count; ++c)
-        for (int r = r0; r < std::min(valid, r0 + 4); ++r)
-          y[(m + c) * ldy + r] = out[c * 4 + (r - r0)];
-      m += c_count;
+      __m512 xv[C];
+      for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * ldx + k);
+      for (int r = 0; r < R; ++r) {
+        const __m512 w = load_weights16<T>(rows[r], k);
+        for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
+      }
     }
+    if (whole < n) {
+      const auto mask = static_cast<__mmask16>((1u << (n - whole)) - 1);
+      __m512 xv[C];
+      for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x + c * ldx + whole);
+      for (int r = 0; r < R; ++r) {
+        const __m512 w = load_weights16_tail<T>(rows[r], whole, mask);
+        for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) _mm512_store_ps(acc + (r * kMaxColumns + c) * 16, a[r][c]);
   }
-}
+};
 
 }  // namespace
 
-void avx512_tile(DType type, const uint8_t* const rows[kTileRows], int valid, const float* x,
-                 int64_t M, int64_t n, float* y, int64_t ldy) {
+void avx512_tile(DType type, const uint8_t* const rows[kTileRows], const uint8_t* const next[],
+                 int valid, const float* x, int64_t M, int64_t n, float* y, int64_t ldy) {
   switch (type) {
     case DType::F32:
-      return tile<DType::F32>(rows, valid, x, M, n, y, ldy);
+      return column_tile<Ops512, DType::F32>(rows, next, valid, x, M, n, y, ldy);
     case DType::F16:
-      return tile<DType::F16>(rows, valid, x, M, n, y, ldy);
+      return column_tile<Ops512, DType::F16>(rows, next, valid, x, M, n, y, ldy);
     default:
-      return tile<DType::BF16>(rows, valid, x, M, n, y, ldy);
+      return column_tile<Ops512, DType::BF16>(rows, next, valid, x, M, n, y, ldy);
   }
 }
 

@@ -196,23 +196,33 @@ TEST(IsaDispatch, FloatMatmulsFollowTheScalarContractOnEveryPath) {
   for (DType type : {DType::F32, DType::F16, DType::BF16}) {
     // one step, ragged tails ending in the high and the low 8 lanes, whole steps
     for (int64_t n_in : {16, 203, 37, 256}) {
-      const int64_t n_out = 13;
-      const auto bytes = random_matrix(type, n_in, n_out, 3);
-      const WeightMatrix w{type, n_in, n_out, bytes.data()};
-      for (int64_t M : {1, 2, 5, 8, 13}) {
-        const auto x = gaussian(M * n_in, 9 + static_cast<uint32_t>(M), 3.0f);
-        std::vector<float> want(M * n_out), got(M * n_out);
-        for (int64_t m = 0; m < M; ++m) {
-          for (int64_t o = 0; o < n_out; ++o) {
-            want[m * n_out + o] = float_contract_dot(type, bytes.data() + o * row_bytes(type, n_in),
-                                                     x.data() + m * n_in, n_in);
+      for (int64_t n_out : {13, 11}) {  // a full tile, then 5 rows (8 streamed) or 3 (4 streamed)
+        const auto bytes = random_matrix(type, n_in, n_out, 3);
+        const WeightMatrix w{type, n_in, n_out, bytes.data()};
+        // Every register block and column-group split (1-17), two passes (24,
+        // 33: 12 + 12 and 16 + 17 rows).
+        for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 24, 33}) {
+          const auto x = gaussian(M * n_in, 9 + static_cast<uint32_t>(M), 3.0f);
+          std::vector<float> want(M * n_out), got(M * n_out), row(n_out);
+          for (int64_t m = 0; m < M; ++m) {
+            for (int64_t o = 0; o < n_out; ++o) {
+              want[m * n_out + o] = float_contract_dot(
+                  type, bytes.data() + o * row_bytes(type, n_in), x.data() + m * n_in, n_in);
+            }
           }
-        }
-        for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
-          if (!set_active_isa(isa)) continue;  // not on this CPU (the other tests say so)
-          matmul(worker, w, x.data(), M, got.data());
-          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-              << isa_name(isa) << " " << type_info(type).name << " n_in " << n_in << " M " << M;
+          for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+            if (!set_active_isa(isa)) continue;  // not on this CPU (the other tests say so)
+            matmul(worker, w, x.data(), M, got.data());
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+                << isa_name(isa) << " " << type_info(type).name << " n_in " << n_in << " n_out "
+                << n_out << " M " << M;
+            for (int64_t m = 0; m < M; ++m) {  // and row by row
+              matmul(worker, w, x.data() + m * n_in, 1, row.data());
+              ASSERT_EQ(std::memcmp(row.data(), got.data() + m * n_out, n_out * sizeof(float)), 0)
+                  << isa_name(isa) << " " << type_info(type).name << " n_in " << n_in << " M " << M
+                  << " row " << m;
+            }
+          }
         }
       }
     }
