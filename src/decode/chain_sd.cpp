@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "decode/ppd_drafter.h"
 #include "decode/speculative.h"
 #include "decode/strategies.h"
 #include "sample/sampler.h"
@@ -95,7 +96,8 @@ StrategyInfo chain_sd_strategy() {
                                &StrategyConfig::draft_p_min),
                   option_flag("--adaptive-draft", "adaptive_draft",
                               "grow γ by 2 after a fully accepted step, shrink by 1 otherwise",
-                              &StrategyConfig::adaptive)},
+                              &StrategyConfig::adaptive),
+                  draft_ppd_option()},
       .variant_key = "draft_max",
       .make = [](const StrategyConfig& c) { return std::make_unique<ChainSpeculation>(c); }};
 }

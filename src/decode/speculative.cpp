@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "decode/local_model.h"
+#include "decode/ppd_drafter.h"
 #include "decode/sides.h"
 
 namespace parspec {
@@ -31,8 +32,9 @@ std::unique_ptr<Drafter> model_drafter(const StrategyConfig& config, Worker* cho
   checked(config);
   if (config.make_drafter) return config.make_drafter(config);
   Worker* worker = chosen != nullptr ? chosen : config.draft_worker;
-  return std::make_unique<ModelDrafter>(config.draft,
-                                        worker != nullptr ? *worker : *config.target_worker);
+  Worker& on = worker != nullptr ? *worker : *config.target_worker;
+  if (std::unique_ptr<Drafter> ppd = make_ppd_drafter(config, on)) return ppd;
+  return std::make_unique<ModelDrafter>(config.draft, on);
 }
 
 }  // namespace

@@ -1,0 +1,122 @@
+// PPD on the drafter (decode/ppd_drafter.h): `sd --draft-ppd FILE` proposes
+// exactly the drafts of plain `sd` (greedy and sampled), so its output is
+// plain sd's and ar's; with the zoo drafter's trained prompt tokens it runs
+// fewer drafter forwards than plain sd; prompt tokens of another width are
+// refused with an error.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "decode/ppd_drafter.h"
+#include "decode/ppd_prompts.h"
+#include "decode/strategy.h"
+#include "model/model.h"
+#include "test_helpers.h"
+
+namespace parspec {
+namespace {
+
+using testing_support::make_model_pair;
+using testing_support::ModelPair;
+using testing_support::TempDir;
+
+struct Runs {
+  GenerationResult ar, sd, sd_ppd;
+};
+
+Runs run_all(StrategyConfig c, const std::string& side_file, const GenerationRequest& req) {
+  Runs r;
+  c.name = "ar";
+  r.ar = make_strategy(c)->generate(req);
+  c.name = "sd";
+  r.sd = make_strategy(c)->generate(req);
+  c.options["draft_ppd"] = side_file;
+  r.sd_ppd = make_strategy(c)->generate(req);
+  return r;
+}
+
+GenerationRequest request(std::vector<int32_t> prompt, int n, float temp, uint64_t seed) {
+  GenerationRequest req;
+  req.prompt = std::move(prompt);
+  req.n_predict = n;
+  req.sampling.temp = temp;
+  req.sampling.seed = seed;
+  return req;
+}
+
+TEST(PpdDrafter, RandomPromptTokensGiveSdsOutputGreedyAndSampled) {
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::F32, 300, 7);
+  write_random_ppd_prompts(dir.file("d.ppd.gguf"), pair.draft->config().n_embd, 3, 2, 9);
+  Worker worker(1);
+  StrategyConfig c;
+  c.target = pair.target;
+  c.draft = pair.draft;
+  c.target_worker = &worker;
+  c.ctx_size = 256;
+  for (int gamma : {1, 3, 6}) {
+    c.draft_max = gamma;
+    const Runs greedy = run_all(c, dir.file("d.ppd.gguf"), request({1, 5, 9, 13}, 40, 0, 1));
+    EXPECT_EQ(greedy.sd_ppd.tokens, greedy.ar.tokens) << "γ " << gamma;
+    EXPECT_EQ(greedy.sd_ppd.tokens, greedy.sd.tokens) << "γ " << gamma;
+    EXPECT_EQ(greedy.sd_ppd.stats.drafted, greedy.sd.stats.drafted) << "γ " << gamma;
+    EXPECT_EQ(greedy.sd_ppd.stats.accepted, greedy.sd.stats.accepted) << "γ " << gamma;
+    EXPECT_LE(greedy.sd_ppd.stats.draft_forwards, greedy.sd.stats.draft_forwards);
+    const Runs sampled = run_all(c, dir.file("d.ppd.gguf"), request({3, 1, 4, 1}, 40, 0.9f, 42));
+    EXPECT_EQ(sampled.sd_ppd.tokens, sampled.sd.tokens) << "γ " << gamma;
+    EXPECT_EQ(sampled.sd_ppd.stats.accepted, sampled.sd.stats.accepted) << "γ " << gamma;
+  }
+}
+
+TEST(PpdDrafter, PromptTokensOfAnotherWidthAreRefused) {
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::F32, 300, 8);
+  write_random_ppd_prompts(dir.file("wide.ppd.gguf"), pair.draft->config().n_embd + 32, 3, 1, 1);
+  Worker worker(1);
+  StrategyConfig c;
+  c.name = "sd";
+  c.target = pair.target;
+  c.draft = pair.draft;
+  c.target_worker = &worker;
+  c.options["draft_ppd"] = dir.file("wide.ppd.gguf");
+  try {
+    make_strategy(c);
+    FAIL() << "prompt tokens of another width were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("wide"), std::string::npos) << e.what();
+  }
+  c.options["draft_ppd"] = dir.file("missing.ppd.gguf");
+  EXPECT_THROW(make_strategy(c), Error);
+}
+
+TEST(PpdDrafter, ZooDraftersPromptTokensSaveDrafterForwards) {
+  const std::string models = std::string(PARSPEC_SOURCE_DIR) + "/models/";
+  const std::string side = models + "draft.ppd.gguf";
+  ASSERT_TRUE(std::filesystem::exists(side)) << "the bundled models/draft.ppd.gguf is missing";
+  Worker worker(1);
+  StrategyConfig c;
+  c.target = Model::load(models + "target.gguf");
+  c.draft = Model::load(models + "draft.gguf");
+  c.target_worker = &worker;
+  c.ctx_size = 256;
+  c.draft_max = 4;
+  // Token ids with repeated structure (the tokenizer is not needed for this).
+  const std::vector<std::vector<int32_t>> prompts = {{2046, 100, 101, 102, 32, 109, 97, 105, 110},
+                                                     {2046, 81, 58, 32, 51, 32, 43, 32, 52}};
+  int64_t plain_forwards = 0, ppd_forwards = 0;
+  for (const auto& prompt : prompts) {
+    const Runs r = run_all(c, side, request(prompt, 48, 0, 1));
+    EXPECT_EQ(r.sd_ppd.tokens, r.ar.tokens);
+    EXPECT_EQ(r.sd_ppd.tokens, r.sd.tokens);
+    plain_forwards += r.sd.stats.draft_forwards;
+    ppd_forwards += r.sd_ppd.stats.draft_forwards;
+    // Sampled: the same draft distributions, so the same random draws.
+    const Runs s = run_all(c, side, request(prompt, 48, 0.8f, 5));
+    EXPECT_EQ(s.sd_ppd.tokens, s.sd.tokens);
+  }
+  EXPECT_LT(ppd_forwards, plain_forwards) << "no guess of the trained prompt tokens was taken";
+}
+
+}  // namespace
+}  // namespace parspec
