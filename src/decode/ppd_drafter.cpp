@@ -15,7 +15,7 @@ PpdDrafter::PpdDrafter(std::shared_ptr<const Model> model, Worker& worker, PpdPr
 
 int32_t PpdDrafter::hidden_rows() const {
   const int32_t k = prompts_.prompt_tokens;
-  return k + (k + 1) * k * prompts_.ensemble_tokens;
+  return k + k * prompts_.ensemble_tokens;
 }
 
 void PpdDrafter::begin(int32_t capacity) {
@@ -52,6 +52,23 @@ void PpdDrafter::drop_hidden() {
 const std::vector<int32_t>* PpdDrafter::predictions_below(int32_t cell) const {
   const auto it = predicted_.find(cell);
   return it == predicted_.end() ? nullptr : &it->second;
+}
+
+std::vector<int32_t> PpdDrafter::predictions_after(int32_t cell, int32_t position) const {
+  // Up from `cell` (a chain: the tokens between were drafted below it) to the
+  // nearest cell with prompt tokens below it.
+  const KvCache& kv = seq_.kv();
+  for (;;) {
+    const int32_t cell_position = cell < 0 ? kv.n_committed() - 1 : kv.spec_position(cell);
+    if (const std::vector<int32_t>* p = predictions_below(cell)) {
+      // p[i] is for position cell_position + 2 + i.
+      const int32_t from = position + 1 - (cell_position + 2);
+      if (from < 0 || from >= static_cast<int32_t>(p->size())) return {};
+      return std::vector<int32_t>(p->begin() + from, p->end());
+    }
+    if (cell < 0) return {};
+    cell = kv.spec_parent(cell);
+  }
 }
 
 std::vector<float> PpdDrafter::propose(const Batch& nodes) {
@@ -94,10 +111,7 @@ std::vector<int32_t> PpdDrafter::guesses_after(const Batch& nodes, int32_t first
   const KvCache& kv = seq_.kv();
   const int32_t anchor_position = anchor < 0 ? kv.n_committed() - 1 : kv.spec_position(anchor);
   if (nodes.positions[row] != anchor_position + 1) return {};
-  const std::vector<int32_t>* predicted = predictions_below(anchor);
-  const int32_t m = nodes.positions.back() - anchor_position;
-  if (predicted == nullptr || m > static_cast<int32_t>(predicted->size())) return {};
-  return std::vector<int32_t>(predicted->begin() + (m - 1), predicted->end());
+  return predictions_after(anchor, nodes.positions.back());
 }
 
 std::vector<float> PpdDrafter::forward(const Batch& nodes) {
@@ -119,20 +133,16 @@ std::vector<float> PpdDrafter::forward(const Batch& nodes) {
     batch.input_embeddings.push_back(nullptr);
     tip_rows.push_back(row);
   }
-  // Prompt-token rows below every tip (the ensemble mask: E chains of k).
+  // Prompt-token rows below the last entry (the ensemble mask: E chains of k).
   const int k = prompts_.prompt_tokens, E = prompts_.ensemble_tokens;
-  std::vector<int32_t> prompt_start(tip_rows.size());
-  for (size_t t = 0; t < tip_rows.size(); ++t) {
-    prompt_start[t] = static_cast<int32_t>(batch.size());
-    const int32_t tip = tip_rows[t];
-    for (int j = 0; j < E; ++j) {
-      int32_t parent = first + tip;
-      for (int p = 0; p < k; ++p) {
-        const int32_t row = static_cast<int32_t>(batch.size());
-        batch.add(batch.tokens[tip], batch.positions[tip] + 1 + p, parent, true);
-        batch.input_embeddings.push_back(prompts_.row(p, j));
-        parent = first + row;
-      }
+  const int32_t prompt_start = static_cast<int32_t>(batch.size());
+  for (int j = 0; j < E; ++j) {
+    int32_t parent = first + last;
+    for (int p = 0; p < k; ++p) {
+      const int32_t row = static_cast<int32_t>(batch.size());
+      batch.add(batch.tokens[last], batch.positions[last] + 1 + p, parent, true);
+      batch.input_embeddings.push_back(prompts_.row(p, j));
+      parent = first + row;
     }
   }
   // Every entry from the last one on wants logits; map rows to their logits.
@@ -150,27 +160,25 @@ std::vector<float> PpdDrafter::forward(const Batch& nodes) {
   for (int32_t i = 0; i < n; ++i)
     if (nodes.want_logits[i]) out.insert(out.end(), row_logits(i), row_logits(i) + V);
 
-  predicted_.clear();
   guesses_.clear();
-  for (size_t t = 0; t < tip_rows.size(); ++t) {
+  for (size_t t = 1; t < tip_rows.size(); ++t) {
     const int32_t tip = tip_rows[t];
-    if (t > 0)
-      guesses_.push_back(Guess{first + tip, first + tip_rows[t - 1], batch.tokens[tip],
-                               batch.positions[tip],
-                               std::vector<float>(row_logits(tip), row_logits(tip) + V)});
-    // Prompt token p's logits averaged over its E virtual tokens; its top-1.
-    std::vector<int32_t> top(k);
-    std::vector<float> mean(V);
-    for (int p = 0; p < k; ++p) {
-      std::fill(mean.begin(), mean.end(), 0.0f);
-      for (int j = 0; j < E; ++j) {
-        const float* row = row_logits(prompt_start[t] + j * k + p);
-        for (size_t v = 0; v < V; ++v) mean[v] += row[v];
-      }
-      top[p] = argmax(mean.data(), static_cast<int>(V));
-    }
-    predicted_[first + tip] = std::move(top);
+    guesses_.push_back(Guess{first + tip, first + tip_rows[t - 1], batch.tokens[tip],
+                             batch.positions[tip],
+                             std::vector<float>(row_logits(tip), row_logits(tip) + V)});
   }
+  // Prompt token p's logits averaged over its E virtual tokens; its top-1.
+  std::vector<int32_t> top(k);
+  std::vector<float> mean(V);
+  for (int p = 0; p < k; ++p) {
+    std::fill(mean.begin(), mean.end(), 0.0f);
+    for (int j = 0; j < E; ++j) {
+      const float* row = row_logits(prompt_start + j * k + p);
+      for (size_t v = 0; v < V; ++v) mean[v] += row[v];
+    }
+    top[p] = argmax(mean.data(), static_cast<int>(V));
+  }
+  predicted_[first + last] = std::move(top);
   // The strategy sees its own entries only.
   for (int32_t i = 0; i < n; ++i) visible_.push_back(first + i);
   return out;
@@ -187,13 +195,24 @@ std::vector<int32_t> PpdDrafter::accept(std::span<const int32_t> path,
     return out;
   };
   const std::vector<int32_t> cache_path = cache_cells(path), cache_keep = cache_cells(keep);
-  const std::vector<int32_t> new_id = seq_.kv().commit(cache_path, cache_keep);
+  // The path's end becomes the committed end: what was predicted below it (or
+  // above it on the path) still holds for the positions after it.
   std::map<int32_t, std::vector<int32_t>> kept;
-  // The path's end is the new committed end; what its prompt tokens predicted still holds.
-  const int32_t end = cache_path.empty() ? -1 : cache_path.back();
-  if (const auto* p = predictions_below(end)) kept[-1] = *p;
+  if (!cache_path.empty()) {
+    const int32_t end_position = n_seen() + static_cast<int32_t>(cache_path.size()) - 1;
+    std::vector<int32_t> p = predictions_after(cache_path.back(), end_position + 1);
+    if (!p.empty()) kept[-1] = std::move(p);
+  } else if (const auto* p = predictions_below(-1)) {
+    kept[-1] = *p;
+  }
+  std::vector<std::vector<int32_t>> keep_predictions;
+  for (int32_t c : cache_keep) {
+    const auto* p = predictions_below(c);
+    keep_predictions.push_back(p != nullptr ? *p : std::vector<int32_t>());
+  }
+  const std::vector<int32_t> new_id = seq_.kv().commit(cache_path, cache_keep);
   for (size_t i = 0; i < cache_keep.size(); ++i)
-    if (const auto* p = predictions_below(cache_keep[i])) kept[new_id[i]] = *p;
+    if (!keep_predictions[i].empty()) kept[new_id[i]] = std::move(keep_predictions[i]);
   predicted_ = std::move(kept);
   guesses_.clear();
   visible_ = new_id;

@@ -5,9 +5,9 @@
 // forwards for the same drafts.
 //
 // Lossless by construction: every forward the strategy asks for also runs a
-// chain of guesses below its last entry (the top-1 tokens that the previous
-// forward's prompt tokens predicted for those positions) and, below that entry
-// and below each guess, the prompt-token rows (decode/ppd_prompts.h). A guess
+// chain of guesses below its last entry (the top-1 tokens that an earlier
+// forward's prompt tokens predicted for those positions) and, below that
+// entry, the prompt-token rows (decode/ppd_prompts.h). A guess
 // row is an ordinary token row with its ancestors, so its logits are exactly
 // what a forward of that token would give (the kernels are batch-invariant).
 // When the strategy's next proposal is one node equal to a guess, the guess's
@@ -50,14 +50,16 @@ class PpdDrafter final : public Drafter {
     int32_t cell, parent, token, position;
     std::vector<float> logits;
   };
-  // Hidden cell rows one forward adds at most: k guesses, and k*E prompt
-  // rows under the last entry and under each guess.
+  // Hidden cell rows one forward adds at most: k guesses and k*E prompt rows.
   int32_t hidden_rows() const;
   // Drops the hidden cells, so that cache cell i is the strategy's cell i again.
   void drop_hidden();
   // Top-1 tokens the prompt tokens below `cell` (-1: the committed end)
-  // predict for the positions after its child, empty when none.
+  // predict for the positions after its child, null when none.
   const std::vector<int32_t>* predictions_below(int32_t cell) const;
+  // The predicted tokens for the positions after `position` on the chain
+  // through `cell`, from the nearest cell at or above it with prompt tokens.
+  std::vector<int32_t> predictions_after(int32_t cell, int32_t position) const;
   // Guess tokens to run after the last entry of `nodes` (whose new cells
   // start at `first`), from the predictions below the cell its chain hangs from.
   std::vector<int32_t> guesses_after(const Batch& nodes, int32_t first) const;
