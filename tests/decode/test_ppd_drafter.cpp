@@ -2,16 +2,20 @@
 // exactly the drafts of plain `sd` (greedy and sampled), so its output is
 // plain sd's and ar's; with the zoo drafter's trained prompt tokens it runs
 // fewer drafter forwards than plain sd; prompt tokens of another width are
-// refused with an error.
+// refused with an error; at the Drafter level it shows a plain drafter's cells
+// and bit-identical logits.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/worker.h"
+#include "decode/local_model.h"
 #include "decode/ppd_drafter.h"
 #include "decode/ppd_prompts.h"
 #include "decode/strategy.h"
 #include "model/model.h"
+#include "sample/sampler.h"
 #include "test_helpers.h"
 
 namespace parspec {
@@ -116,6 +120,48 @@ TEST(PpdDrafter, ZooDraftersPromptTokensSaveDrafterForwards) {
     EXPECT_EQ(s.sd_ppd.tokens, s.sd.tokens);
   }
   EXPECT_LT(ppd_forwards, plain_forwards) << "no guess of the trained prompt tokens was taken";
+}
+
+TEST(PpdDrafter, ShowsAPlainDraftersCellsAndLogitsWhileTakingGuesses) {
+  // Drafter-level: the same calls on a ModelDrafter and a PpdDrafter of the
+  // zoo drafter give bit-identical logits and the same cell counts, and some
+  // proposals are answered from guesses.
+  const std::string models = std::string(PARSPEC_SOURCE_DIR) + "/models/";
+  const auto draft = Model::load(models + "draft.gguf");
+  Worker worker(1);
+  ModelDrafter plain(draft, worker);
+  PpdDrafter ppd(draft, worker, PpdPrompts::load(models + "draft.ppd.gguf"));
+  std::vector<int32_t> seq = {2046, 100, 101, 102, 32, 109, 97, 105, 110, 40, 41, 58, 10};
+  plain.begin(256);
+  ppd.begin(256);
+  const int V = plain.n_vocab();
+  for (int round = 0; round < 12; ++round) {
+    int32_t n_plain = 0, n_ppd = 0;
+    std::vector<float> a = plain.catch_up(seq, &n_plain);
+    std::vector<float> b = ppd.catch_up(seq, &n_ppd);
+    ASSERT_EQ(a, b);
+    ASSERT_EQ(n_plain, n_ppd);
+    const int32_t base = plain.n_seen() + n_plain - 1;
+    for (int i = 0; i < 5; ++i) {  // a chain of 5 greedy drafts, one node per call
+      const int32_t token = argmax(a.data(), V);
+      Batch next;
+      next.add(token, base + 1 + i, n_plain - 1 + i, true);
+      a = plain.propose(next);
+      b = ppd.propose(next);
+      ASSERT_EQ(a, b) << "round " << round << " draft " << i;
+      ASSERT_EQ(plain.n_spec(), ppd.n_spec());
+      seq.push_back(token);
+    }
+    // Accept all but the last two drafts, as a target that rejected the fourth would.
+    plain.accept_chain(n_plain + 3);
+    ppd.accept_chain(n_ppd + 3);
+    seq.resize(plain.n_seen());
+    seq.push_back(static_cast<int32_t>(7 + round));  // the target's own token
+    ASSERT_EQ(plain.n_seen(), ppd.n_seen());
+    ASSERT_EQ(ppd.n_spec(), 0);
+  }
+  EXPECT_GT(ppd.guesses_taken(), 0);
+  EXPECT_LT(ppd.take_meter().forwards, plain.take_meter().forwards);
 }
 
 }  // namespace
