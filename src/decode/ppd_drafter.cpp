@@ -10,7 +10,11 @@ namespace parspec {
 
 PpdDrafter::PpdDrafter(std::shared_ptr<const Model> model, Worker& worker, PpdPrompts prompts)
     : seq_(std::move(model), worker, "draft model"), prompts_(std::move(prompts)) {
-  prompts_.check_fits(seq_.model());
+  try {
+    prompts_.check_fits(seq_.model());
+  } catch (const Error& e) {
+    fail("draft model: ", e.what());
+  }
 }
 
 int32_t PpdDrafter::hidden_rows() const {
@@ -238,7 +242,11 @@ StrategyOption draft_ppd_option() {
 std::unique_ptr<Drafter> make_ppd_drafter(const StrategyConfig& config, Worker& worker) {
   const std::string path = option_value<std::string>(config, draft_ppd_option());
   if (path.empty()) return nullptr;
-  return std::make_unique<PpdDrafter>(config.draft, worker, PpdPrompts::load(path));
+  try {
+    return std::make_unique<PpdDrafter>(config.draft, worker, PpdPrompts::load(path));
+  } catch (const Error& e) {
+    fail("--draft-ppd: ", e.what());
+  }
 }
 
 }  // namespace parspec
