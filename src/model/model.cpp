@@ -69,9 +69,11 @@ uint64_t matrix_bytes(const WeightMatrix& w) {
   return row_bytes(w.type, w.n_in) * w.n_out;
 }
 
+// Opt-in for now: repacked weights decode Q4_0 faster but verify 4-8 tokens
+// slower than the row-major tiles (docs/performance.md, session 9).
 bool repacking_wanted() {
   const char* env = std::getenv("PARSPEC_REPACK");
-  return env == nullptr || std::string_view(env) != "0";
+  return env != nullptr && std::string_view(env) == "1";
 }
 
 // Repacks w in place where its type has a tile layout and the file's bytes are

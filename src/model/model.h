@@ -66,7 +66,7 @@ class Model {
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Bytes of weights repacked at load into the tile layout (kernels/repack.h):
   // the Q8_0/Q4_0 matrices of a file read into memory (GgufFile::copied),
-  // unless PARSPEC_REPACK=0. A mapped file's weights stay as the file has them.
+  // with PARSPEC_REPACK=1 (opt-in). A mapped file's weights stay as the file has them.
   uint64_t repacked_bytes() const { return repacked_bytes_; }
 
   // Full pass: embed → all layers → norm → logits. Returns logits (n_vocab

@@ -210,12 +210,14 @@ TEST_P(ModelTest, LayerRangesComposeToTheFullForward) {
 }
 
 // The weights copied into (huge-page) anonymous memory are the file's bytes,
-// Q8_0/Q4_0 matrices repacked into the tile layout (kernels/repack.h): the
-// same logits, bit for bit, as from the plain mapping.
+// here with Q8_0/Q4_0 matrices repacked into the tile layout (kernels/repack.h,
+// PARSPEC_REPACK=1): the same logits, bit for bit, as from the plain mapping.
 TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
   const std::string path = dir_.file("m.gguf");
   set_weight_loading(WeightLoading::kCopy);
+  setenv("PARSPEC_REPACK", "1", 1);
   const auto copied = Model::load(path);
+  unsetenv("PARSPEC_REPACK");
   set_weight_loading(WeightLoading::kMap);
   const auto mapped = Model::load(path);
   set_weight_loading(WeightLoading::kAuto);
@@ -234,16 +236,18 @@ TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
   EXPECT_EQ(logits[0], logits[1]);
 }
 
-// PARSPEC_REPACK=0 keeps a copied file's weights as the file has them.
-TEST(ModelRepack, EnvironmentTurnsRepackingOff) {
+// Repacking is opt-in: without PARSPEC_REPACK=1 a copied file's weights stay
+// as the file has them.
+TEST(ModelRepack, EnvironmentTurnsRepackingOn) {
   TempDir dir;
   const std::string path =
       testing_support::write_model(dir, "m.gguf", spec_of("llama", DType::Q4_0, 64, false));
   set_weight_loading(WeightLoading::kCopy);
-  setenv("PARSPEC_REPACK", "0", 1);
-  const auto plain = Model::load(path);
   unsetenv("PARSPEC_REPACK");
+  const auto plain = Model::load(path);
+  setenv("PARSPEC_REPACK", "1", 1);
   const auto repacked = Model::load(path);
+  unsetenv("PARSPEC_REPACK");
   set_weight_loading(WeightLoading::kAuto);
   EXPECT_EQ(plain->repacked_bytes(), 0u);
   // Untied: the output matrix and every layer's matrices.
