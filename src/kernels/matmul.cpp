@@ -35,7 +35,6 @@
 #include "kernels/k_tiles.h"
 #include "kernels/kquants.h"
 #include "kernels/q8_tiles.h"
-#include "kernels/repack.h"
 
 namespace parspec {
 
@@ -117,10 +116,8 @@ struct DotAvx2 {
   }
 };
 
-constexpr q8tiles::TileKernels kAvx2Tiles{.q4_0 = &q8tiles::tile_q4_0<DotAvx2>,
-                                          .q8_0 = &q8tiles::tile_q8_0<DotAvx2>,
-                                          .q4_0_packed = &q8tiles::packed_q4_0<DotAvx2>,
-                                          .q8_0_packed = &q8tiles::packed_q8_0<DotAvx2>};
+constexpr q8tiles::TileKernels kAvx2Tiles{&q8tiles::tile_q4_0<DotAvx2>,
+                                          &q8tiles::tile_q8_0<DotAvx2>};
 
 // The kernel table of the ISA in use (kernels/isa.h), one argument per ISA.
 template <class Table>
@@ -597,59 +594,7 @@ void run_tile_pairs_then_singles(const Problem& p, const Act& act, int64_t nb, i
   }
 }
 
-// Repacked matrices (kernels/repack.h) count their whole groups of 16 rows as
-// tiles 0..groups-1, then the 8-row tiles of the row-major rows after them.
-int64_t packed_groups(const WeightMatrix& w) {
-  return w.repacked ? w.n_out / repack::kGroupRows : 0;
-}
-
-int64_t tile_count(const WeightMatrix& w) {
-  const int64_t groups = packed_groups(w);
-  const int64_t rest = w.n_out - groups * repack::kGroupRows;
-  return groups + (rest + kTileRows - 1) / kTileRows;
-}
-
-// Groups [g0, g1) of a repacked matrix: pairs through the 32-row kernel for
-// large batches, the rest one by one; activation rows in chunks of kChunkRows.
-void run_packed_groups(const Problem& p, const Q8Activations& act, int64_t g0, int64_t g1) {
-  const q8tiles::TileKernels& kernels = active_tiles();
-  const bool q4 = p.w.type == DType::Q4_0;
-  const q8tiles::PackedKernel group = q4 ? kernels.q4_0_packed : kernels.q8_0_packed;
-  const q8tiles::PackedKernel32 pair = p.M > q8tiles::kMaxRegisterRows
-                                           ? (q4 ? kernels.q4_0_packed32 : kernels.q8_0_packed32)
-                                           : nullptr;
-  const size_t bytes = repack::group_bytes(p.w.type, p.w.n_in);
-  const int64_t nb = p.w.n_in / kQK;
-  thread_local std::vector<float> acc;
-  acc.resize(static_cast<size_t>(kChunkRows * q8tiles::kTileRows32));
-  // Results of group g are tiles 2g and 2g + 1 in the row-major numbering.
-  for (int64_t g = g0; g < g1;) {
-    const int64_t count = pair != nullptr && g + 1 < g1 ? 2 : 1;
-    const uint8_t* data = p.w.data + static_cast<size_t>(g) * bytes;
-    const int64_t width = count * repack::kGroupRows;
-    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
-      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
-      if (count == 2) {
-        pair(data, data + bytes, nb, act, m0, m1, acc.data());
-      } else {
-        group(data, nb, act, m0, m1, acc.data());
-      }
-      for (int64_t i = 0; i < 2 * count; ++i)
-        store_tile(p, 2 * g + i, m0, m1, acc.data() + i * kTileRows, width);
-    }
-    g += count;
-  }
-}
-
 void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_t t1) {
-  if (p.w.repacked) {
-    // The row-major tiles after the groups are numbered on from 2 · groups.
-    const int64_t groups = packed_groups(p.w);
-    if (t0 < groups) run_packed_groups(p, act, t0, std::min(t1, groups));
-    t0 = std::max(t0, groups) + groups;
-    t1 = t1 + groups;
-    if (t0 >= t1) return;
-  }
   const q8tiles::TileKernels& kernels = active_tiles();
   const bool q4 = p.w.type == DType::Q4_0;
   const q8tiles::TileKernel tile = q4 ? kernels.q4_0 : kernels.q8_0;
@@ -770,8 +715,6 @@ void check_shapes(const WeightMatrix& w, const float* x, int64_t M, const float*
   check(w.n_in >= 0 && w.n_out >= 0 && M >= 0, "matmul: negative shape");
   check(w.n_in % type_info(w.type).block_elems == 0, "matmul: ", type_info(w.type).name,
         " rows of ", w.n_in, " elements are not a whole number of blocks");
-  check(!w.repacked || repack::repackable(w.type), "matmul: ", type_info(w.type).name,
-        " weights are never repacked");
   check(M == 0 || w.n_out == 0 ||
             ((w.n_in == 0 || (w.data != nullptr && x != nullptr)) && y != nullptr),
         "matmul: null buffer");
@@ -805,7 +748,7 @@ void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float*
     need_q8_K |= w.type == DType::Q4_K || w.type == DType::Q6_K;
     problems.push_back(Problem{w, row_bytes(w.type, w.n_in), x, M, part.y});
     first_tile.push_back(n_tiles);
-    n_tiles += M == 0 ? 0 : tile_count(w);
+    n_tiles += M == 0 ? 0 : (w.n_out + kTileRows - 1) / kTileRows;
     work_ns += matmul_work_ns(w, M);
   }
   first_tile.push_back(n_tiles);
@@ -892,14 +835,8 @@ void matmul_reference(const WeightMatrix& w, const float* x, int64_t M, float* y
     } else {
       for (int64_t k = 0; k < n; ++k) xv[k] = xm[k];
     }
-    std::vector<uint8_t> unpacked(w.repacked ? stride : 0);
     for (int64_t o = 0; o < w.n_out; ++o) {
-      const uint8_t* row = w.data + static_cast<size_t>(o) * stride;
-      if (w.repacked) {
-        repack::unpack_row(w.type, n, w.n_out, w.data, o, unpacked.data());
-        row = unpacked.data();
-      }
-      dequantize_row(w.type, row, wrow.data(), n);
+      dequantize_row(w.type, w.data + static_cast<size_t>(o) * stride, wrow.data(), n);
       double sum = 0.0;
       for (int64_t k = 0; k < n; ++k) sum += static_cast<double>(wrow[k]) * xv[k];
       y[m * w.n_out + o] = static_cast<float>(sum);

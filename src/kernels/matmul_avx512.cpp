@@ -66,6 +66,13 @@ inline __m512 load_row_scales16(const uint8_t* const rows[kTileRows16], int64_t 
       _mm512_insertf64x4(_mm512_setzero_pd(), _mm256_castps_pd(lo), 0), _mm256_castps_pd(hi), 1));
 }
 
+inline void prefetch_next_tile16(const uint8_t* const rows[kTileRows16], size_t row_stride,
+                                 int64_t at) {
+  const size_t ahead = kTileRows16 * row_stride;
+  for (int r = 0; r < kTileRows16; ++r)
+    _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
+}
+
 // The activation arrays as plain pointers, read once per tile: through the
 // vectors of Q8Activations every block would reload them (the accumulator
 // stores may alias them as far as the compiler knows).
@@ -151,72 +158,22 @@ inline Q8Block16 load_q8_block(const uint8_t* const rows[kTileRows16], int64_t a
   return k;
 }
 
-// Block b of a repacked group (kernels/repack.h): the quant vectors are the
-// lanes already, the 16 scales contiguous.
-inline __m512 load_packed_scales16(const uint8_t* scales) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
-}
-
-inline Q4Block16 load_q4_packed(const repack::Group& group, int64_t b) {
-  const __m512i low_mask = _mm512_set1_epi8(0x0f);
-  const uint8_t* quants = group.quants(b);
-  Q4Block16 k;
-  for (int d = 0; d < 4; ++d) {
-    const __m512i packed = _mm512_loadu_si512(quants + 64 * d);
-    k.lo[d] = _mm512_and_si512(packed, low_mask);
-    k.hi[d] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_mask);
-  }
-  k.dw = load_packed_scales16(group.scales(b));
-  return k;
-}
-
-inline Q8Block16 load_q8_packed(const repack::Group& group, int64_t b) {
-  const uint8_t* quants = group.quants(b);
-  Q8Block16 k;
-  for (int g = 0; g < 8; ++g) k.w[g] = _mm512_loadu_si512(quants + 64 * g);  // stored + 128
-  k.dw = load_packed_scales16(group.scales(b));
-  return k;
-}
-
-// Where a 16-row tile's blocks come from: 16 row-major rows (transposed on
-// every load; the next `ahead` rows prefetched), or a repacked group (one
-// sequential stream).
-template <class Block, Block (*Load)(const uint8_t* const*, int64_t)>
-struct Rows16 {
-  const uint8_t* const* rows;
-  size_t row_stride;
-  int ahead;  // rows from one tile to the next
-  void prefetch(int64_t b) const {
-    const size_t skip = static_cast<size_t>(ahead) * row_stride;
-    const int64_t at = b * Block::kBytes;
-    for (int r = 0; r < kTileRows16; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + skip), _MM_HINT_T0);
-  }
-  Block load(int64_t b) const { return Load(rows, b * Block::kBytes); }
-};
-
-template <class Block, Block (*Load)(const repack::Group&, int64_t)>
-struct Packed16 {
-  repack::Group group;
-  void prefetch(int64_t b) const { prefetch_packed_block(group, b); }
-  Block load(int64_t b) const { return Load(group, b); }
-};
-
 // MR > 0: exactly MR activation rows (up to 8: a verification chain),
 // accumulated in registers (through memory every block would wait on a
 // store-to-load forward). MR = 0: any number, accumulated in acc. Same operations per lane
 // either way.
-template <class Block, int MR, class Source>
-void tile16(const Source& src, int64_t nb, const Q8Activations& activations, int64_t m0, int64_t m1,
-            float* acc) {
+template <class Block, Block (*Load)(const uint8_t* const*, int64_t), int MR>
+void tile16(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
+            const Q8Activations& activations, int64_t m0, int64_t m1, float* acc) {
   const ActView act(activations);
   __m512 regs[MR > 0 ? MR : 1];
   for (int j = 0; j < MR; ++j) regs[j] = _mm512_setzero_ps();
   if (MR == 0)
     for (int64_t m = m0; m < m1; ++m) _mm512_storeu_ps(acc + (m - m0) * 16, _mm512_setzero_ps());
   for (int64_t b = 0; b < nb; ++b) {
-    src.prefetch(b);
-    const Block k = src.load(b);
+    const int64_t at = b * Block::kBytes;
+    prefetch_next_tile16(rows, row_stride, at);
+    const Block k = Load(rows, at);
     if constexpr (MR > 0) {
       for (int j = 0; j < MR; ++j) regs[j] = k.apply(act, (m0 + j) * nb + b, regs[j]);
     } else {
@@ -229,28 +186,28 @@ void tile16(const Source& src, int64_t nb, const Q8Activations& activations, int
   for (int j = 0; j < MR; ++j) _mm512_storeu_ps(acc + j * 16, regs[j]);
 }
 
-template <class Block, class Source>
-void tile16_any(const Source& src, int64_t nb, const Q8Activations& act, int64_t m0, int64_t m1,
-                float* acc) {
+template <class Block, Block (*Load)(const uint8_t* const*, int64_t)>
+void tile16_any(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
+                const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
   switch (m1 - m0) {
     case 1:
-      return tile16<Block, 1>(src, nb, act, m0, m1, acc);
+      return tile16<Block, Load, 1>(rows, row_stride, nb, act, m0, m1, acc);
     case 2:
-      return tile16<Block, 2>(src, nb, act, m0, m1, acc);
+      return tile16<Block, Load, 2>(rows, row_stride, nb, act, m0, m1, acc);
     case 3:
-      return tile16<Block, 3>(src, nb, act, m0, m1, acc);
+      return tile16<Block, Load, 3>(rows, row_stride, nb, act, m0, m1, acc);
     case 4:
-      return tile16<Block, 4>(src, nb, act, m0, m1, acc);
+      return tile16<Block, Load, 4>(rows, row_stride, nb, act, m0, m1, acc);
     case 5:
-      return tile16<Block, 5>(src, nb, act, m0, m1, acc);
+      return tile16<Block, Load, 5>(rows, row_stride, nb, act, m0, m1, acc);
     case 6:
-      return tile16<Block, 6>(src, nb, act, m0, m1, acc);
+      return tile16<Block, Load, 6>(rows, row_stride, nb, act, m0, m1, acc);
     case 7:
-      return tile16<Block, 7>(src, nb, act, m0, m1, acc);
+      return tile16<Block, Load, 7>(rows, row_stride, nb, act, m0, m1, acc);
     case 8:
-      return tile16<Block, 8>(src, nb, act, m0, m1, acc);
+      return tile16<Block, Load, 8>(rows, row_stride, nb, act, m0, m1, acc);
     default:
-      return tile16<Block, 0>(src, nb, act, m0, m1, acc);
+      return tile16<Block, Load, 0>(rows, row_stride, nb, act, m0, m1, acc);
   }
 }
 
@@ -260,18 +217,20 @@ void tile16_any(const Source& src, int64_t nb, const Q8Activations& act, int64_t
 // with 16 rows the eight broadcasts, the scale and the accumulator of every
 // row and block bound a prompt's matmuls; here they are shared by twice the
 // work. Per lane the same integer sum and the same fma as tile16.
-template <class Block, class Source>
-void tile32(const Source& src0, const Source& src1, int64_t nb, const Q8Activations& activations,
-            int64_t m0, int64_t m1, float* acc) {
+template <class Block, Block (*Load)(const uint8_t* const*, int64_t)>
+void tile32(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
+            const Q8Activations& activations, int64_t m0, int64_t m1, float* acc) {
   const ActView act(activations);
   for (int64_t m = m0; m < m1; ++m) {
     _mm512_storeu_ps(acc + (m - m0) * 32, _mm512_setzero_ps());
     _mm512_storeu_ps(acc + (m - m0) * 32 + 16, _mm512_setzero_ps());
   }
   for (int64_t b = 0; b < nb; ++b) {
-    src0.prefetch(b);
-    src1.prefetch(b);
-    const Block k0 = src0.load(b), k1 = src1.load(b);
+    const int64_t at = b * Block::kBytes;
+    const size_t ahead = kTileRows32 * row_stride;
+    for (int r = 0; r < kTileRows32; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
+    const Block k0 = Load(rows, at), k1 = Load(rows + kTileRows16, at);
     for (int64_t m = m0; m < m1; ++m) {
       const int64_t i = m * nb + b;
       const int8_t* xq = act.blocks[i].qs;
@@ -295,72 +254,31 @@ void tile32(const Source& src0, const Source& src1, int64_t nb, const Q8Activati
   }
 }
 
-using RowsQ4 = Rows16<Q4Block16, &load_q4_block>;
-using RowsQ8 = Rows16<Q8Block16, &load_q8_block>;
-using PackedQ4 = Packed16<Q4Block16, &load_q4_packed>;
-using PackedQ8 = Packed16<Q8Block16, &load_q8_packed>;
-
-// Row-major 32 rows: the first 16 prefetch the rows of the next 32-row tile
-// they correspond to, as do the second 16.
 void tile32_q4_0(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  tile32<Q4Block16>(RowsQ4{rows, row_stride, kTileRows32},
-                    RowsQ4{rows + kTileRows16, row_stride, kTileRows32}, nb, act, m0, m1, acc);
+  tile32<Q4Block16, &load_q4_block>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 void tile32_q8_0(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  tile32<Q8Block16>(RowsQ8{rows, row_stride, kTileRows32},
-                    RowsQ8{rows + kTileRows16, row_stride, kTileRows32}, nb, act, m0, m1, acc);
+  tile32<Q8Block16, &load_q8_block>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 void tile16_q4_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  tile16_any<Q4Block16>(RowsQ4{rows, row_stride, kTileRows16}, nb, act, m0, m1, acc);
+  tile16_any<Q4Block16, &load_q4_block>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 void tile16_q8_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  tile16_any<Q8Block16>(RowsQ8{rows, row_stride, kTileRows16}, nb, act, m0, m1, acc);
-}
-
-void packed_q4_0_16(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
-                    int64_t m1, float* acc) {
-  tile16_any<Q4Block16>(PackedQ4{{group, nb, repack::quant_bytes(DType::Q4_0)}}, nb, act, m0, m1,
-                        acc);
-}
-
-void packed_q8_0_16(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
-                    int64_t m1, float* acc) {
-  tile16_any<Q8Block16>(PackedQ8{{group, nb, repack::quant_bytes(DType::Q8_0)}}, nb, act, m0, m1,
-                        acc);
-}
-
-void packed_q4_0_32(const uint8_t* group0, const uint8_t* group1, int64_t nb,
-                    const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  const int64_t q = repack::quant_bytes(DType::Q4_0);
-  tile32<Q4Block16>(PackedQ4{{group0, nb, q}}, PackedQ4{{group1, nb, q}}, nb, act, m0, m1, acc);
-}
-
-void packed_q8_0_32(const uint8_t* group0, const uint8_t* group1, int64_t nb,
-                    const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  const int64_t q = repack::quant_bytes(DType::Q8_0);
-  tile32<Q8Block16>(PackedQ8{{group0, nb, q}}, PackedQ8{{group1, nb, q}}, nb, act, m0, m1, acc);
+  tile16_any<Q8Block16, &load_q8_block>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 }  // namespace
 
 TileKernels avx512_tile_kernels() {
-  return {.q4_0 = &tile_q4_0<DotVnni256>,
-          .q8_0 = &tile_q8_0<DotVnni256>,
-          .q4_0_16 = &tile16_q4_0,
-          .q8_0_16 = &tile16_q8_0,
-          .q4_0_32 = &tile32_q4_0,
-          .q8_0_32 = &tile32_q8_0,
-          .q4_0_packed = &packed_q4_0_16,
-          .q8_0_packed = &packed_q8_0_16,
-          .q4_0_packed32 = &packed_q4_0_32,
-          .q8_0_packed32 = &packed_q8_0_32};
+  return {&tile_q4_0<DotVnni256>, &tile_q8_0<DotVnni256>, &tile16_q4_0,
+          &tile16_q8_0,           &tile32_q4_0,           &tile32_q8_0};
 }
 
 }  // namespace parspec::q8tiles

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "kernels/quant.h"
-#include "kernels/repack.h"
 
 namespace parspec::q8tiles {
 
@@ -50,15 +49,6 @@ constexpr int64_t kMaxRegisterRows =
 using TileKernel32 = void (*)(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
                               const Q8Activations& act, int64_t m0, int64_t m1, float* acc);
 
-// A group of 16 rows repacked at load (kernels/repack.h) against activation
-// rows [m0, m1): acc[(m - m0) * 16 + r].
-using PackedKernel = void (*)(const uint8_t* group, int64_t nb, const Q8Activations& act,
-                              int64_t m0, int64_t m1, float* acc);
-// Two such groups at once (32 rows), for batches of more than kMaxRegisterRows
-// activation rows: acc[(m - m0) * 32 + r], group0's rows first.
-using PackedKernel32 = void (*)(const uint8_t* group0, const uint8_t* group1, int64_t nb,
-                                const Q8Activations& act, int64_t m0, int64_t m1, float* acc);
-
 struct TileKernels {
   TileKernel q4_0 = nullptr;
   TileKernel q8_0 = nullptr;
@@ -66,10 +56,6 @@ struct TileKernels {
   TileKernel16 q8_0_16 = nullptr;
   TileKernel32 q4_0_32 = nullptr;  // null: no 32-row kernels
   TileKernel32 q8_0_32 = nullptr;
-  PackedKernel q4_0_packed = nullptr;  // every build has these
-  PackedKernel q8_0_packed = nullptr;
-  PackedKernel32 q4_0_packed32 = nullptr;  // null: groups go one by one
-  PackedKernel32 q8_0_packed32 = nullptr;
 };
 
 // The AVX-VNNI build (matmul_vnni.cpp); call only where the CPU has AVX-VNNI.
@@ -114,20 +100,6 @@ static inline void prefetch_next_tile(const uint8_t* const rows[kTileRows], size
   }
 }
 
-// Bytes ahead of the block in use that a repacked group's stream is
-// prefetched: the rows of a matrix are one sequential stream, so this only
-// has to cover the memory latency.
-constexpr int64_t kPackedPrefetchBytes = 1024;
-
-// Prefetches the lines of one block's span of a repacked group (scales and
-// quants), kPackedPrefetchBytes ahead; past the group's end the stream goes on
-// into the next group, which is the next one a thread computes.
-static inline void prefetch_packed_block(const repack::Group& group, int64_t b) {
-  const uint8_t* at = group.scales(b) + kPackedPrefetchBytes;
-  for (int64_t line = 0; line < 32 + group.qbytes; line += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(at + line), _MM_HINT_T0);
-}
-
 // f32 values of the f16 scales at offset `at` of the 8 rows. Scalar loads
 // packed into one vector: as fast as a gather here, and gathers are slow on
 // CPUs with the gather-data-sampling microcode fix.
@@ -141,11 +113,6 @@ static inline __m256 load_row_scales(const uint8_t* const rows[kTileRows], int64
     hi |= static_cast<uint64_t>(b) << (16 * r);
   }
   return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
-}
-
-// f32 values of 8 contiguous f16 scales (a repacked group's, kernels/repack.h).
-static inline __m256 load_packed_scales(const uint8_t* scales) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
 }
 
 // Dot supplies the integer sums of one block, per lane (= weight row):
@@ -172,19 +139,6 @@ struct Q4Block {
       k.hi[d] = _mm256_and_si256(_mm256_srli_epi16(packed[d], 4), low_mask);
     }
     k.dw = load_row_scales(rows, at);
-    return k;
-  }
-  // From a repacked group: half `part` (rows 8·part..8·part+7) of block `b`.
-  static Q4Block load_packed(const repack::Group& group, int64_t b, int part) {
-    const __m256i low_mask = _mm256_set1_epi8(0x0f);
-    const uint8_t* quants = group.quants(b) + 32 * part;
-    Q4Block k;
-    for (int d = 0; d < 4; ++d) {
-      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * d));
-      k.lo[d] = _mm256_and_si256(packed, low_mask);
-      k.hi[d] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
-    }
-    k.dw = load_packed_scales(group.scales(b) + 16 * part);
     return k;
   }
   __m256 apply(const Q8Activations& act, int64_t i, __m256 acc) const {
@@ -216,18 +170,6 @@ struct Q8Block {
     k.dw = load_row_scales(rows, at);
     return k;
   }
-  // From a repacked group (quants stored + 128): half `part` of block `b`.
-  static Q8Block load_packed(const repack::Group& group, int64_t b, int part) {
-    const uint8_t* quants = group.quants(b) + 32 * part;
-    Q8Block k;
-    for (int g = 0; g < 8; ++g) {
-      const __m256i biased = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * g));
-      k.w[g] = _mm256_xor_si256(biased, _mm256_set1_epi8(-128));
-      k.u[g] = Dot::kBiasedQ8 ? biased : _mm256_abs_epi8(k.w[g]);
-    }
-    k.dw = load_packed_scales(group.scales(b) + 16 * part);
-    return k;
-  }
   __m256 apply(const Q8Activations& act, int64_t i, __m256 acc) const {
     __m256i isum = Dot::sum_q8(u, w, act.blocks[i].qs);
     // sums8 = 8·Σ x, so 128·Σ x = 16·sums8.
@@ -237,100 +179,60 @@ struct Q8Block {
   }
 };
 
-// Where a tile's blocks come from. Rows: 8 row-major rows, one part of 8
-// lanes. Packed: a repacked group of 16 rows (kernels/repack.h), two parts of
-// 8 lanes (rows 0-7, 8-15) read from the same 64-byte lines.
-template <class Block>
-struct RowSource {
-  static constexpr int kParts = 1;
-  const uint8_t* const* rows;
-  size_t row_stride;
-  void prefetch(int64_t b) const { prefetch_next_tile(rows, row_stride, b * Block::kBytes); }
-  Block load(int64_t b, int) const { return Block::load(rows, b * Block::kBytes); }
-};
-
-template <class Block>
-struct PackedSource {
-  static constexpr int kParts = 2;
-  repack::Group group;
-  void prefetch(int64_t b) const { prefetch_packed_block(group, b); }
-  Block load(int64_t b, int part) const { return Block::load_packed(group, b, part); }
-};
-
 // MR > 0: exactly MR activation rows, accumulated in registers (a decode step
 // or a short chain; through memory every block would wait on a store-to-load
-// forward). MR = 0: any number, accumulated in acc (8 · kParts results per
-// activation row). Same operations per lane either way.
-template <class Block, int MR, class Source>
-static void tile_rows_of(const Source& src, int64_t nb, const Q8Activations& act, int64_t m0,
-                         int64_t m1, float* acc) {
-  constexpr int P = Source::kParts, kWidth = 8 * P;
-  __m256 regs[P][MR > 0 ? MR : 1];
-  for (int p = 0; p < P; ++p)
-    for (int j = 0; j < MR; ++j) regs[p][j] = _mm256_setzero_ps();
+// forward). MR = 0: any number, accumulated in acc. Same operations per lane
+// either way.
+template <class Block, int MR>
+static void tile_rows_of(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
+                         const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  __m256 regs[MR > 0 ? MR : 1];
+  for (int j = 0; j < MR; ++j) regs[j] = _mm256_setzero_ps();
   if (MR == 0)
-    for (int64_t m = m0; m < m1; ++m)
-      for (int p = 0; p < P; ++p)
-        _mm256_storeu_ps(acc + (m - m0) * kWidth + 8 * p, _mm256_setzero_ps());
+    for (int64_t m = m0; m < m1; ++m) _mm256_storeu_ps(acc + (m - m0) * 8, _mm256_setzero_ps());
   for (int64_t b = 0; b < nb; ++b) {
-    src.prefetch(b);
-    for (int p = 0; p < P; ++p) {
-      const Block k = src.load(b, p);
-      if constexpr (MR > 0) {
-        for (int j = 0; j < MR; ++j) regs[p][j] = k.apply(act, (m0 + j) * nb + b, regs[p][j]);
-      } else {
-        for (int64_t m = m0; m < m1; ++m) {
-          float* a = acc + (m - m0) * kWidth + 8 * p;
-          _mm256_storeu_ps(a, k.apply(act, m * nb + b, _mm256_loadu_ps(a)));
-        }
+    const int64_t at = b * Block::kBytes;
+    prefetch_next_tile(rows, row_stride, at);
+    const Block k = Block::load(rows, at);
+    if constexpr (MR > 0) {
+      for (int j = 0; j < MR; ++j) regs[j] = k.apply(act, (m0 + j) * nb + b, regs[j]);
+    } else {
+      for (int64_t m = m0; m < m1; ++m) {
+        float* a = acc + (m - m0) * 8;
+        _mm256_storeu_ps(a, k.apply(act, m * nb + b, _mm256_loadu_ps(a)));
       }
     }
   }
-  for (int j = 0; j < MR; ++j)
-    for (int p = 0; p < P; ++p) _mm256_storeu_ps(acc + j * kWidth + 8 * p, regs[p][j]);
+  for (int j = 0; j < MR; ++j) _mm256_storeu_ps(acc + j * 8, regs[j]);
 }
 
-template <class Block, class Source>
-static void tile_any(const Source& src, int64_t nb, const Q8Activations& act, int64_t m0,
-                     int64_t m1, float* acc) {
+template <class Block>
+static void tile_any(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
+                     const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
   switch (m1 - m0) {
     case 1:
-      return tile_rows_of<Block, 1>(src, nb, act, m0, m1, acc);
+      return tile_rows_of<Block, 1>(rows, row_stride, nb, act, m0, m1, acc);
     case 2:
-      return tile_rows_of<Block, 2>(src, nb, act, m0, m1, acc);
+      return tile_rows_of<Block, 2>(rows, row_stride, nb, act, m0, m1, acc);
     case 3:
-      return tile_rows_of<Block, 3>(src, nb, act, m0, m1, acc);
+      return tile_rows_of<Block, 3>(rows, row_stride, nb, act, m0, m1, acc);
     case 4:
-      return tile_rows_of<Block, 4>(src, nb, act, m0, m1, acc);
+      return tile_rows_of<Block, 4>(rows, row_stride, nb, act, m0, m1, acc);
     default:
-      return tile_rows_of<Block, 0>(src, nb, act, m0, m1, acc);
+      return tile_rows_of<Block, 0>(rows, row_stride, nb, act, m0, m1, acc);
   }
 }
 
 template <class Dot>
 static void tile_q4_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
                       const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  tile_any<Q4Block<Dot>>(RowSource<Q4Block<Dot>>{rows, row_stride}, nb, act, m0, m1, acc);
+  tile_any<Q4Block<Dot>>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 template <class Dot>
 static void tile_q8_0(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
                       const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  tile_any<Q8Block<Dot>>(RowSource<Q8Block<Dot>>{rows, row_stride}, nb, act, m0, m1, acc);
-}
-
-template <class Dot>
-static void packed_q4_0(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
-                        int64_t m1, float* acc) {
-  const repack::Group g{group, nb, repack::quant_bytes(DType::Q4_0)};
-  tile_any<Q4Block<Dot>>(PackedSource<Q4Block<Dot>>{g}, nb, act, m0, m1, acc);
-}
-
-template <class Dot>
-static void packed_q8_0(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
-                        int64_t m1, float* acc) {
-  const repack::Group g{group, nb, repack::quant_bytes(DType::Q8_0)};
-  tile_any<Q8Block<Dot>>(PackedSource<Q8Block<Dot>>{g}, nb, act, m0, m1, acc);
+  tile_any<Q8Block<Dot>>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 }  // namespace parspec::q8tiles

@@ -209,56 +209,23 @@ TEST_P(ModelTest, LayerRangesComposeToTheFullForward) {
   EXPECT_THROW(model_->forward_layers(w, b, lower, first_lower, 0, 2, hidden.data()), Error);
 }
 
-// The weights copied into (huge-page) anonymous memory are the file's bytes,
-// here with Q8_0/Q4_0 matrices repacked into the tile layout (kernels/repack.h,
-// PARSPEC_REPACK=1): the same logits, bit for bit, as from the plain mapping.
+// The weights copied into (huge-page) anonymous memory are the file's bytes:
+// the same logits, bit for bit, as from the plain mapping.
 TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
   const std::string path = dir_.file("m.gguf");
   set_weight_loading(WeightLoading::kCopy);
-  setenv("PARSPEC_REPACK", "1", 1);
   const auto copied = Model::load(path);
-  unsetenv("PARSPEC_REPACK");
   set_weight_loading(WeightLoading::kMap);
   const auto mapped = Model::load(path);
   set_weight_loading(WeightLoading::kAuto);
   EXPECT_TRUE(copied->gguf().copied());
   EXPECT_FALSE(mapped->gguf().copied());
-  const DType type = GetParam().spec.weight_type;
-  EXPECT_EQ(copied->repacked_bytes() > 0, type == DType::Q8_0 || type == DType::Q4_0);
-  EXPECT_EQ(mapped->repacked_bytes(), 0u);
   Worker w(2);
   std::vector<float> logits[2];
   int i = 0;
   for (const std::shared_ptr<Model>& model : {copied, mapped}) {
     KvCache kv(model->config(), 64);
     logits[i++] = model->forward(w, Batch::chain(kv, prompt_, true), kv);
-  }
-  EXPECT_EQ(logits[0], logits[1]);
-}
-
-// Repacking is opt-in: without PARSPEC_REPACK=1 a copied file's weights stay
-// as the file has them.
-TEST(ModelRepack, EnvironmentTurnsRepackingOn) {
-  TempDir dir;
-  const std::string path =
-      testing_support::write_model(dir, "m.gguf", spec_of("llama", DType::Q4_0, 64, false));
-  set_weight_loading(WeightLoading::kCopy);
-  unsetenv("PARSPEC_REPACK");
-  const auto plain = Model::load(path);
-  setenv("PARSPEC_REPACK", "1", 1);
-  const auto repacked = Model::load(path);
-  unsetenv("PARSPEC_REPACK");
-  set_weight_loading(WeightLoading::kAuto);
-  EXPECT_EQ(plain->repacked_bytes(), 0u);
-  // Untied: the output matrix and every layer's matrices.
-  EXPECT_EQ(repacked->repacked_bytes(), repacked->weight_bytes());
-  Worker w(1);
-  const std::vector<int32_t> prompt = {256, 72, 101};
-  std::vector<float> logits[2];
-  int i = 0;
-  for (const std::shared_ptr<Model>& model : {plain, repacked}) {
-    KvCache kv(model->config(), 64);
-    logits[i++] = model->forward(w, Batch::chain(kv, prompt, true), kv);
   }
   EXPECT_EQ(logits[0], logits[1]);
 }
