@@ -148,17 +148,8 @@ class Ppd final : public DecodeStrategy {
     for (int i = 0; i < n; ++i) {
       if (!used[i]) continue;
       const int m = std::min({nodes[i].prompt_tokens, prompts_.prompt_tokens, useful_prompts});
-      prompt_rows[i].assign(static_cast<size_t>(m) * E, -1);
-      for (int j = 0; j < E; ++j) {
-        int32_t parent = first + row_of[i];
-        for (int p = 0; p < m; ++p) {
-          const int32_t row = static_cast<int32_t>(batch.size());
-          batch.add(tokens[i], root_pos + depth[i] + 1 + p, parent, true);
-          batch.input_embeddings.push_back(prompts_.row(p, j));
-          prompt_rows[i][p * E + j] = row;
-          parent = first + row;
-        }
-      }
+      prompt_rows[i] =
+          prompts_.append_rows(batch, tokens[i], root_pos + depth[i], first + row_of[i], first, m);
     }
     const std::vector<float> logits = target_->forward(batch);
     const int V = n_vocab();
@@ -220,12 +211,8 @@ class Ppd final : public DecodeStrategy {
     next_.clear();
     const int m = static_cast<int>(prompt_rows[end].size()) / E;
     for (int p = 0; p < m; ++p) {
-      std::vector<float> mean(V, 0.0f);
-      for (int j = 0; j < E; ++j) {
-        const float* row = row_logits(prompt_rows[end][p * E + j]);
-        for (int t = 0; t < V; ++t) mean[t] += row[t];
-      }
-      for (float& v : mean) v /= static_cast<float>(E);
+      std::vector<float> mean =
+          prompts_.mean_logits(prompt_rows[end], p, static_cast<size_t>(V), row_logits);
       next_.push_back(greedy() ? std::move(mean) : distribution(mean.data()));
     }
   }

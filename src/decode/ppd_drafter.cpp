@@ -138,17 +138,9 @@ std::vector<float> PpdDrafter::forward(const Batch& nodes) {
     tip_rows.push_back(row);
   }
   // Prompt-token rows below the last entry (the ensemble mask: E chains of k).
-  const int k = prompts_.prompt_tokens, E = prompts_.ensemble_tokens;
-  const int32_t prompt_start = static_cast<int32_t>(batch.size());
-  for (int j = 0; j < E; ++j) {
-    int32_t parent = first + last;
-    for (int p = 0; p < k; ++p) {
-      const int32_t row = static_cast<int32_t>(batch.size());
-      batch.add(batch.tokens[last], batch.positions[last] + 1 + p, parent, true);
-      batch.input_embeddings.push_back(prompts_.row(p, j));
-      parent = first + row;
-    }
-  }
+  const int k = prompts_.prompt_tokens;
+  const std::vector<int32_t> prompt_rows = prompts_.append_rows(
+      batch, batch.tokens[last], batch.positions[last], first + last, first, k);
   // Every entry from the last one on wants logits; map rows to their logits.
   batch.want_logits[last] = 1;
   std::vector<int32_t> logit_index(batch.size(), -1);
@@ -173,15 +165,9 @@ std::vector<float> PpdDrafter::forward(const Batch& nodes) {
   }
   // Prompt token p's logits averaged over its E virtual tokens; its top-1.
   std::vector<int32_t> top(k);
-  std::vector<float> mean(V);
-  for (int p = 0; p < k; ++p) {
-    std::fill(mean.begin(), mean.end(), 0.0f);
-    for (int j = 0; j < E; ++j) {
-      const float* row = row_logits(prompt_start + j * k + p);
-      for (size_t v = 0; v < V; ++v) mean[v] += row[v];
-    }
-    top[p] = argmax(mean.data(), static_cast<int>(V));
-  }
+  for (int p = 0; p < k; ++p)
+    top[p] =
+        argmax(prompts_.mean_logits(prompt_rows, p, V, row_logits).data(), static_cast<int>(V));
   predicted_[first + last] = std::move(top);
   // The strategy sees its own entries only.
   for (int32_t i = 0; i < n; ++i) visible_.push_back(first + i);

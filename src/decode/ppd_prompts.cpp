@@ -69,6 +69,23 @@ void PpdPrompts::check_fits(const Model& model) const {
         " (train them for this model with models/zoo/ppd_train.py, or inflate them with it)");
 }
 
+std::vector<int32_t> PpdPrompts::append_rows(Batch& batch, int32_t token, int32_t position,
+                                             int32_t parent, int32_t first, int m) const {
+  if (batch.input_embeddings.empty()) batch.input_embeddings.assign(batch.size(), nullptr);
+  std::vector<int32_t> rows(static_cast<size_t>(m) * ensemble_tokens, -1);
+  for (int j = 0; j < ensemble_tokens; ++j) {
+    int32_t above = parent;
+    for (int p = 0; p < m; ++p) {
+      const int32_t row = static_cast<int32_t>(batch.size());
+      batch.add(token, position + 1 + p, above, true);
+      batch.input_embeddings.push_back(this->row(p, j));
+      rows[static_cast<size_t>(p) * ensemble_tokens + j] = row;
+      above = first + row;
+    }
+  }
+  return rows;
+}
+
 std::string ppd_side_file_for(const std::string& model_path) {
   const std::string suffix = ".gguf";
   if (model_path.size() > suffix.size() &&

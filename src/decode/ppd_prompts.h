@@ -35,6 +35,26 @@ struct PpdPrompts {
   static PpdPrompts load(const std::string& path);
   // Throws Error when the prompts were not made for a model of this width.
   void check_fits(const Model& model) const;
+
+  // Appends, below the cell `parent` (a node with `token` at `position`), the
+  // ensemble mask's E chains of prompt tokens 0..m-1 (prompt token p at
+  // position + 1 + p) to `batch`, whose first row becomes cell `first`.
+  // Returns the rows: virtual token j of prompt token p at [p * E + j].
+  std::vector<int32_t> append_rows(Batch& batch, int32_t token, int32_t position, int32_t parent,
+                                   int32_t first, int m) const;
+  // Prompt token p's logits averaged over its E virtual tokens (`rows` as
+  // append_rows() returns them; `logits_of(row)`: that row's n_vocab logits).
+  template <class LogitsOf>
+  std::vector<float> mean_logits(const std::vector<int32_t>& rows, int p, size_t n_vocab,
+                                 const LogitsOf& logits_of) const {
+    std::vector<float> mean(n_vocab, 0.0f);
+    for (int j = 0; j < ensemble_tokens; ++j) {
+      const float* row = logits_of(rows[static_cast<size_t>(p) * ensemble_tokens + j]);
+      for (size_t t = 0; t < n_vocab; ++t) mean[t] += row[t];
+    }
+    for (float& v : mean) v /= static_cast<float>(ensemble_tokens);
+    return mean;
+  }
 };
 
 // The side file's conventional name beside a model: "dir/x.gguf" -> "dir/x.ppd.gguf".
