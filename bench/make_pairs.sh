@@ -6,11 +6,14 @@
 #   out/zoo-target-1b-f16.gguf     + out/zoo-draft-100m-f16.gguf   (exact zoo functions)
 #                                  + out/zoo-draft-deep-100m-f16.gguf (models/draft-deep.gguf, 8 layers
 #                                    kept, width only: 1344 wide, n_ff 1792, about draft-100m's cost)
+#   out/zoo-target-1b-q8_0.gguf    + out/zoo-draft-100m-q8_0.gguf, out/zoo-draft-deep-100m-q8_0.gguf
+#                                    (the same shapes in Q8_0: half the bytes per token, the format
+#                                    most local users run; functions equal up to Q8_0 rounding)
 #   out/zoo-target-8b-q4_0.gguf    + out/zoo-draft-1b-q8_0.gguf    (quantized zoo functions)
 #
 # Usage: bash bench/make_pairs.sh [small|large|all]   (default: all)
 # Env:   PARSPEC=path/to/parspec (default build/parspec), OUT=dir (default out/)
-# Disk:  about 1.9 + 0.2 GB (small) and 3.9 + 1.0 GB (large). Existing files are kept.
+# Disk:  about 1.9 + 0.2 + 1.0 + 0.2 GB (small) and 3.9 + 1.0 GB (large). Existing files are kept.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -54,6 +57,11 @@ if [[ $WHICH == small || $WHICH == all ]]; then
   # the deep drafter for layer-parallel drafting (bench/easyspec.sh inflated): every layer real
   if [[ -s models/draft-deep.gguf ]]; then
     inflate_one models/draft-deep.gguf - f16 zoo-draft-deep-100m-f16.gguf --n-embd 1344 --n-ff 1792
+  fi
+  inflate_one models/target.gguf 1b q8_0 zoo-target-1b-q8_0.gguf
+  inflate_one models/draft.gguf 100m q8_0 zoo-draft-100m-q8_0.gguf
+  if [[ -s models/draft-deep.gguf ]]; then
+    inflate_one models/draft-deep.gguf - q8_0 zoo-draft-deep-100m-q8_0.gguf --n-embd 1344 --n-ff 1792
   fi
 fi
 if [[ $WHICH == large || $WHICH == all ]]; then

@@ -13,8 +13,9 @@
 #
 # PAIR: zoo (models/target.gguf + models/draft.gguf), 1b (the inflated pair of
 # bench/make_pairs.sh: the zoo target and drafter at 1B / 100M class) and
-# 1b-deep (the same target with the inflated deep drafter, models/draft-deep.gguf);
-# TARGET_1B / DRAFT_1B / DRAFT_1B_DEEP override the paths; default: zoo 1b. -k: prompts per set (0: all). Env: LLAMA_CPP_DIR (a llama.cpp
+# 1b-deep (the same target with the inflated deep drafter, models/draft-deep.gguf),
+# and 1b-q8 / 1b-deep-q8 (the same pairs in Q8_0); TARGET_1B / DRAFT_1B /
+# DRAFT_1B_DEEP override the paths (of the F16 or the Q8_0 files); default: zoo 1b. -k: prompts per set (0: all). Env: LLAMA_CPP_DIR (a llama.cpp
 # build: its bin/ or a checkout with build/bin; without it the llama.cpp rows
 # are left out), LLAMA_DRAFT_MAX (comma list of --draft-max M, or M/P for
 # --draft-max M --draft-p-min P; default 16,4,2,16/0,4/0,2/0: llama.cpp's
@@ -33,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     -t) threads="$2"; shift 2 ;;
     -n) n_predict="$2"; shift 2 ;;
     -k) per_set="$2"; shift 2 ;;
-    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -67,7 +68,12 @@ for pair in "${pairs[@]}"; do
       target=${TARGET_1B:-out/zoo-target-1b-f16.gguf}
       draft=${DRAFT_1B_DEEP:-out/zoo-draft-deep-100m-f16.gguf}
       ;;
-    *) echo "unknown pair '$pair' (zoo, 1b, 1b-deep)" >&2; exit 2 ;;
+    1b-q8) target=${TARGET_1B:-out/zoo-target-1b-q8_0.gguf} draft=${DRAFT_1B:-out/zoo-draft-100m-q8_0.gguf} ;;
+    1b-deep-q8)
+      target=${TARGET_1B:-out/zoo-target-1b-q8_0.gguf}
+      draft=${DRAFT_1B_DEEP:-out/zoo-draft-deep-100m-q8_0.gguf}
+      ;;
+    *) echo "unknown pair '$pair' (zoo, 1b, 1b-deep, 1b-q8, 1b-deep-q8)" >&2; exit 2 ;;
   esac
   [[ -f $target && -f $draft ]] || { echo "$pair: $target or $draft missing (bash bench/make_pairs.sh small)" >&2; exit 1; }
   load_before=$(cut -d' ' -f1-3 /proc/loadavg)
