@@ -81,18 +81,27 @@ void column_block(int c_count, const uint8_t* const rows[], const uint8_t* const
 template <class Ops, DType T>
 void column_pass(const uint8_t* const rows[kTileRows], const uint8_t* const next[], int valid,
                  const float* x, int64_t M, int64_t n, float* y, int64_t ldy) {
+  if constexpr (Ops::kEightRows) {
+    if (valid > 4 && M <= 3) {
+      // All 8 weight rows at once, in registers: 8 rows stream from memory
+      // (2-3 rows ran at ~24 GB/s of F16 weights on one Zen 5 core with 4
+      // rows, ~31 with 8: bench/kernel_throughput 2048 16384).
+      switch (M) {
+        case 1:
+          return Ops::template eight_rows<T, 1>(rows, next, valid, n, x, y, ldy);
+        case 2:
+          return Ops::template eight_rows<T, 2>(rows, next, valid, n, x, y, ldy);
+        default:
+          return Ops::template eight_rows<T, 3>(rows, next, valid, n, x, y, ldy);
+      }
+    }
+  }
   alignas(64) float acc[kTileRows][kMaxColumns][16];
   const int row_count = valid <= 4 ? 4 : kTileRows;
   for (int r = 0; r < row_count; ++r)
     for (int64_t c = 0; c < M; ++c)
       for (float& v : acc[r][c]) v = 0.0f;
-  if (Ops::kEightRows && row_count == kTileRows && M <= 3) {
-    // All 8 weight rows at once: 8 rows stream from memory, as in a one-row
-    // decode, rather than 4 (2-3 rows ran at ~24 GB/s of F16 weights on one
-    // Zen 5 core with 4 rows, ~31 with 8: bench/kernel_throughput 2048 16384).
-    column_block<Ops, T, kTileRows, true>(static_cast<int>(M), rows, nullptr, n, x, n,
-                                          &acc[0][0][0]);
-  } else {
+  {
     // 4 weight rows × column groups. The first group of each streams the
     // weights (prefetching ahead in them); the last also prefetches the next
     // 4 rows, so that memory keeps streaming while the other groups find the

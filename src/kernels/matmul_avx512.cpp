@@ -13,6 +13,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/float_tiles.h"
 #include "kernels/q8_tiles.h"
@@ -317,10 +318,91 @@ inline __m512 load_weights16_tail(const uint8_t* row, int64_t k, __mmask16 mask)
 // forward further from the bandwidth roofline.
 constexpr int64_t kPrefetchBytes = 1024;
 
+inline int64_t env_int(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoll(v) : fallback;
+}
+static const int64_t kStreamAhead = env_int("F16DEC_D", 1024);
+static const int64_t kStreamHint = env_int("F16DEC_HINT", 0);
+static const int64_t kStreamL2 = env_int("F16DEC_L2", 0);
+
+inline void prefetch_line(const uint8_t* p) {
+  if (kStreamHint == 1)
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+  else
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
+
 // The column_tile operations (float_tiles.h) on 512-bit registers.
 struct Ops512 {
   static constexpr bool kEightRows = true;
   static constexpr int kWidest = 6;
+
+  // All 8 weight rows × C ≤ 3 activation rows (decode and short verification
+  // forwards), accumulated in registers and reduced straight into y. The
+  // prefetch runs kStreamAhead bytes ahead in each row and, past a row's end,
+  // on into the same row of the next tile (`next`, unless null), so the heads
+  // of the next tile's rows are in flight before the tile starts.
+  template <DType T, int C>
+  static void eight_rows(const uint8_t* const rows[], const uint8_t* const next[], int valid,
+                         int64_t n, const float* x, float* y, int64_t ldy) {
+    constexpr int R = kTileRows;
+    constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;  // per weight
+    constexpr int64_t kLine = 64 / kBytes;               // weights per cache line
+    __m512 a[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) a[r][c] = _mm512_setzero_ps();
+    auto step = [&](int64_t k) {
+      __m512 xv[C];
+      for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * n + k);
+      for (int r = 0; r < R; ++r) {
+        const __m512 w = load_weights16<T>(rows[r], k);
+        for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
+      }
+    };
+    const int64_t whole = n & ~int64_t{15};
+    const int64_t lines_end = n / kLine * kLine;
+    const int64_t row_bytes = n * kBytes;
+    // At most a tile ahead: the same offset in the next tile's row.
+    const int64_t ahead = std::min(kStreamAhead, row_bytes);
+    // First k whose prefetch lies past the row's end.
+    const int64_t own = std::clamp<int64_t>(
+        (row_bytes - ahead + kBytes * kLine - 1) / (kBytes * kLine) * kLine, 0, lines_end);
+    int64_t k = 0;
+    for (; k < own; k += kLine) {
+      for (int r = 0; r < R; ++r) prefetch_line(rows[r] + kBytes * k + ahead);
+      if (kStreamL2 && next != nullptr)
+        for (int r = 0; r < R; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(next[r]) + kBytes * k, _MM_HINT_T1);
+      for (int64_t j = 0; j < kLine; j += 16) step(k + j);
+    }
+    for (; k < lines_end; k += kLine) {
+      if (next != nullptr)
+        for (int r = 0; r < R; ++r) prefetch_line(next[r] + kBytes * k + ahead - row_bytes);
+      if (kStreamL2 && next != nullptr)
+        for (int r = 0; r < R; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(next[r]) + kBytes * k, _MM_HINT_T1);
+      for (int64_t j = 0; j < kLine; j += 16) step(k + j);
+    }
+    for (; k < whole; k += 16) step(k);
+    if (whole < n) {
+      const auto mask = static_cast<__mmask16>((1u << (n - whole)) - 1);
+      __m512 xv[C];
+      for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x + c * n + whole);
+      for (int r = 0; r < R; ++r) {
+        const __m512 w = load_weights16_tail<T>(rows[r], whole, mask);
+        for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
+      }
+    }
+    for (int c = 0; c < C; ++c) {
+      for (int r = 0; r < valid; ++r) {
+        const __m512 v = a[r][c];
+        const __m256 lo = _mm512_castps512_ps256(v);
+        const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+        y[c * ldy + r] = reduce8(_mm256_add_ps(lo, hi));
+      }
+    }
+  }
 
   template <DType T, int R, int C, bool Prefetch>
   static void block(const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
