@@ -244,9 +244,10 @@ struct Ops256 {
   static constexpr bool kEightRows = false;
   static constexpr int kWidest = 3;
 
-  template <DType T, int R, int C, bool Prefetch>
+  template <DType T, int C, bool Prefetch>
   static void block(const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
                     const float* x, int64_t ldx, float* acc) {
+    constexpr int R = 4;  // weight rows
     for (int h0 = 0; h0 < 16; h0 += 8) {
       __m256 a[1][R][C];
       for (int r = 0; r < R; ++r)

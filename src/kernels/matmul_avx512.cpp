@@ -404,9 +404,10 @@ struct Ops512 {
     }
   }
 
-  template <DType T, int R, int C, bool Prefetch>
+  template <DType T, int C, bool Prefetch>
   static void block(const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
                     const float* x, int64_t ldx, float* acc) {
+    constexpr int R = 4;  // weight rows
     __m512 a[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) a[r][c] = _mm512_load_ps(acc + (r * kMaxColumns + c) * 16);
