@@ -13,7 +13,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <algorithm>
-#include <cstdlib>
 
 #include "kernels/float_tiles.h"
 #include "kernels/q8_tiles.h"
@@ -315,22 +314,13 @@ inline __m512 load_weights16_tail(const uint8_t* row, int64_t k, __mmask16 mask)
 
 // One prefetch per cache line of weights, 1 KiB ahead in each row: with 4-8
 // rows streaming at once the hardware prefetcher alone left a one-token
-// forward further from the bandwidth roofline.
+// forward further from the bandwidth roofline. (The decode path also tried
+// 512 and 2048 bytes, an L2 hint, and an extra L2 prefetch a tile ahead: none
+// beat 1 KiB into L1 on the 1B F16 target; docs/performance.md, session 10.)
 constexpr int64_t kPrefetchBytes = 1024;
 
-inline int64_t env_int(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoll(v) : fallback;
-}
-static const int64_t kStreamAhead = env_int("F16DEC_D", 1024);
-static const int64_t kStreamHint = env_int("F16DEC_HINT", 0);
-static const int64_t kStreamL2 = env_int("F16DEC_L2", 0);
-
 inline void prefetch_line(const uint8_t* p) {
-  if (kStreamHint == 1)
-    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
-  else
-    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
 }
 
 // The column_tile operations (float_tiles.h) on 512-bit registers.
@@ -340,9 +330,12 @@ struct Ops512 {
 
   // All 8 weight rows × C ≤ 3 activation rows (decode and short verification
   // forwards), accumulated in registers and reduced straight into y. The
-  // prefetch runs kStreamAhead bytes ahead in each row and, past a row's end,
-  // on into the same row of the next tile (`next`, unless null), so the heads
-  // of the next tile's rows are in flight before the tile starts.
+  // prefetch runs kPrefetchBytes ahead in each row and, past a row's end, on
+  // into the same row of the next tile (`next`, unless null): with a fixed
+  // distance and no `next`, the first KiB of every row but one (a quarter of
+  // a 2048-wide F16 row) was left to the hardware prefetcher, and a
+  // one-token forward of the 1B F16 target ran at ~24 GB/s where one core
+  // streams ~35.
   template <DType T, int C>
   static void eight_rows(const uint8_t* const rows[], const uint8_t* const next[], int valid,
                          int64_t n, const float* x, float* y, int64_t ldy) {
@@ -364,24 +357,18 @@ struct Ops512 {
     const int64_t lines_end = n / kLine * kLine;
     const int64_t row_bytes = n * kBytes;
     // At most a tile ahead: the same offset in the next tile's row.
-    const int64_t ahead = std::min(kStreamAhead, row_bytes);
+    const int64_t ahead = std::min(kPrefetchBytes, row_bytes);
     // First k whose prefetch lies past the row's end.
     const int64_t own = std::clamp<int64_t>(
         (row_bytes - ahead + kBytes * kLine - 1) / (kBytes * kLine) * kLine, 0, lines_end);
     int64_t k = 0;
     for (; k < own; k += kLine) {
       for (int r = 0; r < R; ++r) prefetch_line(rows[r] + kBytes * k + ahead);
-      if (kStreamL2 && next != nullptr)
-        for (int r = 0; r < R; ++r)
-          _mm_prefetch(reinterpret_cast<const char*>(next[r]) + kBytes * k, _MM_HINT_T1);
       for (int64_t j = 0; j < kLine; j += 16) step(k + j);
     }
     for (; k < lines_end; k += kLine) {
       if (next != nullptr)
         for (int r = 0; r < R; ++r) prefetch_line(next[r] + kBytes * k + ahead - row_bytes);
-      if (kStreamL2 && next != nullptr)
-        for (int r = 0; r < R; ++r)
-          _mm_prefetch(reinterpret_cast<const char*>(next[r]) + kBytes * k, _MM_HINT_T1);
       for (int64_t j = 0; j < kLine; j += 16) step(k + j);
     }
     for (; k < whole; k += 16) step(k);
