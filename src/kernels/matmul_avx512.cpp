@@ -323,6 +323,19 @@ inline void prefetch_line(const uint8_t* p) {
   _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
 }
 
+// Weights k..k+15 of R rows × C activation rows (x + c·ldx): one fma each,
+// continuing the accumulators a.
+template <DType T, int R, int C>
+inline void fma_step(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t k,
+                     __m512 (&a)[R][C]) {
+  __m512 xv[C];
+  for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * ldx + k);
+  for (int r = 0; r < R; ++r) {
+    const __m512 w = load_weights16<T>(rows[r], k);
+    for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
+  }
+}
+
 // The column_tile operations (float_tiles.h) on 512-bit registers.
 struct Ops512 {
   static constexpr bool kEightRows = true;
@@ -337,41 +350,36 @@ struct Ops512 {
   // one-token forward of the 1B F16 target ran at ~24 GB/s where one core
   // streams ~35.
   template <DType T, int C>
-  static void eight_rows(const uint8_t* const rows[], const uint8_t* const next[], int valid,
-                         int64_t n, const float* x, float* y, int64_t ldy) {
+  [[gnu::noinline]] static void eight_rows(const uint8_t* const rows[], const uint8_t* const next[],
+                                           int valid, int64_t n, const float* x, float* y,
+                                           int64_t ldy) {
     constexpr int R = kTileRows;
     constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;  // per weight
     constexpr int64_t kLine = 64 / kBytes;               // weights per cache line
+    // Zeros the compiler cannot see: with constant zeros GCC zeroed a[][] in
+    // memory (rep stos) on every tile.
+    __m512 zero = _mm512_setzero_ps();
+    asm("" : "+v"(zero));
     __m512 a[R][C];
     for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) a[r][c] = _mm512_setzero_ps();
-    auto step = [&](int64_t k) {
-      __m512 xv[C];
-      for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * n + k);
-      for (int r = 0; r < R; ++r) {
-        const __m512 w = load_weights16<T>(rows[r], k);
-        for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
-      }
-    };
+      for (int c = 0; c < C; ++c) a[r][c] = zero;
     const int64_t whole = n & ~int64_t{15};
-    const int64_t lines_end = n / kLine * kLine;
     const int64_t row_bytes = n * kBytes;
     // At most a tile ahead: the same offset in the next tile's row.
     const int64_t ahead = std::min(kPrefetchBytes, row_bytes);
-    // First k whose prefetch lies past the row's end.
-    const int64_t own = std::clamp<int64_t>(
-        (row_bytes - ahead + kBytes * kLine - 1) / (kBytes * kLine) * kLine, 0, lines_end);
-    int64_t k = 0;
-    for (; k < own; k += kLine) {
-      for (int r = 0; r < R; ++r) prefetch_line(rows[r] + kBytes * k + ahead);
-      for (int64_t j = 0; j < kLine; j += 16) step(k + j);
+    // From this k on (a whole line) the prefetch lies past the row's end.
+    const int64_t own = (row_bytes - ahead + 63) / 64 * kLine;
+    for (int64_t k = 0; k < whole; k += 16) {
+      if (k % kLine == 0) {  // once per cache line of each row
+        const bool in_row = k < own;
+        const uint8_t* const* prefetched = in_row ? rows : next;
+        if (prefetched != nullptr) {
+          const int64_t at = kBytes * k + (in_row ? ahead : ahead - row_bytes);
+          for (int r = 0; r < R; ++r) prefetch_line(prefetched[r] + at);
+        }
+      }
+      fma_step<T, R, C>(rows, x, n, k, a);
     }
-    for (; k < lines_end; k += kLine) {
-      if (next != nullptr)
-        for (int r = 0; r < R; ++r) prefetch_line(next[r] + kBytes * k + ahead - row_bytes);
-      for (int64_t j = 0; j < kLine; j += 16) step(k + j);
-    }
-    for (; k < whole; k += 16) step(k);
     if (whole < n) {
       const auto mask = static_cast<__mmask16>((1u << (n - whole)) - 1);
       __m512 xv[C];
@@ -382,12 +390,14 @@ struct Ops512 {
       }
     }
     for (int c = 0; c < C; ++c) {
-      for (int r = 0; r < valid; ++r) {
+      float out[R];  // all R (constant indices keep a[][] in registers)
+      for (int r = 0; r < R; ++r) {
         const __m512 v = a[r][c];
         const __m256 lo = _mm512_castps512_ps256(v);
         const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-        y[c * ldy + r] = reduce8(_mm256_add_ps(lo, hi));
+        out[r] = reduce8(_mm256_add_ps(lo, hi));
       }
+      std::memcpy(y + c * ldy, out, static_cast<size_t>(valid) * sizeof(float));
     }
   }
 
@@ -412,12 +422,7 @@ struct Ops512 {
             _mm_prefetch(reinterpret_cast<const char*>(ahead[r]) + kBytes * k, _MM_HINT_T1);
         }
       }
-      __m512 xv[C];
-      for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * ldx + k);
-      for (int r = 0; r < R; ++r) {
-        const __m512 w = load_weights16<T>(rows[r], k);
-        for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
-      }
+      fma_step<T, R, C>(rows, x, ldx, k, a);
     }
     if (whole < n) {
       const auto mask = static_cast<__mmask16>((1u << (n - whole)) - 1);
