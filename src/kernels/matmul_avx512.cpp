@@ -13,6 +13,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/float_tiles.h"
 #include "kernels/q8_tiles.h"
@@ -336,6 +337,19 @@ inline void fma_step(const uint8_t* const rows[], const float* x, int64_t ldx, i
   }
 }
 
+// The same for the ragged tail k = whole..n-1 (< 16 weights), zero padded.
+template <DType T, int R, int C>
+inline void fma_tail(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t whole,
+                     int64_t n, __m512 (&a)[R][C]) {
+  const auto mask = static_cast<__mmask16>((1u << (n - whole)) - 1);
+  __m512 xv[C];
+  for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x + c * ldx + whole);
+  for (int r = 0; r < R; ++r) {
+    const __m512 w = load_weights16_tail<T>(rows[r], whole, mask);
+    for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
+  }
+}
+
 // The column_tile operations (float_tiles.h) on 512-bit registers.
 struct Ops512 {
   static constexpr bool kEightRows = true;
@@ -349,7 +363,7 @@ struct Ops512 {
   // a 2048-wide F16 row) was left to the hardware prefetcher, and a
   // one-token forward of the 1B F16 target ran at ~24 GB/s where one core
   // streams ~35.
-  template <DType T, int C>
+  template <DType T, int C>  // (not inlined: one function to profile per C)
   [[gnu::noinline]] static void eight_rows(const uint8_t* const rows[], const uint8_t* const next[],
                                            int valid, int64_t n, const float* x, float* y,
                                            int64_t ldy) {
@@ -380,15 +394,7 @@ struct Ops512 {
       }
       fma_step<T, R, C>(rows, x, n, k, a);
     }
-    if (whole < n) {
-      const auto mask = static_cast<__mmask16>((1u << (n - whole)) - 1);
-      __m512 xv[C];
-      for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x + c * n + whole);
-      for (int r = 0; r < R; ++r) {
-        const __m512 w = load_weights16_tail<T>(rows[r], whole, mask);
-        for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
-      }
-    }
+    if (whole < n) fma_tail<T, R, C>(rows, x, n, whole, n, a);
     for (int c = 0; c < C; ++c) {
       float out[R];  // all R (constant indices keep a[][] in registers)
       for (int r = 0; r < R; ++r) {
@@ -424,15 +430,7 @@ struct Ops512 {
       }
       fma_step<T, R, C>(rows, x, ldx, k, a);
     }
-    if (whole < n) {
-      const auto mask = static_cast<__mmask16>((1u << (n - whole)) - 1);
-      __m512 xv[C];
-      for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x + c * ldx + whole);
-      for (int r = 0; r < R; ++r) {
-        const __m512 w = load_weights16_tail<T>(rows[r], whole, mask);
-        for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
-      }
-    }
+    if (whole < n) fma_tail<T, R, C>(rows, x, ldx, whole, n, a);
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) _mm512_store_ps(acc + (r * kMaxColumns + c) * 16, a[r][c]);
   }
