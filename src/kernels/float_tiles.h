@@ -107,24 +107,22 @@ void column_pass(const uint8_t* const rows[kTileRows], const uint8_t* const next
   for (int r = 0; r < row_count; ++r)
     for (int64_t c = 0; c < M; ++c)
       for (float& v : acc[r][c]) v = 0.0f;
-  {
-    // 4 weight rows × column groups. The first group of each streams the
-    // weights (prefetching ahead in them); the last also prefetches the next
-    // 4 rows, so that memory keeps streaming while the other groups find the
-    // weights in cache and while the next block has fewer streams of its own.
-    for (int r0 = 0; r0 < row_count; r0 += 4) {
-      const uint8_t* const* ahead = r0 + 4 < row_count ? rows + r0 + 4 : next;
-      for (int64_t c0 = 0; c0 < M;) {
-        const int c_count = column_group(M - c0, Ops::kWidest);
-        const uint8_t* const* ahead_here = c0 + c_count == M ? ahead : nullptr;
-        if (c0 == 0) {
-          column_block<Ops, T, true>(c_count, rows + r0, ahead_here, n, x, n, &acc[r0][0][0]);
-        } else {
-          column_block<Ops, T, false>(c_count, rows + r0, ahead_here, n, x + c0 * n, n,
-                                      &acc[r0][c0][0]);
-        }
-        c0 += c_count;
+  // 4 weight rows × column groups. The first group of each streams the
+  // weights (prefetching ahead in them); the last also prefetches the next
+  // 4 rows, so that memory keeps streaming while the other groups find the
+  // weights in cache and while the next block has fewer streams of its own.
+  for (int r0 = 0; r0 < row_count; r0 += 4) {
+    const uint8_t* const* ahead = r0 + 4 < row_count ? rows + r0 + 4 : next;
+    for (int64_t c0 = 0; c0 < M;) {
+      const int c_count = column_group(M - c0, Ops::kWidest);
+      const uint8_t* const* ahead_here = c0 + c_count == M ? ahead : nullptr;
+      if (c0 == 0) {
+        column_block<Ops, T, true>(c_count, rows + r0, ahead_here, n, x, n, &acc[r0][0][0]);
+      } else {
+        column_block<Ops, T, false>(c_count, rows + r0, ahead_here, n, x + c0 * n, n,
+                                    &acc[r0][c0][0]);
       }
+      c0 += c_count;
     }
   }
   for (int64_t c = 0; c < M; ++c) {
