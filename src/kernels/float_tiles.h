@@ -39,77 +39,90 @@ inline int column_group(int64_t left, int widest) {
 // and on AVX-512 the one-row decode as well (8 weight rows × 1).
 constexpr int kMaxColumns = 16;  // activation rows per pass over a tile
 
-// Ops (one per ISA) provides kWidest (above), kEightRows (whether 8 weight
-// rows × 3 activation rows fit its registers) and
-//   template <DType T, int R, int C, bool Prefetch>
-//   static void block(const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
+// Ops (one per ISA) provides kWidest (above), kEightRows (whether it has
+// eight_rows, below) and
+//   template <DType T, int C, bool Prefetch>
+//   static void block(const uint8_t* const rows[4], const uint8_t* const ahead[], int64_t n,
 //                     const float* x, int64_t ldx, float* acc);
 //     the contract's fmas for weights 0..n (a ragged end zero padded) of
-//     rows r < R and activation rows c < C (x + c·ldx), continuing the
+//     the 4 rows and activation rows c < C (x + c·ldx), continuing the
 //     16-lane accumulators acc + (r·kMaxColumns + c)·16; with Prefetch, one
 //     software prefetch per cache line of weights, ahead in each row; unless
-//     null, the same lines of the 4 rows ahead[] (the next block's) as well.
-template <class Ops, DType T, int R, bool Prefetch>
+//     null, the same lines of the 4 rows ahead[] (the next block's) as well;
+//   template <DType T, int C>  (only where kEightRows)
+//   static void eight_rows(const uint8_t* const rows[8], const uint8_t* const next[], int valid,
+//                          int64_t n, const float* x, float* y, int64_t ldy);
+//     y[c·ldy + r] = the contract's result for all 8 rows (r < valid
+//     stored) × C ≤ 3 activation rows (x: C × n), accumulators in registers;
+//     `next` (or null): the next tile's 8 rows, for the prefetch.
+template <class Ops, DType T, bool Prefetch>
 void column_block(int c_count, const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
                   const float* x, int64_t ldx, float* acc) {
-  if constexpr (R == 4) {
+  if constexpr (Ops::kWidest == 6) {
     switch (c_count) {
       case 4:
-        return Ops::template block<T, R, 4, Prefetch>(rows, ahead, n, x, ldx, acc);
+        return Ops::template block<T, 4, Prefetch>(rows, ahead, n, x, ldx, acc);
       case 5:
-        return Ops::template block<T, R, 5, Prefetch>(rows, ahead, n, x, ldx, acc);
+        return Ops::template block<T, 5, Prefetch>(rows, ahead, n, x, ldx, acc);
       case 6:
-        return Ops::template block<T, R, 6, Prefetch>(rows, ahead, n, x, ldx, acc);
+        return Ops::template block<T, 6, Prefetch>(rows, ahead, n, x, ldx, acc);
       default:
         break;
     }
   }
   switch (c_count) {
     case 1:
-      return Ops::template block<T, R, 1, Prefetch>(rows, ahead, n, x, ldx, acc);
+      return Ops::template block<T, 1, Prefetch>(rows, ahead, n, x, ldx, acc);
     case 2:
-      return Ops::template block<T, R, 2, Prefetch>(rows, ahead, n, x, ldx, acc);
+      return Ops::template block<T, 2, Prefetch>(rows, ahead, n, x, ldx, acc);
     default:
-      return Ops::template block<T, R, 3, Prefetch>(rows, ahead, n, x, ldx, acc);
+      return Ops::template block<T, 3, Prefetch>(rows, ahead, n, x, ldx, acc);
   }
 }
 
 // y[c * ldy + r] for activation rows c < M (1 ≤ M ≤ kMaxColumns; x: M × n)
-// and weight rows r < valid of `rows`; `next` (null at the end): the first 4
-// rows of the tile that follows. The accumulators live in memory between
-// column groups (storing and reloading a float is exact).
+// and weight rows r < valid of `rows`; `next` (null at the end): the rows of
+// the tile that follows. With 4 weight rows at a time the accumulators live in
+// memory between column groups (storing and reloading a float is exact).
 template <class Ops, DType T>
 void column_pass(const uint8_t* const rows[kTileRows], const uint8_t* const next[], int valid,
                  const float* x, int64_t M, int64_t n, float* y, int64_t ldy) {
+  if constexpr (Ops::kEightRows) {
+    if (valid > 4 && M <= 3) {
+      // All 8 weight rows at once, in registers: 8 rows stream from memory
+      // (2-3 rows ran at ~24 GB/s of F16 weights on one Zen 5 core with 4
+      // rows, ~31 with 8: bench/kernel_throughput 2048 16384).
+      switch (M) {
+        case 1:
+          return Ops::template eight_rows<T, 1>(rows, next, valid, n, x, y, ldy);
+        case 2:
+          return Ops::template eight_rows<T, 2>(rows, next, valid, n, x, y, ldy);
+        default:
+          return Ops::template eight_rows<T, 3>(rows, next, valid, n, x, y, ldy);
+      }
+    }
+  }
   alignas(64) float acc[kTileRows][kMaxColumns][16];
   const int row_count = valid <= 4 ? 4 : kTileRows;
   for (int r = 0; r < row_count; ++r)
     for (int64_t c = 0; c < M; ++c)
       for (float& v : acc[r][c]) v = 0.0f;
-  if (Ops::kEightRows && row_count == kTileRows && M <= 3) {
-    // All 8 weight rows at once: 8 rows stream from memory, as in a one-row
-    // decode, rather than 4 (2-3 rows ran at ~24 GB/s of F16 weights on one
-    // Zen 5 core with 4 rows, ~31 with 8: bench/kernel_throughput 2048 16384).
-    column_block<Ops, T, kTileRows, true>(static_cast<int>(M), rows, nullptr, n, x, n,
-                                          &acc[0][0][0]);
-  } else {
-    // 4 weight rows × column groups. The first group of each streams the
-    // weights (prefetching ahead in them); the last also prefetches the next
-    // 4 rows, so that memory keeps streaming while the other groups find the
-    // weights in cache and while the next block has fewer streams of its own.
-    for (int r0 = 0; r0 < row_count; r0 += 4) {
-      const uint8_t* const* ahead = r0 + 4 < row_count ? rows + r0 + 4 : next;
-      for (int64_t c0 = 0; c0 < M;) {
-        const int c_count = column_group(M - c0, Ops::kWidest);
-        const uint8_t* const* ahead_here = c0 + c_count == M ? ahead : nullptr;
-        if (c0 == 0) {
-          column_block<Ops, T, 4, true>(c_count, rows + r0, ahead_here, n, x, n, &acc[r0][0][0]);
-        } else {
-          column_block<Ops, T, 4, false>(c_count, rows + r0, ahead_here, n, x + c0 * n, n,
-                                         &acc[r0][c0][0]);
-        }
-        c0 += c_count;
+  // 4 weight rows × column groups. The first group of each streams the
+  // weights (prefetching ahead in them); the last also prefetches the next
+  // 4 rows, so that memory keeps streaming while the other groups find the
+  // weights in cache and while the next block has fewer streams of its own.
+  for (int r0 = 0; r0 < row_count; r0 += 4) {
+    const uint8_t* const* ahead = r0 + 4 < row_count ? rows + r0 + 4 : next;
+    for (int64_t c0 = 0; c0 < M;) {
+      const int c_count = column_group(M - c0, Ops::kWidest);
+      const uint8_t* const* ahead_here = c0 + c_count == M ? ahead : nullptr;
+      if (c0 == 0) {
+        column_block<Ops, T, true>(c_count, rows + r0, ahead_here, n, x, n, &acc[r0][0][0]);
+      } else {
+        column_block<Ops, T, false>(c_count, rows + r0, ahead_here, n, x + c0 * n, n,
+                                    &acc[r0][c0][0]);
       }
+      c0 += c_count;
     }
   }
   for (int64_t c = 0; c < M; ++c) {

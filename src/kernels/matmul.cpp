@@ -244,9 +244,10 @@ struct Ops256 {
   static constexpr bool kEightRows = false;
   static constexpr int kWidest = 3;
 
-  template <DType T, int R, int C, bool Prefetch>
+  template <DType T, int C, bool Prefetch>
   static void block(const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
                     const float* x, int64_t ldx, float* acc) {
+    constexpr int R = 4;  // weight rows
     for (int h0 = 0; h0 < 16; h0 += 8) {
       __m256 a[1][R][C];
       for (int r = 0; r < R; ++r)
@@ -625,6 +626,7 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
 template <DType T>
 void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
   const int64_t n = p.w.n_in;
+  const int64_t n_tiles = (p.w.n_out + kTileRows - 1) / kTileRows;
   const bool avx512 = active_isa() == Isa::kAvx512;
   // Large batches (prefill) in blocks of activation rows small enough to stay
   // in L2 (~512 KiB) while every weight tile of the chunk passes over them;
@@ -635,10 +637,13 @@ void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
     const int64_t rows_here = std::min(block, p.M - m0);
     const float* x = p.x + m0 * n;
     for (int64_t t = t0; t < t1; ++t) {
-      const uint8_t* rows[2 * kTileRows];  // this tile's, then the next one's
+      // This tile's rows, then the next one's (to prefetch; past the end of
+      // this job's range too, where it is most often this thread's next job).
+      const uint8_t* rows[2 * kTileRows];
       tile_rows(p, t, rows);
-      if (t + 1 < t1) tile_rows(p, t + 1, rows + kTileRows);
-      const uint8_t* const* next = t + 1 < t1 ? rows + kTileRows : nullptr;
+      const bool has_next = t + 1 < n_tiles;
+      if (has_next) tile_rows(p, t + 1, rows + kTileRows);
+      const uint8_t* const* next = has_next ? rows + kTileRows : nullptr;
       const int64_t o0 = t * kTileRows;
       const int valid = static_cast<int>(std::min<int64_t>(kTileRows, p.w.n_out - o0));
       float* y = p.y + m0 * p.w.n_out + o0;

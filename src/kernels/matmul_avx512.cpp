@@ -13,6 +13,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/float_tiles.h"
 #include "kernels/q8_tiles.h"
@@ -314,17 +315,102 @@ inline __m512 load_weights16_tail(const uint8_t* row, int64_t k, __mmask16 mask)
 
 // One prefetch per cache line of weights, 1 KiB ahead in each row: with 4-8
 // rows streaming at once the hardware prefetcher alone left a one-token
-// forward further from the bandwidth roofline.
+// forward further from the bandwidth roofline. (The decode path also tried
+// 512 and 2048 bytes, an L2 hint, and an extra L2 prefetch a tile ahead: none
+// beat 1 KiB into L1 on the 1B F16 target; docs/performance.md, session 10.)
 constexpr int64_t kPrefetchBytes = 1024;
+
+inline void prefetch_line(const uint8_t* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
+
+// Weights k..k+15 of R rows × C activation rows (x + c·ldx): one fma each,
+// continuing the accumulators a.
+template <DType T, int R, int C>
+inline void fma_step(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t k,
+                     __m512 (&a)[R][C]) {
+  __m512 xv[C];
+  for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * ldx + k);
+  for (int r = 0; r < R; ++r) {
+    const __m512 w = load_weights16<T>(rows[r], k);
+    for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
+  }
+}
+
+// The same for the ragged tail k = whole..n-1 (< 16 weights), zero padded.
+template <DType T, int R, int C>
+inline void fma_tail(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t whole,
+                     int64_t n, __m512 (&a)[R][C]) {
+  const auto mask = static_cast<__mmask16>((1u << (n - whole)) - 1);
+  __m512 xv[C];
+  for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x + c * ldx + whole);
+  for (int r = 0; r < R; ++r) {
+    const __m512 w = load_weights16_tail<T>(rows[r], whole, mask);
+    for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
+  }
+}
 
 // The column_tile operations (float_tiles.h) on 512-bit registers.
 struct Ops512 {
   static constexpr bool kEightRows = true;
   static constexpr int kWidest = 6;
 
-  template <DType T, int R, int C, bool Prefetch>
+  // All 8 weight rows × C ≤ 3 activation rows (decode and short verification
+  // forwards), accumulated in registers and reduced straight into y. The
+  // prefetch runs kPrefetchBytes ahead in each row and, past a row's end, on
+  // into the same row of the next tile (`next`, unless null): with a fixed
+  // distance and no `next`, the first KiB of every row but one (a quarter of
+  // a 2048-wide F16 row) was left to the hardware prefetcher, and a
+  // one-token forward of the 1B F16 target ran at ~24 GB/s where one core
+  // streams ~35.
+  template <DType T, int C>  // (not inlined: one function to profile per C)
+  [[gnu::noinline]] static void eight_rows(const uint8_t* const rows[], const uint8_t* const next[],
+                                           int valid, int64_t n, const float* x, float* y,
+                                           int64_t ldy) {
+    constexpr int R = kTileRows;
+    constexpr int64_t kBytes = T == DType::F32 ? 4 : 2;  // per weight
+    constexpr int64_t kLine = 64 / kBytes;               // weights per cache line
+    // Zeros the compiler cannot see: with constant zeros GCC zeroed a[][] in
+    // memory (rep stos) on every tile.
+    __m512 zero = _mm512_setzero_ps();
+    asm("" : "+v"(zero));
+    __m512 a[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) a[r][c] = zero;
+    const int64_t whole = n & ~int64_t{15};
+    const int64_t row_bytes = n * kBytes;
+    // At most a tile ahead: the same offset in the next tile's row.
+    const int64_t ahead = std::min(kPrefetchBytes, row_bytes);
+    // From this k on (a whole line) the prefetch lies past the row's end.
+    const int64_t own = (row_bytes - ahead + 63) / 64 * kLine;
+    for (int64_t k = 0; k < whole; k += 16) {
+      if (k % kLine == 0) {  // once per cache line of each row
+        const bool in_row = k < own;
+        const uint8_t* const* prefetched = in_row ? rows : next;
+        if (prefetched != nullptr) {
+          const int64_t at = kBytes * k + (in_row ? ahead : ahead - row_bytes);
+          for (int r = 0; r < R; ++r) prefetch_line(prefetched[r] + at);
+        }
+      }
+      fma_step<T, R, C>(rows, x, n, k, a);
+    }
+    if (whole < n) fma_tail<T, R, C>(rows, x, n, whole, n, a);
+    for (int c = 0; c < C; ++c) {
+      float out[R];  // all R (constant indices keep a[][] in registers)
+      for (int r = 0; r < R; ++r) {
+        const __m512 v = a[r][c];
+        const __m256 lo = _mm512_castps512_ps256(v);
+        const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+        out[r] = reduce8(_mm256_add_ps(lo, hi));
+      }
+      std::memcpy(y + c * ldy, out, static_cast<size_t>(valid) * sizeof(float));
+    }
+  }
+
+  template <DType T, int C, bool Prefetch>
   static void block(const uint8_t* const rows[], const uint8_t* const ahead[], int64_t n,
                     const float* x, int64_t ldx, float* acc) {
+    constexpr int R = 4;  // weight rows
     __m512 a[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) a[r][c] = _mm512_load_ps(acc + (r * kMaxColumns + c) * 16);
@@ -342,22 +428,9 @@ struct Ops512 {
             _mm_prefetch(reinterpret_cast<const char*>(ahead[r]) + kBytes * k, _MM_HINT_T1);
         }
       }
-      __m512 xv[C];
-      for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * ldx + k);
-      for (int r = 0; r < R; ++r) {
-        const __m512 w = load_weights16<T>(rows[r], k);
-        for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
-      }
+      fma_step<T, R, C>(rows, x, ldx, k, a);
     }
-    if (whole < n) {
-      const auto mask = static_cast<__mmask16>((1u << (n - whole)) - 1);
-      __m512 xv[C];
-      for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x + c * ldx + whole);
-      for (int r = 0; r < R; ++r) {
-        const __m512 w = load_weights16_tail<T>(rows[r], whole, mask);
-        for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(w, xv[c], a[r][c]);
-      }
-    }
+    if (whole < n) fma_tail<T, R, C>(rows, x, ldx, whole, n, a);
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) _mm512_store_ps(acc + (r * kMaxColumns + c) * 16, a[r][c]);
   }

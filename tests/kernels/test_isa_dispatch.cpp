@@ -194,8 +194,9 @@ TEST(IsaDispatch, FloatMatmulsFollowTheScalarContractOnEveryPath) {
   IsaGuard guard;
   Worker worker(2);
   for (DType type : {DType::F32, DType::F16, DType::BF16}) {
-    // one step, ragged tails ending in the high and the low 8 lanes, whole steps
-    for (int64_t n_in : {16, 203, 37, 256}) {
+    // one step, ragged tails ending in the high and the low 8 lanes, whole
+    // steps, and rows longer than the decode path's prefetch distance (1 KiB)
+    for (int64_t n_in : {16, 203, 37, 256, 1000}) {
       for (int64_t n_out : {13, 11}) {  // a full tile, then 5 rows (8 streamed) or 3 (4 streamed)
         const auto bytes = random_matrix(type, n_in, n_out, 3);
         const WeightMatrix w{type, n_in, n_out, bytes.data()};
