@@ -52,17 +52,14 @@ inflate_one() {
 }
 
 if [[ $WHICH == small || $WHICH == all ]]; then
-  inflate_one models/target.gguf 1b f16 zoo-target-1b-f16.gguf
-  inflate_one models/draft.gguf 100m f16 zoo-draft-100m-f16.gguf
-  # the deep drafter for layer-parallel drafting (bench/easyspec.sh inflated): every layer real
-  if [[ -s models/draft-deep.gguf ]]; then
-    inflate_one models/draft-deep.gguf - f16 zoo-draft-deep-100m-f16.gguf --n-embd 1344 --n-ff 1792
-  fi
-  inflate_one models/target.gguf 1b q8_0 zoo-target-1b-q8_0.gguf
-  inflate_one models/draft.gguf 100m q8_0 zoo-draft-100m-q8_0.gguf
-  if [[ -s models/draft-deep.gguf ]]; then
-    inflate_one models/draft-deep.gguf - q8_0 zoo-draft-deep-100m-q8_0.gguf --n-embd 1344 --n-ff 1792
-  fi
+  for type in f16 q8_0; do
+    inflate_one models/target.gguf 1b "$type" "zoo-target-1b-$type.gguf"
+    inflate_one models/draft.gguf 100m "$type" "zoo-draft-100m-$type.gguf"
+    # the deep drafter for layer-parallel drafting (bench/easyspec.sh inflated): every layer real
+    if [[ -s models/draft-deep.gguf ]]; then
+      inflate_one models/draft-deep.gguf - "$type" "zoo-draft-deep-100m-$type.gguf" --n-embd 1344 --n-ff 1792
+    fi
+  done
 fi
 if [[ $WHICH == large || $WHICH == all ]]; then
   inflate_one models/target.gguf 8b q4_0 zoo-target-8b-q4_0.gguf

@@ -63,15 +63,16 @@ echo
 for pair in "${pairs[@]}"; do
   case "$pair" in
     zoo) target=models/target.gguf draft=models/draft.gguf ;;
-    1b) target=${TARGET_1B:-out/zoo-target-1b-f16.gguf} draft=${DRAFT_1B:-out/zoo-draft-100m-f16.gguf} ;;
-    1b-deep)
-      target=${TARGET_1B:-out/zoo-target-1b-f16.gguf}
-      draft=${DRAFT_1B_DEEP:-out/zoo-draft-deep-100m-f16.gguf}
+    1b | 1b-q8)
+      type=f16
+      [[ $pair == *-q8 ]] && type=q8_0
+      target=${TARGET_1B:-out/zoo-target-1b-$type.gguf} draft=${DRAFT_1B:-out/zoo-draft-100m-$type.gguf}
       ;;
-    1b-q8) target=${TARGET_1B:-out/zoo-target-1b-q8_0.gguf} draft=${DRAFT_1B:-out/zoo-draft-100m-q8_0.gguf} ;;
-    1b-deep-q8)
-      target=${TARGET_1B:-out/zoo-target-1b-q8_0.gguf}
-      draft=${DRAFT_1B_DEEP:-out/zoo-draft-deep-100m-q8_0.gguf}
+    1b-deep | 1b-deep-q8)
+      type=f16
+      [[ $pair == *-q8 ]] && type=q8_0
+      target=${TARGET_1B:-out/zoo-target-1b-$type.gguf}
+      draft=${DRAFT_1B_DEEP:-out/zoo-draft-deep-100m-$type.gguf}
       ;;
     *) echo "unknown pair '$pair' (zoo, 1b, 1b-deep, 1b-q8, 1b-deep-q8)" >&2; exit 2 ;;
   esac
