@@ -13,6 +13,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/float_tiles.h"
@@ -23,7 +24,7 @@ namespace {
 
 // The 8-row kernels for a leftover tile: vpdpbusd on 256 bits (AVX512-VL).
 struct DotVnni256 {
-  static __m256i sum_q4(const __m256i lo[4], const __m256i hi[4], const int8_t* xq) {
+  PARSPEC_KERNEL_INLINE static __m256i sum_q4(const __m256i lo[4], const __m256i hi[4], const int8_t* xq) {
     __m256i s = _mm256_setzero_si256();
     for (int d = 0; d < 4; ++d) {
       s = _mm256_dpbusd_epi32(s, lo[d], broadcast_i32(xq + 4 * d));
@@ -32,7 +33,7 @@ struct DotVnni256 {
     return s;
   }
   static constexpr bool kBiasedQ8 = true;
-  static __m256i sum_q8(const __m256i biased[8], const __m256i[8], const int8_t* xq) {
+  PARSPEC_KERNEL_INLINE static __m256i sum_q8(const __m256i biased[8], const __m256i[8], const int8_t* xq) {
     // Σ (w + 128)·x; the tile subtracts 128·Σ x.
     __m256i s = _mm256_setzero_si256();
     for (int g = 0; g < 8; ++g) s = _mm256_dpbusd_epi32(s, biased[g], broadcast_i32(xq + 4 * g));
@@ -40,19 +41,19 @@ struct DotVnni256 {
   }
 };
 
-inline __m512i broadcast_x(const int8_t* p) {
+PARSPEC_KERNEL_INLINE __m512i broadcast_x(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof(v));
   return _mm512_set1_epi32(v);
 }
 
-inline __m512i join(__m256i lo, __m256i hi) {
+PARSPEC_KERNEL_INLINE __m512i join(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 // Dwords [offset, offset + 16) of the current block of 16 rows, transposed:
 // out[d] lane r = dword d of row r (d = 0..3).
-inline void transpose16x4(const uint8_t* const rows[kTileRows16], int64_t offset, __m512i out[4]) {
+PARSPEC_KERNEL_INLINE void transpose16x4(const uint8_t* const rows[kTileRows16], int64_t offset, __m512i out[4]) {
   __m256i pairs[4], lo[4], hi[4];
   for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + offset, rows[r + 4] + offset);
   transpose_8x4(pairs, lo);
@@ -61,13 +62,13 @@ inline void transpose16x4(const uint8_t* const rows[kTileRows16], int64_t offset
   for (int d = 0; d < 4; ++d) out[d] = join(lo[d], hi[d]);
 }
 
-inline __m512 load_row_scales16(const uint8_t* const rows[kTileRows16], int64_t at) {
+PARSPEC_KERNEL_INLINE __m512 load_row_scales16(const uint8_t* const rows[kTileRows16], int64_t at) {
   const __m256 lo = load_row_scales(rows, at), hi = load_row_scales(rows + 8, at);
   return _mm512_castpd_ps(_mm512_insertf64x4(
       _mm512_insertf64x4(_mm512_setzero_pd(), _mm256_castps_pd(lo), 0), _mm256_castps_pd(hi), 1));
 }
 
-inline void prefetch_next_tile16(const uint8_t* const rows[kTileRows16], size_t row_stride,
+PARSPEC_KERNEL_INLINE void prefetch_next_tile16(const uint8_t* const rows[kTileRows16], size_t row_stride,
                                  int64_t at) {
   const size_t ahead = kTileRows16 * row_stride;
   for (int r = 0; r < kTileRows16; ++r)
@@ -95,9 +96,9 @@ struct Q4Block16 {
   __m512i lo[4], hi[4];
   __m512 dw;
   // The weights that multiply activation dword g (quants 4g..4g+3).
-  __m512i part(int g) const { return g < 4 ? lo[g] : hi[g - 4]; }
+  PARSPEC_KERNEL_INLINE __m512i part(int g) const { return g < 4 ? lo[g] : hi[g - 4]; }
   static int32_t start(const ActView& act, int64_t i) { return act.minus_sums8[i]; }
-  __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
+  PARSPEC_KERNEL_INLINE __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
     const int8_t* xq = act.blocks[i].qs;
     // Σ (q − 8)·x = Σ q·x − 8·Σ x: the sum starts at −8·Σ x. Two chains of
     // four (the integer sum is exact in any order) let a batch's rows overlap.
@@ -120,9 +121,9 @@ struct Q8Block16 {
   static constexpr int64_t kBytes = sizeof(BlockQ8_0);
   __m512i w[8];
   __m512 dw;
-  __m512i part(int g) const { return w[g]; }
+  PARSPEC_KERNEL_INLINE __m512i part(int g) const { return w[g]; }
   static int32_t start(const ActView& act, int64_t i) { return act.minus_sums128[i]; }
-  __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
+  PARSPEC_KERNEL_INLINE __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
     const int8_t* xq = act.blocks[i].qs;
     // Σ (w + 128)·x − 128·Σ x: the sum starts at −128·Σ x; two chains of four.
     __m512i s0 = _mm512_set1_epi32(act.minus_sums128[i]), s1 = _mm512_setzero_si512();
@@ -136,7 +137,7 @@ struct Q8Block16 {
   }
 };
 
-inline Q4Block16 load_q4_block(const uint8_t* const rows[kTileRows16], int64_t at) {
+PARSPEC_KERNEL_INLINE Q4Block16 load_q4_block(const uint8_t* const rows[kTileRows16], int64_t at) {
   const __m512i low_mask = _mm512_set1_epi8(0x0f);
   Q4Block16 k;
   __m512i packed[4];
@@ -149,7 +150,7 @@ inline Q4Block16 load_q4_block(const uint8_t* const rows[kTileRows16], int64_t a
   return k;
 }
 
-inline Q8Block16 load_q8_block(const uint8_t* const rows[kTileRows16], int64_t at) {
+PARSPEC_KERNEL_INLINE Q8Block16 load_q8_block(const uint8_t* const rows[kTileRows16], int64_t at) {
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   Q8Block16 k;
   transpose16x4(rows, at + 2, k.w);
@@ -255,6 +256,211 @@ void tile32(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t n
   }
 }
 
+// Q4_0 over 16 rows with no transposition, for full tiles (rows `stride`
+// apart). Register z_j holds rows j, 4 + j, 8 + j, 12 + j, one block (16
+// bytes, 32 quants) per 128-bit lane, so an activation block's 16 low and 16
+// high quants are one 128-bit broadcast each and vpdpbusd leaves four partial
+// sums per row; an unpack/add tree folds them (exact int32: any order gives
+// the contract's sum) into lane 4k + j = row 4k + j. The rows are four
+// pointers plus multiples of 4 strides, so the block loop keeps every address
+// in registers; per block it issues about a third of the instructions of the
+// transposing tile16 (which a decode step is bound by, not by memory).
+PARSPEC_KERNEL_INLINE __m512i load_row_quad(const uint8_t* p, size_t s4) {
+  __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + s4)), 1);
+  z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * s4)), 2);
+  return _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 3 * s4)), 3);
+}
+
+// Lane 4k + j of the result = Σ of the four dwords in 128-bit lane k of z[j].
+PARSPEC_KERNEL_INLINE __m512i fold_quads(const __m512i z[4]) {
+  const __m512i u0 =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+  const __m512i u1 =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+}
+
+PARSPEC_KERNEL_INLINE int load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// The f16 scales of rows 0..15 (row 4k + j at p[j] + k·s4) as floats.
+PARSPEC_KERNEL_INLINE __m512 load_quad_scales(const uint8_t* const p[4], size_t s4) {
+#ifdef SCALES_PINSR
+  __m128i lo = _mm_cvtsi32_si128(load_u16(p[0]));
+  __m128i hi = _mm_cvtsi32_si128(load_u16(p[0] + 2 * s4));
+  for (int j = 1; j < 4; ++j) {
+    lo = _mm_insert_epi16(lo, load_u16(p[j]), j);
+    hi = _mm_insert_epi16(hi, load_u16(p[j] + 2 * s4), j);
+  }
+  for (int j = 0; j < 4; ++j) {
+    lo = _mm_insert_epi16(lo, load_u16(p[j] + s4), 4 + j);
+    hi = _mm_insert_epi16(hi, load_u16(p[j] + 3 * s4), 4 + j);
+  }
+#else
+  uint64_t q[4];
+  for (int k = 0; k < 4; ++k) {
+    const size_t o = k * s4;
+    q[k] = static_cast<uint64_t>(load_u16(p[0] + o)) |
+           (static_cast<uint64_t>(load_u16(p[1] + o)) << 16) |
+           (static_cast<uint64_t>(load_u16(p[2] + o)) << 32) |
+           (static_cast<uint64_t>(load_u16(p[3] + o)) << 48);
+  }
+  const __m128i lo = _mm_set_epi64x(static_cast<int64_t>(q[1]), static_cast<int64_t>(q[0]));
+  const __m128i hi = _mm_set_epi64x(static_cast<int64_t>(q[3]), static_cast<int64_t>(q[2]));
+#endif
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+template <int MR>
+void tile16_q4_lanes(const uint8_t* row0, size_t stride, int64_t nb, const ActView& act,
+                     int64_t m0, float* acc) {
+  const __m512i low_mask = _mm512_set1_epi8(0x0f);
+  const size_t s4 = 4 * stride, ahead = 16 * stride;
+  const uint8_t* p[4] = {row0, row0 + stride, row0 + 2 * stride, row0 + 3 * stride};
+  __m512 regs[MR];
+  for (int m = 0; m < MR; ++m) regs[m] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    // One prefetch per row every other block (36 bytes < a cache line, so
+    // every line of the next tile's rows is requested).
+    if ((b & 1) == 0)
+      for (int j = 0; j < 4; ++j)
+        for (int k = 0; k < 4; ++k)
+          _mm_prefetch(reinterpret_cast<const char*>(p[j] + k * s4 + ahead), _MM_HINT_T0);
+    __m512i lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m512i z = load_row_quad(p[j] + 2, s4);
+      lo[j] = _mm512_and_si512(z, low_mask);
+      hi[j] = _mm512_and_si512(_mm512_srli_epi16(z, 4), low_mask);
+    }
+    const __m512 dw = load_quad_scales(p, s4);
+    for (int m = 0; m < MR; ++m) {
+      const int64_t i = (m0 + m) * nb + b;
+      const int8_t* xq = act.blocks[i].qs;
+      const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xq)));
+      const __m512i xhi =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xq + 16)));
+      __m512i z[4];
+      for (int j = 0; j < 4; ++j)
+        z[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], xlo), hi[j],
+                                   xhi);
+      // Σ (q − 8)·x = Σ q·x − 8·Σ x.
+      const __m512i isum = _mm512_add_epi32(fold_quads(z), _mm512_set1_epi32(act.minus_sums8[i]));
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
+      regs[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, regs[m]);
+    }
+    for (int j = 0; j < 4; ++j) p[j] += sizeof(BlockQ4_0);
+  }
+  for (int m = 0; m < MR; ++m) _mm512_storeu_ps(acc + m * 16, regs[m]);
+}
+
+// The same 16 rows transposed as tile16 wants them (out[d] lane r = dword d
+// of row r, d = 0..3), from four row quads: a 4 × 4 dword transpose inside
+// each 128-bit lane, 8 unpacks instead of the 28 shuffles of transpose16x4.
+PARSPEC_KERNEL_INLINE void transpose_quads(const uint8_t* const p[4], size_t s4, int64_t offset,
+                            __m512i out[4]) {
+  __m512i z[4];
+  for (int j = 0; j < 4; ++j) z[j] = load_row_quad(p[j] + offset, s4);
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  out[0] = _mm512_unpacklo_epi64(t0, t2);
+  out[1] = _mm512_unpackhi_epi64(t0, t2);
+  out[2] = _mm512_unpacklo_epi64(t1, t3);
+  out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+PARSPEC_KERNEL_INLINE Q4Block16 load_q4_quads(const uint8_t* const p[4], size_t s4) {
+  const __m512i low_mask = _mm512_set1_epi8(0x0f);
+  Q4Block16 k;
+  __m512i packed[4];
+  transpose_quads(p, s4, 2, packed);
+  for (int d = 0; d < 4; ++d) {
+    k.lo[d] = _mm512_and_si512(packed[d], low_mask);
+    k.hi[d] = _mm512_and_si512(_mm512_srli_epi16(packed[d], 4), low_mask);
+  }
+  k.dw = load_quad_scales(p, s4);
+  return k;
+}
+
+PARSPEC_KERNEL_INLINE Q8Block16 load_q8_quads(const uint8_t* const p[4], size_t s4) {
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  Q8Block16 k;
+  transpose_quads(p, s4, 2, k.w);
+  transpose_quads(p, s4, 18, k.w + 4);
+  for (int g = 0; g < 8; ++g) k.w[g] = _mm512_xor_si512(k.w[g], bias);
+  k.dw = load_quad_scales(p, s4);
+  return k;
+}
+
+// tile16 for a full tile (rows `stride` apart) with MR activation rows in
+// registers: the same per-lane operations, rows addressed as four pointers
+// plus multiples of 4 strides (nothing spills), one prefetch per row per
+// cache line's worth of blocks.
+template <class Block, Block (*Load)(const uint8_t* const*, size_t), int MR>
+void tile16_strided(const uint8_t* row0, size_t stride, int64_t nb, const ActView& act,
+                    int64_t m0, float* acc) {
+  const size_t s4 = 4 * stride, ahead = 16 * stride;
+  const uint8_t* p[4] = {row0, row0 + stride, row0 + 2 * stride, row0 + 3 * stride};
+  // Blocks per prefetch: consecutive prefetches of a row stay under 64 bytes apart.
+  constexpr int64_t kEvery = 64 / Block::kBytes;
+  __m512 regs[MR];
+  for (int m = 0; m < MR; ++m) regs[m] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (b % kEvery == 0)
+      for (int j = 0; j < 4; ++j)
+        for (int k = 0; k < 4; ++k)
+          _mm_prefetch(reinterpret_cast<const char*>(p[j] + k * s4 + ahead), _MM_HINT_T0);
+    const Block k = Load(p, s4);
+    for (int m = 0; m < MR; ++m) regs[m] = k.apply(act, (m0 + m) * nb + b, regs[m]);
+    for (int j = 0; j < 4; ++j) p[j] += Block::kBytes;
+  }
+  for (int m = 0; m < MR; ++m) _mm512_storeu_ps(acc + m * 16, regs[m]);
+}
+
+template <class Block, Block (*Load)(const uint8_t* const*, size_t)>
+bool tile16_strided_any(const uint8_t* row0, size_t stride, int64_t nb, const Q8Activations& act,
+                        int64_t m0, int64_t m1, float* acc) {
+  const ActView view(act);
+  switch (m1 - m0) {
+    case 1:
+      tile16_strided<Block, Load, 1>(row0, stride, nb, view, m0, acc);
+      return true;
+    case 2:
+      tile16_strided<Block, Load, 2>(row0, stride, nb, view, m0, acc);
+      return true;
+    case 3:
+      tile16_strided<Block, Load, 3>(row0, stride, nb, view, m0, acc);
+      return true;
+    case 4:
+      tile16_strided<Block, Load, 4>(row0, stride, nb, view, m0, acc);
+      return true;
+    case 5:
+      tile16_strided<Block, Load, 5>(row0, stride, nb, view, m0, acc);
+      return true;
+    case 6:
+      tile16_strided<Block, Load, 6>(row0, stride, nb, view, m0, acc);
+      return true;
+    case 7:
+      tile16_strided<Block, Load, 7>(row0, stride, nb, view, m0, acc);
+      return true;
+    case 8:
+      tile16_strided<Block, Load, 8>(row0, stride, nb, view, m0, acc);
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Rows a full tile's way apart (the last, partial tile repeats its last row).
+PARSPEC_KERNEL_INLINE bool rows_regular(const uint8_t* const rows[kTileRows16], size_t stride) {
+  for (int r = 1; r < kTileRows16; ++r)
+    if (rows[r] != rows[0] + r * stride) return false;
+  return true;
+}
+
 void tile32_q4_0(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
   tile32<Q4Block16, &load_q4_block>(rows, row_stride, nb, act, m0, m1, acc);
@@ -267,11 +473,40 @@ void tile32_q8_0(const uint8_t* const rows[kTileRows32], size_t row_stride, int6
 
 void tile16_q4_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  static const int lanes_max = [] {
+    const char* e = std::getenv("PARSPEC_Q4_LANES");
+    return e ? std::atoi(e) : 1;
+  }();
+  static const bool strided = std::getenv("PARSPEC_NO_STRIDED") == nullptr;
+  if (rows_regular(rows, row_stride)) {
+    if (m1 - m0 <= lanes_max) {
+      const ActView view(act);
+      switch (m1 - m0) {
+        case 1:
+          return tile16_q4_lanes<1>(rows[0], row_stride, nb, view, m0, acc);
+        case 2:
+          return tile16_q4_lanes<2>(rows[0], row_stride, nb, view, m0, acc);
+        case 3:
+          return tile16_q4_lanes<3>(rows[0], row_stride, nb, view, m0, acc);
+        case 4:
+          return tile16_q4_lanes<4>(rows[0], row_stride, nb, view, m0, acc);
+        default:
+          break;
+      }
+    }
+    if (strided &&
+        tile16_strided_any<Q4Block16, &load_q4_quads>(rows[0], row_stride, nb, act, m0, m1, acc))
+      return;
+  }
   tile16_any<Q4Block16, &load_q4_block>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 void tile16_q8_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
                  const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
+  static const bool strided = std::getenv("PARSPEC_NO_STRIDED") == nullptr;
+  if (strided && rows_regular(rows, row_stride) &&
+      tile16_strided_any<Q8Block16, &load_q8_quads>(rows[0], row_stride, nb, act, m0, m1, acc))
+    return;
   tile16_any<Q8Block16, &load_q8_block>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
@@ -291,7 +526,7 @@ namespace {
 
 // Weights k..k+15 of a row as f32 (all 16 lanes of one register).
 template <DType T>
-inline __m512 load_weights16(const uint8_t* row, int64_t k) {
+PARSPEC_KERNEL_INLINE __m512 load_weights16(const uint8_t* row, int64_t k) {
   if constexpr (T == DType::F32) {
     return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
   } else {
@@ -303,7 +538,7 @@ inline __m512 load_weights16(const uint8_t* row, int64_t k) {
 
 // The same for the ragged tail: lanes selected by `mask`, zero elsewhere.
 template <DType T>
-inline __m512 load_weights16_tail(const uint8_t* row, int64_t k, __mmask16 mask) {
+PARSPEC_KERNEL_INLINE __m512 load_weights16_tail(const uint8_t* row, int64_t k, __mmask16 mask) {
   if constexpr (T == DType::F32) {
     return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + k);
   } else {
@@ -320,14 +555,14 @@ inline __m512 load_weights16_tail(const uint8_t* row, int64_t k, __mmask16 mask)
 // beat 1 KiB into L1 on the 1B F16 target; docs/performance.md, session 10.)
 constexpr int64_t kPrefetchBytes = 1024;
 
-inline void prefetch_line(const uint8_t* p) {
+PARSPEC_KERNEL_INLINE void prefetch_line(const uint8_t* p) {
   _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
 }
 
 // Weights k..k+15 of R rows × C activation rows (x + c·ldx): one fma each,
 // continuing the accumulators a.
 template <DType T, int R, int C>
-inline void fma_step(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t k,
+PARSPEC_KERNEL_INLINE void fma_step(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t k,
                      __m512 (&a)[R][C]) {
   __m512 xv[C];
   for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * ldx + k);
@@ -339,7 +574,7 @@ inline void fma_step(const uint8_t* const rows[], const float* x, int64_t ldx, i
 
 // The same for the ragged tail k = whole..n-1 (< 16 weights), zero padded.
 template <DType T, int R, int C>
-inline void fma_tail(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t whole,
+PARSPEC_KERNEL_INLINE void fma_tail(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t whole,
                      int64_t n, __m512 (&a)[R][C]) {
   const auto mask = static_cast<__mmask16>((1u << (n - whole)) - 1);
   __m512 xv[C];
