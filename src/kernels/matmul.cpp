@@ -599,10 +599,7 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
   const q8tiles::TileKernels& kernels = active_tiles();
   const bool q4 = p.w.type == DType::Q4_0;
   const q8tiles::TileKernel tile = q4 ? kernels.q4_0 : kernels.q8_0;
-  // Q8_0 against one or two activation rows streams faster in 8-row tiles
-  // (measured with bench/kernel_throughput: the 16-row transposition costs
-  // more than it saves until the rows amortize it).
-  const q8tiles::TileKernel16 tile16 = q4 ? kernels.q4_0_16 : p.M >= 3 ? kernels.q8_0_16 : nullptr;
+  const q8tiles::TileKernel16 tile16 = q4 ? kernels.q4_0_16 : kernels.q8_0_16;
   const q8tiles::TileKernel32 tile32 =
       p.M > q8tiles::kMaxRegisterRows ? (q4 ? kernels.q4_0_32 : kernels.q8_0_32) : nullptr;
   thread_local std::vector<float> acc;
