@@ -105,6 +105,7 @@ Worker::Worker(int n_threads, std::vector<int> cores)
   check(n_threads >= 1, "thread count must be at least 1 (got ", n_threads, ")");
   check(n_threads <= kMaxThreads, "thread count ", n_threads, " is more than the ", kMaxThreads,
         " a worker may have");
+  segments_ = std::make_unique<Segment[]>(static_cast<size_t>(n_threads));
   for (int c : cores_) check(c >= 0 && c < CPU_SETSIZE, "invalid core id ", c);
   threads_.reserve(n_threads - 1);
   for (int i = 1; i < n_threads; ++i) {
@@ -158,23 +159,28 @@ void Worker::thread_main(int index) {
     }
     seen = now;
     if (stop_.load(std::memory_order_acquire)) return;
-    if (static_cast<uint32_t>(index) < (now & kThreadMask)) work_on_chunks();
+    const int threads = static_cast<int>(now & kThreadMask);
+    if (index < threads) work_on_chunks(index, threads);
   }
 }
 
-void Worker::work_on_chunks() {
-  for (;;) {
-    // The returned word is authoritative: a chunk below its count belongs to
-    // a job that cannot finish before this thread reports it done, so that
-    // job's slot stays as it is meanwhile.
-    const uint64_t word = claim_.fetch_add(1, std::memory_order_acq_rel);
-    const uint64_t chunk = word & kChunkMask;
-    const uint64_t count = (word >> kChunkBits) & kChunkMask;
-    if (chunk >= count) return;
-    Slot& s = slots_[(word >> (2 * kChunkBits)) & 1];
-    const int64_t begin = static_cast<int64_t>(chunk) * s.grain;
-    (*s.body)(begin, std::min(s.n, begin + s.grain));
-    if (s.done.fetch_add(1) + 1 == count && caller_sleeping_.load()) futex_wake_all(s.done);
+void Worker::work_on_chunks(int index, int threads) {
+  for (int k = 0; k < threads; ++k) {
+    Segment& segment = segments_[(index + k) % threads];
+    for (;;) {
+      // The returned word is authoritative: a chunk below its segment's end
+      // belongs to a job that cannot finish before this thread reports it
+      // done, so that job's slot stays as it is meanwhile. (A late thread may
+      // read the segments of a newer job, or of an older one, exhausted.)
+      const uint64_t word = segment.claim.fetch_add(1, std::memory_order_acq_rel);
+      const uint64_t chunk = word & kChunkMask;
+      const uint64_t end = (word >> kChunkBits) & kChunkMask;
+      if (chunk >= end) break;
+      Slot& s = slots_[(word >> (2 * kChunkBits)) & 1];
+      const int64_t begin = static_cast<int64_t>(chunk) * s.grain;
+      (*s.body)(begin, std::min(s.n, begin + s.grain));
+      if (s.done.fetch_add(1) + 1 == s.chunks && caller_sleeping_.load()) futex_wake_all(s.done);
+    }
   }
 }
 
@@ -205,15 +211,22 @@ void Worker::parallel_chunks(int64_t n, int64_t grain, int threads, const RangeB
   s.body = &body;
   s.n = n;
   s.grain = grain;
+  s.chunks = static_cast<uint32_t>(chunks);
   s.done.store(0, std::memory_order_relaxed);
-  claim_.store(((jobs_ & 0xff) << (2 * kChunkBits)) | (static_cast<uint64_t>(chunks) << kChunkBits),
-               std::memory_order_release);
+  for (int t = 0; t < threads; ++t) {
+    int64_t begin = 0, end = 0;
+    split(chunks, t, threads, begin, end);
+    segments_[t].claim.store(((jobs_ & 0xff) << (2 * kChunkBits)) |
+                                 (static_cast<uint64_t>(end) << kChunkBits) |
+                                 static_cast<uint64_t>(begin),
+                             std::memory_order_release);
+  }
   const uint32_t sequence = (epoch_.load(std::memory_order_relaxed) >> kThreadBits) + 1;
   epoch_.store((sequence << kThreadBits) | static_cast<uint32_t>(threads));
   wake_threads();
   parallel_jobs_.fetch_add(1, std::memory_order_relaxed);
 
-  work_on_chunks();
+  work_on_chunks(0, threads);
   const uint32_t total = static_cast<uint32_t>(chunks);
   if (spin_then_yield([&] { return s.done.load(std::memory_order_acquire) == total; })) return;
   caller_sleeping_.store(true);

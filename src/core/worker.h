@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -76,13 +77,23 @@ class Worker {
   struct Slot {
     const RangeBody* body = nullptr;
     int64_t n = 0, grain = 1;
+    uint32_t chunks = 0;
     std::atomic<uint32_t> done{0};  // chunks finished (a futex word)
+  };
+  // The chunks of a job are cut into one contiguous segment per thread taking
+  // part; a thread claims its own segment's chunks in order, then helps with
+  // the others'. Each thread so streams one contiguous range of weights (the
+  // kernels prefetch the rows after their current tile, which is then its own
+  // next tile), and a descheduled thread's chunks are still taken by others.
+  struct alignas(64) Segment {
+    std::atomic<uint64_t> claim{0};  // [job parity: 8 | end chunk: 28 | next chunk: 28]
   };
 
   void thread_main(int index);
   void pin_current_thread(int index) const;
-  // Claims and runs chunks of the current job until none is left.
-  void work_on_chunks();
+  // Claims and runs chunks of the current job until none is left: first of
+  // segment `index`, then of the others among the `threads` taking part.
+  void work_on_chunks(int index, int threads);
   void wake_threads();
   void stop_threads();
 
@@ -93,7 +104,7 @@ class Worker {
   // never sees it rewritten while a chunk of that job can still be claimed.
   Slot slots_[2];
   uint64_t jobs_ = 0;               // jobs published (the caller's count)
-  std::atomic<uint64_t> claim_{0};  // [job parity: 8 | chunks: 28 | next chunk: 28]
+  std::unique_ptr<Segment[]> segments_;  // one per thread
   std::atomic<uint32_t> epoch_{0};  // [job sequence: 20 | threads taking part: 12], futex word
   std::atomic<int> sleepers_{0};    // threads asleep (or about to sleep) on epoch_
   std::atomic<bool> caller_sleeping_{false};
