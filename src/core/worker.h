@@ -103,10 +103,10 @@ class Worker {
   // Two job slots alternate, so a late thread reading the previous job's slot
   // never sees it rewritten while a chunk of that job can still be claimed.
   Slot slots_[2];
-  uint64_t jobs_ = 0;               // jobs published (the caller's count)
+  uint64_t jobs_ = 0;                    // jobs published (the caller's count)
   std::unique_ptr<Segment[]> segments_;  // one per thread
-  std::atomic<uint32_t> epoch_{0};  // [job sequence: 20 | threads taking part: 12], futex word
-  std::atomic<int> sleepers_{0};    // threads asleep (or about to sleep) on epoch_
+  std::atomic<uint32_t> epoch_{0};       // [job sequence: 20 | threads taking part: 12], futex word
+  std::atomic<int> sleepers_{0};         // threads asleep (or about to sleep) on epoch_
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> parallel_jobs_{0};

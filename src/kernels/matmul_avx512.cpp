@@ -23,7 +23,8 @@ namespace {
 
 // The 8-row kernels for a leftover tile: vpdpbusd on 256 bits (AVX512-VL).
 struct DotVnni256 {
-  PARSPEC_KERNEL_INLINE static __m256i sum_q4(const __m256i lo[4], const __m256i hi[4], const int8_t* xq) {
+  PARSPEC_KERNEL_INLINE static __m256i sum_q4(const __m256i lo[4], const __m256i hi[4],
+                                              const int8_t* xq) {
     __m256i s = _mm256_setzero_si256();
     for (int d = 0; d < 4; ++d) {
       s = _mm256_dpbusd_epi32(s, lo[d], broadcast_i32(xq + 4 * d));
@@ -32,7 +33,8 @@ struct DotVnni256 {
     return s;
   }
   static constexpr bool kBiasedQ8 = true;
-  PARSPEC_KERNEL_INLINE static __m256i sum_q8(const __m256i biased[8], const __m256i[8], const int8_t* xq) {
+  PARSPEC_KERNEL_INLINE static __m256i sum_q8(const __m256i biased[8], const __m256i[8],
+                                              const int8_t* xq) {
     // Σ (w + 128)·x; the tile subtracts 128·Σ x.
     __m256i s = _mm256_setzero_si256();
     for (int g = 0; g < 8; ++g) s = _mm256_dpbusd_epi32(s, biased[g], broadcast_i32(xq + 4 * g));
@@ -52,7 +54,8 @@ PARSPEC_KERNEL_INLINE __m512i join(__m256i lo, __m256i hi) {
 
 // Dwords [offset, offset + 16) of the current block of 16 rows, transposed:
 // out[d] lane r = dword d of row r (d = 0..3).
-PARSPEC_KERNEL_INLINE void transpose16x4(const uint8_t* const rows[kTileRows16], int64_t offset, __m512i out[4]) {
+PARSPEC_KERNEL_INLINE void transpose16x4(const uint8_t* const rows[kTileRows16], int64_t offset,
+                                         __m512i out[4]) {
   __m256i pairs[4], lo[4], hi[4];
   for (int r = 0; r < 4; ++r) pairs[r] = load_row_pair(rows[r] + offset, rows[r + 4] + offset);
   transpose_8x4(pairs, lo);
@@ -67,8 +70,8 @@ PARSPEC_KERNEL_INLINE __m512 load_row_scales16(const uint8_t* const rows[kTileRo
       _mm512_insertf64x4(_mm512_setzero_pd(), _mm256_castps_pd(lo), 0), _mm256_castps_pd(hi), 1));
 }
 
-PARSPEC_KERNEL_INLINE void prefetch_next_tile16(const uint8_t* const rows[kTileRows16], size_t row_stride,
-                                 int64_t at) {
+PARSPEC_KERNEL_INLINE void prefetch_next_tile16(const uint8_t* const rows[kTileRows16],
+                                                size_t row_stride, int64_t at) {
   const size_t ahead = kTileRows16 * row_stride;
   for (int r = 0; r < kTileRows16; ++r)
     _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
@@ -303,8 +306,8 @@ PARSPEC_KERNEL_INLINE __m512 load_quad_scales(const uint8_t* const p[4], size_t 
 // per row; fold_quads adds them (exact int32: any order gives the contract's
 // sum) into lane 4k + j = row 4k + j. About a third of the instructions per
 // block of the transposing tile16, which a decode step was bound by.
-void tile16_q4_decode(const uint8_t* row0, size_t stride, int64_t nb, const ActView& act,
-                      int64_t m, float* acc) {
+void tile16_q4_decode(const uint8_t* row0, size_t stride, int64_t nb, const ActView& act, int64_t m,
+                      float* acc) {
   const __m512i low_mask = _mm512_set1_epi8(0x0f);
   const size_t s4 = 4 * stride, ahead = 16 * stride;
   const uint8_t* p[4] = {row0, row0 + stride, row0 + 2 * stride, row0 + 3 * stride};
@@ -343,7 +346,7 @@ void tile16_q4_decode(const uint8_t* row0, size_t stride, int64_t nb, const ActV
 // of row r, d = 0..3), from four row quads: a 4 × 4 dword transpose inside
 // each 128-bit lane, 8 unpacks instead of the 28 shuffles of transpose16x4.
 PARSPEC_KERNEL_INLINE void transpose_quads(const uint8_t* const p[4], size_t s4, int64_t offset,
-                            __m512i out[4]) {
+                                           __m512i out[4]) {
   __m512i z[4];
   for (int j = 0; j < 4; ++j) z[j] = load_row_quad(p[j] + offset, s4);
   const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
@@ -382,8 +385,8 @@ PARSPEC_KERNEL_INLINE Q8Block16 load_q8_quads(const uint8_t* const p[4], size_t 
 // plus multiples of 4 strides (nothing spills), one prefetch per row per
 // cache line's worth of blocks.
 template <class Block, Block (*Load)(const uint8_t* const*, size_t), int MR>
-void tile16_strided(const uint8_t* row0, size_t stride, int64_t nb, const ActView& act,
-                    int64_t m0, float* acc) {
+void tile16_strided(const uint8_t* row0, size_t stride, int64_t nb, const ActView& act, int64_t m0,
+                    float* acc) {
   const size_t s4 = 4 * stride, ahead = 16 * stride;
   const uint8_t* p[4] = {row0, row0 + stride, row0 + 2 * stride, row0 + 3 * stride};
   // Blocks per prefetch: consecutive prefetches of a row stay under 64 bytes apart.
@@ -526,8 +529,8 @@ PARSPEC_KERNEL_INLINE void prefetch_line(const uint8_t* p) {
 // Weights k..k+15 of R rows × C activation rows (x + c·ldx): one fma each,
 // continuing the accumulators a.
 template <DType T, int R, int C>
-PARSPEC_KERNEL_INLINE void fma_step(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t k,
-                     __m512 (&a)[R][C]) {
+PARSPEC_KERNEL_INLINE void fma_step(const uint8_t* const rows[], const float* x, int64_t ldx,
+                                    int64_t k, __m512 (&a)[R][C]) {
   __m512 xv[C];
   for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x + c * ldx + k);
   for (int r = 0; r < R; ++r) {
@@ -538,8 +541,8 @@ PARSPEC_KERNEL_INLINE void fma_step(const uint8_t* const rows[], const float* x,
 
 // The same for the ragged tail k = whole..n-1 (< 16 weights), zero padded.
 template <DType T, int R, int C>
-PARSPEC_KERNEL_INLINE void fma_tail(const uint8_t* const rows[], const float* x, int64_t ldx, int64_t whole,
-                     int64_t n, __m512 (&a)[R][C]) {
+PARSPEC_KERNEL_INLINE void fma_tail(const uint8_t* const rows[], const float* x, int64_t ldx,
+                                    int64_t whole, int64_t n, __m512 (&a)[R][C]) {
   const auto mask = static_cast<__mmask16>((1u << (n - whole)) - 1);
   __m512 xv[C];
   for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x + c * ldx + whole);

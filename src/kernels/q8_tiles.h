@@ -97,8 +97,8 @@ static PARSPEC_KERNEL_INLINE __m256i load_row_pair(const uint8_t* lo, const uint
 // back to back, so that is kTileRows row strides ahead): while this tile
 // computes, the next one streams in. Measured: cold-cache Q4_0 single-row
 // throughput 7 -> 10+ GB/s.
-static PARSPEC_KERNEL_INLINE void prefetch_next_tile(const uint8_t* const rows[kTileRows], size_t row_stride,
-                                      int64_t at) {
+static PARSPEC_KERNEL_INLINE void prefetch_next_tile(const uint8_t* const rows[kTileRows],
+                                                     size_t row_stride, int64_t at) {
   const size_t ahead = kTileRows * row_stride;
   for (int r = 0; r < kTileRows; ++r) {
     _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
@@ -108,7 +108,8 @@ static PARSPEC_KERNEL_INLINE void prefetch_next_tile(const uint8_t* const rows[k
 // f32 values of the f16 scales at offset `at` of the 8 rows. Scalar loads
 // packed into one vector: as fast as a gather here, and gathers are slow on
 // CPUs with the gather-data-sampling microcode fix.
-static PARSPEC_KERNEL_INLINE __m256 load_row_scales(const uint8_t* const rows[kTileRows], int64_t at) {
+static PARSPEC_KERNEL_INLINE __m256 load_row_scales(const uint8_t* const rows[kTileRows],
+                                                    int64_t at) {
   uint64_t lo = 0, hi = 0;
   for (int r = 0; r < 4; ++r) {
     uint16_t a, b;
