@@ -10,6 +10,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include "kernels/k_tiles.h"
+#include "kernels/lanes512.h"
 
 namespace parspec::ktiles {
 namespace {
@@ -70,12 +71,7 @@ struct Vec512 {
       z[r] = _mm512_inserti32x4(z[r], load16(rows[r + 8] + at), 2);
       z[r] = _mm512_inserti32x4(z[r], load16(rows[r + 12] + at), 3);
     }
-    const I t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-    const I t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-    out[0] = _mm512_unpacklo_epi64(t0, t2);
-    out[1] = _mm512_unpackhi_epi64(t0, t2);
-    out[2] = _mm512_unpacklo_epi64(t1, t3);
-    out[3] = _mm512_unpackhi_epi64(t1, t3);
+    lanes512::transpose_quads(z, out);
   }
   static F f16_low(I v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
   static F f16_high(I v) { return f16_low(_mm512_srli_epi32(v, 16)); }

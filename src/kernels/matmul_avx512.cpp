@@ -14,8 +14,10 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/float_tiles.h"
+#include "kernels/lanes512.h"
 #include "kernels/q8_tiles.h"
 
 namespace parspec::q8tiles {
@@ -190,29 +192,24 @@ void tile16(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t n
   for (int j = 0; j < MR; ++j) _mm512_storeu_ps(acc + j * 16, regs[j]);
 }
 
+// Calls body(std::integral_constant<int, MR>{}) with MR = rows if 1 <= rows
+// <= kMaxRegisterRows (the kernels keep MR rows' sums in registers); false
+// for any other count.
+template <class Body>
+bool with_register_rows(int64_t rows, Body&& body) {
+  return [&]<int... R>(std::integer_sequence<int, R...>) {
+    return ((rows == R + 1 ? (body(std::integral_constant<int, R + 1>{}), true) : false) || ...);
+  }
+  (std::make_integer_sequence<int, static_cast<int>(kMaxRegisterRows)>{});
+}
+
 template <class Block, Block (*Load)(const uint8_t* const*, int64_t)>
 void tile16_any(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t nb,
                 const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
-  switch (m1 - m0) {
-    case 1:
-      return tile16<Block, Load, 1>(rows, row_stride, nb, act, m0, m1, acc);
-    case 2:
-      return tile16<Block, Load, 2>(rows, row_stride, nb, act, m0, m1, acc);
-    case 3:
-      return tile16<Block, Load, 3>(rows, row_stride, nb, act, m0, m1, acc);
-    case 4:
-      return tile16<Block, Load, 4>(rows, row_stride, nb, act, m0, m1, acc);
-    case 5:
-      return tile16<Block, Load, 5>(rows, row_stride, nb, act, m0, m1, acc);
-    case 6:
-      return tile16<Block, Load, 6>(rows, row_stride, nb, act, m0, m1, acc);
-    case 7:
-      return tile16<Block, Load, 7>(rows, row_stride, nb, act, m0, m1, acc);
-    case 8:
-      return tile16<Block, Load, 8>(rows, row_stride, nb, act, m0, m1, acc);
-    default:
-      return tile16<Block, Load, 0>(rows, row_stride, nb, act, m0, m1, acc);
-  }
+  const bool in_registers = with_register_rows(m1 - m0, [&](auto mr) {
+    tile16<Block, Load, decltype(mr)::value>(rows, row_stride, nb, act, m0, m1, acc);
+  });
+  if (!in_registers) tile16<Block, Load, 0>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
 // 32 weight rows (two 16-row blocks) against any number of activation rows,
@@ -343,18 +340,13 @@ void tile16_q4_decode(const uint8_t* row0, size_t stride, int64_t nb, const ActV
 }
 
 // The same 16 rows transposed as tile16 wants them (out[d] lane r = dword d
-// of row r, d = 0..3), from four row quads: a 4 × 4 dword transpose inside
-// each 128-bit lane, 8 unpacks instead of the 28 shuffles of transpose16x4.
+// of row r, d = 0..3), from four row quads: 8 unpacks instead of the 28
+// shuffles of transpose16x4.
 PARSPEC_KERNEL_INLINE void transpose_quads(const uint8_t* const p[4], size_t s4, int64_t offset,
                                            __m512i out[4]) {
   __m512i z[4];
   for (int j = 0; j < 4; ++j) z[j] = load_row_quad(p[j] + offset, s4);
-  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-  out[0] = _mm512_unpacklo_epi64(t0, t2);
-  out[1] = _mm512_unpackhi_epi64(t0, t2);
-  out[2] = _mm512_unpacklo_epi64(t1, t3);
-  out[3] = _mm512_unpackhi_epi64(t1, t3);
+  lanes512::transpose_quads(z, out);
 }
 
 PARSPEC_KERNEL_INLINE Q4Block16 load_q4_quads(const uint8_t* const p[4], size_t s4) {
@@ -409,34 +401,9 @@ template <class Block, Block (*Load)(const uint8_t* const*, size_t)>
 bool tile16_strided_any(const uint8_t* row0, size_t stride, int64_t nb, const Q8Activations& act,
                         int64_t m0, int64_t m1, float* acc) {
   const ActView view(act);
-  switch (m1 - m0) {
-    case 1:
-      tile16_strided<Block, Load, 1>(row0, stride, nb, view, m0, acc);
-      return true;
-    case 2:
-      tile16_strided<Block, Load, 2>(row0, stride, nb, view, m0, acc);
-      return true;
-    case 3:
-      tile16_strided<Block, Load, 3>(row0, stride, nb, view, m0, acc);
-      return true;
-    case 4:
-      tile16_strided<Block, Load, 4>(row0, stride, nb, view, m0, acc);
-      return true;
-    case 5:
-      tile16_strided<Block, Load, 5>(row0, stride, nb, view, m0, acc);
-      return true;
-    case 6:
-      tile16_strided<Block, Load, 6>(row0, stride, nb, view, m0, acc);
-      return true;
-    case 7:
-      tile16_strided<Block, Load, 7>(row0, stride, nb, view, m0, acc);
-      return true;
-    case 8:
-      tile16_strided<Block, Load, 8>(row0, stride, nb, view, m0, acc);
-      return true;
-    default:
-      return false;
-  }
+  return with_register_rows(m1 - m0, [&](auto mr) {
+    tile16_strided<Block, Load, decltype(mr)::value>(row0, stride, nb, view, m0, acc);
+  });
 }
 
 // Rows a full tile's way apart (the last, partial tile repeats its last row).
