@@ -3,10 +3,11 @@
 // one parallel job at a time. Two workers can run at the same time in one
 // process (a drafter and a target on different cores).
 //
-// Scheduling is dynamic: a job is a range of items cut into chunks, and every
-// taking-part thread (the caller included) claims the next chunk from one
-// atomic counter until none is left. A thread that the OS deschedules simply
-// claims fewer chunks; the caller returns as soon as every chunk is done, not
+// Scheduling is dynamic: a job is a range of items cut into chunks, the
+// chunks into one contiguous segment per taking-part thread (the caller
+// included); each thread claims its own segment's chunks in order, then the
+// others', until none is left. A thread that the OS deschedules simply claims
+// fewer chunks; the caller returns as soon as every chunk is done, not
 // when every thread has checked in. Which thread runs a chunk never changes
 // what the chunk computes, so kernels that reduce each output on one thread in
 // a fixed order stay batch invariant.
