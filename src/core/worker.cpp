@@ -227,10 +227,9 @@ void Worker::parallel_chunks(int64_t n, int64_t grain, int threads, const RangeB
   parallel_jobs_.fetch_add(1, std::memory_order_relaxed);
 
   work_on_chunks(0, threads);
-  const uint32_t total = static_cast<uint32_t>(chunks);
-  if (spin_then_yield([&] { return s.done.load(std::memory_order_acquire) == total; })) return;
+  if (spin_then_yield([&] { return s.done.load(std::memory_order_acquire) == s.chunks; })) return;
   caller_sleeping_.store(true);
-  for (uint32_t d = s.done.load(); d != total; d = s.done.load()) futex_wait(s.done, d);
+  for (uint32_t d = s.done.load(); d != s.chunks; d = s.done.load()) futex_wait(s.done, d);
   caller_sleeping_.store(false);
 }
 

@@ -19,10 +19,6 @@ struct Dpbusd256Evex {
   static __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 };
 
-inline __m128i load16(const uint8_t* p) {
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-}
-
 struct Vec512 {
   static constexpr int kRows = 16;
   // 8 activation rows' int32 sums and dot chains plus the block's 8 weight
@@ -65,12 +61,9 @@ struct Vec512 {
   // of row 4c + r into lane 4c + r of out[d].
   static void transpose16(const uint8_t* const rows[kRows], int64_t at, I out[4]) {
     I z[4];
-    for (int r = 0; r < 4; ++r) {
-      z[r] = _mm512_castsi128_si512(load16(rows[r] + at));
-      z[r] = _mm512_inserti32x4(z[r], load16(rows[r + 4] + at), 1);
-      z[r] = _mm512_inserti32x4(z[r], load16(rows[r + 8] + at), 2);
-      z[r] = _mm512_inserti32x4(z[r], load16(rows[r + 12] + at), 3);
-    }
+    for (int r = 0; r < 4; ++r)
+      z[r] =
+          lanes512::load_quad(rows[r] + at, rows[r + 4] + at, rows[r + 8] + at, rows[r + 12] + at);
     lanes512::transpose_quads(z, out);
   }
   static F f16_low(I v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }

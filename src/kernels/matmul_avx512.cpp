@@ -261,10 +261,15 @@ void tile32(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t n
 // than the arithmetic). A row quad holds rows j, 4 + j, 8 + j, 12 + j, 16
 // bytes each, one per 128-bit lane.
 PARSPEC_KERNEL_INLINE __m512i load_row_quad(const uint8_t* p, size_t s4) {
-  __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + s4)), 1);
-  z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * s4)), 2);
-  return _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 3 * s4)), 3);
+  return lanes512::load_quad(p, p + s4, p + 2 * s4, p + 3 * s4);
+}
+
+// The same offset in the 16 rows of the tile after this one (rows are stored
+// back to back, `ahead` = 16 strides).
+PARSPEC_KERNEL_INLINE void prefetch_next_quads(const uint8_t* const p[4], size_t s4, size_t ahead) {
+  for (int j = 0; j < 4; ++j)
+    for (int k = 0; k < 4; ++k)
+      _mm_prefetch(reinterpret_cast<const char*>(p[j] + k * s4 + ahead), _MM_HINT_T0);
 }
 
 // Lane 4k + j of the result = Σ of the four dwords in 128-bit lane k of z[j].
@@ -313,10 +318,7 @@ void tile16_q4_decode(const uint8_t* row0, size_t stride, int64_t nb, const ActV
     // One prefetch per row every other block (36 bytes < a cache line, so
     // every line of the next tile's rows is requested). Measured against
     // two tiles ahead, _MM_HINT_T1 and none: this is the fastest.
-    if ((b & 1) == 0)
-      for (int j = 0; j < 4; ++j)
-        for (int k = 0; k < 4; ++k)
-          _mm_prefetch(reinterpret_cast<const char*>(p[j] + k * s4 + ahead), _MM_HINT_T0);
+    if ((b & 1) == 0) prefetch_next_quads(p, s4, ahead);
     const int64_t i = m * nb + b;
     const int8_t* xq = act.blocks[i].qs;
     const __m512i xlo =
@@ -386,10 +388,7 @@ void tile16_strided(const uint8_t* row0, size_t stride, int64_t nb, const ActVie
   __m512 regs[MR];
   for (int m = 0; m < MR; ++m) regs[m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    if (b % kEvery == 0)
-      for (int j = 0; j < 4; ++j)
-        for (int k = 0; k < 4; ++k)
-          _mm_prefetch(reinterpret_cast<const char*>(p[j] + k * s4 + ahead), _MM_HINT_T0);
+    if (b % kEvery == 0) prefetch_next_quads(p, s4, ahead);
     const Block k = Load(p, s4);
     for (int m = 0; m < MR; ++m) regs[m] = k.apply(act, (m0 + m) * nb + b, regs[m]);
     for (int j = 0; j < 4; ++j) p[j] += Block::kBytes;
