@@ -537,6 +537,21 @@ void GgufFile::hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors)
   ::close(fd);
 }
 
+uint8_t* GgufFile::writable_tensor_data(const GgufTensorInfo& info) {
+  if (!copied_) return nullptr;
+  if (!writable_) {
+    check(mprotect(mapping_, mapped_size_, PROT_READ | PROT_WRITE) == 0, path_,
+          ": cannot make the weights writable: ", std::strerror(errno));
+    writable_ = true;
+  }
+  return const_cast<uint8_t*>(tensor_data(info));
+}
+
+void GgufFile::finish_writes() {
+  if (writable_) mprotect(mapping_, mapped_size_, PROT_READ);
+  writable_ = false;
+}
+
 void set_weight_loading(WeightLoading mode) {
   g_weight_loading.store(mode);
 }

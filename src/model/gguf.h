@@ -133,6 +133,12 @@ class GgufFile {
   void hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors);
   uint64_t held_bytes() const { return held_bytes_; }
 
+  // A copied file's tensor bytes, writable until finish_writes(): the loader
+  // repacks weights in place (kernels/repack.h). nullptr for a mapped file or
+  // one in memory, whose bytes stay read-only (and as the file has them).
+  uint8_t* writable_tensor_data(const GgufTensorInfo& info);
+  void finish_writes();
+
  private:
   GgufFile() = default;
   void parse();
@@ -144,6 +150,7 @@ class GgufFile {
   void* mapping_ = nullptr;  // non-null when we own a mapping (of mapped_size_ bytes)
   size_t mapped_size_ = 0;
   uint64_t held_bytes_ = 0;
+  bool writable_ = false;
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   uint64_t data_offset_ = 0;

@@ -5,9 +5,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <string_view>
 
 #include "core/error.h"
 #include "kernels/ops.h"
+#include "kernels/repack.h"
 #include "model/attention_rows.h"
 
 namespace parspec {
@@ -67,6 +69,24 @@ uint64_t matrix_bytes(const WeightMatrix& w) {
   return row_bytes(w.type, w.n_in) * w.n_out;
 }
 
+// On unless PARSPEC_REPACK=0: repacked Q4_0 weights decode faster
+// (docs/performance.md, issue 10).
+bool repacking_wanted() {
+  const char* env = std::getenv("PARSPEC_REPACK");
+  return env == nullptr || std::string_view(env) != "0";
+}
+
+// Repacks w in place where its type has a tile layout and the file's bytes are
+// ours to change (a copied file); returns the bytes repacked.
+uint64_t repack_matrix(Worker& worker, GgufFile& file, const std::string& name, WeightMatrix& w) {
+  if (!repack::repackable(w.type) || w.n_out < repack::kGroupRows) return 0;
+  uint8_t* data = file.writable_tensor_data(*file.find_tensor(name));
+  if (data == nullptr) return 0;
+  repack::repack_in_place(worker, w.type, w.n_in, w.n_out, data);
+  w.repacked = true;
+  return matrix_bytes(w);
+}
+
 }  // namespace
 
 void Model::hold_in_memory(int layer_first, int layer_last, bool output) const {
@@ -123,6 +143,24 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
   }
 
   check_all_tensors_used(f, c);
+
+  if (f.copied() && repacking_wanted()) {
+    Worker worker(default_thread_count());
+    // The embeddings are read row by row (embed), so a tied output stays row-major.
+    if (!c.tied_embeddings)
+      m->repacked_bytes_ += repack_matrix(worker, *m->file_, "output.weight", m->output_);
+    const char* names[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                           "ffn_gate", "ffn_up", "ffn_down"};
+    for (int l = 0; l < c.n_layer; ++l) {
+      LayerWeights& w = m->layers_[l];
+      WeightMatrix* matrices[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
+      for (int i = 0; i < 7; ++i) {
+        const std::string name = "blk." + std::to_string(l) + "." + names[i] + ".weight";
+        m->repacked_bytes_ += repack_matrix(worker, *m->file_, name, *matrices[i]);
+      }
+    }
+    m->file_->finish_writes();
+  }
 
   const int n_pairs = c.rope_dims / 2;
   m->rope_inv_freq_.resize(n_pairs);
