@@ -17,6 +17,7 @@
 // rows, so a matrix repacks in place; the n_out % 16 rows after the last whole
 // group stay row-major where they were.
 #include <cstdint>
+#include <functional>
 
 #include "core/worker.h"
 #include "kernels/quant.h"
@@ -56,8 +57,19 @@ inline size_t group_bytes(DType type, int64_t n_in) {
 // group at `out` (which must not overlap them).
 void pack_group(int64_t n_in, const uint8_t* rows, size_t stride, uint8_t* out);
 
-// Repacks the n_out / 16 whole groups of row-major `data` in place, on the
-// worker's threads. The rows after the last whole group are left as they are.
+// Supplies n bytes at byte `at` of a row-major matrix into dst; false on a
+// failure (the supplier keeps why), which stops the packing.
+using ByteReader = std::function<bool(size_t at, size_t n, uint8_t* dst)>;
+
+// A row-major n_out × n_in matrix, as `read` supplies it, packed into `out`
+// (its bytes): the n_out / 16 whole groups in the layout above, the rows after
+// them row-major. On the worker's threads, a few groups per read, each read
+// into a buffer that stays in cache before its groups are written: so `out`
+// may be where `read` copies from, and loading a file packs while reading it.
+void pack_matrix(Worker& worker, DType type, int64_t n_in, int64_t n_out, const ByteReader& read,
+                 uint8_t* out);
+
+// pack_matrix of row-major `data` into itself.
 void repack_in_place(Worker& worker, DType type, int64_t n_in, int64_t n_out, uint8_t* data);
 
 // The inverse: row `o` of an n_out-row matrix repacked by repack_in_place (in

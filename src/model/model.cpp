@@ -40,7 +40,7 @@ WeightMatrix load_matrix(const GgufFile& file, const std::string& name, int64_t 
         name, " has shape [", t->dims[0], t->dims.size() > 1 ? ", " : "",
         t->dims.size() > 1 ? std::to_string(t->dims[1]) : std::string(), "], expected [", n_in,
         ", ", n_out, "]");
-  return WeightMatrix{t->type, n_in, n_out, file.tensor_data(*t)};
+  return WeightMatrix{t->type, n_in, n_out, file.tensor_data(*t), file.transformed(*t)};
 }
 
 std::vector<float> load_vector(const GgufFile& file, const std::string& name, int64_t n) {
@@ -76,15 +76,18 @@ bool repacking_wanted() {
   return env == nullptr || std::string_view(env) != "0";
 }
 
-// Repacks w in place where its type has a tile layout and the file's bytes are
-// ours to change (a copied file); returns the bytes repacked.
-uint64_t repack_matrix(Worker& worker, GgufFile& file, const std::string& name, WeightMatrix& w) {
-  if (!repack::repackable(w.type) || w.n_out < repack::kGroupRows) return 0;
-  uint8_t* data = file.writable_tensor_data(*file.find_tensor(name));
-  if (data == nullptr) return 0;
-  repack::repack_in_place(worker, w.type, w.n_in, w.n_out, data);
-  w.repacked = true;
-  return matrix_bytes(w);
+// The matrices the forward pass reads only through matmul: the layers' and an
+// untied output (the embeddings are read row by row, see embed, so a tied
+// output stays row-major too).
+bool matmul_only(const std::string& name) {
+  if (name == "output.weight") return true;
+  if (!name.starts_with("blk.")) return false;
+  for (const char* suffix :
+       {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight",
+        ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"}) {
+    if (name.ends_with(suffix)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -105,7 +108,19 @@ void Model::hold_in_memory(int layer_first, int layer_last, bool output) const {
 }
 
 std::shared_ptr<Model> Model::load(const std::string& path) {
-  return from_gguf(GgufFile::open(path));
+  if (!repacking_wanted()) return from_gguf(GgufFile::open(path));
+  // Q4_0 matrices are repacked (kernels/repack.h) while the file is read, on
+  // all threads: one pass, where reading and then repacking took two.
+  Worker worker(default_thread_count());
+  const TransformChooser choose = [&](const GgufTensorInfo& t) -> TensorTransform {
+    if (!repack::repackable(t.type) || t.dims.size() != 2 || t.dims[1] < repack::kGroupRows ||
+        !matmul_only(t.name))
+      return nullptr;
+    return [&worker, &t](const TensorReader& read, uint8_t* out) {
+      repack::pack_matrix(worker, t.type, t.dims[0], t.dims[1], read, out);
+    };
+  };
+  return from_gguf(GgufFile::open(path, choose));
 }
 
 std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
@@ -144,22 +159,13 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
 
   check_all_tensors_used(f, c);
 
-  if (f.copied() && repacking_wanted()) {
-    Worker worker(default_thread_count());
-    // The embeddings are read row by row (embed), so a tied output stays row-major.
-    if (!c.tied_embeddings)
-      m->repacked_bytes_ += repack_matrix(worker, *m->file_, "output.weight", m->output_);
-    const char* names[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
-                           "ffn_gate", "ffn_up", "ffn_down"};
-    for (int l = 0; l < c.n_layer; ++l) {
-      LayerWeights& w = m->layers_[l];
-      WeightMatrix* matrices[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
-      for (int i = 0; i < 7; ++i) {
-        const std::string name = "blk." + std::to_string(l) + "." + names[i] + ".weight";
-        m->repacked_bytes_ += repack_matrix(worker, *m->file_, name, *matrices[i]);
-      }
-    }
-    m->file_->finish_writes();
+  // Matrices repacked while the file was read (Model::load); embed reads the
+  // embeddings row by row.
+  check(!m->token_embd_.repacked, f.path(), ": the embeddings were repacked");
+  if (m->output_.repacked) m->repacked_bytes_ += matrix_bytes(m->output_);
+  for (const LayerWeights& w : m->layers_) {
+    for (const WeightMatrix* wm : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+      if (wm->repacked) m->repacked_bytes_ += matrix_bytes(*wm);
   }
 
   const int n_pairs = c.rope_dims / 2;
