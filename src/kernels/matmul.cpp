@@ -118,9 +118,10 @@ struct DotAvx2 {
   }
 };
 
-constexpr q8tiles::TileKernels kAvx2Tiles{.q4_0 = &q8tiles::tile_q4_0<DotAvx2>,
-                                          .q8_0 = &q8tiles::tile_q8_0<DotAvx2>,
-                                          .q4_0_packed = &q8tiles::packed_q4_0<DotAvx2>};
+constexpr q8tiles::TileKernels kAvx2Tiles{&q8tiles::tile_q4_0<DotAvx2>,
+                                          &q8tiles::tile_q8_0<DotAvx2>};
+constexpr q8tiles::PackedKernels kAvx2Packed{&q8tiles::packed_q4_0<DotAvx2>, nullptr,
+                                             &q8tiles::tile_q4_0<DotAvx2>};
 
 // The kernel table of the ISA in use (kernels/isa.h), one argument per ISA.
 template <class Table>
@@ -143,6 +144,25 @@ const q8tiles::TileKernels& active_tiles() {
   static const q8tiles::TileKernels avx512 =
       cpu_supports(Isa::kAvx512) ? q8tiles::avx512_tile_kernels() : q8tiles::TileKernels{};
   return for_active_isa(kAvx2Tiles, vnni, avx512);
+}
+
+// The repacked Q4_0 kernels of the ISA in use, with its row-major 8-row Q4_0
+// tile for the rows after the last group. Not through active_tiles(): a
+// second caller changed how the compiler inlines it into the Q8_0 driver.
+const q8tiles::PackedKernels& active_packed() {
+  auto with_rows = [](q8tiles::PackedKernels k, const q8tiles::TileKernels& tiles) {
+    k.rows = tiles.q4_0;
+    return k;
+  };
+  static const q8tiles::PackedKernels vnni =
+      cpu_supports(Isa::kAvxVnni)
+          ? with_rows(q8tiles::vnni_packed_kernels(), q8tiles::vnni_tile_kernels())
+          : q8tiles::PackedKernels{};
+  static const q8tiles::PackedKernels avx512 =
+      cpu_supports(Isa::kAvx512)
+          ? with_rows(q8tiles::avx512_packed_kernels(), q8tiles::avx512_tile_kernels())
+          : q8tiles::PackedKernels{};
+  return for_active_isa(kAvx2Packed, vnni, avx512);
 }
 
 // ------------------------------------------------------ F32/F16/BF16 kernels ----
@@ -639,13 +659,13 @@ int64_t tile_count(const WeightMatrix& w) {
 
 // Tiles [t0, t1) of a repacked Q4_0 matrix: its groups in pairs through the
 // 32-row kernel for large batches, the rest one by one (activation rows in
-// chunks of kChunkRows), then the row-major rows after the last group through
-// run_q8_tiles, which never sees a repacked matrix otherwise.
+// chunks of kChunkRows), then the row-major rows after the last group. Not
+// through run_q8_tiles: a second caller changed how the compiler inlines it for
+// Q8_0.
 void run_packed_q4_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_t t1) {
-  const q8tiles::TileKernels& kernels = active_tiles();
+  const q8tiles::PackedKernels& kernels = active_packed();
   const int64_t groups = packed_groups(p.w);
-  const q8tiles::PackedKernel32 pair =
-      p.M > q8tiles::kMaxRegisterRows ? kernels.q4_0_packed32 : nullptr;
+  const q8tiles::PackedKernel32 pair = p.M > q8tiles::kMaxRegisterRows ? kernels.q4_0_32 : nullptr;
   const size_t bytes = repack::group_bytes(p.w.type, p.w.n_in);
   const int64_t nb = p.w.n_in / kQK;
   thread_local std::vector<float> acc;
@@ -660,17 +680,19 @@ void run_packed_q4_tiles(const Problem& p, const Q8Activations& act, int64_t t0,
       if (count == 2) {
         pair(data, data + bytes, nb, act, m0, m1, acc.data());
       } else {
-        kernels.q4_0_packed(data, nb, act, m0, m1, acc.data());
+        kernels.q4_0(data, nb, act, m0, m1, acc.data());
       }
       for (int64_t i = 0; i < 2 * count; ++i)
         store_tile(p, 2 * g + i, m0, m1, acc.data() + i * kTileRows, width);
     }
     g += count;
   }
-  // The row-major tiles after the groups: numbered on from 2 · groups.
+  // The row-major tiles after the groups (at most two): numbered on from 2 · groups.
   t0 = std::max(t0, groups) + groups;
   t1 += groups;
-  if (t0 < t1) run_q8_tiles(p, act, t0, t1);
+  if (t0 < t1)
+    run_tile_pairs_then_singles(p, act, nb, t0, t1, q8tiles::TileKernel16{nullptr}, kernels.rows,
+                                acc.data());
 }
 
 template <DType T>

@@ -16,6 +16,7 @@
 
 #include "kernels/float_tiles.h"
 #include "kernels/q8_tiles.h"
+#include "kernels/q8_tiles_avx512.h"
 
 namespace parspec::q8tiles {
 namespace {
@@ -38,12 +39,6 @@ struct DotVnni256 {
     return s;
   }
 };
-
-inline __m512i broadcast_x(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
-}
 
 inline __m512i join(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -72,46 +67,6 @@ inline void prefetch_next_tile16(const uint8_t* const rows[kTileRows16], size_t 
   for (int r = 0; r < kTileRows16; ++r)
     _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
 }
-
-// The activation arrays as plain pointers, read once per tile: through the
-// vectors of Q8Activations every block would reload them (the accumulator
-// stores may alias them as far as the compiler knows).
-struct ActView {
-  const BlockQ8_0* blocks;
-  const float* scales;
-  const int32_t* minus_sums8;
-  const int32_t* minus_sums128;
-  explicit ActView(const Q8Activations& a)
-      : blocks(a.blocks.data()),
-        scales(a.scales.data()),
-        minus_sums8(a.minus_sums8.data()),
-        minus_sums128(a.minus_sums128.data()) {}
-};
-
-// Block b's contribution to activation row m: acc = fma(float(isum), dw·dx, acc).
-struct Q4Block16 {
-  static constexpr int64_t kBytes = sizeof(BlockQ4_0);
-  __m512i lo[4], hi[4];
-  __m512 dw;
-  // The weights that multiply activation dword g (quants 4g..4g+3).
-  __m512i part(int g) const { return g < 4 ? lo[g] : hi[g - 4]; }
-  static int32_t start(const ActView& act, int64_t i) { return act.minus_sums8[i]; }
-  __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
-    const int8_t* xq = act.blocks[i].qs;
-    // Σ (q − 8)·x = Σ q·x − 8·Σ x: the sum starts at −8·Σ x. Two chains of
-    // four (the integer sum is exact in any order) let a batch's rows overlap.
-    __m512i s0 = _mm512_set1_epi32(act.minus_sums8[i]), s1 = _mm512_setzero_si512();
-    for (int d = 0; d < 4; d += 2) {
-      s0 = _mm512_dpbusd_epi32(s0, lo[d], broadcast_x(xq + 4 * d));
-      s1 = _mm512_dpbusd_epi32(s1, lo[d + 1], broadcast_x(xq + 4 * d + 4));
-      s0 = _mm512_dpbusd_epi32(s0, hi[d], broadcast_x(xq + 16 + 4 * d));
-      s1 = _mm512_dpbusd_epi32(s1, hi[d + 1], broadcast_x(xq + 16 + 4 * d + 4));
-    }
-    const __m512i isum = _mm512_add_epi32(s0, s1);
-    const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
-  }
-};
 
 struct Q8Block16 {
   // w + 128 as unsigned bytes: vpdpbusd multiplies u8 × s8, and
@@ -158,39 +113,6 @@ inline Q8Block16 load_q8_block(const uint8_t* const rows[kTileRows16], int64_t a
   return k;
 }
 
-// Block b of a repacked Q4_0 group (kernels/repack.h): the quant vectors are
-// the lanes already, the 16 scales contiguous.
-inline Q4Block16 load_q4_packed(const repack::Group& group, int64_t b) {
-  const __m512i low_mask = _mm512_set1_epi8(0x0f);
-  const uint8_t* quants = group.quants(b);
-  Q4Block16 k;
-  for (int d = 0; d < 4; ++d) {
-    const __m512i packed = _mm512_loadu_si512(quants + 64 * d);
-    k.lo[d] = _mm512_and_si512(packed, low_mask);
-    k.hi[d] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_mask);
-  }
-  k.dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group.scales(b))));
-  return k;
-}
-
-// Block b of 16 weight rows applied to activation rows [m0, m1): MR > 0:
-// exactly MR rows, accumulated in regs; MR = 0: any number, accumulated in acc.
-// Inlined into each tile loop, so the row-major loop compiles as it did before
-// the repacked one shared this.
-template <int MR, class Block>
-[[gnu::always_inline]] inline void apply_block16(const Block& k, const ActView& act, int64_t nb,
-                                                 int64_t b, int64_t m0, int64_t m1, __m512* regs,
-                                                 float* acc) {
-  if constexpr (MR > 0) {
-    for (int j = 0; j < MR; ++j) regs[j] = k.apply(act, (m0 + j) * nb + b, regs[j]);
-  } else {
-    for (int64_t m = m0; m < m1; ++m) {
-      float* a = acc + (m - m0) * 16;
-      _mm512_storeu_ps(a, k.apply(act, m * nb + b, _mm512_loadu_ps(a)));
-    }
-  }
-}
-
 // MR > 0: exactly MR activation rows (up to 8: a verification chain),
 // accumulated in registers (through memory every block would wait on a
 // store-to-load forward). MR = 0: any number, accumulated in acc. Same operations per lane
@@ -207,26 +129,14 @@ void tile16(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t n
     const int64_t at = b * Block::kBytes;
     prefetch_next_tile16(rows, row_stride, at);
     const Block k = Load(rows, at);
-    apply_block16<MR>(k, act, nb, b, m0, m1, regs, acc);
-  }
-  for (int j = 0; j < MR; ++j) _mm512_storeu_ps(acc + j * 16, regs[j]);
-}
-
-// The same over a repacked Q4_0 group: one sequential stream, no transposition.
-// A loop of its own so that the row-major tiles (Q8_0's only ones) keep theirs.
-template <int MR>
-void packed16(const uint8_t* group, int64_t nb, const Q8Activations& activations, int64_t m0,
-              int64_t m1, float* acc) {
-  const ActView act(activations);
-  const repack::Group g{group, nb};
-  __m512 regs[MR > 0 ? MR : 1];
-  for (int j = 0; j < MR; ++j) regs[j] = _mm512_setzero_ps();
-  if (MR == 0)
-    for (int64_t m = m0; m < m1; ++m) _mm512_storeu_ps(acc + (m - m0) * 16, _mm512_setzero_ps());
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_packed_block(g, b);
-    const Q4Block16 k = load_q4_packed(g, b);
-    apply_block16<MR>(k, act, nb, b, m0, m1, regs, acc);
+    if constexpr (MR > 0) {
+      for (int j = 0; j < MR; ++j) regs[j] = k.apply(act, (m0 + j) * nb + b, regs[j]);
+    } else {
+      for (int64_t m = m0; m < m1; ++m) {
+        float* a = acc + (m - m0) * 16;
+        _mm512_storeu_ps(a, k.apply(act, m * nb + b, _mm512_loadu_ps(a)));
+      }
+    }
   }
   for (int j = 0; j < MR; ++j) _mm512_storeu_ps(acc + j * 16, regs[j]);
 }
@@ -262,67 +172,40 @@ void tile16_any(const uint8_t* const rows[kTileRows16], size_t row_stride, int64
 // with 16 rows the eight broadcasts, the scale and the accumulator of every
 // row and block bound a prompt's matmuls; here they are shared by twice the
 // work. Per lane the same integer sum and the same fma as tile16.
-// Block b of two 16-row blocks applied to activation rows [m0, m1), acc rows
-// 32 wide. Inlined into each 32-row loop (see apply_block16).
-template <class Block>
-[[gnu::always_inline]] inline void apply_pair32(const Block& k0, const Block& k1,
-                                                const ActView& act, int64_t nb, int64_t b,
-                                                int64_t m0, int64_t m1, float* acc) {
-  for (int64_t m = m0; m < m1; ++m) {
-    const int64_t i = m * nb + b;
-    const int8_t* xq = act.blocks[i].qs;
-    const __m512i start = _mm512_set1_epi32(Block::start(act, i));
-    __m512i a0 = start, a1 = _mm512_setzero_si512(), c0 = start, c1 = _mm512_setzero_si512();
-    for (int g = 0; g < 8; g += 2) {
-      const __m512i x0 = broadcast_x(xq + 4 * g), x1 = broadcast_x(xq + 4 * g + 4);
-      a0 = _mm512_dpbusd_epi32(a0, k0.part(g), x0);
-      c0 = _mm512_dpbusd_epi32(c0, k1.part(g), x0);
-      a1 = _mm512_dpbusd_epi32(a1, k0.part(g + 1), x1);
-      c1 = _mm512_dpbusd_epi32(c1, k1.part(g + 1), x1);
-    }
-    const __m512 dx = _mm512_set1_ps(act.scales[i]);
-    float* out = acc + (m - m0) * 32;
-    _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)),
-                                          _mm512_mul_ps(k0.dw, dx), _mm512_loadu_ps(out)));
-    _mm512_storeu_ps(out + 16,
-                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0, c1)),
-                                     _mm512_mul_ps(k1.dw, dx), _mm512_loadu_ps(out + 16)));
-  }
-}
-
-[[gnu::always_inline]] inline void zero_acc32(int64_t m0, int64_t m1, float* acc) {
-  for (int64_t m = m0; m < m1; ++m) {
-    _mm512_storeu_ps(acc + (m - m0) * 32, _mm512_setzero_ps());
-    _mm512_storeu_ps(acc + (m - m0) * 32 + 16, _mm512_setzero_ps());
-  }
-}
-
 template <class Block, Block (*Load)(const uint8_t* const*, int64_t)>
 void tile32(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
             const Q8Activations& activations, int64_t m0, int64_t m1, float* acc) {
   const ActView act(activations);
-  zero_acc32(m0, m1, acc);
+  for (int64_t m = m0; m < m1; ++m) {
+    _mm512_storeu_ps(acc + (m - m0) * 32, _mm512_setzero_ps());
+    _mm512_storeu_ps(acc + (m - m0) * 32 + 16, _mm512_setzero_ps());
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t at = b * Block::kBytes;
     const size_t ahead = kTileRows32 * row_stride;
     for (int r = 0; r < kTileRows32; ++r)
       _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
     const Block k0 = Load(rows, at), k1 = Load(rows + kTileRows16, at);
-    apply_pair32(k0, k1, act, nb, b, m0, m1, acc);
-  }
-}
-
-// Two repacked Q4_0 groups at once, for large batches (loop of its own, as packed16).
-void packed32_q4_0(const uint8_t* group0, const uint8_t* group1, int64_t nb,
-                   const Q8Activations& activations, int64_t m0, int64_t m1, float* acc) {
-  const ActView act(activations);
-  const repack::Group g0{group0, nb}, g1{group1, nb};
-  zero_acc32(m0, m1, acc);
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_packed_block(g0, b);
-    prefetch_packed_block(g1, b);
-    const Q4Block16 k0 = load_q4_packed(g0, b), k1 = load_q4_packed(g1, b);
-    apply_pair32(k0, k1, act, nb, b, m0, m1, acc);
+    for (int64_t m = m0; m < m1; ++m) {
+      const int64_t i = m * nb + b;
+      const int8_t* xq = act.blocks[i].qs;
+      const __m512i start = _mm512_set1_epi32(Block::start(act, i));
+      __m512i a0 = start, a1 = _mm512_setzero_si512(), c0 = start, c1 = _mm512_setzero_si512();
+      for (int g = 0; g < 8; g += 2) {
+        const __m512i x0 = broadcast_x(xq + 4 * g), x1 = broadcast_x(xq + 4 * g + 4);
+        a0 = _mm512_dpbusd_epi32(a0, k0.part(g), x0);
+        c0 = _mm512_dpbusd_epi32(c0, k1.part(g), x0);
+        a1 = _mm512_dpbusd_epi32(a1, k0.part(g + 1), x1);
+        c1 = _mm512_dpbusd_epi32(c1, k1.part(g + 1), x1);
+      }
+      const __m512 dx = _mm512_set1_ps(act.scales[i]);
+      float* out = acc + (m - m0) * 32;
+      _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)),
+                                            _mm512_mul_ps(k0.dw, dx), _mm512_loadu_ps(out)));
+      _mm512_storeu_ps(out + 16,
+                       _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0, c1)),
+                                       _mm512_mul_ps(k1.dw, dx), _mm512_loadu_ps(out + 16)));
+    }
   }
 }
 
@@ -346,35 +229,11 @@ void tile16_q8_0(const uint8_t* const rows[kTileRows16], size_t row_stride, int6
   tile16_any<Q8Block16, &load_q8_block>(rows, row_stride, nb, act, m0, m1, acc);
 }
 
-void packed16_q4_0(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
-                   int64_t m1, float* acc) {
-  switch (m1 - m0) {
-    case 1:
-      return packed16<1>(group, nb, act, m0, m1, acc);
-    case 2:
-      return packed16<2>(group, nb, act, m0, m1, acc);
-    case 3:
-      return packed16<3>(group, nb, act, m0, m1, acc);
-    case 4:
-      return packed16<4>(group, nb, act, m0, m1, acc);
-    case 5:
-      return packed16<5>(group, nb, act, m0, m1, acc);
-    case 6:
-      return packed16<6>(group, nb, act, m0, m1, acc);
-    case 7:
-      return packed16<7>(group, nb, act, m0, m1, acc);
-    case 8:
-      return packed16<8>(group, nb, act, m0, m1, acc);
-    default:
-      return packed16<0>(group, nb, act, m0, m1, acc);
-  }
-}
-
 }  // namespace
 
 TileKernels avx512_tile_kernels() {
-  return {&tile_q4_0<DotVnni256>, &tile_q8_0<DotVnni256>, &tile16_q4_0,   &tile16_q8_0,
-          &tile32_q4_0,           &tile32_q8_0,           &packed16_q4_0, &packed32_q4_0};
+  return {&tile_q4_0<DotVnni256>, &tile_q8_0<DotVnni256>, &tile16_q4_0,
+          &tile16_q8_0,           &tile32_q4_0,           &tile32_q8_0};
 }
 
 }  // namespace parspec::q8tiles

@@ -29,9 +29,11 @@ struct DotVnni {
 }  // namespace
 
 TileKernels vnni_tile_kernels() {
-  return {.q4_0 = &tile_q4_0<DotVnni>,
-          .q8_0 = &tile_q8_0<DotVnni>,
-          .q4_0_packed = &packed_q4_0<DotVnni>};
+  return {&tile_q4_0<DotVnni>, &tile_q8_0<DotVnni>};
+}
+
+PackedKernels vnni_packed_kernels() {
+  return {&packed_q4_0<DotVnni>};
 }
 
 }  // namespace parspec::q8tiles

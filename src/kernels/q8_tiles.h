@@ -66,14 +66,23 @@ struct TileKernels {
   TileKernel16 q8_0_16 = nullptr;
   TileKernel32 q4_0_32 = nullptr;  // null: no 32-row kernels
   TileKernel32 q8_0_32 = nullptr;
-  PackedKernel q4_0_packed = nullptr;      // every ISA has one
-  PackedKernel32 q4_0_packed32 = nullptr;  // null: groups go one by one
+};
+
+// The kernels of repacked Q4_0 groups: a table of their own, so that the
+// row-major drivers and tables (Q8_0's) compile exactly as before.
+struct PackedKernels {
+  PackedKernel q4_0 = nullptr;       // every ISA has one
+  PackedKernel32 q4_0_32 = nullptr;  // null: groups go one by one
+  TileKernel rows = nullptr;         // the row-major rows after the last group
 };
 
 // The AVX-VNNI build (matmul_vnni.cpp); call only where the CPU has AVX-VNNI.
 TileKernels vnni_tile_kernels();
-// The AVX-512 F/BW/VL/VNNI build (matmul_avx512.cpp); only where the CPU has those.
+PackedKernels vnni_packed_kernels();
+// The AVX-512 F/BW/VL/VNNI build (matmul_avx512.cpp, matmul_packed_avx512.cpp);
+// only where the CPU has those.
 TileKernels avx512_tile_kernels();
+PackedKernels avx512_packed_kernels();
 
 static inline __m256i broadcast_i32(const int8_t* p) {
   int32_t v;
@@ -223,24 +232,6 @@ struct Q8Block {
   }
 };
 
-// Block b of 8 weight rows applied to activation rows [m0, m1): MR > 0: exactly
-// MR rows, accumulated in regs; MR = 0: any number, accumulated in acc (rows
-// `width` floats apart). Inlined into each tile loop, so the row-major loop
-// compiles as it did before the repacked one shared this.
-template <int MR, class Block>
-[[gnu::always_inline]] static inline void apply_block(const Block& k, const Q8Activations& act,
-                                                      int64_t nb, int64_t b, int64_t m0, int64_t m1,
-                                                      __m256* regs, float* acc, int64_t width) {
-  if constexpr (MR > 0) {
-    for (int j = 0; j < MR; ++j) regs[j] = k.apply(act, (m0 + j) * nb + b, regs[j]);
-  } else {
-    for (int64_t m = m0; m < m1; ++m) {
-      float* a = acc + (m - m0) * width;
-      _mm256_storeu_ps(a, k.apply(act, m * nb + b, _mm256_loadu_ps(a)));
-    }
-  }
-}
-
 // MR > 0: exactly MR activation rows, accumulated in registers (a decode step
 // or a short chain; through memory every block would wait on a store-to-load
 // forward). MR = 0: any number, accumulated in acc. Same operations per lane
@@ -256,15 +247,23 @@ static void tile_rows_of(const uint8_t* const rows[kTileRows], size_t row_stride
     const int64_t at = b * Block::kBytes;
     prefetch_next_tile(rows, row_stride, at);
     const Block k = Block::load(rows, at);
-    apply_block<MR>(k, act, nb, b, m0, m1, regs, acc, kTileRows);
+    if constexpr (MR > 0) {
+      for (int j = 0; j < MR; ++j) regs[j] = k.apply(act, (m0 + j) * nb + b, regs[j]);
+    } else {
+      for (int64_t m = m0; m < m1; ++m) {
+        float* a = acc + (m - m0) * 8;
+        _mm256_storeu_ps(a, k.apply(act, m * nb + b, _mm256_loadu_ps(a)));
+      }
+    }
   }
   for (int j = 0; j < MR; ++j) _mm256_storeu_ps(acc + j * 8, regs[j]);
 }
 
 // The same over a repacked group of 16 rows (kernels/repack.h): one sequential
 // stream, each block's two halves of 8 lanes (rows 0-7, 8-15) read from the
-// same 64-byte lines; acc rows are 16 wide. A loop of its own so that the
-// row-major tiles (Q8_0's only ones) keep theirs as it was.
+// same 64-byte lines; acc rows are 16 wide. A loop of its own, not one shared
+// with tile_rows_of: sharing even an inlined helper changed the code the
+// compiler emits for the row-major Q8_0 tiles, which must stay as they were.
 template <class Block, int MR>
 static void packed_rows_of(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
                            int64_t m1, float* acc) {
@@ -281,7 +280,14 @@ static void packed_rows_of(const uint8_t* group, int64_t nb, const Q8Activations
     prefetch_packed_block(g, b);
     for (int p = 0; p < 2; ++p) {
       const Block k = Block::load_packed(g, b, p);
-      apply_block<MR>(k, act, nb, b, m0, m1, regs[p], acc + 8 * p, kWidth);
+      if constexpr (MR > 0) {
+        for (int j = 0; j < MR; ++j) regs[p][j] = k.apply(act, (m0 + j) * nb + b, regs[p][j]);
+      } else {
+        for (int64_t m = m0; m < m1; ++m) {
+          float* a = acc + (m - m0) * kWidth + 8 * p;
+          _mm256_storeu_ps(a, k.apply(act, m * nb + b, _mm256_loadu_ps(a)));
+        }
+      }
     }
   }
   for (int j = 0; j < MR; ++j)
