@@ -17,6 +17,7 @@
 #include "core/worker.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
+#include "kernels/repack.h"
 
 using namespace parspec;
 using Clock = std::chrono::steady_clock;
@@ -50,21 +51,30 @@ int main(int argc, char** argv) {
       for (float& v : row) v = 0.1f * dist(rng);
       quantize_row(type, row.data(), bytes.data() + o * stride, n_in);
     }
-    const WeightMatrix w{type, n_in, n_out, bytes.data()};
-    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
-      if (!set_active_isa(isa)) continue;
-      std::printf("| %s | %s |", name.c_str(), isa_name(isa));
-      for (int64_t m : ms) {
-        double best = 1e30;
-        for (int rep = 0; rep < 15; ++rep) {
-          const auto t0 = Clock::now();
-          matmul(worker, w, x.data(), m, y.data());
-          best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+    // Q4_0 also repacked (kernels/repack.h), as models load it.
+    std::vector<uint8_t> packed;
+    if (repack::repackable(type)) {
+      packed = bytes;
+      repack::repack_in_place(worker, type, n_in, n_out, packed.data());
+    }
+    for (bool repacked : {false, true}) {
+      if (repacked && packed.empty()) continue;
+      const WeightMatrix w{type, n_in, n_out, repacked ? packed.data() : bytes.data(), repacked};
+      for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+        if (!set_active_isa(isa)) continue;
+        std::printf("| %s%s | %s |", name.c_str(), repacked ? " repacked" : "", isa_name(isa));
+        for (int64_t m : ms) {
+          double best = 1e30;
+          for (int rep = 0; rep < 15; ++rep) {
+            const auto t0 = Clock::now();
+            matmul(worker, w, x.data(), m, y.data());
+            best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+          }
+          std::printf(" %.1f |", static_cast<double>(bytes.size()) / best / 1e9);
         }
-        std::printf(" %.1f |", static_cast<double>(bytes.size()) / best / 1e9);
+        std::printf("\n");
+        std::fflush(stdout);
       }
-      std::printf("\n");
-      std::fflush(stdout);
     }
   }
   return 0;

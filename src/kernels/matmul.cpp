@@ -19,7 +19,8 @@
 //   dot_q4_K_q8_K / dot_q6_K_q8_K evaluate (bit-identical today), but 8 rows
 //   (AVX2, AVX-VNNI) or 16 (AVX-512, kernels/k_tiles.h) and a batch of
 //   activations at a time.
-// Threads split the output rows in tiles of 8; a dot product is never split.
+// Threads split the output rows in tiles of 8 (a repacked Q4_0 matrix, kernels/repack.h:
+// in groups of 16 first); a dot product is never split.
 #include "kernels/matmul.h"
 
 #include <immintrin.h>
@@ -35,6 +36,7 @@
 #include "kernels/k_tiles.h"
 #include "kernels/kquants.h"
 #include "kernels/q8_tiles.h"
+#include "kernels/repack.h"
 
 namespace parspec {
 
@@ -118,6 +120,8 @@ struct DotAvx2 {
 
 constexpr q8tiles::TileKernels kAvx2Tiles{&q8tiles::tile_q4_0<DotAvx2>,
                                           &q8tiles::tile_q8_0<DotAvx2>};
+constexpr q8tiles::PackedKernels kAvx2Packed{&q8tiles::packed_q4_0<DotAvx2>, nullptr,
+                                             &q8tiles::tile_q4_0<DotAvx2>};
 
 // The kernel table of the ISA in use (kernels/isa.h), one argument per ISA.
 template <class Table>
@@ -140,6 +144,25 @@ const q8tiles::TileKernels& active_tiles() {
   static const q8tiles::TileKernels avx512 =
       cpu_supports(Isa::kAvx512) ? q8tiles::avx512_tile_kernels() : q8tiles::TileKernels{};
   return for_active_isa(kAvx2Tiles, vnni, avx512);
+}
+
+// The repacked Q4_0 kernels of the ISA in use, with its row-major 8-row Q4_0
+// tile for the rows after the last group. Not through active_tiles(): a
+// second caller changed how the compiler inlines it into the Q8_0 driver.
+const q8tiles::PackedKernels& active_packed() {
+  auto with_rows = [](q8tiles::PackedKernels k, const q8tiles::TileKernels& tiles) {
+    k.rows = tiles.q4_0;
+    return k;
+  };
+  static const q8tiles::PackedKernels vnni =
+      cpu_supports(Isa::kAvxVnni)
+          ? with_rows(q8tiles::vnni_packed_kernels(), q8tiles::vnni_tile_kernels())
+          : q8tiles::PackedKernels{};
+  static const q8tiles::PackedKernels avx512 =
+      cpu_supports(Isa::kAvx512)
+          ? with_rows(q8tiles::avx512_packed_kernels(), q8tiles::avx512_tile_kernels())
+          : q8tiles::PackedKernels{};
+  return for_active_isa(kAvx2Packed, vnni, avx512);
 }
 
 // ------------------------------------------------------ F32/F16/BF16 kernels ----
@@ -620,6 +643,56 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
   run_tile_pairs_then_singles(p, act, nb, t, t1, tile16, tile, acc.data());
 }
 
+// A repacked Q4_0 matrix (kernels/repack.h) counts its whole groups of 16
+// rows as tiles 0..groups-1, then the 8-row tiles of the row-major rows after
+// them; any other matrix its 8-row tiles.
+int64_t packed_groups(const WeightMatrix& w) {
+  return w.repacked ? w.n_out / repack::kGroupRows : 0;
+}
+
+int64_t tile_count(const WeightMatrix& w) {
+  const int64_t groups = packed_groups(w);
+  return groups + (w.n_out - groups * repack::kGroupRows + kTileRows - 1) / kTileRows;
+}
+
+// Tiles [t0, t1) of a repacked Q4_0 matrix: its groups in pairs through the
+// 32-row kernel for large batches, the rest one by one (activation rows in
+// chunks of kChunkRows), then the row-major rows after the last group. Not
+// through run_q8_tiles: a second caller changed how the compiler inlines it for
+// Q8_0.
+void run_packed_q4_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_t t1) {
+  const q8tiles::PackedKernels& kernels = active_packed();
+  const int64_t groups = packed_groups(p.w);
+  const q8tiles::PackedKernel32 pair = p.M > q8tiles::kMaxRegisterRows ? kernels.q4_0_32 : nullptr;
+  const size_t bytes = repack::group_bytes(p.w.type, p.w.n_in);
+  const int64_t nb = p.w.n_in / kQK;
+  thread_local std::vector<float> acc;
+  acc.resize(static_cast<size_t>(kChunkRows * q8tiles::kTileRows32));
+  // Group g holds tiles 2g and 2g + 1 of the row-major numbering.
+  for (int64_t g = t0; g < std::min(t1, groups);) {
+    const int64_t count = pair != nullptr && g + 1 < std::min(t1, groups) ? 2 : 1;
+    const uint8_t* data = p.w.data + static_cast<size_t>(g) * bytes;
+    const int64_t width = count * repack::kGroupRows;
+    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
+      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
+      if (count == 2) {
+        pair(data, data + bytes, nb, act, m0, m1, acc.data());
+      } else {
+        kernels.q4_0(data, nb, act, m0, m1, acc.data());
+      }
+      for (int64_t i = 0; i < 2 * count; ++i)
+        store_tile(p, 2 * g + i, m0, m1, acc.data() + i * kTileRows, width);
+    }
+    g += count;
+  }
+  // The row-major tiles after the groups (at most two): numbered on from 2 · groups.
+  t0 = std::max(t0, groups) + groups;
+  t1 += groups;
+  if (t0 < t1)
+    run_tile_pairs_then_singles(p, act, nb, t0, t1, q8tiles::TileKernel16{nullptr}, kernels.rows,
+                                acc.data());
+}
+
 template <DType T>
 void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
   const int64_t n = p.w.n_in;
@@ -717,6 +790,8 @@ void check_shapes(const WeightMatrix& w, const float* x, int64_t M, const float*
   check(w.n_in >= 0 && w.n_out >= 0 && M >= 0, "matmul: negative shape");
   check(w.n_in % type_info(w.type).block_elems == 0, "matmul: ", type_info(w.type).name,
         " rows of ", w.n_in, " elements are not a whole number of blocks");
+  check(!w.repacked || repack::repackable(w.type), "matmul: ", type_info(w.type).name,
+        " weights are never repacked");
   check(M == 0 || w.n_out == 0 ||
             ((w.n_in == 0 || (w.data != nullptr && x != nullptr)) && y != nullptr),
         "matmul: null buffer");
@@ -750,7 +825,7 @@ void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float*
     need_q8_K |= w.type == DType::Q4_K || w.type == DType::Q6_K;
     problems.push_back(Problem{w, row_bytes(w.type, w.n_in), x, M, part.y});
     first_tile.push_back(n_tiles);
-    n_tiles += M == 0 ? 0 : (w.n_out + kTileRows - 1) / kTileRows;
+    n_tiles += M == 0 ? 0 : tile_count(w);
     work_ns += matmul_work_ns(w, M);
   }
   first_tile.push_back(n_tiles);
@@ -768,8 +843,10 @@ void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float*
 
   auto run_tiles = [&](const Problem& p, int64_t t0, int64_t t1) {
     switch (p.w.type) {
-      case DType::Q8_0:
       case DType::Q4_0:
+        if (p.w.repacked) return run_packed_q4_tiles(p, q8_0, t0, t1);
+        return run_q8_tiles(p, q8_0, t0, t1);
+      case DType::Q8_0:
         return run_q8_tiles(p, q8_0, t0, t1);
       case DType::Q4_K:
       case DType::Q6_K:
@@ -837,8 +914,14 @@ void matmul_reference(const WeightMatrix& w, const float* x, int64_t M, float* y
     } else {
       for (int64_t k = 0; k < n; ++k) xv[k] = xm[k];
     }
+    std::vector<uint8_t> unpacked(w.repacked ? stride : 0);
     for (int64_t o = 0; o < w.n_out; ++o) {
-      dequantize_row(w.type, w.data + static_cast<size_t>(o) * stride, wrow.data(), n);
+      const uint8_t* row = w.data + static_cast<size_t>(o) * stride;
+      if (w.repacked) {
+        repack::unpack_row(w.type, n, w.n_out, w.data, o, unpacked.data());
+        row = unpacked.data();
+      }
+      dequantize_row(w.type, row, wrow.data(), n);
       double sum = 0.0;
       for (int64_t k = 0; k < n; ++k) sum += static_cast<double>(wrow[k]) * xv[k];
       y[m * w.n_out + o] = static_cast<float>(sum);

@@ -19,6 +19,7 @@
 #include "kernels/float_tiles.h"
 #include "kernels/lanes512.h"
 #include "kernels/q8_tiles.h"
+#include "kernels/q8_tiles_avx512.h"
 
 namespace parspec::q8tiles {
 namespace {
@@ -43,12 +44,6 @@ struct DotVnni256 {
     return s;
   }
 };
-
-PARSPEC_KERNEL_INLINE __m512i broadcast_x(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
-}
 
 PARSPEC_KERNEL_INLINE __m512i join(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -78,46 +73,6 @@ PARSPEC_KERNEL_INLINE void prefetch_next_tile16(const uint8_t* const rows[kTileR
   for (int r = 0; r < kTileRows16; ++r)
     _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
 }
-
-// The activation arrays as plain pointers, read once per tile: through the
-// vectors of Q8Activations every block would reload them (the accumulator
-// stores may alias them as far as the compiler knows).
-struct ActView {
-  const BlockQ8_0* blocks;
-  const float* scales;
-  const int32_t* minus_sums8;
-  const int32_t* minus_sums128;
-  explicit ActView(const Q8Activations& a)
-      : blocks(a.blocks.data()),
-        scales(a.scales.data()),
-        minus_sums8(a.minus_sums8.data()),
-        minus_sums128(a.minus_sums128.data()) {}
-};
-
-// Block b's contribution to activation row m: acc = fma(float(isum), dw·dx, acc).
-struct Q4Block16 {
-  static constexpr int64_t kBytes = sizeof(BlockQ4_0);
-  __m512i lo[4], hi[4];
-  __m512 dw;
-  // The weights that multiply activation dword g (quants 4g..4g+3).
-  PARSPEC_KERNEL_INLINE __m512i part(int g) const { return g < 4 ? lo[g] : hi[g - 4]; }
-  static int32_t start(const ActView& act, int64_t i) { return act.minus_sums8[i]; }
-  PARSPEC_KERNEL_INLINE __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
-    const int8_t* xq = act.blocks[i].qs;
-    // Σ (q − 8)·x = Σ q·x − 8·Σ x: the sum starts at −8·Σ x. Two chains of
-    // four (the integer sum is exact in any order) let a batch's rows overlap.
-    __m512i s0 = _mm512_set1_epi32(act.minus_sums8[i]), s1 = _mm512_setzero_si512();
-    for (int d = 0; d < 4; d += 2) {
-      s0 = _mm512_dpbusd_epi32(s0, lo[d], broadcast_x(xq + 4 * d));
-      s1 = _mm512_dpbusd_epi32(s1, lo[d + 1], broadcast_x(xq + 4 * d + 4));
-      s0 = _mm512_dpbusd_epi32(s0, hi[d], broadcast_x(xq + 16 + 4 * d));
-      s1 = _mm512_dpbusd_epi32(s1, hi[d + 1], broadcast_x(xq + 16 + 4 * d + 4));
-    }
-    const __m512i isum = _mm512_add_epi32(s0, s1);
-    const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
-  }
-};
 
 struct Q8Block16 {
   // w + 128 as unsigned bytes: vpdpbusd multiplies u8 × s8, and

@@ -32,4 +32,8 @@ TileKernels vnni_tile_kernels() {
   return {&tile_q4_0<DotVnni>, &tile_q8_0<DotVnni>};
 }
 
+PackedKernels vnni_packed_kernels() {
+  return {&packed_q4_0<DotVnni>};
+}
+
 }  // namespace parspec::q8tiles

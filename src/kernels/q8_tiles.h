@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/quant.h"
+#include "kernels/repack.h"
 
 // The kernels' helpers are always inlined: GCC stops inlining once a
 // translation unit grows past its budget, and a called transpose or block
@@ -54,6 +55,15 @@ constexpr int64_t kMaxRegisterRows =
 using TileKernel32 = void (*)(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
                               const Q8Activations& act, int64_t m0, int64_t m1, float* acc);
 
+// A group of 16 Q4_0 rows repacked at load (kernels/repack.h) against
+// activation rows [m0, m1): acc[(m - m0) * 16 + r].
+using PackedKernel = void (*)(const uint8_t* group, int64_t nb, const Q8Activations& act,
+                              int64_t m0, int64_t m1, float* acc);
+// Two such groups at once (32 rows), for batches of more than kMaxRegisterRows
+// activation rows: acc[(m - m0) * 32 + r], group0's rows first.
+using PackedKernel32 = void (*)(const uint8_t* group0, const uint8_t* group1, int64_t nb,
+                                const Q8Activations& act, int64_t m0, int64_t m1, float* acc);
+
 struct TileKernels {
   TileKernel q4_0 = nullptr;
   TileKernel q8_0 = nullptr;
@@ -63,10 +73,21 @@ struct TileKernels {
   TileKernel32 q8_0_32 = nullptr;
 };
 
+// The kernels of repacked Q4_0 groups: a table of their own, so that the
+// row-major drivers and tables (Q8_0's) compile exactly as before.
+struct PackedKernels {
+  PackedKernel q4_0 = nullptr;       // every ISA has one
+  PackedKernel32 q4_0_32 = nullptr;  // null: groups go one by one
+  TileKernel rows = nullptr;         // the row-major rows after the last group
+};
+
 // The AVX-VNNI build (matmul_vnni.cpp); call only where the CPU has AVX-VNNI.
 TileKernels vnni_tile_kernels();
-// The AVX-512 F/BW/VL/VNNI build (matmul_avx512.cpp); only where the CPU has those.
+PackedKernels vnni_packed_kernels();
+// The AVX-512 F/BW/VL/VNNI build (matmul_avx512.cpp, matmul_packed_avx512.cpp);
+// only where the CPU has those.
 TileKernels avx512_tile_kernels();
+PackedKernels avx512_packed_kernels();
 
 static PARSPEC_KERNEL_INLINE __m256i broadcast_i32(const int8_t* p) {
   int32_t v;
@@ -121,6 +142,25 @@ static PARSPEC_KERNEL_INLINE __m256 load_row_scales(const uint8_t* const rows[kT
   return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
 }
 
+// Bytes ahead of the block in use that a repacked group's stream is
+// prefetched: the rows of a group are one sequential stream, so this only
+// has to cover the memory latency.
+constexpr int64_t kPackedPrefetchBytes = 1024;
+
+// Prefetches the lines of one block's span of a repacked Q4_0 group (scales
+// and quants), kPackedPrefetchBytes ahead; past the group's end the stream
+// goes on into the next group, which is the next one a thread computes.
+static PARSPEC_KERNEL_INLINE void prefetch_packed_block(const repack::Group& group, int64_t b) {
+  const uint8_t* at = group.scales(b) + kPackedPrefetchBytes;
+  for (int64_t line = 0; line < 32 + repack::kQuantBytes; line += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(at + line), _MM_HINT_T0);
+}
+
+// f32 values of 8 contiguous f16 scales (a repacked group's, kernels/repack.h).
+static PARSPEC_KERNEL_INLINE __m256 load_packed_scales(const uint8_t* scales) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+}
+
 // Dot supplies the integer sums of one block, per lane (= weight row):
 //   Dot::sum_q4(lo, hi, xq): Σ q·x, lo[d]/hi[d] holding Q4_0 quants 4d.. / 16+4d.. as 0..15;
 //   Dot::sum_q8(u, w, xq): with Dot::kBiasedQ8 false, Σ w·x from u = |w| and the signed
@@ -145,6 +185,19 @@ struct Q4Block {
       k.hi[d] = _mm256_and_si256(_mm256_srli_epi16(packed[d], 4), low_mask);
     }
     k.dw = load_row_scales(rows, at);
+    return k;
+  }
+  // From a repacked group (kernels/repack.h): half `part` (rows 8·part..8·part+7) of block b.
+  PARSPEC_KERNEL_INLINE static Q4Block load_packed(const repack::Group& group, int64_t b, int part) {
+    const __m256i low_mask = _mm256_set1_epi8(0x0f);
+    const uint8_t* quants = group.quants(b) + 32 * part;
+    Q4Block k;
+    for (int d = 0; d < 4; ++d) {
+      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * d));
+      k.lo[d] = _mm256_and_si256(packed, low_mask);
+      k.hi[d] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_mask);
+    }
+    k.dw = load_packed_scales(group.scales(b) + 16 * part);
     return k;
   }
   PARSPEC_KERNEL_INLINE __m256 apply(const Q8Activations& act, int64_t i, __m256 acc) const {
@@ -212,6 +265,41 @@ static void tile_rows_of(const uint8_t* const rows[kTileRows], size_t row_stride
   for (int j = 0; j < MR; ++j) _mm256_storeu_ps(acc + j * 8, regs[j]);
 }
 
+// The same over a repacked group of 16 rows (kernels/repack.h): one sequential
+// stream, each block's two halves of 8 lanes (rows 0-7, 8-15) read from the
+// same 64-byte lines; acc rows are 16 wide. A loop of its own, not one shared
+// with tile_rows_of: sharing even an inlined helper changed the code the
+// compiler emits for the row-major Q8_0 tiles, which must stay as they were.
+template <class Block, int MR>
+static void packed_rows_of(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
+                           int64_t m1, float* acc) {
+  constexpr int64_t kWidth = 2 * kTileRows;
+  const repack::Group g{group, nb};
+  __m256 regs[2][MR > 0 ? MR : 1];
+  for (int p = 0; p < 2; ++p)
+    for (int j = 0; j < MR; ++j) regs[p][j] = _mm256_setzero_ps();
+  if (MR == 0)
+    for (int64_t m = m0; m < m1; ++m)
+      for (int p = 0; p < 2; ++p)
+        _mm256_storeu_ps(acc + (m - m0) * kWidth + 8 * p, _mm256_setzero_ps());
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_packed_block(g, b);
+    for (int p = 0; p < 2; ++p) {
+      const Block k = Block::load_packed(g, b, p);
+      if constexpr (MR > 0) {
+        for (int j = 0; j < MR; ++j) regs[p][j] = k.apply(act, (m0 + j) * nb + b, regs[p][j]);
+      } else {
+        for (int64_t m = m0; m < m1; ++m) {
+          float* a = acc + (m - m0) * kWidth + 8 * p;
+          _mm256_storeu_ps(a, k.apply(act, m * nb + b, _mm256_loadu_ps(a)));
+        }
+      }
+    }
+  }
+  for (int j = 0; j < MR; ++j)
+    for (int p = 0; p < 2; ++p) _mm256_storeu_ps(acc + j * kWidth + 8 * p, regs[p][j]);
+}
+
 template <class Block>
 static void tile_any(const uint8_t* const rows[kTileRows], size_t row_stride, int64_t nb,
                      const Q8Activations& act, int64_t m0, int64_t m1, float* acc) {
@@ -226,6 +314,23 @@ static void tile_any(const uint8_t* const rows[kTileRows], size_t row_stride, in
       return tile_rows_of<Block, 4>(rows, row_stride, nb, act, m0, m1, acc);
     default:
       return tile_rows_of<Block, 0>(rows, row_stride, nb, act, m0, m1, acc);
+  }
+}
+
+template <class Dot>
+static void packed_q4_0(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
+                        int64_t m1, float* acc) {
+  switch (m1 - m0) {
+    case 1:
+      return packed_rows_of<Q4Block<Dot>, 1>(group, nb, act, m0, m1, acc);
+    case 2:
+      return packed_rows_of<Q4Block<Dot>, 2>(group, nb, act, m0, m1, acc);
+    case 3:
+      return packed_rows_of<Q4Block<Dot>, 3>(group, nb, act, m0, m1, acc);
+    case 4:
+      return packed_rows_of<Q4Block<Dot>, 4>(group, nb, act, m0, m1, acc);
+    default:
+      return packed_rows_of<Q4Block<Dot>, 0>(group, nb, act, m0, m1, acc);
   }
 }
 

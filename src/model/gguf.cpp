@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <string_view>
 
@@ -450,26 +451,6 @@ bool should_copy(size_t size) {
   return size >= kLargeFile;
 }
 
-// The file's bytes in anonymous memory advised to use 2 MiB pages, or nullptr
-// where the policy says map (or the memory is not there: then mapping is the
-// fallback, as before). A read error is an error: the file is unreadable.
-void* copy_to_huge_pages(int fd, size_t size, const std::string& path, size_t* mapped_size) {
-  if (!should_copy(size)) return nullptr;
-  const size_t rounded = round_up(size, kHugePage);
-  void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return nullptr;
-  madvise(memory, rounded, MADV_HUGEPAGE);  // advice only: without THP it is 4 KiB pages
-  const std::string error = read_fully(fd, static_cast<char*>(memory), size, 0);
-  if (!error.empty()) {
-    munmap(memory, rounded);
-    ::close(fd);
-    fail(path, ": cannot read: ", error);
-  }
-  mprotect(memory, rounded, PROT_READ);
-  *mapped_size = rounded;
-  return memory;
-}
-
 // The file mapped read-only; a large file starts on a 2 MiB boundary, so that
 // ranges hold_in_memory() reads in later can be backed by 2 MiB pages.
 void* map_at_huge_page_boundary(int fd, size_t size) {
@@ -537,6 +518,74 @@ void GgufFile::hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors)
   ::close(fd);
 }
 
+bool GgufFile::transformed(const GgufTensorInfo& info) const {
+  const size_t i = static_cast<size_t>(&info - tensors_.data());
+  return i < transformed_.size() && transformed_[i];
+}
+
+void GgufFile::copy_to_huge_pages(int fd, const TransformChooser& choose) {
+  if (!should_copy(size_)) return;
+  const size_t rounded = round_up(size_, kHugePage);
+  void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return;         // the mapping stays: slower, not wrong
+  madvise(memory, rounded, MADV_HUGEPAGE);  // advice only: without THP it is 4 KiB pages
+#ifdef MADV_POPULATE_WRITE
+  // Every page faulted in now, in order: transforms write from several threads
+  // at once, and their faults left ~40% of a 1B model in 4 KiB pages in most
+  // checks (docs/performance.md, issue 10, session 10).
+  madvise(memory, rounded, MADV_POPULATE_WRITE);  // advice only too (Linux 5.14+)
+#endif
+  auto* dest = static_cast<uint8_t*>(memory);
+  std::string error;
+  auto read_range = [&](size_t begin, size_t end) {
+    if (error.empty() && begin < end)
+      error = read_fully(fd, reinterpret_cast<char*>(dest + begin), end - begin, begin);
+  };
+  std::vector<bool> transformed(tensors_.size(), false);
+  try {
+    // Tensors in file order: the bytes before each transformed one are read
+    // as they are, then the transform reads and rewrites the tensor's.
+    std::vector<size_t> order(tensors_.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
+    size_t cursor = 0;
+    for (size_t i : choose ? order : std::vector<size_t>{}) {
+      const GgufTensorInfo& info = tensors_[i];
+      const TensorTransform transform = choose(info);
+      if (!transform) continue;
+      const size_t begin = static_cast<size_t>(data_offset_ + info.offset);
+      read_range(cursor, begin);
+      std::mutex mutex;
+      auto read = [&](size_t at, size_t n, uint8_t* to) {
+        const std::string why = read_fully(fd, reinterpret_cast<char*>(to), n, begin + at);
+        if (why.empty()) return true;
+        const std::lock_guard lock(mutex);
+        if (error.empty()) error = why;
+        return false;
+      };
+      if (error.empty()) transform(read, dest + begin);
+      transformed[i] = true;
+      cursor = begin + static_cast<size_t>(info.n_bytes);
+    }
+    read_range(cursor, size_);
+  } catch (...) {
+    munmap(memory, rounded);
+    throw;
+  }
+  if (!error.empty()) {
+    munmap(memory, rounded);
+    fail(path_, ": cannot read: ", error);
+  }
+  mprotect(memory, rounded, PROT_READ);
+  munmap(mapping_, mapped_size_);
+  mapping_ = memory;
+  mapped_size_ = rounded;
+  base_ = dest;
+  copied_ = true;
+  transformed_ = std::move(transformed);
+}
+
 void set_weight_loading(WeightLoading mode) {
   g_weight_loading.store(mode);
 }
@@ -545,7 +594,7 @@ WeightLoading weight_loading() {
   return g_weight_loading.load();
 }
 
-std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
+std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, const TransformChooser& choose) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
   struct stat st {};
@@ -563,22 +612,28 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
     fail(path, ": empty file (truncated while reading header magic)");
   }
   const auto size = static_cast<size_t>(st.st_size);
-  size_t mapped_size = size;
-  void* mapping = copy_to_huge_pages(fd, size, path, &mapped_size);
-  const bool copied = mapping != nullptr;
-  if (!copied) mapping = map_at_huge_page_boundary(fd, size);
-  const int map_errno = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (mapping == MAP_FAILED) fail(path, ": cannot mmap: ", std::strerror(map_errno));
-
+  void* mapping = map_at_huge_page_boundary(fd, size);
+  if (mapping == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    fail(path, ": cannot mmap: ", std::strerror(err));
+  }
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
   file->mapping_ = mapping;
-  file->mapped_size_ = mapped_size;
-  file->copied_ = copied;
+  file->mapped_size_ = size;
   file->base_ = static_cast<const uint8_t*>(mapping);
   file->size_ = size;
-  file->parse();  // on throw, the destructor unmaps
+  try {
+    // Parsed from the mapping (only the header's pages are read), then, where
+    // the policy says copy, read into memory with the tensors' transforms.
+    file->parse();  // on throw, the destructor unmaps
+    file->copy_to_huge_pages(fd, choose);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);  // a mapping keeps the file alive
   return file;
 }
 

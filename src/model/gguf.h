@@ -3,6 +3,7 @@
 // bounds-checked) and writer. Format facts: the GGUF specification (ggml, docs/gguf.md there).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -78,12 +79,26 @@ enum class WeightLoading { kAuto, kMap, kCopy };
 void set_weight_loading(WeightLoading mode);
 WeightLoading weight_loading();
 
+// How a file that is copied into memory (WeightLoading) may have some tensors
+// rewritten while it is read, in one pass: a loader repacks weights into a
+// kernel layout (kernels/repack.h). TensorTransform fills `out` (the tensor's
+// n_bytes) from `read`, which copies n bytes at byte `at` of the tensor's bytes
+// in the file into dst (thread-safe; false on a read error, then the transform
+// returns early and the open fails). The chooser returns no transform for a
+// tensor that stays as the file has it.
+using TensorReader = std::function<bool(size_t at, size_t n, uint8_t* dst)>;
+using TensorTransform = std::function<void(const TensorReader& read, uint8_t* out)>;
+using TransformChooser = std::function<TensorTransform(const GgufTensorInfo&)>;
+
 class GgufFile {
  public:
-  // Maps the file and validates it completely. Throws Error naming the file and
-  // the problem (truncation, bad magic/version/type, absurd count or size,
-  // misaligned or overlapping tensor data, ...).
-  static std::unique_ptr<GgufFile> open(const std::string& path);
+  // Maps (or copies, see WeightLoading) the file and validates it completely.
+  // Throws Error naming the file and the problem (truncation, bad
+  // magic/version/type, absurd count or size, misaligned or overlapping tensor
+  // data, ...). `choose` applies to a copied file only (a mapped one stays as
+  // the file has it): see TensorTransform.
+  static std::unique_ptr<GgufFile> open(const std::string& path,
+                                        const TransformChooser& choose = nullptr);
   // Same checks over bytes in memory (tests and fuzzers). The bytes must
   // outlive the returned object.
   static std::unique_ptr<GgufFile> from_memory(const uint8_t* data, size_t size,
@@ -133,9 +148,17 @@ class GgufFile {
   void hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors);
   uint64_t held_bytes() const { return held_bytes_; }
 
+  // Whether open() rewrote the tensor's bytes with a TensorTransform.
+  bool transformed(const GgufTensorInfo& info) const;
+
  private:
   GgufFile() = default;
   void parse();
+  // Where the policy says copy (WeightLoading): the file's bytes read into
+  // anonymous memory advised to use 2 MiB pages, with the chosen tensors'
+  // transforms, replacing the mapping. Keeps the mapping where that memory is
+  // not there; a read error is an error (the file is unreadable).
+  void copy_to_huge_pages(int fd, const TransformChooser& choose);
 
   std::string path_;
   bool copied_ = false;
@@ -144,6 +167,7 @@ class GgufFile {
   void* mapping_ = nullptr;  // non-null when we own a mapping (of mapped_size_ bytes)
   size_t mapped_size_ = 0;
   uint64_t held_bytes_ = 0;
+  std::vector<bool> transformed_;  // per tensor, in tensors_ order
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   uint64_t data_offset_ = 0;

@@ -5,9 +5,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <string_view>
 
 #include "core/error.h"
 #include "kernels/ops.h"
+#include "kernels/repack.h"
 #include "model/attention_rows.h"
 
 namespace parspec {
@@ -38,7 +40,7 @@ WeightMatrix load_matrix(const GgufFile& file, const std::string& name, int64_t 
         name, " has shape [", t->dims[0], t->dims.size() > 1 ? ", " : "",
         t->dims.size() > 1 ? std::to_string(t->dims[1]) : std::string(), "], expected [", n_in,
         ", ", n_out, "]");
-  return WeightMatrix{t->type, n_in, n_out, file.tensor_data(*t)};
+  return WeightMatrix{t->type, n_in, n_out, file.tensor_data(*t), file.transformed(*t)};
 }
 
 std::vector<float> load_vector(const GgufFile& file, const std::string& name, int64_t n) {
@@ -67,6 +69,27 @@ uint64_t matrix_bytes(const WeightMatrix& w) {
   return row_bytes(w.type, w.n_in) * w.n_out;
 }
 
+// On unless PARSPEC_REPACK=0: repacked Q4_0 weights decode faster
+// (docs/performance.md, issue 10).
+bool repacking_wanted() {
+  const char* env = std::getenv("PARSPEC_REPACK");
+  return env == nullptr || std::string_view(env) != "0";
+}
+
+// The matrices the forward pass reads only through matmul: the layers' and an
+// untied output (the embeddings are read row by row, see embed, so a tied
+// output stays row-major too).
+bool matmul_only(const std::string& name) {
+  if (name == "output.weight") return true;
+  if (!name.starts_with("blk.")) return false;
+  for (const char* suffix :
+       {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight",
+        ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"}) {
+    if (name.ends_with(suffix)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void Model::hold_in_memory(int layer_first, int layer_last, bool output) const {
@@ -85,7 +108,19 @@ void Model::hold_in_memory(int layer_first, int layer_last, bool output) const {
 }
 
 std::shared_ptr<Model> Model::load(const std::string& path) {
-  return from_gguf(GgufFile::open(path));
+  if (!repacking_wanted()) return from_gguf(GgufFile::open(path));
+  // Q4_0 matrices are repacked (kernels/repack.h) while the file is read, on
+  // all threads: one pass, where reading and then repacking took two.
+  Worker worker(default_thread_count());
+  const TransformChooser choose = [&](const GgufTensorInfo& t) -> TensorTransform {
+    if (!repack::repackable(t.type) || t.dims.size() != 2 || t.dims[1] < repack::kGroupRows ||
+        !matmul_only(t.name))
+      return nullptr;
+    return [&worker, &t](const TensorReader& read, uint8_t* out) {
+      repack::pack_matrix(worker, t.type, t.dims[0], t.dims[1], read, out);
+    };
+  };
+  return from_gguf(GgufFile::open(path, choose));
 }
 
 std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
@@ -123,6 +158,15 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
   }
 
   check_all_tensors_used(f, c);
+
+  // Matrices repacked while the file was read (Model::load); embed reads the
+  // embeddings row by row.
+  check(!m->token_embd_.repacked, f.path(), ": the embeddings were repacked");
+  if (m->output_.repacked) m->repacked_bytes_ += matrix_bytes(m->output_);
+  for (const LayerWeights& w : m->layers_) {
+    for (const WeightMatrix* wm : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+      if (wm->repacked) m->repacked_bytes_ += matrix_bytes(*wm);
+  }
 
   const int n_pairs = c.rope_dims / 2;
   m->rope_inv_freq_.resize(n_pairs);

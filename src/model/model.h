@@ -64,6 +64,10 @@ class Model {
   void hold_in_memory(int layer_first, int layer_last, bool output) const;
   // Bytes of weights read per token (for roofline estimates).
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // Bytes of weights repacked at load into the tile layout (kernels/repack.h):
+  // the Q4_0 matrices of a file read into memory (GgufFile::copied), unless
+  // PARSPEC_REPACK=0. A mapped file's weights stay as the file has them.
+  uint64_t repacked_bytes() const { return repacked_bytes_; }
 
   // Full pass: embed → all layers → norm → logits. Returns logits (n_vocab
   // floats each) for the entries with want_logits, in batch order. The batch's
@@ -118,6 +122,7 @@ class Model {
   std::vector<LayerWeights> layers_;
   std::vector<float> rope_inv_freq_;  // per rotated pair, scaling folded in
   uint64_t weight_bytes_ = 0;
+  uint64_t repacked_bytes_ = 0;
 };
 
 }  // namespace parspec

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/isa.h"
 #include "model/model.h"
 #include "test_helpers.h"
 
@@ -209,8 +210,9 @@ TEST_P(ModelTest, LayerRangesComposeToTheFullForward) {
   EXPECT_THROW(model_->forward_layers(w, b, lower, first_lower, 0, 2, hidden.data()), Error);
 }
 
-// The weights copied into (huge-page) anonymous memory are the file's bytes:
-// the same logits, bit for bit, as from the plain mapping.
+// The weights copied into (huge-page) anonymous memory are the file's bytes,
+// with Q4_0 matrices repacked into the tile layout (kernels/repack.h, on by
+// default): the same logits, bit for bit, as from the plain mapping.
 TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
   const std::string path = dir_.file("m.gguf");
   set_weight_loading(WeightLoading::kCopy);
@@ -220,6 +222,8 @@ TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
   set_weight_loading(WeightLoading::kAuto);
   EXPECT_TRUE(copied->gguf().copied());
   EXPECT_FALSE(mapped->gguf().copied());
+  EXPECT_EQ(copied->repacked_bytes() > 0, GetParam().spec.weight_type == DType::Q4_0);
+  EXPECT_EQ(mapped->repacked_bytes(), 0u);
   Worker w(2);
   std::vector<float> logits[2];
   int i = 0;
@@ -228,6 +232,38 @@ TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
     logits[i++] = model->forward(w, Batch::chain(kv, prompt_, true), kv);
   }
   EXPECT_EQ(logits[0], logits[1]);
+}
+
+// Repacking is on by default; PARSPEC_REPACK=0 keeps a copied file's weights
+// as the file has them. Both give the same logits, bit for bit.
+TEST(ModelRepack, EnvironmentTurnsRepackingOff) {
+  TempDir dir;
+  const std::string path =
+      testing_support::write_model(dir, "m.gguf", spec_of("llama", DType::Q4_0, 64, false));
+  set_weight_loading(WeightLoading::kCopy);
+  unsetenv("PARSPEC_REPACK");
+  const auto repacked = Model::load(path);
+  setenv("PARSPEC_REPACK", "0", 1);
+  const auto plain = Model::load(path);
+  unsetenv("PARSPEC_REPACK");
+  set_weight_loading(WeightLoading::kAuto);
+  EXPECT_EQ(plain->repacked_bytes(), 0u);
+  // Untied: the output matrix and every layer's matrices.
+  EXPECT_EQ(repacked->repacked_bytes(), repacked->weight_bytes());
+  Worker w(2);
+  const std::vector<int32_t> prompt = {256, 72, 101, 7, 9, 30, 31, 32, 33, 40};
+  const Isa saved = active_isa();
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+    if (!set_active_isa(isa)) continue;
+    std::vector<float> logits[2];
+    int i = 0;
+    for (const std::shared_ptr<Model>& model : {plain, repacked}) {
+      KvCache kv(model->config(), 64);
+      logits[i++] = model->forward(w, Batch::chain(kv, prompt, true), kv);
+    }
+    EXPECT_EQ(logits[0], logits[1]) << isa_name(isa);
+  }
+  set_active_isa(saved);
 }
 
 // An MPI stage maps the file and reads in only its layers (and the output

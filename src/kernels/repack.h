@@ -1,0 +1,81 @@
+#pragma once
+// Q4_0 weights repacked once, at load, into the lane layout the tile kernels
+// consume, so that a tile of 16 weight rows is one sequential stream and no
+// kernel transposes blocks in registers. Only Q4_0: the Q8_0 tiles stream
+// row-major as fast or faster (docs/performance.md, issue 10, session 9).
+//
+// A group holds 16 consecutive rows. Its blocks come in pairs, each pair laid
+// out as [scales of block b (32 bytes) | scales of b+1 | quants of b | quants
+// of b+1] (an unpaired last block: [scales | quants]), so for rows whose byte
+// count is a multiple of 64 every quant vector is one aligned 64-byte line:
+// - scales: the 16 rows' f16 block scales, row r at bytes 2r, 2r+1;
+// - quants: 4 vectors of 64 bytes; vector d holds bytes 4d..4d+3 of each
+//   row's qs (row r at 4r), nibbles as in the file (low: elements 4d..4d+3,
+//   high: 16+4d..16+4d+3).
+// One 64-byte vector is thus one 512-bit operand for 16 rows, or two 256-bit
+// operands for rows 0-7 and 8-15. A group takes exactly the bytes of its 16
+// rows, so a matrix repacks in place; the n_out % 16 rows after the last whole
+// group stay row-major where they were.
+#include <cstdint>
+#include <functional>
+
+#include "core/worker.h"
+#include "kernels/quant.h"
+
+namespace parspec::repack {
+
+constexpr int kGroupRows = 16;
+
+// Whether weights of this type can be repacked.
+constexpr bool repackable(DType type) {
+  return type == DType::Q4_0;
+}
+
+// Bytes of one block's quants for the 16 rows of a group.
+constexpr int64_t kQuantBytes = 4 * 64;
+
+// Addresses of a block's scales and quants inside one group of `nb` blocks per row.
+struct Group {
+  const uint8_t* base;
+  int64_t nb;
+  const uint8_t* scales(int64_t b) const {
+    return base + (b >> 1) * (64 + 2 * kQuantBytes) + (b & 1) * 32;
+  }
+  const uint8_t* quants(int64_t b) const {
+    const int64_t pair = b >> 1;
+    const int64_t head = 2 * pair + 1 < nb ? 64 : 32;  // scales of a pair, or of a lone block
+    return base + pair * (64 + 2 * kQuantBytes) + head + (b & 1) * kQuantBytes;
+  }
+};
+
+// Bytes of one group: those of its 16 rows.
+inline size_t group_bytes(DType type, int64_t n_in) {
+  return kGroupRows * row_bytes(type, n_in);
+}
+
+// Packs 16 row-major rows of n_in elements, `stride` bytes apart, into one
+// group at `out` (which must not overlap them).
+void pack_group(int64_t n_in, const uint8_t* rows, size_t stride, uint8_t* out);
+
+// Supplies n bytes at byte `at` of a row-major matrix into dst; false on a
+// failure (the supplier keeps why), which stops the packing.
+using ByteReader = std::function<bool(size_t at, size_t n, uint8_t* dst)>;
+
+// A row-major n_out × n_in matrix, as `read` supplies it, packed into `out`
+// (its bytes): the n_out / 16 whole groups in the layout above, the rows after
+// them row-major. On the worker's threads, a few groups per read, each read
+// into a buffer that stays in cache before its groups are written: so `out`
+// may be where `read` copies from, and loading a file packs while reading it.
+void pack_matrix(Worker& worker, DType type, int64_t n_in, int64_t n_out, const ByteReader& read,
+                 uint8_t* out);
+
+// pack_matrix of row-major `data` into itself.
+void repack_in_place(Worker& worker, DType type, int64_t n_in, int64_t n_out, uint8_t* data);
+
+// The inverse: row `o` of an n_out-row matrix repacked by repack_in_place (in
+// a group or after the last) as the row-major bytes it was. For the scalar
+// reference and tests.
+void unpack_row(DType type, int64_t n_in, int64_t n_out, const uint8_t* data, int64_t o,
+                uint8_t* row);
+
+}  // namespace parspec::repack
