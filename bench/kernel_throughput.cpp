@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +22,27 @@
 
 using namespace parspec;
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A byte buffer starting on a 64-byte line.
+class AlignedBytes {
+ public:
+  AlignedBytes() = default;
+  explicit AlignedBytes(size_t n)
+      : data_(static_cast<uint8_t*>(std::aligned_alloc(64, (n + 63) / 64 * 64))), size_(n) {}
+  uint8_t* data() const { return data_.get(); }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t[], Free> data_;
+  size_t size_ = 0;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const int64_t n_in = argc > 2 ? std::atoll(argv[1]) : 2048;
@@ -52,9 +74,13 @@ int main(int argc, char** argv) {
       quantize_row(type, row.data(), bytes.data() + o * stride, n_in);
     }
     // Q4_0 also repacked (kernels/repack.h), as models load it.
-    std::vector<uint8_t> packed;
+    // Line-aligned, as the tensors of a model's copy are (GGUF aligns them to
+    // 32 bytes, the repacked layout makes up the rest): a vector's 16-byte
+    // alignment would split every 64-byte load of the repacked tiles.
+    AlignedBytes packed;
     if (repack::repackable(type)) {
-      packed = bytes;
+      packed = AlignedBytes(bytes.size());
+      std::copy(bytes.begin(), bytes.end(), packed.data());
       repack::repack_in_place(worker, type, n_in, n_out, packed.data());
     }
     for (bool repacked : {false, true}) {

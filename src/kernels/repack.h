@@ -6,8 +6,9 @@
 //
 // A group holds 16 consecutive rows. Its blocks come in pairs, each pair laid
 // out as [scales of block b (32 bytes) | scales of b+1 | quants of b | quants
-// of b+1] (an unpaired last block: [scales | quants]), so for rows whose byte
-// count is a multiple of 64 every quant vector is one aligned 64-byte line:
+// of b+1] (an unpaired last block: [scales | quants]; a group 32 bytes past a
+// line first has block 0 alone, see Group), so every quant vector is one
+// aligned 64-byte line:
 // - scales: the 16 rows' f16 block scales, row r at bytes 2r, 2r+1;
 // - quants: 4 vectors of 64 bytes; vector d holds bytes 4d..4d+3 of each
 //   row's qs (row r at 4r), nibbles as in the file (low: elements 4d..4d+3,
@@ -35,16 +36,29 @@ constexpr bool repackable(DType type) {
 constexpr int64_t kQuantBytes = 4 * 64;
 
 // Addresses of a block's scales and quants inside one group of `nb` blocks per row.
+// A group that starts 32 bytes past a 64-byte line (GGUF aligns tensors to 32
+// bytes) leads with block 0 alone ([scales | quants]) and pairs the blocks
+// after it, so that every quant vector still fills one line: a 512-bit load
+// across two lines costs two. The layout so depends on where the group lies:
+// packed bytes never move.
 struct Group {
   const uint8_t* base;
   int64_t nb;
+  static constexpr int64_t kBlockBytes = 32 + kQuantBytes, kPairBytes = 2 * kBlockBytes;
+  int64_t lead() const { return (reinterpret_cast<uintptr_t>(base) & 63) == 32 ? 1 : 0; }
   const uint8_t* scales(int64_t b) const {
-    return base + (b >> 1) * (64 + 2 * kQuantBytes) + (b & 1) * 32;
+    const int64_t lone = lead();
+    if (b < lone) return base;
+    const int64_t c = b - lone;
+    return base + lone * kBlockBytes + (c >> 1) * kPairBytes + (c & 1) * 32;
   }
   const uint8_t* quants(int64_t b) const {
-    const int64_t pair = b >> 1;
-    const int64_t head = 2 * pair + 1 < nb ? 64 : 32;  // scales of a pair, or of a lone block
-    return base + pair * (64 + 2 * kQuantBytes) + head + (b & 1) * kQuantBytes;
+    const int64_t lone = lead();
+    if (b < lone) return base + 32;
+    const int64_t c = b - lone, pair = c >> 1;
+    const int64_t head =
+        2 * pair + 1 < nb - lone ? 64 : 32;  // scales of a pair, or of a lone block
+    return base + lone * kBlockBytes + pair * kPairBytes + head + (c & 1) * kQuantBytes;
   }
 };
 
