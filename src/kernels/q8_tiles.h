@@ -35,6 +35,14 @@ struct Q8Activations {
   // −8 × Σ quants and −128 × Σ quants: where the AVX-512 tiles start each
   // block's Q4_0 / biased Q8_0 integer sum, instead of subtracting at the end.
   std::vector<int32_t> minus_sums8, minus_sums128;
+  // The same rows in pairs (2p, 2p + 1; an odd last row paired with itself),
+  // for the AVX-512 repacked Q4_0 tiles of 2..kMaxRegisterRows rows: each
+  // block's quants interleaved by dword (4 bytes of row 2p, then 4 of 2p + 1),
+  // its two scales and −8·Σ quants side by side, so one 64-bit broadcast
+  // feeds both rows. Filled only where wanted (pair_blocks empty otherwise).
+  std::vector<int8_t> pair_blocks;        // [pair][block][64]
+  std::vector<float> pair_scales;         // [pair][block][2]
+  std::vector<int32_t> pair_minus_sums8;  // [pair][block][2]
 };
 
 // A tile of 8 weight rows (row pointers; rows past the end repeat a valid row)
@@ -193,7 +201,8 @@ struct Q4Block {
     return k;
   }
   // From a repacked group (kernels/repack.h): half `part` (rows 8·part..8·part+7) of block b.
-  PARSPEC_KERNEL_INLINE static Q4Block load_packed(const repack::Group& group, int64_t b, int part) {
+  PARSPEC_KERNEL_INLINE static Q4Block load_packed(const repack::Group& group, int64_t b,
+                                                   int part) {
     const __m256i low_mask = _mm256_set1_epi8(0x0f);
     const uint8_t* quants = group.quants(b) + 32 * part;
     Q4Block k;
