@@ -19,8 +19,8 @@
 //   dot_q4_K_q8_K / dot_q6_K_q8_K evaluate (bit-identical today), but 8 rows
 //   (AVX2, AVX-VNNI) or 16 (AVX-512, kernels/k_tiles.h) and a batch of
 //   activations at a time.
-// Threads split the output rows in tiles of 8 (a repacked Q4_0 matrix, kernels/repack.h:
-// in groups of 16 first); a dot product is never split.
+// Threads split the output rows in tiles of 8 (a repacked Q4_0/Q8_0 matrix,
+// kernels/repack.h: in groups of 16 first); a dot product is never split.
 #include "kernels/matmul.h"
 
 #include <immintrin.h>
@@ -148,8 +148,10 @@ struct DotAvx2 {
 
 constexpr q8tiles::TileKernels kAvx2Tiles{&q8tiles::tile_q4_0<DotAvx2>,
                                           &q8tiles::tile_q8_0<DotAvx2>};
-constexpr q8tiles::PackedKernels kAvx2Packed{&q8tiles::packed_q4_0<DotAvx2>, nullptr,
-                                             &q8tiles::tile_q4_0<DotAvx2>};
+constexpr q8tiles::PackedKernels kAvx2Packed{
+    &q8tiles::packed_q4_0<DotAvx2>, nullptr,
+    &q8tiles::packed_q8_0<DotAvx2>, nullptr,
+    &q8tiles::tile_q4_0<DotAvx2>,   &q8tiles::tile_q8_0<DotAvx2>};
 
 // The kernel table of the ISA in use (kernels/isa.h), one argument per ISA.
 template <class Table>
@@ -174,12 +176,13 @@ const q8tiles::TileKernels& active_tiles() {
   return for_active_isa(kAvx2Tiles, vnni, avx512);
 }
 
-// The repacked Q4_0 kernels of the ISA in use, with its row-major 8-row Q4_0
-// tile for the rows after the last group. Not through active_tiles(): a
+// The repacked Q4_0/Q8_0 kernels of the ISA in use, with its row-major 8-row
+// tiles for the rows after the last group. Not through active_tiles(): a
 // second caller changed how the compiler inlines it into the Q8_0 driver.
 const q8tiles::PackedKernels& active_packed() {
   auto with_rows = [](q8tiles::PackedKernels k, const q8tiles::TileKernels& tiles) {
-    k.rows = tiles.q4_0;
+    k.rows_q4_0 = tiles.q4_0;
+    k.rows_q8_0 = tiles.q8_0;
     return k;
   };
   static const q8tiles::PackedKernels vnni =
@@ -671,7 +674,7 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
   run_tile_pairs_then_singles(p, act, nb, t, t1, tile16, tile, acc.data());
 }
 
-// A repacked Q4_0 matrix (kernels/repack.h) counts its whole groups of 16
+// A repacked Q4_0/Q8_0 matrix (kernels/repack.h) counts its whole groups of 16
 // rows as tiles 0..groups-1, then the 8-row tiles of the row-major rows after
 // them; any other matrix its 8-row tiles.
 int64_t packed_groups(const WeightMatrix& w) {
@@ -683,15 +686,18 @@ int64_t tile_count(const WeightMatrix& w) {
   return groups + (w.n_out - groups * repack::kGroupRows + kTileRows - 1) / kTileRows;
 }
 
-// Tiles [t0, t1) of a repacked Q4_0 matrix: its groups in pairs through the
-// 32-row kernel for large batches, the rest one by one (activation rows in
-// chunks of kChunkRows), then the row-major rows after the last group. Not
-// through run_q8_tiles: a second caller changed how the compiler inlines it for
-// Q8_0.
-void run_packed_q4_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_t t1) {
+// Tiles [t0, t1) of a repacked Q4_0 or Q8_0 matrix: its groups in pairs
+// through the 32-row kernel for large batches, the rest one by one
+// (activation rows in chunks of kChunkRows), then the row-major rows after
+// the last group. Not through run_q8_tiles: a second caller changed how the
+// compiler inlines it.
+void run_packed_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_t t1) {
   const q8tiles::PackedKernels& kernels = active_packed();
+  const bool q4 = p.w.type == DType::Q4_0;
+  const q8tiles::PackedKernel single = q4 ? kernels.q4_0 : kernels.q8_0;
+  const q8tiles::PackedKernel32 pair =
+      p.M > q8tiles::kMaxRegisterRows ? (q4 ? kernels.q4_0_32 : kernels.q8_0_32) : nullptr;
   const int64_t groups = packed_groups(p.w);
-  const q8tiles::PackedKernel32 pair = p.M > q8tiles::kMaxRegisterRows ? kernels.q4_0_32 : nullptr;
   const size_t bytes = repack::group_bytes(p.w.type, p.w.n_in);
   const int64_t nb = p.w.n_in / kQK;
   thread_local std::vector<float> acc;
@@ -706,7 +712,7 @@ void run_packed_q4_tiles(const Problem& p, const Q8Activations& act, int64_t t0,
       if (count == 2) {
         pair(data, data + bytes, nb, act, m0, m1, acc.data());
       } else {
-        kernels.q4_0(data, nb, act, m0, m1, acc.data());
+        single(data, nb, act, m0, m1, acc.data());
       }
       for (int64_t i = 0; i < 2 * count; ++i)
         store_tile(p, 2 * g + i, m0, m1, acc.data() + i * kTileRows, width);
@@ -717,8 +723,8 @@ void run_packed_q4_tiles(const Problem& p, const Q8Activations& act, int64_t t0,
   t0 = std::max(t0, groups) + groups;
   t1 += groups;
   if (t0 < t1)
-    run_tile_pairs_then_singles(p, act, nb, t0, t1, q8tiles::TileKernel16{nullptr}, kernels.rows,
-                                acc.data());
+    run_tile_pairs_then_singles(p, act, nb, t0, t1, q8tiles::TileKernel16{nullptr},
+                                q4 ? kernels.rows_q4_0 : kernels.rows_q8_0, acc.data());
 }
 
 template <DType T>
@@ -867,7 +873,7 @@ void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float*
   Q8Activations& q8_0 = caller_q8_0;
   K8Activations& q8_K = caller_q8_K;
   if (need_q8_0) quantize_activations_q8_0(worker, x, M, n_in, q8_0);
-  // Repacked Q4_0 with 6..8 activation rows on AVX-512 reads them in pairs
+  // Repacked Q4_0/Q8_0 with 6..8 activation rows on AVX-512 reads them in pairs
   // (measured: M = 8 +11% in cache; M = 2-5 as fast or slower than one by one).
   const bool want_pairs = M >= 6 && M <= q8tiles::kMaxRegisterRows &&
                           active_isa() == Isa::kAvx512 &&
@@ -879,9 +885,8 @@ void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float*
   auto run_tiles = [&](const Problem& p, int64_t t0, int64_t t1) {
     switch (p.w.type) {
       case DType::Q4_0:
-        if (p.w.repacked) return run_packed_q4_tiles(p, q8_0, t0, t1);
-        return run_q8_tiles(p, q8_0, t0, t1);
       case DType::Q8_0:
+        if (p.w.repacked) return run_packed_tiles(p, q8_0, t0, t1);
         return run_q8_tiles(p, q8_0, t0, t1);
       case DType::Q4_K:
       case DType::Q6_K:

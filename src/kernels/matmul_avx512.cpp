@@ -74,28 +74,6 @@ PARSPEC_KERNEL_INLINE void prefetch_next_tile16(const uint8_t* const rows[kTileR
     _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + ahead), _MM_HINT_T0);
 }
 
-struct Q8Block16 {
-  // w + 128 as unsigned bytes: vpdpbusd multiplies u8 × s8, and
-  // Σ (w + 128)·x − 128·Σ x = Σ w·x exactly, with no sign fix-up per row.
-  static constexpr int64_t kBytes = sizeof(BlockQ8_0);
-  __m512i w[8];
-  __m512 dw;
-  PARSPEC_KERNEL_INLINE __m512i part(int g) const { return w[g]; }
-  static int32_t start(const ActView& act, int64_t i) { return act.minus_sums128[i]; }
-  PARSPEC_KERNEL_INLINE __m512 apply(const ActView& act, int64_t i, __m512 acc) const {
-    const int8_t* xq = act.blocks[i].qs;
-    // Σ (w + 128)·x − 128·Σ x: the sum starts at −128·Σ x; two chains of four.
-    __m512i s0 = _mm512_set1_epi32(act.minus_sums128[i]), s1 = _mm512_setzero_si512();
-    for (int g = 0; g < 8; g += 2) {
-      s0 = _mm512_dpbusd_epi32(s0, w[g], broadcast_x(xq + 4 * g));
-      s1 = _mm512_dpbusd_epi32(s1, w[g + 1], broadcast_x(xq + 4 * g + 4));
-    }
-    const __m512i isum = _mm512_add_epi32(s0, s1);
-    const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.scales[i]));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc);
-  }
-};
-
 PARSPEC_KERNEL_INLINE Q4Block16 load_q4_block(const uint8_t* const rows[kTileRows16], int64_t at) {
   const __m512i low_mask = _mm512_set1_epi8(0x0f);
   Q4Block16 k;
@@ -145,17 +123,6 @@ void tile16(const uint8_t* const rows[kTileRows16], size_t row_stride, int64_t n
     }
   }
   for (int j = 0; j < MR; ++j) _mm512_storeu_ps(acc + j * 16, regs[j]);
-}
-
-// Calls body(std::integral_constant<int, MR>{}) with MR = rows if 1 <= rows
-// <= kMaxRegisterRows (the kernels keep MR rows' sums in registers); false
-// for any other count.
-template <class Body>
-bool with_register_rows(int64_t rows, Body&& body) {
-  return [&]<int... R>(std::integer_sequence<int, R...>) {
-    return ((rows == R + 1 ? (body(std::integral_constant<int, R + 1>{}), true) : false) || ...);
-  }
-  (std::make_integer_sequence<int, static_cast<int>(kMaxRegisterRows)>{});
 }
 
 template <class Block, Block (*Load)(const uint8_t* const*, int64_t)>

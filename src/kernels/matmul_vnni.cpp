@@ -33,7 +33,10 @@ TileKernels vnni_tile_kernels() {
 }
 
 PackedKernels vnni_packed_kernels() {
-  return {&packed_q4_0<DotVnni>};
+  PackedKernels k;
+  k.q4_0 = &packed_q4_0<DotVnni>;
+  k.q8_0 = &packed_q8_0<DotVnni>;
+  return k;
 }
 
 }  // namespace parspec::q8tiles

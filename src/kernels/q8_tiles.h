@@ -36,7 +36,7 @@ struct Q8Activations {
   // block's Q4_0 / biased Q8_0 integer sum, instead of subtracting at the end.
   std::vector<int32_t> minus_sums8, minus_sums128;
   // The same rows in pairs (2p, 2p + 1; an odd last row paired with itself),
-  // for the AVX-512 repacked Q4_0 tiles of 2..kMaxRegisterRows rows: each
+  // for the AVX-512 repacked tiles of 6..kMaxRegisterRows rows: each
   // block's quants interleaved by dword (4 bytes of row 2p, then 4 of 2p + 1),
   // its two scales and −8·Σ quants side by side, so one 64-bit broadcast
   // feeds both rows. Filled only where wanted (pair_blocks empty otherwise).
@@ -63,7 +63,7 @@ constexpr int64_t kMaxRegisterRows =
 using TileKernel32 = void (*)(const uint8_t* const rows[kTileRows32], size_t row_stride, int64_t nb,
                               const Q8Activations& act, int64_t m0, int64_t m1, float* acc);
 
-// A group of 16 Q4_0 rows repacked at load (kernels/repack.h) against
+// A group of 16 Q4_0 or Q8_0 rows repacked at load (kernels/repack.h) against
 // activation rows [m0, m1): acc[(m - m0) * 16 + r].
 using PackedKernel = void (*)(const uint8_t* group, int64_t nb, const Q8Activations& act,
                               int64_t m0, int64_t m1, float* acc);
@@ -81,12 +81,15 @@ struct TileKernels {
   TileKernel32 q8_0_32 = nullptr;
 };
 
-// The kernels of repacked Q4_0 groups: a table of their own, so that the
-// row-major drivers and tables (Q8_0's) compile exactly as before.
+// The kernels of repacked Q4_0 and Q8_0 groups: a table of their own beside
+// the row-major tiles'.
 struct PackedKernels {
   PackedKernel q4_0 = nullptr;       // every ISA has one
   PackedKernel32 q4_0_32 = nullptr;  // null: groups go one by one
-  TileKernel rows = nullptr;         // the row-major rows after the last group
+  PackedKernel q8_0 = nullptr;       // every ISA has one
+  PackedKernel32 q8_0_32 = nullptr;  // null: groups go one by one
+  // The row-major rows after the last group.
+  TileKernel rows_q4_0 = nullptr, rows_q8_0 = nullptr;
 };
 
 // The AVX-VNNI build (matmul_vnni.cpp); call only where the CPU has AVX-VNNI.
@@ -157,7 +160,7 @@ static PARSPEC_KERNEL_INLINE __m256 load_row_scales(const uint8_t* const rows[kT
 // hardware prefetcher alone left a batch of 8 at half the in-cache speed).
 constexpr int64_t kPackedPrefetchBytes = 8192;
 
-// Prefetches, kPackedPrefetchBytes ahead, the lines of a repacked Q4_0 group
+// Prefetches, kPackedPrefetchBytes ahead, the lines of a repacked group
 // that block b reads (its scales' line and its four quant lines); past the
 // group's end the stream goes on into the next group, which is the next one
 // a thread computes. (The whole line range from the block's scales would miss
@@ -165,7 +168,7 @@ constexpr int64_t kPackedPrefetchBytes = 8192;
 static PARSPEC_KERNEL_INLINE void prefetch_packed_block(const repack::Group& group, int64_t b) {
   _mm_prefetch(reinterpret_cast<const char*>(group.scales(b) + kPackedPrefetchBytes), _MM_HINT_T0);
   const uint8_t* quants = group.quants(b) + kPackedPrefetchBytes;
-  for (int64_t line = 0; line < repack::kQuantBytes; line += 64)
+  for (int64_t line = 0; line < group.quant_bytes; line += 64)
     _mm_prefetch(reinterpret_cast<const char*>(quants + line), _MM_HINT_T0);
 }
 
@@ -184,6 +187,7 @@ static PARSPEC_KERNEL_INLINE __m256 load_packed_scales(const uint8_t* scales) {
 template <class Dot>
 struct Q4Block {
   static constexpr int64_t kBytes = sizeof(BlockQ4_0);
+  static constexpr int64_t kQuantBytes = repack::quant_bytes(DType::Q4_0);
   // Lane r of lo[d] holds elements 4d..4d+3 of row r, hi[d] elements 16+4d..16+4d+3, as 0..15.
   __m256i lo[4], hi[4];
   __m256 dw;
@@ -226,6 +230,7 @@ struct Q4Block {
 template <class Dot>
 struct Q8Block {
   static constexpr int64_t kBytes = sizeof(BlockQ8_0);
+  static constexpr int64_t kQuantBytes = repack::quant_bytes(DType::Q8_0);
   // Lane r of w[g] holds elements 4g..4g+3 of row r; u[g] is |w| or w + 128 (Dot::kBiasedQ8).
   __m256i w[8], u[8];
   __m256 dw;
@@ -241,6 +246,19 @@ struct Q8Block {
                               : _mm256_abs_epi8(k.w[g]);
     }
     k.dw = load_row_scales(rows, at);
+    return k;
+  }
+  // From a repacked group (kernels/repack.h): half `part` (rows 8·part..8·part+7) of block b.
+  PARSPEC_KERNEL_INLINE static Q8Block load_packed(const repack::Group& group, int64_t b,
+                                                   int part) {
+    const uint8_t* quants = group.quants(b) + 32 * part;
+    Q8Block k;
+    for (int g = 0; g < 8; ++g) {
+      k.w[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * g));
+      k.u[g] = Dot::kBiasedQ8 ? _mm256_xor_si256(k.w[g], _mm256_set1_epi8(-128))
+                              : _mm256_abs_epi8(k.w[g]);
+    }
+    k.dw = load_packed_scales(group.scales(b) + 16 * part);
     return k;
   }
   PARSPEC_KERNEL_INLINE __m256 apply(const Q8Activations& act, int64_t i, __m256 acc) const {
@@ -288,7 +306,7 @@ template <class Block, int MR>
 static void packed_rows_of(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
                            int64_t m1, float* acc) {
   constexpr int64_t kWidth = 2 * kTileRows;
-  const repack::Group g{group, nb};
+  const repack::Group g{group, nb, Block::kQuantBytes};
   __m256 regs[2][MR > 0 ? MR : 1];
   for (int p = 0; p < 2; ++p)
     for (int j = 0; j < MR; ++j) regs[p][j] = _mm256_setzero_ps();
@@ -331,21 +349,33 @@ static void tile_any(const uint8_t* const rows[kTileRows], size_t row_stride, in
   }
 }
 
+template <class Block>
+static void packed_any(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
+                       int64_t m1, float* acc) {
+  switch (m1 - m0) {
+    case 1:
+      return packed_rows_of<Block, 1>(group, nb, act, m0, m1, acc);
+    case 2:
+      return packed_rows_of<Block, 2>(group, nb, act, m0, m1, acc);
+    case 3:
+      return packed_rows_of<Block, 3>(group, nb, act, m0, m1, acc);
+    case 4:
+      return packed_rows_of<Block, 4>(group, nb, act, m0, m1, acc);
+    default:
+      return packed_rows_of<Block, 0>(group, nb, act, m0, m1, acc);
+  }
+}
+
 template <class Dot>
 static void packed_q4_0(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
                         int64_t m1, float* acc) {
-  switch (m1 - m0) {
-    case 1:
-      return packed_rows_of<Q4Block<Dot>, 1>(group, nb, act, m0, m1, acc);
-    case 2:
-      return packed_rows_of<Q4Block<Dot>, 2>(group, nb, act, m0, m1, acc);
-    case 3:
-      return packed_rows_of<Q4Block<Dot>, 3>(group, nb, act, m0, m1, acc);
-    case 4:
-      return packed_rows_of<Q4Block<Dot>, 4>(group, nb, act, m0, m1, acc);
-    default:
-      return packed_rows_of<Q4Block<Dot>, 0>(group, nb, act, m0, m1, acc);
-  }
+  packed_any<Q4Block<Dot>>(group, nb, act, m0, m1, acc);
+}
+
+template <class Dot>
+static void packed_q8_0(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
+                        int64_t m1, float* acc) {
+  packed_any<Q8Block<Dot>>(group, nb, act, m0, m1, acc);
 }
 
 template <class Dot>

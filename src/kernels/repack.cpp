@@ -9,16 +9,18 @@
 
 namespace parspec::repack {
 
-void pack_group(int64_t n_in, const uint8_t* rows, size_t stride, uint8_t* out) {
-  const int64_t nb = n_in / kQK;
-  const Group group{out, nb};
+void pack_group(DType type, int64_t n_in, const uint8_t* rows, size_t stride, uint8_t* out) {
+  const int64_t nb = n_in / kQK, vectors = quant_bytes(type) / 64;
+  const size_t block = type_info(type).block_bytes;
+  const Group group{out, nb, quant_bytes(type)};
   for (int64_t b = 0; b < nb; ++b) {
     auto* scales = const_cast<uint8_t*>(group.scales(b));
     auto* quants = const_cast<uint8_t*>(group.quants(b));
     for (int r = 0; r < kGroupRows; ++r) {
-      const uint8_t* src = rows + r * stride + b * sizeof(BlockQ4_0);
+      const uint8_t* src = rows + r * stride + b * block;
       std::memcpy(scales + 2 * r, src, 2);  // the f16 scale leads each block
-      for (int d = 0; d < 4; ++d) std::memcpy(quants + 64 * d + 4 * r, src + 2 + 4 * d, 4);
+      for (int64_t d = 0; d < vectors; ++d)
+        std::memcpy(quants + 64 * d + 4 * r, src + 2 + 4 * d, 4);
     }
   }
 }
@@ -45,7 +47,7 @@ void pack_matrix(Worker& worker, DType type, int64_t n_in, int64_t n_out, const 
         return;
       }
       for (int64_t i = 0; i < n; ++i)
-        pack_group(n_in, buffer.data() + i * bytes, stride, out + (g + i) * bytes);
+        pack_group(type, n_in, buffer.data() + i * bytes, stride, out + (g + i) * bytes);
     }
   });
   const size_t packed = static_cast<size_t>(groups) * bytes;
@@ -73,13 +75,15 @@ void unpack_row(DType type, int64_t n_in, int64_t n_out, const uint8_t* data, in
     std::memcpy(row, data + o * stride, stride);
     return;
   }
-  const int64_t nb = n_in / kQK;
+  const int64_t nb = n_in / kQK, vectors = quant_bytes(type) / 64;
+  const size_t block = type_info(type).block_bytes;
   const int64_t r = o % kGroupRows;
-  const Group group{data + o / kGroupRows * group_bytes(type, n_in), nb};
+  const Group group{data + o / kGroupRows * group_bytes(type, n_in), nb, quant_bytes(type)};
   for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* dst = row + b * sizeof(BlockQ4_0);
+    uint8_t* dst = row + b * block;
     std::memcpy(dst, group.scales(b) + 2 * r, 2);
-    for (int d = 0; d < 4; ++d) std::memcpy(dst + 2 + 4 * d, group.quants(b) + 64 * d + 4 * r, 4);
+    for (int64_t d = 0; d < vectors; ++d)
+      std::memcpy(dst + 2 + 4 * d, group.quants(b) + 64 * d + 4 * r, 4);
   }
 }
 

@@ -1,8 +1,7 @@
 #pragma once
-// Q4_0 weights repacked once, at load, into the lane layout the tile kernels
-// consume, so that a tile of 16 weight rows is one sequential stream and no
-// kernel transposes blocks in registers. Only Q4_0: the Q8_0 tiles stream
-// row-major as fast or faster (docs/performance.md, issue 10, session 9).
+// Q4_0 and Q8_0 weights repacked once, at load, into the lane layout the tile
+// kernels consume, so that a tile of 16 weight rows is one sequential stream
+// and no kernel transposes blocks in registers.
 //
 // A group holds 16 consecutive rows. Its blocks come in pairs, each pair laid
 // out as [scales of block b (32 bytes) | scales of b+1 | quants of b | quants
@@ -10,9 +9,9 @@
 // line first has block 0 alone, see Group), so every quant vector is one
 // aligned 64-byte line:
 // - scales: the 16 rows' f16 block scales, row r at bytes 2r, 2r+1;
-// - quants: 4 vectors of 64 bytes; vector d holds bytes 4d..4d+3 of each
-//   row's qs (row r at 4r), nibbles as in the file (low: elements 4d..4d+3,
-//   high: 16+4d..16+4d+3).
+// - quants: one 64-byte vector per 4 bytes of a block's qs (Q4_0: 4, Q8_0: 8);
+//   vector d holds bytes 4d..4d+3 of each row's qs (row r at 4r), as in the
+//   file (Q4_0 nibbles: low = elements 4d..4d+3, high = 16+4d..16+4d+3).
 // One 64-byte vector is thus one 512-bit operand for 16 rows, or two 256-bit
 // operands for rows 0-7 and 8-15. A group takes exactly the bytes of its 16
 // rows, so a matrix repacks in place; the n_out % 16 rows after the last whole
@@ -29,11 +28,13 @@ constexpr int kGroupRows = 16;
 
 // Whether weights of this type can be repacked.
 constexpr bool repackable(DType type) {
-  return type == DType::Q4_0;
+  return type == DType::Q4_0 || type == DType::Q8_0;
 }
 
-// Bytes of one block's quants for the 16 rows of a group.
-constexpr int64_t kQuantBytes = 4 * 64;
+// Bytes of one block's quants for the 16 rows of a group (a repackable type).
+constexpr int64_t quant_bytes(DType type) {
+  return type == DType::Q4_0 ? 4 * 64 : 8 * 64;
+}
 
 // Addresses of a block's scales and quants inside one group of `nb` blocks per row.
 // A group that starts 32 bytes past a 64-byte line (GGUF aligns tensors to 32
@@ -44,21 +45,22 @@ constexpr int64_t kQuantBytes = 4 * 64;
 struct Group {
   const uint8_t* base;
   int64_t nb;
-  static constexpr int64_t kBlockBytes = 32 + kQuantBytes, kPairBytes = 2 * kBlockBytes;
+  int64_t quant_bytes;  // repack::quant_bytes of the type
   int64_t lead() const { return (reinterpret_cast<uintptr_t>(base) & 63) == 32 ? 1 : 0; }
   const uint8_t* scales(int64_t b) const {
     const int64_t lone = lead();
     if (b < lone) return base;
     const int64_t c = b - lone;
-    return base + lone * kBlockBytes + (c >> 1) * kPairBytes + (c & 1) * 32;
+    return base + lone * (32 + quant_bytes) + (c >> 1) * (64 + 2 * quant_bytes) + (c & 1) * 32;
   }
   const uint8_t* quants(int64_t b) const {
     const int64_t lone = lead();
     if (b < lone) return base + 32;
     const int64_t c = b - lone, pair = c >> 1;
-    const int64_t head =
-        2 * pair + 1 < nb - lone ? 64 : 32;  // scales of a pair, or of a lone block
-    return base + lone * kBlockBytes + pair * kPairBytes + head + (c & 1) * kQuantBytes;
+    // After the scales of a pair, or of a lone last block.
+    const int64_t head = 2 * pair + 1 < nb - lone ? 64 : 32;
+    return base + lone * (32 + quant_bytes) + pair * (64 + 2 * quant_bytes) + head +
+           (c & 1) * quant_bytes;
   }
 };
 
@@ -69,7 +71,7 @@ inline size_t group_bytes(DType type, int64_t n_in) {
 
 // Packs 16 row-major rows of n_in elements, `stride` bytes apart, into one
 // group at `out` (which must not overlap them).
-void pack_group(int64_t n_in, const uint8_t* rows, size_t stride, uint8_t* out);
+void pack_group(DType type, int64_t n_in, const uint8_t* rows, size_t stride, uint8_t* out);
 
 // Supplies n bytes at byte `at` of a row-major matrix into dst; false on a
 // failure (the supplier keeps why), which stops the packing.

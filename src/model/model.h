@@ -65,7 +65,7 @@ class Model {
   // Bytes of weights read per token (for roofline estimates).
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Bytes of weights repacked at load into the tile layout (kernels/repack.h):
-  // the Q4_0 matrices of a file read into memory (GgufFile::copied), unless
+  // the Q4_0/Q8_0 matrices of a file read into memory (GgufFile::copied), unless
   // PARSPEC_REPACK=0. A mapped file's weights stay as the file has them.
   uint64_t repacked_bytes() const { return repacked_bytes_; }
 

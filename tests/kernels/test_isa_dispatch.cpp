@@ -94,7 +94,7 @@ TEST(IsaDispatch, Avx512MatmulsAreBitIdenticalToAvx2) {
   expect_matmuls_match_avx2(Isa::kAvx512);
 }
 
-// Q4_0 weights repacked into the tile layout (kernels/repack.h) give the
+// Q4_0 and Q8_0 weights repacked into the tile layout (kernels/repack.h) give the
 // row-major AVX2 results bit for bit on every path: whole groups, rows after
 // the last group, matrices shorter than a group, paired and lone blocks (nb 24
 // and 3), groups on a 64-byte line and 32 bytes past one (block 0 alone first;
@@ -103,50 +103,51 @@ TEST(IsaDispatch, Avx512MatmulsAreBitIdenticalToAvx2) {
 TEST(IsaDispatch, RepackedMatmulsAreBitIdenticalToRowMajorOnEveryPath) {
   IsaGuard guard;
   Worker one(1), three(3);
-  const DType type = DType::Q4_0;
-  for (int64_t n_in : {768, 96})
-    for (int64_t n_out : {1, 15, 16, 17, 24, 33, 37, 64, 130})
-      for (size_t line_offset : {0, 32}) {
-        const auto bytes = random_matrix(type, n_in, n_out, 23 + static_cast<uint32_t>(n_out));
-        std::vector<uint8_t> storage(bytes.size() + 128);
-        uint8_t* packed =
-            storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) + line_offset;
-        std::memcpy(packed, bytes.data(), bytes.size());
-        repack::repack_in_place(three, type, n_in, n_out, packed);
-        if (n_out >= repack::kGroupRows) {
-          ASSERT_NE(std::memcmp(packed, bytes.data(), bytes.size()), 0);
-        }
-        const WeightMatrix w{type, n_in, n_out, bytes.data()};
-        const WeightMatrix wp{type, n_in, n_out, packed, true};
-        std::vector<uint8_t> row(row_bytes(type, n_in));
-        for (int64_t o = 0; o < n_out; ++o) {
-          repack::unpack_row(type, n_in, n_out, packed, o, row.data());
-          ASSERT_EQ(std::memcmp(row.data(), bytes.data() + o * row.size(), row.size()), 0)
-              << "row " << o << " of " << n_out;
-        }
-        for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 70}) {
-          const auto x = gaussian(M * n_in, 9 + static_cast<uint32_t>(M), 3.0f);
-          std::vector<float> want(M * n_out), got(M * n_out);
-          ASSERT_TRUE(set_active_isa(Isa::kAvx2));
-          matmul(one, w, x.data(), M, want.data());
-          if (M <= 3) {  // the reference reads the repacked rows as the row-major ones
-            std::vector<float> ref(M * n_out), ref_packed(M * n_out);
-            matmul_reference(w, x.data(), M, ref.data());
-            matmul_reference(wp, x.data(), M, ref_packed.data());
-            ASSERT_EQ(ref, ref_packed);
+  for (DType type : {DType::Q4_0, DType::Q8_0})
+    for (int64_t n_in : {768, 96})
+      for (int64_t n_out : {1, 15, 16, 17, 24, 33, 37, 64, 130})
+        for (size_t line_offset : {0, 32}) {
+          const auto bytes = random_matrix(type, n_in, n_out, 23 + static_cast<uint32_t>(n_out));
+          std::vector<uint8_t> storage(bytes.size() + 128);
+          uint8_t* packed = storage.data() +
+                            (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) + line_offset;
+          std::memcpy(packed, bytes.data(), bytes.size());
+          repack::repack_in_place(three, type, n_in, n_out, packed);
+          if (n_out >= repack::kGroupRows) {
+            ASSERT_NE(std::memcmp(packed, bytes.data(), bytes.size()), 0);
           }
-          for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
-            if (!set_active_isa(isa)) continue;
-            for (Worker* worker : {&one, &three}) {
-              std::fill(got.begin(), got.end(), -1.0f);
-              matmul(*worker, wp, x.data(), M, got.data());
-              ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-                  << isa_name(isa) << " n_in " << n_in << " n_out " << n_out << " M " << M
-                  << " threads " << worker->n_threads() << " line offset " << line_offset;
+          const WeightMatrix w{type, n_in, n_out, bytes.data()};
+          const WeightMatrix wp{type, n_in, n_out, packed, true};
+          std::vector<uint8_t> row(row_bytes(type, n_in));
+          for (int64_t o = 0; o < n_out; ++o) {
+            repack::unpack_row(type, n_in, n_out, packed, o, row.data());
+            ASSERT_EQ(std::memcmp(row.data(), bytes.data() + o * row.size(), row.size()), 0)
+                << "row " << o << " of " << n_out;
+          }
+          for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 70}) {
+            const auto x = gaussian(M * n_in, 9 + static_cast<uint32_t>(M), 3.0f);
+            std::vector<float> want(M * n_out), got(M * n_out);
+            ASSERT_TRUE(set_active_isa(Isa::kAvx2));
+            matmul(one, w, x.data(), M, want.data());
+            if (M <= 3) {  // the reference reads the repacked rows as the row-major ones
+              std::vector<float> ref(M * n_out), ref_packed(M * n_out);
+              matmul_reference(w, x.data(), M, ref.data());
+              matmul_reference(wp, x.data(), M, ref_packed.data());
+              ASSERT_EQ(ref, ref_packed);
+            }
+            for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+              if (!set_active_isa(isa)) continue;
+              for (Worker* worker : {&one, &three}) {
+                std::fill(got.begin(), got.end(), -1.0f);
+                matmul(*worker, wp, x.data(), M, got.data());
+                ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+                    << isa_name(isa) << " n_in " << n_in << " n_out " << n_out << " M " << M
+                    << " threads " << worker->n_threads() << " line offset " << line_offset << " "
+                    << type_info(type).name;
+              }
             }
           }
         }
-      }
   for (Isa isa : {Isa::kAvxVnni, Isa::kAvx512}) {
     if (!cpu_supports(isa))
       std::printf("[  NOTE    ] %s not on this CPU: its repacked kernels are not compared\n",
@@ -154,16 +155,16 @@ TEST(IsaDispatch, RepackedMatmulsAreBitIdenticalToRowMajorOnEveryPath) {
   }
 }
 
-// Only Q4_0 has a repacked layout: any other type marked repacked is refused.
-TEST(IsaDispatch, OnlyQ4_0WeightsAreRepacked) {
+// Only Q4_0 and Q8_0 have a repacked layout: any other type marked repacked is refused.
+TEST(IsaDispatch, OnlyQ4_0AndQ8_0WeightsAreRepacked) {
   Worker one(1);
-  const auto bytes = random_matrix(DType::Q8_0, 64, 16, 5);
-  const WeightMatrix w{DType::Q8_0, 64, 16, bytes.data(), true};
-  const auto x = gaussian(64, 1, 1.0f);
+  const auto bytes = random_matrix(DType::Q4_K, 256, 16, 5);
+  const WeightMatrix w{DType::Q4_K, 256, 16, bytes.data(), true};
+  const auto x = gaussian(256, 1, 1.0f);
   std::vector<float> y(16);
   EXPECT_THROW(matmul(one, w, x.data(), 1, y.data()), Error);
   std::vector<uint8_t> copy = bytes;
-  EXPECT_THROW(repack::repack_in_place(one, DType::Q8_0, 64, 16, copy.data()), Error);
+  EXPECT_THROW(repack::repack_in_place(one, DType::Q4_K, 256, 16, copy.data()), Error);
 }
 
 TEST(IsaDispatch, ForwardLogitsAreBitIdenticalOnEveryPath) {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/isa.h"
+#include "kernels/repack.h"
 #include "model/model.h"
 #include "test_helpers.h"
 
@@ -211,8 +212,8 @@ TEST_P(ModelTest, LayerRangesComposeToTheFullForward) {
 }
 
 // The weights copied into (huge-page) anonymous memory are the file's bytes,
-// with Q4_0 matrices repacked into the tile layout (kernels/repack.h, on by
-// default): the same logits, bit for bit, as from the plain mapping.
+// with Q4_0/Q8_0 matrices repacked into the tile layout (kernels/repack.h, on
+// by default): the same logits, bit for bit, as from the plain mapping.
 TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
   const std::string path = dir_.file("m.gguf");
   set_weight_loading(WeightLoading::kCopy);
@@ -222,7 +223,7 @@ TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
   set_weight_loading(WeightLoading::kAuto);
   EXPECT_TRUE(copied->gguf().copied());
   EXPECT_FALSE(mapped->gguf().copied());
-  EXPECT_EQ(copied->repacked_bytes() > 0, GetParam().spec.weight_type == DType::Q4_0);
+  EXPECT_EQ(copied->repacked_bytes() > 0, repack::repackable(GetParam().spec.weight_type));
   EXPECT_EQ(mapped->repacked_bytes(), 0u);
   Worker w(2);
   std::vector<float> logits[2];
