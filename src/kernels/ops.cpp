@@ -1,7 +1,12 @@
 #include "kernels/ops.h"
 
-#include <cmath>
+#include <immintrin.h>
 
+#include <cmath>
+#include <cstring>
+
+#include "kernels/attention_lanes.h"
+#include "kernels/lanes256.h"
 #include "model/model_config.h"
 
 namespace parspec {
@@ -35,11 +40,34 @@ void rope(float* x, int n_heads, int head_dim, int rope_dims, int32_t position,
   }
 }
 
+namespace {
+
+// SiLU(g)·u on 8 lanes with the contract's exponential (attention_lanes.h):
+// σ(g) = 1 / (1 + e^−g) for g ≥ 0 and e^g / (1 + e^g) below, so the
+// exponential's argument, −|g|, is never positive. A scalar std::exp per
+// element cost ~2 ns, a tenth of a multi-token forward of a 1B model.
+inline __m256 silu_times(__m256 g, __m256 u) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 t =
+      attention_lanes::exp_nonpositive<Avx2Lanes>(_mm256_or_ps(g, _mm256_set1_ps(-0.0f)));
+  const __m256 sigma = _mm256_div_ps(_mm256_blendv_ps(one, t, g), _mm256_add_ps(one, t));
+  return _mm256_mul_ps(_mm256_mul_ps(g, sigma), u);
+}
+
+}  // namespace
+
 void swiglu(const float* gate, const float* up, int n, float* out) {
-  for (int i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, silu_times(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i == n) return;
+  // The tail through 8-lane buffers: each element gets the same operations
+  // wherever it lies, so a row's result does not depend on how rows are split.
+  alignas(32) float g[8] = {}, u[8] = {}, o[8];
+  std::memcpy(g, gate + i, sizeof(float) * (n - i));
+  std::memcpy(u, up + i, sizeof(float) * (n - i));
+  _mm256_store_ps(o, silu_times(_mm256_load_ps(g), _mm256_load_ps(u)));
+  std::memcpy(out + i, o, sizeof(float) * (n - i));
 }
 
 void add_inplace(float* y, const float* x, int n) {
