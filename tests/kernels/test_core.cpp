@@ -132,6 +132,28 @@ TEST(Ops, RmsNormMatchesDefinition) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], x[i] * inv * w[i], 1e-6);
 }
 
+// The 8-lane body and the scalar tail together: lengths around multiples of
+// 8, against the definition in double precision.
+TEST(Ops, RmsNormMatchesDefinitionAtEveryLength) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (int n : {1, 7, 8, 9, 15, 16, 17, 64, 2051}) {
+    std::vector<float> x(n), w(n), out(n);
+    for (int i = 0; i < n; ++i) {
+      x[i] = nd(rng);
+      w[i] = nd(rng);
+    }
+    rmsnorm(x.data(), w.data(), n, 1e-6f, out.data());
+    double sum_sq = 0;
+    for (float v : x) sum_sq += static_cast<double>(v) * v;
+    const double inv = 1.0 / std::sqrt(sum_sq / n + 1e-6);
+    for (int i = 0; i < n; ++i) {
+      const double want = x[i] * inv * w[i];
+      EXPECT_NEAR(out[i], want, 1e-6 * std::abs(want) + 1e-30) << "n " << n << " i " << i;
+    }
+  }
+}
+
 TEST(Ops, RopeStylesRotateTheRightPairs) {
   const float inv_freq[2] = {1.0f, 0.5f};
   float adj[4] = {1, 0, 1, 0}, neox[4] = {1, 1, 0, 0};
