@@ -191,26 +191,7 @@ void packed32(const uint8_t* group0, const uint8_t* group1, int64_t nb,
     prefetch_packed_block(g0, b);
     prefetch_packed_block(g1, b);
     const Block k0 = Type::load(g0, b), k1 = Type::load(g1, b);
-    for (int64_t m = m0; m < m1; ++m) {
-      const int64_t i = m * nb + b;
-      const int8_t* xq = act.blocks[i].qs;
-      const __m512i start = _mm512_set1_epi32(Block::start(act, i));
-      __m512i a0 = start, a1 = _mm512_setzero_si512(), c0 = start, c1 = _mm512_setzero_si512();
-      for (int g = 0; g < 8; g += 2) {
-        const __m512i x0 = broadcast_x(xq + 4 * g), x1 = broadcast_x(xq + 4 * g + 4);
-        a0 = _mm512_dpbusd_epi32(a0, k0.part(g), x0);
-        c0 = _mm512_dpbusd_epi32(c0, k1.part(g), x0);
-        a1 = _mm512_dpbusd_epi32(a1, k0.part(g + 1), x1);
-        c1 = _mm512_dpbusd_epi32(c1, k1.part(g + 1), x1);
-      }
-      const __m512 dx = _mm512_set1_ps(act.scales[i]);
-      float* out = acc + (m - m0) * 32;
-      _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)),
-                                            _mm512_mul_ps(k0.dw, dx), _mm512_loadu_ps(out)));
-      _mm512_storeu_ps(out + 16,
-                       _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0, c1)),
-                                       _mm512_mul_ps(k1.dw, dx), _mm512_loadu_ps(out + 16)));
-    }
+    apply_block_pair(k0, k1, act, nb, b, m0, m1, acc);
   }
 }
 
