@@ -873,9 +873,8 @@ void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float*
   Q8Activations& q8_0 = caller_q8_0;
   K8Activations& q8_K = caller_q8_K;
   if (need_q8_0) quantize_activations_q8_0(worker, x, M, n_in, q8_0);
-  // Repacked Q4_0/Q8_0 with 6..8 activation rows on AVX-512 reads them in pairs
-  // (measured: M = 8 +11% in cache; M = 2-5 as fast or slower than one by one).
-  const bool want_pairs = M >= 6 && M <= q8tiles::kMaxRegisterRows &&
+  // Repacked Q4_0/Q8_0 on AVX-512 reads a short batch's rows in pairs.
+  const bool want_pairs = M >= q8tiles::kMinPairRows && M <= q8tiles::kMaxRegisterRows &&
                           active_isa() == Isa::kAvx512 &&
                           std::any_of(parts.begin(), parts.end(),
                                       [](const MatmulPart& part) { return part.w->repacked; });

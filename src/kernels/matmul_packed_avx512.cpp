@@ -159,8 +159,8 @@ void packed16_pairs(const uint8_t* group, int64_t nb, const Q8Activations& act, 
 template <class Type>
 void packed16_rows(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
                    int64_t m1, float* acc) {
-  if (m0 == 0 && m1 >= 6 && m1 <= kMaxRegisterRows && !act.pair_blocks.empty()) {
-    static_assert(kMaxRegisterRows == 8);
+  if (m0 == 0 && m1 >= kMinPairRows && m1 <= kMaxRegisterRows && !act.pair_blocks.empty()) {
+    static_assert(kMinPairRows == 6 && kMaxRegisterRows == 8);
     return m1 <= 6 ? packed16_pairs<Type, 3>(group, nb, act, m1, acc)
                    : packed16_pairs<Type, 4>(group, nb, act, m1, acc);
   }
