@@ -4,8 +4,12 @@
 #   - decode:  llama-bench tg (-n) against parspec bench-forward's decode tok/s
 #   - prefill: llama-bench pp (-p) against parspec bench-forward's L(n) (n tokens / L(n))
 #
-#   LLAMA_CPP_DIR=/path/to/llama.cpp bash bench/compare_llama_cpp.sh [-t 1,2] [-p 8,512] MODEL.gguf...
+#   LLAMA_CPP_DIR=/path/to/llama.cpp bash bench/compare_llama_cpp.sh [-t 1,2] [-p 8,512] [-r 3] [-i 1] MODEL.gguf...
 #
+# -r is the repetitions inside each engine's run; -i runs that many rounds of
+# both engines, alternating which goes first, and reports the median of the
+# rounds' ratios: on a VM whose memory speed drifts, single runs minutes apart
+# move by 20-40%, a pair run back to back much less.
 # LLAMA_CPP_DIR is a llama.cpp checkout with a build in build/bin (or the bin
 # directory itself). Optional: nothing in parspec's build or tests needs it.
 # PARSPEC=path/to/parspec measures another build (default build/parspec);
@@ -17,16 +21,18 @@ threads=1,2
 prompts=8,64
 decode_tokens=32
 repeat=3
+rounds=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -t) threads="$2"; shift 2 ;;
     -p) prompts="$2"; shift 2 ;;
     -r) repeat="$2"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -i) rounds="$2"; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) break ;;
   esac
 done
-[[ $# -ge 1 ]] || { echo "usage: LLAMA_CPP_DIR=DIR $0 [-t LIST] [-p LIST] [-r N] MODEL.gguf..." >&2; exit 2; }
+[[ $# -ge 1 ]] || { echo "usage: LLAMA_CPP_DIR=DIR $0 [-t LIST] [-p LIST] [-r N] [-i N] MODEL.gguf..." >&2; exit 2; }
 [[ -n "${LLAMA_CPP_DIR:-}" ]] || { echo "set LLAMA_CPP_DIR to a llama.cpp build" >&2; exit 2; }
 bench=""
 for candidate in "$LLAMA_CPP_DIR/build/bin/llama-bench" "$LLAMA_CPP_DIR/llama-bench" "$LLAMA_CPP_DIR/bin/llama-bench"; do
@@ -45,39 +51,68 @@ echo "parspec kernels: $($parspec info "$1" | sed -n 's/^  kernels *//p')"
 echo
 echo "| model | threads | engine | decode tok/s | $(echo "$prompts" | tr ',' '\n' | sed 's/.*/pp& tok\/s/' | paste -sd'|' | sed 's/|/ | /g') | loadavg |"
 echo "|---|---|---|---|$(echo "$prompts" | tr ',' '\n' | sed 's/.*/---/' | paste -sd'|')|---|"
+# One round runs each engine once; odd rounds run llama.cpp first, even rounds
+# parspec first, so a drift of the machine's memory speed does not favour one.
+run_llama() {  # model threads json
+  [[ ${SKIP_LLAMA:-0} == 1 ]] && return 0
+  "$bench" -m "$1" -t "$2" -p "$prompts" -n "$decode_tokens" -r "$repeat" -o json >"$3" 2>/dev/null
+}
+run_parspec() {  # model threads json
+  "$parspec" bench-forward -m "$1" -t "$2" -b "$prompts" -r "$repeat" \
+    --decode-tokens "$decode_tokens" --json "$3" >/dev/null 2>&1
+}
 for model in "$@"; do
   name=$(basename "$model" .gguf)
   for t in ${threads//,/ }; do
     load=$(cut -d' ' -f1 /proc/loadavg)
-    json="$out/$name-t$t-llama.json"
-    [[ ${SKIP_LLAMA:-0} == 1 ]] || "$bench" -m "$model" -t "$t" -p "$prompts" -n "$decode_tokens" -r "$repeat" -o json >"$json" 2>/dev/null
-    [[ ${SKIP_LLAMA:-0} == 1 ]] || $py - "$json" "$prompts" "$name" "$t" "$load" <<'EOF'
-import json, sys
-rows = json.load(open(sys.argv[1]))
-prompts = [int(p) for p in sys.argv[2].split(",")]
-def rate(n_prompt, n_gen):
-    for r in rows:
-        if r["n_prompt"] == n_prompt and r["n_gen"] == n_gen:
-            return r["avg_ts"]
-    return float("nan")
-tg = next(r["avg_ts"] for r in rows if r["n_prompt"] == 0)
-print(f"| {sys.argv[3]} | {sys.argv[4]} | llama.cpp | {tg:.2f} | " +
-      " | ".join(f"{rate(p, 0):.1f}" for p in prompts) + f" | {sys.argv[5]} |")
-EOF
-    load=$(cut -d' ' -f1 /proc/loadavg)
-    json="$out/$name-t$t-parspec.json"
-    "$parspec" bench-forward -m "$model" -t "$t" -b "$prompts" -r "$repeat" \
-      --decode-tokens "$decode_tokens" --json "$json" >/dev/null 2>&1
-    $py - "$json" "$prompts" "$name" "$t" "$load" "${LABEL:-parspec}" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))["results"][0]
-prompts = sys.argv[2].split(",")
-print(f"| {sys.argv[3]} | {sys.argv[4]} | {sys.argv[6]} | {d['decode_tok_per_s']:.2f} | " +
-      " | ".join(f"{int(p) * 1000.0 / d['latency_ms'][p]:.1f}" for p in prompts) +
-      f" | {sys.argv[5]} |")
+    rm -f "$out/$name-t$t-"*.json
+    for ((round = 1; round <= rounds; round++)); do
+      llama_json="$out/$name-t$t-llama-$round.json"
+      parspec_json="$out/$name-t$t-parspec-$round.json"
+      if ((round % 2)); then
+        run_llama "$model" "$t" "$llama_json"; run_parspec "$model" "$t" "$parspec_json"
+      else
+        run_parspec "$model" "$t" "$parspec_json"; run_llama "$model" "$t" "$llama_json"
+      fi
+    done
+    $py - "$out" "$name-t$t" "$rounds" "$prompts" "$name" "$t" "$load" "${LABEL:-parspec}" <<'EOF'
+import json, os, statistics, sys
+out, stem, rounds, prompts, name, t, load, label = sys.argv[1:]
+prompts = [int(p) for p in prompts.split(",")]
+def llama(path):  # decode and ppN rates of one llama-bench run
+    rows = json.load(open(path))
+    tg = next(r["avg_ts"] for r in rows if r["n_prompt"] == 0)
+    pp = [next((r["avg_ts"] for r in rows if r["n_prompt"] == p and r["n_gen"] == 0), float("nan"))
+          for p in prompts]
+    return [tg] + pp
+def parspec(path):
+    d = json.load(open(path))["results"][0]
+    return [d["decode_tok_per_s"]] + [p * 1000.0 / d["latency_ms"][str(p)] for p in prompts]
+runs = {"llama": [], "parspec": []}
+for r in range(1, int(rounds) + 1):
+    for engine, read in (("llama", llama), ("parspec", parspec)):
+        path = f"{out}/{stem}-{engine}-{r}.json"
+        if os.path.exists(path):
+            runs[engine].append(read(path))
+def median_row(rows):
+    return [statistics.median(column) for column in zip(*rows)]
+def cells(values, fmt):
+    return " | ".join(fmt.format(v) for v in values)
+if runs["llama"]:
+    print(f"| {name} | {t} | llama.cpp | {cells(median_row(runs['llama']), '{:.2f}')} | {load} |")
+print(f"| {name} | {t} | {label} | {cells(median_row(runs['parspec']), '{:.2f}')} | {load} |")
+if runs["llama"]:
+    # The ratio of each round's pair, then the median (and range) over rounds:
+    # a pair ran minutes apart at most, so it shares the machine's state.
+    ratios = [[p / l for p, l in zip(pr, lr)] for pr, lr in zip(runs["parspec"], runs["llama"])]
+    columns = list(zip(*ratios))
+    text = [f"**{statistics.median(c):.2f}**" + (f" ({min(c):.2f}–{max(c):.2f})" if len(c) > 1 else "")
+            for c in columns]
+    print(f"| {name} | {t} | × llama.cpp | {' | '.join(text)} | |")
 EOF
   done
 done
 echo
 echo "decode: llama-bench tg$decode_tokens vs bench-forward decode (after 64 tokens of context);"
-echo "ppN: N-token prompt in one forward (llama-bench ppN; parspec N / L(N)). Raw JSON in $out/."
+echo "ppN: N-token prompt in one forward (llama-bench ppN; parspec N / L(N)). Rates are medians over"
+echo "$rounds interleaved round(s); × llama.cpp is the median (and range) of the rounds' ratios. Raw JSON in $out/."
