@@ -109,10 +109,20 @@ if runs["llama"]:
     text = [f"**{statistics.median(c):.2f}**" + (f" ({min(c):.2f}–{max(c):.2f})" if len(c) > 1 else "")
             for c in columns]
     print(f"| {name} | {t} | × llama.cpp | {' | '.join(text)} | |")
+    # Each engine's decode against the read-bandwidth roofline parspec measured
+    # in the same round: no engine decodes above it, so roofline / llama.cpp is
+    # the largest decode ratio this machine allows.
+    roof = [json.load(open(f"{out}/{stem}-parspec-{r}.json"))["results"][0]["roofline_tok_per_s"]
+            for r in range(1, int(rounds) + 1)]
+    shares = {e: statistics.median(row[0] / f for row, f in zip(runs[e], roof)) for e in runs}
+    print(f"| {name} | {t} | decode / roofline | llama.cpp {shares['llama']:.0%}, {label} "
+          f"{shares['parspec']:.0%}; ceiling {statistics.median(f / row[0] for row, f in zip(runs['llama'], roof)):.2f}× | |")
 EOF
   done
 done
 echo
 echo "decode: llama-bench tg$decode_tokens vs bench-forward decode (after 64 tokens of context);"
 echo "ppN: N-token prompt in one forward (llama-bench ppN; parspec N / L(N)). Rates are medians over"
-echo "$rounds interleaved round(s); × llama.cpp is the median (and range) of the rounds' ratios. Raw JSON in $out/."
+echo "$rounds interleaved round(s); × llama.cpp is the median (and range) of the rounds' ratios; decode / roofline"
+echo "is each engine's decode against the roofline bench-forward measured in the same round, and the"
+echo "ceiling is roofline / llama.cpp decode: the largest decode ratio the memory allows. Raw JSON in $out/."
