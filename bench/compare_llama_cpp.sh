@@ -125,4 +125,5 @@ echo "decode: llama-bench tg$decode_tokens vs bench-forward decode (after 64 tok
 echo "ppN: N-token prompt in one forward (llama-bench ppN; parspec N / L(N)). Rates are medians over"
 echo "$rounds interleaved round(s); × llama.cpp is the median (and range) of the rounds' ratios; decode / roofline"
 echo "is each engine's decode against the roofline bench-forward measured in the same round, and the"
-echo "ceiling is roofline / llama.cpp decode: the largest decode ratio the memory allows. Raw JSON in $out/."
+echo "ceiling is roofline / llama.cpp decode: the largest decode ratio the memory allows (for models"
+echo "larger than the caches; a cache-resident model decodes above it). Raw JSON in $out/."
