@@ -9,7 +9,7 @@
 # -r is the repetitions inside each engine's run; -i runs that many rounds of
 # both engines, alternating which goes first, and reports the median of the
 # rounds' ratios: on a VM whose memory speed drifts, single runs minutes apart
-# move by 20-40%, a pair run back to back much less.
+# move by 20% to 2x, a pair run back to back much less.
 # LLAMA_CPP_DIR is a llama.cpp checkout with a build in build/bin (or the bin
 # directory itself). Optional: nothing in parspec's build or tests needs it.
 # PARSPEC=path/to/parspec measures another build (default build/parspec);
