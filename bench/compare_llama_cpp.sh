@@ -85,8 +85,10 @@ def llama(path):  # decode and ppN rates of one llama-bench run
     pp = [next((r["avg_ts"] for r in rows if r["n_prompt"] == p and r["n_gen"] == 0), float("nan"))
           for p in prompts]
     return [tg] + pp
+roofs = []  # the read-bandwidth roofline (tok/s) bench-forward measured in each round
 def parspec(path):
     d = json.load(open(path))["results"][0]
+    roofs.append(d["roofline_tok_per_s"])
     return [d["decode_tok_per_s"]] + [p * 1000.0 / d["latency_ms"][str(p)] for p in prompts]
 runs = {"llama": [], "parspec": []}
 for r in range(1, int(rounds) + 1):
@@ -112,11 +114,10 @@ if runs["llama"]:
     # Each engine's decode against the read-bandwidth roofline parspec measured
     # in the same round: no engine decodes above it, so roofline / llama.cpp is
     # the largest decode ratio this machine allows.
-    roof = [json.load(open(f"{out}/{stem}-parspec-{r}.json"))["results"][0]["roofline_tok_per_s"]
-            for r in range(1, int(rounds) + 1)]
-    shares = {e: statistics.median(row[0] / f for row, f in zip(runs[e], roof)) for e in runs}
+    shares = {e: statistics.median(row[0] / f for row, f in zip(runs[e], roofs)) for e in runs}
+    ceiling = statistics.median(f / row[0] for row, f in zip(runs["llama"], roofs))
     print(f"| {name} | {t} | decode / roofline | llama.cpp {shares['llama']:.0%}, {label} "
-          f"{shares['parspec']:.0%}; ceiling {statistics.median(f / row[0] for row, f in zip(runs['llama'], roof)):.2f}× | |")
+          f"{shares['parspec']:.0%}; ceiling {ceiling:.2f}× | |")
 EOF
   done
 done
