@@ -41,13 +41,21 @@ using KTile8 = void (*)(const uint8_t* const rows[8], size_t row_stride, int64_t
 using KTile16 = void (*)(const uint8_t* const rows[16], size_t row_stride, int64_t nb,
                          const K8Activations& act, int64_t m0, int64_t m1, float* out);
 
+// A group of 16 Q4_K rows repacked at load (repack::KGroup) against activation
+// rows [m0, m1): out[(m - m0) * 16 + r].
+using KPacked = void (*)(const uint8_t* group, int64_t nb, const K8Activations& act, int64_t m0,
+                         int64_t m1, float* out);
+
 struct KTileKernels {
   KTile8 q4_K = nullptr;  // null: the AVX2 kernels of matmul.cpp
   KTile8 q6_K = nullptr;
   KTile16 q4_K_16 = nullptr;  // null: no 16-row kernels, tiles go one by one
   KTile16 q6_K_16 = nullptr;
+  KPacked q4_K_packed = nullptr;  // every ISA has one
 };
 
+// The AVX2 build of the repacked Q4_K kernel (kquants.cpp; q4_K_packed only).
+KTileKernels avx2_k_tile_kernels();
 // The AVX-VNNI build (kquants_vnni.cpp); call only where the CPU has AVX-VNNI.
 KTileKernels vnni_k_tile_kernels();
 // The AVX-512 F/BW/VL/VNNI build (kquants_avx512.cpp); only where the CPU has those.
@@ -62,7 +70,9 @@ KTileKernels avx512_k_tile_kernels();
 //   to f32), mul/fmadd/fmsub, loadf/storef;
 //   transpose16(rows, at, out[4]): out[d] lane r = dword d of the 16 bytes at
 //   rows[r] + at; f16_low/f16_high: f32 of the f16 in the low/high half of each
-//   lane; f16_rows(rows, at): f32 of the f16 at rows[r] + at;
+//   lane; f16_rows(rows, at): f32 of the f16 at rows[r] + at; load_lanes(p):
+//   the kRows dwords at p; (16 lanes only) load_split(lo, hi): 8 dwords from
+//   each;
 // Dpbusd is the 256-bit vpdpbusd of the translation unit (VEX or EVEX encoded).
 template <class Dpbusd>
 struct Vec256 {
@@ -98,7 +108,11 @@ struct Vec256 {
   static F fmsub(F a, F b, F c) { return _mm256_fmsub_ps(a, b, c); }
   static F loadf(const float* p) { return _mm256_loadu_ps(p); }
   static void storef(float* p, F v) { _mm256_storeu_ps(p, v); }
-  static void transpose16(const uint8_t* const rows[kRows], int64_t at, I out[4]) {
+  static I load_lanes(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  PARSPEC_KERNEL_INLINE static void transpose16(const uint8_t* const rows[kRows], int64_t at,
+                                                I out[4]) {
     I pairs[4];
     for (int r = 0; r < 4; ++r) pairs[r] = q8tiles::load_row_pair(rows[r] + at, rows[r + 4] + at);
     q8tiles::transpose_8x4(pairs, out);
@@ -117,6 +131,52 @@ struct Vec256 {
 
 // ------------------------------------------------------------- kernels ----
 
+// Where q4_K_rows reads its weights: load4(b, at, out) puts dword k of the 16
+// bytes at byte `at` of block b into out[k] (lane = row); prefetch(b) is
+// called once per block before its loads.
+//
+// Row-major rows: a transpose in registers per 16 bytes.
+template <class V>
+struct RowMajorSource {
+  const uint8_t* const* rows;
+  size_t row_stride;
+  int64_t nb;
+  PARSPEC_KERNEL_INLINE void load4(int64_t b, int64_t at, typename V::I out[4]) const {
+    V::transpose16(rows, b * static_cast<int64_t>(sizeof(BlockQ4_K)) + at, out);
+  }
+  PARSPEC_KERNEL_INLINE void prefetch(int64_t b) const;
+};
+
+// Bytes ahead of the block in use that a repacked Q4_K group's stream is
+// prefetched: Q4_0's distance (q8_tiles.h), measured there.
+constexpr int64_t kPackedKPrefetchBytes = 8192;
+
+// A repacked group (repack::KGroup): the dwords are the lanes already, one
+// load per line; 8-lane vectors take half `half` of each line (rows 8·half..).
+template <class V>
+struct PackedSource {
+  repack::KGroup group;
+  int half;
+  PARSPEC_KERNEL_INLINE typename V::I load_line(int64_t i) const {
+    if (i == 0 && group.lead() != 0) {
+      if constexpr (V::kRows == 16)
+        return V::load_split(group.dword(0, 0), group.dword(0, 8));
+      else
+        return V::load_lanes(group.dword(0, 8 * half));
+    }
+    return V::load_lanes(group.line(i) + 4 * V::kRows * half);
+  }
+  PARSPEC_KERNEL_INLINE void load4(int64_t b, int64_t at, typename V::I out[4]) const {
+    const int64_t i = b * repack::KGroup::kLinesPerBlock + at / 4;
+    for (int k = 0; k < 4; ++k) out[k] = load_line(i + k);
+  }
+  PARSPEC_KERNEL_INLINE void prefetch(int64_t b) const {
+    const uint8_t* at = group.line(b * repack::KGroup::kLinesPerBlock) + kPackedKPrefetchBytes;
+    for (int64_t l = 0; l < repack::KGroup::kLinesPerBlock; ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(at + 64 * l), _MM_HINT_T0);
+  }
+};
+
 // Prefetches the block `distance` blocks ahead in each row of the tile, past
 // the rows' end the first blocks of the next tile (kRows rows on): one stream
 // a fixed distance ahead. Q4_K uses distance nb (the same block of the next
@@ -124,8 +184,8 @@ struct Vec256 {
 // streamed at 10-16 GB/s that way (a whole tile ahead pulled into L1) and at
 // 19-21 GB/s 4 blocks ahead (build/kernel_throughput 2048 49152 q6_K).
 template <class V>
-inline void prefetch_ahead(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t nb,
-                           int64_t b, int64_t bytes, int64_t distance) {
+PARSPEC_KERNEL_INLINE void prefetch_ahead(const uint8_t* const rows[V::kRows], size_t row_stride,
+                                          int64_t nb, int64_t b, int64_t bytes, int64_t distance) {
   const int64_t ahead = b + distance;
   const size_t offset = ahead < nb
                             ? static_cast<size_t>(ahead * bytes)
@@ -133,6 +193,12 @@ inline void prefetch_ahead(const uint8_t* const rows[V::kRows], size_t row_strid
   for (int r = 0; r < V::kRows; ++r)
     for (int64_t line = 0; line < bytes; line += 64)
       _mm_prefetch(reinterpret_cast<const char*>(rows[r] + offset + line), _MM_HINT_T0);
+}
+
+// Q4_K row-major tiles prefetch the same block of the next tile (distance nb).
+template <class V>
+PARSPEC_KERNEL_INLINE void RowMajorSource<V>::prefetch(int64_t b) const {
+  prefetch_ahead<V>(rows, row_stride, nb, b, sizeof(BlockQ4_K), nb);
 }
 
 // From int16 lanes even = (b0, b2) and odd = (b1, b3) of each dword: the
@@ -148,10 +214,11 @@ inline void word_pairs(typename V::I even, typename V::I odd, typename V::I out[
 // over the 8 sub-blocks of 32 (exact int32), then
 //   total = total + fmsub(xd·d, f32(sum_qx), (xd·dmin)·f32(sum_min))
 // in block order (total starts at 0): the AVX2 tile's and the scalar
-// reference's expression. MR activation rows at once, their sums in registers.
-template <class V, int MR>
-void q4_K_rows(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t nb,
-               const K8Activations& act, int64_t m0, float* out) {
+// reference's expression. MR activation rows at once, their sums in registers:
+// out[j * ldo + r] for activation row m0 + j.
+template <class V, int MR, class Source>
+void q4_K_rows(const Source& src, int64_t nb, const K8Activations& act, int64_t m0, float* out,
+               int64_t ldo) {
   using I = typename V::I;
   using F = typename V::F;
   const I low4 = V::set1_8(0x0f);
@@ -160,11 +227,10 @@ void q4_K_rows(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t n
   F total[MR];
   for (int j = 0; j < MR; ++j) total[j] = V::zerof();
   for (int64_t b = 0; b < nb; ++b) {
-    const int64_t at = b * static_cast<int64_t>(sizeof(BlockQ4_K));
-    prefetch_ahead<V>(rows, row_stride, nb, b, sizeof(BlockQ4_K), nb);
+    src.prefetch(b);
     // Header dwords: h[0] = d | dmin << 16, h[1..3] = the 12 packed scale bytes.
     I h[4];
-    V::transpose16(rows, at, h);
+    src.load4(b, 0, h);
     // The unpacking of kquants.cpp on whole dwords (4 sub-blocks per dword):
     // scales 0-3 = h1 & 63, 4-7 = (h3 & 15) | (h1 >> 6) << 4; mins likewise
     // from h2 and h3 >> 4. Byte k of sc_bytes[i] is the scale of sub-block 4i + k.
@@ -177,8 +243,8 @@ void q4_K_rows(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t n
     for (int g = 0; g < 4; ++g) {
       // Group g: 32 bytes per row; low nibbles are sub-block 2g, high nibbles 2g + 1.
       I packed[8];
-      V::transpose16(rows, at + 16 + 32 * g, packed);
-      V::transpose16(rows, at + 32 + 32 * g, packed + 4);
+      src.load4(b, 16 + 32 * g, packed);
+      src.load4(b, 32 + 32 * g, packed + 4);
       for (int half = 0; half < 2; ++half) {
         const int sub = 2 * g + half;
         const I scale = V::and_(V::srli32(sc_bytes[sub / 4], 8 * (sub % 4)), V::set1(0xff));
@@ -219,7 +285,7 @@ void q4_K_rows(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t n
       total[j] = V::addf(total[j], value);
     }
   }
-  for (int j = 0; j < MR; ++j) V::storef(out + j * V::kRows, total[j]);
+  for (int j = 0; j < MR; ++j) V::storef(out + j * ldo, total[j]);
 }
 
 // Q6_K: per row and block, sum_qx = Σ_k sc_k·Σ q·x − 32·Σ_k sc_k·bsums_k over
@@ -298,27 +364,27 @@ void q6_K_rows(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t n
   for (int j = 0; j < MR; ++j) V::storef(out + j * V::kRows, total[j]);
 }
 
-// Any number of activation rows, V::kMaxM (Q6_K: 4) per pass over the
-// weights: out[(m - m0) * kRows + r].
-template <class V>
-void tile_q4_K(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t nb,
-               const K8Activations& act, int64_t m0, int64_t m1, float* out) {
+// Any number of activation rows, V::kMaxM per pass over the weights:
+// out[(m - m0) * ldo + r].
+template <class V, class Source>
+void q4_K_passes(const Source& src, int64_t nb, const K8Activations& act, int64_t m0, int64_t m1,
+                 float* out, int64_t ldo) {
   for (int64_t m = m0; m < m1; m += V::kMaxM) {
-    float* o = out + (m - m0) * V::kRows;
+    float* o = out + (m - m0) * ldo;
     const int64_t n = std::min<int64_t>(V::kMaxM, m1 - m);
     if constexpr (V::kMaxM >= 8) {
       switch (n) {
         case 5:
-          q4_K_rows<V, 5>(rows, row_stride, nb, act, m, o);
+          q4_K_rows<V, 5>(src, nb, act, m, o, ldo);
           continue;
         case 6:
-          q4_K_rows<V, 6>(rows, row_stride, nb, act, m, o);
+          q4_K_rows<V, 6>(src, nb, act, m, o, ldo);
           continue;
         case 7:
-          q4_K_rows<V, 7>(rows, row_stride, nb, act, m, o);
+          q4_K_rows<V, 7>(src, nb, act, m, o, ldo);
           continue;
         case 8:
-          q4_K_rows<V, 8>(rows, row_stride, nb, act, m, o);
+          q4_K_rows<V, 8>(src, nb, act, m, o, ldo);
           continue;
         default:
           break;
@@ -326,19 +392,36 @@ void tile_q4_K(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t n
     }
     switch (n) {
       case 1:
-        q4_K_rows<V, 1>(rows, row_stride, nb, act, m, o);
+        q4_K_rows<V, 1>(src, nb, act, m, o, ldo);
         break;
       case 2:
-        q4_K_rows<V, 2>(rows, row_stride, nb, act, m, o);
+        q4_K_rows<V, 2>(src, nb, act, m, o, ldo);
         break;
       case 3:
-        q4_K_rows<V, 3>(rows, row_stride, nb, act, m, o);
+        q4_K_rows<V, 3>(src, nb, act, m, o, ldo);
         break;
       default:
-        q4_K_rows<V, 4>(rows, row_stride, nb, act, m, o);
+        q4_K_rows<V, 4>(src, nb, act, m, o, ldo);
         break;
     }
   }
+}
+
+// A row-major tile: out[(m - m0) * kRows + r].
+template <class V>
+void tile_q4_K(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t nb,
+               const K8Activations& act, int64_t m0, int64_t m1, float* out) {
+  q4_K_passes<V>(RowMajorSource<V>{rows, row_stride, nb}, nb, act, m0, m1, out, V::kRows);
+}
+
+// A repacked group of 16 rows (repack::KGroup): out[(m - m0) * 16 + r]; 8-lane
+// vectors take its two halves one after the other.
+template <class V>
+void packed_q4_K(const uint8_t* group, int64_t nb, const K8Activations& act, int64_t m0, int64_t m1,
+                 float* out) {
+  for (int half = 0; half < repack::kGroupRows / V::kRows; ++half)
+    q4_K_passes<V>(PackedSource<V>{repack::KGroup{group, nb}, half}, nb, act, m0, m1,
+                   out + half * V::kRows, repack::kGroupRows);
 }
 
 template <class V>

@@ -56,10 +56,17 @@ struct Vec512 {
   static F fmsub(F a, F b, F c) { return _mm512_fmsub_ps(a, b, c); }
   static F loadf(const float* p) { return _mm512_loadu_ps(p); }
   static void storef(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static I load_lanes(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static I load_split(const uint8_t* lo, const uint8_t* hi) {
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
+  }
   // z[r] holds the 16 bytes of rows r, r + 4, r + 8, r + 12 in its four
   // 128-bit lanes; a 4 × 4 dword transpose within each lane then puts dword d
   // of row 4c + r into lane 4c + r of out[d].
-  static void transpose16(const uint8_t* const rows[kRows], int64_t at, I out[4]) {
+  PARSPEC_KERNEL_INLINE static void transpose16(const uint8_t* const rows[kRows], int64_t at,
+                                                I out[4]) {
     I z[4];
     for (int r = 0; r < 4; ++r)
       z[r] =
@@ -80,7 +87,8 @@ struct Vec512 {
 
 KTileKernels avx512_k_tile_kernels() {
   using V8 = Vec256<Dpbusd256Evex>;
-  return {&tile_q4_K<V8>, &tile_q6_K<V8>, &tile_q4_K<Vec512>, &tile_q6_K<Vec512>};
+  return {&tile_q4_K<V8>, &tile_q6_K<V8>, &tile_q4_K<Vec512>, &tile_q6_K<Vec512>,
+          &packed_q4_K<Vec512>};
 }
 
 }  // namespace parspec::ktiles

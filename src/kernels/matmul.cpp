@@ -19,7 +19,7 @@
 //   dot_q4_K_q8_K / dot_q6_K_q8_K evaluate (bit-identical today), but 8 rows
 //   (AVX2, AVX-VNNI) or 16 (AVX-512, kernels/k_tiles.h) and a batch of
 //   activations at a time.
-// Threads split the output rows in tiles of 8 (a repacked Q4_0/Q8_0 matrix,
+// Threads split the output rows in tiles of 8 (a repacked Q4_0/Q8_0/Q4_K matrix,
 // kernels/repack.h: in groups of 16 first); a dot product is never split.
 #include "kernels/matmul.h"
 
@@ -674,7 +674,7 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
   run_tile_pairs_then_singles(p, act, nb, t, t1, tile16, tile, acc.data());
 }
 
-// A repacked Q4_0/Q8_0 matrix (kernels/repack.h) counts its whole groups of 16
+// A repacked Q4_0/Q8_0/Q4_K matrix (kernels/repack.h) counts its whole groups of 16
 // rows as tiles 0..groups-1, then the 8-row tiles of the row-major rows after
 // them; any other matrix its 8-row tiles.
 int64_t packed_groups(const WeightMatrix& w) {
@@ -768,14 +768,14 @@ void run_float_tiles(const Problem& p, int64_t t0, int64_t t1) {
 }
 
 // The vpdpbusd builds of the Q4_K/Q6_K tiles (kernels/k_tiles.h) for the ISA
-// in use; all null under avx2 (the kernels above).
+// in use; under avx2 only the repacked Q4_K kernel (row-major: the kernels above).
 const ktiles::KTileKernels& active_k_tiles() {
-  static const ktiles::KTileKernels none{};
+  static const ktiles::KTileKernels avx2 = ktiles::avx2_k_tile_kernels();
   static const ktiles::KTileKernels vnni =
-      cpu_supports(Isa::kAvxVnni) ? ktiles::vnni_k_tile_kernels() : none;
+      cpu_supports(Isa::kAvxVnni) ? ktiles::vnni_k_tile_kernels() : avx2;
   static const ktiles::KTileKernels avx512 =
-      cpu_supports(Isa::kAvx512) ? ktiles::avx512_k_tile_kernels() : none;
-  return for_active_isa(none, vnni, avx512);
+      cpu_supports(Isa::kAvx512) ? ktiles::avx512_k_tile_kernels() : avx2;
+  return for_active_isa(avx2, vnni, avx512);
 }
 
 // Pairs of tiles through the 16-row kernel where there is one, the rest one by one.
@@ -788,6 +788,32 @@ void run_k_tiles_dpbusd(const Problem& p, const K8Activations& act, int64_t t0, 
   acc.resize(static_cast<size_t>(kChunkRows * 2 * kTileRows));
   const int64_t nb = p.w.n_in / kQKK;
   run_tile_pairs_then_singles(p, act, nb, t0, t1, tile16, tile, acc.data());
+}
+
+void run_k_tiles(const Problem& p, const K8Activations& act, int64_t t0, int64_t t1);
+
+// Tiles [t0, t1) of a repacked Q4_K matrix: its groups (activation rows in
+// chunks of kChunkRows), then the row-major rows after the last group.
+void run_packed_k_tiles(const Problem& p, const K8Activations& act, int64_t t0, int64_t t1) {
+  const ktiles::KPacked kernel = active_k_tiles().q4_K_packed;
+  const int64_t groups = packed_groups(p.w);
+  const size_t bytes = repack::group_bytes(p.w.type, p.w.n_in);
+  const int64_t nb = p.w.n_in / kQKK;
+  thread_local std::vector<float> acc;
+  acc.resize(static_cast<size_t>(kChunkRows * repack::kGroupRows));
+  for (int64_t g = t0; g < std::min(t1, groups); ++g) {
+    const uint8_t* data = p.w.data + static_cast<size_t>(g) * bytes;
+    for (int64_t m0 = 0; m0 < p.M; m0 += kChunkRows) {
+      const int64_t m1 = std::min(p.M, m0 + kChunkRows);
+      kernel(data, nb, act, m0, m1, acc.data());
+      for (int64_t i = 0; i < 2; ++i)
+        store_tile(p, 2 * g + i, m0, m1, acc.data() + i * kTileRows, repack::kGroupRows);
+    }
+  }
+  // The row-major tiles after the groups (at most two): numbered on from 2 · groups.
+  t0 = std::max(t0, groups) + groups;
+  t1 += groups;
+  if (t0 < t1) run_k_tiles(p, act, t0, t1);
 }
 
 void run_k_tiles(const Problem& p, const K8Activations& act, int64_t t0, int64_t t1) {
@@ -889,6 +915,7 @@ void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float*
         return run_q8_tiles(p, q8_0, t0, t1);
       case DType::Q4_K:
       case DType::Q6_K:
+        if (p.w.repacked) return run_packed_k_tiles(p, q8_K, t0, t1);
         return run_k_tiles(p, q8_K, t0, t1);
       case DType::F32:
         return run_float_tiles<DType::F32>(p, t0, t1);

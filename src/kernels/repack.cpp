@@ -9,7 +9,34 @@
 
 namespace parspec::repack {
 
+namespace {
+
+// Elements per block of a repackable type.
+int64_t block_elems(DType type) {
+  return type_info(type).block_elems;
+}
+
+void pack_k_group(int64_t n_in, const uint8_t* rows, size_t stride, uint8_t* out) {
+  const KGroup group{out, n_in / kQKK};
+  for (int64_t b = 0; b < group.nb; ++b)
+    for (int64_t l = 0; l < KGroup::kLinesPerBlock; ++l)
+      for (int r = 0; r < kGroupRows; ++r)
+        std::memcpy(const_cast<uint8_t*>(group.dword(b * KGroup::kLinesPerBlock + l, r)),
+                    rows + r * stride + b * sizeof(BlockQ4_K) + 4 * l, 4);
+}
+
+void unpack_k_row(int64_t n_in, const uint8_t* group_data, int r, uint8_t* row) {
+  const KGroup group{group_data, n_in / kQKK};
+  for (int64_t b = 0; b < group.nb; ++b)
+    for (int64_t l = 0; l < KGroup::kLinesPerBlock; ++l)
+      std::memcpy(row + b * sizeof(BlockQ4_K) + 4 * l,
+                  group.dword(b * KGroup::kLinesPerBlock + l, r), 4);
+}
+
+}  // namespace
+
 void pack_group(DType type, int64_t n_in, const uint8_t* rows, size_t stride, uint8_t* out) {
+  if (type == DType::Q4_K) return pack_k_group(n_in, rows, stride, out);
   const int64_t nb = n_in / kQK, vectors = quant_bytes(type) / 64;
   const size_t block = type_info(type).block_bytes;
   const Group group{out, nb, quant_bytes(type)};
@@ -28,7 +55,7 @@ void pack_group(DType type, int64_t n_in, const uint8_t* rows, size_t stride, ui
 void pack_matrix(Worker& worker, DType type, int64_t n_in, int64_t n_out, const ByteReader& read,
                  uint8_t* out) {
   check(repackable(type), "repack: ", type_info(type).name, " weights cannot be repacked");
-  check(n_in % kQK == 0, "repack: rows of ", n_in, " elements are not whole blocks");
+  check(n_in % block_elems(type) == 0, "repack: rows of ", n_in, " elements are not whole blocks");
   const int64_t groups = n_out / kGroupRows;
   const size_t bytes = group_bytes(type, n_in);
   const size_t stride = row_bytes(type, n_in);
@@ -75,10 +102,12 @@ void unpack_row(DType type, int64_t n_in, int64_t n_out, const uint8_t* data, in
     std::memcpy(row, data + o * stride, stride);
     return;
   }
+  const int64_t r = o % kGroupRows;
+  const uint8_t* group_data = data + o / kGroupRows * group_bytes(type, n_in);
+  if (type == DType::Q4_K) return unpack_k_row(n_in, group_data, static_cast<int>(r), row);
   const int64_t nb = n_in / kQK, vectors = quant_bytes(type) / 64;
   const size_t block = type_info(type).block_bytes;
-  const int64_t r = o % kGroupRows;
-  const Group group{data + o / kGroupRows * group_bytes(type, n_in), nb, quant_bytes(type)};
+  const Group group{group_data, nb, quant_bytes(type)};
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* dst = row + b * block;
     std::memcpy(dst, group.scales(b) + 2 * r, 2);

@@ -1,8 +1,9 @@
 #pragma once
-// Q4_0 and Q8_0 weights repacked once, at load, into the lane layout the tile
-// kernels consume, so that a tile of 16 weight rows is one sequential stream
-// and no kernel transposes blocks in registers.
+// Q4_0, Q8_0 and Q4_K weights repacked once, at load, into the lane layout the
+// tile kernels consume, so that a tile of 16 weight rows is one sequential
+// stream and no kernel transposes blocks in registers.
 //
+// Q4_0 and Q8_0:
 // A group holds 16 consecutive rows. Its blocks come in pairs, each pair laid
 // out as [scales of block b (32 bytes) | scales of b+1 | quants of b | quants
 // of b+1] (an unpaired last block: [scales | quants]; a group 32 bytes past a
@@ -13,13 +14,19 @@
 //   vector d holds bytes 4d..4d+3 of each row's qs (row r at 4r), as in the
 //   file (Q4_0 nibbles: low = elements 4d..4d+3, high = 16+4d..16+4d+3).
 // One 64-byte vector is thus one 512-bit operand for 16 rows, or two 256-bit
-// operands for rows 0-7 and 8-15. A group takes exactly the bytes of its 16
-// rows, so a matrix repacks in place; the n_out % 16 rows after the last whole
-// group stay row-major where they were.
+// operands for rows 0-7 and 8-15.
+//
+// Q4_K (see KGroup): each super-block of the 16 rows is 36 lines of 64 bytes,
+// line L holding dword L (bytes 4L..4L+3) of the 16 rows' blocks, row r at 4r:
+// line 0 the f16 d and dmin, lines 1-3 the packed scales, lines 4-35 the quants.
+//
+// A group takes exactly the bytes of its 16 rows, so a matrix repacks in place;
+// the n_out % 16 rows after the last whole group stay row-major where they were.
 #include <cstdint>
 #include <functional>
 
 #include "core/worker.h"
+#include "kernels/isa.h"
 #include "kernels/quant.h"
 
 namespace parspec::repack {
@@ -28,10 +35,18 @@ constexpr int kGroupRows = 16;
 
 // Whether weights of this type can be repacked.
 constexpr bool repackable(DType type) {
-  return type == DType::Q4_0 || type == DType::Q8_0;
+  return type == DType::Q4_0 || type == DType::Q8_0 || type == DType::Q4_K;
 }
 
-// Bytes of one block's quants for the 16 rows of a group (a repackable type).
+// Whether repacking this type at load speeds up the kernels of `isa`: Q4_0 and
+// Q8_0 always; Q4_K with AVX-512 only, where it streams 27% more at M = 1. The
+// 8-lane builds read a group's lines once per half and lost to the row-major
+// tiles from M = 3 on (build/kernel_throughput 2048 262144 q4_K).
+constexpr bool repack_pays(DType type, Isa isa) {
+  return repackable(type) && (type != DType::Q4_K || isa == Isa::kAvx512);
+}
+
+// Bytes of one block's quants for the 16 rows of a group (Q4_0 or Q8_0).
 constexpr int64_t quant_bytes(DType type) {
   return type == DType::Q4_0 ? 4 * 64 : 8 * 64;
 }
@@ -61,6 +76,25 @@ struct Group {
     const int64_t head = 2 * pair + 1 < nb - lone ? 64 : 32;
     return base + lone * (32 + quant_bytes) + pair * (64 + 2 * quant_bytes) + head +
            (c & 1) * quant_bytes;
+  }
+};
+
+// A group of 16 Q4_K rows: line i = 36 b + L is dword L of block b. A group
+// that starts 32 bytes past a 64-byte line would split every line; it instead
+// keeps line 0 in two halves, rows 0-7 in its first 32 bytes and rows 8-15 in
+// its last 32, and every line after it on a line boundary.
+struct KGroup {
+  static constexpr int64_t kLinesPerBlock = sizeof(BlockQ4_K) / 4;
+  const uint8_t* base;
+  int64_t nb;
+  int64_t lead() const { return (reinterpret_cast<uintptr_t>(base) & 63) == 32 ? 1 : 0; }
+  int64_t bytes() const { return nb * kLinesPerBlock * 64; }
+  // Line i (not line 0 of a group with a lead).
+  const uint8_t* line(int64_t i) const { return base - 32 * lead() + 64 * i; }
+  // Row r's dword of line i, split line included.
+  const uint8_t* dword(int64_t i, int r) const {
+    if (i == 0 && lead() != 0) return r < 8 ? base + 4 * r : base + bytes() - 32 + 4 * (r - 8);
+    return line(i) + 4 * r;
   }
 };
 

@@ -69,8 +69,8 @@ uint64_t matrix_bytes(const WeightMatrix& w) {
   return row_bytes(w.type, w.n_in) * w.n_out;
 }
 
-// On unless PARSPEC_REPACK=0: repacked Q4_0/Q8_0 weights decode faster
-// (docs/performance.md, issue 10).
+// On unless PARSPEC_REPACK=0: repacked Q4_0/Q8_0 (and, with AVX-512, Q4_K)
+// weights decode faster (docs/performance.md, issue 10).
 bool repacking_wanted() {
   const char* env = std::getenv("PARSPEC_REPACK");
   return env == nullptr || std::string_view(env) != "0";
@@ -109,12 +109,12 @@ void Model::hold_in_memory(int layer_first, int layer_last, bool output) const {
 
 std::shared_ptr<Model> Model::load(const std::string& path) {
   if (!repacking_wanted()) return from_gguf(GgufFile::open(path));
-  // Q4_0 matrices are repacked (kernels/repack.h) while the file is read, on
+  // Q4_0/Q8_0/Q4_K matrices are repacked (kernels/repack.h) while the file is read, on
   // all threads: one pass, where reading and then repacking took two.
   Worker worker(default_thread_count());
   const TransformChooser choose = [&](const GgufTensorInfo& t) -> TensorTransform {
-    if (!repack::repackable(t.type) || t.dims.size() != 2 || t.dims[1] < repack::kGroupRows ||
-        !matmul_only(t.name))
+    if (!repack::repack_pays(t.type, active_isa()) || t.dims.size() != 2 ||
+        t.dims[1] < repack::kGroupRows || !matmul_only(t.name))
       return nullptr;
     return [&worker, &t](const TensorReader& read, uint8_t* out) {
       repack::pack_matrix(worker, t.type, t.dims[0], t.dims[1], read, out);

@@ -94,17 +94,19 @@ TEST(IsaDispatch, Avx512MatmulsAreBitIdenticalToAvx2) {
   expect_matmuls_match_avx2(Isa::kAvx512);
 }
 
-// Q4_0 and Q8_0 weights repacked into the tile layout (kernels/repack.h) give the
-// row-major AVX2 results bit for bit on every path: whole groups, rows after
-// the last group, matrices shorter than a group, paired and lone blocks (nb 24
-// and 3), groups on a 64-byte line and 32 bytes past one (block 0 alone first;
-// with nb 3 every other group), every register-accumulator count and the
-// 32-row kernels of large batches, on one thread and on three.
+// Q4_0, Q8_0 and Q4_K weights repacked into the tile layout (kernels/repack.h)
+// give the row-major AVX2 results bit for bit on every path: whole groups, rows
+// after the last group, matrices shorter than a group, paired and lone blocks
+// (Q4_0/Q8_0 nb 24 and 3), groups on a 64-byte line and 32 bytes past one
+// (Q4_0/Q8_0: block 0 alone first, with nb 3 every other group; Q4_K: line 0
+// split), every register-accumulator count and the 32-row kernels of large
+// batches, on one thread and on three.
 TEST(IsaDispatch, RepackedMatmulsAreBitIdenticalToRowMajorOnEveryPath) {
   IsaGuard guard;
   Worker one(1), three(3);
-  for (DType type : {DType::Q4_0, DType::Q8_0})
-    for (int64_t n_in : {768, 96})
+  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K})
+    for (int64_t n_in :
+         type == DType::Q4_K ? std::vector<int64_t>{768, 256} : std::vector<int64_t>{768, 96})
       for (int64_t n_out : {1, 15, 16, 17, 24, 33, 37, 64, 130})
         for (size_t line_offset : {0, 32}) {
           const auto bytes = random_matrix(type, n_in, n_out, 23 + static_cast<uint32_t>(n_out));
@@ -155,16 +157,20 @@ TEST(IsaDispatch, RepackedMatmulsAreBitIdenticalToRowMajorOnEveryPath) {
   }
 }
 
-// Only Q4_0 and Q8_0 have a repacked layout: any other type marked repacked is refused.
-TEST(IsaDispatch, OnlyQ4_0AndQ8_0WeightsAreRepacked) {
+// Only Q4_0, Q8_0 and Q4_K have a repacked layout: any other type marked
+// repacked is refused. Q4_K is repacked at load only where it pays (AVX-512).
+TEST(IsaDispatch, OnlyQ4_0Q8_0AndQ4_KWeightsAreRepacked) {
   Worker one(1);
-  const auto bytes = random_matrix(DType::Q4_K, 256, 16, 5);
-  const WeightMatrix w{DType::Q4_K, 256, 16, bytes.data(), true};
+  const auto bytes = random_matrix(DType::Q6_K, 256, 16, 5);
+  const WeightMatrix w{DType::Q6_K, 256, 16, bytes.data(), true};
   const auto x = gaussian(256, 1, 1.0f);
   std::vector<float> y(16);
   EXPECT_THROW(matmul(one, w, x.data(), 1, y.data()), Error);
   std::vector<uint8_t> copy = bytes;
-  EXPECT_THROW(repack::repack_in_place(one, DType::Q4_K, 256, 16, copy.data()), Error);
+  EXPECT_THROW(repack::repack_in_place(one, DType::Q6_K, 256, 16, copy.data()), Error);
+  EXPECT_TRUE(repack::repack_pays(DType::Q4_K, Isa::kAvx512));
+  EXPECT_FALSE(repack::repack_pays(DType::Q4_K, Isa::kAvx2));
+  EXPECT_TRUE(repack::repack_pays(DType::Q4_0, Isa::kAvx2));
 }
 
 TEST(IsaDispatch, ForwardLogitsAreBitIdenticalOnEveryPath) {

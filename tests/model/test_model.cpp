@@ -212,8 +212,9 @@ TEST_P(ModelTest, LayerRangesComposeToTheFullForward) {
 }
 
 // The weights copied into (huge-page) anonymous memory are the file's bytes,
-// with Q4_0/Q8_0 matrices repacked into the tile layout (kernels/repack.h, on
-// by default): the same logits, bit for bit, as from the plain mapping.
+// with Q4_0/Q8_0 (and, with AVX-512, Q4_K) matrices repacked into the tile
+// layout (kernels/repack.h, on by default): the same logits, bit for bit, as from the plain
+// mapping.
 TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
   const std::string path = dir_.file("m.gguf");
   set_weight_loading(WeightLoading::kCopy);
@@ -223,7 +224,8 @@ TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
   set_weight_loading(WeightLoading::kAuto);
   EXPECT_TRUE(copied->gguf().copied());
   EXPECT_FALSE(mapped->gguf().copied());
-  EXPECT_EQ(copied->repacked_bytes() > 0, repack::repackable(GetParam().spec.weight_type));
+  EXPECT_EQ(copied->repacked_bytes() > 0,
+            repack::repack_pays(GetParam().spec.weight_type, active_isa()));
   EXPECT_EQ(mapped->repacked_bytes(), 0u);
   Worker w(2);
   std::vector<float> logits[2];
@@ -236,35 +238,39 @@ TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
 }
 
 // Repacking is on by default; PARSPEC_REPACK=0 keeps a copied file's weights
-// as the file has them. Both give the same logits, bit for bit.
+// as the file has them. Both give the same logits, bit for bit, on every path
+// (a Q4_K model is repacked only where AVX-512 runs: then under each ISA too).
 TEST(ModelRepack, EnvironmentTurnsRepackingOff) {
-  TempDir dir;
-  const std::string path =
-      testing_support::write_model(dir, "m.gguf", spec_of("llama", DType::Q4_0, 64, false));
-  set_weight_loading(WeightLoading::kCopy);
-  unsetenv("PARSPEC_REPACK");
-  const auto repacked = Model::load(path);
-  setenv("PARSPEC_REPACK", "0", 1);
-  const auto plain = Model::load(path);
-  unsetenv("PARSPEC_REPACK");
-  set_weight_loading(WeightLoading::kAuto);
-  EXPECT_EQ(plain->repacked_bytes(), 0u);
-  // Untied: the output matrix and every layer's matrices.
-  EXPECT_EQ(repacked->repacked_bytes(), repacked->weight_bytes());
-  Worker w(2);
-  const std::vector<int32_t> prompt = {256, 72, 101, 7, 9, 30, 31, 32, 33, 40};
-  const Isa saved = active_isa();
-  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
-    if (!set_active_isa(isa)) continue;
-    std::vector<float> logits[2];
-    int i = 0;
-    for (const std::shared_ptr<Model>& model : {plain, repacked}) {
-      KvCache kv(model->config(), 64);
-      logits[i++] = model->forward(w, Batch::chain(kv, prompt, true), kv);
+  for (DType type : {DType::Q4_0, DType::Q4_K}) {
+    TempDir dir;
+    const std::string path = testing_support::write_model(
+        dir, "m.gguf", spec_of("llama", type, type == DType::Q4_K ? 256 : 64, false));
+    set_weight_loading(WeightLoading::kCopy);
+    unsetenv("PARSPEC_REPACK");
+    const auto repacked = Model::load(path);
+    setenv("PARSPEC_REPACK", "0", 1);
+    const auto plain = Model::load(path);
+    unsetenv("PARSPEC_REPACK");
+    set_weight_loading(WeightLoading::kAuto);
+    EXPECT_EQ(plain->repacked_bytes(), 0u);
+    // Untied: the output matrix and every layer's matrices.
+    EXPECT_EQ(repacked->repacked_bytes(),
+              repack::repack_pays(type, active_isa()) ? repacked->weight_bytes() : 0u);
+    Worker w(2);
+    const std::vector<int32_t> prompt = {256, 72, 101, 7, 9, 30, 31, 32, 33, 40};
+    const Isa saved = active_isa();
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+      if (!set_active_isa(isa)) continue;
+      std::vector<float> logits[2];
+      int i = 0;
+      for (const std::shared_ptr<Model>& model : {plain, repacked}) {
+        KvCache kv(model->config(), 64);
+        logits[i++] = model->forward(w, Batch::chain(kv, prompt, true), kv);
+      }
+      EXPECT_EQ(logits[0], logits[1]) << isa_name(isa) << " " << type_info(type).name;
     }
-    EXPECT_EQ(logits[0], logits[1]) << isa_name(isa);
+    set_active_isa(saved);
   }
-  set_active_isa(saved);
 }
 
 // An MPI stage maps the file and reads in only its layers (and the output
