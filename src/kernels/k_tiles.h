@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/q8_tiles.h"
@@ -41,8 +42,8 @@ using KTile8 = void (*)(const uint8_t* const rows[8], size_t row_stride, int64_t
 using KTile16 = void (*)(const uint8_t* const rows[16], size_t row_stride, int64_t nb,
                          const K8Activations& act, int64_t m0, int64_t m1, float* out);
 
-// A group of 16 Q4_K rows repacked at load (repack::KGroup) against activation
-// rows [m0, m1): out[(m - m0) * 16 + r].
+// A group of 16 Q4_K or Q6_K rows repacked at load (repack::KGroup,
+// repack::K6Group) against activation rows [m0, m1): out[(m - m0) * 16 + r].
 using KPacked = void (*)(const uint8_t* group, int64_t nb, const K8Activations& act, int64_t m0,
                          int64_t m1, float* out);
 
@@ -51,10 +52,12 @@ struct KTileKernels {
   KTile8 q6_K = nullptr;
   KTile16 q4_K_16 = nullptr;  // null: no 16-row kernels, tiles go one by one
   KTile16 q6_K_16 = nullptr;
-  KPacked q4_K_packed = nullptr;  // every ISA has one
+  KPacked q4_K_packed = nullptr;  // every ISA has these two
+  KPacked q6_K_packed = nullptr;
 };
 
-// The AVX2 build of the repacked Q4_K kernel (kquants.cpp; q4_K_packed only).
+// The AVX2 build of the repacked kernels (kquants_avx2.cpp; q4_K_packed and
+// q6_K_packed only).
 KTileKernels avx2_k_tile_kernels();
 // The AVX-VNNI build (kquants_vnni.cpp); call only where the CPU has AVX-VNNI.
 KTileKernels vnni_k_tile_kernels();
@@ -71,8 +74,8 @@ KTileKernels avx512_k_tile_kernels();
 //   transpose16(rows, at, out[4]): out[d] lane r = dword d of the 16 bytes at
 //   rows[r] + at; f16_low/f16_high: f32 of the f16 in the low/high half of each
 //   lane; f16_rows(rows, at): f32 of the f16 at rows[r] + at; load_lanes(p):
-//   the kRows dwords at p; (16 lanes only) load_split(lo, hi): 8 dwords from
-//   each;
+//   the kRows dwords at p; f16_lanes(p): f32 of the kRows f16 at p; (16 lanes
+//   only) load_split(lo, hi): 8 dwords from each;
 // Dpbusd is the 256-bit vpdpbusd of the translation unit (VEX or EVEX encoded).
 template <class Dpbusd>
 struct Vec256 {
@@ -127,22 +130,29 @@ struct Vec256 {
   static F f16_rows(const uint8_t* const rows[kRows], int64_t at) {
     return q8tiles::load_row_scales(rows, at);
   }
+  static F f16_lanes(const uint8_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
 };
 
 // ------------------------------------------------------------- kernels ----
 
-// Where q4_K_rows reads its weights: load4(b, at, out) puts dword k of the 16
-// bytes at byte `at` of block b into out[k] (lane = row); prefetch(b) is
-// called once per block before its loads.
+// Where q4_K_rows and q6_K_rows read their weights: load4(b, at, out) puts
+// dword k of the 16 bytes at byte `at` of block b into out[k] (lane = row);
+// d(b, at) is the f32 of the f16 at byte `at` of block b (Q6_K's d); prefetch(b)
+// is called once per block before its loads.
 //
-// Row-major rows: a transpose in registers per 16 bytes.
-template <class V>
+// Row-major rows of Block: a transpose in registers per 16 bytes.
+template <class V, class Block>
 struct RowMajorSource {
   const uint8_t* const* rows;
   size_t row_stride;
   int64_t nb;
   PARSPEC_KERNEL_INLINE void load4(int64_t b, int64_t at, typename V::I out[4]) const {
-    V::transpose16(rows, b * static_cast<int64_t>(sizeof(BlockQ4_K)) + at, out);
+    V::transpose16(rows, b * static_cast<int64_t>(sizeof(Block)) + at, out);
+  }
+  PARSPEC_KERNEL_INLINE typename V::F d(int64_t b, int64_t at) const {
+    return V::f16_rows(rows, b * static_cast<int64_t>(sizeof(Block)) + at);
   }
   PARSPEC_KERNEL_INLINE void prefetch(int64_t b) const;
 };
@@ -177,6 +187,25 @@ struct PackedSource {
   }
 };
 
+// A repacked Q6_K group (repack::K6Group): one load per line, as PackedSource.
+template <class V>
+struct PackedQ6Source {
+  repack::K6Group group;
+  int half;
+  PARSPEC_KERNEL_INLINE void load4(int64_t b, int64_t at, typename V::I out[4]) const {
+    const uint8_t* first = group.line(b, at / 4) + 4 * V::kRows * half;
+    for (int k = 0; k < 4; ++k) out[k] = V::load_lanes(first + 64 * k);
+  }
+  PARSPEC_KERNEL_INLINE typename V::F d(int64_t b, int64_t) const {
+    return V::f16_lanes(group.d(b) + 2 * V::kRows * half);
+  }
+  PARSPEC_KERNEL_INLINE void prefetch(int64_t b) const {
+    const uint8_t* at = group.block(b) + kPackedKPrefetchBytes;
+    for (int64_t l = 0; l <= repack::K6Group::kLinesPerBlock; ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(at + 64 * l), _MM_HINT_T0);
+  }
+};
+
 // Prefetches the block `distance` blocks ahead in each row of the tile, past
 // the rows' end the first blocks of the next tile (kRows rows on): one stream
 // a fixed distance ahead. Q4_K uses distance nb (the same block of the next
@@ -195,10 +224,12 @@ PARSPEC_KERNEL_INLINE void prefetch_ahead(const uint8_t* const rows[V::kRows], s
       _mm_prefetch(reinterpret_cast<const char*>(rows[r] + offset + line), _MM_HINT_T0);
 }
 
-// Q4_K row-major tiles prefetch the same block of the next tile (distance nb).
-template <class V>
-PARSPEC_KERNEL_INLINE void RowMajorSource<V>::prefetch(int64_t b) const {
-  prefetch_ahead<V>(rows, row_stride, nb, b, sizeof(BlockQ4_K), nb);
+// Q4_K row-major tiles prefetch the same block of the next tile (distance
+// nb), Q6_K ones 4 blocks ahead (see prefetch_ahead).
+template <class V, class Block>
+PARSPEC_KERNEL_INLINE void RowMajorSource<V, Block>::prefetch(int64_t b) const {
+  prefetch_ahead<V>(rows, row_stride, nb, b, sizeof(Block),
+                    std::is_same_v<Block, BlockQ6_K> ? 4 : nb);
 }
 
 // From int16 lanes even = (b0, b2) and odd = (b1, b3) of each dword: the
@@ -292,9 +323,9 @@ void q4_K_rows(const Source& src, int64_t nb, const K8Activations& act, int64_t 
 // the 16 sub-blocks of 16 (q = 0..63 unbiased; exact int32), then
 //   total = fma(xd·d, f32(sum_qx), total)
 // in block order: the AVX2 tile's and the scalar reference's expression.
-template <class V, int MR>
-void q6_K_rows(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t nb,
-               const K8Activations& act, int64_t m0, float* out) {
+template <class V, int MR, class Source>
+void q6_K_rows(const Source& src, int64_t nb, const K8Activations& act, int64_t m0, float* out,
+               int64_t ldo) {
   using I = typename V::I;
   using F = typename V::F;
   const I low4 = V::set1_8(0x0f);
@@ -302,11 +333,10 @@ void q6_K_rows(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t n
   F total[MR];
   for (int j = 0; j < MR; ++j) total[j] = V::zerof();
   for (int64_t b = 0; b < nb; ++b) {
-    const int64_t at = b * static_cast<int64_t>(sizeof(BlockQ6_K));
-    prefetch_ahead<V>(rows, row_stride, nb, b, sizeof(BlockQ6_K), 4);
+    src.prefetch(b);
     // The 16 int8 scales: byte k of sc4[i] is the scale of sub-block 4i + k.
     I sc4[4];
-    V::transpose16(rows, at + 192, sc4);
+    src.load4(b, 192, sc4);
     I isum[MR];
     for (int j = 0; j < MR; ++j) isum[j] = V::zero();
     for (int h = 0; h < 2; ++h) {
@@ -315,17 +345,17 @@ void q6_K_rows(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t n
         // 128h + 32T + l, sub-block 8h + 2T + e): low nibbles of ql[l] (T = 0, 2:
         // low/high nibble) or ql[l + 32] (T = 1, 3), top bits 2T..2T+1 of qh[l].
         I ql0[4], ql1[4], qh[4];
-        V::transpose16(rows, at + 64 * h + 16 * e, ql0);
-        V::transpose16(rows, at + 64 * h + 32 + 16 * e, ql1);
-        V::transpose16(rows, at + 128 + 32 * h + 16 * e, qh);
+        src.load4(b, 64 * h + 16 * e, ql0);
+        src.load4(b, 64 * h + 32 + 16 * e, ql1);
+        src.load4(b, 128 + 32 * h + 16 * e, qh);
         for (int t = 0; t < 4; ++t) {
           const int k = 8 * h + 2 * t + e;
           const I scale = V::srai32(V::slli32(sc4[k / 4], 24 - 8 * (k % 4)), 24);
           I s[MR];
           for (int j = 0; j < MR; ++j) s[j] = V::zero();
           for (int d = 0; d < 4; ++d) {
-            const I src = (t & 1) ? ql1[d] : ql0[d];
-            const I low = V::and_(t < 2 ? src : V::srli16(src, 4), low4);
+            const I ql = (t & 1) ? ql1[d] : ql0[d];
+            const I low = V::and_(t < 2 ? ql : V::srli16(ql, 4), low4);
             const I high = t == 0   ? V::slli16(qh[d], 4)
                            : t == 1 ? V::slli16(qh[d], 2)
                            : t == 2 ? qh[d]
@@ -348,7 +378,7 @@ void q6_K_rows(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t n
       const I odd = V::srai16(sc4[i], 8);                 // bytes 1, 3
       word_pairs<V>(even, odd, sc_pairs + 2 * i);
     }
-    const F wd = V::f16_rows(rows, at + 208);
+    const F wd = src.d(b, 208);
     for (int j = 0; j < MR; ++j) {
       const BlockQ8_K& xb = act.blocks[(m0 + j) * nb + b];
       int32_t bsum_pairs[8];
@@ -361,7 +391,7 @@ void q6_K_rows(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t n
       total[j] = V::fmadd(d, V::cvt(sum_qx), total[j]);
     }
   }
-  for (int j = 0; j < MR; ++j) V::storef(out + j * V::kRows, total[j]);
+  for (int j = 0; j < MR; ++j) V::storef(out + j * ldo, total[j]);
 }
 
 // Any number of activation rows, V::kMaxM per pass over the weights:
@@ -411,7 +441,8 @@ void q4_K_passes(const Source& src, int64_t nb, const K8Activations& act, int64_
 template <class V>
 void tile_q4_K(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t nb,
                const K8Activations& act, int64_t m0, int64_t m1, float* out) {
-  q4_K_passes<V>(RowMajorSource<V>{rows, row_stride, nb}, nb, act, m0, m1, out, V::kRows);
+  q4_K_passes<V>(RowMajorSource<V, BlockQ4_K>{rows, row_stride, nb}, nb, act, m0, m1, out,
+                 V::kRows);
 }
 
 // A repacked group of 16 rows (repack::KGroup): out[(m - m0) * 16 + r]; 8-lane
@@ -424,26 +455,44 @@ void packed_q4_K(const uint8_t* group, int64_t nb, const K8Activations& act, int
                    out + half * V::kRows, repack::kGroupRows);
 }
 
-template <class V>
-void tile_q6_K(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t nb,
-               const K8Activations& act, int64_t m0, int64_t m1, float* out) {
+// Q6_K: 4 activation rows per pass (with 8, the block's 12 weight vectors and
+// the sums would not fit the registers): out[(m - m0) * ldo + r].
+template <class V, class Source>
+void q6_K_passes(const Source& src, int64_t nb, const K8Activations& act, int64_t m0, int64_t m1,
+                 float* out, int64_t ldo) {
   for (int64_t m = m0; m < m1; m += 4) {
-    float* o = out + (m - m0) * V::kRows;
+    float* o = out + (m - m0) * ldo;
     switch (std::min<int64_t>(4, m1 - m)) {
       case 1:
-        q6_K_rows<V, 1>(rows, row_stride, nb, act, m, o);
+        q6_K_rows<V, 1>(src, nb, act, m, o, ldo);
         break;
       case 2:
-        q6_K_rows<V, 2>(rows, row_stride, nb, act, m, o);
+        q6_K_rows<V, 2>(src, nb, act, m, o, ldo);
         break;
       case 3:
-        q6_K_rows<V, 3>(rows, row_stride, nb, act, m, o);
+        q6_K_rows<V, 3>(src, nb, act, m, o, ldo);
         break;
       default:
-        q6_K_rows<V, 4>(rows, row_stride, nb, act, m, o);
+        q6_K_rows<V, 4>(src, nb, act, m, o, ldo);
         break;
     }
   }
+}
+
+template <class V>
+void tile_q6_K(const uint8_t* const rows[V::kRows], size_t row_stride, int64_t nb,
+               const K8Activations& act, int64_t m0, int64_t m1, float* out) {
+  q6_K_passes<V>(RowMajorSource<V, BlockQ6_K>{rows, row_stride, nb}, nb, act, m0, m1, out,
+                 V::kRows);
+}
+
+// A repacked group of 16 Q6_K rows (repack::K6Group), as packed_q4_K.
+template <class V>
+void packed_q6_K(const uint8_t* group, int64_t nb, const K8Activations& act, int64_t m0, int64_t m1,
+                 float* out) {
+  for (int half = 0; half < repack::kGroupRows / V::kRows; ++half)
+    q6_K_passes<V>(PackedQ6Source<V>{repack::K6Group{group, nb}, half}, nb, act, m0, m1,
+                   out + half * V::kRows, repack::kGroupRows);
 }
 
 }  // namespace parspec::ktiles

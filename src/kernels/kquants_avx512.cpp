@@ -73,6 +73,9 @@ struct Vec512 {
           lanes512::load_quad(rows[r] + at, rows[r + 4] + at, rows[r + 8] + at, rows[r + 12] + at);
     lanes512::transpose_quads(z, out);
   }
+  static F f16_lanes(const uint8_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   static F f16_low(I v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
   static F f16_high(I v) { return f16_low(_mm512_srli_epi32(v, 16)); }
   static F f16_rows(const uint8_t* const rows[kRows], int64_t at) {
@@ -87,8 +90,8 @@ struct Vec512 {
 
 KTileKernels avx512_k_tile_kernels() {
   using V8 = Vec256<Dpbusd256Evex>;
-  return {&tile_q4_K<V8>, &tile_q6_K<V8>, &tile_q4_K<Vec512>, &tile_q6_K<Vec512>,
-          &packed_q4_K<Vec512>};
+  return {&tile_q4_K<V8>,     &tile_q6_K<V8>,       &tile_q4_K<Vec512>,
+          &tile_q6_K<Vec512>, &packed_q4_K<Vec512>, &packed_q6_K<Vec512>};
 }
 
 }  // namespace parspec::ktiles

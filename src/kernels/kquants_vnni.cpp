@@ -16,7 +16,7 @@ struct Dpbusd256Vex {
 
 KTileKernels vnni_k_tile_kernels() {
   using V8 = Vec256<Dpbusd256Vex>;
-  return {&tile_q4_K<V8>, &tile_q6_K<V8>, nullptr, nullptr, &packed_q4_K<V8>};
+  return {&tile_q4_K<V8>, &tile_q6_K<V8>, nullptr, nullptr, &packed_q4_K<V8>, &packed_q6_K<V8>};
 }
 
 }  // namespace parspec::ktiles

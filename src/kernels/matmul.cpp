@@ -792,10 +792,11 @@ void run_k_tiles_dpbusd(const Problem& p, const K8Activations& act, int64_t t0, 
 
 void run_k_tiles(const Problem& p, const K8Activations& act, int64_t t0, int64_t t1);
 
-// Tiles [t0, t1) of a repacked Q4_K matrix: its groups (activation rows in
+// Tiles [t0, t1) of a repacked Q4_K or Q6_K matrix: its groups (activation rows in
 // chunks of kChunkRows), then the row-major rows after the last group.
 void run_packed_k_tiles(const Problem& p, const K8Activations& act, int64_t t0, int64_t t1) {
-  const ktiles::KPacked kernel = active_k_tiles().q4_K_packed;
+  const ktiles::KPacked kernel =
+      p.w.type == DType::Q4_K ? active_k_tiles().q4_K_packed : active_k_tiles().q6_K_packed;
   const int64_t groups = packed_groups(p.w);
   const size_t bytes = repack::group_bytes(p.w.type, p.w.n_in);
   const int64_t nb = p.w.n_in / kQKK;

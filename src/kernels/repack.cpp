@@ -33,10 +33,32 @@ void unpack_k_row(int64_t n_in, const uint8_t* group_data, int r, uint8_t* row) 
                   group.dword(b * KGroup::kLinesPerBlock + l, r), 4);
 }
 
+void pack_k6_group(int64_t n_in, const uint8_t* rows, size_t stride, uint8_t* out) {
+  const K6Group group{out, n_in / kQKK};
+  for (int64_t b = 0; b < group.nb; ++b)
+    for (int r = 0; r < kGroupRows; ++r) {
+      const uint8_t* src = rows + r * stride + b * sizeof(BlockQ6_K);
+      for (int64_t l = 0; l < K6Group::kLinesPerBlock; ++l)
+        std::memcpy(const_cast<uint8_t*>(group.line(b, l)) + 4 * r, src + 4 * l, 4);
+      std::memcpy(const_cast<uint8_t*>(group.d(b)) + 2 * r, src + 4 * K6Group::kLinesPerBlock, 2);
+    }
+}
+
+void unpack_k6_row(int64_t n_in, const uint8_t* group_data, int r, uint8_t* row) {
+  const K6Group group{group_data, n_in / kQKK};
+  for (int64_t b = 0; b < group.nb; ++b) {
+    uint8_t* dst = row + b * sizeof(BlockQ6_K);
+    for (int64_t l = 0; l < K6Group::kLinesPerBlock; ++l)
+      std::memcpy(dst + 4 * l, group.line(b, l) + 4 * r, 4);
+    std::memcpy(dst + 4 * K6Group::kLinesPerBlock, group.d(b) + 2 * r, 2);
+  }
+}
+
 }  // namespace
 
 void pack_group(DType type, int64_t n_in, const uint8_t* rows, size_t stride, uint8_t* out) {
   if (type == DType::Q4_K) return pack_k_group(n_in, rows, stride, out);
+  if (type == DType::Q6_K) return pack_k6_group(n_in, rows, stride, out);
   const int64_t nb = n_in / kQK, vectors = quant_bytes(type) / 64;
   const size_t block = type_info(type).block_bytes;
   const Group group{out, nb, quant_bytes(type)};
@@ -105,6 +127,7 @@ void unpack_row(DType type, int64_t n_in, int64_t n_out, const uint8_t* data, in
   const int64_t r = o % kGroupRows;
   const uint8_t* group_data = data + o / kGroupRows * group_bytes(type, n_in);
   if (type == DType::Q4_K) return unpack_k_row(n_in, group_data, static_cast<int>(r), row);
+  if (type == DType::Q6_K) return unpack_k6_row(n_in, group_data, static_cast<int>(r), row);
   const int64_t nb = n_in / kQK, vectors = quant_bytes(type) / 64;
   const size_t block = type_info(type).block_bytes;
   const Group group{group_data, nb, quant_bytes(type)};

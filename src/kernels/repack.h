@@ -1,5 +1,5 @@
 #pragma once
-// Q4_0, Q8_0 and Q4_K weights repacked once, at load, into the lane layout the
+// Q4_0, Q8_0, Q4_K and Q6_K weights repacked once, at load, into the lane layout the
 // tile kernels consume, so that a tile of 16 weight rows is one sequential
 // stream and no kernel transposes blocks in registers.
 //
@@ -20,6 +20,9 @@
 // line L holding dword L (bytes 4L..4L+3) of the 16 rows' blocks, row r at 4r:
 // line 0 the f16 d and dmin, lines 1-3 the packed scales, lines 4-35 the quants.
 //
+// Q6_K (see K6Group): each super-block of the 16 rows is 52 lines (dword L of
+// the 16 rows' ql, qh and scales, as Q4_K's) and half a line with their 16 f16 d.
+//
 // A group takes exactly the bytes of its 16 rows, so a matrix repacks in place;
 // the n_out % 16 rows after the last whole group stay row-major where they were.
 #include <cstdint>
@@ -35,15 +38,17 @@ constexpr int kGroupRows = 16;
 
 // Whether weights of this type can be repacked.
 constexpr bool repackable(DType type) {
-  return type == DType::Q4_0 || type == DType::Q8_0 || type == DType::Q4_K;
+  return type == DType::Q4_0 || type == DType::Q8_0 || type == DType::Q4_K || type == DType::Q6_K;
 }
 
 // Whether repacking this type at load speeds up the kernels of `isa`: Q4_0 and
-// Q8_0 always; Q4_K with AVX-512 only, where it streams 27% more at M = 1. The
-// 8-lane builds read a group's lines once per half and lost to the row-major
-// tiles from M = 3 on (build/kernel_throughput 2048 262144 q4_K).
+// Q8_0 always; Q4_K and Q6_K with AVX-512 only, where Q4_K streams 27% more at
+// M = 1 and Q6_K (see docs/performance.md) more still. The 8-lane builds read
+// a group's lines once per half and lost to the row-major tiles from M = 3 on
+// (build/kernel_throughput 2048 262144 q4_K,q6_K).
 constexpr bool repack_pays(DType type, Isa isa) {
-  return repackable(type) && (type != DType::Q4_K || isa == Isa::kAvx512);
+  const bool k_quant = type == DType::Q4_K || type == DType::Q6_K;
+  return repackable(type) && (!k_quant || isa == Isa::kAvx512);
 }
 
 // Bytes of one block's quants for the 16 rows of a group (Q4_0 or Q8_0).
@@ -95,6 +100,29 @@ struct KGroup {
   const uint8_t* dword(int64_t i, int r) const {
     if (i == 0 && lead() != 0) return r < 8 ? base + 4 * r : base + bytes() - 32 + 4 * (r - 8);
     return line(i) + 4 * r;
+  }
+};
+
+// A group of 16 Q6_K rows: super-block b is 52 lines (line L = dword L of the
+// 16 rows' blocks, row r at 4r: ql in lines 0-31, qh in 32-47, the scales in
+// 48-51) and the rows' 16 f16 d in half a line. 16 blocks of 210 bytes are
+// 52.5 lines, so every other block starts 32 bytes past a line: such a block
+// leads with its d, the others end with it, and every line lies on a line
+// boundary (a block's place follows from its address: packed bytes never move).
+struct K6Group {
+  static constexpr int64_t kLinesPerBlock = (sizeof(BlockQ6_K) - 2) / 4;
+  static constexpr int64_t kBlockBytes = kGroupRows * sizeof(BlockQ6_K);
+  const uint8_t* base;
+  int64_t nb;
+  const uint8_t* block(int64_t b) const { return base + b * kBlockBytes; }
+  bool leads_with_d(int64_t b) const { return (reinterpret_cast<uintptr_t>(block(b)) & 63) == 32; }
+  // Line l of block b.
+  const uint8_t* line(int64_t b, int64_t l) const {
+    return block(b) + (leads_with_d(b) ? 32 : 0) + 64 * l;
+  }
+  // The 16 f16 d of block b.
+  const uint8_t* d(int64_t b) const {
+    return leads_with_d(b) ? block(b) : block(b) + 64 * kLinesPerBlock;
   }
 };
 

@@ -53,6 +53,13 @@ std::vector<uint8_t> random_matrix(DType type, int64_t n_in, int64_t n_out, uint
     auto* blocks = reinterpret_cast<BlockQ8_0*>(bytes.data());
     for (int k = 0; k < kQK; k += 3) blocks[0].qs[k] = (k % 2) ? -128 : 127;
   }
+  if (type == DType::Q6_K) {
+    // Every quant of row 0's first block at 63, the largest 6-bit value: the
+    // AVX2 build's maddubs pair sums must not saturate.
+    auto* block = reinterpret_cast<BlockQ6_K*>(bytes.data());
+    std::memset(block->ql, 0xff, sizeof(block->ql));
+    std::memset(block->qh, 0xff, sizeof(block->qh));
+  }
   return bytes;
 }
 
@@ -104,9 +111,9 @@ TEST(IsaDispatch, Avx512MatmulsAreBitIdenticalToAvx2) {
 TEST(IsaDispatch, RepackedMatmulsAreBitIdenticalToRowMajorOnEveryPath) {
   IsaGuard guard;
   Worker one(1), three(3);
-  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K})
-    for (int64_t n_in :
-         type == DType::Q4_K ? std::vector<int64_t>{768, 256} : std::vector<int64_t>{768, 96})
+  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+    for (int64_t n_in : type_info(type).block_elems == kQKK ? std::vector<int64_t>{768, 256}
+                                                            : std::vector<int64_t>{768, 96})
       for (int64_t n_out : {1, 15, 16, 17, 24, 33, 37, 64, 130})
         for (size_t line_offset : {0, 32}) {
           const auto bytes = random_matrix(type, n_in, n_out, 23 + static_cast<uint32_t>(n_out));
@@ -157,20 +164,27 @@ TEST(IsaDispatch, RepackedMatmulsAreBitIdenticalToRowMajorOnEveryPath) {
   }
 }
 
-// Only Q4_0, Q8_0 and Q4_K have a repacked layout: any other type marked
-// repacked is refused. Q4_K is repacked at load only where it pays (AVX-512).
-TEST(IsaDispatch, OnlyQ4_0Q8_0AndQ4_KWeightsAreRepacked) {
+// Only Q4_0, Q8_0, Q4_K and Q6_K have a repacked layout: any other type
+// marked repacked is refused. Q4_K and Q6_K are repacked at load only where it
+// pays (AVX-512).
+TEST(IsaDispatch, OnlyQ4_0Q8_0Q4_KAndQ6_KWeightsAreRepacked) {
   Worker one(1);
-  const auto bytes = random_matrix(DType::Q6_K, 256, 16, 5);
-  const WeightMatrix w{DType::Q6_K, 256, 16, bytes.data(), true};
-  const auto x = gaussian(256, 1, 1.0f);
-  std::vector<float> y(16);
-  EXPECT_THROW(matmul(one, w, x.data(), 1, y.data()), Error);
-  std::vector<uint8_t> copy = bytes;
-  EXPECT_THROW(repack::repack_in_place(one, DType::Q6_K, 256, 16, copy.data()), Error);
-  EXPECT_TRUE(repack::repack_pays(DType::Q4_K, Isa::kAvx512));
-  EXPECT_FALSE(repack::repack_pays(DType::Q4_K, Isa::kAvx2));
+  for (DType type : {DType::F16, DType::BF16, DType::F32}) {
+    const auto bytes = random_matrix(type, 256, 16, 5);
+    const WeightMatrix w{type, 256, 16, bytes.data(), true};
+    const auto x = gaussian(256, 1, 1.0f);
+    std::vector<float> y(16);
+    EXPECT_THROW(matmul(one, w, x.data(), 1, y.data()), Error) << type_info(type).name;
+    std::vector<uint8_t> copy = bytes;
+    EXPECT_THROW(repack::repack_in_place(one, type, 256, 16, copy.data()), Error);
+  }
+  for (DType type : {DType::Q4_K, DType::Q6_K}) {
+    EXPECT_TRUE(repack::repack_pays(type, Isa::kAvx512));
+    EXPECT_FALSE(repack::repack_pays(type, Isa::kAvxVnni));
+    EXPECT_FALSE(repack::repack_pays(type, Isa::kAvx2));
+  }
   EXPECT_TRUE(repack::repack_pays(DType::Q4_0, Isa::kAvx2));
+  EXPECT_FALSE(repack::repack_pays(DType::F16, Isa::kAvx512));
 }
 
 TEST(IsaDispatch, ForwardLogitsAreBitIdenticalOnEveryPath) {

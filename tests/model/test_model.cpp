@@ -212,7 +212,7 @@ TEST_P(ModelTest, LayerRangesComposeToTheFullForward) {
 }
 
 // The weights copied into (huge-page) anonymous memory are the file's bytes,
-// with Q4_0/Q8_0 (and, with AVX-512, Q4_K) matrices repacked into the tile
+// with Q4_0/Q8_0 (and, with AVX-512, Q4_K/Q6_K) matrices repacked into the tile
 // layout (kernels/repack.h, on by default): the same logits, bit for bit, as from the plain
 // mapping.
 TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
@@ -239,12 +239,14 @@ TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
 
 // Repacking is on by default; PARSPEC_REPACK=0 keeps a copied file's weights
 // as the file has them. Both give the same logits, bit for bit, on every path
-// (a Q4_K model is repacked only where AVX-512 runs: then under each ISA too).
+// (a Q4_K or Q6_K model is repacked only where AVX-512 runs: then under each
+// ISA too).
 TEST(ModelRepack, EnvironmentTurnsRepackingOff) {
-  for (DType type : {DType::Q4_0, DType::Q4_K}) {
+  for (DType type : {DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
     TempDir dir;
+    const bool k_quant = type == DType::Q4_K || type == DType::Q6_K;
     const std::string path = testing_support::write_model(
-        dir, "m.gguf", spec_of("llama", type, type == DType::Q4_K ? 256 : 64, false));
+        dir, "m.gguf", spec_of("llama", type, k_quant ? 256 : 64, false));
     set_weight_loading(WeightLoading::kCopy);
     unsetenv("PARSPEC_REPACK");
     const auto repacked = Model::load(path);
