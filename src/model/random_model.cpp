@@ -145,6 +145,8 @@ void validate(const RandomModelSpec& spec) {
   const DType type = spec.weight_type;
   const auto& info = type_info(type);
   check(info.weight, "random model: ", info.name, " is an activation type, not a weight type");
+  check(!spec.q4_k_m || type == DType::Q4_K,
+        "random model: the Q4_K_M mix needs q4_K weights, not ", info.name);
   for (auto [what, n] : {std::pair<const char*, int>{"n_embd", spec.n_embd}, {"n_ff", spec.n_ff}})
     check(n % info.block_elems == 0, "random model: ", info.name, " weights need ", what, " (", n,
           ") to be a multiple of ", info.block_elems, " (the type's block size)");
@@ -213,7 +215,9 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
   const int head_dim = spec.n_embd / spec.n_head;
   w.set("general.architecture", GgufValue::string(a));
   w.set("general.name", GgufValue::string("parspec-random-" + a));
-  w.set("general.file_type", GgufValue::u32(gguf_file_type(spec.weight_type)));
+  constexpr uint32_t kMostlyQ4_K_M = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
+  w.set("general.file_type",
+        GgufValue::u32(spec.q4_k_m ? kMostlyQ4_K_M : gguf_file_type(spec.weight_type)));
   w.set("general.quantization_version", GgufValue::u32(2));
   w.set(a + ".context_length", GgufValue::u32(uint32_t(spec.n_ctx)));
   w.set(a + ".embedding_length", GgufValue::u32(uint32_t(spec.n_embd)));
@@ -257,12 +261,22 @@ uint32_t gguf_file_type(DType type) {
   return *info.gguf_file_type;
 }
 
+bool q4_k_m_more_bits(int layer, int n_layer) {
+  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
 void write_random_model(const RandomModelSpec& spec, const std::string& path) {
   validate(spec);
   const int64_t n_embd = spec.n_embd, n_ff = spec.n_ff, n_vocab = spec.n_vocab;
   const int64_t head_dim = n_embd / spec.n_head;
   const int64_t kv_dim = head_dim * spec.n_head_kv;
   const DType wtype = spec.weight_type;
+  // The Q4_K_M mix: Q6_K for the output layer (the embeddings when tied) and,
+  // in the layers q4_k_m_more_bits picks, attn_v and ffn_down.
+  const DType output_type = spec.q4_k_m ? DType::Q6_K : wtype;
+  auto more_bits_type = [&](int layer) {
+    return spec.q4_k_m && q4_k_m_more_bits(layer, spec.n_layer) ? DType::Q6_K : wtype;
+  };
 
   const int64_t layer_params = 2 * n_embd * n_embd + 2 * n_embd * kv_dim + 3 * n_embd * n_ff;
   const int64_t total_params =
@@ -279,7 +293,8 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
   // logits around unit spread instead of sqrt(n_embd).
   const double linear_in_embd = 1.0 / std::sqrt(double(n_embd));
   const double linear_in_ff = 1.0 / std::sqrt(double(n_ff));
-  builder.add_matrix("token_embd.weight", n_embd, n_vocab, wtype,
+  builder.add_matrix("token_embd.weight", n_embd, n_vocab,
+                     spec.tied_embeddings ? output_type : wtype,
                      spec.tied_embeddings ? linear_in_embd : 1.0);
   if (spec.llama3_rope_freqs)
     builder.add_f32("rope_freqs.weight", llama3_rope_factors(int(head_dim), spec.rope_freq_base));
@@ -290,7 +305,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     builder.add_vector(p + "attn_norm.weight", n_embd, 1.0, 0.1);
     builder.add_matrix(p + "attn_q.weight", n_embd, n_embd, wtype, linear_in_embd);
     builder.add_matrix(p + "attn_k.weight", n_embd, kv_dim, wtype, linear_in_embd);
-    builder.add_matrix(p + "attn_v.weight", n_embd, kv_dim, wtype, linear_in_embd);
+    builder.add_matrix(p + "attn_v.weight", n_embd, kv_dim, more_bits_type(layer), linear_in_embd);
     if (spec.arch == "qwen2") {
       builder.add_vector(p + "attn_q.bias", n_embd, 0.0, 0.5);
       builder.add_vector(p + "attn_k.bias", kv_dim, 0.0, 0.5);
@@ -300,14 +315,14 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     builder.add_vector(p + "ffn_norm.weight", n_embd, 1.0, 0.1);
     builder.add_matrix(p + "ffn_gate.weight", n_embd, n_ff, wtype, linear_in_embd);
     builder.add_matrix(p + "ffn_up.weight", n_embd, n_ff, wtype, linear_in_embd);
-    builder.add_matrix(p + "ffn_down.weight", n_ff, n_embd, wtype, linear_in_ff);
+    builder.add_matrix(p + "ffn_down.weight", n_ff, n_embd, more_bits_type(layer), linear_in_ff);
     progress.line("layer " + std::to_string(layer + 1) + "/" + std::to_string(spec.n_layer) +
                   " done");
   }
 
   builder.add_vector("output_norm.weight", n_embd, 1.0, 0.1);
   if (!spec.tied_embeddings)
-    builder.add_matrix("output.weight", n_embd, n_vocab, wtype, linear_in_embd);
+    builder.add_matrix("output.weight", n_embd, n_vocab, output_type, linear_in_embd);
   progress.line("writing " + path);
   builder.writer().write(path);
   progress.line("done");

@@ -18,6 +18,10 @@ struct RandomModelSpec {
   int n_ff = 128;
   int n_ctx = 2048;
   DType weight_type = DType::F32;  // linear layers and embeddings; norms stay F32
+  // With weight_type Q4_K: Q6_K where llama.cpp's Q4_K_M puts it (the output
+  // layer, and attn_v / ffn_down in a third of the layers), as in most
+  // published Q4_K_M files.
+  bool q4_k_m = false;
   bool tied_embeddings = false;    // no output.weight
   bool llama3_rope_freqs = false;  // adds rope_freqs.weight as Llama 3.1 converters do
   float rope_freq_base = 10000.0f;
@@ -29,5 +33,9 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path);
 // llama.cpp's general.file_type ("mostly <type>") for a file whose linear
 // weights are all of one type. Throws Error for q8_K.
 uint32_t gguf_file_type(DType type);
+
+// Whether llama.cpp's Q4_K_M gives layer `layer` of `n_layer` its larger type
+// for attn_v and ffn_down: the first and last eighth and every third between.
+bool q4_k_m_more_bits(int layer, int n_layer);
 
 }  // namespace parspec

@@ -2,6 +2,7 @@
 // (--inflate) a trained model embedded into a larger shape.
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -144,8 +145,9 @@ int cmd_make_model(int argc, char** argv) {
   args.option("--ctx", &n_ctx, "N", "training context length written to the file");
   args.option("--rope-base", &rope_base, "F", "RoPE frequency base");
   args.option("--type", &type_name, "TYPE",
-              "weight type: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k (with --inflate: default the "
-              "source's)");
+              "weight type: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k, or q4_k_m: q4_k with q6_k where "
+              "llama.cpp's Q4_K_M puts it (output layer; attn_v and ffn_down of a third of the "
+              "layers) (with --inflate: default the source's; q4_k_m not there)");
   args.flag("--tied", &tied, "tie the output layer to the token embeddings");
   args.flag("--llama3-rope", &llama3_rope, "add Llama 3.1-style rope_freqs.weight");
   args.option("--seed", &seed, "S", "random seed");
@@ -165,7 +167,10 @@ int cmd_make_model(int argc, char** argv) {
   if (args.given("--n-ff")) spec.n_ff = n_ff;
   if (args.given("--ctx")) spec.n_ctx = n_ctx;
   if (args.given("--rope-base")) spec.rope_freq_base = rope_base;
-  spec.weight_type = parse_dtype(type_name);
+  std::string type_lower = type_name;
+  for (char& c : type_lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  spec.q4_k_m = type_lower == "q4_k_m";
+  spec.weight_type = spec.q4_k_m ? DType::Q4_K : parse_dtype(type_name);
   spec.tied_embeddings = tied;
   spec.llama3_rope_freqs = llama3_rope;
   spec.seed = seed;
@@ -173,7 +178,7 @@ int cmd_make_model(int argc, char** argv) {
   write_random_model(spec, out_path);
   std::fprintf(stderr, "make-model: wrote %s (%s, %d layers, n_embd %d, n_vocab %d, %s)\n",
                out_path.c_str(), spec.arch.c_str(), spec.n_layer, spec.n_embd, spec.n_vocab,
-               std::string(type_info(spec.weight_type).name).c_str());
+               spec.q4_k_m ? "q4_K_M" : std::string(type_info(spec.weight_type).name).c_str());
   return 0;
 }
 

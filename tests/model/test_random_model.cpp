@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -211,6 +212,40 @@ TEST(RandomModel, QuantizedWeights) {
     EXPECT_NEAR(mean, 0.0, 0.01) << type_info(type).name;
     EXPECT_NEAR(stddev, 1.0 / 16.0, 0.005) << type_info(type).name;
   }
+}
+
+// llama.cpp's Q4_K_M mix: Q6_K for the output layer (the embeddings when
+// tied) and for attn_v / ffn_down in the first and last eighth of the layers
+// and every third between; q4_K everywhere else.
+TEST(RandomModel, Q4_K_MMixPutsQ6_KWhereLlamaCppDoes) {
+  RandomModelSpec spec;
+  spec.n_embd = 256;
+  spec.n_ff = 256;
+  spec.n_layer = 16;
+  spec.weight_type = DType::Q4_K;
+  spec.q4_k_m = true;
+  const std::vector<int> more_bits = {0, 1, 4, 7, 10, 13, 14, 15};
+  for (bool tied : {false, true}) {
+    spec.tied_embeddings = tied;
+    auto file = make(spec, tied ? "q4_k_m_tied" : "q4_k_m");
+    EXPECT_EQ(file->get_int("general.file_type"), 15);
+    EXPECT_EQ(file->find_tensor("token_embd.weight")->type, tied ? DType::Q6_K : DType::Q4_K);
+    if (!tied) {
+      EXPECT_EQ(file->find_tensor("output.weight")->type, DType::Q6_K);
+    }
+    for (int layer = 0; layer < spec.n_layer; ++layer) {
+      const bool more = std::find(more_bits.begin(), more_bits.end(), layer) != more_bits.end();
+      EXPECT_EQ(q4_k_m_more_bits(layer, spec.n_layer), more) << layer;
+      const std::string p = "blk." + std::to_string(layer) + ".";
+      for (const char* name : {"attn_v.weight", "ffn_down.weight"})
+        EXPECT_EQ(file->find_tensor(p + name)->type, more ? DType::Q6_K : DType::Q4_K) << p << name;
+      for (const char* name : {"attn_q.weight", "attn_k.weight", "attn_output.weight",
+                               "ffn_gate.weight", "ffn_up.weight"})
+        EXPECT_EQ(file->find_tensor(p + name)->type, DType::Q4_K) << p << name;
+    }
+  }
+  spec.weight_type = DType::Q8_0;
+  EXPECT_THROW(write_random_model(spec, temp_path("q4_k_m_q8")), Error);
 }
 
 TEST(RandomModel, RejectsShapesTheTypeCannotHold) {
