@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Reproduces the measurements of docs/performance.md (and the gamma sweep of docs/strategies.md) here:
-#  1. forward-pass speed of ~1B-parameter random models (Q8_0, Q4_0) against the
-#     memory-bandwidth roofline measured in the same run;
+#  1. forward-pass speed of ~1B-parameter random models (Q8_0, Q4_0, and the Q4_K_M
+#     mix of q4_K and q6_K that most published files use) against the memory-bandwidth
+#     roofline measured in the same run;
 #  2. every strategy against `ar` on the bundled model zoo and prompt sets;
 #  3. sd and pearl at every draft length (gamma) on the same;
 #  4. the zoo inflated into a 1B-class target + 100M-class drafter and an 8B-class
 #     Q4_0 target + 1B-class drafter (bench/make_pairs.sh; about 7 GB in out/).
-# Results go to out/performance/. Random 1B models (about 1.2 and 0.7 GB) are
+# Results go to out/performance/. Random 1B models (about 1.2, 0.6 and 0.7 GB) are
 # written to out/models/ on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=build/parspec
 [ -x "$bin" ] || bash scripts/build.sh
 mkdir -p out/models out/performance
-for type in q8_0 q4_0; do
+for type in q8_0 q4_0 q4_k_m; do
   model=out/models/random-1b-$type.gguf
   [ -f "$model" ] || "$bin" make-model --preset 1b --type "$type" -o "$model"
   "$bin" bench-forward -m "$model" -t 1,2 -r 5 --json out/performance/forward-$type.json \
