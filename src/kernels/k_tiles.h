@@ -139,8 +139,8 @@ struct Vec256 {
 
 // Where q4_K_rows and q6_K_rows read their weights: load4(b, at, out) puts
 // dword k of the 16 bytes at byte `at` of block b into out[k] (lane = row);
-// d(b, at) is the f32 of the f16 at byte `at` of block b (Q6_K's d); prefetch(b)
-// is called once per block before its loads.
+// prefetch(b) is called once per block before its loads; for q6_K_rows, d(b,
+// at) is the f32 of the f16 at byte `at` of block b (the block's d).
 //
 // Row-major rows of Block: a transpose in registers per 16 bytes.
 template <class V, class Block>
@@ -455,8 +455,9 @@ void packed_q4_K(const uint8_t* group, int64_t nb, const K8Activations& act, int
                    out + half * V::kRows, repack::kGroupRows);
 }
 
-// Q6_K: 4 activation rows per pass (with 8, the block's 12 weight vectors and
-// the sums would not fit the registers): out[(m - m0) * ldo + r].
+// Q6_K: 4 activation rows per pass, as the row-major tiles always took them
+// (8 rows' sums and dot chains beside a block's 12 weight and 4 scale vectors
+// would not fit even 32 registers): out[(m - m0) * ldo + r].
 template <class V, class Source>
 void q6_K_passes(const Source& src, int64_t nb, const K8Activations& act, int64_t m0, int64_t m1,
                  float* out, int64_t ldo) {

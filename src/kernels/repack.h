@@ -42,10 +42,10 @@ constexpr bool repackable(DType type) {
 }
 
 // Whether repacking this type at load speeds up the kernels of `isa`: Q4_0 and
-// Q8_0 always; Q4_K and Q6_K with AVX-512 only, where Q4_K streams 27% more at
-// M = 1 and Q6_K (see docs/performance.md) more still. The 8-lane builds read
-// a group's lines once per half and lost to the row-major tiles from M = 3 on
-// (build/kernel_throughput 2048 262144 q4_K,q6_K).
+// Q8_0 always; Q4_K and Q6_K with AVX-512 only, where at M = 1 Q4_K streams
+// 27% more and Q6_K twice as much (build/kernel_throughput 2048 262144 q4_K;
+// 2048 65536 q6_K). The 8-lane builds read a group's lines once per half and
+// lost to the row-major tiles from M = 3 (Q4_K) or M = 5 (Q6_K) on.
 constexpr bool repack_pays(DType type, Isa isa) {
   const bool k_quant = type == DType::Q4_K || type == DType::Q6_K;
   return repackable(type) && (!k_quant || isa == Isa::kAvx512);

@@ -552,7 +552,7 @@ void GgufFile::copy_to_huge_pages(int fd, const TransformChooser& choose) {
     size_t cursor = 0;
     for (size_t i : choose ? order : std::vector<size_t>{}) {
       const GgufTensorInfo& info = tensors_[i];
-      const TensorTransform transform = choose(info);
+      const TensorTransform transform = choose(*this, info);
       if (!transform) continue;
       const size_t begin = static_cast<size_t>(data_offset_ + info.offset);
       read_range(cursor, begin);

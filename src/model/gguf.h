@@ -85,10 +85,13 @@ WeightLoading weight_loading();
 // n_bytes) from `read`, which copies n bytes at byte `at` of the tensor's bytes
 // in the file into dst (thread-safe; false on a read error, then the transform
 // returns early and the open fails). The chooser returns no transform for a
-// tensor that stays as the file has it.
+// tensor that stays as the file has it; it sees the file (its metadata and
+// every tensor's info, not yet its data) beside the tensor.
 using TensorReader = std::function<bool(size_t at, size_t n, uint8_t* dst)>;
 using TensorTransform = std::function<void(const TensorReader& read, uint8_t* out)>;
-using TransformChooser = std::function<TensorTransform(const GgufTensorInfo&)>;
+class GgufFile;
+using TransformChooser =
+    std::function<TensorTransform(const GgufFile& file, const GgufTensorInfo& tensor)>;
 
 class GgufFile {
  public:

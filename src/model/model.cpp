@@ -76,11 +76,12 @@ bool repacking_wanted() {
   return env == nullptr || std::string_view(env) != "0";
 }
 
-// The matrices the forward pass reads only through matmul: the layers' and an
-// untied output (the embeddings are read row by row, see embed, so a tied
-// output stays row-major too).
-bool matmul_only(const std::string& name) {
+// The matrices the forward pass reads through matmul: the layers', and the
+// output layer: output.weight, or the embeddings where the file ties them to
+// it (embed then unpacks their rows one token at a time).
+bool read_through_matmul(const GgufFile& file, const std::string& name) {
   if (name == "output.weight") return true;
+  if (name == "token_embd.weight") return file.find_tensor("output.weight") == nullptr;
   if (!name.starts_with("blk.")) return false;
   for (const char* suffix :
        {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight",
@@ -109,12 +110,13 @@ void Model::hold_in_memory(int layer_first, int layer_last, bool output) const {
 
 std::shared_ptr<Model> Model::load(const std::string& path) {
   if (!repacking_wanted()) return from_gguf(GgufFile::open(path));
-  // Q4_0/Q8_0/Q4_K matrices are repacked (kernels/repack.h) while the file is read, on
-  // all threads: one pass, where reading and then repacking took two.
+  // Q4_0/Q8_0 (and under AVX-512 Q4_K/Q6_K) matrices are repacked (kernels/repack.h) while
+  // the file is read, on all threads: one pass, where reading and then repacking took two.
   Worker worker(default_thread_count());
-  const TransformChooser choose = [&](const GgufTensorInfo& t) -> TensorTransform {
+  const TransformChooser choose = [&](const GgufFile& file,
+                                      const GgufTensorInfo& t) -> TensorTransform {
     if (!repack::repack_pays(t.type, active_isa()) || t.dims.size() != 2 ||
-        t.dims[1] < repack::kGroupRows || !matmul_only(t.name))
+        t.dims[1] < repack::kGroupRows || !read_through_matmul(file, t.name))
       return nullptr;
     return [&worker, &t](const TensorReader& read, uint8_t* out) {
       repack::pack_matrix(worker, t.type, t.dims[0], t.dims[1], read, out);
@@ -159,9 +161,10 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
 
   check_all_tensors_used(f, c);
 
-  // Matrices repacked while the file was read (Model::load); embed reads the
-  // embeddings row by row.
-  check(!m->token_embd_.repacked, f.path(), ": the embeddings were repacked");
+  // Matrices repacked while the file was read (Model::load): the embeddings
+  // only where they are the output layer too.
+  check(!m->token_embd_.repacked || c.tied_embeddings, f.path(),
+        ": untied embeddings were repacked");
   if (m->output_.repacked) m->repacked_bytes_ += matrix_bytes(m->output_);
   for (const LayerWeights& w : m->layers_) {
     for (const WeightMatrix* wm : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
@@ -181,12 +184,18 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
 
 void Model::embed(std::span<const int32_t> tokens, float* hidden) const {
   const size_t bytes = row_bytes(token_embd_.type, config_.n_embd);
+  std::vector<uint8_t> unpacked(token_embd_.repacked ? bytes : 0);
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t t = tokens[i];
     check(t >= 0 && t < config_.n_vocab, "token id ", t, " is out of range (vocabulary has ",
           config_.n_vocab, " tokens)");
-    dequantize_row(token_embd_.type, token_embd_.data + bytes * t, hidden + i * config_.n_embd,
-                   config_.n_embd);
+    const uint8_t* row = token_embd_.data + bytes * t;
+    if (token_embd_.repacked) {  // tied embeddings repacked for the output layer
+      repack::unpack_row(token_embd_.type, config_.n_embd, config_.n_vocab, token_embd_.data, t,
+                         unpacked.data());
+      row = unpacked.data();
+    }
+    dequantize_row(token_embd_.type, row, hidden + i * config_.n_embd, config_.n_embd);
   }
 }
 

@@ -240,39 +240,42 @@ TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
 // Repacking is on by default; PARSPEC_REPACK=0 keeps a copied file's weights
 // as the file has them. Both give the same logits, bit for bit, on every path
 // (a Q4_K or Q6_K model is repacked only where AVX-512 runs: then under each
-// ISA too).
+// ISA too). Tied embeddings are the output layer, repacked with the rest;
+// embed then unpacks their rows.
 TEST(ModelRepack, EnvironmentTurnsRepackingOff) {
-  for (DType type : {DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
-    TempDir dir;
-    const bool k_quant = type == DType::Q4_K || type == DType::Q6_K;
-    const std::string path = testing_support::write_model(
-        dir, "m.gguf", spec_of("llama", type, k_quant ? 256 : 64, false));
-    set_weight_loading(WeightLoading::kCopy);
-    unsetenv("PARSPEC_REPACK");
-    const auto repacked = Model::load(path);
-    setenv("PARSPEC_REPACK", "0", 1);
-    const auto plain = Model::load(path);
-    unsetenv("PARSPEC_REPACK");
-    set_weight_loading(WeightLoading::kAuto);
-    EXPECT_EQ(plain->repacked_bytes(), 0u);
-    // Untied: the output matrix and every layer's matrices.
-    EXPECT_EQ(repacked->repacked_bytes(),
-              repack::repack_pays(type, active_isa()) ? repacked->weight_bytes() : 0u);
-    Worker w(2);
-    const std::vector<int32_t> prompt = {256, 72, 101, 7, 9, 30, 31, 32, 33, 40};
-    const Isa saved = active_isa();
-    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
-      if (!set_active_isa(isa)) continue;
-      std::vector<float> logits[2];
-      int i = 0;
-      for (const std::shared_ptr<Model>& model : {plain, repacked}) {
-        KvCache kv(model->config(), 64);
-        logits[i++] = model->forward(w, Batch::chain(kv, prompt, true), kv);
+  for (DType type : {DType::Q4_0, DType::Q4_K, DType::Q6_K})
+    for (bool tied : {false, true}) {
+      TempDir dir;
+      const bool k_quant = type == DType::Q4_K || type == DType::Q6_K;
+      const std::string path = testing_support::write_model(
+          dir, "m.gguf", spec_of("llama", type, k_quant ? 256 : 64, tied));
+      set_weight_loading(WeightLoading::kCopy);
+      unsetenv("PARSPEC_REPACK");
+      const auto repacked = Model::load(path);
+      setenv("PARSPEC_REPACK", "0", 1);
+      const auto plain = Model::load(path);
+      unsetenv("PARSPEC_REPACK");
+      set_weight_loading(WeightLoading::kAuto);
+      EXPECT_EQ(plain->repacked_bytes(), 0u);
+      // The output matrix (tied: the embeddings) and every layer's matrices.
+      EXPECT_EQ(repacked->repacked_bytes(),
+                repack::repack_pays(type, active_isa()) ? repacked->weight_bytes() : 0u);
+      Worker w(2);
+      const std::vector<int32_t> prompt = {256, 72, 101, 7, 9, 30, 31, 32, 33, 40};
+      const Isa saved = active_isa();
+      for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+        if (!set_active_isa(isa)) continue;
+        std::vector<float> logits[2];
+        int i = 0;
+        for (const std::shared_ptr<Model>& model : {plain, repacked}) {
+          KvCache kv(model->config(), 64);
+          logits[i++] = model->forward(w, Batch::chain(kv, prompt, true), kv);
+        }
+        EXPECT_EQ(logits[0], logits[1])
+            << isa_name(isa) << " " << type_info(type).name << (tied ? " tied" : "");
       }
-      EXPECT_EQ(logits[0], logits[1]) << isa_name(isa) << " " << type_info(type).name;
+      set_active_isa(saved);
     }
-    set_active_isa(saved);
-  }
 }
 
 // An MPI stage maps the file and reads in only its layers (and the output
