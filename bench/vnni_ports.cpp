@@ -25,22 +25,22 @@ double clock_hz() {
   return 4.0 * kLoops / seconds_since(t0);
 }
 
-#define DP12                                                                                     \
-  "vpdpbusd %%zmm20, %%zmm21, %%zmm0\n\tvpdpbusd %%zmm20, %%zmm21, %%zmm1\n\t"                   \
-  "vpdpbusd %%zmm20, %%zmm21, %%zmm2\n\tvpdpbusd %%zmm20, %%zmm21, %%zmm3\n\t"                   \
-  "vpdpbusd %%zmm20, %%zmm21, %%zmm4\n\tvpdpbusd %%zmm20, %%zmm21, %%zmm5\n\t"                   \
-  "vpdpbusd %%zmm20, %%zmm21, %%zmm6\n\tvpdpbusd %%zmm20, %%zmm21, %%zmm7\n\t"                   \
-  "vpdpbusd %%zmm20, %%zmm21, %%zmm8\n\tvpdpbusd %%zmm20, %%zmm21, %%zmm9\n\t"                   \
+#define DP12                                                                   \
+  "vpdpbusd %%zmm20, %%zmm21, %%zmm0\n\tvpdpbusd %%zmm20, %%zmm21, %%zmm1\n\t" \
+  "vpdpbusd %%zmm20, %%zmm21, %%zmm2\n\tvpdpbusd %%zmm20, %%zmm21, %%zmm3\n\t" \
+  "vpdpbusd %%zmm20, %%zmm21, %%zmm4\n\tvpdpbusd %%zmm20, %%zmm21, %%zmm5\n\t" \
+  "vpdpbusd %%zmm20, %%zmm21, %%zmm6\n\tvpdpbusd %%zmm20, %%zmm21, %%zmm7\n\t" \
+  "vpdpbusd %%zmm20, %%zmm21, %%zmm8\n\tvpdpbusd %%zmm20, %%zmm21, %%zmm9\n\t" \
   "vpdpbusd %%zmm20, %%zmm21, %%zmm10\n\tvpdpbusd %%zmm20, %%zmm21, %%zmm11\n\t"
-#define CLOBBERS                                                                                 \
-  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",        \
+#define CLOBBERS                                                                           \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
       "xmm11", "xmm24", "xmm25", "xmm26", "xmm27"
 // One timed loop: 24 vpdpbusd with EXTRA (instructions writing zmm24-27) between the halves.
-#define MEASURE(NAME, EXTRA)                                                                     \
-  do {                                                                                           \
-    const auto t0 = std::chrono::steady_clock::now();                                            \
-    for (long i = 0; i < kLoops; ++i) asm volatile(DP12 EXTRA DP12 ::"r"(scratch) : CLOBBERS);   \
-    std::printf("| %s | %.1f |\n", NAME, seconds_since(t0) / kLoops * hz);                       \
+#define MEASURE(NAME, EXTRA)                                                                   \
+  do {                                                                                         \
+    const auto t0 = std::chrono::steady_clock::now();                                          \
+    for (long i = 0; i < kLoops; ++i) asm volatile(DP12 EXTRA DP12 ::"r"(scratch) : CLOBBERS); \
+    std::printf("| %s | %.1f |\n", NAME, seconds_since(t0) / kLoops * hz);                     \
   } while (0)
 
 }  // namespace
@@ -51,28 +51,35 @@ int main() {
     return 0;
   }
   alignas(64) static long scratch[8] = {};
-  asm volatile("vpternlogd $0xff, %%zmm20, %%zmm20, %%zmm20\n\t"
-               "vpternlogd $0xff, %%zmm21, %%zmm21, %%zmm21" ::
-                   : "xmm20", "xmm21");
+  asm volatile(
+      "vpternlogd $0xff, %%zmm20, %%zmm20, %%zmm20\n\t"
+      "vpternlogd $0xff, %%zmm21, %%zmm21, %%zmm21" ::
+          : "xmm20", "xmm21");
   const double hz = clock_hz();
-  std::printf("clock ~%.2f GHz (dependent adds); cycles per loop of 24 vpdpbusd (12 if 2/cycle)\n\n",
-              hz / 1e9);
+  std::printf(
+      "clock ~%.2f GHz (dependent adds); cycles per loop of 24 vpdpbusd (12 if 2/cycle)\n\n",
+      hz / 1e9);
   std::printf("| added to the 24 vpdpbusd | cycles |\n|---|---|\n");
   MEASURE("nothing", "");
-  MEASURE("4 vmulps", "vmulps %%zmm20, %%zmm21, %%zmm24\n\tvmulps %%zmm20, %%zmm21, %%zmm25\n\t"
-                      "vmulps %%zmm20, %%zmm21, %%zmm26\n\tvmulps %%zmm20, %%zmm21, %%zmm27\n\t");
-  MEASURE("4 vfmadd231ps", "vfmadd231ps %%zmm20, %%zmm21, %%zmm24\n\t"
-                           "vfmadd231ps %%zmm20, %%zmm21, %%zmm25\n\t"
-                           "vfmadd231ps %%zmm20, %%zmm21, %%zmm26\n\t"
-                           "vfmadd231ps %%zmm20, %%zmm21, %%zmm27\n\t");
-  MEASURE("4 vcvtdq2ps", "vcvtdq2ps %%zmm20, %%zmm24\n\tvcvtdq2ps %%zmm20, %%zmm25\n\t"
-                         "vcvtdq2ps %%zmm21, %%zmm26\n\tvcvtdq2ps %%zmm21, %%zmm27\n\t");
-  MEASURE("4 vpunpck*dq", "vpunpckldq %%zmm20, %%zmm20, %%zmm24\n\t"
-                          "vpunpckhdq %%zmm20, %%zmm20, %%zmm25\n\t"
-                          "vpunpckldq %%zmm21, %%zmm21, %%zmm26\n\t"
-                          "vpunpckhdq %%zmm21, %%zmm21, %%zmm27\n\t");
-  MEASURE("4 vpaddd", "vpaddd %%zmm20, %%zmm21, %%zmm24\n\tvpaddd %%zmm20, %%zmm21, %%zmm25\n\t"
-                      "vpaddd %%zmm20, %%zmm21, %%zmm26\n\tvpaddd %%zmm20, %%zmm21, %%zmm27\n\t");
+  MEASURE("4 vmulps",
+          "vmulps %%zmm20, %%zmm21, %%zmm24\n\tvmulps %%zmm20, %%zmm21, %%zmm25\n\t"
+          "vmulps %%zmm20, %%zmm21, %%zmm26\n\tvmulps %%zmm20, %%zmm21, %%zmm27\n\t");
+  MEASURE("4 vfmadd231ps",
+          "vfmadd231ps %%zmm20, %%zmm21, %%zmm24\n\t"
+          "vfmadd231ps %%zmm20, %%zmm21, %%zmm25\n\t"
+          "vfmadd231ps %%zmm20, %%zmm21, %%zmm26\n\t"
+          "vfmadd231ps %%zmm20, %%zmm21, %%zmm27\n\t");
+  MEASURE("4 vcvtdq2ps",
+          "vcvtdq2ps %%zmm20, %%zmm24\n\tvcvtdq2ps %%zmm20, %%zmm25\n\t"
+          "vcvtdq2ps %%zmm21, %%zmm26\n\tvcvtdq2ps %%zmm21, %%zmm27\n\t");
+  MEASURE("4 vpunpck*dq",
+          "vpunpckldq %%zmm20, %%zmm20, %%zmm24\n\t"
+          "vpunpckhdq %%zmm20, %%zmm20, %%zmm25\n\t"
+          "vpunpckldq %%zmm21, %%zmm21, %%zmm26\n\t"
+          "vpunpckhdq %%zmm21, %%zmm21, %%zmm27\n\t");
+  MEASURE("4 vpaddd",
+          "vpaddd %%zmm20, %%zmm21, %%zmm24\n\tvpaddd %%zmm20, %%zmm21, %%zmm25\n\t"
+          "vpaddd %%zmm20, %%zmm21, %%zmm26\n\tvpaddd %%zmm20, %%zmm21, %%zmm27\n\t");
   MEASURE("4 vpandd + 4 vpsrlw",
           "vpandd %%zmm20, %%zmm21, %%zmm24\n\tvpsrlw $4, %%zmm20, %%zmm25\n\t"
           "vpandd %%zmm20, %%zmm21, %%zmm26\n\tvpsrlw $4, %%zmm21, %%zmm27\n\t"

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/q8_tiles.h"
@@ -394,47 +395,29 @@ void q6_K_rows(const Source& src, int64_t nb, const K8Activations& act, int64_t 
   for (int j = 0; j < MR; ++j) V::storef(out + j * ldo, total[j]);
 }
 
+// Activation rows [m0, m1) in passes of at most MaxM: rows(mr, m, o) takes
+// rows m.. m + mr - 1 (mr an integral_constant), their results at o =
+// out + (m - m0) * ldo.
+template <int MaxM, class Rows>
+void in_passes(int64_t m0, int64_t m1, float* out, int64_t ldo, const Rows& rows) {
+  for (int64_t m = m0; m < m1; m += MaxM) {
+    const int64_t n = std::min<int64_t>(MaxM, m1 - m);
+    float* o = out + (m - m0) * ldo;
+    [&]<int... R>(std::integer_sequence<int, R...>) {
+      ((n == R + 1 ? (rows(std::integral_constant<int, R + 1>{}, m, o), true) : false) || ...);
+    }
+    (std::make_integer_sequence<int, MaxM>{});
+  }
+}
+
 // Any number of activation rows, V::kMaxM per pass over the weights:
 // out[(m - m0) * ldo + r].
 template <class V, class Source>
 void q4_K_passes(const Source& src, int64_t nb, const K8Activations& act, int64_t m0, int64_t m1,
                  float* out, int64_t ldo) {
-  for (int64_t m = m0; m < m1; m += V::kMaxM) {
-    float* o = out + (m - m0) * ldo;
-    const int64_t n = std::min<int64_t>(V::kMaxM, m1 - m);
-    if constexpr (V::kMaxM >= 8) {
-      switch (n) {
-        case 5:
-          q4_K_rows<V, 5>(src, nb, act, m, o, ldo);
-          continue;
-        case 6:
-          q4_K_rows<V, 6>(src, nb, act, m, o, ldo);
-          continue;
-        case 7:
-          q4_K_rows<V, 7>(src, nb, act, m, o, ldo);
-          continue;
-        case 8:
-          q4_K_rows<V, 8>(src, nb, act, m, o, ldo);
-          continue;
-        default:
-          break;
-      }
-    }
-    switch (n) {
-      case 1:
-        q4_K_rows<V, 1>(src, nb, act, m, o, ldo);
-        break;
-      case 2:
-        q4_K_rows<V, 2>(src, nb, act, m, o, ldo);
-        break;
-      case 3:
-        q4_K_rows<V, 3>(src, nb, act, m, o, ldo);
-        break;
-      default:
-        q4_K_rows<V, 4>(src, nb, act, m, o, ldo);
-        break;
-    }
-  }
+  in_passes<V::kMaxM>(m0, m1, out, ldo, [&](auto mr, int64_t m, float* o) {
+    q4_K_rows<V, decltype(mr)::value>(src, nb, act, m, o, ldo);
+  });
 }
 
 // A row-major tile: out[(m - m0) * kRows + r].
@@ -461,23 +444,9 @@ void packed_q4_K(const uint8_t* group, int64_t nb, const K8Activations& act, int
 template <class V, class Source>
 void q6_K_passes(const Source& src, int64_t nb, const K8Activations& act, int64_t m0, int64_t m1,
                  float* out, int64_t ldo) {
-  for (int64_t m = m0; m < m1; m += 4) {
-    float* o = out + (m - m0) * ldo;
-    switch (std::min<int64_t>(4, m1 - m)) {
-      case 1:
-        q6_K_rows<V, 1>(src, nb, act, m, o, ldo);
-        break;
-      case 2:
-        q6_K_rows<V, 2>(src, nb, act, m, o, ldo);
-        break;
-      case 3:
-        q6_K_rows<V, 3>(src, nb, act, m, o, ldo);
-        break;
-      default:
-        q6_K_rows<V, 4>(src, nb, act, m, o, ldo);
-        break;
-    }
-  }
+  in_passes<4>(m0, m1, out, ldo, [&](auto mr, int64_t m, float* o) {
+    q6_K_rows<V, decltype(mr)::value>(src, nb, act, m, o, ldo);
+  });
 }
 
 template <class V>

@@ -19,7 +19,7 @@
 //   dot_q4_K_q8_K / dot_q6_K_q8_K evaluate (bit-identical today), but 8 rows
 //   (AVX2, AVX-VNNI) or 16 (AVX-512, kernels/k_tiles.h) and a batch of
 //   activations at a time.
-// Threads split the output rows in tiles of 8 (a repacked Q4_0/Q8_0/Q4_K matrix,
+// Threads split the output rows in tiles of 8 (a repacked Q4_0/Q8_0/Q4_K/Q6_K matrix,
 // kernels/repack.h: in groups of 16 first); a dot product is never split.
 #include "kernels/matmul.h"
 
@@ -674,7 +674,7 @@ void run_q8_tiles(const Problem& p, const Q8Activations& act, int64_t t0, int64_
   run_tile_pairs_then_singles(p, act, nb, t, t1, tile16, tile, acc.data());
 }
 
-// A repacked Q4_0/Q8_0/Q4_K matrix (kernels/repack.h) counts its whole groups of 16
+// A repacked Q4_0/Q8_0/Q4_K/Q6_K matrix (kernels/repack.h) counts its whole groups of 16
 // rows as tiles 0..groups-1, then the 8-row tiles of the row-major rows after
 // them; any other matrix its 8-row tiles.
 int64_t packed_groups(const WeightMatrix& w) {

@@ -19,7 +19,7 @@ struct WeightMatrix {
   int64_t n_in = 0;               // elements per row (contiguous)
   int64_t n_out = 0;              // number of rows
   const uint8_t* data = nullptr;  // n_out rows of row_bytes(type, n_in) bytes
-  // Q4_0/Q8_0/Q4_K only: the first n_out / 16 groups of 16 rows are in the layout of
+  // Q4_0/Q8_0/Q4_K/Q6_K only: the first n_out / 16 groups of 16 rows are in the layout of
   // kernels/repack.h (repack_in_place), the rows after them row-major.
   bool repacked = false;
 };

@@ -69,7 +69,7 @@ uint64_t matrix_bytes(const WeightMatrix& w) {
   return row_bytes(w.type, w.n_in) * w.n_out;
 }
 
-// On unless PARSPEC_REPACK=0: repacked Q4_0/Q8_0 (and, with AVX-512, Q4_K)
+// On unless PARSPEC_REPACK=0: repacked Q4_0/Q8_0 (and, with AVX-512, Q4_K/Q6_K)
 // weights decode faster (docs/performance.md, issue 10).
 bool repacking_wanted() {
   const char* env = std::getenv("PARSPEC_REPACK");
