@@ -48,4 +48,10 @@ void queries_in_lanes(const float* const* qs, const int* nk, const float* const*
   attention_lanes::queries_in_lanes<Avx512Lanes>(qs, nk, keys, values, hd, scale, scratch, outs);
 }
 
+void queries_in_two_vectors(const float* const* qs, const int* nk, const float* const* keys,
+                            const float* const* values, int hd, float scale,
+                            AttentionScratch& scratch, float* const* outs) {
+  attention_lanes::queries_in_lanes<Avx512Lanes, 2>(qs, nk, keys, values, hd, scale, scratch, outs);
+}
+
 }  // namespace parspec::attention_avx512

@@ -13,4 +13,10 @@ void queries_in_lanes(const float* const* qs, const int* nk, const float* const*
                       const float* const* values, int hd, float scale, AttentionScratch& scratch,
                       float* const* outs);
 
+// 2 · kLanes queries at once, the same results: each key or value element
+// loaded feeds two vectors of queries.
+void queries_in_two_vectors(const float* const* qs, const int* nk, const float* const* keys,
+                            const float* const* values, int hd, float scale,
+                            AttentionScratch& scratch, float* const* outs);
+
 }  // namespace parspec::attention_avx512
