@@ -1,6 +1,6 @@
 // Throughput of attention over a prompt's queries (attend_many): one thread,
 // the queries of a prompt's rows (4 heads per row, as in a KV group of Llama
-// 3) over one shared key list, fastest of several repetitions. Prints
+// 3) over one shared key list, fastest of 25 repetitions. Prints
 // GFLOP/s (4 flops per query, key and dimension: the scores' and the weighted
 // values' fmas) per ISA, for the queries passed 16 at a time (one vector of
 // AVX-512 lanes per call) and all at once (the kernel may take two vectors
@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 int main(int argc, char** argv) {
   const int n_keys = argc > 1 ? std::atoi(argv[1]) : 2048;
   const int n_queries = argc > 2 ? std::atoi(argv[2]) : 64;
-  const int head_dim = 64, heads = 4, reps = 7;
+  const int head_dim = 64, heads = 4, reps = 25;
   if (n_keys < n_queries / heads || n_queries < 1) {
     std::fprintf(stderr, "usage: %s [keys queries], keys >= queries / %d\n", argv[0], heads);
     return 1;
