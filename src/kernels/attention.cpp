@@ -19,30 +19,6 @@ namespace parspec {
 
 namespace {
 
-// Rows r of an 8 × 8 block (8 floats each) to columns: out[c] lane r = in[r][c].
-inline void transpose8(const __m256 in[8], __m256 out[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(in[2 * i], in[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(in[2 * i], in[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {
-    u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
-    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
-  }
-  for (int i = 0; i < 4; ++i) {
-    out[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
-    out[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
-  }
-}
-
-// Mask of the first n lanes (n in [0, 8]) for maskload.
-inline __m256i first_lanes(int n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 inline float reduce_max8(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -50,25 +26,31 @@ inline float reduce_max8(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
-constexpr int kKeyLaneQueries = 4;  // queries sharing one transposed key block
+// Queries sharing one transposed key block.
+constexpr int kKeyLaneQueries = attention_avx512::kKeyLaneQueries;
 
-// Up to kKeyLaneQueries queries with keys in lanes: 8 keys per vector, their
-// rows transposed in registers 8 dimensions at a time. For decode steps and
-// tree nodes, where too few queries share the keys to fill query lanes.
+// Up to kKeyLaneQueries queries with keys in lanes: 8 keys per vector (16
+// with AVX-512), their rows transposed in registers 8 dimensions at a time.
+// For decode steps and tree nodes, where too few queries share the keys to
+// fill query lanes.
 void keys_in_lanes(int nq, const float* const* qs, const int* nk, const float* const* keys,
                    const float* const* values, int hd, float scale, AttentionScratch& scratch,
                    float* const* outs) {
+  const bool wide = active_isa() == Isa::kAvx512;
   const int nk_max = *std::max_element(nk, nk + nq);
-  const int n_blocks = (nk_max + 7) / 8;
-  const size_t stride = static_cast<size_t>(n_blocks) * 8;
+  const int per_block = wide ? 16 : 8;
+  const int n_blocks = (nk_max + per_block - 1) / per_block;
+  const size_t stride = static_cast<size_t>(n_blocks) * per_block;
   scratch.scores.resize(stride * nq);
   float* s = scratch.scores.data();
   const int hd8 = hd & ~7;
   const __m256i tail_mask = first_lanes(hd - hd8);
   const __m256 vscale = _mm256_set1_ps(scale);
 
-  // Scores: lane u of block b is key 8b + u (keys past the end repeat the last).
-  for (int b = 0; b < n_blocks; ++b) {
+  // Scores: lane u of block b is key per_block · b + u (keys past the end
+  // repeat the last).
+  if (wide) attention_avx512::key_lane_scores(nq, qs, nk_max, keys, hd, scale, s, stride);
+  for (int b = 0; !wide && b < n_blocks; ++b) {
     const float* rows[8];
     for (int u = 0; u < 8; ++u) rows[u] = keys[std::min(8 * b + u, nk_max - 1)];
     __m256 acc[kKeyLaneQueries];
@@ -90,6 +72,7 @@ void keys_in_lanes(int nq, const float* const* qs, const int* nk, const float* c
       _mm256_storeu_ps(s + i * stride + 8 * b, _mm256_mul_ps(acc[i], vscale));
   }
 
+  float inv_sums[kKeyLaneQueries];
   for (int i = 0; i < nq; ++i) {
     float* si = s + i * stride;
     const int n = nk[i];
@@ -113,7 +96,19 @@ void keys_in_lanes(int nq, const float* const* qs, const int* nk, const float* c
     _mm256_store_ps(lanes, part);
     const float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
                       ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    inv_sums[i] = 1.0f / sum;
+  }
+
+  // Weighted values, dimensions in lanes. AVX-512 reads each value row once
+  // for all queries.
+  if (wide) {
+    attention_avx512::key_lane_values(nq, s, stride, nk, values, hd, inv_sums, outs);
+    return;
+  }
+  for (int i = 0; i < nq; ++i) {
+    const float* si = s + i * stride;
+    const int n = nk[i];
+    const __m256 inv = _mm256_set1_ps(inv_sums[i]);
     // Weighted values, dimensions in lanes, up to 8 vectors (64 dims) at a time.
     for (int d0 = 0; d0 < hd; d0 += 64) {
       const int nv = std::min(8, (hd - d0 + 7) / 8);

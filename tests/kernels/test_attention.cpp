@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -79,6 +80,49 @@ TEST(AttentionMany, EachQueryEqualsAttendAloneOnEveryPath) {
                 << isa_name(isa) << " head_dim " << head_dim << " queries " << n_queries
                 << " heads " << heads << " query " << i;
           }
+        }
+      }
+    }
+  }
+}
+
+// The keys-in-lanes kernel (a decode step's heads, tree nodes) with queries
+// whose key counts differ and end on and off its 8- and 16-key blocks: each
+// query must stop at its own last key, whatever the others see.
+TEST(AttentionMany, FewQueriesWithUnequalKeyCountsEqualAttendAlone) {
+  IsaGuard guard;
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd;
+  const std::vector<std::vector<int>> count_sets = {
+      {48, 64, 40, 56}, {64, 17, 33}, {16, 32}, {8}, {80, 79, 81, 95}};
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+    if (!set_active_isa(isa)) {
+      std::printf("skipped %s: this CPU lacks it\n", isa_name(isa));
+      continue;
+    }
+    for (int head_dim : {13, 64, 128}) {
+      for (const std::vector<int>& nk : count_sets) {
+        const int n_queries = static_cast<int>(nk.size());
+        const KeyList kl(96, head_dim, rng);
+        std::vector<float> q(n_queries * head_dim), got(n_queries * head_dim), want(head_dim);
+        for (float& x : q) x = nd(rng);
+        std::vector<const float*> qs;
+        std::vector<float*> outs;
+        for (int i = 0; i < n_queries; ++i) {
+          qs.push_back(&q[i * head_dim]);
+          outs.push_back(&got[i * head_dim]);
+        }
+        AttentionScratch scratch;
+        attend_many(n_queries, qs.data(), nk.data(), kl.keys.data(), kl.values.data(), head_dim,
+                    0.125f, scratch, outs.data());
+        for (int i = 0; i < n_queries; ++i) {
+          ASSERT_TRUE(set_active_isa(Isa::kAvx2));
+          attend(qs[i], kl.keys.data(), kl.values.data(), nk[i], head_dim, 0.125f, scratch,
+                 want.data());
+          ASSERT_TRUE(set_active_isa(isa));
+          ASSERT_EQ(std::memcmp(want.data(), outs[i], sizeof(float) * head_dim), 0)
+              << isa_name(isa) << " head_dim " << head_dim << " query " << i << " of " << n_queries
+              << " with " << nk[i] << " keys";
         }
       }
     }
