@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -43,10 +44,46 @@ std::vector<int> chain_counts(int count, int heads, int n_keys) {
   return nk;
 }
 
+// n random queries (times `amplitude`) and the rows their outputs go to.
+struct QueryRows {
+  std::vector<float> q, out;
+  std::vector<const float*> qs;
+  std::vector<float*> outs;
+  QueryRows(int n, int head_dim, std::mt19937& rng, float amplitude = 1.0f)
+      : q(n * head_dim), out(n * head_dim) {
+    std::normal_distribution<float> nd;
+    for (float& x : q) x = nd(rng) * amplitude;
+    for (int i = 0; i < n; ++i) {
+      qs.push_back(&q[i * head_dim]);
+      outs.push_back(&out[i * head_dim]);
+    }
+  }
+};
+
+// attend_many under `isa` gives every query exactly attend()'s bits under
+// AVX2 over its own keys.
+void expect_each_equals_attend_alone(Isa isa, const KeyList& kl, QueryRows& rows,
+                                     const std::vector<int>& nk, int head_dim, float scale,
+                                     const std::string& context) {
+  const int n_queries = static_cast<int>(nk.size());
+  AttentionScratch scratch;
+  attend_many(n_queries, rows.qs.data(), nk.data(), kl.keys.data(), kl.values.data(), head_dim,
+              scale, scratch, rows.outs.data());
+  std::vector<float> want(head_dim);
+  for (int i = 0; i < n_queries; ++i) {
+    ASSERT_TRUE(set_active_isa(Isa::kAvx2));
+    attend(rows.qs[i], kl.keys.data(), kl.values.data(), nk[i], head_dim, scale, scratch,
+           want.data());
+    ASSERT_TRUE(set_active_isa(isa));
+    ASSERT_EQ(std::memcmp(want.data(), rows.outs[i], sizeof(float) * head_dim), 0)
+        << isa_name(isa) << " head_dim " << head_dim << " " << context << " query " << i << " with "
+        << nk[i] << " keys";
+  }
+}
+
 TEST(AttentionMany, EachQueryEqualsAttendAloneOnEveryPath) {
   IsaGuard guard;
   std::mt19937 rng(11);
-  std::normal_distribution<float> nd;
   for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
     if (!set_active_isa(isa)) {
       std::printf("skipped %s: this CPU lacks it\n", isa_name(isa));
@@ -58,28 +95,12 @@ TEST(AttentionMany, EachQueryEqualsAttendAloneOnEveryPath) {
           const int n_keys = 40 + n_queries / heads;
           const KeyList kl(n_keys, head_dim, rng);
           const std::vector<int> nk = chain_counts(n_queries, heads, n_keys);
-          std::vector<float> q(n_queries * head_dim), got(n_queries * head_dim), want(head_dim);
           // Large scores too: the exponential's clamp and the masked lanes.
-          for (float& x : q) x = nd(rng) * (n_queries % 2 ? 1.0f : 8.0f);
-          std::vector<const float*> qs;
-          std::vector<float*> outs;
-          for (int i = 0; i < n_queries; ++i) {
-            qs.push_back(&q[i * head_dim]);
-            outs.push_back(&got[i * head_dim]);
-          }
+          QueryRows rows(n_queries, head_dim, rng, n_queries % 2 ? 1.0f : 8.0f);
           const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-          AttentionScratch scratch;
-          attend_many(n_queries, qs.data(), nk.data(), kl.keys.data(), kl.values.data(), head_dim,
-                      scale, scratch, outs.data());
-          for (int i = 0; i < n_queries; ++i) {
-            ASSERT_TRUE(set_active_isa(Isa::kAvx2));
-            attend(qs[i], kl.keys.data(), kl.values.data(), nk[i], head_dim, scale, scratch,
-                   want.data());
-            ASSERT_TRUE(set_active_isa(isa));
-            ASSERT_EQ(std::memcmp(want.data(), outs[i], sizeof(float) * head_dim), 0)
-                << isa_name(isa) << " head_dim " << head_dim << " queries " << n_queries
-                << " heads " << heads << " query " << i;
-          }
+          ASSERT_NO_FATAL_FAILURE(expect_each_equals_attend_alone(
+              isa, kl, rows, nk, head_dim, scale,
+              "queries " + std::to_string(n_queries) + " heads " + std::to_string(heads)));
         }
       }
     }
@@ -92,7 +113,6 @@ TEST(AttentionMany, EachQueryEqualsAttendAloneOnEveryPath) {
 TEST(AttentionMany, FewQueriesWithUnequalKeyCountsEqualAttendAlone) {
   IsaGuard guard;
   std::mt19937 rng(23);
-  std::normal_distribution<float> nd;
   const std::vector<std::vector<int>> count_sets = {
       {48, 64, 40, 56}, {64, 17, 33}, {16, 32}, {8}, {80, 79, 81, 95}};
   for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
@@ -102,28 +122,10 @@ TEST(AttentionMany, FewQueriesWithUnequalKeyCountsEqualAttendAlone) {
     }
     for (int head_dim : {13, 64, 128}) {
       for (const std::vector<int>& nk : count_sets) {
-        const int n_queries = static_cast<int>(nk.size());
         const KeyList kl(96, head_dim, rng);
-        std::vector<float> q(n_queries * head_dim), got(n_queries * head_dim), want(head_dim);
-        for (float& x : q) x = nd(rng);
-        std::vector<const float*> qs;
-        std::vector<float*> outs;
-        for (int i = 0; i < n_queries; ++i) {
-          qs.push_back(&q[i * head_dim]);
-          outs.push_back(&got[i * head_dim]);
-        }
-        AttentionScratch scratch;
-        attend_many(n_queries, qs.data(), nk.data(), kl.keys.data(), kl.values.data(), head_dim,
-                    0.125f, scratch, outs.data());
-        for (int i = 0; i < n_queries; ++i) {
-          ASSERT_TRUE(set_active_isa(Isa::kAvx2));
-          attend(qs[i], kl.keys.data(), kl.values.data(), nk[i], head_dim, 0.125f, scratch,
-                 want.data());
-          ASSERT_TRUE(set_active_isa(isa));
-          ASSERT_EQ(std::memcmp(want.data(), outs[i], sizeof(float) * head_dim), 0)
-              << isa_name(isa) << " head_dim " << head_dim << " query " << i << " of " << n_queries
-              << " with " << nk[i] << " keys";
-        }
+        QueryRows rows(static_cast<int>(nk.size()), head_dim, rng);
+        ASSERT_NO_FATAL_FAILURE(expect_each_equals_attend_alone(
+            isa, kl, rows, nk, head_dim, 0.125f, std::to_string(nk.size()) + " queries"));
       }
     }
   }
@@ -131,25 +133,19 @@ TEST(AttentionMany, FewQueriesWithUnequalKeyCountsEqualAttendAlone) {
 
 TEST(AttentionMany, BatchedQueriesMatchTheReference) {
   std::mt19937 rng(5);
-  std::normal_distribution<float> nd;
   const int head_dim = 64, n_queries = 24, n_keys = 300;
   const KeyList kl(n_keys, head_dim, rng);
   const std::vector<int> nk = chain_counts(n_queries, 1, n_keys);
-  std::vector<float> q(n_queries * head_dim), got(n_queries * head_dim), ref(head_dim);
-  for (float& x : q) x = nd(rng);
-  std::vector<const float*> qs;
-  std::vector<float*> outs;
-  for (int i = 0; i < n_queries; ++i) {
-    qs.push_back(&q[i * head_dim]);
-    outs.push_back(&got[i * head_dim]);
-  }
+  QueryRows rows(n_queries, head_dim, rng);
+  std::vector<float> ref(head_dim);
   const float scale = 0.125f;
   AttentionScratch scratch;
-  attend_many(n_queries, qs.data(), nk.data(), kl.keys.data(), kl.values.data(), head_dim, scale,
-              scratch, outs.data());
+  attend_many(n_queries, rows.qs.data(), nk.data(), kl.keys.data(), kl.values.data(), head_dim,
+              scale, scratch, rows.outs.data());
   for (int i = 0; i < n_queries; ++i) {
-    attend_reference(qs[i], kl.keys.data(), kl.values.data(), nk[i], head_dim, scale, ref.data());
-    for (int d = 0; d < head_dim; ++d) ASSERT_NEAR(outs[i][d], ref[d], 1e-5) << i << " " << d;
+    attend_reference(rows.qs[i], kl.keys.data(), kl.values.data(), nk[i], head_dim, scale,
+                     ref.data());
+    for (int d = 0; d < head_dim; ++d) ASSERT_NEAR(rows.outs[i][d], ref[d], 1e-5) << i << " " << d;
   }
 }
 
