@@ -2,7 +2,8 @@
 # Reproduces the measurements of docs/performance.md (and the gamma sweep of docs/strategies.md) here:
 #  1. forward-pass speed of ~1B-parameter random models (Q8_0, Q4_0, and the Q4_K_M
 #     mix of q4_K and q6_K that most published files use) against the memory-bandwidth
-#     roofline measured in the same run;
+#     roofline measured in the same run, decode after a 4,096-token context, and the
+#     attention kernels alone;
 #  2. every strategy against `ar` on the bundled model zoo and prompt sets;
 #  3. sd and pearl at every draft length (gamma) on the same;
 #  4. the zoo inflated into a 1B-class target + 100M-class drafter and an 8B-class
@@ -20,6 +21,11 @@ for type in q8_0 q4_0 q4_k_m; do
   "$bin" bench-forward -m "$model" -t 1,2 -r 5 --json out/performance/forward-$type.json \
     | tee out/performance/forward-$type.md
 done
+"$bin" bench-forward -m out/models/random-1b-q4_0.gguf -t 1,2 -b 1 -r 3 --decode-tokens 16 \
+  --context 4096 | tee out/performance/forward-q4_0-context4096.md
+cmake --build build --target attention_throughput
+build/attention_throughput | tee out/performance/attention.md
+build/attention_throughput 4096 4 | tee -a out/performance/attention.md
 "$bin" bench --strategies ar,sd:2,sd:3,sd:4,tree,dyntree,pearl:2,pearl:3,pearl -n 128 -t 1 -td 1 \
   --json out/performance/strategies.json --md out/performance/strategies.md \
   --svg out/performance/strategies.svg
