@@ -45,31 +45,34 @@ void keys_in_lanes(int nq, const float* const* qs, const int* nk, const float* c
   float* s = scratch.scores.data();
   const int hd8 = hd & ~7;
   const __m256i tail_mask = first_lanes(hd - hd8);
-  const __m256 vscale = _mm256_set1_ps(scale);
 
   // Scores: lane u of block b is key per_block · b + u (keys past the end
   // repeat the last).
-  if (wide) attention_avx512::key_lane_scores(nq, qs, nk_max, keys, hd, scale, s, stride);
-  for (int b = 0; !wide && b < n_blocks; ++b) {
-    const float* rows[8];
-    for (int u = 0; u < 8; ++u) rows[u] = keys[std::min(8 * b + u, nk_max - 1)];
-    __m256 acc[kKeyLaneQueries];
-    for (int i = 0; i < nq; ++i) acc[i] = _mm256_setzero_ps();
-    for (int d0 = 0; d0 < hd; d0 += 8) {
-      __m256 in[8], kt[8];
-      if (d0 < hd8) {
-        for (int u = 0; u < 8; ++u) in[u] = _mm256_loadu_ps(rows[u] + d0);
-      } else {
-        for (int u = 0; u < 8; ++u) in[u] = _mm256_maskload_ps(rows[u] + d0, tail_mask);
+  if (wide) {
+    attention_avx512::key_lane_scores(nq, qs, nk_max, keys, hd, scale, s, stride);
+  } else {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int b = 0; b < n_blocks; ++b) {
+      const float* rows[8];
+      for (int u = 0; u < 8; ++u) rows[u] = keys[std::min(8 * b + u, nk_max - 1)];
+      __m256 acc[kKeyLaneQueries];
+      for (int i = 0; i < nq; ++i) acc[i] = _mm256_setzero_ps();
+      for (int d0 = 0; d0 < hd; d0 += 8) {
+        __m256 in[8], kt[8];
+        if (d0 < hd8) {
+          for (int u = 0; u < 8; ++u) in[u] = _mm256_loadu_ps(rows[u] + d0);
+        } else {
+          for (int u = 0; u < 8; ++u) in[u] = _mm256_maskload_ps(rows[u] + d0, tail_mask);
+        }
+        transpose8(in, kt);
+        const int dn = std::min(8, hd - d0);
+        for (int dd = 0; dd < dn; ++dd)
+          for (int i = 0; i < nq; ++i)
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(qs[i][d0 + dd]), kt[dd], acc[i]);
       }
-      transpose8(in, kt);
-      const int dn = std::min(8, hd - d0);
-      for (int dd = 0; dd < dn; ++dd)
-        for (int i = 0; i < nq; ++i)
-          acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(qs[i][d0 + dd]), kt[dd], acc[i]);
+      for (int i = 0; i < nq; ++i)
+        _mm256_storeu_ps(s + i * stride + 8 * b, _mm256_mul_ps(acc[i], vscale));
     }
-    for (int i = 0; i < nq; ++i)
-      _mm256_storeu_ps(s + i * stride + 8 * b, _mm256_mul_ps(acc[i], vscale));
   }
 
   float inv_sums[kKeyLaneQueries];

@@ -615,14 +615,14 @@ void store_tile(const Problem& p, int64_t t, int64_t m0, int64_t m1, const float
   const int64_t o0 = t * kTileRows;
   if (o0 >= p.w.n_out) return;
   const int64_t valid = std::min<int64_t>(kTileRows, p.w.n_out - o0);
-  if (valid == kTileRows) {  // a constant size: vector moves, not a loop of 8-byte ones
-    for (int64_t m = m0; m < m1; ++m)
-      std::memcpy(p.y + m * p.w.n_out + o0, acc + (m - m0) * acc_stride, sizeof(float) * kTileRows);
-    return;
-  }
   for (int64_t m = m0; m < m1; ++m) {
-    std::memcpy(p.y + m * p.w.n_out + o0, acc + (m - m0) * acc_stride,
-                static_cast<size_t>(valid) * sizeof(float));
+    float* dst = p.y + m * p.w.n_out + o0;
+    const float* src = acc + (m - m0) * acc_stride;
+    if (valid == kTileRows) {  // a constant size: vector moves, not a loop of 8-byte ones
+      std::memcpy(dst, src, sizeof(float) * kTileRows);
+    } else {
+      std::memcpy(dst, src, static_cast<size_t>(valid) * sizeof(float));
+    }
   }
 }
 
