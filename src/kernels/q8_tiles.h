@@ -10,10 +10,12 @@
 // copy, compiled with its own instruction set.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "core/worker.h"
 #include "kernels/quant.h"
 #include "kernels/repack.h"
 
@@ -44,6 +46,63 @@ struct Q8Activations {
   std::vector<float> pair_scales;         // [pair][block][2]
   std::vector<int32_t> pair_minus_sums8;  // [pair][block][2]
 };
+
+// Quantizes M activation rows of n_in values into `out` (resized to fit): each
+// row's blocks as quantize_row(DType::Q8_0) writes them, each block's scale and
+// sums, and with `pairs` the pair layout too; on as many of the worker's
+// threads as the work is worth, with the active ISA's build (same bytes).
+void quantize_activations(Worker& worker, const float* x, int64_t M, int64_t n_in, bool pairs,
+                          Q8Activations& out);
+
+// Quantizes activation rows [row0, row1) of x (M rows of n_in) into `out`,
+// whose arrays the caller has sized for all M rows: each row's blocks as
+// quantize_row(DType::Q8_0) writes them, and each block's scale and sums.
+// With `pairs` (row0 even) also the pair layout of the pairs those rows make,
+// an odd last row (row1 == M) paired with itself. The AVX2 build (matmul.cpp)
+// and the AVX-512 one (activations_avx512.cpp) write the same bytes.
+void quantize_activation_rows_avx2(const float* x, int64_t n_in, int64_t M, int64_t row0,
+                                   int64_t row1, bool pairs, Q8Activations& out);
+void quantize_activation_rows_avx512(const float* x, int64_t n_in, int64_t M, int64_t row0,
+                                     int64_t row1, bool pairs, Q8Activations& out);
+
+// What both builds share: quantize_block(x, block) quantizes 32 values into
+// block (d and qs) and returns the sum of its quants.
+template <class QuantizeBlock>
+PARSPEC_KERNEL_INLINE void quantize_activation_rows(const float* x, int64_t n_in, int64_t M,
+                                                    int64_t row0, int64_t row1, bool pairs,
+                                                    Q8Activations& out,
+                                                    QuantizeBlock quantize_block) {
+  const int64_t nb = n_in / kQK;
+  for (int64_t m = row0; m < row1; ++m) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t i = m * nb + b;
+      const int32_t sum = quantize_block(x + m * n_in + b * kQK, out.blocks[i]);
+      out.scales[i] = _cvtsh_ss(out.blocks[i].d);  // = fp16_to_fp32 (QuantFp16 tests)
+      out.sums8[i] = 8 * sum;
+      out.minus_sums8[i] = -8 * sum;
+      out.minus_sums128[i] = -128 * sum;
+    }
+  }
+  if (!pairs) return;
+  for (int64_t p = row0 / 2; p < (row1 + 1) / 2; ++p) {
+    const int64_t rows[2] = {2 * p, std::min(2 * p + 1, M - 1)};
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t i0 = rows[0] * nb + b, i1 = rows[1] * nb + b;
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(out.blocks[i0].qs));
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(out.blocks[i1].qs));
+      // Dwords a0 c0 a1 c1 | a4 c4 a5 c5 and a2 c2 a3 c3 | a6 c6 a7 c7, then in order.
+      const __m256i lo = _mm256_unpacklo_epi32(a, c), hi = _mm256_unpackhi_epi32(a, c);
+      auto* dst = reinterpret_cast<__m256i*>(out.pair_blocks.data() + (p * nb + b) * 64);
+      _mm256_storeu_si256(dst, _mm256_permute2x128_si256(lo, hi, 0x20));
+      _mm256_storeu_si256(dst + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
+      const int64_t j = (p * nb + b) * 2;
+      out.pair_scales[j] = out.scales[i0];
+      out.pair_scales[j + 1] = out.scales[i1];
+      out.pair_minus_sums8[j] = out.minus_sums8[i0];
+      out.pair_minus_sums8[j + 1] = out.minus_sums8[i1];
+    }
+  }
+}
 
 // A tile of 8 weight rows (row pointers; rows past the end repeat a valid row)
 // against activation rows [m0, m1): acc[(m - m0) * 8 + r] = result for row r.

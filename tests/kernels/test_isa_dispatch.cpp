@@ -16,6 +16,7 @@
 #include "kernels/isa.h"
 #include "kernels/kquants.h"
 #include "kernels/matmul.h"
+#include "kernels/q8_tiles.h"
 #include "kernels/repack.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -32,6 +33,12 @@ struct IsaGuard {
   Isa saved = active_isa();
   ~IsaGuard() { set_active_isa(saved); }
 };
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
 
 std::vector<float> gaussian(int64_t n, uint32_t seed, float sigma) {
   std::mt19937 rng(seed);
@@ -85,6 +92,81 @@ void expect_matmuls_match_avx2(Isa isa) {
           ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
               << isa_name(isa) << " " << type_info(type).name << " n_out " << n_out << " M " << M
               << " threads " << worker->n_threads();
+        }
+      }
+    }
+  }
+}
+
+// Activations as every matmul of Q8_0/Q4_0 weights quantizes them, with the
+// values a forward can produce at the edges: NaN and infinity (a NaN is never
+// the scale, and becomes -127), magnitudes whose scale rounds to f16 infinity
+// or to a subnormal, zeros and negative zeros (a zero scale).
+std::vector<float> activations_with_edge_blocks(int64_t M, int64_t n_in) {
+  auto x = gaussian(M * n_in, 3 + static_cast<uint32_t>(M), 2.0f);
+  auto block = [&](int64_t m, int64_t b) { return x.data() + m * n_in + b * kQK; };
+  std::fill_n(block(0, 0), kQK, 0.0f);
+  std::fill_n(block(0, 1), kQK, -0.0f);
+  block(0, 2)[5] = NAN;
+  block(0, 3)[31] = INFINITY;
+  block(M - 1, 4)[0] = -INFINITY;
+  std::fill_n(block(M - 1, 5), kQK, 1e-40f);  // subnormal f32: the scale rounds to f16 zero
+  block(M - 1, 6)[7] = 3e-5f * 127;           // a subnormal f16 scale
+  block(M - 1, 7)[9] = 1e7f;                  // a scale past f16's range: infinity
+  std::fill_n(block(M - 1, 8), kQK, NAN);
+  return x;
+}
+
+TEST(IsaDispatch, ActivationsAreQuantizedAsQuantizeRowOnEveryPath) {
+  IsaGuard guard;
+  Worker one(1), three(3);
+  const int64_t n_in = 16 * kQK;
+  for (int64_t M : {1, 2, 6, 7, 8, 300}) {  // 300: parts on several threads
+    const auto x = activations_with_edge_blocks(M, n_in);
+    std::vector<BlockQ8_0> want(M * n_in / kQK);
+    for (int64_t m = 0; m < M; ++m)
+      quantize_row(DType::Q8_0, x.data() + m * n_in, want.data() + m * n_in / kQK, n_in);
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+      if (!set_active_isa(isa)) continue;
+      for (Worker* worker : {&one, &three}) {
+        for (bool pairs : {false, true}) {
+          const std::string where = std::string(isa_name(isa)) + " M " + std::to_string(M) +
+                                    " threads " + std::to_string(worker->n_threads()) +
+                                    (pairs ? " pairs" : "");
+          q8tiles::Q8Activations act;
+          q8tiles::quantize_activations(*worker, x.data(), M, n_in, pairs, act);
+          ASSERT_EQ(act.blocks.size(), want.size()) << where;
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_EQ(act.blocks[i].d, want[i].d) << where << " block " << i;
+            ASSERT_EQ(std::memcmp(act.blocks[i].qs, want[i].qs, kQK), 0) << where << " block " << i;
+            int32_t sum = 0;
+            for (int8_t q : want[i].qs) sum += q;
+            ASSERT_EQ(bits_of(act.scales[i]), bits_of(fp16_to_fp32(want[i].d))) << where;
+            ASSERT_EQ(act.sums8[i], 8 * sum) << where;
+            ASSERT_EQ(act.minus_sums8[i], -8 * sum) << where;
+            ASSERT_EQ(act.minus_sums128[i], -128 * sum) << where;
+          }
+          ASSERT_EQ(act.pair_blocks.empty(), !pairs) << where;
+          if (!pairs) continue;
+          // Pair p, block b: dword k of row 2p, then dword k of row 2p + 1 (row M - 1 twice
+          // for an odd M), with both rows' scales and -8·Σ quants side by side.
+          const int64_t nb = n_in / kQK;
+          for (int64_t p = 0; p < (M + 1) / 2; ++p) {
+            for (int64_t b = 0; b < nb; ++b) {
+              const int64_t rows[2] = {2 * p, std::min(2 * p + 1, M - 1)};
+              const int64_t j = p * nb + b;
+              for (int h = 0; h < 2; ++h) {
+                const int64_t i = rows[h] * nb + b;
+                for (int k = 0; k < 8; ++k)
+                  ASSERT_EQ(std::memcmp(act.pair_blocks.data() + j * 64 + 8 * k + 4 * h,
+                                        want[i].qs + 4 * k, 4),
+                            0)
+                      << where << " pair " << p << " block " << b;
+                ASSERT_EQ(bits_of(act.pair_scales[2 * j + h]), bits_of(act.scales[i])) << where;
+                ASSERT_EQ(act.pair_minus_sums8[2 * j + h], act.minus_sums8[i]) << where;
+              }
+            }
+          }
         }
       }
     }
