@@ -37,14 +37,23 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
 
 void rope(float* x, int n_heads, int head_dim, int rope_dims, int32_t position,
           const float* inv_freq, RopeStyle style) {
-  const int n_pairs = rope_dims / 2;
   // cos/sin depend only on (position, pair): computed once for all heads.
   float cos_buf[512], sin_buf[512];
+  rope_angles(position, inv_freq, rope_dims / 2, cos_buf, sin_buf);
+  rope_rotate(x, n_heads, head_dim, rope_dims, cos_buf, sin_buf, style);
+}
+
+void rope_angles(int32_t position, const float* inv_freq, int n_pairs, float* cos, float* sin) {
   for (int i = 0; i < n_pairs; ++i) {
     const double theta = static_cast<double>(position) * inv_freq[i];
-    cos_buf[i] = static_cast<float>(std::cos(theta));
-    sin_buf[i] = static_cast<float>(std::sin(theta));
+    cos[i] = static_cast<float>(std::cos(theta));
+    sin[i] = static_cast<float>(std::sin(theta));
   }
+}
+
+void rope_rotate(float* x, int n_heads, int head_dim, int rope_dims, const float* cos_buf,
+                 const float* sin_buf, RopeStyle style) {
+  const int n_pairs = rope_dims / 2;
   for (int h = 0; h < n_heads; ++h) {
     float* head = x + static_cast<size_t>(h) * head_dim;
     for (int i = 0; i < n_pairs; ++i) {

@@ -13,6 +13,11 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
 // by angle position * inv_freq[i] for pair i.
 void rope(float* x, int n_heads, int head_dim, int rope_dims, int32_t position,
           const float* inv_freq, RopeStyle style);
+// The two halves of rope: the cosines and sines of pair i's angle at
+// `position` (rope_dims / 2 of each), and the rotation by them.
+void rope_angles(int32_t position, const float* inv_freq, int n_pairs, float* cos, float* sin);
+void rope_rotate(float* x, int n_heads, int head_dim, int rope_dims, const float* cos,
+                 const float* sin, RopeStyle style);
 // out = silu(gate) * up
 void swiglu(const float* gate, const float* up, int n, float* out);
 // y += x

@@ -121,6 +121,8 @@ class Model {
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
   std::vector<float> rope_inv_freq_;  // per rotated pair, scaling folded in
+  // Unique per model in the process: keys the per-thread memo of rope angles.
+  uint64_t rope_key_ = 0;
   uint64_t weight_bytes_ = 0;
   uint64_t repacked_bytes_ = 0;
 };

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <thread>
 
 #include "core/error.h"
 #include "kernels/isa.h"
@@ -304,6 +305,30 @@ TEST_P(ModelTest, HeldLayersGiveTheMappedLogitsBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Types, ModelTest, ::testing::ValuesIn(model_cases()),
                          [](const auto& test_case) { return std::string(test_case.param.name); });
+
+// Rope angles are kept per thread between forwards (model.cpp): two models
+// that differ only in their rope base, run in turn on one thread at the same
+// positions, must each get their own, as on a thread that never ran the other.
+TEST(ModelRope, ModelsSharingAThreadKeepTheirOwnRopeAngles) {
+  TempDir dir;
+  RandomModelSpec spec = spec_of("llama", DType::F32, 64, false);
+  const auto a = Model::load(testing_support::write_model(dir, "a.gguf", spec));
+  spec.rope_freq_base = 500.0f;
+  const auto b = Model::load(testing_support::write_model(dir, "b.gguf", spec));
+  const std::vector<int32_t> tokens = {256, 72, 101, 108, 108, 111};
+  auto logits = [&](const Model& m) {
+    Worker w(1);
+    KvCache kv(m.config(), 16);
+    return m.forward(w, Batch::chain(kv, tokens, true), kv);
+  };
+  std::vector<float> b_alone;
+  std::thread([&] { b_alone = logits(*b); }).join();
+  const auto a_first = logits(*a);
+  const auto b_after_a = logits(*b);
+  ASSERT_EQ(b_after_a.size(), b_alone.size());
+  EXPECT_TRUE(bitwise_equal(b_after_a.data(), b_alone.data(), b_alone.size()));
+  EXPECT_FALSE(bitwise_equal(a_first.data(), b_alone.data(), b_alone.size()));
+}
 
 TEST(ModelErrors, RejectsBadTokensAndFullContext) {
   TempDir dir;
