@@ -6,6 +6,7 @@
 //   cmake --build build --target kernel_throughput && build/kernel_throughput [n_in n_out [types]]
 // (types: a comma-separated list such as q4_K,q6_K; default all). A matrix
 // larger than the caches (e.g. 2048 65536) measures streaming from memory instead.
+// Then the activation quantization every Q8_0/Q4_0 matmul starts with, per ISA.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "core/worker.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
+#include "kernels/q8_tiles.h"
 #include "kernels/repack.h"
 
 using namespace parspec;
@@ -102,6 +104,27 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+  }
+  // What every Q8_0/Q4_0 matmul does first: its activation rows quantized to
+  // Q8_0 (with the AVX-512 tiles' pair layout where they use it), per ISA.
+  std::printf("\nactivations quantized to Q8_0 (%lld per row), ns per element (fastest of 200)\n\n",
+              static_cast<long long>(n_in));
+  std::printf("| ISA | M=1 | M=8 (pairs under avx512) |\n|---|---|---|\n");
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+    if (!set_active_isa(isa)) continue;
+    std::printf("| %s |", isa_name(isa));
+    for (int64_t m : {1, 8}) {
+      q8tiles::Q8Activations act;
+      double best = 1e30;
+      for (int rep = 0; rep < 200; ++rep) {
+        const auto t0 = Clock::now();
+        q8tiles::quantize_activations(worker, x.data(), m, n_in, m == 8 && isa == Isa::kAvx512,
+                                      act);
+        best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+      std::printf(" %.3f |", best * 1e9 / static_cast<double>(m * n_in));
+    }
+    std::printf("\n");
   }
   return 0;
 }
