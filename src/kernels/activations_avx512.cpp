@@ -1,5 +1,5 @@
 // Activation rows quantized to Q8_0 for the matmul kernels, built for AVX-512
-// F/BW/VL: per block the operations of quantize_q8_0 (quant.cpp) on 16 lanes
+// F/BW/VL: per block the operations of quantize_block_q8_0 (quant.cpp) on 16 lanes
 // instead of 8, so the bytes are the same as the AVX2 build's.
 // GCC 12 warns about its own AVX-512 intrinsics here (see matmul_avx512.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -14,7 +14,7 @@ namespace parspec::q8tiles {
 
 namespace {
 
-// One block, as quantize_block_q8_0_avx2 (matmul.cpp); returns Σ quants.
+// One block, as quantize_block_q8_0 (quant.cpp); returns Σ quants.
 PARSPEC_KERNEL_INLINE int32_t quantize_block(const float* x, BlockQ8_0& block) {
   const __m512 q_max = _mm512_set1_ps(127.0f), q_min = _mm512_set1_ps(-127.0f);
   const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);

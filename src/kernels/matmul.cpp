@@ -65,53 +65,11 @@ void parallel_rows(Worker& worker, int64_t M, int64_t n_in, const Body& body) {
   worker.parallel_chunks(M, std::max<int64_t>(1, M / (4 * threads)), threads, body);
 }
 
-// One block as quantize_q8_0 (quant.cpp) quantizes it, with F16C for the
-// scale's f16 rounding (which fp32_to_fp16 equals); returns Σ quants.
-int32_t quantize_block_q8_0_avx2(const float* x, BlockQ8_0& block) {
-  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
-  const __m256 q_max = _mm256_set1_ps(127.0f), q_min = _mm256_set1_ps(-127.0f);
-  __m256 v[4];
-  __m256 amax = _mm256_setzero_ps();
-  for (int i = 0; i < 4; ++i) {
-    v[i] = _mm256_loadu_ps(x + 8 * i);
-    // max(a, b) returns b when a is NaN: NaN inputs never become the scale.
-    amax = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v[i]), amax);
-  }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  block.d = static_cast<uint16_t>(_cvtss_sh(_mm_cvtss_f32(m4) / 127.0f, _MM_FROUND_TO_NEAREST_INT));
-  const float d = _cvtsh_ss(block.d);
-  if (d == 0.0f) {
-    std::memset(block.qs, 0, sizeof(block.qs));
-    return 0;
-  }
-  const __m256 dv = _mm256_set1_ps(d);
-  __m256i q[4];
-  for (int i = 0; i < 4; ++i) {
-    __m256 r =
-        _mm256_round_ps(_mm256_div_ps(v[i], dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    // Clamp (NaN becomes -127): never -128, which the integer dot products rely on.
-    r = _mm256_min_ps(_mm256_max_ps(r, q_min), q_max);
-    q[i] = _mm256_cvtps_epi32(r);
-  }
-  const __m256i bytes =
-      _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-  _mm256_storeu_si256(
-      reinterpret_cast<__m256i*>(block.qs),
-      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-  const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-  s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
-  return _mm_cvtsi128_si32(s4);
-}
-
 }  // namespace
 
 void q8tiles::quantize_activation_rows_avx2(const float* x, int64_t n_in, int64_t M, int64_t row0,
                                             int64_t row1, bool pairs, Q8Activations& out) {
-  q8tiles::quantize_activation_rows(x, n_in, M, row0, row1, pairs, out, quantize_block_q8_0_avx2);
+  q8tiles::quantize_activation_rows(x, n_in, M, row0, row1, pairs, out, quantize_block_q8_0);
 }
 
 void q8tiles::quantize_activations(Worker& worker, const float* x, int64_t M, int64_t n_in,

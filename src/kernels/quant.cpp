@@ -13,6 +13,51 @@
 
 namespace parspec {
 
+// Vectorized, but exactly the scalar definition: d = f16(absmax / 127) (F16C
+// rounds as fp32_to_fp16 does), q = round-half-even(x / d) with d the stored
+// (f16-rounded) scale, so that dequantization inverts exactly the division
+// done here. matmul quantizes its activations with this (and an AVX-512 build
+// of the same operations), so it must stay fast and bit-stable.
+int32_t quantize_block_q8_0(const float* x, BlockQ8_0& block) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  const __m256 q_max = _mm256_set1_ps(127.0f), q_min = _mm256_set1_ps(-127.0f);
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    // max(a, b) returns b when a is NaN: NaN inputs never become the scale.
+    amax = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v[i]), amax);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  block.d = static_cast<uint16_t>(_cvtss_sh(_mm_cvtss_f32(m4) / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+  const float d = _cvtsh_ss(block.d);
+  if (d == 0.0f) {
+    std::memset(block.qs, 0, sizeof(block.qs));
+    return 0;
+  }
+  const __m256 dv = _mm256_set1_ps(d);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) {
+    __m256 r =
+        _mm256_round_ps(_mm256_div_ps(v[i], dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    // Clamp (NaN becomes -127): never -128, which the integer dot products rely on.
+    r = _mm256_min_ps(_mm256_max_ps(r, q_min), q_max);
+    q[i] = _mm256_cvtps_epi32(r);
+  }
+  const __m256i bytes =
+      _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  _mm256_storeu_si256(
+      reinterpret_cast<__m256i*>(block.qs),
+      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+  return _mm_cvtsi128_si32(s4);
+}
+
 namespace {
 
 uint32_t float_bits(float f) {
@@ -27,48 +72,8 @@ float bits_float(uint32_t u) {
   return f;
 }
 
-// Vectorized, but exactly the scalar definition: d = f16(absmax / 127),
-// q = round-half-even(x / d) with d the stored (f16-rounded) scale, so that
-// dequantization inverts exactly the division done here. matmul quantizes its
-// activations with this, so it must stay fast and bit-stable.
 void quantize_q8_0(const float* src, BlockQ8_0* dst, int64_t n) {
-  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
-  const __m256 q_max = _mm256_set1_ps(127.0f), q_min = _mm256_set1_ps(-127.0f);
-  for (int64_t b = 0; b < n / kQK; ++b) {
-    const float* x = src + b * kQK;
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(x + 8 * i);
-      // max(a, b) returns b when a is NaN: NaN inputs never become the scale.
-      amax = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v[i]), amax);
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const uint16_t d16 = fp32_to_fp16(_mm_cvtss_f32(m4) / 127.0f);
-    const float d = fp16_to_fp32(d16);
-    dst[b].d = d16;
-    if (d == 0.0f) {
-      std::memset(dst[b].qs, 0, sizeof(dst[b].qs));
-      continue;
-    }
-    const __m256 dv = _mm256_set1_ps(d);
-    __m256i q[4];
-    for (int i = 0; i < 4; ++i) {
-      __m256 r =
-          _mm256_round_ps(_mm256_div_ps(v[i], dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      // Clamp (NaN becomes -127): never -128, which the integer dot products rely on.
-      r = _mm256_min_ps(_mm256_max_ps(r, q_min), q_max);
-      q[i] = _mm256_cvtps_epi32(r);
-    }
-    // Pack 4x8 int32 to 32 int8; packs interleaves 128-bit lanes, the permute restores order.
-    const __m256i bytes =
-        _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    const __m256i ordered =
-        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst[b].qs), ordered);
-  }
+  for (int64_t b = 0; b < n / kQK; ++b) quantize_block_q8_0(src + b * kQK, dst[b]);
 }
 
 void dequantize_q8_0(const BlockQ8_0* src, float* dst, int64_t n) {

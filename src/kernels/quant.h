@@ -83,6 +83,10 @@ uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_bf16(float f);
 
+// One Q8_0 block of 32 values, as quantize_row(DType::Q8_0) writes it; returns
+// the sum of its quants.
+int32_t quantize_block_q8_0(const float* x, BlockQ8_0& block);
+
 // n must be a multiple of the type's block size.
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 // Reference quantizer for every type (used by tools and tests; not a hot path).
