@@ -46,6 +46,7 @@ int32_t quantize_block_q8_0(const float* x, BlockQ8_0& block) {
     r = _mm256_min_ps(_mm256_max_ps(r, q_min), q_max);
     q[i] = _mm256_cvtps_epi32(r);
   }
+  // Pack 4x8 int32 to 32 int8; packs interleaves 128-bit lanes, the permute restores order.
   const __m256i bytes =
       _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
   _mm256_storeu_si256(
