@@ -1,12 +1,15 @@
 // parspec bench-forward: how fast the forward pass is on this machine, set
 // beside the memory-bandwidth roofline measured in the same run.
 #include <immintrin.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -46,35 +49,63 @@ std::vector<int> parse_int_list(const std::string& text, const char* flag) {
 }
 
 // Streaming read bandwidth in GB/s with the worker's threads: each thread sums
-// its own contiguous part of a buffer far larger than any cache.
-double measure_read_bandwidth(Worker& worker, size_t bytes) {
-  const size_t n = bytes / sizeof(float);
-  std::vector<float> buf(n);
-  worker.parallel_for(static_cast<int64_t>(n), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<float>(i & 1023);
-  });
-  std::vector<float> sums(worker.n_threads());
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    worker.run([&](int index, int count) {
-      int64_t b, e;
-      Worker::split(static_cast<int64_t>(n / 32), index, count, b, e);
-      const float* p = buf.data();
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t i = b * 32; i < e * 32; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
-      }
-      float tmp[8];
-      _mm256_storeu_ps(tmp, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-      sums[index] = tmp[0] + tmp[7];
+// its own contiguous part of a buffer far larger than any cache, held on huge
+// pages as a model's weights are. The buffer is kept so that the test runs
+// again beside every decode measurement: a shared VM's memory changes speed
+// from one minute to the next, and decode over the roofline is only a fair
+// ratio between measurements taken side by side.
+class ReadBandwidth {
+ public:
+  ReadBandwidth(Worker& worker, size_t bytes)
+      : n_(bytes / sizeof(float)),
+        buf_(static_cast<float*>(std::aligned_alloc(kHugePage, rounded(n_ * sizeof(float))))) {
+    check(buf_ != nullptr, "cannot allocate ", bytes >> 20, " MiB for the bandwidth test");
+    madvise(buf_.get(), rounded(n_ * sizeof(float)), MADV_HUGEPAGE);  // advice only
+    float* p = buf_.get();
+    worker.parallel_for(static_cast<int64_t>(n_), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = static_cast<float>(i & 1023);
     });
-    best = std::max(best, bytes / (ms_since(t0) * 1e6));
   }
-  return best;
+
+  // The fastest of `passes` reads of the whole buffer.
+  double measure(Worker& worker, int passes) const {
+    std::vector<float> sums(worker.n_threads());
+    double best = 0;
+    for (int rep = 0; rep < passes; ++rep) {
+      const auto t0 = Clock::now();
+      worker.run([&](int index, int count) {
+        int64_t b, e;
+        Worker::split(static_cast<int64_t>(n_ / 32), index, count, b, e);
+        const float* p = buf_.get();
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t i = b * 32; i < e * 32; i += 32) {
+          a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+          a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+          a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+          a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+        }
+        float tmp[8];
+        _mm256_storeu_ps(tmp, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        sums[index] = tmp[0] + tmp[7];
+      });
+      best = std::max(best, n_ * sizeof(float) / (ms_since(t0) * 1e6));
+    }
+    return best;
+  }
+
+ private:
+  static constexpr size_t kHugePage = size_t{2} << 20;
+  static size_t rounded(size_t n) { return (n + kHugePage - 1) / kHugePage * kHugePage; }
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  size_t n_;
+  std::unique_ptr<float[], Free> buf_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 std::vector<int32_t> some_tokens(int n, int n_vocab, int salt) {
@@ -94,17 +125,22 @@ struct RowSettings {
 };
 
 struct DecodeResult {
-  double tok_per_s;   // median over the repetitions
-  double split_jobs;  // jobs split over threads per decoded token
+  double tok_per_s;          // median over the repetitions
+  double read_gb_per_s;      // median of the bandwidth tests beside them
+  double roofline_fraction;  // median of each repetition's rate over its own roofline
+  double split_jobs;         // jobs split over threads per decoded token
 };
 
-// Single-token decode after `context` committed tokens; the cache is cut back
-// to `context` after each repetition.
-DecodeResult measure_decode(const Model& model, Worker& worker, KvCache& kv, const RowSettings& s) {
+// Single-token decode after `context` committed tokens, each repetition right
+// after a bandwidth test; the cache is cut back to `context` after each.
+DecodeResult measure_decode(const Model& model, Worker& worker, KvCache& kv,
+                            const ReadBandwidth& bandwidth, const RowSettings& s) {
   const ModelConfig& c = model.config();
-  std::vector<double> decode_rates;
-  const uint64_t jobs_before = worker.parallel_jobs();
+  std::vector<double> decode_rates, gbps, fractions;
+  uint64_t jobs = 0;
   for (int r = 0; r < s.repeat; ++r) {
+    gbps.push_back(bandwidth.measure(worker, 2));
+    const uint64_t jobs_before = worker.parallel_jobs();
     const std::vector<int32_t> toks = some_tokens(s.decode_tokens, c.n_vocab, r);
     const double t0 = now_ms(s.base);
     for (int32_t t : toks) {
@@ -113,14 +149,15 @@ DecodeResult measure_decode(const Model& model, Worker& worker, KvCache& kv, con
       kv.commit(std::span(&cell, 1));
     }
     decode_rates.push_back(s.decode_tokens * 1000.0 / (now_ms(s.base) - t0));
+    jobs += worker.parallel_jobs() - jobs_before;
+    fractions.push_back(decode_rates.back() / (gbps.back() * 1e9 / model.weight_bytes()));
     kv.truncate(s.context);
   }
   // Jobs split over threads per decoded token: each is one wake-up and one
   // wait for the last chunk, the only synchronisation of a forward.
-  const double split_jobs = static_cast<double>(worker.parallel_jobs() - jobs_before) /
-                            (static_cast<double>(s.repeat) * s.decode_tokens);
-  std::sort(decode_rates.begin(), decode_rates.end());
-  return {decode_rates[decode_rates.size() / 2], split_jobs};
+  const double split_jobs =
+      static_cast<double>(jobs) / (static_cast<double>(s.repeat) * s.decode_tokens);
+  return {median(decode_rates), median(gbps), median(fractions), split_jobs};
 }
 
 // Measures and prints one table row for `threads`; returns it as JSON.
@@ -129,9 +166,7 @@ nlohmann::json measure_row(const Model& model, int threads, const RowSettings& s
   const std::vector<int>& batch_sizes = s.batch_sizes;
   const int max_batch = *std::max_element(batch_sizes.begin(), batch_sizes.end());
   Worker worker(threads);
-  if (s.tty) std::fprintf(stderr, "[%d threads] measuring bandwidth...\n", threads);
-  const double gbps = measure_read_bandwidth(worker, static_cast<size_t>(s.bandwidth_mib) << 20);
-  const double roofline = gbps * 1e9 / model.weight_bytes();
+  const ReadBandwidth bandwidth(worker, static_cast<size_t>(s.bandwidth_mib) << 20);
 
   KvCache kv(c, s.context + std::max(max_batch, s.decode_tokens) + 1);
   model.forward(worker, Batch::chain(kv, some_tokens(s.context, c.n_vocab, 99), false), kv);
@@ -141,8 +176,9 @@ nlohmann::json measure_row(const Model& model, int threads, const RowSettings& s
     return path;
   }());
 
-  if (s.tty) std::fprintf(stderr, "[%d threads] decoding...\n", threads);
-  const auto [decode, split_jobs] = measure_decode(model, worker, kv, s);
+  if (s.tty) std::fprintf(stderr, "[%d threads] bandwidth and decoding...\n", threads);
+  const DecodeResult d = measure_decode(model, worker, kv, bandwidth, s);
+  const double roofline = d.read_gb_per_s * 1e9 / model.weight_bytes();
 
   std::vector<double> latency;
   for (int n : batch_sizes) {
@@ -154,8 +190,8 @@ nlohmann::json measure_row(const Model& model, int threads, const RowSettings& s
       if (batch_sizes[i] == n) return latency[i];
     return -1.0;
   };
-  std::printf("| %d | %.1f | %.2f | %.2f | %.0f%% | %.0f |", threads, gbps, roofline, decode,
-              100.0 * decode / roofline, split_jobs);
+  std::printf("| %d | %.1f | %.2f | %.2f | %.0f%% | %.0f |", threads, d.read_gb_per_s, roofline,
+              d.tok_per_s, 100.0 * d.roofline_fraction, d.split_jobs);
   for (double l : latency) std::printf(" %.1f |", l);
   if (l_of(1) > 0 && l_of(8) > 0)
     std::printf(" %.2f |\n", l_of(8) / l_of(1));
@@ -166,11 +202,11 @@ nlohmann::json measure_row(const Model& model, int threads, const RowSettings& s
   nlohmann::json lat = nlohmann::json::object();
   for (size_t i = 0; i < batch_sizes.size(); ++i) lat[std::to_string(batch_sizes[i])] = latency[i];
   return {{"threads", threads},
-          {"read_gb_per_s", gbps},
+          {"read_gb_per_s", d.read_gb_per_s},
           {"roofline_tok_per_s", roofline},
-          {"decode_tok_per_s", decode},
-          {"roofline_fraction", decode / roofline},
-          {"split_jobs_per_token", split_jobs},
+          {"decode_tok_per_s", d.tok_per_s},
+          {"roofline_fraction", d.roofline_fraction},
+          {"split_jobs_per_token", d.split_jobs},
           {"latency_ms", lat}};
 }
 
@@ -182,7 +218,8 @@ int cmd_bench_forward(int argc, char** argv) {
   int64_t bandwidth_mib = 1024;
   ArgParser args("bench-forward",
                  "Measures single-token decode speed against the memory-bandwidth roofline\n"
-                 "(weight bytes / streaming read bandwidth, measured in the same run), and the\n"
+                 "(weight bytes / streaming read bandwidth, measured right before each decode\n"
+                 "repetition; the share of it is the median of the repetitions' own), and the\n"
                  "latency L(n) of one forward pass over n tokens.");
   args.option("-m,--model", &model_path, "FILE", "model (GGUF)");
   args.option("-t,--threads", &threads_text, "LIST", "thread counts to measure");
@@ -190,7 +227,8 @@ int cmd_bench_forward(int argc, char** argv) {
   args.option("--context", &context, "N", "committed tokens before each measured forward");
   args.option("--decode-tokens", &decode_tokens, "N", "tokens decoded per decode measurement");
   args.option("-r,--repeat", &repeat, "N", "repetitions (the median is reported)");
-  args.option("--bandwidth-mib", &bandwidth_mib, "MIB", "buffer size for the bandwidth test");
+  args.option("--bandwidth-mib", &bandwidth_mib, "MIB",
+              "buffer size for the bandwidth test (run before each decode repetition)");
   args.option("--json", &json_path, "FILE", "also write the results as JSON");
   bool cpu_time = false;
   args.flag("--cpu-time", &cpu_time,
