@@ -76,7 +76,7 @@ void packed16(const uint8_t* group, int64_t nb, const Q8Activations& activations
   if (MR == 0)
     for (int64_t m = m0; m < m1; ++m) _mm512_storeu_ps(acc + (m - m0) * 16, _mm512_setzero_ps());
   for (int64_t b = 0; b < nb; ++b) {
-    prefetch_packed_block(g, b);
+    prefetch_packed_block<kPackedPrefetchHint<MR>>(g, b);
     const typename Type::Block k = Type::load(g, b);
     if constexpr (MR > 0) {
       for (int j = 0; j < MR; ++j) regs[j] = k.apply(act, (m0 + j) * nb + b, regs[j]);
