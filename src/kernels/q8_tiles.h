@@ -231,11 +231,12 @@ constexpr int64_t kPackedPrefetchBytes = 8192;
 // Hint: _MM_HINT_T0, or _MM_HINT_NTA in the AVX-512 kernels where one
 // activation row is all the kernel keeps beside the stream (decode): the
 // weights, read once per forward, then leave L2 and L3 to what is used again
-// (activations, the KV cache, the serial steps' buffers). Decode of the 1B
-// Q4_0/Q8_0 models ran 1-14% faster on Zen 5, 8B within the noise
-// (docs/performance.md, session 18); the AVX2 kernels, measured only there
-// and mixed, keep T0. With more rows the activations can outgrow L1, and
-// lines prefetched past L2 could be gone before they are used.
+// (activations, the KV cache, the serial steps' buffers; the likely reason,
+// not verified). On Zen 5 the 1B Q4_0/Q8_0 models decoded faster in 24 of 25
+// interleaved pairs (median +6%), 8B within the noise (docs/performance.md,
+// session 18); the AVX2 kernels, mixed there and unmeasured on Intel, keep
+// T0. With more rows the activations can outgrow L1, and lines prefetched
+// past L2 could be gone before they are used.
 template <_mm_hint Hint = _MM_HINT_T0>
 static PARSPEC_KERNEL_INLINE void prefetch_packed_block(const repack::Group& group, int64_t b) {
   _mm_prefetch(reinterpret_cast<const char*>(group.scales(b) + kPackedPrefetchBytes), Hint);
