@@ -7,8 +7,6 @@
 // (types: a comma-separated list such as q4_K,q6_K; default all). A matrix
 // larger than the caches (e.g. 2048 65536) measures streaming from memory instead.
 // Then the activation quantization every Q8_0/Q4_0 matmul starts with, per ISA.
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/huge_buffer.h"
 #include "core/worker.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
@@ -26,33 +25,6 @@
 
 using namespace parspec;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-// A byte buffer on huge pages where the kernel gives them (as a model's
-// weights are held, see model/gguf.cpp): with 4 KiB pages a matrix larger
-// than the caches streams slower than the same bytes in a model.
-class AlignedBytes {
- public:
-  AlignedBytes() = default;
-  explicit AlignedBytes(size_t n)
-      : data_(static_cast<uint8_t*>(std::aligned_alloc(kHugePage, round_up(n)))), size_(n) {
-    madvise(data_.get(), round_up(n), MADV_HUGEPAGE);  // advice only
-  }
-  uint8_t* data() const { return data_.get(); }
-  bool empty() const { return size_ == 0; }
-
- private:
-  static constexpr size_t kHugePage = size_t{2} << 20;
-  static size_t round_up(size_t n) { return (n + kHugePage - 1) / kHugePage * kHugePage; }
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint8_t[], Free> data_;
-  size_t size_ = 0;
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const int64_t n_in = argc > 2 ? std::atoll(argv[1]) : 2048;
@@ -87,9 +59,9 @@ int main(int argc, char** argv) {
     // Line-aligned, as the tensors of a model's copy are (GGUF aligns them to
     // 32 bytes, the repacked layout makes up the rest): a vector's 16-byte
     // alignment would split every 64-byte load of the repacked tiles.
-    AlignedBytes packed;
+    HugePageBuffer packed;
     if (repack::repackable(type)) {
-      packed = AlignedBytes(bytes.size());
+      packed = HugePageBuffer(bytes.size());
       std::copy(bytes.begin(), bytes.end(), packed.data());
       repack::repack_in_place(worker, type, n_in, n_out, packed.data());
     }

@@ -1,19 +1,17 @@
 // parspec bench-forward: how fast the forward pass is on this machine, set
 // beside the memory-bandwidth roofline measured in the same run.
 #include <immintrin.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/huge_buffer.h"
 #include "core/worker.h"
 #include "kernels/isa.h"
 #include "model/forward_timing.h"
@@ -57,11 +55,8 @@ std::vector<int> parse_int_list(const std::string& text, const char* flag) {
 class ReadBandwidth {
  public:
   ReadBandwidth(Worker& worker, size_t bytes)
-      : n_(bytes / sizeof(float)),
-        buf_(static_cast<float*>(std::aligned_alloc(kHugePage, rounded(n_ * sizeof(float))))) {
-    check(buf_ != nullptr, "cannot allocate ", bytes >> 20, " MiB for the bandwidth test");
-    madvise(buf_.get(), rounded(n_ * sizeof(float)), MADV_HUGEPAGE);  // advice only
-    float* p = buf_.get();
+      : n_(bytes / sizeof(float)), buf_(n_ * sizeof(float)) {
+    float* p = floats();
     worker.parallel_for(static_cast<int64_t>(n_), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) p[i] = static_cast<float>(i & 1023);
     });
@@ -76,7 +71,7 @@ class ReadBandwidth {
       worker.run([&](int index, int count) {
         int64_t b, e;
         Worker::split(static_cast<int64_t>(n_ / 32), index, count, b, e);
-        const float* p = buf_.get();
+        const float* p = floats();
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t i = b * 32; i < e * 32; i += 32) {
           a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
@@ -94,13 +89,9 @@ class ReadBandwidth {
   }
 
  private:
-  static constexpr size_t kHugePage = size_t{2} << 20;
-  static size_t rounded(size_t n) { return (n + kHugePage - 1) / kHugePage * kHugePage; }
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
+  float* floats() const { return reinterpret_cast<float*>(buf_.data()); }
   size_t n_;
-  std::unique_ptr<float[], Free> buf_;
+  HugePageBuffer buf_;
 };
 
 double median(std::vector<double> v) {

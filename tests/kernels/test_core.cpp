@@ -1,4 +1,5 @@
-// Worker pool, KV cache bookkeeping, row-wise ops and attention kernels.
+// Worker pool, huge-page buffers, KV cache bookkeeping, row-wise ops and
+// attention kernels.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/huge_buffer.h"
 #include "core/worker.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"
@@ -73,6 +75,19 @@ ModelConfig small_config() {
   c.n_head_kv = 1;
   c.head_dim = 4;
   return c;
+}
+
+TEST(HugePageBuffer, IsAlignedToAHugePageAndHoldsItsBytes) {
+  // Not a multiple of 2 MiB: the allocation is rounded up, the size is not.
+  const size_t bytes = (size_t{3} << 20) + 5;
+  HugePageBuffer buffer(bytes);
+  ASSERT_FALSE(buffer.empty());
+  EXPECT_EQ(buffer.size(), bytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % (size_t{2} << 20), 0u);
+  for (size_t i = 0; i < bytes; ++i) buffer.data()[i] = static_cast<uint8_t>(i * 7);
+  for (size_t i = 0; i < bytes; i += 4099) ASSERT_EQ(buffer.data()[i], static_cast<uint8_t>(i * 7));
+  EXPECT_EQ(buffer.data()[bytes - 1], static_cast<uint8_t>((bytes - 1) * 7));
+  EXPECT_TRUE(HugePageBuffer().empty());
 }
 
 TEST(KvCache, CapacityIsEnforcedWithAClearError) {
