@@ -459,11 +459,6 @@ double interpolated(const std::vector<double>& v, double x) {
   return v[lo] + (i - lo) * (v[hi] - v[lo]);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 std::vector<int> draft_ranks(const Model& draft, Worker& worker, const std::vector<int32_t>& tokens,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <utility>
 #include <vector>
 
 namespace parspec {
@@ -16,6 +17,11 @@ double now_ms(TimeBase base) {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 double median_forward_ms(const Model& model, Worker& worker, KvCache& kv, int n_tokens, int warmup,
@@ -32,8 +38,7 @@ double median_forward_ms(const Model& model, Worker& worker, KvCache& kv, int n_
     kv.discard_spec();
     if (r >= warmup) times.push_back(ms);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return median(std::move(times));
 }
 
 }  // namespace parspec

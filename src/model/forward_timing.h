@@ -1,6 +1,8 @@
 #pragma once
 // Timing of forward passes, for the benchmarks and for strategies that size
 // themselves from measured speeds (PEARL's window).
+#include <vector>
+
 #include "core/worker.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -14,6 +16,10 @@ enum class TimeBase { kWall, kProcessCpu };
 
 // Milliseconds since an arbitrary origin, on `base`'s clock.
 double now_ms(TimeBase base);
+
+// The median of measurements (of an even count, the upper of the two middle
+// values); v must not be empty.
+double median(std::vector<double> v);
 
 // Median wall time (ms) of one forward over a chain of n_tokens on top of the
 // committed context of `kv`, after `warmup` unmeasured runs; each run's cells

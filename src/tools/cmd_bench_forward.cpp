@@ -94,11 +94,6 @@ class ReadBandwidth {
   HugePageBuffer buf_;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 std::vector<int32_t> some_tokens(int n, int n_vocab, int salt) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i)
