@@ -134,24 +134,31 @@ void packed16_pairs(const uint8_t* group, int64_t nb, const Q8Activations& act, 
     for (int p = 0; p < NP; ++p) {
       const int64_t i = p * nb + b;
       __m512i s0 = Type::pair_start(broadcast_pair(xm + 2 * i)), s1 = s0;
-      for (int d = 0; d < 8; ++d) {
+      __m512i t0 = _mm512_setzero_si512(), t1 = t0;
+      for (int d = 0; d < 8; d += 2) {
         const __m512i x = broadcast_pair(xq + 64 * i + 8 * d);
+        const __m512i y = broadcast_pair(xq + 64 * i + 8 * d + 8);
         s0 = _mm512_dpbusd_epi32(s0, w[0][d], x);
         s1 = _mm512_dpbusd_epi32(s1, w[1][d], x);
+        t0 = _mm512_dpbusd_epi32(t0, w[0][d + 1], y);
+        t1 = _mm512_dpbusd_epi32(t1, w[1][d + 1], y);
       }
+      s0 = _mm512_add_epi32(s0, t0);
+      s1 = _mm512_add_epi32(s1, t1);
       const __m512 dx = _mm512_castsi512_ps(broadcast_pair(xs + 2 * i));
       regs[p][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw0, dx), regs[p][0]);
       regs[p][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dw1, dx), regs[p][1]);
     }
   }
-  for (int p = 0; p < NP; ++p) {
-    alignas(64) float half[2][16];
-    _mm512_store_ps(half[0], regs[p][0]);
-    _mm512_store_ps(half[1], regs[p][1]);
+  // Row r of pair row h: lane 4(r >> 2) + 2(r & 1) + h of half (r & 3) >> 1
+  // (index + 16 selects half 1 in vpermt2ps).
+  const __m512i from_pairs[2] = {
+      _mm512_setr_epi32(0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30),
+      _mm512_setr_epi32(1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31)};
+  for (int p = 0; p < NP; ++p)
     for (int h = 0; h < 2 && 2 * p + h < m1; ++h)
-      for (int r = 0; r < 16; ++r)
-        acc[(2 * p + h) * 16 + r] = half[(r & 3) >> 1][4 * (r >> 2) + 2 * (r & 1) + h];
-  }
+      _mm512_storeu_ps(acc + (2 * p + h) * 16,
+                       _mm512_permutex2var_ps(regs[p][0], from_pairs[h], regs[p][1]));
 }
 
 // In pairs where the activations were laid out for them (see matmul_many),
