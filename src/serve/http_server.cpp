@@ -201,6 +201,10 @@ void HttpServer::install_routes() {
       }
 
       res.set_header("Cache-Control", "no-cache");
+      {
+        std::lock_guard lock(streams_mutex_);
+        ++streams_in_flight_;
+      }
       res.set_chunked_content_provider(
           "text/event-stream",
           [r, id, created, model, first = true](size_t, httplib::DataSink& sink) mutable {
@@ -250,8 +254,12 @@ void HttpServer::install_routes() {
             if (finished) sink.done();
             return true;
           },
-          [r](bool success) {
+          // Called once the response is done with, written or not.
+          [this, r](bool success) {
             if (!success) r.job->cancelled = true;
+            std::lock_guard lock(streams_mutex_);
+            --streams_in_flight_;
+            streams_done_.notify_all();
           });
     };
   };
@@ -278,6 +286,13 @@ void HttpServer::serve() {
 void HttpServer::drain_and_stop() {
   draining_ = true;
   engine_.drain();
+  // Every generation has finished; let their streams reach the client before
+  // the server stops. A client that stopped reading holds its write only until
+  // the library's write timeout, so this wait ends; the bound is a safety net.
+  {
+    std::unique_lock lock(streams_mutex_);
+    streams_done_.wait_for(lock, std::chrono::seconds(60), [&] { return streams_in_flight_ == 0; });
+  }
   server_->stop();
 }
 

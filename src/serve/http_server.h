@@ -2,7 +2,9 @@
 // `parspec serve`'s HTTP side (cpp-httplib): the OpenAI-compatible endpoints,
 // the page at /, health and metrics, the API key and the request limits.
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -36,8 +38,8 @@ class HttpServer {
   int bind();
   // Serves until stop(); returns when the server is down.
   void serve();
-  // Refuses new generations (503), lets the running ones finish, then stops
-  // the server (SIGTERM).
+  // Refuses new generations (503), lets the running and queued ones finish
+  // and their streams be written to the end, then stops the server (SIGTERM).
   void drain_and_stop();
 
  private:
@@ -50,6 +52,12 @@ class HttpServer {
   std::optional<ChatTemplate> chat_template_;
   std::unique_ptr<httplib::Server> server_;
   std::atomic<bool> draining_{false};
+  // Streamed responses not yet written to the end. The HTTP library ends a
+  // chunked stream where it is once the server stops, so drain_and_stop waits
+  // for these first.
+  std::mutex streams_mutex_;
+  std::condition_variable streams_done_;
+  int streams_in_flight_ = 0;
 };
 
 }  // namespace parspec
