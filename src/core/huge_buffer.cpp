@@ -8,14 +8,10 @@
 
 namespace parspec {
 
-namespace {
-constexpr size_t kHugePage = size_t{2} << 20;
-}  // namespace
-
 HugePageBuffer::HugePageBuffer(size_t bytes) : size_(bytes) {
   // aligned_alloc wants a multiple of the alignment.
-  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHugePage, rounded)));
+  const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHugePageBytes, rounded)));
   check(data_ != nullptr, "cannot allocate ", bytes >> 20, " MiB");
   madvise(data_.get(), rounded, MADV_HUGEPAGE);  // advice only: without THP it is 4 KiB pages
 }

@@ -9,6 +9,9 @@
 
 namespace parspec {
 
+// The x86-64 huge page (transparent huge pages): 2 MiB.
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
 class HugePageBuffer {
  public:
   HugePageBuffer() = default;

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/huge_buffer.h"
 
 namespace parspec {
 
@@ -416,7 +417,6 @@ GgufValue GgufValue::i32_array(const std::vector<int32_t>& items) {
 namespace {
 
 std::atomic<WeightLoading> g_weight_loading{WeightLoading::kAuto};
-constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kPage = 4096;
 constexpr size_t kLargeFile = size_t{64} << 20;  // from here on, weights want 2 MiB pages
 
@@ -454,13 +454,13 @@ bool should_copy(size_t size) {
 // The file mapped read-only; a large file starts on a 2 MiB boundary, so that
 // ranges hold_in_memory() reads in later can be backed by 2 MiB pages.
 void* map_at_huge_page_boundary(int fd, size_t size) {
-  const size_t reserved = size + kHugePage;
+  const size_t reserved = size + kHugePageBytes;
   void* area = size < kLargeFile
                    ? MAP_FAILED
                    : mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (area == MAP_FAILED) return mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const auto start = reinterpret_cast<uintptr_t>(area);
-  const uintptr_t aligned = round_up(start, kHugePage);
+  const uintptr_t aligned = round_up(start, kHugePageBytes);
   void* mapping =
       mmap(reinterpret_cast<void*>(aligned), size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
   if (mapping == MAP_FAILED) {
@@ -487,7 +487,7 @@ void GgufFile::hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors)
   std::sort(ranges.begin(), ranges.end());
   std::vector<std::pair<size_t, size_t>> merged;
   for (const auto& r : ranges) {
-    if (!merged.empty() && r.first <= merged.back().second + kHugePage)
+    if (!merged.empty() && r.first <= merged.back().second + kHugePageBytes)
       merged.back().second = std::max(merged.back().second, r.second);
     else
       merged.push_back(r);
@@ -525,7 +525,7 @@ bool GgufFile::transformed(const GgufTensorInfo& info) const {
 
 void GgufFile::copy_to_huge_pages(int fd, const TransformChooser& choose) {
   if (!should_copy(size_)) return;
-  const size_t rounded = round_up(size_, kHugePage);
+  const size_t rounded = round_up(size_, kHugePageBytes);
   void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return;         // the mapping stays: slower, not wrong
   madvise(memory, rounded, MADV_HUGEPAGE);  // advice only: without THP it is 4 KiB pages
