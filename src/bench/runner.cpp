@@ -3,7 +3,7 @@
 #include <optional>
 
 #include "core/error.h"
-#include "decode/strategies.h"
+#include "decode/registry.h"
 #include "tokenizer/chat_template.h"
 
 namespace parspec {

@@ -3,7 +3,6 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "decode/local_model.h"
-#include "decode/ppd_drafter.h"
 #include "decode/sides.h"
 
 namespace parspec {
@@ -28,19 +27,22 @@ std::unique_ptr<Target> local_target(const StrategyConfig& config) {
   return make_target_side(config);
 }
 
-std::unique_ptr<Drafter> model_drafter(const StrategyConfig& config, Worker* chosen) {
+std::unique_ptr<Drafter> model_drafter(const StrategyConfig& config, Worker* chosen,
+                                       std::unique_ptr<Drafter> own) {
   checked(config);
+  if (own) return own;
   if (config.make_drafter) return config.make_drafter(config);
   Worker* worker = chosen != nullptr ? chosen : config.draft_worker;
   Worker& on = worker != nullptr ? *worker : *config.target_worker;
-  if (std::unique_ptr<Drafter> ppd = make_ppd_drafter(config, on)) return ppd;
   return std::make_unique<ModelDrafter>(config.draft, on);
 }
 
 }  // namespace
 
-SpeculativeStrategy::SpeculativeStrategy(const StrategyConfig& config, Worker* draft_worker)
-    : DecodeStrategy(config, local_target(config), model_drafter(config, draft_worker)) {
+SpeculativeStrategy::SpeculativeStrategy(const StrategyConfig& config, Worker* draft_worker,
+                                         std::unique_ptr<Drafter> drafter)
+    : DecodeStrategy(config, local_target(config),
+                     model_drafter(config, draft_worker, std::move(drafter))) {
   if (config_.draft_worker == nullptr) config_.draft_worker = config_.target_worker;
 }
 

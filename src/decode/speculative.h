@@ -12,8 +12,10 @@ namespace parspec {
 
 class SpeculativeStrategy : public DecodeStrategy {
  protected:
-  // The drafter runs the draft model on `draft_worker` (null: the config's).
-  explicit SpeculativeStrategy(const StrategyConfig& config, Worker* draft_worker = nullptr);
+  // The drafter runs the draft model on `draft_worker` (null: the config's),
+  // unless the strategy brings its own `drafter` (sd's PPD drafter).
+  explicit SpeculativeStrategy(const StrategyConfig& config, Worker* draft_worker = nullptr,
+                               std::unique_ptr<Drafter> drafter = nullptr);
 
   // One chain verification: runs [cur, drafts...] through the target, accepts
   // a prefix by the greedy or sampled rule (q: the drafts' distributions when

@@ -1,7 +1,7 @@
 #pragma once
 // What every decoding strategy shares: the request, the result with its
 // accounting (the metric names of bench/README.md), the interface, and the
-// configuration the strategy registry (decode/strategies.h) fills. Plain
+// configuration the strategy registry (decode/registry.h) fills. Plain
 // autoregressive decoding (`ar`) is the reference every other strategy must
 // reproduce token for token.
 #include <cstdint>
@@ -100,7 +100,7 @@ using OptionValue = std::variant<int, float, bool, std::string>;
 
 // Everything a strategy may need; each strategy reads what applies to it. The
 // typed fields are the options of the strategies built in; a strategy added
-// later keeps its options in `options` by JSON key (decode/strategies.h).
+// later keeps its options in `options` by JSON key (decode/registry.h).
 struct StrategyConfig {
   std::string name = "ar";  // a registered name (see strategy_names())
   std::shared_ptr<const Model> target;
@@ -151,7 +151,7 @@ struct StrategyConfig {
   // that the strategies verify on a pipeline of MPI ranks.
   std::function<std::unique_ptr<Target>(const StrategyConfig&)> make_target;
   std::function<std::unique_ptr<Drafter>(const StrategyConfig&)> make_drafter;
-  // Under mpirun (src/dist/draft_lanes.h): runs a layer-parallel drafter's
+  // Under mpirun (src/mpi/group_ranks.h): runs a layer-parallel drafter's
   // group attention blocks on MPI ranks that hold replicas of `draft`
   // (easyspec); null, or null returned: threads of this process.
   std::function<std::unique_ptr<GroupExecutor>(const Model& draft,

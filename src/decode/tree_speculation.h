@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "decode/speculative.h"
-#include "decode/strategies.h"
+#include "decode/registry.h"
 
 namespace parspec {
 

@@ -7,7 +7,6 @@
 
 #include "kernels/attention_lanes.h"
 #include "kernels/lanes256.h"
-#include "model/model_config.h"
 
 namespace parspec {
 

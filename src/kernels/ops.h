@@ -5,7 +5,10 @@
 
 namespace parspec {
 
-enum class RopeStyle;
+enum class RopeStyle {
+  kAdjacent,  // rotates (x[2i], x[2i+1]): llama (the converter permutes Q/K rows)
+  kNeox,      // rotates (x[i], x[i + d/2]): qwen2
+};
 
 // out = x / sqrt(mean(x²) + eps) * w
 void rmsnorm(const float* x, const float* w, int n, float eps, float* out);

@@ -4,14 +4,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops.h"
+
 namespace parspec {
 
 class GgufFile;
 
-enum class RopeStyle {
-  kAdjacent,  // rotates (x[2i], x[2i+1]): llama (the converter permutes Q/K rows)
-  kNeox,      // rotates (x[i], x[i + d/2]): qwen2
-};
 
 struct ModelConfig {
   std::string arch;  // "llama" or "qwen2"

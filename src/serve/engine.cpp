@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "decode/strategies.h"
+#include "decode/registry.h"
 #include "tokenizer/stream_decoder.h"
 
 namespace parspec {

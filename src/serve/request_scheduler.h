@@ -4,7 +4,7 @@
 // at the start of each of its steps a request asks which verification pass it
 // joins and with how many draft tokens and drafters. Once per target pass (or
 // when requests come and go) the scheduler solves eq. 5-8 over the pool of
-// active requests (decode/cosine_schedule.h: their lengths, the γ each wants,
+// active requests (strategies/cosine/cosine_schedule.h: their lengths, the γ each wants,
 // their memory; adaptive speculation cuts the γs to Γmax); members of the
 // chosen batch draft and verify now, the others wait: they draft while the
 // chosen batch is verified (ForwardBatcher::wait_for_target_pass) and so
@@ -17,7 +17,7 @@
 #include <mutex>
 #include <vector>
 
-#include "decode/cosine_schedule.h"
+#include "strategies/cosine/cosine_schedule.h"
 #include "serve/forward_batcher.h"
 
 namespace parspec {

@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "core/worker.h"
-#include "decode/strategies.h"
-#include "dist/pipeline.h"
+#include "decode/registry.h"
+#include "mpi/pipeline.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/stream_decoder.h"

@@ -11,7 +11,7 @@
 #include "bench/report.h"
 #include "core/error.h"
 #include "core/worker.h"
-#include "decode/layer_parallel.h"
+#include "strategies/easyspec/layer_parallel.h"
 #include "decode/strategy.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"

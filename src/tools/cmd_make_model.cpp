@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "decode/ppd_prompts.h"
+#include "strategies/ppd/ppd_prompts.h"
 #include "model/gguf.h"
 #include "model/inflate.h"
 #include "model/model_config.h"

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "decode/tuning.h"
-#include "dist/pipeline.h"
+#include "tuning/tuning.h"
+#include "mpi/pipeline.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
 

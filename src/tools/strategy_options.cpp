@@ -6,9 +6,9 @@
 
 #include "core/error.h"
 #include "core/worker.h"
-#include "decode/layer_parallel.h"
-#include "dist/draft_lanes.h"
-#include "dist/pipeline.h"
+#include "strategies/easyspec/layer_parallel.h"
+#include "mpi/group_ranks.h"
+#include "mpi/pipeline.h"
 #include "model/compat.h"
 
 namespace parspec {
@@ -81,7 +81,7 @@ void StrategyOptions::add_to(ArgParser& args) {
   args.option("--link-gbps", &link_gbps, "G",
               "under mpirun: EMULATED link bandwidth for every inter-rank message (0 = unlimited)");
   args.option("--dist-timeout", &dist_timeout_s, "S",
-              "under mpirun: seconds the head waits for a stage (or an easyspec lane) before it "
+              "under mpirun: seconds the head waits for a stage (or an easyspec slot) before it "
               "ends the job");
   args.bound("--stages", 0, 4096);
   args.bound("--head-layers", 0, 4096);
@@ -178,27 +178,27 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   pipeline.link.latency_us = options.link_latency_us;
   pipeline.link.gbps = options.link_gbps;
   pipeline.timeout_s = options.dist_timeout_s;
-  const bool lanes =
+  const bool slots =
       dist::distributed_run() &&
       std::any_of(options.strategies_run.begin(), options.strategies_run.end(),
                   [](const std::string& name) { return strategy_info(name).drafts_on_ranks; });
-  if (lanes) {
-    // The other ranks run easyspec's drafter lanes; every target stays here.
+  if (slots) {
+    // The other ranks run easyspec's drafter slots; every target stays here.
     check(options.stages == 0 && options.layer_split.empty() && options.head_layers == 0,
           "--stages, --layer-split and --head-layers shape a target pipeline; with easyspec an "
           "mpirun job keeps the target on rank 0 and runs the drafter's layer groups on the "
           "other ranks");
     // An mpirun job maps its files (model/gguf.h): the head runs the whole target itself.
     target->hold_in_memory(0, target->config().n_layer, true);
-    dist::LaneOptions lane_options;
-    lane_options.link = pipeline.link;
-    lane_options.timeout_s = pipeline.timeout_s;
-    make_group_executor = [lane_options](const Model& draft,
+    dist::SlotOptions slot_options;
+    slot_options.link = pipeline.link;
+    slot_options.timeout_s = pipeline.timeout_s;
+    make_group_executor = [slot_options](const Model& draft,
                                          const std::vector<LayerGroup>& groups) {
-      const bool starts = dist::describe_draft_lanes().empty();
-      auto executor = dist::draft_lane_executors(lane_options)(draft, groups);
-      if (starts && !dist::describe_draft_lanes().empty())
-        std::fprintf(stderr, "distributed: %s\n", dist::describe_draft_lanes().c_str());
+      const bool starts = dist::describe_draft_slots().empty();
+      auto executor = dist::draft_slot_executors(slot_options)(draft, groups);
+      if (starts && !dist::describe_draft_slots().empty())
+        std::fprintf(stderr, "distributed: %s\n", dist::describe_draft_slots().c_str());
       return executor;
     };
   } else {

@@ -1,7 +1,7 @@
 #pragma once
 // Command-line options that choose and tune a decoding strategy, shared by
 // `generate` and `bench` so both accept the same flags with the same defaults.
-// The strategies' own options come from the registry (decode/strategies.h).
+// The strategies' own options come from the registry (decode/registry.h).
 #include <deque>
 #include <functional>
 #include <memory>
@@ -11,7 +11,7 @@
 
 #include "core/worker.h"
 #include "decode/sides.h"
-#include "decode/strategies.h"
+#include "decode/registry.h"
 #include "model/model.h"
 #include "tools/args.h"
 
@@ -76,7 +76,7 @@ struct StrategyResources {
 
   // Loads the draft (when a path is given) and creates the workers; under
   // mpirun, starts the pipeline of ranks for the target or, when a strategy
-  // of the run drafts on the ranks (easyspec), prepares its drafter lanes
+  // of the run drafts on the ranks (easyspec), prepares its drafter slots
   // (started by the first such strategy made; every target stays here).
   void init(std::shared_ptr<const Model> target_model, const StrategyOptions& options, int threads);
   // A config for strategy `name` on these resources (throws when `name` is

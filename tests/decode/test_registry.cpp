@@ -8,7 +8,7 @@
 #include "bench/runner.h"
 #include "core/error.h"
 #include "decode/local_model.h"
-#include "decode/strategies.h"
+#include "decode/registry.h"
 #include "test_helpers.h"
 
 namespace parspec {

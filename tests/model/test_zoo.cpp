@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "core/worker.h"
-#include "decode/strategies.h"
+#include "decode/registry.h"
 #include "decode/strategy.h"
 #include "model/kv_cache.h"
 #include "model/model.h"

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "decode/local_model.h"
-#include "decode/strategies.h"
+#include "decode/registry.h"
 #include "model/model.h"
 #include "serve/forward_batcher.h"
 #include "serve/request_scheduler.h"

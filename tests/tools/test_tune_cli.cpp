@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "cli_helpers.h"
-#include "decode/ppd_prompts.h"
-#include "decode/ppd_tree.h"
+#include "strategies/ppd/ppd_prompts.h"
+#include "strategies/ppd/ppd_tree.h"
 #include "test_helpers.h"
 
 namespace parspec {

@@ -1,0 +1,62 @@
+// `auto`: runs what the cost model (tuning/cost_model.h) predicts fastest on
+// this machine for this pair of models and threads: sd with a γ, PEARL with
+// a window, or ar when nothing is predicted to beat it. The measurements are
+// cached (tuning/tuning.h); without a cache entry the strategy measures when
+// it is made, reporting progress through tuning_progress(). Without a draft
+// model it is ar.
+#include <cstdio>
+
+#include "decode/registry.h"
+#include "tuning/tuning.h"
+
+namespace parspec {
+
+namespace {
+
+class AutoStrategy final : public Strategy {
+ public:
+  explicit AutoStrategy(const StrategyConfig& config) {
+    if (!config.draft) {
+      chosen_ = "ar";
+      inner_ = make_strategy(config_for_candidate(config, {"ar", 0}));
+      notes_.push_back("auto: no draft model: ar");
+      return;
+    }
+    TuneOptions options;
+    options.calibration.progress = tuning_progress();
+    const Tuning t = tune(config, options);
+    chosen_ = t.choice.chosen.label();
+    inner_ = make_strategy(config_for_candidate(config, t.choice.chosen));
+    notes_.push_back("auto: runs " + chosen_ + ": " + t.choice.reason +
+                     (t.from_cache ? " (tuned earlier: " + t.cache_file + ")"
+                                   : " (tuned now; cached in " + t.cache_file + ")"));
+    for (const std::string& note : inner_->notes()) notes_.push_back(note);
+  }
+
+  std::string name() const override { return "auto"; }
+  GenerationResult generate(const GenerationRequest& request) override {
+    return inner_->generate(request);
+  }
+  std::vector<std::string> notes() const override { return notes_; }
+  std::string runs() const override { return chosen_; }
+
+ private:
+  std::unique_ptr<Strategy> inner_;
+  std::string chosen_;
+  std::vector<std::string> notes_;
+};
+
+}  // namespace
+
+StrategyInfo auto_strategy() {
+  return {.name = "auto",
+          .summary =
+              "the strategy and parameter predicted fastest on this machine (parspec "
+              "tune), ar when none beats it or without a draft model",
+          .needs_draft = false,
+          .options = {},
+          .variant_key = "",
+          .make = [](const StrategyConfig& c) { return std::make_unique<AutoStrategy>(c); }};
+}
+
+}  // namespace parspec

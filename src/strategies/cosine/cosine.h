@@ -1,0 +1,9 @@
+#pragma once
+// The pool strategies: `cosine` (CoSine, "Collaborative Speculative Inference
+// for Efficient LLM Inference Serving": adaptive routing of each request to
+// some drafters of the pool, confidence-based token fusion at every drafting
+// iteration, one draft tree verified losslessly) and `specinfer` (the
+// SpecInfer-style baseline: every drafter drafts its own chain, merged into
+// one tree, no routing, no fusion). docs/strategies.md explains both.
+#include "strategies/cosine/cosine_schedule.h"
+#include "decode/registry.h"

@@ -1,0 +1,257 @@
+// `pearl`: PEARL (Liu et al., "PEARL: Parallel Speculative Decoding with
+// Adaptive Draft Length"). The scheduler (pre-verify / post-verify and the
+// drafter thread) is PearlEngine; this file connects its two ports to the
+// strategy's Drafter, driven by the engine's drafter thread on a worker of its
+// own, and Target, driven by the caller's thread.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "decode/local_model.h"
+#include "strategies/pearl/pearl_engine.h"
+#include "decode/speculative.h"
+#include "decode/registry.h"
+#include "model/forward_timing.h"
+#include "sample/sampler.h"
+
+namespace parspec {
+
+namespace {
+
+// splitmix64's finalizer: a bijection that scatters nearby inputs.
+uint64_t mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// A cache holding a short committed context, with room for `n_tokens` more,
+// to time forwards on.
+KvCache timing_cache(const Model& model, Worker& worker, int n_tokens) {
+  constexpr int kContext = 32;
+  const int n_vocab = model.config().n_vocab;
+  KvCache kv(model.config(), kContext + n_tokens + 1);
+  std::vector<int32_t> prefix(kContext);
+  for (int i = 0; i < kContext; ++i) prefix[i] = i % n_vocab;
+  model.forward(worker, Batch::chain(kv, prefix, false), kv);
+  std::vector<int32_t> path(kContext);
+  for (int i = 0; i < kContext; ++i) path[i] = i;
+  kv.commit(path);
+  return kv;
+}
+
+// The window rule of the paper: γ = round(t(target forward) / t(draft
+// forward)), one token each, median of 7 after 2 warm-ups; and the time of a
+// target forward over γ tokens, which the rule presumes to be about one
+// forward (true of memory-bound GPUs, not always of CPUs).
+struct WindowMeasurement {
+  double t_target_ms = 0, t_draft_ms = 0, ratio = 1, t_window_ms = 0;
+  int window = 1;
+};
+
+WindowMeasurement measure_window(const Model& target, Worker& target_worker, const Model& draft,
+                                 Worker& draft_worker) {
+  constexpr int kMaxWindow = 64, kWarmup = 2, kRuns = 7;
+  KvCache target_kv = timing_cache(target, target_worker, kMaxWindow);
+  KvCache draft_kv = timing_cache(draft, draft_worker, 1);
+  WindowMeasurement m;
+  m.t_target_ms = median_forward_ms(target, target_worker, target_kv, 1, kWarmup, kRuns, true);
+  m.t_draft_ms = median_forward_ms(draft, draft_worker, draft_kv, 1, kWarmup, kRuns, true);
+  m.ratio = m.t_draft_ms > 0 ? m.t_target_ms / m.t_draft_ms : 1.0;
+  m.window = static_cast<int>(std::clamp(std::lround(m.ratio), 1L, static_cast<long>(kMaxWindow)));
+  m.t_window_ms =
+      median_forward_ms(target, target_worker, target_kv, m.window, kWarmup, kRuns, true);
+  return m;
+}
+
+std::vector<std::string> describe(const WindowMeasurement& m) {
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "pearl: target forward %.3f ms, draft forward %.3f ms on this machine: speed "
+                "ratio c = %.2f, window γ = %d (--pearl-window overrides)",
+                m.t_target_ms, m.t_draft_ms, m.ratio, m.window);
+  std::vector<std::string> lines = {line};
+  if (m.window > 1 && m.t_window_ms > 2 * m.t_target_ms) {
+    std::snprintf(line, sizeof line,
+                  "pearl: note: a target forward over %d tokens takes %.3f ms here (%.1fx one "
+                  "token), which the rule assumes to be nearly free; a smaller --pearl-window may "
+                  "be faster",
+                  m.window, m.t_window_ms, m.t_window_ms / m.t_target_ms);
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+// The engine's drafter port on a Drafter: each call feeds what the drafter
+// has not seen of the context (usually the previous draft) in one forward.
+class DrafterPort final : public PearlDrafter {
+ public:
+  explicit DrafterPort(Drafter& drafter) : drafter_(drafter) {}
+
+  void begin(const SamplingParams& sampling) {
+    sampling_ = sampling;
+    seed_ = mix64(mix64(sampling.seed ^ 0x5eed0f0d2a1f7e11ULL));
+  }
+
+  DraftToken next(std::span<const int32_t> context, uint64_t draw) override {
+    int32_t n_fed = 0;
+    const std::vector<float> logits = drafter_.catch_up(context, &n_fed);
+    drafter_.accept_chain(n_fed);
+    DraftToken draft;
+    const int n_vocab = drafter_.n_vocab();
+    if (sampling_.greedy()) {
+      draft.token = argmax(logits.data(), n_vocab);
+    } else {
+      probabilities(logits.data(), n_vocab, sampling_, draft.q);
+      // A stream per draft: the outcome does not depend on how far cancelled
+      // windows got, and it is independent of the verifier's stream.
+      Rng rng(mix64(seed_ + draw));
+      draft.token = sample_from(draft.q, rng);
+    }
+    return draft;
+  }
+
+  void rollback(size_t n) override { drafter_.roll_back(static_cast<int32_t>(n)); }
+
+ private:
+  Drafter& drafter_;
+  SamplingParams sampling_;
+  uint64_t seed_ = 0;
+};
+
+class Pearl final : public SpeculativeStrategy {
+ public:
+  Pearl(const StrategyConfig& config, std::unique_ptr<Worker> own_draft_worker)
+      : SpeculativeStrategy(config, own_draft_worker.get()),
+        own_draft_worker_(std::move(own_draft_worker)),
+        target_port_(*this),
+        drafter_port_(*drafter_) {
+    if (own_draft_worker_) config_.draft_worker = own_draft_worker_.get();
+    window_ = config_.pearl_window;
+    if (window_ <= 0) {
+      const WindowMeasurement m = measure_window(*config_.target, *config_.target_worker,
+                                                 *config_.draft, *config_.draft_worker);
+      window_ = m.window;
+      notes_ = describe(m);
+    }
+    PearlOptions options;
+    options.window = window_;
+    options.pre_verify = config_.pre_verify;
+    options.post_verify = config_.post_verify;
+    engine_ = std::make_unique<PearlEngine>(drafter_port_, target_port_, options);
+  }
+
+  std::string name() const override { return "pearl"; }
+  std::vector<std::string> notes() const override { return notes_; }
+
+ protected:
+  // Target: [cur, pending...] with pending < 2γ; the draft may run 2γ ahead.
+  int spec_budget() const override { return 3 * window_ + 4; }
+
+  void reset() override {
+    drafter_port_.begin(sampling_);
+    engine_->reset(seq_);
+    stats_->draft_window = window_;
+  }
+
+  void step(std::vector<int32_t>& emitted) override {
+    engine_->step(rounds_);
+    for (const PearlRound& round : rounds_) {
+      stats_->observe_step(round.n_proposed, round.n_accepted);
+      emitted.insert(emitted.end(), round.emitted.begin(), round.emitted.end());
+    }
+  }
+
+ private:
+  // The engine's target port on the strategy's Target, on the caller's thread.
+  class TargetPort final : public PearlTarget {
+   public:
+    explicit TargetPort(Pearl& pearl) : s_(pearl) {}
+
+    void forward(std::span<const int32_t> tokens) override {
+      Target& target = *s_.target_;
+      logits_ = target.forward(chain_batch(target.n_committed(), tokens, true));
+      probs_.assign(tokens.size(), Distribution());
+    }
+
+    bool check(int row, const DraftToken& draft, int32_t* correction) override {
+      ScopedTimer timer(s_.stats_->t_verify_ms);
+      if (s_.greedy()) {
+        *correction = argmax(row_logits(row), s_.n_vocab());
+        return *correction == draft.token;
+      }
+      return judge_sampled(probs(row), draft, s_.rng_, correction);
+    }
+
+    int32_t sample(int row) override {
+      if (s_.greedy()) return argmax(row_logits(row), s_.n_vocab());
+      return sample_from(probs(row), s_.rng_);
+    }
+
+    void commit(int n) override { s_.target_->commit_chain(n); }
+
+   private:
+    const float* row_logits(int row) const {
+      return logits_.data() + static_cast<size_t>(row) * s_.n_vocab();
+    }
+    const Distribution& probs(int row) {
+      Distribution& p = probs_.at(row);
+      if (p.empty()) p = s_.distribution(row_logits(row));
+      return p;
+    }
+
+    Pearl& s_;
+    std::vector<float> logits_;
+    std::vector<Distribution> probs_;  // filled on demand
+  };
+
+  std::unique_ptr<Worker> own_draft_worker_;
+  TargetPort target_port_;
+  DrafterPort drafter_port_;
+  int window_ = 1;
+  std::vector<std::string> notes_;
+  std::unique_ptr<PearlEngine> engine_;  // declared last: its thread stops first
+  std::vector<PearlRound> rounds_;
+};
+
+std::unique_ptr<Strategy> make_pearl(const StrategyConfig& config) {
+  // The drafter runs at the same time as the target, so it needs threads of
+  // its own: without -td, as many as the target's, on the same cores.
+  std::unique_ptr<Worker> own;
+  if (config.draft_worker == nullptr || config.draft_worker == config.target_worker) {
+    check(config.target_worker != nullptr, "strategy 'pearl' needs a worker");
+    own =
+        std::make_unique<Worker>(config.target_worker->n_threads(), config.target_worker->cores());
+  }
+  return std::make_unique<Pearl>(config, std::move(own));
+}
+
+}  // namespace
+
+StrategyInfo pearl_strategy() {
+  return {
+      .name = "pearl",
+      .summary = "PEARL: drafting and verification at the same time, adaptive draft length",
+      .needs_draft = true,
+      .options = {option_field(
+                      "--pearl-window", "pearl_window", "N",
+                      "the window γ (0 = round(t(target forward) / t(draft forward)), measured "
+                      "at start-up)",
+                      &StrategyConfig::pearl_window),
+                  negated_flag(
+                      "--no-pre-verify", "no_pre_verify",
+                      "ablation: draft each window with the target idle instead of checking "
+                      "its first token meanwhile",
+                      &StrategyConfig::pre_verify),
+                  negated_flag("--no-post-verify", "no_post_verify",
+                               "ablation: verify pending drafts with the drafter idle instead of "
+                               "drafting the next window meanwhile",
+                               &StrategyConfig::post_verify)},
+      .variant_key = "pearl_window",
+      .make = make_pearl};
+}
+
+}  // namespace parspec

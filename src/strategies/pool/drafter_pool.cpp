@@ -1,0 +1,78 @@
+#include "strategies/pool/drafter_pool.h"
+
+#include <exception>
+#include <set>
+#include <thread>
+
+#include "core/error.h"
+#include "decode/local_model.h"
+
+namespace parspec {
+
+DrafterPool::DrafterPool(const StrategyConfig& config) {
+  std::vector<std::shared_ptr<const Model>> models = config.drafters;
+  if (models.empty() && config.draft) models.push_back(config.draft);
+  check(!models.empty(), "strategy '", config.name,
+        "' needs drafters: give them with --drafters a.gguf,b.gguf,... (or one with -md)");
+  check(config.target != nullptr && config.target_worker != nullptr, "strategy '", config.name,
+        "' needs a target model and a worker");
+  std::set<Worker*> workers;
+  for (size_t i = 0; i < models.size(); ++i) {
+    const Model& model = *models[i];
+    const std::string name =
+        i < config.drafter_names.size() ? config.drafter_names[i] : "drafter" + std::to_string(i);
+    check(model.config().n_vocab == config.target->config().n_vocab, "drafter ", name,
+          ": its vocabulary (", model.config().n_vocab, " tokens) differs from the target's (",
+          config.target->config().n_vocab, "): speculative decoding needs a shared tokenizer");
+    Worker* worker = i < config.drafter_workers.size() ? config.drafter_workers[i] : nullptr;
+    if (worker == nullptr) worker = config.draft_worker;
+    if (worker == nullptr) worker = config.target_worker;
+    workers.insert(worker);
+    if (config.make_drafter) {
+      StrategyConfig member = config;
+      member.draft = models[i];
+      members_.push_back(config.make_drafter(member));
+    } else {
+      members_.push_back(std::make_unique<ModelDrafter>(models[i], *worker));
+    }
+    names_.push_back(name);
+  }
+  concurrent_ = !config.make_drafter && members_.size() > 1 && workers.size() == members_.size();
+}
+
+void DrafterPool::run(std::span<const int> members, const std::function<void(int)>& job) {
+  if (!concurrent_ || members.size() < 2) {
+    for (int i : members) job(i);
+    return;
+  }
+  std::vector<std::exception_ptr> errors(members.size());
+  std::vector<std::thread> threads;
+  for (size_t k = 1; k < members.size(); ++k)
+    threads.emplace_back([&, k] {
+      try {
+        job(members[k]);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    });
+  try {
+    job(members[0]);
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+ForwardMeter DrafterPool::take_meter() {
+  ForwardMeter total;
+  for (auto& m : members_) {
+    const ForwardMeter one = m->take_meter();
+    total.forwards += one.forwards;
+    total.ms += one.ms;
+  }
+  return total;
+}
+
+}  // namespace parspec

@@ -1,0 +1,22 @@
+// `stpp`: PipeDec's static tree pipeline parallelism baseline (a SpecInfer
+// tree verified as one micro-batch through the pipeline) is `tree` under the
+// paper's name; in one process it is tree itself.
+#include "strategies/renamed.h"
+
+namespace parspec {
+
+StrategyInfo tree_strategy();
+
+StrategyInfo stpp_strategy() {
+  StrategyInfo tree = tree_strategy();
+  return {.name = "stpp",
+          .summary =
+              "static tree pipeline parallelism (PipeDec's STPP baseline): tree through "
+              "the stages as one micro-batch",
+          .needs_draft = true,
+          .options = tree.options,
+          .variant_key = "",
+          .make = [](const StrategyConfig& c) { return renamed_strategy("stpp", "tree", c); }};
+}
+
+}  // namespace parspec

@@ -1,0 +1,84 @@
+// `tree`: static-tree speculation as in SpecInfer (PipeDec's STPP baseline).
+// The draft expands every node into its top-c children (sampling: c children
+// drawn without replacement from its distribution) down to a fixed depth; the
+// target checks the whole tree in one forward with the tree attention mask.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "decode/registry.h"
+#include "decode/tree_speculation.h"
+#include "sample/sampler.h"
+
+namespace parspec {
+
+namespace {
+
+class StaticTree final : public TreeSpeculation {
+ public:
+  explicit StaticTree(const StrategyConfig& config) : TreeSpeculation(config) {
+    check(config_.tree_depth >= 1 && config_.tree_depth <= 16, "--tree-depth must be 1..16");
+    check(config_.tree_branch >= 1 && config_.tree_branch <= 16, "--tree-branch must be 1..16");
+    int64_t nodes = 0, level = 1;
+    for (int d = 0; d < config_.tree_depth; ++d) nodes += (level *= config_.tree_branch);
+    check(nodes <= 4096, "a static tree of branch ", config_.tree_branch, " and depth ",
+          config_.tree_depth, " has ", nodes, " nodes; at most 4096 are allowed");
+    n_nodes_ = static_cast<int>(nodes);
+  }
+
+  std::string name() const override { return "tree"; }
+
+ protected:
+  int spec_budget() const override { return n_nodes_ + 2 * config_.tree_depth + 4; }
+
+  void step(std::vector<int32_t>& emitted) override {
+    draft_root();
+    std::vector<int32_t> frontier = {0};
+    for (int depth = 1; depth <= config_.tree_depth; ++depth) {
+      std::vector<int32_t> level;
+      for (int32_t parent : frontier) {
+        for (int32_t token : choose_children(tree_.draft_dist[parent])) {
+          const double lp = tree_.log_probs[parent] + std::log(tree_.draft_dist[parent][token]);
+          level.push_back(tree_.add(token, parent, lp));
+        }
+      }
+      if (depth < config_.tree_depth) draft_process(level);
+      frontier = std::move(level);
+    }
+    target_process(config_.tree_depth);
+    finish_step(verify(/*multi_candidate=*/true), emitted);
+  }
+
+ private:
+  // Greedy: the c most likely tokens. Sampling: c draws without replacement,
+  // as multi-candidate verification requires.
+  std::vector<int32_t> choose_children(const Distribution& dist) {
+    if (greedy()) return top_c(dist, config_.tree_branch);
+    std::vector<int32_t> chosen;
+    std::vector<float> remaining = dist;
+    for (int i = 0; i < config_.tree_branch; ++i) {
+      double mass = 0.0;
+      for (float v : remaining) mass += v;
+      if (mass <= 0.0) break;
+      const int32_t token = sample_from(std::span<const float>(remaining), rng_);
+      chosen.push_back(token);
+      remaining[token] = 0.0f;
+    }
+    return chosen;
+  }
+
+  int n_nodes_ = 0;
+};
+
+}  // namespace
+
+StrategyInfo tree_strategy() {
+  return {.name = "tree",
+          .summary = "static tree (SpecInfer): every node expanded into its top-c children",
+          .needs_draft = true,
+          .options = {tree_depth_option(), tree_branch_option(), lossy_typical_option()},
+          .variant_key = "",
+          .make = [](const StrategyConfig& c) { return std::make_unique<StaticTree>(c); }};
+}
+
+}  // namespace parspec

@@ -1,0 +1,329 @@
+// Losslessness of every strategy against `ar` on the same models:
+// greedy output token ids are identical; sampled output has the same
+// distribution (two-sample chi-square over thousands of seeded runs), and a
+// lossy verifier is caught by the same test.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+#include <variant>
+
+#include "core/error.h"
+#include "strategies/ppd/ppd_prompts.h"
+#include "decode/strategy.h"
+#include "model/model.h"
+#include "stats_helpers.h"
+#include "test_helpers.h"
+
+namespace parspec {
+namespace {
+
+using testing_support::chi_square_two_sample;
+using testing_support::make_model_pair;
+using testing_support::ModelPair;
+using testing_support::TempDir;
+using testing_support::untruncated_sampling;
+
+// Random PPD prompt tokens for the test models' width (64), written once per
+// process: exactness must not depend on how good trained prompt tokens are.
+std::string random_ppd_file(int ensemble_tokens) {
+  static TempDir dir;
+  const std::string path = dir.file("random-" + std::to_string(ensemble_tokens) + ".ppd.gguf");
+  if (!std::filesystem::exists(path)) write_random_ppd_prompts(path, 64, 3, ensemble_tokens, 11);
+  return path;
+}
+
+std::vector<StrategyConfig> strategy_variants() {
+  std::vector<StrategyConfig> v;
+  StrategyConfig c;
+  c.name = "sd";
+  c.draft_max = 1;
+  v.push_back(c);
+  c.draft_max = 4;
+  v.push_back(c);
+  c.adaptive = true;
+  c.draft_max = 8;
+  v.push_back(c);
+  c = StrategyConfig();
+  c.name = "sd";
+  c.draft_p_min = 0.5f;
+  v.push_back(c);
+  c = StrategyConfig();
+  c.name = "tree";
+  c.tree_depth = 3;
+  c.tree_branch = 2;
+  v.push_back(c);
+  c = StrategyConfig();
+  c.name = "dyntree";
+  c.tree_depth = 4;
+  c.tree_width = 6;
+  c.tree_branch = 3;
+  v.push_back(c);
+  c.tree_verify_depth = 2;  // deeper levels survive to the next step
+  v.push_back(c);
+  // PEARL: both halves, and each ablation (the window is fixed: measuring it
+  // would make the runs depend on the machine's load).
+  c = StrategyConfig();
+  c.name = "pearl";
+  c.pearl_window = 3;
+  v.push_back(c);
+  c.pearl_window = 4;
+  c.pre_verify = false;
+  v.push_back(c);
+  c.pearl_window = 2;
+  c.pre_verify = true;
+  c.post_verify = false;
+  v.push_back(c);
+  // EasySpec: the test drafts have two layers, grouped into one fuzzy group;
+  // chain and tree, each calibration policy.
+  c = StrategyConfig();
+  c.name = "easyspec";
+  c.draft_max = 4;
+  c.options["lp_groups"] = std::string("0-1");
+  v.push_back(c);
+  c.options["calibrate"] = std::string("mismatch");
+  v.push_back(c);
+  c.options["lp_tree"] = true;
+  c.options["calibrate"] = std::string("never");
+  c.tree_depth = 3;
+  c.tree_width = 4;
+  v.push_back(c);
+  // auto: whatever the cost model picks for the pair on this machine.
+  c = StrategyConfig();
+  c.name = "auto";
+  v.push_back(c);
+  // PPD: trees built for two budgets, one with two ensemble tokens per prompt token.
+  c = StrategyConfig();
+  c.name = "ppd";
+  c.options["ppd"] = random_ppd_file(1);
+  c.options["ppd_budget"] = 12;
+  v.push_back(c);
+  c.options["ppd"] = random_ppd_file(2);
+  c.options["ppd_budget"] = 24;
+  v.push_back(c);
+  // PipeDec and its baselines (in one process: on a LocalTarget, whose
+  // submit() runs at once; tests/dist runs them on MPI pipelines).
+  for (const StrategyConfig& pipeline : testing_support::pipeline_strategy_variants())
+    v.push_back(pipeline);
+  c = v.back();  // pipedec, then as a chain
+  c.tree_depth = 1;
+  c.tree_width = 1;
+  c.tree_branch = 1;
+  v.push_back(c);
+  // The pool strategies with the one draft model as their pool (tests/strategies/test_cosine.cpp
+  // runs them on pools of several drafters).
+  c = StrategyConfig();
+  c.name = "specinfer";
+  c.draft_max = 3;
+  v.push_back(c);
+  c.name = "cosine";
+  v.push_back(c);
+  return v;
+}
+
+std::string describe(const StrategyConfig& c) {
+  std::string options;
+  for (const auto& [key, value] : c.options)
+    std::visit(
+        [&](const auto& v) {
+          std::ostringstream text;
+          text << ", " << key << " " << v;
+          options += text.str();
+        },
+        value);
+  return c.name + options + " (draft_max " + std::to_string(c.draft_max) +
+         (c.adaptive ? " adaptive" : "") + ", p_min " + std::to_string(c.draft_p_min) + ", depth " +
+         std::to_string(c.tree_depth) + ", branch " + std::to_string(c.tree_branch) + ", width " +
+         std::to_string(c.tree_width) + ", verify depth " + std::to_string(c.tree_verify_depth) +
+         ", pearl window " + std::to_string(c.pearl_window) +
+         (c.pre_verify ? "" : " no-pre-verify") + (c.post_verify ? "" : " no-post-verify") + ")";
+}
+
+std::vector<std::vector<int32_t>> prompts(int n, int n_vocab) {
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = {256};  // BOS of the byte-level vocabulary
+    for (int j = 0; j <= i % 7; ++j) p.push_back((i * 31 + j * 17 + 3) % 256);
+    out.push_back(p);
+  }
+  return out;
+}
+
+// Adding a strategy is one file plus one row above: a registered strategy
+// without a row would escape every exactness test.
+TEST(StrategyVariants, CoverEveryRegisteredStrategy) {
+  std::set<std::string> covered = {"ar"};  // the reference
+  for (const StrategyConfig& c : strategy_variants()) covered.insert(c.name);
+  for (const std::string& name : strategy_names())
+    EXPECT_TRUE(covered.count(name)) << name << " has no row in strategy_variants()";
+}
+
+class GreedyExactness : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GreedyExactness, EveryStrategyReproducesAutoregressiveDecoding) {
+  TempDir dir;
+  const std::string arch = GetParam();
+  const ModelPair pair =
+      make_model_pair(dir, arch, arch == "llama" ? DType::F32 : DType::F16, DType::Q4_0, 300, 5);
+  Worker worker(1);
+  StrategyConfig base;
+  base.target = pair.target;
+  base.draft = pair.draft;
+  base.target_worker = &worker;
+  base.ctx_size = 128;
+  base.name = "ar";
+  auto ar = make_strategy(base);
+  int64_t total_accepted = 0, total_drafted = 0;
+  for (const auto& prompt : prompts(20, 300)) {
+    GenerationRequest req;
+    req.prompt = prompt;
+    req.n_predict = 24;
+    req.sampling.temp = 0;
+    const std::vector<int32_t> expected = ar->generate(req).tokens;
+    ASSERT_EQ(expected.size(), 24u);
+    for (StrategyConfig c : strategy_variants()) {
+      c.target = base.target;
+      c.draft = base.draft;
+      c.target_worker = &worker;
+      c.ctx_size = base.ctx_size;
+      auto strategy = make_strategy(c);
+      const GenerationResult got = strategy->generate(req);
+      ASSERT_EQ(got.tokens, expected) << describe(c);
+      EXPECT_EQ(got.stats.n_gen, 24);
+      EXPECT_LE(got.stats.accepted, got.stats.drafted);
+      EXPECT_GE(got.stats.tau(), 1.0);
+      total_accepted += got.stats.accepted;
+      total_drafted += got.stats.drafted;
+    }
+  }
+  // The pair is a meaningful test only if drafts are both accepted and rejected.
+  EXPECT_GT(total_accepted, 0);
+  EXPECT_LT(total_accepted, total_drafted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GreedyExactness, ::testing::Values("llama", "qwen2"));
+
+TEST(GreedyExactness, StopsAtStopTokensAndLimits) {
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::Q8_0, 300, 9);
+  Worker worker(1);
+  StrategyConfig c;
+  c.target = pair.target;
+  c.draft = pair.draft;
+  c.target_worker = &worker;
+  c.ctx_size = 64;
+  c.name = "ar";
+  GenerationRequest req;
+  req.prompt = {256, 65};
+  req.n_predict = 10;
+  req.sampling.temp = 0;
+  const auto full = make_strategy(c)->generate(req).tokens;
+  const int32_t stop = full[3];
+  req.is_stop = [stop](int32_t t) { return t == stop; };
+  c.pearl_window = 3;
+  for (const char* name : {"ar", "sd", "tree", "dyntree", "pearl", "pp", "stpp", "pipedec"}) {
+    c.name = name;
+    std::vector<int32_t> streamed;
+    req.on_token = [&](int32_t t) { streamed.push_back(t); };
+    const auto got = make_strategy(c)->generate(req).tokens;
+    const auto end = std::find(full.begin(), full.end(), stop) + 1;
+    EXPECT_EQ(got, std::vector<int32_t>(full.begin(), end)) << name;
+    EXPECT_EQ(streamed, got) << name;
+  }
+  c.name = "sd";
+  req.prompt = std::vector<int32_t>(60, 65);
+  EXPECT_THROW(make_strategy(c)->generate(req), Error);  // exceeds the context
+}
+
+// Histograms of the tokens at positions 0..2 over many seeds.
+std::vector<std::map<int32_t, int64_t>> sample_histograms(const StrategyConfig& config, int runs,
+                                                          const SamplingParams& params) {
+  auto strategy = make_strategy(config);
+  std::vector<std::map<int32_t, int64_t>> hist(3);
+  GenerationRequest req;
+  req.prompt = {256, 84, 104};
+  req.n_predict = 3;
+  req.sampling = params;
+  for (int r = 0; r < runs; ++r) {
+    req.sampling.seed = 1000003ull * r + 17;
+    const auto tokens = strategy->generate(req).tokens;
+    for (size_t i = 0; i < tokens.size() && i < 3; ++i) ++hist[i][tokens[i]];
+  }
+  return hist;
+}
+
+bool same_distribution(const std::vector<std::map<int32_t, int64_t>>& a,
+                       const std::vector<std::map<int32_t, int64_t>>& b, std::string* why) {
+  for (size_t pos = 0; pos < a.size(); ++pos) {
+    const auto r = chi_square_two_sample(a[pos], b[pos]);
+    if (r.rejects()) {
+      *why = "position " + std::to_string(pos) + ": chi-square " + std::to_string(r.statistic) +
+             " with " + std::to_string(r.df) + " df";
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(SamplingExactness, EveryStrategyMatchesTheTargetDistribution) {
+  TempDir dir;
+  // A small vocabulary keeps the histograms dense enough for the test.
+  const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::Q4_0, 260, 3);
+  Worker worker(1);
+  const SamplingParams params = untruncated_sampling(1.5f);
+  constexpr int kRuns = 2500;
+  StrategyConfig base;
+  base.target = pair.target;
+  base.draft = pair.draft;
+  base.target_worker = &worker;
+  base.ctx_size = 64;
+  base.name = "ar";
+  const auto reference = sample_histograms(base, kRuns, params);
+  for (StrategyConfig c : strategy_variants()) {
+    c.target = base.target;
+    c.draft = base.draft;
+    c.target_worker = &worker;
+    c.ctx_size = base.ctx_size;
+    std::string why;
+    EXPECT_TRUE(same_distribution(sample_histograms(c, kRuns, params), reference, &why))
+        << describe(c) << ": " << why;
+  }
+  // Filters (top-k, top-p, min-p) apply to both distributions alike.
+  SamplingParams filtered = params;
+  filtered.top_k = 20;
+  filtered.top_p = 0.9f;
+  filtered.min_p = 0.02f;
+  const auto filtered_reference = sample_histograms(base, kRuns, filtered);
+  StrategyConfig sd = base;
+  sd.name = "sd";
+  std::string why;
+  EXPECT_TRUE(same_distribution(sample_histograms(sd, kRuns, filtered), filtered_reference, &why))
+      << why;
+
+  // Negative control: typical acceptance is lossy, and the test must see it.
+  // An unrelated drafter makes its bias plain (it accepts the draft's picks).
+  TempDir other_dir;
+  const ModelPair unrelated = make_model_pair(other_dir, "llama", DType::F32, DType::F32, 260, 4);
+  StrategyConfig lossy = base;
+  lossy.draft = unrelated.target;
+  lossy.name = "tree";
+  lossy.tree_branch = 3;
+  lossy.tree_depth = 2;
+  lossy.lossy_typical = true;
+  EXPECT_FALSE(same_distribution(sample_histograms(lossy, kRuns, params), reference, &why))
+      << "a lossy verifier passed the exactness test";
+  // ... and so is ppd's: its candidates come from the prompt tokens'
+  // distributions, which typical acceptance takes as if they were the target's.
+  StrategyConfig lossy_ppd = base;
+  lossy_ppd.name = "ppd";
+  lossy_ppd.options["ppd"] = random_ppd_file(1);
+  lossy_ppd.options["ppd_budget"] = 16;
+  lossy_ppd.lossy_typical = true;
+  EXPECT_FALSE(same_distribution(sample_histograms(lossy_ppd, kRuns, params), reference, &why))
+      << "ppd with typical acceptance passed the exactness test";
+}
+
+}  // namespace
+}  // namespace parspec
