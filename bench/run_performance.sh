@@ -32,7 +32,7 @@ build/attention_throughput 4096 4 | tee -a out/performance/attention.md
 # sd and pearl at every draft length (gamma)
 "$bin" bench --strategies ar,sd:1,sd:2,sd:3,sd:4,sd:5,sd:6,sd:8,pearl:1,pearl:2,pearl:3,pearl:4,pearl:5,pearl:6,pearl:8,pearl \
   -n 128 -t 1 -td 1 --json out/performance/gamma.json --md out/performance/gamma.md
-# the inflated zoo pairs (docs/performance.md, "Machines and models")
+# the inflated zoo pairs (bench/README.md)
 bash bench/make_pairs.sh all
 "$bin" bench -m out/zoo-target-1b-f16.gguf -md out/zoo-draft-100m-f16.gguf \
   --strategies ar,sd:2,sd,pearl:3 -t 2 -n 64 --prompts code,math,prose,config,chat --max-prompts 2 \
