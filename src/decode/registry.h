@@ -3,7 +3,7 @@
 // it needs a draft model, its options with their flags, defaults and JSON
 // keys, its factory) in a StrategyInfo, and the table in strategies/registry.cpp lists
 // them. Tools (`generate`, `bench`) learn strategies and their flags only from
-// here; docs/design.md has the checklist for adding one.
+// here; docs/development.md has the checklist for adding one.
 #include <functional>
 #include <memory>
 #include <string>

@@ -72,7 +72,7 @@ uint64_t matrix_bytes(const WeightMatrix& w) {
 }
 
 // On unless PARSPEC_REPACK=0: repacked Q4_0/Q8_0 (and, with AVX-512, Q4_K/Q6_K)
-// weights decode faster (docs/performance.md, issue 10).
+// weights decode faster.
 bool repacking_wanted() {
   const char* env = std::getenv("PARSPEC_REPACK");
   return env == nullptr || std::string_view(env) != "0";
