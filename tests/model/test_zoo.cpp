@@ -176,7 +176,7 @@ TEST_P(ZooReference, TokensAndLogitsMatchTheTrainersForwardPass) {
 INSTANTIATE_TEST_SUITE_P(Zoo, ZooReference,
                          ::testing::Values("target.gguf", "draft.gguf", "draft-code.gguf",
                                            "draft-prose.gguf", "draft-math.gguf", "draft-deep.gguf",
-                                           "target-chat.gguf"),
+                                           "target-chat.gguf", "draft-chat.gguf"),
                          [](const auto& param_info) {
                            std::string name = param_info.param;
                            name = name.substr(0, name.find('.'));
