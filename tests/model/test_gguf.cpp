@@ -303,12 +303,16 @@ TEST(GgufRoundTrip, WriteToDiskMatchesToBytesAndOpens) {
     EXPECT_EQ(entry.path().string().find(path + ".tmp"), std::string::npos) << "temp file left";
   }
 
-  const auto file = GgufFile::open(path);
-  EXPECT_EQ(file->path(), path);
-  EXPECT_EQ(file->get_string("general.architecture"), "llama");
-  const auto* norm = file->find_tensor("output_norm.weight");
-  ASSERT_NE(norm, nullptr);
-  EXPECT_EQ(std::memcmp(file->tensor_data(*norm), reparsed->tensor_data(*norm), 32), 0);
+  // A small file is mapped unless the caller asks for a copy; either way the same bytes.
+  for (WeightLoading loading : {WeightLoading::kAuto, WeightLoading::kMap, WeightLoading::kCopy}) {
+    const auto file = GgufFile::open(path, loading);
+    EXPECT_EQ(file->copied(), loading == WeightLoading::kCopy);
+    EXPECT_EQ(file->path(), path);
+    EXPECT_EQ(file->get_string("general.architecture"), "llama");
+    const auto* norm = file->find_tensor("output_norm.weight");
+    ASSERT_NE(norm, nullptr);
+    EXPECT_EQ(std::memcmp(file->tensor_data(*norm), reparsed->tensor_data(*norm), 32), 0);
+  }
 }
 
 // ------------------------------------------------------------------------------------------
