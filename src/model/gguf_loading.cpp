@@ -132,7 +132,7 @@ void GgufFile::copy_to_huge_pages(int fd, WeightLoading loading, const Transform
 #ifdef MADV_POPULATE_WRITE
   // Every page faulted in now, in order: transforms write from several threads
   // at once, and their faults left ~40% of a 1B model in 4 KiB pages in most
-  // checks (docs/performance.md, issue 10, session 10).
+  // checks (docs/performance.md).
   madvise(memory, rounded, MADV_POPULATE_WRITE);  // advice only too (Linux 5.14+)
 #endif
   auto* dest = static_cast<uint8_t*>(memory);
