@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "bench/environment.h"
-#include "bench/report.h"
+#include "bench/prompt_sets.h"
 #include "core/error.h"
 #include "core/worker.h"
 #include "strategies/easyspec/layer_parallel.h"

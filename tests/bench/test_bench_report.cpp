@@ -5,6 +5,7 @@
 #include <fstream>
 #include <regex>
 
+#include "bench/prompt_sets.h"
 #include "bench/report.h"
 #include "core/error.h"
 #include "test_helpers.h"

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "kernels/isa.h"
 #include "kernels/kquants.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
