@@ -1,3 +1,4 @@
+// Loading prompt sets from JSON Lines files.
 #include "bench/prompt_sets.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The JSON form of a benchmark report (key names: bench/README.md).
 #include <cmath>
 
 #include "bench/report.h"

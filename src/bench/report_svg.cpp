@@ -1,3 +1,4 @@
+// The speedup bar chart of a benchmark report, as standalone SVG.
 #include <algorithm>
 #include <cmath>
 #include <sstream>

@@ -1,3 +1,4 @@
+// The terminal table and the Markdown table of a benchmark report.
 #include <algorithm>
 #include <array>
 #include <sstream>

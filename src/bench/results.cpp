@@ -1,3 +1,4 @@
+// Summing benchmark runs per strategy and prompt set.
 #include "bench/results.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The parts of the GGUF format the reader and the writer share.
 #include "model/gguf_format.h"
 
 #include <bit>
