@@ -110,8 +110,8 @@ void Model::hold_in_memory(int layer_first, int layer_last, bool output) const {
   file_->hold_in_memory(wanted);
 }
 
-std::shared_ptr<Model> Model::load(const std::string& path) {
-  if (!repacking_wanted()) return from_gguf(GgufFile::open(path));
+std::shared_ptr<Model> Model::load(const std::string& path, WeightLoading loading) {
+  if (!repacking_wanted()) return from_gguf(GgufFile::open(path, loading));
   // Q4_0/Q8_0 (and under AVX-512 Q4_K/Q6_K) matrices are repacked (kernels/repack.h) while
   // the file is read, on all threads: one pass, where reading and then repacking took two.
   Worker worker(default_thread_count());
@@ -124,7 +124,7 @@ std::shared_ptr<Model> Model::load(const std::string& path) {
       repack::pack_matrix(worker, t.type, t.dims[0], t.dims[1], read, out);
     };
   };
-  return from_gguf(GgufFile::open(path, choose));
+  return from_gguf(GgufFile::open(path, loading, choose));
 }
 
 std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {

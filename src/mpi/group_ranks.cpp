@@ -274,7 +274,7 @@ void setup_slot(Transport& t, SlotServer& s, Bytes& body) {
   check(mine == head_file, "the draft model file ", path, " differs from rank 0's (size ",
         mine.size, " vs ", head_file.size, ", header hash ", mine.hash, " vs ", head_file.hash,
         "): every rank needs the same file");
-  s.model = Model::load(path);
+  s.model = Model::load(path, WeightLoading::kMap);
   // Every layer's attention may be this slot's in some group; no output matrix.
   s.model->hold_in_memory(0, s.model->config().n_layer, false);
 }

@@ -72,7 +72,7 @@ void setup_stage(Transport& t, Stage& s, Bytes& body) {
   // The file is mapped, not read: only this stage's layers (and the output
   // matrix at the end) are read in, into 2 MiB pages (4 KiB page-cache pages
   // cost a TLB miss each as the weights stream by).
-  s.model = Model::load(path);
+  s.model = Model::load(path, WeightLoading::kMap);
   check(s.layer_last <= s.model->config().n_layer, "layer range beyond the model");
   s.model->hold_in_memory(s.layer_first, s.layer_last, s.is_last);
   s.worker = std::make_unique<Worker>(threads);
@@ -328,8 +328,6 @@ void abort_unanswered(int rank, double timeout_s) {
 
 bool start_session(int* argc, char*** argv) {
   if (!launched_by_mpirun()) return false;
-  // Every rank reads only its own layers of the (shared) file mapping.
-  set_weight_loading(WeightLoading::kMap);
   g_session = std::make_unique<Session>(argc, argv);
   return true;
 }

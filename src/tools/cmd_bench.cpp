@@ -22,6 +22,7 @@
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
+#include "tools/model_loading.h"
 #include "tools/prompt_input.h"
 #include "tools/strategy_options.h"
 
@@ -312,7 +313,7 @@ int cmd_bench(int argc, char** argv) {
   find_models(a, plan.labels.size() > 1);
   std::vector<TokenizedSet> sets = load_sets(a);
 
-  std::shared_ptr<const Model> target = Model::load(a.model_path);
+  std::shared_ptr<const Model> target = load_model(a.model_path);
   auto tokenizer = Tokenizer::from_gguf(target->gguf());
   a.n_ctx = resolve_context_size(a.n_ctx, a.ctx_given, {&target->config()}, a.model_path);
   std::vector<std::string> notes;

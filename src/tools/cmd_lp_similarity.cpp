@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "bench/environment.h"
-#include "bench/report.h"
+#include "bench/prompt_sets.h"
 #include "core/error.h"
 #include "core/worker.h"
 #include "strategies/easyspec/layer_parallel.h"
@@ -17,6 +17,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/model_loading.h"
 
 namespace parspec {
 
@@ -94,7 +95,7 @@ int cmd_lp_similarity(int argc, char** argv) {
     sets.push_back(std::move(set));
   }
   check(!sets.empty(), "no prompt sets given (--prompts)");
-  auto model = Model::load(model_path);
+  auto model = load_model(model_path);
   const int n_layer = model->config().n_layer;
   std::vector<std::pair<std::string, std::vector<LayerGroup>>> configs;
   if (!groups_text.empty()) {

@@ -22,6 +22,7 @@
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
+#include "tools/model_loading.h"
 #include "tools/prompt_input.h"
 #include "tools/strategy_options.h"
 
@@ -192,7 +193,7 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that went away fails a write, not the process
 
-  std::shared_ptr<const Model> model = Model::load(a.model_path);
+  std::shared_ptr<const Model> model = load_model(a.model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
       resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);

@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/model_loading.h"
 
 namespace parspec {
 
@@ -275,12 +276,12 @@ int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
 int cmd_tune(int argc, char** argv) {
   TuneArgs a;
   if (!parse_tune_args(argc, argv, a)) return 0;
-  std::shared_ptr<const Model> target = Model::load(a.model_path);
+  std::shared_ptr<const Model> target = load_model(a.model_path);
   if (!a.ppd_path.empty()) {
     check(a.draft_path.empty(), "tune: --ppd tunes ppd, which needs no draft model (drop -md)");
     return tune_ppd(a, target);
   }
-  std::shared_ptr<const Model> draft = Model::load(a.draft_path);
+  std::shared_ptr<const Model> draft = load_model(a.draft_path);
   check(target->config().n_vocab == draft->config().n_vocab, "the draft model's vocabulary (",
         draft->config().n_vocab, " tokens) differs from the target's (", target->config().n_vocab,
         ")");

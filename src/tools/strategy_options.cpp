@@ -10,6 +10,7 @@
 #include "mpi/group_ranks.h"
 #include "mpi/pipeline.h"
 #include "model/compat.h"
+#include "tools/model_loading.h"
 
 namespace parspec {
 
@@ -158,7 +159,7 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   }
   target_worker = std::make_unique<Worker>(threads, target_cores);
   if (!options.draft_path.empty()) {
-    draft = Model::load(options.draft_path);
+    draft = load_model(options.draft_path);
     // An mpirun job maps its files (model/gguf.h); the head's drafter streams all of its weights.
     if (dist::session() != nullptr) draft->hold_in_memory(0, draft->config().n_layer, true);
     const std::string mismatch = draft_incompatibility(target->gguf(), draft->gguf());
@@ -221,7 +222,7 @@ void StrategyResources::load_drafters(const StrategyOptions& options) {
     const size_t comma = list.find(',', at);
     const std::string path = list.substr(at, comma == std::string::npos ? comma : comma - at);
     check(!path.empty(), "--drafters: an empty file name in '", list, "'");
-    drafters.push_back(Model::load(path));
+    drafters.push_back(load_model(path));
     if (dist::session() != nullptr)
       drafters.back()->hold_in_memory(0, drafters.back()->config().n_layer, true);
     const std::string mismatch = draft_incompatibility(target->gguf(), drafters.back()->gguf());

@@ -88,18 +88,6 @@ Calibration parse_calibration(const std::string& name) {
   fail("--calibrate must be never, every or mismatch (got '", name, "')");
 }
 
-const char* calibration_name(Calibration c) {
-  switch (c) {
-    case Calibration::kNever:
-      return "never";
-    case Calibration::kEvery:
-      return "every";
-    case Calibration::kMismatch:
-      return "mismatch";
-  }
-  return "?";
-}
-
 ThreadGroupExecutor::ThreadGroupExecutor(int slots) : pool_(std::max(1, slots)) {
   for (int i = 0; i < pool_.n_threads(); ++i) slot_workers_.push_back(std::make_unique<Worker>(1));
 }

@@ -43,7 +43,6 @@ int widest_group(const std::vector<LayerGroup>& groups);
 // When the drafter rewrites fuzzy KV rows exactly (bonus calibration).
 enum class Calibration { kNever, kEvery, kMismatch };
 Calibration parse_calibration(const std::string& name);  // never | every | mismatch
-const char* calibration_name(Calibration c);
 
 // Runs the attention blocks of one layer group side by side: out + i·n·n_embd
 // receives attention_output of layer group.first + i on `h0` (n rows), and each
