@@ -11,10 +11,10 @@
 #include <chrono>
 #include <fstream>
 #include <set>
-#include <system_error>
 #include <utility>
 
 #include "core/error.h"
+#include "core/threads.h"
 
 namespace parspec {
 
@@ -110,11 +110,10 @@ Worker::Worker(int n_threads, std::vector<int> cores)
   threads_.reserve(n_threads - 1);
   for (int i = 1; i < n_threads; ++i) {
     try {
-      threads_.emplace_back([this, i] { thread_main(i); });
-    } catch (const std::system_error& e) {
+      threads_.push_back(start_thread("worker", [this, i] { thread_main(i); }));
+    } catch (const Error& e) {
       stop_threads();
-      fail("cannot start thread ", i + 1, " of ", n_threads, " (", e.what(),
-           "); use fewer threads (-t)");
+      fail("thread ", i + 1, " of ", n_threads, ": ", e.what(), "; use fewer threads (-t)");
     }
   }
 }
