@@ -4,11 +4,8 @@
 #include <sched.h>
 
 #include <atomic>
-#include <system_error>
 #include <utility>
 #include <vector>
-
-#include "core/error.h"
 
 namespace parspec {
 
@@ -33,12 +30,7 @@ IdleRunners& idle_runners() {
 }  // namespace
 
 std::thread start_thread(const std::string& name, std::function<void()> body) {
-  std::thread thread;
-  try {
-    thread = std::thread(std::move(body));
-  } catch (const std::system_error& e) {
-    fail("cannot start thread '", name, "' (", e.what(), ")");
-  }
+  std::thread thread(std::move(body));
   started.fetch_add(1, std::memory_order_relaxed);
   // Linux limits a thread name to 15 characters; a failure only loses the name.
   pthread_setname_np(thread.native_handle(), name.substr(0, 15).c_str());

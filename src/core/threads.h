@@ -21,8 +21,8 @@
 namespace parspec {
 
 // Starts a thread running `body`, named `name` (the first 15 characters, as
-// `top -H` and debuggers show it). Throws parspec::Error when the system
-// cannot start one.
+// `top -H` and debuggers show it). Throws std::system_error, as std::thread
+// does, when the system cannot start one.
 std::thread start_thread(const std::string& name, std::function<void()> body);
 
 // Threads started through start_thread since the process began.
@@ -61,9 +61,10 @@ class TaskRunner {
 };
 
 // A TaskRunner (named "runner") taken from the process's idle runners (one
-// is started when none is idle) and given back when the handle is dropped, after its tasks
-// ended. Objects made per request or per strategy (a strategy's drafter
-// thread) borrow one, so only the first of them starts a thread.
+// is started when none is idle) and given back, once its tasks ended and its
+// thread's affinity is restored, when the handle is dropped. Objects made per
+// request or per strategy (a strategy's drafter thread) borrow one, so only
+// the first of them starts a thread.
 struct GiveBackRunner {
   void operator()(TaskRunner* runner) const;
 };

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <fstream>
 #include <set>
+#include <system_error>
 #include <utility>
 
 #include "core/error.h"
@@ -111,9 +112,10 @@ Worker::Worker(int n_threads, std::vector<int> cores)
   for (int i = 1; i < n_threads; ++i) {
     try {
       threads_.push_back(start_thread("worker", [this, i] { thread_main(i); }));
-    } catch (const Error& e) {
+    } catch (const std::system_error& e) {
       stop_threads();
-      fail("thread ", i + 1, " of ", n_threads, ": ", e.what(), "; use fewer threads (-t)");
+      fail("cannot start thread ", i + 1, " of ", n_threads, " (", e.what(),
+           "); use fewer threads (-t)");
     }
   }
 }
