@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "core/worker.h"
 #include "strategies/cosine/cosine_schedule.h"
@@ -247,7 +248,7 @@ int cmd_serve(int argc, char** argv) {
 
   // SIGTERM/SIGINT: finish the requests in flight, then stop.
   std::atomic<bool> stopped{false};
-  std::thread signal_thread([&] {
+  std::thread signal_thread = start_thread("signals", [&] {
     int received = 0;
     sigwait(&signals, &received);
     if (stopped) return;

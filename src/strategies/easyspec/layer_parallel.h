@@ -16,6 +16,7 @@
 
 #include "core/worker.h"
 #include "decode/sides.h"
+#include "model/executor.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -86,6 +87,7 @@ class ThreadGroupExecutor final : public GroupExecutor {
  private:
   Worker pool_;
   std::vector<std::unique_ptr<Worker>> slot_workers_;
+  std::vector<std::unique_ptr<CpuExecutor>> slot_executors_;  // one per slot worker
 };
 
 // Forwards of a LayerParallelDrafter since the last take_counts().
@@ -143,7 +145,7 @@ class LayerParallelDrafter final : public Drafter {
   std::vector<float> fuzzy_forward(const Batch& batch);
 
   std::shared_ptr<const Model> model_;
-  Worker& worker_;
+  CpuExecutor forwards_;  // the layer-sequential parts, on the worker given
   std::vector<LayerGroup> groups_;
   Calibration calibration_;
   std::unique_ptr<GroupExecutor> executor_;
