@@ -14,6 +14,7 @@
 
 #include "core/timer.h"
 #include "core/worker.h"
+#include "decode/registry.h"
 #include "mpi/group_ranks.h"
 #include "model/kv_cache.h"
 
@@ -904,9 +905,10 @@ std::function<std::unique_ptr<Target>(const StrategyConfig&)> pipeline_targets(
   Pipeline* p = g_session->pipeline.get();
   return [p](const StrategyConfig& config) {
     // Checked here, where bench's NAME:G variants are already applied.
-    check(config.name != "pearl" || config.pearl_window > 0,
-          "strategy 'pearl' under mpirun needs --pearl-window N or pearl:N (its measurement "
-          "times the target in this process)");
+    const StrategyInfo& info = strategy_info(config.name);
+    const std::string needed = info.measured_setting ? info.measured_setting(config) : "";
+    check(needed.empty(), "strategy '", config.name, "' under mpirun needs ", needed,
+          " (its measurement times the target in this process)");
     return std::make_unique<PipelineTarget>(*p);
   };
 }
