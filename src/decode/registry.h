@@ -71,6 +71,7 @@ struct StrategyInfo {
   // lanes, StrategyConfig::make_group_executor) instead of a target pipeline;
   // every strategy of such a run keeps its target on rank 0.
   bool drafts_on_ranks = false;
+  // Where the tools pick it when no strategy is named (most strategies: nowhere).
   std::vector<StrategyRole> roles{};
   // `parspec serve` runs it: every forward goes through the sides, so the
   // server can batch them across requests.

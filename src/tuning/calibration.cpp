@@ -359,7 +359,7 @@ CostMeasurements measure_costs(const StrategyConfig& config,
 
   // The parallel family (PEARL) at one window, against the formula with the
   // measurements above.
-  const int window = std::min(options.pearl_window, gamma);
+  const int window = std::min(options.parallel_window, gamma);
   if (window >= 1) {
     const StrategyInfo& parallel = calibrating_strategy(CalibrationRole::parallel);
     const Candidate at_window = parallel.cost->calibration_candidate(window);

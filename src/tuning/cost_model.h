@@ -188,7 +188,7 @@ StrategyConfig config_for_candidate(const StrategyConfig& base, const Candidate&
 
 struct CalibrationOptions {
   int n_predict = 32;    // tokens per calibration prompt
-  int pearl_window = 3;  // the window PEARL's efficiency is measured at (0: not measured)
+  int parallel_window = 3;  // the window the parallel family (PEARL) is measured at (0: not)
   int max_gamma = kMaxTunedGamma;
   bool trees = true;    // measure tree acceptance, L(n) to kMaxTreeNodes + 1, the node overhead
   int timing_runs = 5;  // timed forwards per batch size at least (median); more when fast
