@@ -106,7 +106,6 @@ StrategyInfo dyntree_strategy() {
                                    &StrategyConfig::tree_width),
                       tree_verify_depth_option(), lossy_typical_option()},
           .variant_key = "",
-          .roles = {},
           .served = true,
           .cost = dyntree_cost(),
           .make = [](const StrategyConfig& c) { return std::make_unique<DynamicTree>(c); }};

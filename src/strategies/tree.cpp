@@ -104,7 +104,6 @@ StrategyInfo tree_strategy() {
           .needs_draft = true,
           .options = {tree_depth_option(), tree_branch_option(), lossy_typical_option()},
           .variant_key = "",
-          .roles = {},
           .served = true,
           .cost = tree_cost(),
           .make = [](const StrategyConfig& c) { return std::make_unique<StaticTree>(c); }};
