@@ -43,7 +43,7 @@ std::vector<BenchResult> aggregate_runs(std::span<const BenchRun> runs,
   }
   std::vector<BenchResult> results;
   for (const std::string& group : groups) {
-    const auto ar = by_key.find({std::string(kReferenceStrategy), group});
+    const auto ar = by_key.find({reference_strategy_name(), group});
     const double ar_speed = ar == by_key.end() ? 0.0 : ar->second.tok_per_s();
     for (const std::string& strategy : strategies) {
       const auto it = by_key.find({strategy, group});

@@ -52,12 +52,11 @@ struct BenchResult {
 };
 
 inline constexpr std::string_view kAllSets = "all";
-inline constexpr std::string_view kReferenceStrategy = "ar";
 
 // One result per strategy and set, strategies in `strategies` order and sets
 // in `sets` order, followed (when there are several sets) by one row per
 // strategy over all of them. Pairs without runs are left out. Speedups are
-// against the "ar" row of the same set.
+// against the reference strategy's row (reference_strategy_name()) of the same set.
 std::vector<BenchResult> aggregate_runs(std::span<const BenchRun> runs,
                                         std::span<const std::string> strategies,
                                         std::span<const std::string> sets);

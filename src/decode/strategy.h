@@ -57,32 +57,25 @@ class Strategy {
 using OptionValue = std::variant<int, float, bool, std::string>;
 
 // Everything a strategy may need; each strategy reads what applies to it. The
-// typed fields are the options of the strategies built in; a strategy added
-// later keeps its options in `options` by JSON key (decode/registry.h).
+// typed fields are the options several strategies share; a strategy's own
+// options live in its file (src/strategies) as option_entry() values, kept
+// in `options` by JSON key (decode/registry.h).
 struct StrategyConfig {
-  std::string name = "ar";  // a registered name (see strategy_names())
+  std::string name = "ar";  // a registered name (see strategy_names()); the reference by default
   std::shared_ptr<const Model> target;
-  std::shared_ptr<const Model> draft;  // required by every strategy but ar
+  std::shared_ptr<const Model> draft;  // required by every strategy that needs_draft
   Worker* target_worker = nullptr;
   Worker* draft_worker = nullptr;  // may be the same worker as target_worker
   int ctx_size = 4096;
-  // Chain drafting (sd).
+  // Chain drafting (sd, easyspec, the pool strategies).
   int draft_max = 4;         // γ: draft tokens per step (the maximum when adaptive)
-  int draft_min = 1;         // lower bound of γ when adaptive
   float draft_p_min = 0.0f;  // stop drafting when the draft's top probability falls below
-  bool adaptive = false;     // grow γ after full acceptance, shrink otherwise
-  // Trees (tree, dyntree).
-  int tree_depth = 4;         // levels below the root
-  int tree_branch = 2;        // children per node (c)
-  int tree_width = 8;         // dyntree: nodes kept per level (w)
-  int tree_verify_depth = 0;  // dyntree: levels the target verifies per step (0: all)
+  // Trees (tree, dyntree, pipedec, easyspec).
+  int tree_depth = 4;   // levels below the root
+  int tree_branch = 2;  // children per node (c)
+  int tree_width = 8;   // nodes kept per level (w) of a dynamic tree
   // Lossy, opt-in: typical acceptance (Medusa/PPD) instead of exact verification.
   bool lossy_typical = false;
-  // PEARL (pearl): window γ (0: round(t_target / t_draft) measured when the
-  // strategy is made) and the two halves of its parallelism (ablations).
-  int pearl_window = 0;
-  bool pre_verify = true;
-  bool post_verify = true;
   std::map<std::string, OptionValue> options;
   // A pool of drafters (cosine, specinfer: --drafters), each with a name (the
   // file's stem) and a worker (missing or null: draft_worker). Empty: the one

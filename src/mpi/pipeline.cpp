@@ -7,6 +7,7 @@
 
 #include "core/timer.h"
 #include "mpi/session.h"
+#include "decode/registry.h"
 
 namespace parspec::dist {
 
@@ -83,9 +84,10 @@ std::function<std::unique_ptr<Target>(const StrategyConfig&)> pipeline_targets(
   Pipeline* p = session_holder()->pipeline.get();
   return [p](const StrategyConfig& config) {
     // Checked here, where bench's NAME:G variants are already applied.
-    check(config.name != "pearl" || config.pearl_window > 0,
-          "strategy 'pearl' under mpirun needs --pearl-window N or pearl:N (its measurement "
-          "times the target in this process)");
+    const StrategyInfo& info = strategy_info(config.name);
+    const std::string needed = info.measured_setting ? info.measured_setting(config) : "";
+    check(needed.empty(), "strategy '", config.name, "' under mpirun needs ", needed,
+          " (its measurement times the target in this process)");
     return std::make_unique<PipelineTarget>(*p);
   };
 }

@@ -16,8 +16,8 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "decode/registry.h"
-#include "mpi/pipeline.h"
 #include "model/model.h"
+#include "mpi/pipeline.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -117,8 +117,8 @@ bool parse_args(int argc, char** argv, BenchArgs& a) {
 std::vector<std::string> strategy_labels(const std::string& text) {
   std::vector<std::string> labels = split_list(text);
   for (const std::string& s : labels) parse_strategy_entry(s);
-  if (std::find(labels.begin(), labels.end(), kReferenceStrategy) == labels.end())
-    labels.insert(labels.begin(), std::string(kReferenceStrategy));
+  if (std::find(labels.begin(), labels.end(), reference_strategy_name()) == labels.end())
+    labels.insert(labels.begin(), reference_strategy_name());
   return labels;
 }
 
@@ -168,8 +168,8 @@ void add_strategies(BenchPlan& plan, const BenchArgs& a, const StrategyResources
     for (const std::string& note : plan.strategies.back()->notes())
       std::fprintf(stderr, "%s\n", note.c_str());
   }
-  plan.reference =
-      std::find(plan.labels.begin(), plan.labels.end(), kReferenceStrategy) - plan.labels.begin();
+  plan.reference = std::find(plan.labels.begin(), plan.labels.end(), reference_strategy_name()) -
+                   plan.labels.begin();
   plan.check_exact = a.sampling.greedy() && !any_lossy;
 }
 

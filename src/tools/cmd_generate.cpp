@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "decode/registry.h"
-#include "mpi/pipeline.h"
 #include "model/model.h"
+#include "mpi/pipeline.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -233,10 +233,13 @@ int cmd_generate(int argc, char** argv) {
   check(!(prompt_given && !a.prompt_file.empty()), "give either -p or -f, not both");
   if (a.strategy_name.empty()) {
     const bool draft = !a.strategy_options.draft_path.empty();
-    if (dist::distributed_run())  // auto tunes in one process; the pipeline's own defaults
-      a.strategy_name = draft ? "pipedec" : "pp";
-    else
-      a.strategy_name = draft ? "auto" : "ar";
+    // Under mpirun the pipeline's own defaults (the tuned default measures in one process).
+    const StrategyRole role =
+        dist::distributed_run()
+            ? (draft ? StrategyRole::generate_pipeline_drafted
+                     : StrategyRole::generate_pipeline_plain)
+            : (draft ? StrategyRole::generate_drafted : StrategyRole::generate_plain);
+    a.strategy_name = strategy_for(role).name;
   }
   strategy_info(a.strategy_name);  // an unknown name fails before the draft model loads
   a.strategy_options.check_given(args, {a.strategy_name});

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "strategies/easyspec/layer_parallel.h"
-#include "decode/strategy.h"
+#include "decode/registry.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
@@ -119,7 +119,7 @@ int cmd_lp_similarity(int argc, char** argv) {
   // Each prompt continued by the model itself (greedy): the text a drafter sees.
   std::vector<std::vector<int32_t>> sequences;
   StrategyConfig ar;
-  ar.name = "ar";
+  ar.name = reference_strategy_name();
   ar.target = model;
   ar.target_worker = &worker;
   ar.ctx_size = model->config().n_ctx_train > 0 ? model->config().n_ctx_train : 2048;

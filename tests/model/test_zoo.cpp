@@ -73,13 +73,13 @@ TEST(ZooExactness, EveryStrategyReproducesArOnTheBundledModels) {
     if (name == "ar") continue;
     StrategyConfig c = base;
     c.name = name;
-    c.pearl_window = 4;
+    c.options["pearl_window"] = 4;
     variants.push_back(c);
   }
   variants.push_back(base);
   variants.back().name = "sd";
   variants.back().draft_max = 8;
-  variants.back().adaptive = true;
+  variants.back().options["adaptive_draft"] = true;
   // The pool strategies on the whole zoo: the general and the three domain drafters.
   for (const char* name : {"specinfer", "cosine"}) {
     variants.push_back(base);
