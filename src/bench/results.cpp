@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "decode/registry.h"
+
 namespace parspec {
 
 std::vector<double> BenchResult::position_acceptance() const {
