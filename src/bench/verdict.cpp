@@ -71,7 +71,7 @@ const char* cause_part(StepCostCause cause) {
     case StepCostCause::kDraft:
       return "drafting";
     case StepCostCause::kOther:
-      return "outside both";
+      return "elsewhere";
   }
   return "";
 }
@@ -139,7 +139,7 @@ std::string bench_verdict(const BenchReport& report) {
     const StepCost cost = step_cost(*r, ar);
     if (cost.step <= 0) continue;
     const StepCostCause cause = cost.main_cause();
-    losers[cause].push_back(printf_text("%s %.1f ar steps per step, %.1f of them %s, for tau %.2f",
+    losers[cause].push_back(printf_text("%s %.1f ar steps a step (%.1f %s) for tau %.2f",
                                         display_name(report, r->strategy).c_str(), cost.step,
                                         cause_cost(cost, cause), cause_part(cause), r->tau()));
   }

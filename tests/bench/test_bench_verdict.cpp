@@ -71,13 +71,13 @@ TEST(BenchVerdict, NamesTheFastestAndExplainsEachLoserByItsLargestCost) {
   ASSERT_NE(other, std::string::npos) << text;
   EXPECT_LT(verify, draft);
   EXPECT_LT(draft, other);
-  EXPECT_NE(text.find("tree 10.0 ar steps per step, 8.0 of them verifying, for tau 4.00"),
+  EXPECT_NE(text.find("tree 10.0 ar steps a step (8.0 verifying) for tau 4.00"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("specinfer 5.0 ar steps per step, 3.0 of them drafting, for tau 2.50"),
+  EXPECT_NE(text.find("specinfer 5.0 ar steps a step (3.0 drafting) for tau 2.50"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("pearl 3.0 ar steps per step, 1.3 of them outside both, for tau 2.00"),
+  EXPECT_NE(text.find("pearl 3.0 ar steps a step (1.3 elsewhere) for tau 2.00"),
             std::string::npos)
       << text;
   // sd beat ar: it is not among the losers.
