@@ -1,7 +1,11 @@
 // The verdict of `parspec bench --verdict`, on hand-made results (no models).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "bench/verdict.h"
+#include "cli_helpers.h"
+#include "test_helpers.h"
 
 namespace parspec {
 namespace {
@@ -71,14 +75,12 @@ TEST(BenchVerdict, NamesTheFastestAndExplainsEachLoserByItsLargestCost) {
   ASSERT_NE(other, std::string::npos) << text;
   EXPECT_LT(verify, draft);
   EXPECT_LT(draft, other);
-  EXPECT_NE(text.find("tree 10.0 ar steps a step (8.0 verifying) for tau 4.00"),
-            std::string::npos)
+  EXPECT_NE(text.find("tree 10.0 ar steps a step (8.0 verifying) for tau 4.00"), std::string::npos)
       << text;
   EXPECT_NE(text.find("specinfer 5.0 ar steps a step (3.0 drafting) for tau 2.50"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("pearl 3.0 ar steps a step (1.3 elsewhere) for tau 2.00"),
-            std::string::npos)
+  EXPECT_NE(text.find("pearl 3.0 ar steps a step (1.3 elsewhere) for tau 2.00"), std::string::npos)
       << text;
   // sd beat ar: it is not among the losers.
   EXPECT_EQ(text.find("sd 1."), std::string::npos) << text;
@@ -144,6 +146,25 @@ TEST(BenchVerdict, WithoutArThereIsNothingToCompare) {
   BenchReport report;
   report.results = {row("sd", 100, 500, 40)};
   EXPECT_EQ(bench_verdict(report), "verdict: no ar row to compare with\n");
+}
+
+TEST(BenchVerdict, CommandEndsWithTheVerdictAndKeepsJsonOnStdoutClean) {
+  testing_support::TempDir dir;
+  const std::string model = testing_support::write_model(dir, "m.gguf", RandomModelSpec{});
+  const std::string run = "bench -m " + model + " -md " + model +
+                          " --strategies ar,sd -n 6 -t 1 --warmup 2 --prompts code "
+                          "--max-prompts 1 --verdict";
+  const auto table = testing_support::run_parspec(run);
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("\nverdict: "), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("every greedy output equals ar's"), std::string::npos)
+      << table.output;
+
+  // With the JSON on stdout the verdict goes to stderr.
+  const auto json = testing_support::run_parspec(run + " --json -");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_EQ(json.output.find("verdict: "), std::string::npos) << json.output;
+  EXPECT_FALSE(nlohmann::json::parse(json.output)["results"].empty());
 }
 
 }  // namespace
