@@ -133,9 +133,29 @@ std::string bench_verdict(const BenchReport& report) {
   }
   text += report.exactness_checked ? "; every greedy output equals ar's\n" : "\n";
 
+  // Every strategy's speedup as tau over its step cost, fastest first: whether
+  // it trails by yielding fewer tokens per step or by costlier steps.
+  std::vector<const BenchResult*> by_speed;
+  for (const BenchResult* r : rows)
+    if (r != &ar) by_speed.push_back(r);
+  std::stable_sort(
+      by_speed.begin(), by_speed.end(),
+      [](const BenchResult* a, const BenchResult* b) { return a->tok_per_s() > b->tok_per_s(); });
+  std::string terms;
+  for (const BenchResult* r : by_speed) {
+    const StepCost cost = step_cost(*r, ar);
+    if (cost.step <= 0) continue;
+    terms +=
+        printf_text("%s%s %.2fx = %.2f / %.2f", terms.empty() ? "" : ", ",
+                    display_name(report, r->strategy).c_str(), r->speedup, r->tau(), cost.step);
+  }
+  if (!terms.empty())
+    text += printf_text("speedup = tau / the cost of a step in ar steps (%.2f ms each): %s\n",
+                        ar.t_gen_ms / static_cast<double>(ar.n_gen), terms.c_str());
+
   std::map<StepCostCause, std::vector<std::string>> losers;
-  for (const BenchResult* r : rows) {
-    if (r == &ar || r->speedup >= 1.0) continue;
+  for (const BenchResult* r : by_speed) {
+    if (r->speedup >= 1.0) continue;
     const StepCost cost = step_cost(*r, ar);
     if (cost.step <= 0) continue;
     const StepCostCause cause = cost.main_cause();
@@ -144,13 +164,12 @@ std::string bench_verdict(const BenchReport& report) {
                                         cause_cost(cost, cause), cause_part(cause), r->tau()));
   }
   if (losers.empty()) {
-    if (rows.size() > 2) text += "no strategy was slower than ar here\n";
+    if (!terms.empty()) text += "no strategy was slower than ar here\n";
     return text;
   }
-  text += printf_text(
-      "why the slower ones lose here: a step yields tau tokens and costs tau / speedup ar steps "
-      "(%.2f ms each); beyond one forward, what they pay for is\n",
-      ar.t_gen_ms / static_cast<double>(ar.n_gen));
+  text +=
+      "why the slower ones lose to ar here: beyond the one forward every step needs, they pay "
+      "for\n";
   for (const auto& [cause, items] : losers) {
     text += "  - " + std::string(cause_lead(cause)) + ": ";
     for (size_t i = 0; i < items.size(); ++i) text += (i ? "; " : "") + items[i];
