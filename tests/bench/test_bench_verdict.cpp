@@ -117,6 +117,15 @@ TEST(BenchVerdict, ArFastestAndNoLosers) {
   const std::string faster = bench_verdict(report);
   EXPECT_EQ(faster.find("why the slower ones lose"), std::string::npos) << faster;
   EXPECT_NE(faster.find("no strategy was slower than ar here\n"), std::string::npos) << faster;
+  EXPECT_EQ(faster.find("note:"), std::string::npos) << faster;
+
+  // A verification of 3 tokens in 8 ms against ar's 10 ms per token.
+  report.results[1].drafted = 80;
+  report.results[1].t_verify_ms_total = 320;
+  const std::string slow_ar = bench_verdict(report);
+  EXPECT_NE(slow_ar.find("note: sd verified about 3.0 tokens per forward in 0.80 ar steps"),
+            std::string::npos)
+      << slow_ar;
   // Sampled runs are not compared with ar: the verdict claims nothing about outputs.
   EXPECT_EQ(faster.find("equals ar's"), std::string::npos) << faster;
 }
