@@ -4,12 +4,13 @@
 #  1. on the bundled model zoo: generation with the target model, and the strategy
 #     comparison (`parspec bench`) of every decoding strategy against autoregressive
 #     decoding (ar). The zoo is tiny and lives in the CPU's caches, so a forward over
-#     several tokens costs several one-token forwards and most strategies lose to ar;
+#     several tokens costs several one-token forwards and the strategies that verify
+#     many tokens per step lose to ar;
 #  2. on a memory-bound pair made on the spot from the zoo (`make-model --inflate`: the
-#     zoo's functions in a 1B-class target and a 100M-class drafter, Q8_0, about 1.1 GB):
-#     the same comparison for ar and the strategies that can win there. Reading the
-#     weights dominates a forward, so verifying a few tokens costs little more than one
-#     and speculation pays.
+#     zoo's functions in a 1B-class target and a 100M-class drafter, Q8_0, about 1.1 GB
+#     in out/): the same comparison for ar and the strategies that can win there. Reading
+#     the weights dominates a forward, so verifying a few tokens costs about what one
+#     costs and speculation pays.
 # Each comparison ends with a verdict from its own numbers (`bench --verdict`): the
 # fastest strategy, its speedup over ar and its tau, and why the slower ones lose. The
 # script fails if any strategy's greedy output differs from ar's.
@@ -40,8 +41,9 @@ echo
 echo "setup: the zoo inflated to a memory-bound 1B-class target and 100M-class drafter (Q8_0)"
 bash bench/make_pairs.sh q8_0
 # One prompt of each set, 32 tokens: enough for a stable ranking on this pair in about a
-# minute; auto tunes itself first (cached for later runs). tree (its default shape) and ppd
-# are there to show what verifying many tokens per step costs on a CPU.
+# minute; auto tunes itself first (a few minutes, cached for later runs). tree (its default
+# shape) and ppd verify many tokens per step: beside the zoo's table they show what that
+# costs on a memory-bound model.
 echo
 echo "setup: ar and the strategies that can win, on the inflated pair"
 ./build/parspec bench -m out/zoo-target-1b-q8_0.gguf -md out/zoo-draft-100m-q8_0.gguf \
