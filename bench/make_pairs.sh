@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds realistically sized target/drafter pairs from the bundled zoo, without
 # downloads, with `parspec make-model --inflate` (the zoo's functions in large
-# shapes: see docs/performance.md, "Inflated pairs"):
+# shapes: see bench/README.md):
 #
 #   out/zoo-target-1b-f16.gguf     + out/zoo-draft-100m-f16.gguf   (exact zoo functions)
 #                                  + out/zoo-draft-deep-100m-f16.gguf (models/draft-deep.gguf, 8 layers

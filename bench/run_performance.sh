@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the measurements of docs/performance.md (and the gamma sweep of docs/strategies.md) here:
+# Reproduces measurements of the kinds in docs/performance.md here:
 #  1. forward-pass speed of ~1B-parameter random models (Q8_0, Q4_0, and the Q4_K_M
 #     mix of q4_K and q6_K that most published files use) against the memory-bandwidth
 #     roofline measured in the same run, decode after a 4,096-token context, and the
@@ -29,10 +29,10 @@ build/attention_throughput 4096 4 | tee -a out/performance/attention.md
 "$bin" bench --strategies ar,sd:2,sd:3,sd:4,tree,dyntree,pearl:2,pearl:3,pearl -n 128 -t 1 -td 1 \
   --json out/performance/strategies.json --md out/performance/strategies.md \
   --svg out/performance/strategies.svg
-# the gamma sweep of sd and pearl in docs/strategies.md (PEARL section)
+# sd and pearl at every draft length (gamma)
 "$bin" bench --strategies ar,sd:1,sd:2,sd:3,sd:4,sd:5,sd:6,sd:8,pearl:1,pearl:2,pearl:3,pearl:4,pearl:5,pearl:6,pearl:8,pearl \
   -n 128 -t 1 -td 1 --json out/performance/gamma.json --md out/performance/gamma.md
-# the inflated zoo pairs (docs/performance.md, "Inflated zoo pairs")
+# the inflated zoo pairs (bench/README.md)
 bash bench/make_pairs.sh all
 "$bin" bench -m out/zoo-target-1b-f16.gguf -md out/zoo-draft-100m-f16.gguf \
   --strategies ar,sd:2,sd,pearl:3 -t 2 -n 64 --prompts code,math,prose,config,chat --max-prompts 2 \

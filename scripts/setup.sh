@@ -28,9 +28,9 @@ echo "setup: built in $((SECONDS - start)) s"
 # Default threads: the pool keeps jobs too small to split (most of the tiny zoo's) on one
 # thread, so the default is never slower than -t 1 (docs/performance.md, "Thread pool").
 # Beside the default draft lengths, sd:2 and pearl:3 are the best ones on this compute-bound
-# zoo (the gamma sweep in docs/strategies.md); auto is what the cost model picks (it may be ar).
+# zoo (docs/strategies/sd.md, docs/strategies/pearl.md); auto is what the cost model picks (it may be ar).
 # ppd runs the target with its trained prompt tokens (models/target.ppd.gguf); specinfer and
-# cosine draft with the pool of the four zoo drafters (docs/strategies.md).
+# cosine draft with the pool of the four zoo drafters (docs/strategies/cosine.md).
 echo
 echo "setup: every strategy against ar on the bundled zoo (tiny models, compute-bound)"
 ./build/parspec bench --strategies ar,auto,sd,sd:2,tree,dyntree,pearl,pearl:3,ppd,specinfer,cosine \

@@ -148,6 +148,10 @@ phase "deep drafter done"
 # its metadata); it evaluates itself against the target (eval-chat.json)
 ZOO_WORK="$WORK" ZOO_MODELS_DIR="$MODELS" ZOO_SCALE="$SCALE" bash "$ZOO/build_chat.sh"
 phase "chat model done"
+# the chat model's drafter (the general drafter distilled from the chat model on its
+# conversations); it measures itself with the engine when a parspec binary is there
+ZOO_WORK="$WORK" ZOO_MODELS_DIR="$MODELS" ZOO_SCALE="$SCALE" bash "$ZOO/build_chat_draft.sh"
+phase "chat drafter done"
 # PPD prompt tokens for the target (models/zoo/ppd_train.py): the target frozen, 3 prompt
 # tokens x 1 ensemble token distilled from its own next-token distributions (seeded, one
 # process of ZOO_THREADS threads); kept when newer than the target it was trained for

@@ -7,7 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "bench/text_format.h"
 #include "core/error.h"
+#include "core/worker.h"
 
 namespace parspec {
 
@@ -123,6 +125,46 @@ std::string command_line(int argc, char** argv) {
     command += shell_quote(argv[i]);
   }
   return command;
+}
+
+std::string parse_cpu_model(std::string_view cpuinfo) {
+  while (!cpuinfo.empty()) {
+    const size_t end = cpuinfo.find('\n');
+    const std::string_view line = cpuinfo.substr(0, end);
+    cpuinfo.remove_prefix(end == std::string_view::npos ? cpuinfo.size() : end + 1);
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    if (trim(line.substr(0, colon)) == "model name")
+      return std::string(trim(line.substr(colon + 1)));
+  }
+  return "";
+}
+
+int64_t parse_mem_total(std::string_view meminfo) {
+  const size_t at = meminfo.find("MemTotal:");
+  if (at == std::string_view::npos) return 0;
+  std::string_view rest = meminfo.substr(at + 9);
+  rest = rest.substr(0, rest.find('\n'));
+  std::istringstream in{std::string(rest)};
+  int64_t value = 0;
+  std::string unit;
+  if (!(in >> value)) return 0;
+  in >> unit;
+  return unit == "kB" ? value * 1024 : value;
+}
+
+MachineInfo read_machine_info() {
+  const auto slurp = [](const char* path) {
+    std::ifstream in(path);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  MachineInfo info;
+  info.cpu_model = parse_cpu_model(slurp("/proc/cpuinfo"));
+  info.memory_bytes = parse_mem_total(slurp("/proc/meminfo"));
+  info.cores = available_cores();
+  return info;
 }
 
 }  // namespace parspec

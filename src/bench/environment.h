@@ -1,13 +1,31 @@
 #pragma once
-// What a benchmark report records about where and how it ran: the bundled
-// files it found, the command line, the time, the checkout, the models.
+// What a benchmark report records about where and how it ran: the machine,
+// the bundled files it found, the command line, the time, the checkout, the
+// models.
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/model.h"
 
 namespace parspec {
+
+struct MachineInfo {
+  std::string cpu_model;
+  int cores = 0;             // cores this process may run on
+  int64_t memory_bytes = 0;  // MemTotal
+  int threads = 0;           // target threads used
+  int threads_draft = 0;     // draft threads used
+};
+
+// "model name" of the first processor in /proc/cpuinfo text ("" if absent).
+std::string parse_cpu_model(std::string_view cpuinfo);
+// MemTotal of /proc/meminfo text in bytes (0 if absent).
+int64_t parse_mem_total(std::string_view meminfo);
+// This machine (threads left at 0 for the caller to fill).
+MachineInfo read_machine_info();
 
 // Comma-separated items, trimmed, blanks and repeats dropped, order kept.
 std::vector<std::string> split_list(const std::string& text);

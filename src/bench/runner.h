@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/report.h"
+#include "bench/prompt_sets.h"
+#include "bench/results.h"
 #include "decode/strategy.h"
 #include "tokenizer/tokenizer.h"
 

@@ -7,6 +7,8 @@
 #include <set>
 #include <vector>
 
+#include "decode/registry.h"
+
 namespace parspec {
 
 namespace {
@@ -100,9 +102,11 @@ StepCostCause StepCost::main_cause() const {
 
 StepCost step_cost(const BenchResult& r, const BenchResult& ar) {
   StepCost cost;
-  if (r.verify_steps <= 0 || r.t_gen_ms <= 0 || ar.n_gen <= 0 || ar.t_gen_ms <= 0) return cost;
-  const double ar_step_ms = ar.t_gen_ms / static_cast<double>(ar.n_gen);
-  cost.step = r.t_gen_ms / static_cast<double>(r.verify_steps) / ar_step_ms;
+  if (r.total.verify_steps <= 0 || r.total.t_gen_ms <= 0 || ar.total.n_gen <= 0 ||
+      ar.total.t_gen_ms <= 0)
+    return cost;
+  const double ar_step_ms = ar.total.t_gen_ms / static_cast<double>(ar.total.n_gen);
+  cost.step = r.total.t_gen_ms / static_cast<double>(r.total.verify_steps) / ar_step_ms;
   cost.draft = r.t_draft_ms() / ar_step_ms;
   cost.verify = r.t_verify_ms() / ar_step_ms;
   return cost;
@@ -112,7 +116,7 @@ std::string bench_verdict(const BenchReport& report) {
   if (!report.mismatches.empty()) return mismatch_line(report);
   const std::vector<const BenchResult*> rows = widest_rows(report);
   const auto ar_it = std::find_if(rows.begin(), rows.end(), [](const BenchResult* r) {
-    return r->strategy == kReferenceStrategy;
+    return r->strategy == reference_strategy_name();
   });
   if (ar_it == rows.end()) return "verdict: no ar row to compare with\n";
   const BenchResult& ar = **ar_it;
@@ -151,7 +155,7 @@ std::string bench_verdict(const BenchReport& report) {
   }
   if (!terms.empty())
     text += printf_text("speedup = tau / the cost of a step in ar steps (%.2f ms each): %s\n",
-                        ar.t_gen_ms / static_cast<double>(ar.n_gen), terms.c_str());
+                        ar.total.t_gen_ms / static_cast<double>(ar.total.n_gen), terms.c_str());
 
   // A verification over several tokens faster than ar's one-token step means
   // the one-token forward is the slow one here, which flatters every speedup.
@@ -164,8 +168,8 @@ std::string bench_verdict(const BenchReport& report) {
   }
   if (cheapest_verify) {
     // The rows of a verification: the drafted tokens and the one they follow.
-    const double verified = 1.0 + static_cast<double>(cheapest_verify->drafted) /
-                                      static_cast<double>(cheapest_verify->verify_steps);
+    const double verified = 1.0 + static_cast<double>(cheapest_verify->total.drafted) /
+                                      static_cast<double>(cheapest_verify->total.verify_steps);
     text += printf_text(
         "note: %s verified about %.1f tokens per forward in %.2f ar steps: a forward over several "
         "tokens ran faster than ar's one-token forward on this machine, which flatters every "

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/threads.h"
 
 namespace parspec {
 
@@ -110,7 +111,7 @@ Worker::Worker(int n_threads, std::vector<int> cores)
   threads_.reserve(n_threads - 1);
   for (int i = 1; i < n_threads; ++i) {
     try {
-      threads_.emplace_back([this, i] { thread_main(i); });
+      threads_.push_back(start_thread("worker", [this, i] { thread_main(i); }));
     } catch (const std::system_error& e) {
       stop_threads();
       fail("cannot start thread ", i + 1, " of ", n_threads, " (", e.what(),

@@ -16,21 +16,6 @@ constexpr size_t kPrefillChunk = 256;
 
 }  // namespace
 
-void PositionAcceptance::add(size_t position, bool was_accepted) {
-  if (proposed.size() <= position) {
-    proposed.resize(position + 1, 0);
-    accepted.resize(position + 1, 0);
-  }
-  ++proposed[position];
-  if (was_accepted) ++accepted[position];
-}
-
-void GenerationStats::observe_step(int64_t proposed, int n_accepted, int positions) {
-  drafted += proposed;
-  accepted += n_accepted;
-  for (int i = 0; i < positions; ++i) per_position.add(i, i < n_accepted);
-}
-
 void validate_request(const GenerationRequest& req, int ctx_size) {
   check(!req.prompt.empty(), "the prompt is empty");
   check(req.n_predict >= 0, "n_predict must not be negative");

@@ -7,8 +7,17 @@
 
 namespace parspec {
 
+LocalSequence::LocalSequence(std::shared_ptr<const Model> model, ForwardExecutor& executor,
+                             const char* role)
+    : model_(std::move(model)), executor_(executor), role_(role) {
+  check(model_ != nullptr, "a local model side needs a model");
+}
+
 LocalSequence::LocalSequence(std::shared_ptr<const Model> model, Worker& worker, const char* role)
-    : model_(std::move(model)), worker_(worker), role_(role) {
+    : model_(std::move(model)),
+      own_executor_(std::make_unique<CpuExecutor>(worker)),
+      executor_(*own_executor_),
+      role_(role) {
   check(model_ != nullptr, "a local model side needs a model");
 }
 
@@ -29,7 +38,7 @@ std::vector<float> LocalSequence::forward(const Batch& batch) {
   ScopedTimer timer(meter_.ms);
   ++meter_.forwards;
   try {
-    return model_->forward(worker_, batch, kv());
+    return executor_.forward(*model_, batch, kv());
   } catch (const Error& e) {
     fail(role_, ": ", e.what());
   }
@@ -51,6 +60,10 @@ int32_t LocalTarget::n_committed() const {
 }
 int32_t LocalTarget::n_spec() const {
   return seq_.kv().n_spec();
+}
+std::vector<float> LocalTarget::forward(const Batch& batch) {
+  if (before_forward_) before_forward_();
+  return seq_.forward(batch);
 }
 int32_t ModelDrafter::n_seen() const {
   return seq_.kv().n_committed();

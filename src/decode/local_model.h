@@ -1,10 +1,15 @@
 #pragma once
-// Target and Drafter on a Model, a Worker and a KvCache of this process.
+// Target and Drafter on a Model and a KvCache of this process, whose forwards
+// run through a ForwardExecutor: a CpuExecutor (a Worker's threads) for a
+// command-line run, the server's ForwardBatcher (one multi-sequence forward
+// for many requests) in the server.
+#include <functional>
 #include <memory>
 
 #include "core/worker.h"
 #include "decode/sides.h"
 #include "decode/strategy.h"
+#include "model/executor.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -15,11 +20,14 @@ namespace parspec {
 class LocalSequence {
  public:
   // `role` ("target model", "draft model") prefixes the errors of its forwards,
-  // so a message about a file also says which side it is.
+  // so a message about a file also says which side it is. The executor must
+  // outlive the sequence.
+  LocalSequence(std::shared_ptr<const Model> model, ForwardExecutor& executor, const char* role);
+  // On a CpuExecutor of its own over `worker`.
   LocalSequence(std::shared_ptr<const Model> model, Worker& worker, const char* role);
 
   const Model& model() const { return *model_; }
-  Worker& worker() const { return worker_; }
+  ForwardExecutor& executor() const { return executor_; }
   void begin(int32_t capacity);
   KvCache& kv();
   std::vector<float> forward(const Batch& batch);
@@ -27,7 +35,8 @@ class LocalSequence {
 
  private:
   std::shared_ptr<const Model> model_;
-  Worker& worker_;
+  std::unique_ptr<ForwardExecutor> own_executor_;
+  ForwardExecutor& executor_;
   const char* role_;
   std::unique_ptr<KvCache> kv_;
   ForwardMeter meter_;
@@ -35,16 +44,23 @@ class LocalSequence {
 
 class LocalTarget final : public Target {
  public:
+  // `before_forward` (may be empty) runs before each forward: a step's emitted
+  // tokens are complete then (the server tells accepted drafts from the
+  // target's own tokens with it).
+  LocalTarget(std::shared_ptr<const Model> model, ForwardExecutor& executor,
+              std::function<void()> before_forward = {})
+      : seq_(std::move(model), executor, "target model"),
+        before_forward_(std::move(before_forward)) {}
   LocalTarget(std::shared_ptr<const Model> model, Worker& worker)
       : seq_(std::move(model), worker, "target model") {}
 
   const Model& model() const { return seq_.model(); }
-  Worker& worker() const { return seq_.worker(); }
+  ForwardExecutor& executor() const { return seq_.executor(); }
   int n_vocab() const override { return seq_.model().config().n_vocab; }
   void begin(int32_t capacity) override { seq_.begin(capacity); }
   int32_t n_committed() const override;
   int32_t n_spec() const override;
-  std::vector<float> forward(const Batch& batch) override { return seq_.forward(batch); }
+  std::vector<float> forward(const Batch& batch) override;
   std::vector<int32_t> commit(std::span<const int32_t> path,
                               std::span<const int32_t> keep) override {
     return seq_.kv().commit(path, keep);
@@ -54,6 +70,7 @@ class LocalTarget final : public Target {
 
  private:
   mutable LocalSequence seq_;
+  std::function<void()> before_forward_;
 };
 
 // The config's target side: config.make_target's, or a LocalTarget.
@@ -61,6 +78,8 @@ std::unique_ptr<Target> make_target_side(const StrategyConfig& config);
 
 class ModelDrafter final : public Drafter {
  public:
+  ModelDrafter(std::shared_ptr<const Model> model, ForwardExecutor& executor)
+      : seq_(std::move(model), executor, "draft model") {}
   ModelDrafter(std::shared_ptr<const Model> model, Worker& worker)
       : seq_(std::move(model), worker, "draft model") {}
 

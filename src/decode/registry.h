@@ -1,9 +1,10 @@
 #pragma once
 // The strategy registry: every strategy's file describes itself (name, whether
 // it needs a draft model, its options with their flags, defaults and JSON
-// keys, its factory) in a StrategyInfo, and the table in strategies/registry.cpp lists
-// them. Tools (`generate`, `bench`) learn strategies and their flags only from
-// here; docs/design.md has the checklist for adding one.
+// keys, what the tools, the server, the MPI runtime and the cost model need
+// to know of it, its factory) in a StrategyInfo, and the table in
+// strategies/registry.cpp lists them. Nothing outside src/strategies names a
+// strategy: it asks the registry; docs/development.md has the checklist for adding one.
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,6 +44,22 @@ T option_value(const StrategyConfig& config, const StrategyOption& option) {
   return std::get<T>(option.get(config));
 }
 
+// The places where the tools pick a strategy nobody named; each role belongs
+// to exactly one strategy.
+enum class StrategyRole {
+  reference,                  // the output every strategy must reproduce; speedups are against it
+  generate_plain,             // `generate` without a draft model
+  generate_drafted,           // `generate` with a draft model
+  generate_pipeline_plain,    // `generate` under mpirun without a draft model
+  generate_pipeline_drafted,  // `generate` under mpirun with a draft model
+  serve_plain,                // `serve` without a draft model
+  serve_drafted,              // `serve` with a draft model
+};
+
+// What the cost model (tuning/cost_family.h) predicts and runs for a family
+// of candidates; defined by the tuning layer, set by the strategy's file.
+struct CostFamily;
+
 struct StrategyInfo {
   std::string name;
   std::string summary;  // one line: what it is
@@ -54,13 +71,41 @@ struct StrategyInfo {
   // lanes, StrategyConfig::make_group_executor) instead of a target pipeline;
   // every strategy of such a run keeps its target on rank 0.
   bool drafts_on_ranks = false;
+  // Where the tools pick it when no strategy is named (most strategies: nowhere).
+  std::vector<StrategyRole> roles{};
+  // `parspec serve` runs it: every forward goes through the sides, so the
+  // server can batch them across requests.
+  bool served = false;
+  // Drafts with a pool of drafters (--drafters) as well as with one draft model.
+  bool takes_drafter_pool = false;
+  // Under `serve`, steps are granted by the server's request scheduler
+  // (StrategyConfig::schedule_step; the --sched-* flags).
+  bool uses_request_scheduler = false;
+  // Why it cannot run under mpirun at all (it measures on a target in this
+  // process); empty: it can.
+  std::string mpirun_refusal{};
+  // A setting the strategy measures on the target when it is made, unless
+  // `config` supplies it: the flags that supply it ("--pearl-window N"), or
+  // empty when `config` does. A target pipeline of MPI ranks cannot be timed
+  // that way, so the runtime refuses a config this names. Null: none.
+  std::function<std::string(const StrategyConfig&)> measured_setting{};
+  // Its family in the cost model (`auto`, `parspec tune`); null: not tuned.
+  std::shared_ptr<const CostFamily> cost{};
   std::function<std::unique_ptr<Strategy>(const StrategyConfig&)> make;
+
+  bool has_role(StrategyRole role) const;
 };
 
 // Every strategy, in the order benchmarks list them.
 const std::vector<StrategyInfo>& strategy_registry();
 // Throws Error naming the known strategies for an unknown name.
 const StrategyInfo& strategy_info(const std::string& name);
+// The strategy that has `role`.
+const StrategyInfo& strategy_for(StrategyRole role);
+// The name of strategy_for(StrategyRole::reference).
+const std::string& reference_strategy_name();
+// "a, b and c": the names of the strategies `pick` selects, in registry order.
+std::string strategy_names_where(const std::function<bool(const StrategyInfo&)>& pick);
 // "ar, sd, ..." for messages and help texts.
 std::string strategy_list();
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/worker.h"
+#include "decode/generation_stats.h"
 #include "model/model.h"
 #include "sample/sampler.h"
 
@@ -31,49 +32,6 @@ struct GenerationRequest {
   std::function<bool(int32_t)> is_stop;
   // Called for every generated token in order, as soon as it is final.
   std::function<void(int32_t)> on_token;
-};
-
-// Per draft-position acceptance: how often the k-th draft token of a step was
-// proposed and accepted (vLLM reports the same).
-struct PositionAcceptance {
-  std::vector<int64_t> proposed, accepted;
-  void add(size_t position, bool was_accepted);
-};
-
-struct GenerationStats {
-  int n_prompt = 0;
-  int n_gen = 0;
-  double t_prompt_ms = 0;
-  double t_gen_ms = 0;
-  int64_t drafted = 0;       // draft tokens proposed to the target
-  int64_t accepted = 0;      // draft tokens the target accepted
-  int64_t verify_steps = 0;  // target verification forwards (decode steps for ar)
-  int64_t target_forwards = 0;
-  int64_t draft_forwards = 0;
-  double t_draft_ms = 0;
-  double t_verify_ms = 0;
-  PositionAcceptance per_position;
-  int draft_window = 0;  // pearl: the window γ it ran with (measured or --pearl-window)
-  // cosine, specinfer: what each drafter of the pool did (empty for the others).
-  struct DrafterUse {
-    std::string name;
-    int64_t routed_steps = 0;  // steps the drafter drafted in
-    int64_t fused_tokens = 0;  // fused tokens (cosine) it was the most confident for
-    double score = 0;          // its routing score after the last step (eq. 2 of CoSine)
-  };
-  std::vector<DrafterUse> drafter_use;
-
-  // One verification's outcome: `proposed` draft tokens went to the target,
-  // `accepted` of them (a path from the root) were accepted, and draft
-  // positions 0..positions-1 were tried (a chain: positions == proposed; a
-  // tree: the accepted depth, plus one if the end of the path had checked
-  // children that were all rejected).
-  void observe_step(int64_t proposed, int accepted, int positions);
-  void observe_step(int proposed, int accepted) { observe_step(proposed, accepted, proposed); }
-
-  double tok_per_s() const { return t_gen_ms > 0 ? n_gen * 1000.0 / t_gen_ms : 0; }
-  double alpha() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0; }
-  double tau() const { return verify_steps > 0 ? static_cast<double>(n_gen) / verify_steps : 0; }
 };
 
 struct GenerationResult {
@@ -99,32 +57,25 @@ class Strategy {
 using OptionValue = std::variant<int, float, bool, std::string>;
 
 // Everything a strategy may need; each strategy reads what applies to it. The
-// typed fields are the options of the strategies built in; a strategy added
-// later keeps its options in `options` by JSON key (decode/registry.h).
+// typed fields are the options several strategies share; a strategy's own
+// options live in its file (src/strategies) as option_entry() values, kept
+// in `options` by JSON key (decode/registry.h).
 struct StrategyConfig {
-  std::string name = "ar";  // a registered name (see strategy_names())
+  std::string name = "ar";  // a registered name (see strategy_names()); the reference by default
   std::shared_ptr<const Model> target;
-  std::shared_ptr<const Model> draft;  // required by every strategy but ar
+  std::shared_ptr<const Model> draft;  // required by every strategy that needs_draft
   Worker* target_worker = nullptr;
   Worker* draft_worker = nullptr;  // may be the same worker as target_worker
   int ctx_size = 4096;
-  // Chain drafting (sd).
+  // Chain drafting (sd, easyspec, the pool strategies).
   int draft_max = 4;         // γ: draft tokens per step (the maximum when adaptive)
-  int draft_min = 1;         // lower bound of γ when adaptive
   float draft_p_min = 0.0f;  // stop drafting when the draft's top probability falls below
-  bool adaptive = false;     // grow γ after full acceptance, shrink otherwise
-  // Trees (tree, dyntree).
-  int tree_depth = 4;         // levels below the root
-  int tree_branch = 2;        // children per node (c)
-  int tree_width = 8;         // dyntree: nodes kept per level (w)
-  int tree_verify_depth = 0;  // dyntree: levels the target verifies per step (0: all)
+  // Trees (tree, dyntree, pipedec, easyspec).
+  int tree_depth = 4;   // levels below the root
+  int tree_branch = 2;  // children per node (c)
+  int tree_width = 8;   // nodes kept per level (w) of a dynamic tree
   // Lossy, opt-in: typical acceptance (Medusa/PPD) instead of exact verification.
   bool lossy_typical = false;
-  // PEARL (pearl): window γ (0: round(t_target / t_draft) measured when the
-  // strategy is made) and the two halves of its parallelism (ablations).
-  int pearl_window = 0;
-  bool pre_verify = true;
-  bool post_verify = true;
   std::map<std::string, OptionValue> options;
   // A pool of drafters (cosine, specinfer: --drafters), each with a name (the
   // file's stem) and a worker (missing or null: draft_worker). Empty: the one

@@ -43,12 +43,6 @@ void matmul_many(Worker& worker, std::span<const MatmulPart> parts, const float*
 // decides how many threads the job is split over (Worker::threads_for).
 double matmul_work_ns(const WeightMatrix& w, int64_t M);
 
-// Kept for older tests and scripts: matmul_use_vnni(true) selects
-// Isa::kAvxVnni and (false) Isa::kAvx2 (set_active_isa in kernels/isa.h);
-// matmul_vnni_active() is true unless the AVX2 kernels are in use.
-bool matmul_use_vnni(bool enable);
-bool matmul_vnni_active();
-
 // Scalar reference with the same numerics definition (same activation
 // quantization), accumulated in double. For tests.
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t M, float* y);

@@ -388,7 +388,7 @@ PARSPEC_KERNEL_INLINE __m512 load_weights16_tail(const uint8_t* row, int64_t k, 
 // rows streaming at once the hardware prefetcher alone left a one-token
 // forward further from the bandwidth roofline. (The decode path also tried
 // 512 and 2048 bytes, an L2 hint, and an extra L2 prefetch a tile ahead: none
-// beat 1 KiB into L1 on the 1B F16 target; docs/performance.md, session 10.)
+// beat 1 KiB into L1 on the 1B F16 target; docs/performance.md.)
 constexpr int64_t kPrefetchBytes = 1024;
 
 PARSPEC_KERNEL_INLINE void prefetch_line(const uint8_t* p) {

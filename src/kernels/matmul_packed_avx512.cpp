@@ -65,7 +65,7 @@ struct PackedQ8 {
 // number, accumulated in acc. As tile16 of matmul_avx512.cpp, without the
 // transposition; its loop is written out here again on purpose: sharing it
 // through one accumulator helper made GCC emit slower code for both (6-12%
-// at M = 2-8 in kernel_throughput, session 12).
+// at M = 2-8 in kernel_throughput).
 template <class Type, int MR>
 void packed16(const uint8_t* group, int64_t nb, const Q8Activations& activations, int64_t m0,
               int64_t m1, float* acc) {

@@ -233,10 +233,10 @@ constexpr int64_t kPackedPrefetchBytes = 8192;
 // weights, read once per forward, then leave L2 and L3 to what is used again
 // (activations, the KV cache, the serial steps' buffers; the likely reason,
 // not verified). On Zen 5 the 1B Q4_0/Q8_0 models decoded faster in 24 of 25
-// interleaved pairs (median +6%), 8B within the noise (docs/performance.md,
-// session 18); the AVX2 kernels, mixed there and unmeasured on Intel, keep
-// T0. With more rows the activations can outgrow L1, and lines prefetched
-// past L2 could be gone before they are used.
+// interleaved pairs (median +6%), 8B within the noise (docs/performance.md);
+// the AVX2 kernels, mixed there and unmeasured on Intel, keep T0. With more
+// rows the activations can outgrow L1, and lines prefetched past L2 could be
+// gone before they are used.
 template <_mm_hint Hint = _MM_HINT_T0>
 static PARSPEC_KERNEL_INLINE void prefetch_packed_block(const repack::Group& group, int64_t b) {
   _mm_prefetch(reinterpret_cast<const char*>(group.scales(b) + kPackedPrefetchBytes), Hint);

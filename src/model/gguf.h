@@ -1,6 +1,8 @@
 #pragma once
 // GGUF v3 reader (memory-mapped or, for large files, read into huge pages; every offset/size/count
 // bounds-checked) and writer. Format facts: the GGUF specification (ggml, docs/gguf.md there).
+// Parsing and getters: gguf_reader.cpp; how the bytes are held: gguf_loading.cpp; the writer:
+// gguf_writer.cpp; what they share: gguf_format.*.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -72,12 +74,10 @@ struct GgufTensorInfo {
 // read into anonymous memory backed by 2 MiB pages (streaming the weights of a
 // 1B-class model through 4 KiB page-cache mappings costs a TLB miss per page:
 // decode measured 14-39% slower on AMD Zen 5), smaller ones are mapped; kMap:
-// always mapped (shared with the page cache, nothing copied; MPI stages use it
+// always mapped (shared with the page cache, nothing copied; MPI ranks use it
 // so that every rank reads only its own layers); kCopy: always copied.
 // PARSPEC_MMAP=1 in the environment turns kAuto into kMap.
 enum class WeightLoading { kAuto, kMap, kCopy };
-void set_weight_loading(WeightLoading mode);
-WeightLoading weight_loading();
 
 // How a file that is copied into memory (WeightLoading) may have some tensors
 // rewritten while it is read, in one pass: a loader repacks weights into a
@@ -95,12 +95,13 @@ using TransformChooser =
 
 class GgufFile {
  public:
-  // Maps (or copies, see WeightLoading) the file and validates it completely.
+  // Maps or copies the file, as `loading` says, and validates it completely.
   // Throws Error naming the file and the problem (truncation, bad
   // magic/version/type, absurd count or size, misaligned or overlapping tensor
   // data, ...). `choose` applies to a copied file only (a mapped one stays as
   // the file has it): see TensorTransform.
   static std::unique_ptr<GgufFile> open(const std::string& path,
+                                        WeightLoading loading = WeightLoading::kAuto,
                                         const TransformChooser& choose = nullptr);
   // Same checks over bytes in memory (tests and fuzzers). The bytes must
   // outlive the returned object.
@@ -157,11 +158,11 @@ class GgufFile {
  private:
   GgufFile() = default;
   void parse();
-  // Where the policy says copy (WeightLoading): the file's bytes read into
-  // anonymous memory advised to use 2 MiB pages, with the chosen tensors'
-  // transforms, replacing the mapping. Keeps the mapping where that memory is
-  // not there; a read error is an error (the file is unreadable).
-  void copy_to_huge_pages(int fd, const TransformChooser& choose);
+  // Where `loading` says copy: the file's bytes read into anonymous memory
+  // advised to use 2 MiB pages, with the chosen tensors' transforms, replacing
+  // the mapping. Keeps the mapping where that memory is not there; a read error
+  // is an error (the file is unreadable).
+  void copy_to_huge_pages(int fd, WeightLoading loading, const TransformChooser& choose);
 
   std::string path_;
   bool copied_ = false;

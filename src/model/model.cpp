@@ -72,7 +72,7 @@ uint64_t matrix_bytes(const WeightMatrix& w) {
 }
 
 // On unless PARSPEC_REPACK=0: repacked Q4_0/Q8_0 (and, with AVX-512, Q4_K/Q6_K)
-// weights decode faster (docs/performance.md, issue 10).
+// weights decode faster.
 bool repacking_wanted() {
   const char* env = std::getenv("PARSPEC_REPACK");
   return env == nullptr || std::string_view(env) != "0";
@@ -110,8 +110,8 @@ void Model::hold_in_memory(int layer_first, int layer_last, bool output) const {
   file_->hold_in_memory(wanted);
 }
 
-std::shared_ptr<Model> Model::load(const std::string& path) {
-  if (!repacking_wanted()) return from_gguf(GgufFile::open(path));
+std::shared_ptr<Model> Model::load(const std::string& path, WeightLoading loading) {
+  if (!repacking_wanted()) return from_gguf(GgufFile::open(path, loading));
   // Q4_0/Q8_0 (and under AVX-512 Q4_K/Q6_K) matrices are repacked (kernels/repack.h) while
   // the file is read, on all threads: one pass, where reading and then repacking took two.
   Worker worker(default_thread_count());
@@ -124,7 +124,7 @@ std::shared_ptr<Model> Model::load(const std::string& path) {
       repack::pack_matrix(worker, t.type, t.dims[0], t.dims[1], read, out);
     };
   };
-  return from_gguf(GgufFile::open(path, choose));
+  return from_gguf(GgufFile::open(path, loading, choose));
 }
 
 std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {

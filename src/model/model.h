@@ -50,7 +50,9 @@ struct LayerWeights {
 
 class Model {
  public:
-  static std::shared_ptr<Model> load(const std::string& path);
+  // `loading`: whether the file is mapped or read into memory (GgufFile::open).
+  static std::shared_ptr<Model> load(const std::string& path,
+                                     WeightLoading loading = WeightLoading::kAuto);
   // The same checks and set-up over a file already opened (or built in
   // memory: the loader's fuzzer); the model keeps the file.
   static std::shared_ptr<Model> from_gguf(std::unique_ptr<GgufFile> file);

@@ -7,8 +7,9 @@
 
 #include "core/error.h"
 #include "core/worker.h"
-#include "mpi/pipeline.h"
+#include "model/executor.h"
 #include "model/kv_cache.h"
+#include "mpi/pipeline.h"
 
 namespace parspec::dist {
 
@@ -130,7 +131,8 @@ class RankGroupExecutor final : public GroupExecutor {
       asked.push_back(r);
     }
     for (int i = 0; i < group.size(); i += n_slots_)
-      model.attention_output(worker_, group.first + i, batch, kv, first_cell, h0, out + i * stride);
+      executor_.attention_output(model, group.first + i, batch, kv, first_cell, h0,
+                                 out + i * stride, nullptr);
     const size_t kv_dim = static_cast<size_t>(kv.kv_dim());
     for (int r : asked) {
       Message m = receive_from(r);
@@ -246,6 +248,7 @@ class RankGroupExecutor final : public GroupExecutor {
   int n_slots_;
   std::vector<std::vector<int32_t>> owned_;  // per slot
   Worker worker_{1};  // the head's own blocks, one thread like a ThreadGroupExecutor slot
+  CpuExecutor executor_{worker_};
   int64_t requests_ = 0;
 };
 
@@ -259,6 +262,7 @@ struct SlotReplica {
 struct SlotServer {
   std::shared_ptr<const Model> model;
   Worker worker{1};
+  CpuExecutor executor{worker};
   std::map<int32_t, SlotReplica> replicas;
   bool failed = false;  // after an error only quit is served
 };
@@ -274,7 +278,7 @@ void setup_slot(Transport& t, SlotServer& s, Bytes& body) {
   check(mine == head_file, "the draft model file ", path, " differs from rank 0's (size ",
         mine.size, " vs ", head_file.size, ", header hash ", mine.hash, " vs ", head_file.hash,
         "): every rank needs the same file");
-  s.model = Model::load(path);
+  s.model = Model::load(path, WeightLoading::kMap);
   // Every layer's attention may be this slot's in some group; no output matrix.
   s.model->hold_in_memory(0, s.model->config().n_layer, false);
 }
@@ -341,8 +345,8 @@ bool slot_operation(Transport& t, SlotServer& s, Bytes& body, int* code) {
       std::vector<float> outs(layers.size() * stride), k, v;
       for (size_t j = 0; j < layers.size(); ++j) {
         check(layers[j] >= 0 && layers[j] < s.model->config().n_layer, "no layer ", layers[j]);
-        s.model->attention_output(s.worker, layers[j], r.batch, *r.kv, r.first_cell, h0.data(),
-                                  &outs[j * stride]);
+        s.executor.attention_output(*s.model, layers[j], r.batch, *r.kv, r.first_cell, h0.data(),
+                                    &outs[j * stride], nullptr);
         for (size_t c = 0; c < n; ++c) {
           const int32_t cell = r.first_cell + static_cast<int32_t>(c);
           k.insert(k.end(), r.kv->spec_k(layers[j], cell), r.kv->spec_k(layers[j], cell) + d);

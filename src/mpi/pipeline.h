@@ -18,9 +18,10 @@
 #include "core/worker.h"
 #include "decode/sides.h"
 #include "decode/strategy.h"
-#include "mpi/transport.h"
+#include "model/executor.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "mpi/transport.h"
 
 namespace parspec::dist {
 
@@ -131,6 +132,7 @@ class Pipeline {
   const Model* target_ = nullptr;
   int head_layers_ = 0;
   std::unique_ptr<Worker> head_worker_;
+  std::unique_ptr<CpuExecutor> head_executor_;  // runs the head's layers on head_worker_
   std::unique_ptr<KvCache> head_kv_;
   std::vector<StageTimes> stages_, stage_window_;
   int64_t next_ticket_ = 0;

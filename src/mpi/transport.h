@@ -71,16 +71,12 @@ class Bytes {
   explicit Bytes(std::vector<uint8_t> data) : data_(std::move(data)) {}
   template <typename T>
   void put(const T& v) {
-    const size_t at = data_.size();
-    data_.resize(at + sizeof(T));
-    std::memcpy(data_.data() + at, &v, sizeof(T));
+    append(&v, sizeof(T));
   }
   template <typename T>
   void put_vector(const std::vector<T>& v) {
     put<int64_t>(static_cast<int64_t>(v.size()));
-    const size_t at = data_.size();
-    data_.resize(at + v.size() * sizeof(T));
-    if (!v.empty()) std::memcpy(data_.data() + at, v.data(), v.size() * sizeof(T));
+    append(v.data(), v.size() * sizeof(T));
   }
   void put_string(const std::string& s) { put_vector(std::vector<char>(s.begin(), s.end())); }
   template <typename T>
@@ -109,6 +105,12 @@ class Bytes {
   size_t size() const { return data_.size(); }
 
  private:
+  // Appended by insert, not resize and copy: GCC 12 mistakes the zero fill
+  // of a resize it inlined for a write out of bounds (-Warray-bounds).
+  void append(const void* bytes, size_t n) {
+    const auto* first = static_cast<const uint8_t*>(bytes);
+    data_.insert(data_.end(), first, first + n);
+  }
   std::vector<uint8_t> data_;
   size_t read_ = 0;
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/threads.h"
+#include "decode/local_model.h"
 #include "decode/registry.h"
 #include "tokenizer/stream_decoder.h"
 
@@ -92,10 +94,15 @@ class TextAssembler {
 Engine::Engine(EngineOptions options, const Tokenizer& tokenizer)
     : options_(std::move(options)),
       tokenizer_(tokenizer),
-      batcher_(*options_.base.target_worker, options_.token_budget, options_.draft_worker,
+      target_executor_(std::make_unique<CpuExecutor>(*options_.base.target_worker)),
+      draft_executor_(options_.draft_worker != nullptr
+                          ? std::make_unique<CpuExecutor>(*options_.draft_worker)
+                          : nullptr),
+      batcher_(*target_executor_, options_.token_budget, draft_executor_.get(),
                options_.base.target.get()) {
   check(options_.slots >= 1, "at least one generation slot is needed");
-  for (int i = 0; i < options_.slots; ++i) slots_.emplace_back([this] { slot_main(); });
+  for (int i = 0; i < options_.slots; ++i)
+    slots_.push_back(start_thread("slot " + std::to_string(i), [this] { slot_main(); }));
 }
 
 Engine::~Engine() {
@@ -172,7 +179,7 @@ void Engine::run(CompletionJob& job) {
   StrategyConfig config = options_.base;
   config.ctx_size = static_cast<int>(job.prompt.size()) + job.max_tokens;
   config.make_target = [&](const StrategyConfig& c) -> std::unique_ptr<Target> {
-    return std::make_unique<BatchedTarget>(c.target, batcher_, [&text] { text.close_step(false); });
+    return std::make_unique<LocalTarget>(c.target, batcher_, [&text] { text.close_step(false); });
   };
   // Requests run on the server's threads, which must not call MPI: easyspec drafts on threads.
   config.make_group_executor = nullptr;
@@ -203,7 +210,7 @@ void Engine::run(CompletionJob& job) {
     };
   if (config.draft || !config.drafters.empty())
     config.make_drafter = [&](const StrategyConfig& c) -> std::unique_ptr<Drafter> {
-      return std::make_unique<BatchedDrafter>(c.draft, batcher_);
+      return std::make_unique<ModelDrafter>(c.draft, batcher_);
     };
   const std::unique_ptr<Strategy> strategy = make_strategy(config);
 

@@ -17,6 +17,7 @@
 
 #include "core/worker.h"
 #include "decode/strategy.h"
+#include "model/executor.h"
 #include "serve/forward_batcher.h"
 #include "serve/metrics.h"
 #include "serve/request_scheduler.h"
@@ -103,6 +104,9 @@ class Engine {
 
   EngineOptions options_;
   const Tokenizer& tokenizer_;
+  // Rounds of the batcher run on these: the target's worker and the draft
+  // worker (when given).
+  std::unique_ptr<CpuExecutor> target_executor_, draft_executor_;
   ForwardBatcher batcher_;
   ServerMetrics metrics_;
   mutable std::mutex mutex_;
@@ -110,7 +114,7 @@ class Engine {
   std::deque<std::shared_ptr<CompletionJob>> queue_;
   int active_ = 0;
   bool draining_ = false;
-  std::vector<std::thread> slots_;
+  std::vector<std::thread> slots_;  // started by start_thread (core/threads.h)
 };
 
 }  // namespace parspec

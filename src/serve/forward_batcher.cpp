@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <thread>
 #include <utility>
 
 #include "core/error.h"
@@ -10,12 +9,16 @@
 
 namespace parspec {
 
-ForwardBatcher::ForwardBatcher(Worker& worker, int token_budget, Worker* draft_worker,
-                               const Model* target)
-    : worker_(worker), token_budget_(token_budget), draft_worker_(draft_worker), target_(target) {
-  check(draft_worker_ == nullptr || (target_ != nullptr && draft_worker_ != &worker_),
-        "a batcher's draft worker needs the target model and a worker of its own");
+ForwardBatcher::ForwardBatcher(ForwardExecutor& executor, int token_budget,
+                               ForwardExecutor* draft_executor, const Model* target)
+    : executor_(executor),
+      token_budget_(token_budget),
+      draft_executor_(draft_executor),
+      target_(target) {
+  check(draft_executor_ == nullptr || (target_ != nullptr && draft_executor_ != &executor_),
+        "a batcher's draft executor needs the target model and an executor of its own");
   check(token_budget_ >= 1, "the per-step token budget must be at least 1");
+  if (draft_executor_ != nullptr) drafting_ = std::make_unique<TaskRunner>("draft passes");
 }
 
 void ForwardBatcher::join() {
@@ -41,7 +44,15 @@ ForwardBatcher::Stats ForwardBatcher::stats() const {
 }
 
 std::vector<float> ForwardBatcher::forward(const Model& model, const Batch& batch, KvCache& kv) {
-  Pending p{&model, &batch, &kv, 0, {}, nullptr, false};
+  const Model::SequenceBatch sequence{&batch, &kv};
+  return std::move(forward_multi(model, std::span(&sequence, 1))[0]);
+}
+
+std::vector<std::vector<float>> ForwardBatcher::forward_multi(
+    const Model& model, std::span<const Model::SequenceBatch> sequences) {
+  size_t rows = 0;
+  for (const Model::SequenceBatch& s : sequences) rows += s.batch->size();
+  Pending p{&model, sequences, rows, 0, {}, nullptr, false};
   std::unique_lock lock(mutex_);
   check(joined_ > 0, "ForwardBatcher::forward called by a thread that did not join");
   p.order = next_order_++;
@@ -52,6 +63,24 @@ std::vector<float> ForwardBatcher::forward(const Model& model, const Batch& batc
   return std::move(p.logits);
 }
 
+void ForwardBatcher::forward_layers(const Model&, const Batch&, KvCache&, int32_t, int, int,
+                                    float*) {
+  fail("the forward batcher runs whole forwards only (forward_layers)");
+}
+
+void ForwardBatcher::attention_output(const Model&, int, const Batch&, KvCache&, int32_t,
+                                      const float*, float*, AttentionProbe*) {
+  fail("the forward batcher runs whole forwards only (attention_output)");
+}
+
+void ForwardBatcher::mlp_block(const Model&, int, int, float*) {
+  fail("the forward batcher runs whole forwards only (mlp_block)");
+}
+
+void ForwardBatcher::output_logits(const Model&, const float*, int, float*) {
+  fail("the forward batcher runs whole forwards only (output_logits)");
+}
+
 void ForwardBatcher::wait_for_target_pass() {
   std::unique_lock lock(mutex_);
   check(joined_ > 0, "ForwardBatcher::wait_for_target_pass called by a thread that did not join");
@@ -60,7 +89,7 @@ void ForwardBatcher::wait_for_target_pass() {
   ++waiting_;
   run_rounds(lock);
   cv_.wait(lock, [&] {
-    return releases_ != release || (draft_worker_ == nullptr && stats_.target_passes != passes);
+    return releases_ != release || (draft_executor_ == nullptr && stats_.target_passes != passes);
   });
   // A release counted every waiting thread out; a pass's end lets only this one go.
   if (releases_ == release) --waiting_;
@@ -76,7 +105,7 @@ void ForwardBatcher::run_rounds(std::unique_lock<std::mutex>& lock) {
       // Release the waiting threads when their drafting can run beside a target
       // pass, or when nothing else is left to run: the round starts once their
       // forwards came.
-      if ((draft_worker_ != nullptr && target_pending) || pending_.empty()) {
+      if ((draft_executor_ != nullptr && target_pending) || pending_.empty()) {
         waiting_ = 0;
         ++releases_;
         cv_.notify_all();
@@ -92,25 +121,25 @@ void ForwardBatcher::run_round(std::unique_lock<std::mutex>& lock) {
   // Smallest forwards first (decode and verification steps keep their pace),
   // then in arrival order, within the token budget.
   std::vector<Pending*> order = pending_;
-  // Without a draft worker every pass runs on one worker, one after the other.
+  // Without a draft executor every pass runs on one executor, one after the other.
   // Then the target's pass waits while any request is still drafting, so that
   // one target forward serves every request's step: requests whose drafting
   // is out of phase would otherwise split the target's work over several
   // smaller passes, and each pass reads all of the target's weights.
-  if (draft_worker_ == nullptr && target_ != nullptr &&
+  if (draft_executor_ == nullptr && target_ != nullptr &&
       std::any_of(order.begin(), order.end(),
                   [&](const Pending* p) { return p->model != target_; }))
     std::erase_if(order, [&](const Pending* p) { return p->model == target_; });
   std::stable_sort(order.begin(), order.end(), [](const Pending* a, const Pending* b) {
-    if (a->batch->size() != b->batch->size()) return a->batch->size() < b->batch->size();
+    if (a->rows != b->rows) return a->rows < b->rows;
     return a->order < b->order;
   });
   std::vector<Pending*> chosen;
   size_t rows = 0;
   for (Pending* p : order) {
-    if (!chosen.empty() && rows + p->batch->size() > static_cast<size_t>(token_budget_)) continue;
+    if (!chosen.empty() && rows + p->rows > static_cast<size_t>(token_budget_)) continue;
     chosen.push_back(p);
-    rows += p->batch->size();
+    rows += p->rows;
   }
   running_ = true;
   lock.unlock();
@@ -122,39 +151,41 @@ void ForwardBatcher::run_round(std::unique_lock<std::mutex>& lock) {
     if (by_model.find(p->model) == by_model.end()) models.push_back(p->model);
     by_model[p->model].push_back(p);
   }
-  // With a draft worker, the drafters' passes run on a thread of their own
-  // while this thread runs the target's.
+  // With a draft executor, the drafters' passes run on the batcher's drafting
+  // thread while this thread runs the target's.
   const bool overlap =
-      draft_worker_ != nullptr && by_model.count(target_) != 0 && by_model.size() > 1;
-  std::thread drafting;
+      draft_executor_ != nullptr && by_model.count(target_) != 0 && by_model.size() > 1;
   double draft_ms = 0, target_ms = 0;
   if (overlap)
-    drafting = std::thread([&] {
+    drafting_->post([&] {
       const Stopwatch watch;
       for (const Model* model : models)
-        if (model != target_) run_pass(*draft_worker_, *model, by_model[model]);
+        if (model != target_) run_pass(*draft_executor_, *model, by_model.at(model));
       draft_ms = watch.elapsed_ms();
     });
   for (const Model* model : models) {
     if (overlap && model != target_) continue;
     const Stopwatch watch;
-    run_pass(worker_, *model, by_model[model]);
+    run_pass(executor_, *model, by_model.at(model));
     (model == target_ ? target_ms : draft_ms) += watch.elapsed_ms();
   }
-  if (drafting.joinable()) drafting.join();
+  // run_pass keeps every error with its forwards, so the drafting task throws none.
+  if (overlap) drafting_->wait();
 
   lock.lock();
   running_ = false;
   ++stats_.rounds;
   stats_.passes += static_cast<int64_t>(models.size());
-  stats_.sequence_forwards += static_cast<int64_t>(chosen.size());
+  for (const Pending* p : chosen)
+    stats_.sequence_forwards += static_cast<int64_t>(p->sequences.size());
   stats_.rows += static_cast<int64_t>(rows);
   stats_.overlapped += overlap ? 1 : 0;
   stats_.draft_ms += draft_ms;
   if (overlap) stats_.overlapped_draft_ms += std::min(draft_ms, target_ms);
   if (by_model.count(target_) != 0) {
     ++stats_.target_passes;
-    stats_.target_sequence_forwards += static_cast<int64_t>(by_model[target_].size());
+    for (const Pending* p : by_model[target_])
+      stats_.target_sequence_forwards += static_cast<int64_t>(p->sequences.size());
   }
   for (Pending* p : chosen) {
     p->done = true;
@@ -163,54 +194,20 @@ void ForwardBatcher::run_round(std::unique_lock<std::mutex>& lock) {
   cv_.notify_all();
 }
 
-void ForwardBatcher::run_pass(Worker& worker, const Model& model,
+void ForwardBatcher::run_pass(ForwardExecutor& executor, const Model& model,
                               const std::vector<Pending*>& group) {
   std::vector<Model::SequenceBatch> sequences;
-  for (Pending* p : group) sequences.push_back({p->batch, p->kv});
+  for (const Pending* p : group)
+    sequences.insert(sequences.end(), p->sequences.begin(), p->sequences.end());
   try {
-    std::vector<std::vector<float>> logits = model.forward_multi(worker, sequences);
-    for (size_t i = 0; i < group.size(); ++i) group[i]->logits = std::move(logits[i]);
+    std::vector<std::vector<float>> logits = executor.forward_multi(model, sequences);
+    size_t next = 0;
+    for (Pending* p : group)
+      for (size_t i = 0; i < p->sequences.size(); ++i)
+        p->logits.push_back(std::move(logits[next++]));
   } catch (...) {
     for (Pending* p : group) p->error = std::current_exception();
   }
-}
-
-BatchedSequence::BatchedSequence(std::shared_ptr<const Model> model, ForwardBatcher& batcher,
-                                 const char* role)
-    : model_(std::move(model)), batcher_(batcher), role_(role) {
-  check(model_ != nullptr, "a batched model side needs a model");
-}
-
-void BatchedSequence::begin(int32_t capacity) {
-  kv_ = std::make_unique<KvCache>(model_->config(), capacity);
-}
-
-KvCache& BatchedSequence::kv() const {
-  check(kv_ != nullptr, "a model side was used before begin()");
-  return *kv_;
-}
-
-std::vector<float> BatchedSequence::forward(const Batch& batch) {
-  ScopedTimer timer(meter_.ms);
-  ++meter_.forwards;
-  try {
-    return batcher_.forward(*model_, batch, kv());
-  } catch (const Error& e) {
-    fail(role_, ": ", e.what());
-  }
-}
-
-ForwardMeter BatchedSequence::take_meter() {
-  return std::exchange(meter_, ForwardMeter{});
-}
-
-BatchedTarget::BatchedTarget(std::shared_ptr<const Model> model, ForwardBatcher& batcher,
-                             std::function<void()> before_forward)
-    : seq_(std::move(model), batcher, "target model"), before_forward_(std::move(before_forward)) {}
-
-std::vector<float> BatchedTarget::forward(const Batch& batch) {
-  if (before_forward_) before_forward_();
-  return seq_.forward(batch);
 }
 
 }  // namespace parspec

@@ -52,11 +52,7 @@ void ServerMetrics::count_generation(const std::string& strategy, const Generati
   std::lock_guard lock(mutex_);
   PerStrategy& p = strategies_[strategy];
   ++p.requests;
-  p.prompt_tokens += st.n_prompt;
-  p.generated_tokens += st.n_gen;
-  p.drafted += st.drafted;
-  p.accepted += st.accepted;
-  p.verify_steps += st.verify_steps;
+  p.totals += st;
   for (const GenerationStats::DrafterUse& u : st.drafter_use) {
     PerDrafter& d = drafters_[u.name];
     ++d.requests;
@@ -102,25 +98,20 @@ std::string ServerMetrics::render(int queue_depth, int active, int64_t batch_rou
   per_strategy("parspec_requests_total", "counter", "Generations finished.",
                [](const PerStrategy& p) { return double(p.requests); });
   per_strategy("parspec_prompt_tokens_total", "counter", "Prompt tokens processed.",
-               [](const PerStrategy& p) { return double(p.prompt_tokens); });
+               [](const PerStrategy& p) { return double(p.totals.n_prompt); });
   per_strategy("parspec_generated_tokens_total", "counter", "Tokens generated.",
-               [](const PerStrategy& p) { return double(p.generated_tokens); });
+               [](const PerStrategy& p) { return double(p.totals.n_gen); });
   per_strategy("parspec_drafted_total", "counter", "Draft tokens proposed to the target.",
-               [](const PerStrategy& p) { return double(p.drafted); });
+               [](const PerStrategy& p) { return double(p.totals.drafted); });
   per_strategy("parspec_accepted_total", "counter", "Draft tokens the target accepted.",
-               [](const PerStrategy& p) { return double(p.accepted); });
+               [](const PerStrategy& p) { return double(p.totals.accepted); });
   per_strategy("parspec_verify_steps_total", "counter", "Target verification steps.",
-               [](const PerStrategy& p) { return double(p.verify_steps); });
+               [](const PerStrategy& p) { return double(p.totals.verify_steps); });
   per_strategy("parspec_alpha", "gauge", "Acceptance rate: accepted / drafted, since start.",
-               [](const PerStrategy& p) {
-                 return p.drafted > 0 ? double(p.accepted) / double(p.drafted) : 0.0;
-               });
+               [](const PerStrategy& p) { return p.totals.alpha(); });
   per_strategy("parspec_tau", "gauge",
                "Mean accepted length: tokens per target verification step, since start.",
-               [](const PerStrategy& p) {
-                 return p.verify_steps > 0 ? double(p.generated_tokens) / double(p.verify_steps)
-                                           : 0.0;
-               });
+               [](const PerStrategy& p) { return p.totals.tau(); });
   const auto per_drafter = [&](const char* name, const char* type, const char* help, auto value) {
     if (drafters_.empty()) return;
     s << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "decode/strategy.h"
+#include "decode/generation_stats.h"
 #include "serve/forward_batcher.h"
 #include "serve/request_scheduler.h"
 
@@ -43,8 +43,8 @@ class ServerMetrics {
 
  private:
   struct PerStrategy {
-    int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, drafted = 0, accepted = 0,
-            verify_steps = 0;
+    int64_t requests = 0;
+    GenerationStats totals;  // over its finished requests
   };
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, int64_t> requests_;

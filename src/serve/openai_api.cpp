@@ -240,24 +240,22 @@ json usage_json(const CompletionJob& job) {
 
 json timings_json(const CompletionJob& job) {
   const GenerationStats& st = job.stats;
-  json out = {
-      {"prompt_n", st.n_prompt},
-      {"prompt_ms", st.t_prompt_ms},
-      {"prompt_per_token_ms", st.n_prompt > 0 ? st.t_prompt_ms / st.n_prompt : 0.0},
-      {"prompt_per_second", st.t_prompt_ms > 0 ? st.n_prompt * 1000.0 / st.t_prompt_ms : 0.0},
-      {"predicted_n", st.n_gen},
-      {"predicted_ms", st.t_gen_ms},
-      {"predicted_per_token_ms", st.n_gen > 0 ? st.t_gen_ms / st.n_gen : 0.0},
-      {"predicted_per_second", st.tok_per_s()},
-      {"draft_n", st.drafted},
-      {"draft_n_accepted", st.accepted},
-      {"strategy", job.strategy},
-      {"drafted", st.drafted},
-      {"accepted", st.accepted},
-      {"verify_steps", st.verify_steps},
-      {"tau", st.tau()},
-      {"alpha", st.alpha()},
-      {"ttft_ms", job.ttft_ms}};
+  // llama.cpp's names for what its clients read, then the project's metrics.
+  json out = {{"prompt_n", st.n_prompt},
+              {"prompt_ms", st.t_prompt_ms},
+              {"prompt_per_token_ms", st.n_prompt > 0 ? st.t_prompt_ms / st.n_prompt : 0.0},
+              {"prompt_per_second", st.prompt_tok_per_s()},
+              {"predicted_n", st.n_gen},
+              {"predicted_ms", st.t_gen_ms},
+              {"predicted_per_token_ms", st.n_gen > 0 ? st.t_gen_ms / st.n_gen : 0.0},
+              {"predicted_per_second", st.tok_per_s()},
+              {"draft_n", st.drafted},
+              {"draft_n_accepted", st.accepted},
+              {"strategy", job.strategy},
+              {"ttft_ms", job.ttft_ms}};
+  const json metrics = st.to_json();
+  for (const char* key : {"drafted", "accepted", "verify_steps", "tau", "alpha"})
+    out[key] = metrics[key];
   // Pool strategies: the routing's choices and scores for this request.
   if (!st.drafter_use.empty()) {
     json drafters = json::array();

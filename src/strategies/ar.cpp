@@ -8,6 +8,7 @@
 #include "decode/local_model.h"
 #include "decode/registry.h"
 #include "sample/sampler.h"
+#include "tuning/cost_family.h"
 
 namespace parspec {
 
@@ -44,13 +45,34 @@ class Autoregressive final : public DecodeStrategy {
 
 }  // namespace
 
+// The cost model's reference: 1 token per T(1).
+std::shared_ptr<const CostFamily> ar_cost() {
+  auto family = std::make_shared<CostFamily>();
+  family->calibration = CalibrationRole::reference;
+  family->complexity = 0;
+  family->candidates = [](const CostMeasurements&, int) { return std::vector<Candidate>{{"ar"}}; };
+  family->predict = [](const CostMeasurements& m, const Candidate&) {
+    Prediction p;
+    p.tokens_per_step = 1;
+    p.ms_per_step = target_step_ms(m, 1);
+    return p;
+  };
+  family->configure = [](StrategyConfig&, const Candidate&) {};
+  family->calibration_candidate = [](int) { return Candidate{"ar"}; };
+  return family;
+}
+
 StrategyInfo ar_strategy() {
-  return {.name = "ar",
-          .summary = "plain autoregressive decoding, the reference",
-          .needs_draft = false,
-          .options = {},
-          .variant_key = "",
-          .make = [](const StrategyConfig& c) { return std::make_unique<Autoregressive>(c); }};
+  return {
+      .name = "ar",
+      .summary = "plain autoregressive decoding, the reference",
+      .needs_draft = false,
+      .options = {},
+      .variant_key = "",
+      .roles = {StrategyRole::reference, StrategyRole::generate_plain, StrategyRole::serve_plain},
+      .served = true,
+      .cost = ar_cost(),
+      .make = [](const StrategyConfig& c) { return std::make_unique<Autoregressive>(c); }};
 }
 
 }  // namespace parspec

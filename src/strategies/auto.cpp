@@ -17,9 +17,9 @@ class AutoStrategy final : public Strategy {
  public:
   explicit AutoStrategy(const StrategyConfig& config) {
     if (!config.draft) {
-      chosen_ = "ar";
-      inner_ = make_strategy(config_for_candidate(config, {"ar", 0}));
-      notes_.push_back("auto: no draft model: ar");
+      chosen_ = reference_strategy_name();
+      inner_ = make_strategy(config_for_candidate(config, reference_candidate()));
+      notes_.push_back("auto: no draft model: " + chosen_);
       return;
     }
     TuneOptions options;
@@ -56,6 +56,10 @@ StrategyInfo auto_strategy() {
           .needs_draft = false,
           .options = {},
           .variant_key = "",
+          .roles = {StrategyRole::generate_drafted},
+          .mpirun_refusal =
+              "strategy 'auto' tunes on a target in this process; under mpirun choose pp, stpp, "
+              "pipedec, pearl (with --pearl-window), sd, tree or dyntree",
           .make = [](const StrategyConfig& c) { return std::make_unique<AutoStrategy>(c); }};
 }
 

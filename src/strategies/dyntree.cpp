@@ -12,19 +12,27 @@
 #include "core/error.h"
 #include "decode/registry.h"
 #include "decode/tree_speculation.h"
+#include "tuning/cost_family.h"
 
 namespace parspec {
 
 namespace {
 
+StrategyOption tree_verify_depth_option() {
+  return option_entry("--tree-verify-depth", "tree_verify_depth", "V",
+                      "levels the target checks per step (0 = all); deeper levels are kept for "
+                      "the next step",
+                      0);
+}
+
 class DynamicTree final : public TreeSpeculation {
  public:
   explicit DynamicTree(const StrategyConfig& config) : TreeSpeculation(config) {
     check_dynamic_tree_flags();
-    check(config_.tree_verify_depth >= 0, "--tree-verify-depth must not be negative");
-    verify_depth_ = config_.tree_verify_depth == 0
-                        ? config_.tree_depth
-                        : std::min(config_.tree_verify_depth, config_.tree_depth);
+    const int verify_depth = option_value<int>(config_, tree_verify_depth_option());
+    check(verify_depth >= 0, "--tree-verify-depth must not be negative");
+    verify_depth_ =
+        verify_depth == 0 ? config_.tree_depth : std::min(verify_depth, config_.tree_depth);
   }
 
   std::string name() const override { return "dyntree"; }
@@ -57,6 +65,36 @@ class DynamicTree final : public TreeSpeculation {
   int verify_depth_ = 0;
 };
 
+Candidate dynamic_shape(int depth, int branch, int width) {
+  return {"dyntree", 0, depth, branch, width};
+}
+
+// The cost model's dynamic trees: shapes narrower than the full tree of their
+// depth and c (c 2..3, w 2..kMaxTreeBranch), priced as a tree step; its
+// calibration shape prices a node.
+std::shared_ptr<const CostFamily> dyntree_cost() {
+  auto family = std::make_shared<CostFamily>();
+  family->calibration = CalibrationRole::tree;
+  family->complexity = 3;
+  family->candidates = [](const CostMeasurements& m, int) {
+    std::vector<Candidate> out;
+    for (int c = 2; c <= 3; ++c)
+      for (int w = 2; w <= kMaxTreeBranch; ++w)
+        for (int d = 2; d <= kMaxTreeDepth && tree_shape_fits(m, dynamic_shape(d, c, w)); ++d)
+          if (tree_level_sizes(dynamic_shape(d, c, w)) != tree_level_sizes(dynamic_shape(d, c, 0)))
+            out.push_back(dynamic_shape(d, c, w));
+    return out;
+  };
+  family->predict = predict_tree_step;
+  family->configure = [](StrategyConfig& config, const Candidate& c) {
+    apply_strategy_spec(parse_strategy_spec(c.label()), config);
+    tree_verify_depth_option().set(config, 0);
+    config.lossy_typical = false;
+  };
+  family->calibration_candidate = [](int) { return dynamic_shape(3, 2, 3); };
+  return family;
+}
+
 }  // namespace
 
 StrategyInfo dyntree_strategy() {
@@ -66,12 +104,10 @@ StrategyInfo dyntree_strategy() {
           .options = {tree_depth_option(), tree_branch_option(),
                       option_field("--tree-width", "tree_width", "W", "nodes kept per level",
                                    &StrategyConfig::tree_width),
-                      option_field("--tree-verify-depth", "tree_verify_depth", "V",
-                                   "levels the target checks per step (0 = all); deeper levels are "
-                                   "kept for the next step",
-                                   &StrategyConfig::tree_verify_depth),
-                      lossy_typical_option()},
+                      tree_verify_depth_option(), lossy_typical_option()},
           .variant_key = "",
+          .served = true,
+          .cost = dyntree_cost(),
           .make = [](const StrategyConfig& c) { return std::make_unique<DynamicTree>(c); }};
 }
 

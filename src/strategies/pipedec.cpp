@@ -214,6 +214,7 @@ StrategyInfo pipedec_strategy() {
                       option_field("--tree-width", "tree_width", "W", "nodes kept per level",
                                    &StrategyConfig::tree_width)},
           .variant_key = "",
+          .roles = {StrategyRole::generate_pipeline_drafted},
           .make = [](const StrategyConfig& c) { return std::make_unique<PipeDec>(c); }};
 }
 

@@ -12,6 +12,7 @@ StrategyInfo pp_strategy() {
           .needs_draft = false,
           .options = {},
           .variant_key = "",
+          .roles = {StrategyRole::generate_pipeline_plain},
           .make = [](const StrategyConfig& c) { return renamed_strategy("pp", "ar", c); }};
 }
 

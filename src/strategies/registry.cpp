@@ -21,14 +21,12 @@ StrategyInfo pipedec_strategy();
 StrategyInfo cosine_strategy();
 StrategyInfo specinfer_strategy();
 
-
 const std::vector<StrategyInfo>& strategy_registry() {
   // One row per strategy file; the order is the order benchmarks list them.
   static const std::vector<StrategyInfo> registry = {
-      ar_strategy(), sd_strategy(), tree_strategy(),
-      dyntree_strategy(),   pearl_strategy(),    easyspec_strategy(),
-      auto_strategy(),           ppd_strategy(),      pp_strategy(),
-      stpp_strategy(),  pipedec_strategy(),  specinfer_strategy(),
+      ar_strategy(),     sd_strategy(),       tree_strategy(),    dyntree_strategy(),
+      pearl_strategy(),  easyspec_strategy(), auto_strategy(),    ppd_strategy(),
+      pp_strategy(),     stpp_strategy(),     pipedec_strategy(), specinfer_strategy(),
       cosine_strategy(),
   };
   return registry;
@@ -53,6 +51,30 @@ const StrategyInfo& strategy_info(const std::string& name) {
   for (const StrategyInfo& info : strategy_registry())
     if (info.name == name) return info;
   fail("unknown strategy '", name, "' (known: ", strategy_list(), ")");
+}
+
+bool StrategyInfo::has_role(StrategyRole role) const {
+  return std::find(roles.begin(), roles.end(), role) != roles.end();
+}
+
+const StrategyInfo& strategy_for(StrategyRole role) {
+  for (const StrategyInfo& info : strategy_registry())
+    if (info.has_role(role)) return info;
+  fail("no registered strategy has role ", static_cast<int>(role));
+}
+
+const std::string& reference_strategy_name() {
+  return strategy_for(StrategyRole::reference).name;
+}
+
+std::string strategy_names_where(const std::function<bool(const StrategyInfo&)>& pick) {
+  std::vector<std::string> names;
+  for (const StrategyInfo& info : strategy_registry())
+    if (pick(info)) names.push_back(info.name);
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out;
 }
 
 std::unique_ptr<Strategy> make_strategy(const StrategyConfig& config) {

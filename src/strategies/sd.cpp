@@ -5,21 +5,33 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "strategies/ppd/ppd_drafter.h"
-#include "decode/speculative.h"
 #include "decode/registry.h"
+#include "decode/speculative.h"
 #include "sample/sampler.h"
+#include "strategies/ppd/ppd_drafter.h"
+#include "tuning/cost_family.h"
 
 namespace parspec {
 
 namespace {
 
+StrategyOption draft_min_option() {
+  return option_entry("--draft-min", "draft_min", "N", "smallest γ when adaptive", 1);
+}
+
+StrategyOption adaptive_draft_option() {
+  return option_entry("--adaptive-draft", "adaptive_draft", "",
+                      "grow γ by 2 after a fully accepted step, shrink by 1 otherwise", false);
+}
+
 class ChainSpeculation final : public SpeculativeStrategy {
  public:
   explicit ChainSpeculation(const StrategyConfig& config)
-      : SpeculativeStrategy(config, nullptr, ppd_drafter_if_asked(config)) {
+      : SpeculativeStrategy(config, nullptr, ppd_drafter_if_asked(config)),
+        draft_min_(option_value<int>(config, draft_min_option())),
+        adaptive_(option_value<bool>(config, adaptive_draft_option())) {
     check(config_.draft_max >= 1, "--draft-max must be at least 1");
-    check(config_.draft_min >= 1 && config_.draft_min <= config_.draft_max,
+    check(draft_min_ >= 1 && draft_min_ <= config_.draft_max,
           "--draft-min must be between 1 and --draft-max");
   }
 
@@ -41,9 +53,8 @@ class ChainSpeculation final : public SpeculativeStrategy {
     // The drafter saw the tail and n_fed drafts; keep what was accepted.
     drafter_->accept_chain(n_tail + std::min(n, n_fed));
 
-    if (config_.adaptive) {
-      gamma_ = n == k ? std::min(config_.draft_max, gamma_ + 2)
-                      : std::max(config_.draft_min, gamma_ - 1);
+    if (adaptive_) {
+      gamma_ = n == k ? std::min(config_.draft_max, gamma_ + 2) : std::max(draft_min_, gamma_ - 1);
     }
   }
 
@@ -75,8 +86,38 @@ class ChainSpeculation final : public SpeculativeStrategy {
     return drafts;
   }
 
+  const int draft_min_;
+  const bool adaptive_;
   int gamma_ = 4;
 };
+
+// The cost model's chain: 1 + E(γ) tokens per γ·D + T(γ+1).
+std::shared_ptr<const CostFamily> sd_cost() {
+  auto family = std::make_shared<CostFamily>();
+  family->calibration = CalibrationRole::chain;
+  family->complexity = 1;
+  family->candidates = [](const CostMeasurements& m, int max_gamma) {
+    std::vector<Candidate> out;
+    for (int g = 1; g <= chain_reach(m, max_gamma); ++g) out.push_back({"sd", g});
+    return out;
+  };
+  family->predict = [](const CostMeasurements& m, const Candidate& c) {
+    const int gamma = c.param;
+    check(gamma >= 1, "cost model: sd needs γ >= 1");
+    Prediction p;
+    p.tokens_per_step = 1 + expected_accepted(m, gamma);
+    p.ms_per_step = gamma * (m.draft_ms + m.draft_overhead_ms) + target_step_ms(m, gamma + 1);
+    return p;
+  };
+  family->configure = [](StrategyConfig& config, const Candidate& c) {
+    config.draft_max = c.param;
+    draft_min_option().set(config, 1);
+    adaptive_draft_option().set(config, false);
+    config.draft_p_min = 0;
+  };
+  family->calibration_candidate = [](int gamma) { return Candidate{"sd", gamma}; };
+  return family;
+}
 
 }  // namespace
 
@@ -90,16 +131,15 @@ StrategyInfo sd_strategy() {
                       "draft tokens per step (γ; the maximum when adaptive; never more than the "
                       "tokens still to generate)",
                       &StrategyConfig::draft_max),
-                  option_field("--draft-min", "draft_min", "N", "smallest γ when adaptive",
-                               &StrategyConfig::draft_min),
+                  draft_min_option(),
                   option_field("--draft-p-min", "draft_p_min", "P",
                                "stop drafting when the draft's top probability is below P",
                                &StrategyConfig::draft_p_min),
-                  option_flag("--adaptive-draft", "adaptive_draft",
-                              "grow γ by 2 after a fully accepted step, shrink by 1 otherwise",
-                              &StrategyConfig::adaptive),
-                  draft_ppd_option()},
+                  adaptive_draft_option(), draft_ppd_option()},
       .variant_key = "draft_max",
+      .roles = {StrategyRole::serve_drafted},
+      .served = true,
+      .cost = sd_cost(),
       .make = [](const StrategyConfig& c) { return std::make_unique<ChainSpeculation>(c); }};
 }
 

@@ -9,6 +9,7 @@
 #include "decode/registry.h"
 #include "decode/tree_speculation.h"
 #include "sample/sampler.h"
+#include "tuning/cost_family.h"
 
 namespace parspec {
 
@@ -70,6 +71,31 @@ class StaticTree final : public TreeSpeculation {
   int n_nodes_ = 0;
 };
 
+Candidate full_shape(int depth, int branch) {
+  return {"tree", 0, depth, branch, 0};
+}
+
+// The cost model's full trees (c 2..kMaxTreeBranch, as deep as the
+// measurements reach), priced as a tree step.
+std::shared_ptr<const CostFamily> tree_cost() {
+  auto family = std::make_shared<CostFamily>();
+  family->complexity = 2;
+  family->candidates = [](const CostMeasurements& m, int) {
+    std::vector<Candidate> out;
+    for (int c = 2; c <= kMaxTreeBranch; ++c)
+      for (int d = 1; d <= kMaxTreeDepth && tree_shape_fits(m, full_shape(d, c)); ++d)
+        out.push_back(full_shape(d, c));
+    return out;
+  };
+  family->predict = predict_tree_step;
+  family->configure = [](StrategyConfig& config, const Candidate& c) {
+    apply_strategy_spec(parse_strategy_spec(c.label()), config);
+    config.lossy_typical = false;
+  };
+  family->calibration_candidate = [](int) { return full_shape(2, 2); };
+  return family;
+}
+
 }  // namespace
 
 StrategyInfo tree_strategy() {
@@ -78,6 +104,8 @@ StrategyInfo tree_strategy() {
           .needs_draft = true,
           .options = {tree_depth_option(), tree_branch_option(), lossy_typical_option()},
           .variant_key = "",
+          .served = true,
+          .cost = tree_cost(),
           .make = [](const StrategyConfig& c) { return std::make_unique<StaticTree>(c); }};
 }
 

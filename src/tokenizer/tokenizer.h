@@ -24,6 +24,9 @@ namespace parspec {
 
 class GgufFile;
 
+// SentencePiece's space: U+2581 LOWER ONE EIGHTH BLOCK.
+inline constexpr std::string_view kSpmSpace = "\xE2\x96\x81";
+
 // Values of `tokenizer.ggml.token_type`.
 enum class TokenType : uint8_t {
   kUndefined = 0,
@@ -81,7 +84,6 @@ class Tokenizer {
   bool add_space_prefix() const { return add_space_prefix_; }
   // EOS, EOT, and the other end-of-turn tokens the vocabulary has.
   bool is_end_of_generation(int32_t id) const;
-  const std::vector<int32_t>& end_of_generation_ids() const { return end_of_generation_; }
   // Id of a token by its exact stored text, -1 if absent.
   int32_t find_token(std::string_view raw_text) const;
   // e.g. "gpt2 byte-level BPE, 128256 tokens, 280147 merges, pre-tokenizer llama-bpe".

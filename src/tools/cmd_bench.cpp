@@ -17,12 +17,13 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "decode/registry.h"
-#include "mpi/pipeline.h"
 #include "model/model.h"
+#include "mpi/pipeline.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
+#include "tools/model_loading.h"
 #include "tools/prompt_input.h"
 #include "tools/strategy_options.h"
 
@@ -121,8 +122,8 @@ bool parse_args(int argc, char** argv, BenchArgs& a) {
 std::vector<std::string> strategy_labels(const std::string& text) {
   std::vector<std::string> labels = split_list(text);
   for (const std::string& s : labels) parse_strategy_entry(s);
-  if (std::find(labels.begin(), labels.end(), kReferenceStrategy) == labels.end())
-    labels.insert(labels.begin(), std::string(kReferenceStrategy));
+  if (std::find(labels.begin(), labels.end(), reference_strategy_name()) == labels.end())
+    labels.insert(labels.begin(), reference_strategy_name());
   return labels;
 }
 
@@ -172,8 +173,8 @@ void add_strategies(BenchPlan& plan, const BenchArgs& a, const StrategyResources
     for (const std::string& note : plan.strategies.back()->notes())
       std::fprintf(stderr, "%s\n", note.c_str());
   }
-  plan.reference =
-      std::find(plan.labels.begin(), plan.labels.end(), kReferenceStrategy) - plan.labels.begin();
+  plan.reference = std::find(plan.labels.begin(), plan.labels.end(), reference_strategy_name()) -
+                   plan.labels.begin();
   plan.check_exact = a.sampling.greedy() && !any_lossy;
 }
 
@@ -317,7 +318,7 @@ int cmd_bench(int argc, char** argv) {
   find_models(a, plan.labels.size() > 1);
   std::vector<TokenizedSet> sets = load_sets(a);
 
-  std::shared_ptr<const Model> target = Model::load(a.model_path);
+  std::shared_ptr<const Model> target = load_model(a.model_path);
   auto tokenizer = Tokenizer::from_gguf(target->gguf());
   a.n_ctx = resolve_context_size(a.n_ctx, a.ctx_given, {&target->config()}, a.model_path);
   std::vector<std::string> notes;

@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/model_loading.h"
 #include "tools/prompt_input.h"
 
 namespace parspec {
@@ -229,7 +230,7 @@ int cmd_bench_forward(int argc, char** argv) {
   const TimeBase base = cpu_time ? TimeBase::kProcessCpu : TimeBase::kWall;
   const std::vector<int> batch_sizes = parse_int_list(batch_text, "--batch-sizes");
 
-  auto model = Model::load(model_path);
+  auto model = load_model(model_path);
   const ModelConfig& c = model->config();
   const bool tty = isatty(fileno(stderr));
   std::printf("model: %s (%s, %d layers, n_embd %d, %.1f MiB of weights per token)\n",

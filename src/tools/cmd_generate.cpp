@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "decode/registry.h"
-#include "mpi/pipeline.h"
 #include "model/model.h"
+#include "mpi/pipeline.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -20,6 +20,7 @@
 #include "tools/chat_loop.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
+#include "tools/model_loading.h"
 #include "tools/prompt_input.h"
 #include "tools/stop_strings.h"
 #include "tools/strategy_options.h"
@@ -35,7 +36,7 @@ int run_conversation(const std::string& model_path, const std::string& chat_temp
                      bool ctx_given, int n_predict, SamplingParams sampling, int64_t seed,
                      const std::vector<std::string>& stop_strings) {
   validate_sampling_params(sampling);
-  std::shared_ptr<const Model> model = Model::load(model_path);
+  std::shared_ptr<const Model> model = load_model(model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const ChatTemplate tmpl = ChatTemplate::for_model(model->gguf(), chat_template);
   ChatLoopSettings settings;
@@ -60,30 +61,13 @@ void print_json(const std::string& strategy, const std::string& chosen,
   std::vector<int32_t> kept;
   for (int32_t t : result.tokens)
     if (ignore_eos || !tokenizer.is_end_of_generation(t)) kept.push_back(t);
-  nlohmann::json out = {
-      {"strategy", strategy},
-      {"chosen", chosen},
-      {"text", tokenizer.decode(std::span<const int32_t>(kept), /*render_special=*/false)},
-      {"tokens", result.tokens},
-      {"n_prompt", st.n_prompt},
-      {"n_gen", st.n_gen},
-      {"t_prompt_ms", st.t_prompt_ms},
-      {"t_gen_ms", st.t_gen_ms},
-      {"tok_per_s", st.tok_per_s()},
-      {"prompt_tok_per_s", st.t_prompt_ms > 0 ? st.n_prompt * 1000.0 / st.t_prompt_ms : 0.0},
-      {"drafted", st.drafted},
-      {"accepted", st.accepted},
-      {"tau", st.tau()},
-      {"alpha", st.alpha()},
-      {"verify_steps", st.verify_steps},
-      {"target_forwards", st.target_forwards},
-      {"draft_forwards", st.draft_forwards},
-      {"t_draft_ms", st.t_draft_ms},
-      {"t_verify_ms", st.t_verify_ms},
-      {"draft_window", st.draft_window},
-      {"seed", seed},
-      {"threads", n_threads},
-  };
+  nlohmann::json out = st.to_json();
+  out["strategy"] = strategy;
+  out["chosen"] = chosen;
+  out["text"] = tokenizer.decode(std::span<const int32_t>(kept), /*render_special=*/false);
+  out["tokens"] = result.tokens;
+  out["seed"] = seed;
+  out["threads"] = n_threads;
   if (const dist::Pipeline* pipeline = dist::running_pipeline()) {
     // Under mpirun: where the layers ran, whether the link was emulated, and
     // each stage's own compute time over the run (prompt included).
@@ -110,10 +94,10 @@ void print_json(const std::string& strategy, const std::string& chosen,
 void print_speed(const std::string& strategy, const std::string& rest, const GenerationStats& st) {
   std::fputs(rest.c_str(), stdout);
   std::printf("\n");
-  std::fprintf(stderr, "\nprompt:     %d tokens in %.1f ms (%.2f tok/s)\n", st.n_prompt,
-               st.t_prompt_ms, st.t_prompt_ms > 0 ? st.n_prompt * 1000.0 / st.t_prompt_ms : 0.0);
-  std::fprintf(stderr, "generation: %d tokens in %.1f ms (%.2f tok/s)\n", st.n_gen, st.t_gen_ms,
-               st.tok_per_s());
+  std::fprintf(stderr, "\nprompt:     %lld tokens in %.1f ms (%.2f tok/s)\n",
+               static_cast<long long>(st.n_prompt), st.t_prompt_ms, st.prompt_tok_per_s());
+  std::fprintf(stderr, "generation: %lld tokens in %.1f ms (%.2f tok/s)\n",
+               static_cast<long long>(st.n_gen), st.t_gen_ms, st.tok_per_s());
   if (st.drafted > 0)
     std::fprintf(stderr,
                  "speculation (%s): drafted %lld, accepted %lld, alpha %.3f, tau %.2f tokens/step, "
@@ -249,10 +233,13 @@ int cmd_generate(int argc, char** argv) {
   check(!(prompt_given && !a.prompt_file.empty()), "give either -p or -f, not both");
   if (a.strategy_name.empty()) {
     const bool draft = !a.strategy_options.draft_path.empty();
-    if (dist::distributed_run())  // auto tunes in one process; the pipeline's own defaults
-      a.strategy_name = draft ? "pipedec" : "pp";
-    else
-      a.strategy_name = draft ? "auto" : "ar";
+    // Under mpirun the pipeline's own defaults (the tuned default measures in one process).
+    const StrategyRole role =
+        dist::distributed_run()
+            ? (draft ? StrategyRole::generate_pipeline_drafted
+                     : StrategyRole::generate_pipeline_plain)
+            : (draft ? StrategyRole::generate_drafted : StrategyRole::generate_plain);
+    a.strategy_name = strategy_for(role).name;
   }
   strategy_info(a.strategy_name);  // an unknown name fails before the draft model loads
   a.strategy_options.check_given(args, {a.strategy_name});
@@ -270,7 +257,7 @@ int cmd_generate(int argc, char** argv) {
   a.sampling.seed = a.seed < 0 ? std::random_device{}() : static_cast<uint64_t>(a.seed);
   validate_sampling_params(a.sampling);
 
-  std::shared_ptr<const Model> model = Model::load(a.model_path);
+  std::shared_ptr<const Model> model = load_model(a.model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
       resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);

@@ -8,15 +8,16 @@
 #include <vector>
 
 #include "bench/environment.h"
-#include "bench/report.h"
+#include "bench/prompt_sets.h"
 #include "core/error.h"
 #include "core/worker.h"
 #include "strategies/easyspec/layer_parallel.h"
-#include "decode/strategy.h"
+#include "decode/registry.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/model_loading.h"
 
 namespace parspec {
 
@@ -94,7 +95,7 @@ int cmd_lp_similarity(int argc, char** argv) {
     sets.push_back(std::move(set));
   }
   check(!sets.empty(), "no prompt sets given (--prompts)");
-  auto model = Model::load(model_path);
+  auto model = load_model(model_path);
   const int n_layer = model->config().n_layer;
   std::vector<std::pair<std::string, std::vector<LayerGroup>>> configs;
   if (!groups_text.empty()) {
@@ -118,7 +119,7 @@ int cmd_lp_similarity(int argc, char** argv) {
   // Each prompt continued by the model itself (greedy): the text a drafter sees.
   std::vector<std::vector<int32_t>> sequences;
   StrategyConfig ar;
-  ar.name = "ar";
+  ar.name = reference_strategy_name();
   ar.target = model;
   ar.target_worker = &worker;
   ar.ctx_size = model->config().n_ctx_train > 0 ? model->config().n_ctx_train : 2048;

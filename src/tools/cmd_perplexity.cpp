@@ -15,6 +15,7 @@
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
+#include "tools/model_loading.h"
 #include "tools/prompt_input.h"
 
 namespace parspec {
@@ -55,7 +56,7 @@ int cmd_perplexity(int argc, char** argv) {
   check(!text_file.empty(), "no text file given (-f FILE)");
   const std::string text = read_text_input(text_file, "-f");
 
-  auto model = Model::load(model_path);
+  auto model = load_model(model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   n_ctx = resolve_context_size(n_ctx, args.given("-c"), {&model->config()}, model_path);
   check(n_ctx >= 4, "-c ", n_ctx, ": a chunk needs at least 4 tokens");

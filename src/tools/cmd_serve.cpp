@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "core/worker.h"
 #include "strategies/cosine/cosine_schedule.h"
@@ -22,17 +23,13 @@
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
+#include "tools/model_loading.h"
 #include "tools/prompt_input.h"
 #include "tools/strategy_options.h"
 
 namespace parspec {
 
 namespace {
-
-// Strategies whose every forward goes through the sides, so the server can
-// batch them; pearl drafts on a thread of its own and auto may choose it.
-const std::vector<std::string> kServedStrategies = {"ar",      "sd",        "tree",
-                                                    "dyntree", "specinfer", "cosine"};
 
 struct ServeArgs {
   std::string model_path, strategy_name, chat_template, alias, host = "127.0.0.1", api_key;
@@ -47,6 +44,14 @@ struct ServeArgs {
 
 const char* const kSchedulerFlags[] = {"--sched-max-latency", "--sched-max-kv", "--sched-lambda",
                                        "--sched-max-wait"};
+
+// "ar, sd, ...": the strategies the server runs.
+std::string served_list() {
+  std::string out;
+  for (const StrategyInfo& info : strategy_registry())
+    if (info.served) out += (out.empty() ? "" : ", ") + info.name;
+  return out;
+}
 
 bool is_loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
@@ -79,9 +84,9 @@ std::shared_ptr<RequestScheduler> make_scheduler(const StrategyResources& r,
     const Stopwatch watch;
     // At least one timed pass over the sizes after a warm-up one; more when fast.
     options.model.target_ms =
-        measure_target_latencies(*base.target, *base.target_worker, kMeasured, 1);
+        measure_target_latencies(base.target, *base.target_worker, kMeasured, 1);
     options.model.draft_token_ms =
-        measure_target_latencies(*key_config.draft, *key_config.draft_worker, 1, 3)[0];
+        measure_target_latencies(key_config.draft, *key_config.draft_worker, 1, 3)[0];
     char took[96];
     std::snprintf(took, sizeof took, "measured now in %.1f s, without per-step overheads",
                   watch.elapsed_ms() / 1000.0);
@@ -111,8 +116,9 @@ int cmd_serve(int argc, char** argv) {
                  "/v1/chat/completions, /v1/models, /health, /metrics) with a chat page at /.");
   args.option("-m,--model", &a.model_path, "FILE", "target model (GGUF)");
   args.option("--strategy", &a.strategy_name, "NAME",
-              "decoding strategy of every request: ar, sd, tree, dyntree, specinfer, cosine "
-              "(default: sd with -md, ar without)");
+              "decoding strategy of every request: " + served_list() +
+                  " (default: " + strategy_for(StrategyRole::serve_drafted).name + " with -md, " +
+                  strategy_for(StrategyRole::serve_plain).name + " without)");
   a.strategy_options.add_to(args);
   args.option("--host", &a.host, "ADDR", "address to listen on (loopback by default)");
   args.option("--port", &a.port, "N", "port to listen on; 0 = any free port (printed)");
@@ -168,16 +174,20 @@ int cmd_serve(int argc, char** argv) {
 
   check(!a.model_path.empty(), "no model given (-m FILE)");
   if (a.strategy_name.empty())
-    a.strategy_name = a.strategy_options.draft_path.empty() ? "ar" : "sd";
-  strategy_info(a.strategy_name);
-  check(std::find(kServedStrategies.begin(), kServedStrategies.end(), a.strategy_name) !=
-            kServedStrategies.end(),
-        "serve runs ar, sd, tree, dyntree, specinfer and cosine (batched across requests); '",
-        a.strategy_name, "' is not served");
+    a.strategy_name =
+        strategy_for(a.strategy_options.draft_path.empty() ? StrategyRole::serve_plain
+                                                           : StrategyRole::serve_drafted)
+            .name;
+  const StrategyInfo& served = strategy_info(a.strategy_name);
+  check(served.served, "serve runs ",
+        strategy_names_where([](const StrategyInfo& i) { return i.served; }),
+        " (batched across requests); '", a.strategy_name, "' is not served");
   a.strategy_options.check_given(args, {a.strategy_name});
+  const std::string scheduled =
+      strategy_names_where([](const StrategyInfo& i) { return i.uses_request_scheduler; });
   for (const char* flag : kSchedulerFlags)
-    check(a.strategy_name == "cosine" || !args.given(flag), flag,
-          " is an option of cosine's request scheduler (--strategy cosine)");
+    check(served.uses_request_scheduler || !args.given(flag), flag, " is an option of ", scheduled,
+          "'s request scheduler (--strategy ", scheduled, ")");
   if (!is_loopback(a.host) && a.api_key.empty())
     std::fprintf(stderr,
                  "serve: warning: listening on %s without --api-key: anyone who can reach it may "
@@ -192,7 +202,7 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that went away fails a write, not the process
 
-  std::shared_ptr<const Model> model = Model::load(a.model_path);
+  std::shared_ptr<const Model> model = load_model(a.model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
       resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);
@@ -214,7 +224,7 @@ int cmd_serve(int argc, char** argv) {
   engine_options.token_budget = a.batch_tokens;
   // -td: drafting passes on their own worker, beside verification (the pipeline).
   engine_options.draft_worker = resources.draft_worker.get();
-  if (a.strategy_name == "cosine") {
+  if (served.uses_request_scheduler) {
     engine_options.scheduler = make_scheduler(resources, engine_options.base, a);
     engine_options.kv_mib_per_token = kv_mib_per_token(*model);
     if (resources.drafters.empty())
@@ -246,7 +256,7 @@ int cmd_serve(int argc, char** argv) {
 
   // SIGTERM/SIGINT: finish the requests in flight, then stop.
   std::atomic<bool> stopped{false};
-  std::thread signal_thread([&] {
+  std::thread signal_thread = start_thread("signals", [&] {
     int received = 0;
     sigwait(&signals, &received);
     if (stopped) return;

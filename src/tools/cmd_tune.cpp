@@ -8,14 +8,15 @@
 
 #include "core/error.h"
 #include "core/worker.h"
-#include "tuning/cost_model.h"
+#include "decode/registry.h"
+#include "model/model.h"
 #include "strategies/ppd/ppd_prompts.h"
 #include "strategies/ppd/ppd_tree.h"
-#include "decode/registry.h"
-#include "tuning/tuning.h"
-#include "model/model.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/model_loading.h"
+#include "tuning/cost_model.h"
+#include "tuning/tuning.h"
 
 namespace parspec {
 
@@ -130,12 +131,14 @@ void print_measurements(const Tuning& t, const TuneArgs& a) {
   std::printf("  calibration: %d tokens, %.1f s\n\n", m.calibration_tokens, m.calibration_s);
 }
 
-// The best predicted candidate of each speculative family (sd, tree, dyntree, pearl).
+// The best predicted candidate of each speculative family (every tuned
+// strategy but the reference), in registry order.
 std::vector<Candidate> best_of_families(const std::vector<Prediction>& ranked) {
   std::vector<Candidate> out;
-  for (const char* family : {"sd", "tree", "dyntree", "pearl"}) {
+  for (const StrategyInfo& info : strategy_registry()) {
+    if (info.cost == nullptr || info.name == reference_strategy_name()) continue;
     const auto best = std::find_if(ranked.begin(), ranked.end(), [&](const Prediction& p) {
-      return p.candidate.strategy == family;
+      return p.candidate.strategy == info.name;
     });
     if (best != ranked.end()) out.push_back(best->candidate);
   }
@@ -180,7 +183,7 @@ int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
   StrategyConfig base;
   base.target = target;
   base.target_worker = &worker;
-  base.name = "ar";
+  base.name = reference_strategy_name();
   const auto calibration = calibration_prompts(*target);
   int longest = 0;
   for (const auto& p : calibration) longest = std::max(longest, static_cast<int>(p.size()));
@@ -188,7 +191,7 @@ int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
 
   std::fprintf(stderr, "tune: timing target forwards over 1..%d rows\n", a.ppd_max_budget);
   const std::vector<double> latency =
-      measure_target_latencies(*target, worker, a.ppd_max_budget, 5);
+      measure_target_latencies(target, worker, a.ppd_max_budget, 5);
   const double ar_tps = measure_configs({base}, calibration, a.n_predict)[0];
   const double overhead = std::max(0.0, 1000.0 / std::max(ar_tps, 1e-9) - latency[0]);
 
@@ -213,20 +216,14 @@ int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
   std::vector<double> measured;
   if (!measured_budgets.empty()) {
     std::vector<StrategyConfig> configs = {base};
-    for (int b : measured_budgets) {
-      StrategyConfig c = base;
-      c.name = "ppd";
-      c.options["ppd"] = a.ppd_path;
-      c.options["ppd_budget"] = b;
-      configs.push_back(c);
-    }
-    std::fprintf(stderr, "tune: running ar and ppd at %zu budgets on the calibration prompts\n",
-                 measured_budgets.size());
+    for (int b : measured_budgets) configs.push_back(ppd_config_at_budget(base, a.ppd_path, b));
+    std::fprintf(stderr, "tune: running %s and ppd at %zu budgets on the calibration prompts\n",
+                 base.name.c_str(), measured_budgets.size());
     measured = measure_configs(configs, calibration, a.n_predict);
   }
   std::printf("%-8s %8s %12s %10s %12s %10s\n", "budget", "rows", "tokens/step", "ms/step",
               "predicted", "measured");
-  std::printf("%-8s %8d %12.2f %10.2f %12.1f", "ar", 1, 1.0, latency[0] + overhead,
+  std::printf("%-8s %8d %12.2f %10.2f %12.1f", base.name.c_str(), 1, 1.0, latency[0] + overhead,
               1000.0 / (latency[0] + overhead));
   if (!measured.empty()) std::printf(" %10.1f", measured[0]);
   std::printf("\n");
@@ -275,12 +272,12 @@ int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
 int cmd_tune(int argc, char** argv) {
   TuneArgs a;
   if (!parse_tune_args(argc, argv, a)) return 0;
-  std::shared_ptr<const Model> target = Model::load(a.model_path);
+  std::shared_ptr<const Model> target = load_model(a.model_path);
   if (!a.ppd_path.empty()) {
     check(a.draft_path.empty(), "tune: --ppd tunes ppd, which needs no draft model (drop -md)");
     return tune_ppd(a, target);
   }
-  std::shared_ptr<const Model> draft = Model::load(a.draft_path);
+  std::shared_ptr<const Model> draft = load_model(a.draft_path);
   check(target->config().n_vocab == draft->config().n_vocab, "the draft model's vocabulary (",
         draft->config().n_vocab, " tokens) differs from the target's (", target->config().n_vocab,
         ")");
@@ -311,7 +308,7 @@ int cmd_tune(int argc, char** argv) {
     to_measure.push_back(c);
   };
   if (a.measure > 0) {
-    add({"ar", 0});
+    add(reference_candidate());
     add(t.choice.chosen);
     for (int i = 0; i < a.measure && i < static_cast<int>(ranked.size()); ++i)
       add(ranked[i].candidate);

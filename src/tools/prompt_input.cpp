@@ -113,13 +113,6 @@ std::string process_escapes(std::string_view text) {
   return out;
 }
 
-std::string abbreviate(std::string_view text, size_t max_chars) {
-  if (text.size() <= max_chars) return std::string(text);
-  size_t cut = max_chars;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return std::string(text.substr(0, cut)) + "... (" + std::to_string(text.size()) + " bytes)";
-}
-
 uint64_t kv_cache_bytes(const ModelConfig& config, int64_t n_ctx) {
   return 2ull * sizeof(float) * static_cast<uint64_t>(config.n_layer) *
          static_cast<uint64_t>(config.kv_dim()) * static_cast<uint64_t>(n_ctx);

@@ -30,10 +30,6 @@ void check_writable(const std::string& path, const std::string& flag);
 // and \xHH; any other backslash sequence is kept as it is.
 std::string process_escapes(std::string_view text);
 
-// At most `max_chars` bytes of `text` (cut at a UTF-8 boundary) followed by
-// "... (N bytes)" when longer: for quoting user input in messages.
-std::string abbreviate(std::string_view text, size_t max_chars = 60);
-
 // Context size in tokens for -c `requested`: 0 = the model's training context.
 // Rejects negative sizes and sizes whose KV caches (of `models`, F32 keys and
 // values) cannot fit in this machine's memory; warns on stderr when a size the

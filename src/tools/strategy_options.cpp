@@ -6,10 +6,11 @@
 
 #include "core/error.h"
 #include "core/worker.h"
-#include "strategies/easyspec/layer_parallel.h"
+#include "model/compat.h"
 #include "mpi/group_ranks.h"
 #include "mpi/pipeline.h"
-#include "model/compat.h"
+#include "strategies/easyspec/layer_parallel.h"
+#include "tools/model_loading.h"
 
 namespace parspec {
 
@@ -81,7 +82,7 @@ void StrategyOptions::add_to(ArgParser& args) {
   args.option("--link-gbps", &link_gbps, "G",
               "under mpirun: EMULATED link bandwidth for every inter-rank message (0 = unlimited)");
   args.option("--dist-timeout", &dist_timeout_s, "S",
-              "under mpirun: seconds the head waits for a stage (or an easyspec slot) before it "
+              "under mpirun: seconds the head waits for a stage (or an easyspec drafter rank) before it "
               "ends the job");
   args.bound("--stages", 0, 4096);
   args.bound("--head-layers", 0, 4096);
@@ -136,29 +137,10 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
                              const StrategyOptions& options, int threads) {
   target = std::move(target_model);
   check(options.threads_draft >= 0, "-td must not be negative");
-  const std::string& placement = options.placement;
-  check(placement == "auto" || placement == "separate" || placement == "shared",
-        "--placement must be auto, separate or shared (got '", placement, "')");
-  std::vector<int> target_cores, draft_cores;  // empty: not pinned
-  if (placement != "auto") {
-    const std::vector<int> cores = allowed_cores();
-    const int n = static_cast<int>(cores.size());
-    check(threads <= n, "--placement ", placement, ": -t ", threads, " exceeds the ", n,
-          " cores this process may use");
-    target_cores.assign(cores.begin(), cores.begin() + threads);
-    if (placement == "separate") {
-      check(options.threads_draft >= 1,
-            "--placement separate gives the draft cores of its own: give its threads with -td N");
-      check(threads + options.threads_draft <= n, "--placement separate: -t ", threads, " + -td ",
-            options.threads_draft, " exceed the ", n, " cores this process may use");
-      draft_cores.assign(cores.begin() + threads, cores.begin() + threads + options.threads_draft);
-    } else {
-      draft_cores = target_cores;
-    }
-  }
-  target_worker = std::make_unique<Worker>(threads, target_cores);
+  const CorePlacement placement = place_threads(options.placement, threads, options.threads_draft);
+  target_worker = std::make_unique<Worker>(threads, placement.target_cores);
   if (!options.draft_path.empty()) {
-    draft = Model::load(options.draft_path);
+    draft = load_model(options.draft_path);
     // An mpirun job maps its files (model/gguf.h); the head's drafter streams all of its weights.
     if (dist::session() != nullptr) draft->hold_in_memory(0, draft->config().n_layer, true);
     const std::string mismatch = draft_incompatibility(target->gguf(), draft->gguf());
@@ -169,7 +151,7 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
       std::fprintf(stderr, "warning: --allow-draft-mismatch: %s\n", mismatch.c_str());
   }
   if (options.threads_draft > 0)
-    draft_worker = std::make_unique<Worker>(options.threads_draft, draft_cores);
+    draft_worker = std::make_unique<Worker>(options.threads_draft, placement.draft_cores);
 
   dist::PipelineOptions pipeline;
   pipeline.stages = options.stages;
@@ -221,7 +203,7 @@ void StrategyResources::load_drafters(const StrategyOptions& options) {
     const size_t comma = list.find(',', at);
     const std::string path = list.substr(at, comma == std::string::npos ? comma : comma - at);
     check(!path.empty(), "--drafters: an empty file name in '", list, "'");
-    drafters.push_back(Model::load(path));
+    drafters.push_back(load_model(path));
     if (dist::session() != nullptr)
       drafters.back()->hold_in_memory(0, drafters.back()->config().n_layer, true);
     const std::string mismatch = draft_incompatibility(target->gguf(), drafters.back()->gguf());
@@ -252,13 +234,11 @@ StrategyConfig StrategyResources::config_for(const std::string& name,
   for (const auto& w : drafter_workers) c.drafter_workers.push_back(w.get());
   if (info.needs_draft && !draft && drafters.empty())
     fail("strategy '", name, "' needs a draft model: give one with -md FILE",
-         name == "cosine" || name == "specinfer" ? " or a pool with --drafters a.gguf,b.gguf" : "");
+         info.takes_drafter_pool ? " or a pool with --drafters a.gguf,b.gguf" : "");
   c.make_group_executor = make_group_executor;
   if (make_target) {
     c.make_target = make_target;
-    check(name != "auto",
-          "strategy 'auto' tunes on a target in this process; under mpirun choose pp, stpp, "
-          "pipedec, pearl (with --pearl-window), sd, tree or dyntree");
+    check(info.mpirun_refusal.empty(), info.mpirun_refusal);
   }
   return c;
 }

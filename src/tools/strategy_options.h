@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "core/placement.h"
 #include "core/worker.h"
-#include "decode/sides.h"
 #include "decode/registry.h"
+#include "decode/sides.h"
 #include "model/model.h"
 #include "tools/args.h"
 
@@ -22,10 +23,10 @@ struct StrategyOptions {
   std::string drafter_paths;          // --drafters a.gguf,b.gguf,... (pool strategies)
   int threads_draft = 0;              // -td; 0: share the target's worker
   bool allow_draft_mismatch = false;  // run a draft whose vocabulary differs (α ≈ 0)
-  // Where the workers' threads run: "auto" (not pinned), "separate" (target on
-  // cores 0..t-1, draft on the next td cores), "shared" (both on the target's
-  // cores: the resource competition of PEARL's appendix G).
-  std::string placement = "auto";
+  // Where the workers' threads run (core/placement.h): not pinned, separate
+  // (target on cores 0..t-1, draft on the next td cores) or shared (both on
+  // the target's cores).
+  std::string placement = kUnpinnedPlacement;
   // The distributed runtime under mpirun (docs/distributed.md).
   int stages = 0;
   std::string layer_split;

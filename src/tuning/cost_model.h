@@ -32,7 +32,12 @@
 //              their trees by positional acceptance. The node budget is hardware-aware:
 //              only shapes with N + 1 <= the largest n L(n) was measured for are
 //              candidates, and L(N+1) prices each one.
+//
+// Each family's own file (src/strategies) registers its formula and its
+// candidate shapes (tuning/cost_family.h); this layer knows no strategy by name.
 #include <functional>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -109,19 +114,19 @@ struct CostMeasurements {
   double calibration_s = 0;    // wall time of the whole measurement
 };
 
+// A configuration of a tuned strategy (its family: tuning/cost_family.h).
 struct Candidate {
-  std::string strategy = "ar";  // ar, sd, pearl, tree or dyntree
-  int param = 0;                // sd: γ; pearl: the window; ar, trees: 0
-  int depth = 0, branch = 0;    // trees: levels below the root, children per node (c)
-  int width = 0;                // dyntree: nodes kept per level (w)
-  // "ar", "sd:3", "pearl:2", "tree:d2c2", "dyntree:d4c2w3": the form of bench's
-  // --strategies entries (parse_strategy_spec reads it).
+  std::string strategy;       // a registered name
+  int param = 0;              // a chain's γ or window; 0: none
+  int depth = 0, branch = 0;  // a tree: levels below the root, children per node (c)
+  int width = 0;              // a dynamic tree: nodes kept per level (w); 0: a full tree
+  // NAME, NAME:G or NAME:dDcC[wW] ("sd:3", "tree:d2c2", "dyntree:d4c2w3"): the
+  // form of bench's --strategies entries (parse_strategy_spec reads it).
   std::string label() const;
-  static Candidate tree(int depth, int branch) { return {"tree", 0, depth, branch, 0}; }
-  static Candidate dyntree(int depth, int branch, int width) {
-    return {"dyntree", 0, depth, branch, width};
-  }
 };
+
+// The reference strategy (ar) as a candidate.
+Candidate reference_candidate();
 
 struct Prediction {
   Candidate candidate;
@@ -139,7 +144,7 @@ inline constexpr int kMaxTreeBranch = 4;
 
 // E(γ): expected accepted drafts of a step drafting γ tokens.
 double expected_accepted(const CostMeasurements& m, int gamma);
-// Nodes per depth 1..K of a tree candidate (tree: c^d; dyntree: min(w, c·n_{d-1})).
+// Nodes per depth 1..K of a tree candidate (full: c^d; width w: min(w, c·n_{d-1})).
 std::vector<int> tree_level_sizes(const Candidate& c);
 // Expected accepted nodes of a tree candidate's step (see the header comment);
 // throws Error when tree_accept does not cover its depth or branching.
@@ -183,7 +188,7 @@ StrategyConfig config_for_candidate(const StrategyConfig& base, const Candidate&
 
 struct CalibrationOptions {
   int n_predict = 32;    // tokens per calibration prompt
-  int pearl_window = 3;  // the window PEARL's efficiency is measured at (0: not measured)
+  int parallel_window = 3;  // the window the parallel family (PEARL) is measured at (0: not)
   int max_gamma = kMaxTunedGamma;
   bool trees = true;    // measure tree acceptance, L(n) to kMaxTreeNodes + 1, the node overhead
   int timing_runs = 5;  // timed forwards per batch size at least (median); more when fast
@@ -194,6 +199,13 @@ struct CalibrationOptions {
 // (bench/prompts) tokenized with the target's tokenizer, or fixed token ids
 // when the model has no usable tokenizer.
 std::vector<std::vector<int32_t>> calibration_prompts(const Model& target);
+
+// Context cells beyond prompt and generation a candidate may need for its
+// speculative cells (a tree's nodes and the levels a dynamic tree keeps).
+inline constexpr int kCandidateSpecRoom = 4 * kMaxTreeNodes + 2 * kMaxTunedGamma + 16;
+
+// A greedy request for `n_predict` tokens after `prompt`.
+GenerationRequest greedy_request(std::span<const int32_t> prompt, int n_predict);
 
 // Greedy runs of `n_predict` tokens of each candidate on every prompt,
 // candidates interleaved prompt by prompt: ms[k][p] and tokens[k][p].
@@ -209,8 +221,9 @@ std::vector<double> measure_candidates(const StrategyConfig& base,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        int n_predict);
 
-// How much machinery a candidate runs, for the check's tie: ar, then sd, tree,
-// dyntree, pearl (a second thread), then fewer rows per step first.
+// How much machinery a candidate runs, for the check's tie: its family's
+// complexity (ar, then sd, tree, dyntree, pearl with its second thread), then
+// fewer rows per step first.
 int complexity_rank(const Candidate& c);
 
 struct CheckOutcome {
@@ -229,9 +242,10 @@ CheckOutcome decide_check(const std::vector<Candidate>& contenders, const Candid
 
 // The rank of each of `tokens` in the drafter's distribution after the
 // tokens before it: ranks[j] for tokens[j], j >= 1 (ranks[0] is 0), capped at
-// `cap` (cap: not among the top cap). One forward over the whole sequence.
-std::vector<int> draft_ranks(const Model& draft, Worker& worker, const std::vector<int32_t>& tokens,
-                             int cap);
+// `cap` (cap: not among the top cap). One forward of the drafter side over
+// the whole sequence.
+std::vector<int> draft_ranks(std::shared_ptr<const Model> draft, Worker& worker,
+                             const std::vector<int32_t>& tokens, int cap);
 // tree_accept (CostMeasurements) from per-sequence ranks of the target's
 // tokens, each sequence's steps starting after index `first` (its first
 // generated token, which the prompt's forward yields), up to kMaxTreeBranch children and
@@ -239,17 +253,18 @@ std::vector<int> draft_ranks(const Model& draft, Worker& worker, const std::vect
 std::vector<std::vector<std::vector<double>>> tree_acceptance(
     const std::vector<std::vector<int>>& ranks, const std::vector<int>& first, int max_depth);
 
-// L(1..max_n) alone, timed as measure_costs times it (a short committed
-// context, logits for every row, batch sizes interleaved pass by pass, the
-// median of at least `runs` passes): for strategies sized by their input
-// length (ppd's trees).
-std::vector<double> measure_target_latencies(const Model& target, Worker& worker, int max_n,
-                                             int runs);
+// L(1..max_n) alone of `model` as a target side on `worker` (LocalTarget),
+// timed as measure_costs times it (a short committed context, logits for
+// every row, batch sizes interleaved pass by pass, the median of at least
+// `runs` passes): for strategies sized by their input length (ppd's trees).
+std::vector<double> measure_target_latencies(std::shared_ptr<const Model> model, Worker& worker,
+                                             int max_n, int runs);
 
 // Measures L(1..max(max_gamma, kMaxTreeNodes)+1), the draft cost per batch
-// size, chain and tree acceptance and the overheads (greedy ar, sd:max_gamma
-// and one tree shape on `prompts`) for `config`'s target, drafter and workers
-// (config.draft must be set).
+// size, chain and tree acceptance and the overheads (greedy runs of the
+// families that calibrate: the reference, a chain at max_gamma and one tree
+// shape on `prompts`) for `config`'s target, drafter and workers, timing
+// forwards through the sides (config.draft must be set).
 CostMeasurements measure_costs(const StrategyConfig& config,
                                const std::vector<std::vector<int32_t>>& prompts,
                                const CalibrationOptions& options);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "decode/registry.h"
 
 namespace parspec {
 
@@ -229,7 +230,7 @@ Tuning tune(const StrategyConfig& config, const TuneOptions& options) {
     // (twice at most).
     for (int attempt = 0; attempt < 2; ++attempt) {
       const TuneChoice choice = choose_strategy(t.measurements);
-      if (choice.chosen.strategy == "ar") break;
+      if (choice.chosen.strategy == reference_strategy_name()) break;
       std::vector<Candidate> contenders = {choice.chosen};
       for (const Prediction& p : rank_candidates(t.measurements)) {
         const bool family_seen =
@@ -238,7 +239,7 @@ Tuning tune(const StrategyConfig& config, const TuneOptions& options) {
         const bool rejected =
             std::find(t.measurements.rejected.begin(), t.measurements.rejected.end(),
                       p.candidate.label()) != t.measurements.rejected.end();
-        if (p.candidate.strategy == "ar" || family_seen || rejected ||
+        if (p.candidate.strategy == reference_strategy_name() || family_seen || rejected ||
             p.tok_per_s < choice.predicted.tok_per_s * (1 - kRivalMargin))
           continue;
         contenders.push_back(p.candidate);
@@ -248,7 +249,7 @@ Tuning tune(const StrategyConfig& config, const TuneOptions& options) {
       if (options.calibration.progress)
         options.calibration.progress("tune: checking " + names + " against ar");
       std::vector<Candidate> runs = contenders;
-      runs.push_back({"ar", 0});
+      runs.push_back(reference_candidate());
       const CheckOutcome outcome = decide_check(
           contenders, run_candidates(config, runs, prompts, options.calibration.n_predict));
       CostMeasurements& m = t.measurements;

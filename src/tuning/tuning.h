@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "tuning/cost_model.h"
 #include "decode/strategy.h"
+#include "tuning/cost_model.h"
 
 namespace parspec {
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <regex>
 
+#include "bench/prompt_sets.h"
 #include "bench/report.h"
 #include "core/error.h"
 #include "test_helpers.h"
@@ -74,11 +75,11 @@ TEST(BenchReport, AggregatesSumsThenRatios) {
   const auto results = aggregate_runs(sample_runs(), kStrategies, kSets);
   const BenchResult& ar = find_result(results, "ar", "code");
   EXPECT_EQ(ar.runs, 2);
-  EXPECT_EQ(ar.n_gen, 200);
+  EXPECT_EQ(ar.total.n_gen, 200);
   EXPECT_DOUBLE_EQ(ar.tok_per_s(), 100.0);
   EXPECT_DOUBLE_EQ(ar.speedup, 1.0);
   EXPECT_DOUBLE_EQ(ar.tau(), 1.0);
-  EXPECT_EQ(ar.drafted, 0);
+  EXPECT_EQ(ar.total.drafted, 0);
   EXPECT_DOUBLE_EQ(ar.alpha(), 0.0);
 
   const BenchResult& sd = find_result(results, "sd", "code");
@@ -89,9 +90,9 @@ TEST(BenchReport, AggregatesSumsThenRatios) {
   EXPECT_DOUBLE_EQ(sd.alpha(), 0.75);        // 120 accepted of 160 drafted
   EXPECT_DOUBLE_EQ(sd.t_draft_ms(), 200.0 / 80.0);
   EXPECT_DOUBLE_EQ(sd.t_verify_ms(), 600.0 / 80.0);
-  EXPECT_DOUBLE_EQ(sd.t_draft_ms_total, 200.0);
-  EXPECT_EQ(sd.draft_forwards, 160);
-  EXPECT_EQ(sd.target_forwards, 80);
+  EXPECT_DOUBLE_EQ(sd.total.t_draft_ms, 200.0);
+  EXPECT_EQ(sd.total.draft_forwards, 160);
+  EXPECT_EQ(sd.total.target_forwards, 80);
   const std::vector<double> positions = sd.position_acceptance();
   ASSERT_EQ(positions.size(), 2u);
   EXPECT_DOUBLE_EQ(positions[0], 70.0 / 80.0);
@@ -115,16 +116,16 @@ TEST(BenchReport, AllRowUsesTotalsOverEverySet) {
 
   const BenchResult& ar = find_result(results, "ar", "all");
   const BenchResult& sd = find_result(results, "sd", "all");
-  EXPECT_EQ(ar.n_gen, 250);
+  EXPECT_EQ(ar.total.n_gen, 250);
   EXPECT_DOUBLE_EQ(ar.tok_per_s(), 100.0);
-  EXPECT_EQ(sd.n_gen, 250);
+  EXPECT_EQ(sd.total.n_gen, 250);
   EXPECT_DOUBLE_EQ(sd.tok_per_s(), 250.0 / 1.4);
   EXPECT_DOUBLE_EQ(sd.speedup, (250.0 / 1.4) / 100.0);
   EXPECT_DOUBLE_EQ(sd.tau(), 250.0 / 105.0);
   EXPECT_DOUBLE_EQ(sd.alpha(), 145.0 / 210.0);
   // Positions summed with the longer list extended.
-  ASSERT_EQ(sd.position_proposed, (std::vector<int64_t>{105, 100, 5}));
-  ASSERT_EQ(sd.position_accepted, (std::vector<int64_t>{90, 55, 0}));
+  ASSERT_EQ(sd.total.per_position.proposed, (std::vector<int64_t>{105, 100, 5}));
+  ASSERT_EQ(sd.total.per_position.accepted, (std::vector<int64_t>{90, 55, 0}));
 }
 
 TEST(BenchReport, SingleSetHasNoAllRowAndMissingArGivesNoSpeedup) {

@@ -18,11 +18,11 @@ BenchResult row(const std::string& strategy, int64_t n_gen, double t_gen_ms, int
   r.strategy = strategy;
   r.prompt_set = set;
   r.runs = 1;
-  r.n_gen = n_gen;
-  r.t_gen_ms = t_gen_ms;
-  r.verify_steps = steps;
-  r.t_draft_ms_total = t_draft_ms;
-  r.t_verify_ms_total = t_verify_ms;
+  r.total.n_gen = n_gen;
+  r.total.t_gen_ms = t_gen_ms;
+  r.total.verify_steps = steps;
+  r.total.t_draft_ms = t_draft_ms;
+  r.total.t_verify_ms = t_verify_ms;
   return r;
 }
 
@@ -104,7 +104,7 @@ TEST(BenchVerdict, ArFastestAndNoLosers) {
   BenchReport report;
   report.results = {row("ar", 100, 1000, 100), row("sd", 100, 1000, 40)};
   for (BenchResult& r : report.results) r.speedup = r.tok_per_s() / 100.0;
-  report.results[1].t_gen_ms = 1250;  // 0.8x
+  report.results[1].total.t_gen_ms = 1250;  // 0.8x
   report.results[1].speedup = 0.8;
   const std::string slower = bench_verdict(report);
   EXPECT_EQ(
@@ -112,7 +112,7 @@ TEST(BenchVerdict, ArFastestAndNoLosers) {
       << slower;
   EXPECT_NE(slower.find("- time outside drafting and verifying"), std::string::npos) << slower;
 
-  report.results[1].t_gen_ms = 800;
+  report.results[1].total.t_gen_ms = 800;
   report.results[1].speedup = 1.25;
   const std::string faster = bench_verdict(report);
   EXPECT_EQ(faster.find("why the slower ones lose"), std::string::npos) << faster;
@@ -120,8 +120,8 @@ TEST(BenchVerdict, ArFastestAndNoLosers) {
   EXPECT_EQ(faster.find("note:"), std::string::npos) << faster;
 
   // A verification of 3 tokens in 8 ms against ar's 10 ms per token.
-  report.results[1].drafted = 80;
-  report.results[1].t_verify_ms_total = 320;
+  report.results[1].total.drafted = 80;
+  report.results[1].total.t_verify_ms = 320;
   const std::string slow_ar = bench_verdict(report);
   EXPECT_NE(slow_ar.find("note: sd verified about 3.0 tokens per forward in 0.80 ar steps"),
             std::string::npos)

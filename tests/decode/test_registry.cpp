@@ -3,7 +3,10 @@
 // against the model they wrap.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "bench/runner.h"
 #include "core/error.h"
@@ -20,21 +23,28 @@ using testing_support::ModelPair;
 using testing_support::TempDir;
 
 TEST(StrategyRegistry, ListsTheStrategiesInBenchmarkOrder) {
-  EXPECT_EQ(strategy_names(),
-            (std::vector<std::string>{"ar", "sd", "tree", "dyntree", "pearl", "easyspec", "auto",
-                                      "ppd", "pp", "stpp", "pipedec", "specinfer", "cosine"}));
-  EXPECT_EQ(strategy_list(),
-            "ar, sd, tree, dyntree, pearl, easyspec, auto, ppd, pp, stpp, pipedec, specinfer, "
-            "cosine");
+  // The built-in strategies in this order; one added later may stand anywhere.
+  const std::vector<std::string> built_in = {"ar",       "sd",        "tree",  "dyntree", "pearl",
+                                             "easyspec", "auto",      "ppd",   "pp",      "stpp",
+                                             "pipedec",  "specinfer", "cosine"};
+  std::vector<std::string> listed;
+  for (const std::string& name : strategy_names())
+    if (std::find(built_in.begin(), built_in.end(), name) != built_in.end()) listed.push_back(name);
+  EXPECT_EQ(listed, built_in);
+  EXPECT_EQ(std::set<std::string>(strategy_names().begin(), strategy_names().end()).size(),
+            strategy_names().size());
+  EXPECT_EQ(strategy_list().rfind("ar, sd, tree, dyntree, pearl, easyspec, auto, ppd, pp, ", 0),
+            0u);
   for (const StrategyInfo& info : strategy_registry()) {
-    // auto without a draft model is ar; ppd's guesses come from the target
-    // itself; pp is ar on a pipeline.
-    EXPECT_EQ(info.needs_draft,
-              info.name != "ar" && info.name != "auto" && info.name != "ppd" && info.name != "pp")
-        << info.name;
     EXPECT_FALSE(info.summary.empty()) << info.name;
     EXPECT_TRUE(info.make != nullptr) << info.name;
   }
+  // auto without a draft model is ar; ppd's guesses come from the target
+  // itself; pp is ar on a pipeline.
+  for (const std::string& name : built_in)
+    EXPECT_EQ(strategy_info(name).needs_draft,
+              name != "ar" && name != "auto" && name != "ppd" && name != "pp")
+        << name;
   try {
     strategy_info("medusa");
     FAIL() << "an unknown name was accepted";
@@ -78,10 +88,11 @@ TEST(StrategyRegistry, OptionsWriteTheConfigTheStrategyReads) {
     if (o.flag == "--pearl-window") o.set(c, 5);
     if (o.flag == "--no-post-verify") o.set(c, true);
   }
-  EXPECT_EQ(c.pearl_window, 5);
-  EXPECT_FALSE(c.post_verify);
-  EXPECT_TRUE(c.pre_verify);
-  EXPECT_EQ(c.draft_max, StrategyConfig().draft_max);  // --draft-max is sd's alone
+  // PEARL's options are its own: kept by JSON key, unset ones at their defaults.
+  EXPECT_EQ(std::get<int>(c.options.at("pearl_window")), 5);
+  EXPECT_TRUE(std::get<bool>(c.options.at("no_post_verify")));
+  EXPECT_EQ(c.options.count("no_pre_verify"), 0u);
+  EXPECT_EQ(c.draft_max, StrategyConfig().draft_max);  // --draft-max is not pearl's
 
   // A later strategy's own option lives in StrategyConfig::options.
   const StrategyOption groups = option_entry("--layer-groups", "layer_groups", "G", "groups", 2);
@@ -120,6 +131,138 @@ TEST(StrategyRegistry, SpecsSetTheirOptions) {
   EXPECT_EQ(c.name, "tree");
   EXPECT_EQ(c.tree_depth, 1);
   EXPECT_EQ(c.tree_branch, 3);
+}
+
+TEST(StrategyRegistry, EveryRoleBelongsToOneStrategy) {
+  for (const StrategyRole role :
+       {StrategyRole::reference, StrategyRole::generate_plain, StrategyRole::generate_drafted,
+        StrategyRole::generate_pipeline_plain, StrategyRole::generate_pipeline_drafted,
+        StrategyRole::serve_plain, StrategyRole::serve_drafted}) {
+    int holders = 0;
+    for (const StrategyInfo& info : strategy_registry()) holders += info.has_role(role);
+    EXPECT_EQ(holders, 1) << static_cast<int>(role);
+    // A default without a draft model needs none.
+    if (role == StrategyRole::generate_plain || role == StrategyRole::generate_pipeline_plain ||
+        role == StrategyRole::serve_plain || role == StrategyRole::reference) {
+      EXPECT_FALSE(strategy_for(role).needs_draft) << strategy_for(role).name;
+    }
+  }
+  EXPECT_EQ(reference_strategy_name(), "ar");
+  EXPECT_EQ(strategy_for(StrategyRole::generate_drafted).name, "auto");
+  EXPECT_EQ(strategy_for(StrategyRole::generate_pipeline_plain).name, "pp");
+  EXPECT_EQ(strategy_for(StrategyRole::generate_pipeline_drafted).name, "pipedec");
+  EXPECT_EQ(strategy_for(StrategyRole::serve_drafted).name, "sd");
+  EXPECT_TRUE(strategy_for(StrategyRole::serve_plain).served);
+  EXPECT_TRUE(strategy_for(StrategyRole::serve_drafted).served);
+}
+
+TEST(StrategyRegistry, FactsTheToolsAndTheRuntimeAsk) {
+  const auto with = [](const std::vector<std::string>& names, bool (*fact)(const StrategyInfo&)) {
+    for (const char* name : {"ar", "sd", "tree", "dyntree", "pearl", "easyspec", "auto", "ppd",
+                             "pp", "stpp", "pipedec", "specinfer", "cosine"}) {
+      const bool expected = std::find(names.begin(), names.end(), name) != names.end();
+      EXPECT_EQ(fact(strategy_info(name)), expected) << name;
+    }
+  };
+  with({"ar", "sd", "tree", "dyntree", "specinfer", "cosine"},
+       [](const StrategyInfo& i) { return i.served; });
+  with({"specinfer", "cosine"}, [](const StrategyInfo& i) { return i.takes_drafter_pool; });
+  with({"cosine"}, [](const StrategyInfo& i) { return i.uses_request_scheduler; });
+  with({"auto"}, [](const StrategyInfo& i) { return !i.mpirun_refusal.empty(); });
+  with({"pearl"}, [](const StrategyInfo& i) { return i.measured_setting != nullptr; });
+  with({"easyspec"}, [](const StrategyInfo& i) { return i.drafts_on_ranks; });
+  with({"ar", "sd", "tree", "dyntree", "pearl"},
+       [](const StrategyInfo& i) { return i.cost != nullptr; });
+  EXPECT_EQ(strategy_names_where([](const StrategyInfo& i) { return i.takes_drafter_pool; }),
+            "specinfer and cosine");
+  for (const StrategyInfo& info : strategy_registry()) {
+    // The request scheduler is the server's: only a served strategy uses it.
+    if (info.uses_request_scheduler) {
+      EXPECT_TRUE(info.served) << info.name;
+    }
+    if (info.takes_drafter_pool) {
+      EXPECT_TRUE(info.needs_draft) << info.name;
+    }
+  }
+  // PEARL measures its window unless given one, so a pipeline of ranks needs it given.
+  const StrategyInfo& pearl = strategy_info("pearl");
+  StrategyConfig c;
+  c.name = "pearl";
+  EXPECT_EQ(pearl.measured_setting(c), "--pearl-window N or pearl:N");
+  apply_strategy_spec(parse_strategy_spec("pearl:3"), c);
+  EXPECT_EQ(pearl.measured_setting(c), "");
+}
+
+// The string literals of C++ source text that equal one of `names`, as
+// "LINE: \"literal\"" (comments, character literals and raw strings skipped).
+std::vector<std::string> name_literals(const std::string& text,
+                                       const std::vector<std::string>& names) {
+  std::vector<std::string> found;
+  int line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (ch == '\n') {
+      ++line;
+    } else if (text.compare(i, 2, "//") == 0) {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (text.compare(i, 2, "/*") == 0) {
+      const size_t end = text.find("*/", i + 2);
+      const size_t stop = end == std::string::npos ? text.size() : end + 1;
+      for (; i < stop; ++i) line += text[i] == '\n';
+    } else if (ch == 'R' && text.compare(i + 1, 1, "\"") == 0) {
+      const size_t open = text.find('(', i);
+      const std::string close = ")" + text.substr(i + 2, open - i - 2) + "\"";
+      const size_t end = text.find(close, open);
+      const size_t stop = end == std::string::npos ? text.size() : end + close.size() - 1;
+      for (; i < stop; ++i) line += text[i] == '\n';
+    } else if (ch == '\'' || ch == '"') {
+      std::string literal;
+      for (++i; i < text.size() && text[i] != ch && text[i] != '\n'; ++i) {
+        if (text[i] == '\\') literal += text[i++];
+        literal += text[i];
+      }
+      if (ch == '"' && std::find(names.begin(), names.end(), literal) != names.end())
+        found.push_back(std::to_string(line) + ": \"" + literal + "\"");
+    }
+  }
+  return found;
+}
+
+TEST(StrategyRegistry, TheLiteralScanFindsNamesInCodeOnly) {
+  const std::vector<std::string> names = {"ar", "sd"};
+  EXPECT_EQ(
+      name_literals("if (name == \"sd\") {}  // not \"ar\"\n/* \"ar\"\n */ x = \"ar\";\n", names),
+      (std::vector<std::string>{"1: \"sd\"", "3: \"ar\""}));
+  EXPECT_TRUE(name_literals("f(\"sd:3\", 'a', \"--ar\", R\"(\"sd\")\");", names).empty());
+  EXPECT_EQ(name_literals("s = \"a\\\"\"; t = \"sd\";", names),
+            (std::vector<std::string>{"1: \"sd\""}));
+}
+
+// Strategies decide for themselves: the tools, the server, the MPI runtime and
+// the cost model ask the registry (its roles, facts and cost families)
+// instead of naming a strategy.
+TEST(StrategyRegistry, NoStrategyIsNamedOutsideTheStrategies) {
+  std::vector<std::string> found;
+  size_t files = 0;
+  for (const char* folder : {"src/tools", "src/serve", "src/mpi", "src/tuning"}) {
+    const std::filesystem::path root = std::filesystem::path(PARSPEC_SOURCE_DIR) / folder;
+    ASSERT_TRUE(std::filesystem::is_directory(root)) << root;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+      const std::string ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".h")) continue;
+      ++files;
+      std::ifstream in(entry.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      for (const std::string& hit : name_literals(text.str(), strategy_names()))
+        found.push_back(std::filesystem::relative(entry.path(), PARSPEC_SOURCE_DIR).string() + ":" +
+                        hit);
+    }
+  }
+  EXPECT_GT(files, 10u);
+  std::string report;
+  for (const std::string& f : found) report += "\n  " + f;
+  EXPECT_TRUE(found.empty()) << "strategy names outside src/strategies:" << report;
 }
 
 TEST(Accounting, ObserveStepCountsProposalsAndPositions) {

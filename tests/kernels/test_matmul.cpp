@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "kernels/isa.h"
 #include "kernels/kquants.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
@@ -251,7 +252,8 @@ TEST(MatmulBatchInvariance, DuplicateRowsGiveIdenticalResults) {
 // The AVX-VNNI build of the Q4_0/Q8_0 kernels gives the AVX2 build's results
 // bit for bit (both sum exact integers), for any batch size.
 TEST(MatmulVnni, BitIdenticalToAvx2) {
-  if (!matmul_use_vnni(true)) GTEST_SKIP() << "this CPU has no AVX-VNNI";
+  const Isa saved = active_isa();
+  if (!set_active_isa(Isa::kAvxVnni)) GTEST_SKIP() << "this CPU has no AVX-VNNI";
   Worker worker(1);
   for (DType type : {DType::Q4_0, DType::Q8_0}) {
     const int64_t n_in = 512, n_out = 37;
@@ -260,18 +262,18 @@ TEST(MatmulVnni, BitIdenticalToAvx2) {
       // Large and tiny rows alike quantize to quants up to ±127: the int16 bounds of AVX2.
       const std::vector<float> x = gaussian_values(M * n_in, 11 + static_cast<uint32_t>(M), 3.0f);
       std::vector<float> with_vnni(M * n_out), with_avx2(M * n_out);
-      ASSERT_TRUE(matmul_use_vnni(true));
-      EXPECT_TRUE(matmul_vnni_active());
+      ASSERT_TRUE(set_active_isa(Isa::kAvxVnni));
+      EXPECT_EQ(active_isa(), Isa::kAvxVnni);
       matmul(worker, t.w, x.data(), M, with_vnni.data());
-      matmul_use_vnni(false);
-      EXPECT_FALSE(matmul_vnni_active());
+      ASSERT_TRUE(set_active_isa(Isa::kAvx2));
+      EXPECT_EQ(active_isa(), Isa::kAvx2);
       matmul(worker, t.w, x.data(), M, with_avx2.data());
       EXPECT_EQ(std::memcmp(with_vnni.data(), with_avx2.data(), with_vnni.size() * sizeof(float)),
                 0)
           << label(type, n_in, n_out, M);
     }
   }
-  matmul_use_vnni(true);
+  set_active_isa(saved);
 }
 
 }  // namespace

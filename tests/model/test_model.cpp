@@ -218,11 +218,8 @@ TEST_P(ModelTest, LayerRangesComposeToTheFullForward) {
 // mapping.
 TEST_P(ModelTest, CopiedWeightsGiveTheMappedLogitsBitwise) {
   const std::string path = dir_.file("m.gguf");
-  set_weight_loading(WeightLoading::kCopy);
-  const auto copied = Model::load(path);
-  set_weight_loading(WeightLoading::kMap);
-  const auto mapped = Model::load(path);
-  set_weight_loading(WeightLoading::kAuto);
+  const auto copied = Model::load(path, WeightLoading::kCopy);
+  const auto mapped = Model::load(path, WeightLoading::kMap);
   EXPECT_TRUE(copied->gguf().copied());
   EXPECT_FALSE(mapped->gguf().copied());
   EXPECT_EQ(copied->repacked_bytes() > 0,
@@ -250,13 +247,11 @@ TEST(ModelRepack, EnvironmentTurnsRepackingOff) {
       const bool k_quant = type == DType::Q4_K || type == DType::Q6_K;
       const std::string path = testing_support::write_model(
           dir, "m.gguf", spec_of("llama", type, k_quant ? 256 : 64, tied));
-      set_weight_loading(WeightLoading::kCopy);
       unsetenv("PARSPEC_REPACK");
-      const auto repacked = Model::load(path);
+      const auto repacked = Model::load(path, WeightLoading::kCopy);
       setenv("PARSPEC_REPACK", "0", 1);
-      const auto plain = Model::load(path);
+      const auto plain = Model::load(path, WeightLoading::kCopy);
       unsetenv("PARSPEC_REPACK");
-      set_weight_loading(WeightLoading::kAuto);
       EXPECT_EQ(plain->repacked_bytes(), 0u);
       // The output matrix (tied: the embeddings) and every layer's matrices.
       EXPECT_EQ(repacked->repacked_bytes(),
@@ -283,10 +278,8 @@ TEST(ModelRepack, EnvironmentTurnsRepackingOff) {
 // matrix): the addresses stay, so the logits are the mapping's, bit for bit.
 TEST_P(ModelTest, HeldLayersGiveTheMappedLogitsBitwise) {
   const std::string path = dir_.file("m.gguf");
-  set_weight_loading(WeightLoading::kMap);
-  const auto held = Model::load(path);
-  const auto mapped = Model::load(path);
-  set_weight_loading(WeightLoading::kAuto);
+  const auto held = Model::load(path, WeightLoading::kMap);
+  const auto mapped = Model::load(path, WeightLoading::kMap);
   held->hold_in_memory(1, held->config().n_layer, true);
   EXPECT_GT(held->gguf().held_bytes(), 0u);
   EXPECT_EQ(mapped->gguf().held_bytes(), 0u);

@@ -73,13 +73,13 @@ TEST(ZooExactness, EveryStrategyReproducesArOnTheBundledModels) {
     if (name == "ar") continue;
     StrategyConfig c = base;
     c.name = name;
-    c.pearl_window = 4;
+    c.options["pearl_window"] = 4;
     variants.push_back(c);
   }
   variants.push_back(base);
   variants.back().name = "sd";
   variants.back().draft_max = 8;
-  variants.back().adaptive = true;
+  variants.back().options["adaptive_draft"] = true;
   // The pool strategies on the whole zoo: the general and the three domain drafters.
   for (const char* name : {"specinfer", "cosine"}) {
     variants.push_back(base);
@@ -176,7 +176,7 @@ TEST_P(ZooReference, TokensAndLogitsMatchTheTrainersForwardPass) {
 INSTANTIATE_TEST_SUITE_P(Zoo, ZooReference,
                          ::testing::Values("target.gguf", "draft.gguf", "draft-code.gguf",
                                            "draft-prose.gguf", "draft-math.gguf", "draft-deep.gguf",
-                                           "target-chat.gguf"),
+                                           "target-chat.gguf", "draft-chat.gguf"),
                          [](const auto& param_info) {
                            std::string name = param_info.param;
                            name = name.substr(0, name.find('.'));

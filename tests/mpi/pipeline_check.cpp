@@ -32,7 +32,7 @@ std::vector<StrategyConfig> variants() {
   std::vector<StrategyConfig> v = testing_support::pipeline_strategy_variants();
   StrategyConfig c;
   c.name = "pearl";
-  c.pearl_window = 3;
+  c.options["pearl_window"] = 3;
   v.push_back(c);
   c = StrategyConfig();
   c.name = "sd";

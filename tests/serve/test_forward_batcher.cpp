@@ -8,8 +8,10 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "decode/local_model.h"
 #include "decode/registry.h"
+#include "model/executor.h"
 #include "model/model.h"
 #include "serve/forward_batcher.h"
 #include "serve/request_scheduler.h"
@@ -110,13 +112,52 @@ TEST(ForwardMulti, RefusesTwoBatchesOnOneCache) {
   EXPECT_THROW(pair.target->forward_multi(worker, both), Error);
 }
 
+// The batcher is a ForwardExecutor: a multi-sequence forward from one thread
+// goes into a round as one forward and gives every sequence its solo logits;
+// layer pieces are refused.
+TEST(ForwardBatcherExecutor, ForwardMultiFromOneThreadGivesSoloLogits) {
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", DType::Q8_0, DType::Q4_0, 300, 3);
+  const Model& model = *pair.target;
+  Worker worker(2);
+  CpuExecutor cpu(worker);
+  ForwardBatcher batcher(cpu, 64, nullptr, &model);
+  constexpr int kSequences = 3;
+  std::vector<std::unique_ptr<KvCache>> solo, batched;
+  std::vector<Batch> batches;
+  std::vector<std::vector<float>> expected;
+  for (int s = 0; s < kSequences; ++s) {
+    solo.push_back(std::make_unique<KvCache>(model.config(), 64));
+    batched.push_back(std::make_unique<KvCache>(model.config(), 64));
+    commit_prefix(model, worker, *solo[s], prefix(s));
+    commit_prefix(model, worker, *batched[s], prefix(s));
+    batches.push_back(batch_for(s, solo[s]->n_committed()));
+    expected.push_back(cpu.forward(model, batches[s], *solo[s]));
+  }
+  std::vector<Model::SequenceBatch> sequences;
+  for (int s = 0; s < kSequences; ++s) sequences.push_back({&batches[s], batched[s].get()});
+  ForwardExecutor& executor = batcher;
+  batcher.join();
+  const std::vector<std::vector<float>> got = executor.forward_multi(model, sequences);
+  batcher.leave();
+  ASSERT_EQ(got.size(), static_cast<size_t>(kSequences));
+  for (int s = 0; s < kSequences; ++s) EXPECT_TRUE(got[s] == expected[s]) << "sequence " << s;
+  const ForwardBatcher::Stats st = batcher.stats();
+  EXPECT_EQ(st.rounds, 1);
+  EXPECT_EQ(st.passes, 1);
+  EXPECT_EQ(st.sequence_forwards, kSequences);
+  std::vector<float> hidden(static_cast<size_t>(model.config().n_embd));
+  EXPECT_THROW(executor.mlp_block(model, 0, 1, hidden.data()), Error);
+}
+
 // A joined thread with nothing to run waits for the next target pass without
 // holding up the rounds of the others; alone, it goes on at once.
 TEST(ForwardBatcherWait, WaitsForTheNextTargetPassWithoutStallingRounds) {
   TempDir dir;
   const ModelPair pair = make_model_pair(dir, "llama", DType::Q8_0, DType::Q4_0, 300, 5);
   Worker worker(1);
-  ForwardBatcher batcher(worker, 64, nullptr, pair.target.get());
+  CpuExecutor executor(worker);
+  ForwardBatcher batcher(executor, 64, nullptr, pair.target.get());
   batcher.join();
   batcher.wait_for_target_pass();  // alone: no pass can come
   EXPECT_EQ(batcher.stats().target_passes, 0);
@@ -146,7 +187,8 @@ TEST(ForwardBatcherWait, WaitingDrafterDraftsBesideTheNextTargetPass) {
   TempDir dir;
   const ModelPair pair = make_model_pair(dir, "llama", DType::Q8_0, DType::Q4_0, 300, 5);
   Worker worker(1), draft_worker(1);
-  ForwardBatcher batcher(worker, 64, &draft_worker, pair.target.get());
+  CpuExecutor executor(worker), draft_executor(draft_worker);
+  ForwardBatcher batcher(executor, 64, &draft_executor, pair.target.get());
   batcher.join();
   batcher.join();
   Batch b;
@@ -205,9 +247,12 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
   }
 
   Worker draft_worker(1);
+  CpuExecutor executor(worker), draft_executor(draft_worker);
   // Small budget: prompts are split over rounds.
-  ForwardBatcher batcher(worker, 64, GetParam().pipelined ? &draft_worker : nullptr,
+  ForwardBatcher batcher(executor, 64, GetParam().pipelined ? &draft_executor : nullptr,
                          pair.target.get());
+  // The batcher's threads exist from here on: rounds start none.
+  const uint64_t threads_before = threads_started();
   SchedulerOptions scheduling;
   scheduling.model.target_ms = {1.0, 1.5, 2.0};
   scheduling.model.draft_token_ms = 0.5;
@@ -220,14 +265,14 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
   // All join before the first forward, so the first round holds every prompt.
   for (int r = 0; r < kRequests; ++r) batcher.join();
   for (int r = 0; r < kRequests; ++r) {
-    threads.emplace_back([&, r] {
+    threads.push_back(start_thread("request", [&, r] {
       try {
         StrategyConfig c = base;
         c.make_target = [&](const StrategyConfig& cc) -> std::unique_ptr<Target> {
-          return std::make_unique<BatchedTarget>(cc.target, batcher, nullptr);
+          return std::make_unique<LocalTarget>(cc.target, batcher);
         };
         c.make_drafter = [&](const StrategyConfig& cc) -> std::unique_ptr<Drafter> {
-          return std::make_unique<BatchedDrafter>(cc.draft, batcher);
+          return std::make_unique<ModelDrafter>(cc.draft, batcher);
         };
         const int id = scheduler.add();
         if (GetParam().scheduled)
@@ -244,9 +289,12 @@ TEST_P(BatchedStrategies, ConcurrentRequestsEqualSoloRuns) {
         errors[r] = e.what();
       }
       batcher.leave();
-    });
+    }));
   }
   for (std::thread& t : threads) t.join();
+  // Only the requests' own threads were started, however many rounds ran
+  // (overlapped ones included) and however many pool calls the strategies made.
+  EXPECT_EQ(threads_started(), threads_before + kRequests);
   for (int r = 0; r < kRequests; ++r) {
     EXPECT_EQ(errors[r], "");
     EXPECT_EQ(batched[r], solo[r]) << "request " << r << " differs from its solo run";

@@ -62,7 +62,7 @@ TEST_F(ServeClients, OpenAiNodeClient) {
     GTEST_SKIP() << "the npm package openai is not in " << modules
                  << " (scripts/install-deps.sh installs it)";
   const auto r =
-      run_command("node " + kSource + "/tests/tools/serve_openai_client.cjs " + modules +
+      run_command("node " + kSource + "/tests/serve/serve_openai_client.cjs " + modules +
                   " http://127.0.0.1:" + std::to_string(server_->port()) + "/v1 unused-key 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output << "\n" << server_->log();
   const json got = json::parse(r.output);
@@ -98,7 +98,7 @@ TEST_F(ServeClients, ChromiumPageStreamsTheAnswer) {
       (std::filesystem::path(PARSPEC_BINARY).parent_path() / "serve-page.png").string();
   std::filesystem::remove(png);
   const auto dom =
-      run_command("timeout 300 node " + kSource + "/tests/tools/serve_page_browser.cjs '" + url +
+      run_command("timeout 300 node " + kSource + "/tests/serve/serve_page_browser.cjs '" + url +
                   "' " + png + " " + dir_.file("profile") + " 2>&1");
   ASSERT_EQ(dom.exit_code, 0) << dom.output;
   EXPECT_TRUE(std::filesystem::exists(png) && std::filesystem::file_size(png) > 1000);

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "strategies/cosine/cosine.h"
 #include "strategies/pool/routing.h"
 #include "decode/strategy.h"
@@ -252,6 +253,33 @@ TEST(PoolStrategies, GreedyOutputEqualsAutoregressive) {
       }
     }
   }
+}
+
+// Drafters on workers of their own draft at the same time on threads the pool
+// keeps: steps and requests start no thread, nor does a later strategy that
+// borrows the same threads again.
+TEST(PoolStrategies, ConcurrentDraftingStartsNoThreadPerStep) {
+  const Pool pool(300, 11);
+  Worker worker(1), w0(1), w1(1), w2(1);
+  StrategyConfig c = pool.config("cosine", worker);
+  c.ctx_size = 128;
+  c.draft_max = 4;
+  c.drafter_workers = {&w0, &w1, &w2};
+  GenerationRequest req;
+  req.n_predict = 20;
+  req.sampling.temp = 0;
+  req.prompt = prompts(1)[0];
+  make_strategy(c)->generate(req);  // the pool's threads are started (or borrowed) here
+  const uint64_t before = threads_started();
+  for (int round = 0; round < 2; ++round) {
+    const auto strategy = make_strategy(c);
+    for (const auto& prompt : prompts(3)) {
+      req.prompt = prompt;
+      const GenerationResult got = strategy->generate(req);
+      EXPECT_GT(got.stats.verify_steps, 1);
+    }
+  }
+  EXPECT_EQ(threads_started(), before);
 }
 
 TEST(PoolStrategies, RoutingLearnsWhichDrafterAgreesWithTheTarget) {

@@ -15,10 +15,10 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "strategies/pearl/pearl_engine.h"
 #include "decode/strategy.h"
 #include "model/model.h"
 #include "stats_helpers.h"
+#include "strategies/pearl/pearl_engine.h"
 #include "test_helpers.h"
 
 namespace parspec {
@@ -655,9 +655,9 @@ TEST_F(PearlStrategy, GreedyOutputEqualsArInEveryModeWindowAndPlacement) {
           for (Worker* dw : {&target_worker_, &draft_worker}) {
             StrategyConfig c = base_;
             c.name = "pearl";
-            c.pre_verify = pre;
-            c.post_verify = post;
-            c.pearl_window = window;
+            c.options["no_pre_verify"] = !pre;
+            c.options["no_post_verify"] = !post;
+            c.options["pearl_window"] = window;
             c.draft_worker = dw;
             const std::string what = "pre " + std::to_string(pre) + " post " +
                                      std::to_string(post) + " window " + std::to_string(window) +
@@ -686,7 +686,7 @@ TEST_F(PearlStrategy, GreedyOutputEqualsArInEveryModeWindowAndPlacement) {
 TEST_F(PearlStrategy, MeasuresTheWindowWhenNoneIsGiven) {
   StrategyConfig c = base_;
   c.name = "pearl";
-  c.pearl_window = 0;
+  c.options["pearl_window"] = 0;
   auto pearl = make_strategy(c);
   GenerationRequest req;
   req.prompt = test_prompt(3);
@@ -701,7 +701,7 @@ TEST_F(PearlStrategy, MeasuresTheWindowWhenNoneIsGiven) {
 TEST_F(PearlStrategy, SampledRunsAreReproducibleAndStopAtStopTokens) {
   StrategyConfig c = base_;
   c.name = "pearl";
-  c.pearl_window = 4;
+  c.options["pearl_window"] = 4;
   auto pearl = make_strategy(c);
   GenerationRequest req;
   req.prompt = test_prompt(1);
@@ -731,7 +731,7 @@ TEST_F(PearlStrategy, RunsWithBothModelsPinnedToOneCore) {
   Worker pinned{1, {core}};  // the resource-competition placement: the drafter gets its
   StrategyConfig c = base_;  // own worker on the same core
   c.name = "pearl";
-  c.pearl_window = 3;
+  c.options["pearl_window"] = 3;
   c.target_worker = &pinned;
   c.draft_worker = &pinned;
   GenerationRequest req;

@@ -11,10 +11,10 @@
 #include <variant>
 
 #include "core/error.h"
-#include "strategies/ppd/ppd_prompts.h"
 #include "decode/strategy.h"
 #include "model/model.h"
 #include "stats_helpers.h"
+#include "strategies/ppd/ppd_prompts.h"
 #include "test_helpers.h"
 
 namespace parspec {
@@ -43,7 +43,7 @@ std::vector<StrategyConfig> strategy_variants() {
   v.push_back(c);
   c.draft_max = 4;
   v.push_back(c);
-  c.adaptive = true;
+  c.options["adaptive_draft"] = true;
   c.draft_max = 8;
   v.push_back(c);
   c = StrategyConfig();
@@ -61,20 +61,20 @@ std::vector<StrategyConfig> strategy_variants() {
   c.tree_width = 6;
   c.tree_branch = 3;
   v.push_back(c);
-  c.tree_verify_depth = 2;  // deeper levels survive to the next step
+  c.options["tree_verify_depth"] = 2;  // deeper levels survive to the next step
   v.push_back(c);
   // PEARL: both halves, and each ablation (the window is fixed: measuring it
   // would make the runs depend on the machine's load).
   c = StrategyConfig();
   c.name = "pearl";
-  c.pearl_window = 3;
+  c.options["pearl_window"] = 3;
   v.push_back(c);
-  c.pearl_window = 4;
-  c.pre_verify = false;
+  c.options["pearl_window"] = 4;
+  c.options["no_pre_verify"] = true;
   v.push_back(c);
-  c.pearl_window = 2;
-  c.pre_verify = true;
-  c.post_verify = false;
+  c.options["pearl_window"] = 2;
+  c.options["no_pre_verify"] = false;
+  c.options["no_post_verify"] = true;
   v.push_back(c);
   // EasySpec: the test drafts have two layers, grouped into one fuzzy group;
   // chain and tree, each calibration policy.
@@ -133,12 +133,9 @@ std::string describe(const StrategyConfig& c) {
           options += text.str();
         },
         value);
-  return c.name + options + " (draft_max " + std::to_string(c.draft_max) +
-         (c.adaptive ? " adaptive" : "") + ", p_min " + std::to_string(c.draft_p_min) + ", depth " +
-         std::to_string(c.tree_depth) + ", branch " + std::to_string(c.tree_branch) + ", width " +
-         std::to_string(c.tree_width) + ", verify depth " + std::to_string(c.tree_verify_depth) +
-         ", pearl window " + std::to_string(c.pearl_window) +
-         (c.pre_verify ? "" : " no-pre-verify") + (c.post_verify ? "" : " no-post-verify") + ")";
+  return c.name + options + " (draft_max " + std::to_string(c.draft_max) + ", p_min " +
+         std::to_string(c.draft_p_min) + ", depth " + std::to_string(c.tree_depth) + ", branch " +
+         std::to_string(c.tree_branch) + ", width " + std::to_string(c.tree_width) + ")";
 }
 
 std::vector<std::vector<int32_t>> prompts(int n, int n_vocab) {
@@ -222,7 +219,7 @@ TEST(GreedyExactness, StopsAtStopTokensAndLimits) {
   const auto full = make_strategy(c)->generate(req).tokens;
   const int32_t stop = full[3];
   req.is_stop = [stop](int32_t t) { return t == stop; };
-  c.pearl_window = 3;
+  c.options["pearl_window"] = 3;
   for (const char* name : {"ar", "sd", "tree", "dyntree", "pearl", "pp", "stpp", "pipedec"}) {
     c.name = name;
     std::vector<int32_t> streamed;

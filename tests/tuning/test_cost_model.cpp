@@ -13,18 +13,26 @@
 #include <optional>
 
 #include "core/error.h"
-#include "tuning/cost_model.h"
 #include "decode/registry.h"
-#include "tuning/tuning.h"
 #include "model/kv_cache.h"
 #include "sample/sampler.h"
 #include "test_helpers.h"
+#include "tuning/cost_family.h"
+#include "tuning/cost_model.h"
+#include "tuning/tuning.h"
 
 namespace parspec {
 namespace {
 
 using testing_support::TempDir;
 using testing_support::write_model;
+
+Candidate tree_shape(int depth, int branch) {
+  return {"tree", 0, depth, branch, 0};
+}
+Candidate dyntree_shape(int depth, int branch, int width) {
+  return {"dyntree", 0, depth, branch, width};
+}
 
 // L(n) = 10 + (n - 1) ms, draft 2 ms a token, P(first k accepted) = 0.8, 0.6, 0.4, 0.2.
 CostMeasurements hand_made(bool parallel) {
@@ -34,6 +42,28 @@ CostMeasurements hand_made(bool parallel) {
   m.accept_prefix = {0.8, 0.6, 0.4, 0.2};
   m.parallel = parallel;
   return m;
+}
+
+// The cost model knows the families only through the registry: each tuned
+// strategy brings every hook, and each calibration role has one family.
+TEST(CostFamilies, EveryTunedStrategyBringsItsWholeFamily) {
+  for (const StrategyInfo& info : strategy_registry()) {
+    if (info.cost == nullptr) continue;
+    EXPECT_TRUE(info.cost->candidates && info.cost->predict && info.cost->configure &&
+                info.cost->calibration_candidate)
+        << info.name;
+    EXPECT_EQ(info.cost->calibration_candidate(2).strategy, info.name);
+  }
+  for (const CalibrationRole role : {CalibrationRole::reference, CalibrationRole::chain,
+                                     CalibrationRole::tree, CalibrationRole::parallel}) {
+    int families = 0;
+    for (const StrategyInfo& info : strategy_registry())
+      families += info.cost != nullptr && info.cost->calibration == role;
+    EXPECT_EQ(families, 1) << static_cast<int>(role);
+  }
+  EXPECT_EQ(calibrating_strategy(CalibrationRole::reference).name, reference_strategy_name());
+  EXPECT_EQ(reference_candidate().label(), "ar");
+  EXPECT_THROW(cost_family("easyspec"), Error);
 }
 
 TEST(CostModel, PredictsArFromOneTokenLatency) {
@@ -127,7 +157,7 @@ CandidateRuns runs_of(const std::vector<std::vector<double>>& ms) {
 }
 
 TEST(RealRunCheck, RejectsWhatIsNotFasterThanAr) {
-  const std::vector<Candidate> contenders = {{"sd", 2}, Candidate::dyntree(2, 3, 2)};
+  const std::vector<Candidate> contenders = {{"sd", 2}, dyntree_shape(2, 3, 2)};
   const CheckOutcome out =
       decide_check(contenders, runs_of({{100, 110, 90}, {130, 140, 120}, {120, 120, 120}}));
   EXPECT_EQ(out.chosen, "sd:2");
@@ -141,7 +171,7 @@ TEST(RealRunCheck, RejectsWhatIsNotFasterThanAr) {
 }
 
 TEST(RealRunCheck, TheSimplestWithinTheNoiseOfTheFastestIsChosen) {
-  const std::vector<Candidate> contenders = {Candidate::dyntree(2, 3, 2), {"sd", 3}};
+  const std::vector<Candidate> contenders = {dyntree_shape(2, 3, 2), {"sd", 3}};
   // The tree is 4% faster overall, but per prompt the gap swings from -10% to +20%
   // (acceptance differs by prompt): within two standard errors, so sd:3 runs.
   const std::vector<double> tree = {100, 100, 100, 100, 100, 100};
@@ -162,11 +192,10 @@ TEST(RealRunCheck, TheSimplestWithinTheNoiseOfTheFastestIsChosen) {
 TEST(RealRunCheck, SimplerMeansFewerMovingParts) {
   EXPECT_LT(complexity_rank({"ar", 0}), complexity_rank({"sd", 8}));
   EXPECT_LT(complexity_rank({"sd", 2}), complexity_rank({"sd", 3}));
-  EXPECT_LT(complexity_rank({"sd", 8}), complexity_rank(Candidate::tree(1, 2)));
-  EXPECT_LT(complexity_rank(Candidate::tree(2, 2)), complexity_rank(Candidate::dyntree(2, 2, 2)));
-  EXPECT_LT(complexity_rank(Candidate::dyntree(2, 2, 2)),
-            complexity_rank(Candidate::dyntree(2, 3, 3)));
-  EXPECT_LT(complexity_rank(Candidate::dyntree(8, 3, 4)), complexity_rank({"pearl", 1}));
+  EXPECT_LT(complexity_rank({"sd", 8}), complexity_rank(tree_shape(1, 2)));
+  EXPECT_LT(complexity_rank(tree_shape(2, 2)), complexity_rank(dyntree_shape(2, 2, 2)));
+  EXPECT_LT(complexity_rank(dyntree_shape(2, 2, 2)), complexity_rank(dyntree_shape(2, 3, 3)));
+  EXPECT_LT(complexity_rank(dyntree_shape(8, 3, 4)), complexity_rank({"pearl", 1}));
 }
 
 TEST(CostModel, FallsBackToArWithinTheMargin) {
@@ -184,14 +213,14 @@ TEST(CostModel, FallsBackToArWithinTheMargin) {
 
 TEST(CostModel, CandidateConfigsSetTheirParameter) {
   StrategyConfig base;
-  base.adaptive = true;
+  base.options["adaptive_draft"] = true;
   const StrategyConfig sd = config_for_candidate(base, {"sd", 3});
   EXPECT_EQ(sd.name, "sd");
   EXPECT_EQ(sd.draft_max, 3);
-  EXPECT_FALSE(sd.adaptive);
+  EXPECT_FALSE(std::get<bool>(sd.options.at("adaptive_draft")));
   const StrategyConfig pearl = config_for_candidate(base, {"pearl", 5});
   EXPECT_EQ(pearl.name, "pearl");
-  EXPECT_EQ(pearl.pearl_window, 5);
+  EXPECT_EQ(std::get<int>(pearl.options.at("pearl_window")), 5);
 }
 
 // Trees: L(n) = 10 + (n - 1) ms to n = 17, D(n) = 1.5 + n / 2 ms, and at
@@ -207,37 +236,36 @@ CostMeasurements hand_made_trees() {
 }
 
 TEST(CostModel, TreeShapesLevelByLevel) {
-  EXPECT_EQ(tree_level_sizes(Candidate::tree(3, 2)), (std::vector<int>{2, 4, 8}));
-  EXPECT_EQ(tree_level_sizes(Candidate::dyntree(4, 3, 4)), (std::vector<int>{3, 4, 4, 4}));
-  EXPECT_EQ(tree_level_sizes(Candidate::dyntree(2, 2, 3)), (std::vector<int>{2, 3}));
-  EXPECT_EQ(Candidate::tree(3, 2).label(), "tree:d3c2");
-  EXPECT_EQ(Candidate::dyntree(4, 3, 2).label(), "dyntree:d4c3w2");
+  EXPECT_EQ(tree_level_sizes(tree_shape(3, 2)), (std::vector<int>{2, 4, 8}));
+  EXPECT_EQ(tree_level_sizes(dyntree_shape(4, 3, 4)), (std::vector<int>{3, 4, 4, 4}));
+  EXPECT_EQ(tree_level_sizes(dyntree_shape(2, 2, 3)), (std::vector<int>{2, 3}));
+  EXPECT_EQ(tree_shape(3, 2).label(), "tree:d3c2");
+  EXPECT_EQ(dyntree_shape(4, 3, 2).label(), "dyntree:d4c3w2");
 }
 
 TEST(CostModel, PredictsTreesFromPerDepthRankAcceptance) {
   CostMeasurements m = hand_made_trees();
   // tree:d2c2: depth 1 accepts 0.5 + 0.2; depth 2 (0.5 + 0.2) × (0.4 + 0.1) = 0.35.
-  EXPECT_DOUBLE_EQ(expected_tree_accepted(m, Candidate::tree(2, 2)), 1.05);
+  EXPECT_DOUBLE_EQ(expected_tree_accepted(m, tree_shape(2, 2)), 1.05);
   // 6 nodes: D(1) to catch up + D(2) for level 1 + L(7) = 2 + 2.5 + 16 ms.
-  const Prediction full = predict(m, Candidate::tree(2, 2));
+  const Prediction full = predict(m, tree_shape(2, 2));
   EXPECT_DOUBLE_EQ(full.tokens_per_step, 2.05);
   EXPECT_DOUBLE_EQ(full.ms_per_step, 20.5);
   // dyntree:d2c2w2 keeps the 2 likeliest of depth 2's 4 candidates: 0.5 × 0.4 and 0.2 × 0.4.
-  EXPECT_DOUBLE_EQ(expected_tree_accepted(m, Candidate::dyntree(2, 2, 2)), 0.7 + 0.28);
-  EXPECT_DOUBLE_EQ(predict(m, Candidate::dyntree(2, 2, 2)).ms_per_step, 2 + 2.5 + 14);
+  EXPECT_DOUBLE_EQ(expected_tree_accepted(m, dyntree_shape(2, 2, 2)), 0.7 + 0.28);
+  EXPECT_DOUBLE_EQ(predict(m, dyntree_shape(2, 2, 2)).ms_per_step, 2 + 2.5 + 14);
   // The measured overheads: 0.25 ms per node, 1 ms per draft forward, -0.5 per target step.
   m.tree_node_overhead_ms = 0.25;
   m.draft_overhead_ms = 1;
   m.target_overhead_ms = -0.5;
-  EXPECT_DOUBLE_EQ(predict(m, Candidate::tree(2, 2)).ms_per_step, 20.5 + 6 * 0.25 + 2 - 0.5);
+  EXPECT_DOUBLE_EQ(predict(m, tree_shape(2, 2)).ms_per_step, 20.5 + 6 * 0.25 + 2 - 0.5);
   // A chain through the tree formula (c = 1) costs what sd does.
   m.tree_node_overhead_ms = 0;
-  EXPECT_DOUBLE_EQ(predict(m, Candidate::tree(2, 1)).ms_per_step,
-                   predict(m, {"sd", 2}).ms_per_step);
-  EXPECT_DOUBLE_EQ(predict(m, Candidate::tree(2, 1)).tokens_per_step, 1 + 0.7 + 0.7 * 0.6);
+  EXPECT_DOUBLE_EQ(predict(m, tree_shape(2, 1)).ms_per_step, predict(m, {"sd", 2}).ms_per_step);
+  EXPECT_DOUBLE_EQ(predict(m, tree_shape(2, 1)).tokens_per_step, 1 + 0.7 + 0.7 * 0.6);
   // Not measured: depth 3, branching 3.
-  EXPECT_THROW(predict(m, Candidate::tree(3, 2)), Error);
-  EXPECT_THROW(predict(m, Candidate::tree(1, 3)), Error);
+  EXPECT_THROW(predict(m, tree_shape(3, 2)), Error);
+  EXPECT_THROW(predict(m, tree_shape(1, 3)), Error);
 }
 
 TEST(CostModel, TreeCandidatesFitTheMeasuredBudget) {
@@ -263,7 +291,7 @@ TEST(CostModel, TreeCandidatesFitTheMeasuredBudget) {
       EXPECT_EQ(config.tree_depth, c.depth) << c.label();
     }
   }
-  const StrategyConfig dyn = config_for_candidate(base, Candidate::dyntree(3, 2, 4));
+  const StrategyConfig dyn = config_for_candidate(base, dyntree_shape(3, 2, 4));
   EXPECT_EQ(dyn.name, "dyntree");
   EXPECT_EQ(dyn.tree_depth, 3);
   EXPECT_EQ(dyn.tree_branch, 2);
@@ -297,7 +325,7 @@ TEST(CostModel, DraftRanksOfTheTargetsTokens) {
     const std::vector<float> logits = draft.forward(worker, Batch::chain(kv, tokens, false), kv);
     tokens.push_back(top_c(softmax(logits.data(), draft.config().n_vocab), 8)[rank]);
   }
-  const std::vector<int> ranks = draft_ranks(draft, worker, tokens, 4);
+  const std::vector<int> ranks = draft_ranks(models.draft, worker, tokens, 4);
   ASSERT_EQ(ranks.size(), tokens.size());
   EXPECT_EQ(std::vector<int>(ranks.begin() + 2, ranks.end()), (std::vector<int>{2, 0, 1, 4}));
 }
@@ -319,7 +347,7 @@ TEST(CostModel, TreeCandidatesAreExact) {
   req.n_predict = 24;
   req.sampling.temp = 0;
   const auto reference = make_strategy(config_for_candidate(base, {"ar", 0}))->generate(req);
-  for (const Candidate& c : {Candidate::tree(2, 3), Candidate::dyntree(3, 2, 3)}) {
+  for (const Candidate& c : {tree_shape(2, 3), dyntree_shape(3, 2, 3)}) {
     const GenerationResult got = make_strategy(config_for_candidate(base, c))->generate(req);
     EXPECT_EQ(got.tokens, reference.tokens) << c.label();
     EXPECT_GT(got.stats.drafted, 0) << c.label();
@@ -387,8 +415,8 @@ TEST(TuneCache, RoundTripAndInvalidation) {
   EXPECT_EQ(load_tuning(cache, key)->checked[1].slower_se, 0.02);
   EXPECT_EQ(load_tuning(cache, key)->checked_ar_tok_per_s, 22.5);
   EXPECT_EQ(load_tuning(cache, key)->rejected, checked.rejected);
-  EXPECT_DOUBLE_EQ(predict(*trees_back, Candidate::dyntree(2, 2, 2)).tok_per_s,
-                   predict(trees, Candidate::dyntree(2, 2, 2)).tok_per_s);
+  EXPECT_DOUBLE_EQ(predict(*trees_back, dyntree_shape(2, 2, 2)).tok_per_s,
+                   predict(trees, dyntree_shape(2, 2, 2)).tok_per_s);
 
   // Other threads or another CPU: another entry.
   TuneKey other = key;

@@ -24,11 +24,11 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "strategies/pool/drafter_pool.h"
 #include "decode/driver.h"
 #include "decode/local_model.h"
-#include "strategies/pool/routing.h"
 #include "sample/sampler.h"
+#include "strategies/pool/drafter_pool.h"
+#include "strategies/pool/routing.h"
 
 namespace parspec {
 
@@ -544,6 +544,9 @@ StrategyInfo cosine_strategy() {
                       route_exploit_option(), gamma_max_option(), tree_budget_option(),
                       fusion_top_option()},
           .variant_key = "draft_max",
+          .served = true,
+          .takes_drafter_pool = true,
+          .uses_request_scheduler = true,
           .make = [](const StrategyConfig& c) {
             return std::make_unique<PoolSpeculation>(c, /*cosine=*/true);
           }};
@@ -557,6 +560,8 @@ StrategyInfo specinfer_strategy() {
           .needs_draft = true,
           .options = {pool_depth_option(), tree_budget_option()},
           .variant_key = "draft_max",
+          .served = true,
+          .takes_drafter_pool = true,
           .make = [](const StrategyConfig& c) {
             return std::make_unique<PoolSpeculation>(c, /*cosine=*/false);
           }};

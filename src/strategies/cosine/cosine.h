@@ -4,6 +4,7 @@
 // some drafters of the pool, confidence-based token fusion at every drafting
 // iteration, one draft tree verified losslessly) and `specinfer` (the
 // SpecInfer-style baseline: every drafter drafts its own chain, merged into
-// one tree, no routing, no fusion). docs/strategies.md explains both.
+// one tree, no routing, no fusion). docs/strategies/cosine.md and
+// docs/strategies/specinfer.md explain both.
 #include "strategies/cosine/cosine_schedule.h"
 #include "decode/registry.h"

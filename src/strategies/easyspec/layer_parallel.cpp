@@ -88,20 +88,11 @@ Calibration parse_calibration(const std::string& name) {
   fail("--calibrate must be never, every or mismatch (got '", name, "')");
 }
 
-const char* calibration_name(Calibration c) {
-  switch (c) {
-    case Calibration::kNever:
-      return "never";
-    case Calibration::kEvery:
-      return "every";
-    case Calibration::kMismatch:
-      return "mismatch";
-  }
-  return "?";
-}
-
 ThreadGroupExecutor::ThreadGroupExecutor(int slots) : pool_(std::max(1, slots)) {
-  for (int i = 0; i < pool_.n_threads(); ++i) slot_workers_.push_back(std::make_unique<Worker>(1));
+  for (int i = 0; i < pool_.n_threads(); ++i) {
+    slot_workers_.push_back(std::make_unique<Worker>(1));
+    slot_executors_.push_back(std::make_unique<CpuExecutor>(*slot_workers_.back()));
+  }
 }
 
 std::string ThreadGroupExecutor::describe() const {
@@ -116,8 +107,8 @@ void ThreadGroupExecutor::run_attention(const Model& model, LayerGroup group, co
   // layer's rows and output: the blocks share nothing they write.
   pool_.run([&](int index, int count) {
     for (int i = index; i < group.size(); i += count)
-      model.attention_output(*slot_workers_[index], group.first + i, batch, kv, first_cell, h0,
-                             out + i * stride);
+      slot_executors_[index]->attention_output(model, group.first + i, batch, kv, first_cell, h0,
+                                               out + i * stride, nullptr);
   });
 }
 
@@ -125,7 +116,7 @@ LayerParallelDrafter::LayerParallelDrafter(std::shared_ptr<const Model> model, W
                                            std::vector<LayerGroup> groups, Calibration calibration,
                                            std::unique_ptr<GroupExecutor> executor)
     : model_(std::move(model)),
-      worker_(worker),
+      forwards_(worker),
       groups_(std::move(groups)),
       calibration_(calibration),
       executor_(std::move(executor)) {
@@ -181,7 +172,7 @@ std::vector<float> LayerParallelDrafter::propose(const Batch& nodes) {
     std::vector<float> logits;
     if (exact) {
       const int32_t first_cell = kv_->n_spec();
-      logits = model_->forward(worker_, nodes, *kv_);
+      logits = forwards_.forward(*model_, nodes, *kv_);
       if (executor_) executor_->add_exact(nodes, *kv_, first_cell);
     } else {
       logits = fuzzy_forward(nodes);
@@ -207,7 +198,7 @@ std::vector<float> LayerParallelDrafter::fuzzy_forward(const Batch& batch) {
   if (executor_) executor_->add_cells(batch);
   for (const LayerGroup& g : groups_) {
     if (g.size() == 1) {
-      model_->forward_layers(worker_, batch, *kv_, first_cell, g.first, g.last, hidden.data());
+      forwards_.forward_layers(*model_, batch, *kv_, first_cell, g.first, g.last, hidden.data());
       continue;
     }
     h0 = hidden;
@@ -215,7 +206,7 @@ std::vector<float> LayerParallelDrafter::fuzzy_forward(const Batch& batch) {
     executor_->run_attention(*model_, g, batch, *kv_, first_cell, h0.data(), outs.data());
     for (int i = 0; i < g.size(); ++i) {
       add_inplace(hidden.data(), outs.data() + i * n * row, static_cast<int>(n * row));
-      model_->mlp_block(worker_, g.first + i, static_cast<int>(n), hidden.data());
+      forwards_.mlp_block(*model_, g.first + i, static_cast<int>(n), hidden.data());
     }
   }
   size_t n_out = 0;
@@ -226,7 +217,7 @@ std::vector<float> LayerParallelDrafter::fuzzy_forward(const Batch& batch) {
   }
   std::vector<float> logits(n_out * static_cast<size_t>(c.n_vocab));
   if (n_out > 0)
-    model_->output_logits(worker_, hidden.data(), static_cast<int>(n_out), logits.data());
+    forwards_.output_logits(*model_, hidden.data(), static_cast<int>(n_out), logits.data());
   return logits;
 }
 

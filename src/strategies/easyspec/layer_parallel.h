@@ -16,6 +16,7 @@
 
 #include "core/worker.h"
 #include "decode/sides.h"
+#include "model/executor.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -43,7 +44,6 @@ int widest_group(const std::vector<LayerGroup>& groups);
 // When the drafter rewrites fuzzy KV rows exactly (bonus calibration).
 enum class Calibration { kNever, kEvery, kMismatch };
 Calibration parse_calibration(const std::string& name);  // never | every | mismatch
-const char* calibration_name(Calibration c);
 
 // Runs the attention blocks of one layer group side by side: out + i·n·n_embd
 // receives attention_output of layer group.first + i on `h0` (n rows), and each
@@ -87,6 +87,7 @@ class ThreadGroupExecutor final : public GroupExecutor {
  private:
   Worker pool_;
   std::vector<std::unique_ptr<Worker>> slot_workers_;
+  std::vector<std::unique_ptr<CpuExecutor>> slot_executors_;  // one per slot worker
 };
 
 // Forwards of a LayerParallelDrafter since the last take_counts().
@@ -144,7 +145,7 @@ class LayerParallelDrafter final : public Drafter {
   std::vector<float> fuzzy_forward(const Batch& batch);
 
   std::shared_ptr<const Model> model_;
-  Worker& worker_;
+  CpuExecutor forwards_;  // the layer-sequential parts, on the worker given
   std::vector<LayerGroup> groups_;
   Calibration calibration_;
   std::unique_ptr<GroupExecutor> executor_;

@@ -11,15 +11,38 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "decode/local_model.h"
-#include "strategies/pearl/pearl_engine.h"
-#include "decode/speculative.h"
 #include "decode/registry.h"
+#include "decode/speculative.h"
 #include "model/forward_timing.h"
 #include "sample/sampler.h"
+#include "strategies/pearl/pearl_engine.h"
+#include "tuning/cost_family.h"
 
 namespace parspec {
 
 namespace {
+
+StrategyOption pearl_window_option() {
+  return option_entry("--pearl-window", "pearl_window", "N",
+                      "the window γ (0 = round(t(target forward) / t(draft forward)), measured "
+                      "at start-up)",
+                      0);
+}
+
+// The two halves of PEARL's parallelism, each switched off by a flag (ablations).
+StrategyOption no_pre_verify_option() {
+  return option_entry("--no-pre-verify", "no_pre_verify", "",
+                      "ablation: draft each window with the target idle instead of checking "
+                      "its first token meanwhile",
+                      false);
+}
+
+StrategyOption no_post_verify_option() {
+  return option_entry("--no-post-verify", "no_post_verify", "",
+                      "ablation: verify pending drafts with the drafter idle instead of "
+                      "drafting the next window meanwhile",
+                      false);
+}
 
 // splitmix64's finalizer: a bijection that scatters nearby inputs.
 uint64_t mix64(uint64_t x) {
@@ -130,7 +153,7 @@ class Pearl final : public SpeculativeStrategy {
         target_port_(*this),
         drafter_port_(*drafter_) {
     if (own_draft_worker_) config_.draft_worker = own_draft_worker_.get();
-    window_ = config_.pearl_window;
+    window_ = option_value<int>(config_, pearl_window_option());
     if (window_ <= 0) {
       const WindowMeasurement m = measure_window(*config_.target, *config_.target_worker,
                                                  *config_.draft, *config_.draft_worker);
@@ -139,8 +162,8 @@ class Pearl final : public SpeculativeStrategy {
     }
     PearlOptions options;
     options.window = window_;
-    options.pre_verify = config_.pre_verify;
-    options.post_verify = config_.post_verify;
+    options.pre_verify = !option_value<bool>(config_, no_pre_verify_option());
+    options.post_verify = !option_value<bool>(config_, no_post_verify_option());
     engine_ = std::make_unique<PearlEngine>(drafter_port_, target_port_, options);
   }
 
@@ -229,29 +252,53 @@ std::unique_ptr<Strategy> make_pearl(const StrategyConfig& config) {
   return std::make_unique<Pearl>(config, std::move(own));
 }
 
+// The cost model's parallel chain: E(γ) + 1 − P(all γ accepted) tokens per
+// round of max(γ·D, T(γ+1)) with cores of its own (γ·D + T(γ+1) without),
+// over the efficiency measured at a calibration window.
+std::shared_ptr<const CostFamily> pearl_cost() {
+  auto family = std::make_shared<CostFamily>();
+  family->calibration = CalibrationRole::parallel;
+  family->complexity = 4;
+  family->candidates = [](const CostMeasurements& m, int max_gamma) {
+    std::vector<Candidate> out;
+    for (int g = 1; g <= chain_reach(m, max_gamma); ++g) out.push_back({"pearl", g});
+    return out;
+  };
+  family->predict = [](const CostMeasurements& m, const Candidate& c) {
+    const int gamma = c.param;
+    check(gamma >= 1, "cost model: pearl needs γ >= 1");
+    const double drafted_ms = gamma * (m.draft_ms + m.draft_overhead_ms);
+    const double verify_ms = target_step_ms(m, gamma + 1);
+    Prediction p;
+    p.tokens_per_step = expected_accepted(m, gamma) + 1 - m.accept_prefix[gamma - 1];
+    p.ms_per_step = m.parallel ? std::max(drafted_ms, verify_ms) : drafted_ms + verify_ms;
+    p.ms_per_step /= m.pearl_efficiency > 0 ? m.pearl_efficiency : 1;
+    return p;
+  };
+  family->configure = [](StrategyConfig& config, const Candidate& c) {
+    pearl_window_option().set(config, c.param);
+    no_pre_verify_option().set(config, false);
+    no_post_verify_option().set(config, false);
+  };
+  family->calibration_candidate = [](int window) { return Candidate{"pearl", window}; };
+  return family;
+}
+
 }  // namespace
 
 StrategyInfo pearl_strategy() {
-  return {
-      .name = "pearl",
-      .summary = "PEARL: drafting and verification at the same time, adaptive draft length",
-      .needs_draft = true,
-      .options = {option_field(
-                      "--pearl-window", "pearl_window", "N",
-                      "the window γ (0 = round(t(target forward) / t(draft forward)), measured "
-                      "at start-up)",
-                      &StrategyConfig::pearl_window),
-                  negated_flag(
-                      "--no-pre-verify", "no_pre_verify",
-                      "ablation: draft each window with the target idle instead of checking "
-                      "its first token meanwhile",
-                      &StrategyConfig::pre_verify),
-                  negated_flag("--no-post-verify", "no_post_verify",
-                               "ablation: verify pending drafts with the drafter idle instead of "
-                               "drafting the next window meanwhile",
-                               &StrategyConfig::post_verify)},
-      .variant_key = "pearl_window",
-      .make = make_pearl};
+  return {.name = "pearl",
+          .summary = "PEARL: drafting and verification at the same time, adaptive draft length",
+          .needs_draft = true,
+          .options = {pearl_window_option(), no_pre_verify_option(), no_post_verify_option()},
+          .variant_key = "pearl_window",
+          // The window is measured by timing the target in this process.
+          .measured_setting = [](const StrategyConfig& c) -> std::string {
+            return option_value<int>(c, pearl_window_option()) > 0 ? ""
+                                                                   : "--pearl-window N or pearl:N";
+          },
+          .cost = pearl_cost(),
+          .make = make_pearl};
 }
 
 }  // namespace parspec

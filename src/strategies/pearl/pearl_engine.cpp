@@ -31,7 +31,8 @@ PearlEngine::PearlEngine(PearlDrafter& drafter, PearlTarget& target, PearlOption
     : drafter_(drafter), target_(target), options_(options) {
   check(options_.window >= 1 && options_.window <= kMaxWindow, "pearl: the window γ must be in 1..",
         kMaxWindow, " (got ", options_.window, ")");
-  thread_ = std::thread([this] { drafter_main(); });
+  drafter_thread_ = borrow_runner();
+  drafter_thread_->post([this] { drafter_main(); });
 }
 
 PearlEngine::~PearlEngine() {
@@ -41,7 +42,7 @@ PearlEngine::~PearlEngine() {
     cancel_.store(true, std::memory_order_release);
   }
   changed_.notify_all();
-  thread_.join();
+  drafter_thread_.reset();  // waits for drafter_main to return
 }
 
 void PearlEngine::reset(std::span<const int32_t> verified) {

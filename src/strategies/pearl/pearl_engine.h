@@ -40,9 +40,9 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "core/threads.h"
 #include "decode/verify.h"
 
 namespace parspec {
@@ -115,7 +115,8 @@ struct PearlRound {
 
 class PearlEngine {
  public:
-  // Starts the drafter thread; `drafter` and `target` must outlive the engine.
+  // Starts the drafter thread (a borrowed runner: engines made one after the
+  // other reuse one thread); `drafter` and `target` must outlive the engine.
   PearlEngine(PearlDrafter& drafter, PearlTarget& target, PearlOptions options);
   ~PearlEngine();
   PearlEngine(const PearlEngine&) = delete;
@@ -175,7 +176,7 @@ class PearlEngine {
   bool stop_ = false;
   std::atomic<bool> cancel_{false};
   std::exception_ptr error_;
-  std::thread thread_;
+  BorrowedRunner drafter_thread_;  // runs drafter_main for the engine's life
 };
 
 }  // namespace parspec

@@ -2,7 +2,6 @@
 
 #include <exception>
 #include <set>
-#include <thread>
 
 #include "core/error.h"
 #include "decode/local_model.h"
@@ -38,6 +37,10 @@ DrafterPool::DrafterPool(const StrategyConfig& config) {
     names_.push_back(name);
   }
   concurrent_ = !config.make_drafter && members_.size() > 1 && workers.size() == members_.size();
+  // Every member but the one the caller runs gets a thread that stays for the
+  // pool's life, so a step starts none.
+  if (concurrent_)
+    for (size_t i = 1; i < members_.size(); ++i) runners_.push_back(borrow_runner());
 }
 
 void DrafterPool::run(std::span<const int> members, const std::function<void(int)>& job) {
@@ -46,21 +49,20 @@ void DrafterPool::run(std::span<const int> members, const std::function<void(int
     return;
   }
   std::vector<std::exception_ptr> errors(members.size());
-  std::vector<std::thread> threads;
   for (size_t k = 1; k < members.size(); ++k)
-    threads.emplace_back([&, k] {
-      try {
-        job(members[k]);
-      } catch (...) {
-        errors[k] = std::current_exception();
-      }
-    });
+    runners_[k - 1]->post([&job, member = members[k]] { job(member); });
   try {
     job(members[0]);
   } catch (...) {
     errors[0] = std::current_exception();
   }
-  for (std::thread& t : threads) t.join();
+  for (size_t k = 1; k < members.size(); ++k) {
+    try {
+      runners_[k - 1]->wait();
+    } catch (...) {
+      errors[k] = std::current_exception();
+    }
+  }
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
 }

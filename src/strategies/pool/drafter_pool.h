@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/threads.h"
 #include "decode/sides.h"
 #include "decode/strategy.h"
 
@@ -28,7 +29,8 @@ class DrafterPool {
   const std::string& name(int i) const { return names_[i]; }
   bool concurrent() const { return concurrent_; }
 
-  // Runs job(i) for every i of `members`, concurrently when the pool can;
+  // Runs job(i) for every i of `members`, concurrently when the pool can (the
+  // first on the calling thread, the others on the pool's own threads);
   // rethrows the first error after every job ended.
   void run(std::span<const int> members, const std::function<void(int)>& job);
   // Forwards of every member since the last call.
@@ -38,6 +40,7 @@ class DrafterPool {
   std::vector<std::unique_ptr<Drafter>> members_;
   std::vector<std::string> names_;
   bool concurrent_ = false;
+  std::vector<BorrowedRunner> runners_;  // concurrent pools: one per member after the first
 };
 
 }  // namespace parspec

@@ -25,11 +25,11 @@
 #include "core/timer.h"
 #include "decode/driver.h"
 #include "decode/local_model.h"
-#include "strategies/ppd/ppd_prompts.h"
-#include "strategies/ppd/ppd_tree.h"
 #include "decode/registry.h"
 #include "decode/tree_speculation.h"
 #include "sample/sampler.h"
+#include "strategies/ppd/ppd_prompts.h"
+#include "strategies/ppd/ppd_tree.h"
 
 namespace parspec {
 
@@ -298,6 +298,15 @@ std::unique_ptr<Strategy> make_ppd(const StrategyConfig& config) {
 }
 
 }  // namespace
+
+StrategyConfig ppd_config_at_budget(const StrategyConfig& base, const std::string& ppd_path,
+                                    int budget) {
+  StrategyConfig c = base;
+  c.name = "ppd";
+  ppd_file_option().set(c, ppd_path);
+  ppd_budget_option().set(c, budget);
+  return c;
+}
 
 StrategyInfo ppd_strategy() {
   return {.name = "ppd",

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "decode/strategy.h"
+
 namespace parspec {
 
 struct PpdTreeNode {
@@ -86,5 +88,10 @@ std::vector<PpdBudgetChoice> rank_ppd_budgets(const RankAccuracy& accuracy, int 
                                               const std::vector<int>& budgets,
                                               const std::vector<double>& target_ms,
                                               double overhead_ms);
+
+// `base` as a ppd config with the prompt tokens of `ppd_path` (--ppd) and
+// their trees built for `budget` (--ppd-budget): what `tune --ppd` runs.
+StrategyConfig ppd_config_at_budget(const StrategyConfig& base, const std::string& ppd_path,
+                                    int budget);
 
 }  // namespace parspec

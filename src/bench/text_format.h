@@ -1,0 +1,24 @@
+#pragma once
+// Small text helpers the benchmark library's parsers and writers share.
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace parspec {
+
+// `s` without leading and trailing blanks (spaces, tabs, CR, LF).
+inline std::string_view trim(std::string_view s) {
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// One number through a printf format such as "%.2f".
+inline std::string format(const char* fmt, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, value);
+  return buf;
+}
+
+}  // namespace parspec

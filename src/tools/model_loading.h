@@ -1,0 +1,17 @@
+#pragma once
+// How the subcommands open a model file: under mpirun every rank, rank 0
+// included, maps it and reads in only the layers it runs (Model::hold_in_memory);
+// a single process reads a large file into huge pages (WeightLoading::kAuto).
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "mpi/transport.h"
+
+namespace parspec {
+
+inline std::shared_ptr<Model> load_model(const std::string& path) {
+  return Model::load(path, dist::launched_by_mpirun() ? WeightLoading::kMap : WeightLoading::kAuto);
+}
+
+}  // namespace parspec
