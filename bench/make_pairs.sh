@@ -11,7 +11,10 @@
 #                                    most local users run; functions equal up to Q8_0 rounding)
 #   out/zoo-target-8b-q4_0.gguf    + out/zoo-draft-1b-q8_0.gguf    (quantized zoo functions)
 #
-# Usage: bash bench/make_pairs.sh [small|large|all]   (default: all)
+#   q8_0: only out/zoo-target-1b-q8_0.gguf + out/zoo-draft-100m-q8_0.gguf (the pair scripts/setup.sh
+#         measures; about 10 s to make)
+#
+# Usage: bash bench/make_pairs.sh [small|large|q8_0|all]   (default: all)
 # Env:   PARSPEC=path/to/parspec (default build/parspec), OUT=dir (default out/)
 # Disk:  about 1.9 + 0.2 + 1.0 + 0.2 GB (small) and 3.9 + 1.0 GB (large). Existing files are kept.
 set -euo pipefail
@@ -20,8 +23,8 @@ cd "$(dirname "$0")/.."
 PARSPEC=${PARSPEC:-build/parspec}
 OUT=${OUT:-out}
 WHICH=${1:-all}
-case "$WHICH" in small | large | all) ;; *)
-  echo "usage: $0 [small|large|all]" >&2
+case "$WHICH" in small | large | q8_0 | all) ;; *)
+  echo "usage: $0 [small|large|q8_0|all]" >&2
   exit 2
   ;;
 esac
@@ -60,6 +63,11 @@ if [[ $WHICH == small || $WHICH == all ]]; then
       inflate_one models/draft-deep.gguf - "$type" "zoo-draft-deep-100m-$type.gguf" --n-embd 1344 --n-ff 1792
     fi
   done
+fi
+if [[ $WHICH == q8_0 ]]; then
+  inflate_one models/target.gguf 1b q8_0 zoo-target-1b-q8_0.gguf
+  inflate_one models/draft.gguf 100m q8_0 zoo-draft-100m-q8_0.gguf
+  exit 0
 fi
 if [[ $WHICH == large || $WHICH == all ]]; then
   inflate_one models/target.gguf 8b q4_0 zoo-target-8b-q4_0.gguf

@@ -18,6 +18,37 @@ namespace parspec {
 
 namespace {
 
+// One line on a terminal, rewritten at each step so that a long run shows where
+// it is without scrolling; the last step stays on screen with the total time.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool enabled) : enabled_(enabled) {}
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+  // An error thrown mid-way starts on a line of its own.
+  ~ProgressLine() {
+    if (open_) std::fputc('\n', stderr);
+  }
+
+  void show(const std::string& text) { print(text, false); }
+  void finish(const std::string& text) { print(text, true); }
+
+ private:
+  void print(const std::string& text, bool last) {
+    if (!enabled_) return;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::fprintf(stderr, "\r\033[Kmake-model: [%6.1fs] %s%s", seconds, text.c_str(),
+                 last ? "\n" : "");
+    std::fflush(stderr);
+    open_ = !last;
+  }
+
+  bool enabled_;
+  bool open_ = false;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 struct PresetShape {
   const char* name;
   int n_embd, n_layer, n_ff, kv_width;
@@ -282,14 +313,8 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
             ": tensor ", t.name, " is not part of a llama/qwen2 model parspec can inflate");
   }
 
-  const auto start = std::chrono::steady_clock::now();
-  const auto progress = [&](const std::string& text) {
-    if (!options.progress) return;
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, "make-model: [%6.1fs] %s\n", seconds, text.c_str());
-  };
-  progress("inflating " + source_path + " into " + shape_text(plan));
+  ProgressLine progress(options.progress);
+  progress.show("inflating " + source_path + " into " + shape_text(plan));
 
   Inflater inflater(*file, options);
   GgufWriter& w = inflater.writer();
@@ -330,7 +355,7 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
   if (has_rope_freqs)
     inflater.add_vector("rope_freqs.weight", leading_rows(s.rope_dims / 2, s.rope_dims / 2), 1.0f,
                         1.0f);
-  progress("embeddings done");
+  progress.show("embeddings done");
 
   for (int l = 0; l < plan.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -378,14 +403,14 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
       inflater.add_zero_matrix(p + "ffn_down.weight", plan.n_ff, plan.n_embd,
                                type_of("ffn_down.weight"));
     }
-    progress("layer " + std::to_string(l + 1) + "/" + std::to_string(plan.n_layer) + " done");
+    progress.show("layer " + std::to_string(l + 1) + "/" + std::to_string(plan.n_layer) + " done");
   }
 
   inflater.add_vector("output_norm.weight", embd_rows, norm_scale, 0.0f);
   if (!s.tied_embeddings) inflater.add_matrix("output.weight", plan.n_embd, vocab_rows, embd_cols);
-  progress("writing " + output_path);
+  progress.show("writing " + output_path);
   w.write(output_path);
-  progress("done");
+  progress.finish("done");
 }
 
 }  // namespace parspec

@@ -41,7 +41,7 @@ const char* inflate_preset_names();
 struct InflateOptions {
   InflateShape shape;
   std::optional<DType> weight_type;  // linear weights and embeddings; default: the source's
-  bool progress = false;             // per-layer lines on stderr
+  bool progress = false;             // a progress line on stderr (for a terminal)
 };
 
 // Reads `source_path`, writes the inflated model to `output_path`. Throws Error

@@ -13,6 +13,7 @@
 #include "bench/environment.h"
 #include "bench/report.h"
 #include "bench/runner.h"
+#include "bench/verdict.h"
 #include "core/error.h"
 #include "core/worker.h"
 #include "decode/registry.h"
@@ -42,6 +43,7 @@ struct BenchArgs {
   SamplingParams sampling;
   uint64_t seed = 42;
   bool ignore_eos = false;
+  bool verdict = false;
   bool ctx_given = false;  // -c given: 0 means the model's training context
 
   BenchArgs() { sampling.temp = 0.0f; }
@@ -89,6 +91,9 @@ bool parse_args(int argc, char** argv, BenchArgs& a) {
   args.option("--json", &a.json_out, "FILE", "write the results as JSON ('-': stdout, no table)");
   args.option("--md", &a.md_out, "FILE", "write the results as a Markdown table");
   args.option("--svg", &a.svg_out, "FILE", "write a bar chart of the speedups (SVG)");
+  args.flag("--verdict", &a.verdict,
+            "end with a short verdict: the fastest strategy, its speedup and tau, why the slower "
+            "ones lose here; exit status 1 when a greedy output differs from ar's");
   a.strategy_options.add_to(args);
   add_ignored_gpu_flags(args);
   args.bound("-t", 1, kMaxThreads);
@@ -360,6 +365,8 @@ int cmd_bench(int argc, char** argv) {
     report.config["chosen"][plan.labels[i]] = s.runs() != s.name() ? s.runs() : plan.labels[i];
   }
   write_reports(a, report, sets, resources.draft != nullptr);
+  if (a.verdict)
+    std::fprintf(a.json_out == "-" ? stderr : stdout, "\n%s", bench_verdict(report).c_str());
 
   if (!outcome.mismatches.empty()) {
     int checked = 0;
@@ -369,7 +376,7 @@ int cmd_bench(int argc, char** argv) {
                  "not lossless here (details under \"mismatches\" in the JSON)\n",
                  outcome.mismatches.size(), checked);
   }
-  return 0;
+  return a.verdict && !outcome.mismatches.empty() ? 1 : 0;
 }
 
 }  // namespace parspec
