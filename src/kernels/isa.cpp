@@ -73,6 +73,12 @@ bool set_active_isa(Isa isa) {
   return true;
 }
 
+bool decode_prefetch_nta() {
+  __builtin_cpu_init();
+  static const bool amd = __builtin_cpu_is("amd");
+  return amd;
+}
+
 std::string isa_report() {
   std::string s = std::string(isa_name(active_isa())) + " (CPU has:";
   for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512})

@@ -5,6 +5,7 @@
 // GCC 12 warns about its own AVX-512 intrinsics here (see matmul_avx512.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#include "kernels/isa.h"
 #include "kernels/q8_tiles_avx512.h"
 
 namespace parspec::q8tiles {
@@ -66,7 +67,7 @@ struct PackedQ8 {
 // transposition; its loop is written out here again on purpose: sharing it
 // through one accumulator helper made GCC emit slower code for both (6-12%
 // at M = 2-8 in kernel_throughput).
-template <class Type, int MR>
+template <class Type, int MR, _mm_hint Hint = _MM_HINT_T0>
 void packed16(const uint8_t* group, int64_t nb, const Q8Activations& activations, int64_t m0,
               int64_t m1, float* acc) {
   const ActView act(activations);
@@ -76,7 +77,7 @@ void packed16(const uint8_t* group, int64_t nb, const Q8Activations& activations
   if (MR == 0)
     for (int64_t m = m0; m < m1; ++m) _mm512_storeu_ps(acc + (m - m0) * 16, _mm512_setzero_ps());
   for (int64_t b = 0; b < nb; ++b) {
-    prefetch_packed_block<kPackedPrefetchHint<MR>>(g, b);
+    prefetch_packed_block<Hint>(g, b);
     const typename Type::Block k = Type::load(g, b);
     if constexpr (MR > 0) {
       for (int j = 0; j < MR; ++j) regs[j] = k.apply(act, (m0 + j) * nb + b, regs[j]);
@@ -94,6 +95,10 @@ void packed16(const uint8_t* group, int64_t nb, const Q8Activations& activations
 template <class Type>
 void packed16_any(const uint8_t* group, int64_t nb, const Q8Activations& act, int64_t m0,
                   int64_t m1, float* acc) {
+  if (m1 - m0 == 1 && decode_prefetch_nta()) {
+    packed16<Type, 1, _MM_HINT_NTA>(group, nb, act, m0, m1, acc);
+    return;
+  }
   const bool in_registers = with_register_rows(
       m1 - m0, [&](auto mr) { packed16<Type, decltype(mr)::value>(group, nb, act, m0, m1, acc); });
   if (!in_registers) packed16<Type, 0>(group, nb, act, m0, m1, acc);

@@ -229,14 +229,12 @@ constexpr int64_t kPackedPrefetchBytes = 8192;
 // a thread computes. (The whole line range from the block's scales would miss
 // the second block of a pair, whose quants lie past its partner's.)
 // Hint: _MM_HINT_T0, or _MM_HINT_NTA in the AVX-512 kernels where one
-// activation row is all the kernel keeps beside the stream (decode): the
-// weights, read once per forward, then leave L2 and L3 to what is used again
-// (activations, the KV cache, the serial steps' buffers; the likely reason,
-// not verified). On Zen 5 the 1B Q4_0/Q8_0 models decoded faster in 24 of 25
-// interleaved pairs (median +6%), 8B within the noise (docs/performance.md);
-// the AVX2 kernels, mixed there and unmeasured on Intel, keep T0. With more
-// rows the activations can outgrow L1, and lines prefetched past L2 could be
-// gone before they are used.
+// activation row is all the kernel keeps beside the stream (decode) and the
+// CPU gains by it (decode_prefetch_nta(), kernels/isa.h): the weights, read
+// once per forward, then leave L2 and L3 to what is used again (activations,
+// the KV cache, the serial steps' buffers; the likely reason, not verified).
+// With more rows the activations can outgrow L1, and lines prefetched past L2
+// could be gone before they are used.
 template <_mm_hint Hint = _MM_HINT_T0>
 static PARSPEC_KERNEL_INLINE void prefetch_packed_block(const repack::Group& group, int64_t b) {
   _mm_prefetch(reinterpret_cast<const char*>(group.scales(b) + kPackedPrefetchBytes), Hint);
@@ -244,10 +242,6 @@ static PARSPEC_KERNEL_INLINE void prefetch_packed_block(const repack::Group& gro
   for (int64_t line = 0; line < group.quant_bytes; line += 64)
     _mm_prefetch(reinterpret_cast<const char*>(quants + line), Hint);
 }
-
-// The prefetch hint of a kernel keeping MR activation rows in registers.
-template <int MR>
-inline constexpr _mm_hint kPackedPrefetchHint = MR == 1 ? _MM_HINT_NTA : _MM_HINT_T0;
 
 // f32 values of 8 contiguous f16 scales (a repacked group's, kernels/repack.h).
 static PARSPEC_KERNEL_INLINE __m256 load_packed_scales(const uint8_t* scales) {
