@@ -11,7 +11,7 @@
 #include "model/kv_cache.h"
 #include "mpi/pipeline.h"
 
-namespace parspec::dist {
+namespace parspec::mpi {
 
 namespace {
 
@@ -433,4 +433,4 @@ int serve_draft_slot(Transport& t, Message& setup) {
   return code;
 }
 
-}  // namespace parspec::dist
+}  // namespace parspec::mpi

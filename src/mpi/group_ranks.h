@@ -18,7 +18,7 @@
 #include "mpi/transport.h"
 #include "model/model.h"
 
-namespace parspec::dist {
+namespace parspec::mpi {
 
 struct SlotOptions {
   LinkEmulation link;
@@ -38,4 +38,4 @@ std::string describe_draft_slots();
 // returns the exit code the head ended with.
 int serve_draft_slot(Transport& t, Message& setup);
 
-}  // namespace parspec::dist
+}  // namespace parspec::mpi

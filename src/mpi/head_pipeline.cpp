@@ -13,7 +13,7 @@
 #include "mpi/pipeline.h"
 #include "mpi/session.h"
 
-namespace parspec::dist {
+namespace parspec::mpi {
 
 std::vector<int> split_layers(const Model& model, int stages, const std::string& split,
                               int first_layer) {
@@ -378,4 +378,4 @@ std::vector<StageTimes> Pipeline::take_stage_times() {
   return out;
 }
 
-}  // namespace parspec::dist
+}  // namespace parspec::mpi

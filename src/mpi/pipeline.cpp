@@ -9,7 +9,7 @@
 #include "mpi/session.h"
 #include "decode/registry.h"
 
-namespace parspec::dist {
+namespace parspec::mpi {
 
 namespace {
 
@@ -96,4 +96,4 @@ Pipeline* running_pipeline() {
   return session_holder() ? session_holder()->pipeline.get() : nullptr;
 }
 
-}  // namespace parspec::dist
+}  // namespace parspec::mpi

@@ -23,7 +23,7 @@
 #include "model/model.h"
 #include "mpi/transport.h"
 
-namespace parspec::dist {
+namespace parspec::mpi {
 
 struct PipelineOptions {
   int stages = 0;           // target stages (0: every rank but the head)
@@ -151,4 +151,4 @@ std::function<std::unique_ptr<Target>(const StrategyConfig&)> pipeline_targets(
 // The running pipeline (null before pipeline_targets() or off MPI).
 Pipeline* running_pipeline();
 
-}  // namespace parspec::dist
+}  // namespace parspec::mpi

@@ -10,7 +10,7 @@
 
 #include "mpi/pipeline.h"
 
-namespace parspec::dist {
+namespace parspec::mpi {
 
 namespace {
 
@@ -113,4 +113,4 @@ FileIdentity identify_file(const std::string& path) {
   return id;
 }
 
-}  // namespace parspec::dist
+}  // namespace parspec::mpi

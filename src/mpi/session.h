@@ -9,7 +9,7 @@
 #include "mpi/pipeline.h"
 #include "mpi/transport.h"
 
-namespace parspec::dist {
+namespace parspec::mpi {
 
 class Session {
  public:
@@ -28,4 +28,4 @@ enum ForwardFate : uint8_t { kRan = 0, kSkipped, kAbandoned };
 // "layers a-b" of [first, last), for reports.
 std::string layer_range(int first, int last);
 
-}  // namespace parspec::dist
+}  // namespace parspec::mpi

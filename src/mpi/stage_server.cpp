@@ -16,7 +16,7 @@
 #include "mpi/pipeline.h"
 #include "mpi/session.h"
 
-namespace parspec::dist {
+namespace parspec::mpi {
 
 namespace {
 
@@ -366,4 +366,4 @@ int serve_stage() {
   return code;
 }
 
-}  // namespace parspec::dist
+}  // namespace parspec::mpi

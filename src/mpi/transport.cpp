@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <thread>
 
-namespace parspec::dist {
+namespace parspec::mpi {
 
 bool launched_by_mpirun() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
@@ -187,4 +187,4 @@ void Transport::abort(int code) {
   std::_Exit(code);
 }
 
-}  // namespace parspec::dist
+}  // namespace parspec::mpi

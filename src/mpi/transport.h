@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 
-namespace parspec::dist {
+namespace parspec::mpi {
 
 // True when mpirun (OpenMPI, MPICH/Hydra or a PMIx launcher) started this
 // process: only then is MPI initialised, so a plain `parspec` run never
@@ -193,4 +193,4 @@ class Backoff {
 
 int64_t monotonic_ns();
 
-}  // namespace parspec::dist
+}  // namespace parspec::mpi

@@ -263,7 +263,7 @@ void fill_config(ojson& config, const BenchArgs& a, const Model& target,
   config["ignore_eos"] = a.ignore_eos;
   config["warmup"] = a.warmup;
   config["strategy_options"] = a.strategy_options.to_json();
-  if (const dist::Pipeline* pipeline = dist::running_pipeline()) {
+  if (const mpi::Pipeline* pipeline = mpi::running_pipeline()) {
     config["distributed"] = pipeline->describe();
     config["link_emulated"] = pipeline->options().link.active();
   }

@@ -68,11 +68,11 @@ void print_json(const std::string& strategy, const std::string& chosen,
   out["tokens"] = result.tokens;
   out["seed"] = seed;
   out["threads"] = n_threads;
-  if (const dist::Pipeline* pipeline = dist::running_pipeline()) {
+  if (const mpi::Pipeline* pipeline = mpi::running_pipeline()) {
     // Under mpirun: where the layers ran, whether the link was emulated, and
     // each stage's own compute time over the run (prompt included).
     nlohmann::json stages = nlohmann::json::array();
-    for (const dist::StageTimes& stage : pipeline->stages())
+    for (const mpi::StageTimes& stage : pipeline->stages())
       stages.push_back({{"rank", stage.rank},
                         {"host", stage.host},
                         {"layers", {stage.layer_first, stage.layer_last}},
@@ -235,7 +235,7 @@ int cmd_generate(int argc, char** argv) {
     const bool draft = !a.strategy_options.draft_path.empty();
     // Under mpirun the pipeline's own defaults (the tuned default measures in one process).
     const StrategyRole role =
-        dist::distributed_run()
+        mpi::distributed_run()
             ? (draft ? StrategyRole::generate_pipeline_drafted
                      : StrategyRole::generate_pipeline_plain)
             : (draft ? StrategyRole::generate_drafted : StrategyRole::generate_plain);

@@ -121,9 +121,9 @@ int run_command_line(int argc, char** argv) {
 int main(int argc, char** argv) {
   // Under mpirun rank 0 runs the command (and is the pipeline's head); the
   // other ranks serve as pipeline stages until the head ends (src/dist).
-  if (parspec::dist::start_session(&argc, &argv) && parspec::dist::session_rank() > 0)
-    return parspec::dist::serve_stage();
+  if (parspec::mpi::start_session(&argc, &argv) && parspec::mpi::session_rank() > 0)
+    return parspec::mpi::serve_stage();
   const int code = run_command_line(argc, argv);
-  parspec::dist::end_session(code);
+  parspec::mpi::end_session(code);
   return code;
 }

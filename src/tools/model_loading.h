@@ -11,7 +11,7 @@
 namespace parspec {
 
 inline std::shared_ptr<Model> load_model(const std::string& path) {
-  return Model::load(path, dist::launched_by_mpirun() ? WeightLoading::kMap : WeightLoading::kAuto);
+  return Model::load(path, mpi::launched_by_mpirun() ? WeightLoading::kMap : WeightLoading::kAuto);
 }
 
 }  // namespace parspec

@@ -142,7 +142,7 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   if (!options.draft_path.empty()) {
     draft = load_model(options.draft_path);
     // An mpirun job maps its files (model/gguf.h); the head's drafter streams all of its weights.
-    if (dist::session() != nullptr) draft->hold_in_memory(0, draft->config().n_layer, true);
+    if (mpi::session() != nullptr) draft->hold_in_memory(0, draft->config().n_layer, true);
     const std::string mismatch = draft_incompatibility(target->gguf(), draft->gguf());
     if (!mismatch.empty() && !options.allow_draft_mismatch)
       fail("the draft model cannot draft for the target: ", mismatch,
@@ -153,7 +153,7 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   if (options.threads_draft > 0)
     draft_worker = std::make_unique<Worker>(options.threads_draft, placement.draft_cores);
 
-  dist::PipelineOptions pipeline;
+  mpi::PipelineOptions pipeline;
   pipeline.stages = options.stages;
   pipeline.layer_split = options.layer_split;
   pipeline.head_layers = options.head_layers;
@@ -161,7 +161,7 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   pipeline.link.gbps = options.link_gbps;
   pipeline.timeout_s = options.dist_timeout_s;
   const bool slots =
-      dist::distributed_run() &&
+      mpi::distributed_run() &&
       std::any_of(options.strategies_run.begin(), options.strategies_run.end(),
                   [](const std::string& name) { return strategy_info(name).drafts_on_ranks; });
   if (slots) {
@@ -172,21 +172,21 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
           "other ranks");
     // An mpirun job maps its files (model/gguf.h): the head runs the whole target itself.
     target->hold_in_memory(0, target->config().n_layer, true);
-    dist::SlotOptions slot_options;
+    mpi::SlotOptions slot_options;
     slot_options.link = pipeline.link;
     slot_options.timeout_s = pipeline.timeout_s;
     make_group_executor = [slot_options](const Model& draft,
                                          const std::vector<LayerGroup>& groups) {
-      const bool starts = dist::describe_draft_slots().empty();
-      auto executor = dist::draft_slot_executors(slot_options)(draft, groups);
-      if (starts && !dist::describe_draft_slots().empty())
-        std::fprintf(stderr, "distributed: %s\n", dist::describe_draft_slots().c_str());
+      const bool starts = mpi::describe_draft_slots().empty();
+      auto executor = mpi::draft_slot_executors(slot_options)(draft, groups);
+      if (starts && !mpi::describe_draft_slots().empty())
+        std::fprintf(stderr, "distributed: %s\n", mpi::describe_draft_slots().c_str());
       return executor;
     };
   } else {
-    make_target = dist::pipeline_targets(*target, pipeline, threads);
+    make_target = mpi::pipeline_targets(*target, pipeline, threads);
     if (make_target)
-      std::fprintf(stderr, "distributed: %s\n", dist::running_pipeline()->describe().c_str());
+      std::fprintf(stderr, "distributed: %s\n", mpi::running_pipeline()->describe().c_str());
     else
       check(options.stages == 0 && options.layer_split.empty() && options.head_layers == 0 &&
                 !pipeline.link.active(),
@@ -204,7 +204,7 @@ void StrategyResources::load_drafters(const StrategyOptions& options) {
     const std::string path = list.substr(at, comma == std::string::npos ? comma : comma - at);
     check(!path.empty(), "--drafters: an empty file name in '", list, "'");
     drafters.push_back(load_model(path));
-    if (dist::session() != nullptr)
+    if (mpi::session() != nullptr)
       drafters.back()->hold_in_memory(0, drafters.back()->config().n_layer, true);
     const std::string mismatch = draft_incompatibility(target->gguf(), drafters.back()->gguf());
     if (!mismatch.empty() && !options.allow_draft_mismatch)

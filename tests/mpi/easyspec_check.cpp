@@ -76,8 +76,8 @@ int run(const std::string& source, bool sampling) {
   base.target_worker = &worker;
   base.draft_worker = &worker;
   base.ctx_size = 256;
-  dist::SlotOptions options;
-  const auto slots = dist::draft_slot_executors(options);
+  mpi::SlotOptions options;
+  const auto slots = mpi::draft_slot_executors(options);
   check(slots != nullptr, "run me under mpirun with at least 2 ranks");
   const int n_vocab = base.target->config().n_vocab;
 
@@ -145,8 +145,8 @@ int run(const std::string& source, bool sampling) {
 }  // namespace parspec
 
 int main(int argc, char** argv) {
-  if (parspec::dist::start_session(&argc, &argv) && parspec::dist::session_rank() > 0)
-    return parspec::dist::serve_stage();
+  if (parspec::mpi::start_session(&argc, &argv) && parspec::mpi::session_rank() > 0)
+    return parspec::mpi::serve_stage();
   int code = 1;
   try {
     if (argc < 2) parspec::fail("usage: dist_easyspec_check SOURCE_DIR [--sampling]");
@@ -154,6 +154,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: %s\n", e.what());
   }
-  parspec::dist::end_session(code);
+  parspec::mpi::end_session(code);
   return code;
 }

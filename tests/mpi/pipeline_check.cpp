@@ -65,10 +65,10 @@ PositionHistograms histograms(Strategy& strategy, int runs, const SamplingParams
 int check_cancel_mid_forward(
     const StrategyConfig& base,
     const std::function<std::unique_ptr<Target>(const StrategyConfig&)>& make_target) {
-  dist::Pipeline& pipeline = *dist::running_pipeline();
+  mpi::Pipeline& pipeline = *mpi::running_pipeline();
   const auto reports = [&] {
     int64_t forwards = 0, abandoned = 0;
-    for (const dist::StageTimes& st : pipeline.stages()) {
+    for (const mpi::StageTimes& st : pipeline.stages()) {
       forwards += st.forwards;
       abandoned += st.abandoned;
     }
@@ -116,7 +116,7 @@ int check_cancel_mid_forward(
     }
     abandoned = reports().second - abandoned_before;
   }
-  const dist::StageTimes& first = pipeline.stages().front();
+  const mpi::StageTimes& first = pipeline.stages().front();
   std::fprintf(stderr, "cancel mid-forward: %lld abandoned\n", static_cast<long long>(abandoned));
   // The first stage is the one running the long forward when the cancel
   // comes; with one layer it has no point between layers to stop at.
@@ -147,11 +147,11 @@ int run(bool sampling) {
   spec.seed = 5;  // a second drafter that agrees less with the target
   const auto other_draft = Model::load(testing_support::write_model(dir, "draft2.gguf", spec));
   Worker worker(1);
-  dist::PipelineOptions options;
+  mpi::PipelineOptions options;
   options.timeout_s = 60;
-  const auto make_target = dist::pipeline_targets(*pair.target, options, 1);
+  const auto make_target = mpi::pipeline_targets(*pair.target, options, 1);
   check(make_target != nullptr, "run me under mpirun with at least 2 ranks");
-  std::fprintf(stderr, "%s\n", dist::running_pipeline()->describe().c_str());
+  std::fprintf(stderr, "%s\n", mpi::running_pipeline()->describe().c_str());
 
   StrategyConfig base;
   base.target = pair.target;
@@ -218,14 +218,14 @@ int run(bool sampling) {
 }  // namespace parspec
 
 int main(int argc, char** argv) {
-  if (parspec::dist::start_session(&argc, &argv) && parspec::dist::session_rank() > 0)
-    return parspec::dist::serve_stage();
+  if (parspec::mpi::start_session(&argc, &argv) && parspec::mpi::session_rank() > 0)
+    return parspec::mpi::serve_stage();
   int code = 1;
   try {
     code = parspec::run(argc > 1 && std::string(argv[1]) == "--sampling");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: %s\n", e.what());
   }
-  parspec::dist::end_session(code);
+  parspec::mpi::end_session(code);
   return code;
 }

@@ -71,7 +71,7 @@ TEST(PipelinePlan, BalancedSplitMinimisesTheLargestStage) {
   for (int n_vocab : {300, 4000}) {
     const auto model = model_with_layers(dir, 7, n_vocab);
     for (int stages = 1; stages <= 4; ++stages) {
-      const std::vector<int> split = dist::split_layers(*model, stages, "");
+      const std::vector<int> split = mpi::split_layers(*model, stages, "");
       ASSERT_EQ(static_cast<int>(split.size()), stages);
       int total = 0;
       for (int c : split) {
@@ -97,10 +97,10 @@ TEST(PipelinePlan, BalancedSplitMinimisesTheLargestStage) {
 TEST(PipelinePlan, ExplicitSplitsAreCheckedWithClearErrors) {
   TempDir dir;
   const auto model = model_with_layers(dir, 6, 300);
-  EXPECT_EQ(dist::split_layers(*model, 3, "1,2,3"), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(mpi::split_layers(*model, 3, "1,2,3"), (std::vector<int>{1, 2, 3}));
   auto message = [&](int stages, const std::string& split) {
     try {
-      dist::split_layers(*model, stages, split);
+      mpi::split_layers(*model, stages, split);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -117,9 +117,9 @@ TEST(PipelinePlan, FileIdentityTellsFilesApart) {
   TempDir dir;
   const auto a = model_with_layers(dir, 2, 300);
   const auto b = model_with_layers(dir, 3, 300);
-  const dist::FileIdentity ia = dist::identify_file(a->gguf().path());
-  EXPECT_EQ(ia, dist::identify_file(a->gguf().path()));
-  EXPECT_FALSE(ia == dist::identify_file(b->gguf().path()));
+  const mpi::FileIdentity ia = mpi::identify_file(a->gguf().path());
+  EXPECT_EQ(ia, mpi::identify_file(a->gguf().path()));
+  EXPECT_FALSE(ia == mpi::identify_file(b->gguf().path()));
   // Same size, one byte changed in the header.
   const std::string copy = dir.file("copy.gguf");
   {
@@ -128,10 +128,10 @@ TEST(PipelinePlan, FileIdentityTellsFilesApart) {
     bytes[100] ^= 1;
     std::ofstream(copy, std::ios::binary) << bytes;
   }
-  const dist::FileIdentity ic = dist::identify_file(copy);
+  const mpi::FileIdentity ic = mpi::identify_file(copy);
   EXPECT_EQ(ic.size, ia.size);
   EXPECT_NE(ic.hash, ia.hash);
-  EXPECT_THROW(dist::identify_file(dir.file("missing.gguf")), Error);
+  EXPECT_THROW(mpi::identify_file(dir.file("missing.gguf")), Error);
 }
 
 }  // namespace
