@@ -5,8 +5,8 @@
 // verification, and pruning to the surviving subtree.
 #include <vector>
 
-#include "decode/speculative.h"
 #include "decode/registry.h"
+#include "decode/speculative.h"
 
 namespace parspec {
 

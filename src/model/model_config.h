@@ -10,7 +10,6 @@ namespace parspec {
 
 class GgufFile;
 
-
 struct ModelConfig {
   std::string arch;  // "llama" or "qwen2"
   std::string name;

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "strategies/easyspec/layer_parallel.h"
-#include "mpi/transport.h"
 #include "model/model.h"
+#include "mpi/transport.h"
+#include "strategies/easyspec/layer_parallel.h"
 
 namespace parspec::mpi {
 

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "core/timer.h"
-#include "mpi/session.h"
 #include "decode/registry.h"
+#include "mpi/session.h"
 
 namespace parspec::mpi {
 

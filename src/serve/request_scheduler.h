@@ -17,8 +17,8 @@
 #include <mutex>
 #include <vector>
 
-#include "strategies/cosine/cosine_schedule.h"
 #include "serve/forward_batcher.h"
+#include "strategies/cosine/cosine_schedule.h"
 
 namespace parspec {
 

@@ -8,11 +8,11 @@
 #include <string>
 
 #include "core/error.h"
-#include "strategies/ppd/ppd_prompts.h"
 #include "model/gguf.h"
 #include "model/inflate.h"
 #include "model/model_config.h"
 #include "model/random_model.h"
+#include "strategies/ppd/ppd_prompts.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 

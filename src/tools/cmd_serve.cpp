@@ -12,12 +12,11 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "core/worker.h"
-#include "strategies/cosine/cosine_schedule.h"
 #include "decode/registry.h"
-#include "tuning/tuning.h"
 #include "model/model.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
+#include "strategies/cosine/cosine_schedule.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
@@ -26,6 +25,7 @@
 #include "tools/model_loading.h"
 #include "tools/prompt_input.h"
 #include "tools/strategy_options.h"
+#include "tuning/tuning.h"
 
 namespace parspec {
 

@@ -190,8 +190,7 @@ int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
   base.ctx_size = longest + a.n_predict + 8;
 
   std::fprintf(stderr, "tune: timing target forwards over 1..%d rows\n", a.ppd_max_budget);
-  const std::vector<double> latency =
-      measure_target_latencies(target, worker, a.ppd_max_budget, 5);
+  const std::vector<double> latency = measure_target_latencies(target, worker, a.ppd_max_budget, 5);
   const double ar_tps = measure_configs({base}, calibration, a.n_predict)[0];
   const double overhead = std::max(0.0, 1000.0 / std::max(ar_tps, 1e-9) - latency[0]);
 

@@ -5,10 +5,10 @@
 #include <string>
 
 #include "core/error.h"
-#include "tuning/tuning.h"
 #include "mpi/pipeline.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
+#include "tuning/tuning.h"
 
 namespace {
 

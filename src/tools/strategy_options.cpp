@@ -81,9 +81,10 @@ void StrategyOptions::add_to(ArgParser& args) {
               "under mpirun: EMULATED link latency added to every inter-rank message");
   args.option("--link-gbps", &link_gbps, "G",
               "under mpirun: EMULATED link bandwidth for every inter-rank message (0 = unlimited)");
-  args.option("--dist-timeout", &dist_timeout_s, "S",
-              "under mpirun: seconds the head waits for a stage (or an easyspec drafter rank) before it "
-              "ends the job");
+  args.option(
+      "--dist-timeout", &dist_timeout_s, "S",
+      "under mpirun: seconds the head waits for a stage (or an easyspec drafter rank) before it "
+      "ends the job");
   args.bound("--stages", 0, 4096);
   args.bound("--head-layers", 0, 4096);
   args.bound("--link-latency-us", 0, 1e7);

@@ -187,7 +187,7 @@ TuneChoice choose_strategy(const CostMeasurements& m, double margin = 0.05);
 StrategyConfig config_for_candidate(const StrategyConfig& base, const Candidate& c);
 
 struct CalibrationOptions {
-  int n_predict = 32;    // tokens per calibration prompt
+  int n_predict = 32;       // tokens per calibration prompt
   int parallel_window = 3;  // the window the parallel family (PEARL) is measured at (0: not)
   int max_gamma = kMaxTunedGamma;
   bool trees = true;    // measure tree acceptance, L(n) to kMaxTreeNodes + 1, the node overhead

@@ -13,11 +13,11 @@
 #include <string>
 
 #include "core/error.h"
-#include "strategies/easyspec/layer_parallel.h"
 #include "decode/registry.h"
 #include "mpi/group_ranks.h"
 #include "mpi/pipeline.h"
 #include "sampling_check.h"
+#include "strategies/easyspec/layer_parallel.h"
 #include "test_helpers.h"
 
 namespace parspec {

@@ -197,8 +197,8 @@ TEST(DistributedCli, AKilledOrStoppedDrafterSlotEndsTheJobWithinTenSeconds) {
 }
 
 TEST(DistributedCli, TwoNetworkNamespacesOverTcp) {
-  const auto r = run_command("bash " + kSource + "/tests/mpi/netns_two_hosts.sh " +
-                             PARSPEC_BINARY + " " + kTarget + " " + kDraft + " 2>&1");
+  const auto r = run_command("bash " + kSource + "/tests/mpi/netns_two_hosts.sh " + PARSPEC_BINARY +
+                             " " + kTarget + " " + kDraft + " 2>&1");
   if (r.exit_code == 77) GTEST_SKIP() << r.output;
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto ar = run_command(std::string(PARSPEC_BINARY) + " generate -m " + kTarget +

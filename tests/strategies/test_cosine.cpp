@@ -8,11 +8,11 @@
 
 #include "core/error.h"
 #include "core/threads.h"
-#include "strategies/cosine/cosine.h"
-#include "strategies/pool/routing.h"
 #include "decode/strategy.h"
 #include "model/model.h"
 #include "stats_helpers.h"
+#include "strategies/cosine/cosine.h"
+#include "strategies/pool/routing.h"
 #include "test_helpers.h"
 
 namespace parspec {

@@ -7,9 +7,9 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "strategies/easyspec/layer_parallel.h"
 #include "decode/local_model.h"
 #include "decode/strategy.h"
+#include "strategies/easyspec/layer_parallel.h"
 #include "test_helpers.h"
 
 namespace parspec {

@@ -10,12 +10,12 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "strategies/ppd/ppd_prompts.h"
-#include "strategies/ppd/ppd_tree.h"
 #include "decode/strategy.h"
 #include "model/inflate.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "strategies/ppd/ppd_prompts.h"
+#include "strategies/ppd/ppd_tree.h"
 #include "test_helpers.h"
 
 namespace parspec {

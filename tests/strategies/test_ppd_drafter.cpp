@@ -11,11 +11,11 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "decode/local_model.h"
-#include "strategies/ppd/ppd_drafter.h"
-#include "strategies/ppd/ppd_prompts.h"
 #include "decode/strategy.h"
 #include "model/model.h"
 #include "sample/sampler.h"
+#include "strategies/ppd/ppd_drafter.h"
+#include "strategies/ppd/ppd_prompts.h"
 #include "test_helpers.h"
 
 namespace parspec {

@@ -6,5 +6,5 @@
 // SpecInfer-style baseline: every drafter drafts its own chain, merged into
 // one tree, no routing, no fusion). docs/strategies/cosine.md and
 // docs/strategies/specinfer.md explain both.
-#include "strategies/cosine/cosine_schedule.h"
 #include "decode/registry.h"
+#include "strategies/cosine/cosine_schedule.h"

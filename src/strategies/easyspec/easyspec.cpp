@@ -14,11 +14,11 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "strategies/easyspec/layer_parallel.h"
-#include "decode/speculative.h"
 #include "decode/registry.h"
+#include "decode/speculative.h"
 #include "decode/tree_speculation.h"
 #include "sample/sampler.h"
+#include "strategies/easyspec/layer_parallel.h"
 
 namespace parspec {
 

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "decode/local_model.h"
-#include "strategies/ppd/ppd_prompts.h"
-#include "decode/sides.h"
 #include "decode/registry.h"
+#include "decode/sides.h"
+#include "strategies/ppd/ppd_prompts.h"
 
 namespace parspec {
 
