@@ -13,32 +13,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
-ZOO="$ROOT/models/zoo"
-WORK="${ZOO_WORK:-$ROOT/out/zoo}"
-MODELS="${ZOO_MODELS_DIR:-$ROOT/models}"
-SCALE="${ZOO_SCALE:-1}"
-PY=/usr/bin/python3
-export ZOO_THREADS="${ZOO_THREADS:-1}"
-mkdir -p "$WORK"
+source "$ROOT/models/zoo/chat_streams.sh"
 log() { echo "[zoo-chat-draft $(date +%H:%M:%S)] $*"; }
-tokens() { $PY -c "print(max(2048, int($1 * $SCALE)))"; }
-
-if [ ! -f "$WORK/corpus/stats.json" ]; then
-  $PY "$ZOO/corpus.py" build --manifest "$ZOO/corpus/manifest.tsv" --out "$WORK/corpus.tmp"
-  rm -rf "$WORK/corpus" && mv "$WORK/corpus.tmp" "$WORK/corpus"
-fi
-if [ ! -f "$WORK/tokenizer.json" ]; then  # the committed target's vocabulary, not a new BPE run
-  (cd "$ZOO" && $PY -c "import sys, gguf_writer, reference; \
-reference.tokenizer_from_meta(gguf_writer.read_gguf(sys.argv[1])[0]).save(sys.argv[2])" \
-    "$MODELS/target.gguf" "$WORK/tokenizer.json")
-fi
-if [ ! -f "$WORK/tokens/stats.json" ]; then
-  $PY "$ZOO/train.py" tokenize --corpus "$WORK/corpus" --tokenizer "$WORK/tokenizer.json" --out "$WORK/tokens.tmp"
-  rm -rf "$WORK/tokens" && mv "$WORK/tokens.tmp" "$WORK/tokens"
-fi
-if [ ! -f "$WORK/tokens/chat.heldout.npy" ]; then
-  $PY "$ZOO/chat_data.py" --corpus "$WORK/corpus" --tokenizer "$WORK/tokenizer.json" --out "$WORK/tokens"
-fi
 
 # One process of ZOO_THREADS threads, seeded (a batch depends only on seed and step):
 # the domain drafters' fine-tune (KD weight 0.9, batch 8 x 256, lr 1.5e-3), teacher

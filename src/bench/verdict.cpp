@@ -1,27 +1,16 @@
 #include "bench/verdict.h"
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <vector>
 
+#include "bench/text_format.h"
 #include "decode/registry.h"
 
 namespace parspec {
 
 namespace {
-
-std::string printf_text(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string printf_text(const char* fmt, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, args);
-  va_end(args);
-  return buf;
-}
 
 // The rows over every prompt set, or those of the only set that ran.
 std::vector<const BenchResult*> widest_rows(const BenchReport& report) {
@@ -139,15 +128,17 @@ std::string bench_verdict(const BenchReport& report) {
 
   // Every strategy's speedup as tau over its step cost, fastest first: whether
   // it trails by yielding fewer tokens per step or by costlier steps.
-  std::vector<const BenchResult*> by_speed;
+  struct Row {
+    const BenchResult* r;
+    StepCost cost;
+  };
+  std::vector<Row> by_speed;
   for (const BenchResult* r : rows)
-    if (r != &ar) by_speed.push_back(r);
-  std::stable_sort(
-      by_speed.begin(), by_speed.end(),
-      [](const BenchResult* a, const BenchResult* b) { return a->tok_per_s() > b->tok_per_s(); });
+    if (r != &ar) by_speed.push_back({r, step_cost(*r, ar)});
+  std::stable_sort(by_speed.begin(), by_speed.end(),
+                   [](const Row& a, const Row& b) { return a.r->tok_per_s() > b.r->tok_per_s(); });
   std::string terms;
-  for (const BenchResult* r : by_speed) {
-    const StepCost cost = step_cost(*r, ar);
+  for (const auto& [r, cost] : by_speed) {
     if (cost.step <= 0) continue;
     terms +=
         printf_text("%s%s %.2fx = %.2f / %.2f", terms.empty() ? "" : ", ",
@@ -159,30 +150,26 @@ std::string bench_verdict(const BenchReport& report) {
 
   // A verification over several tokens faster than ar's one-token step means
   // the one-token forward is the slow one here, which flatters every speedup.
-  const BenchResult* cheapest_verify = nullptr;
-  for (const BenchResult* r : by_speed) {
-    const StepCost cost = step_cost(*r, ar);
-    if (cost.verify > 0 && cost.verify < 1.0 &&
-        (!cheapest_verify || cost.verify < step_cost(*cheapest_verify, ar).verify))
-      cheapest_verify = r;
-  }
+  const Row* cheapest_verify = nullptr;
+  for (const Row& row : by_speed)
+    if (row.cost.verify > 0 && row.cost.verify < 1.0 &&
+        (!cheapest_verify || row.cost.verify < cheapest_verify->cost.verify))
+      cheapest_verify = &row;
   if (cheapest_verify) {
+    const BenchResult& r = *cheapest_verify->r;
     // The rows of a verification: the drafted tokens and the one they follow.
-    const double verified = 1.0 + static_cast<double>(cheapest_verify->total.drafted) /
-                                      static_cast<double>(cheapest_verify->total.verify_steps);
+    const double verified =
+        1.0 + static_cast<double>(r.total.drafted) / static_cast<double>(r.total.verify_steps);
     text += printf_text(
         "note: %s verified about %.1f tokens per forward in %.2f ar steps: a forward over several "
         "tokens ran faster than ar's one-token forward on this machine, which flatters every "
         "speedup\n",
-        display_name(report, cheapest_verify->strategy).c_str(), verified,
-        step_cost(*cheapest_verify, ar).verify);
+        display_name(report, r.strategy).c_str(), verified, cheapest_verify->cost.verify);
   }
 
   std::map<StepCostCause, std::vector<std::string>> losers;
-  for (const BenchResult* r : by_speed) {
-    if (r->speedup >= 1.0) continue;
-    const StepCost cost = step_cost(*r, ar);
-    if (cost.step <= 0) continue;
+  for (const auto& [r, cost] : by_speed) {
+    if (r->speedup >= 1.0 || cost.step <= 0) continue;
     const StepCostCause cause = cost.main_cause();
     losers[cause].push_back(printf_text("%s %.1f ar steps a step (%.1f %s) for tau %.2f",
                                         display_name(report, r->strategy).c_str(), cost.step,

@@ -68,7 +68,7 @@ struct StrategyInfo {
   // The option bench's NAME:G variants set to G (empty: no variants).
   std::string variant_key;
   // Under mpirun the other ranks run this strategy's drafter (easyspec's
-  // lanes, StrategyConfig::make_group_executor) instead of a target pipeline;
+  // slots, StrategyConfig::make_group_executor) instead of a target pipeline;
   // every strategy of such a run keeps its target on rank 0.
   bool drafts_on_ranks = false;
   // Where the tools pick it when no strategy is named (most strategies: nowhere).

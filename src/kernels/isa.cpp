@@ -74,8 +74,11 @@ bool set_active_isa(Isa isa) {
 }
 
 bool decode_prefetch_nta() {
-  __builtin_cpu_init();
-  static const bool amd = __builtin_cpu_is("amd");
+  // Asked once per group of 16 weight rows: the CPU is read once per process.
+  static const bool amd = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") != 0;
+  }();
   return amd;
 }
 
