@@ -685,7 +685,15 @@ int HttpTransport::bind(const std::string& host, int port) {
 void HttpTransport::run() {
   check(impl_->acceptor.is_open(), "HttpTransport::run before bind");
   impl_->accept();
-  impl_->io.run();
+  for (;;) {
+    try {
+      impl_->io.run();
+      return;
+    } catch (const std::exception& e) {
+      // One connection's failure (out of memory, say) is not the server's end.
+      std::fprintf(stderr, "serve: HTTP: %s\n", e.what());
+    }
+  }
 }
 
 bool HttpTransport::wait_until_idle(std::chrono::milliseconds bound) {
