@@ -106,6 +106,42 @@ class HandlerPool {
   std::vector<std::thread> threads_;
 };
 
+using RequestParser = http::request_parser<http::string_body>;
+
+void apply_limits(RequestParser& parser, const HttpTransportOptions& options) {
+  parser.body_limit(options.max_body_bytes);
+  parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
+}
+
+HttpRequest to_request(http::request<http::string_body>&& msg, const std::string& client) {
+  HttpRequest request;
+  request.method = std::string(msg.method_string());
+  const std::string_view target(msg.target().data(), msg.target().size());
+  request.path = std::string(target.substr(0, target.find('?')));
+  request.client = client;
+  for (const auto& field : msg)
+    request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  request.body = std::move(msg.body());
+  return request;
+}
+
+// The answer to a request that could not be read: status 0 when there is none
+// to give (the client closed or reset the connection, between requests or
+// within one).
+std::pair<int, std::string> read_error_answer(error_code ec, const HttpTransportOptions& options) {
+  if (ec == http::error::body_limit)
+    return {413, "the request body is larger than this server accepts (" +
+                     std::to_string(options.max_body_bytes) + " bytes, --max-body)"};
+  if (ec == http::error::header_limit)
+    return {431, "the request header is larger than this server accepts (" +
+                     std::to_string(options.max_header_bytes) + " bytes)"};
+  if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+      ec == net::error::eof || ec == net::error::connection_reset ||
+      ec == net::error::operation_aborted || ec == net::error::broken_pipe)
+    return {0, ""};
+  return {400, "malformed HTTP request: " + ec.message()};
+}
+
 }  // namespace
 
 std::string HttpRequest::header(std::string_view name) const {
@@ -243,8 +279,7 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void read_header() {
     parser_.emplace();
-    parser_->body_limit(options().max_body_bytes);
-    parser_->header_limit(static_cast<uint32_t>(options().max_header_bytes));
+    apply_limits(*parser_, options());
     http::async_read_header(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
@@ -274,18 +309,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_request(error_code ec) {
     if (ec) return on_read_error(ec);
     stream_.expires_never();  // the handler may take long; writes get their own deadline
-    http::request<http::string_body> msg = parser_->release();
-    HttpRequest request;
-    request.method = std::string(msg.method_string());
-    const std::string_view target(msg.target().data(), msg.target().size());
-    request.path = std::string(target.substr(0, target.find('?')));
-    request.client = client_;
-    for (const auto& field : msg)
-      request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-    request.body = std::move(msg.body());
+    const bool keep_alive = parser_->keep_alive();
+    HttpRequest request = to_request(parser_->release(), client_);
     answering_ = true;
     server_.begin_answer();
-    server_.dispatch(shared_from_this(), std::move(request), msg.keep_alive());
+    server_.dispatch(shared_from_this(), std::move(request), keep_alive);
   }
 
   void on_read_error(error_code ec) {
@@ -293,19 +321,9 @@ class Session : public std::enable_shared_from_this<Session> {
       ++server_.timed_out;  // the stream closed the socket at the deadline
       return;
     }
-    if (ec == http::error::body_limit)
-      return answer_and_close(413, "the request body is larger than this server accepts (" +
-                                       std::to_string(options().max_body_bytes) +
-                                       " bytes, --max-body)");
-    if (ec == http::error::header_limit)
-      return answer_and_close(431, "the request header is larger than this server accepts (" +
-                                       std::to_string(options().max_header_bytes) + " bytes)");
-    // The client closed or reset the connection, between requests or within one.
-    if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
-        ec == net::error::eof || ec == net::error::connection_reset ||
-        ec == net::error::operation_aborted || ec == net::error::broken_pipe)
-      return close();
-    answer_and_close(400, "malformed HTTP request: " + ec.message());
+    const auto [status, message] = read_error_answer(ec, options());
+    if (status == 0) return close();
+    answer_and_close(status, message);
   }
 
   std::shared_ptr<StringResponse> error_response(int status, const std::string& message) {
@@ -376,7 +394,7 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpTransport::Impl& server_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<RequestParser> parser_;
   std::unique_ptr<char[]> scratch_;
   const std::string client_;
   const bool refused_;
@@ -720,6 +738,37 @@ HttpTransport::Stats HttpTransport::stats() const {
 
 const HttpTransportOptions& HttpTransport::options() const {
   return impl_->options;
+}
+
+HttpParsed parse_http_requests(std::string_view bytes, const HttpTransportOptions& options,
+                               size_t max_requests) {
+  HttpParsed parsed;
+  size_t offset = 0;
+  while (parsed.requests.size() < max_requests && offset < bytes.size()) {
+    RequestParser parser;
+    apply_limits(parser, options);
+    parser.eager(true);
+    error_code ec;
+    for (;;) {
+      const size_t used = parser.put(net::buffer(bytes.data() + offset, bytes.size() - offset), ec);
+      offset += used;
+      if (parser.is_done() || (ec && ec != http::error::need_more)) break;
+      ec = {};
+      if (used == 0 || offset == bytes.size()) {
+        parser.put_eof(ec);  // the bytes end within this request
+        if (!ec && !parser.is_done()) ec = http::error::partial_message;
+        break;
+      }
+    }
+    if (ec) {
+      parsed.error_status = read_error_answer(ec, options).first;
+      break;
+    }
+    const bool keep_alive = parser.keep_alive();
+    parsed.requests.push_back(to_request(parser.release(), "memory"));
+    if (!keep_alive) break;  // the server closes after its answer
+  }
+  return parsed;
 }
 
 }  // namespace parspec

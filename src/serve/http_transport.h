@@ -114,4 +114,16 @@ class HttpTransport {
   std::unique_ptr<Impl> impl_;
 };
 
+// One connection's bytes read from memory as the transport reads them from a
+// socket (the same parser and limits, without the deadlines): the complete
+// requests in order, and the status of the error answer that ended the
+// connection (0: none; the bytes ended, or a request without keep-alive).
+// For tests and the request fuzzer.
+struct HttpParsed {
+  std::vector<HttpRequest> requests;
+  int error_status = 0;
+};
+HttpParsed parse_http_requests(std::string_view bytes, const HttpTransportOptions& options,
+                               size_t max_requests = 16);
+
 }  // namespace parspec
