@@ -29,6 +29,6 @@ status=0
 ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" -L unit || status=1
 # The slow tests of the server (it runs the parspec executable) and of the MPI runtime.
 ctest --test-dir "$dir" --output-on-failure -L slow \
-  -R '^(ServeTest|ServeCosine|ServeChatModel|ServeLimits|ServeClients|DistributedCli|MpiPipeline|MpiEasySpec)\.' ||
+  -R '^(ServeTest|ServeCosine|ServeChatModel|ServeLimits|ServeLimitsTest|ServeClients|DistributedCli|MpiPipeline|MpiEasySpec)\.' ||
   status=1
 exit $status
