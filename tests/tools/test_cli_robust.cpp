@@ -90,6 +90,20 @@ TEST_F(CliRobustTest, ThreadCountsBeyondAnyMachineAreRejectedUpFront) {
   expect_error("bench-forward -m " + target_ + " -t 1,100000", {"-t", "out of range"});
 }
 
+// A number out of range names the range the flag takes, also where the
+// value's type could not hold it.
+TEST_F(CliRobustTest, OutOfRangeNumbersSayTheFlagsRange) {
+  expect_error(gen() + "-p hi -n 1 --seed 18446744073709551616",
+               {"'18446744073709551616'", "--seed", "out of range (0 to 18446744073709551615)",
+                "-1 draws a random seed"});
+  expect_error(gen() + "-p hi -n 1 --seed -2", {"--seed", "out of range (0 to"});
+  const RunResult top = run(gen() + "-p hi -n 1 --seed 18446744073709551615 --json", "", false);
+  ASSERT_EQ(top.exit_code, 0) << top.output;
+  EXPECT_EQ(nlohmann::json::parse(top.output)["seed"].get<uint64_t>(), UINT64_MAX);
+  expect_error(gen() + "-p hi -t 99999999999", {"'99999999999'", "-t", "out of range (1 to 1024)"});
+  expect_error(gen() + "-p hi --temp 1e999", {"'1e999'", "--temp", "out of range"});
+}
+
 TEST_F(CliRobustTest, DraftLengthIsBoundedAndNeverExceedsWhatIsLeftToGenerate) {
   expect_error(sd() + "-p hi --draft-max 100000 -n 8", {"--draft-max", "out of range"});
   // The largest accepted γ with -n 8 drafts at most 7 tokens a step: quick,
@@ -221,6 +235,33 @@ TEST_F(CliRobustTest, MisleadingOrLateMessagesAreClear) {
   EXPECT_FALSE(contains(r.output, std::string(100, 'z'))) << r.output;
 }
 
+// A prompt is tokenized no further than one token past the context, and -f
+// reads no further than the text such a prompt can cover: a file of 200 MB
+// (sparse here) is refused by its size, before tokenizing anything.
+TEST_F(CliRobustTest, OversizedPromptsAreRefusedWithBoundedWork) {
+  const std::string huge = dir_.file("huge.txt");
+  std::ofstream(huge).close();
+  std::filesystem::resize_file(huge, 200u << 20);
+  expect_error(gen() + "-f " + huge + " -c 64 -n 1",
+               {"-f " + huge, "the file has 209715200 bytes", "context of 64 tokens"});
+  expect_error(gen() + "-f - -c 64 -n 1 < " + huge,
+               {"-f -", "more than", "bytes", "context of 64 tokens"});
+  // Within the byte bound but over the context: counted up to 65 tokens.
+  std::string words;
+  for (int i = 0; i < 120; ++i) words += "word ";
+  const std::string many = dir_.file("many.txt");
+  std::ofstream(many) << words;
+  expect_error(gen() + "-f " + many + " -c 64 -n 1",
+               {"the prompt has more than 64 tokens", "context of 64 tokens"});
+  expect_error(gen() + "-p '" + words + "' -c 64 -n 1", {"the prompt has more than 64 tokens"});
+  expect_error(gen() + "--chat-template chatml -p '" + words + "' -c 64 -n 1",
+               {"the prompt has more than 64 tokens"});
+  // A prompt that fits is tokenized whole, as before.
+  const RunResult fits = run(gen() + "-f " + many + " -c 4096 -n 1 --json", "", false);
+  ASSERT_EQ(fits.exit_code, 0) << fits.output;
+  EXPECT_GT(nlohmann::json::parse(fits.output)["n_prompt"].get<int>(), 64);
+}
+
 TEST_F(CliRobustTest, PromptEscapesAsInLlamaCpp) {
   // -n 0 prints the prompt as the model sees it.
   RunResult r = run(gen() + "-p 'a\\tb\\nc\\\\d\\x41' -n 0", "", false);
@@ -309,7 +350,11 @@ TEST_F(CliRobustTest, ConversationReadsTurnsFromStdin) {
   EXPECT_EQ(small.exit_code, 1) << small.output;
   EXPECT_TRUE(contains(small.output, "context")) << small.output;
   expect_error(gen() + "-cnv -p hi", {"-cnv", "stdin"});
-  expect_error(gen() + "-cnv", {"no chat template", "--chat-template"});
+  // No template in the model: ChatML, as llama.cpp does, with a warning.
+  const RunResult fallback = run(gen() + "-cnv -n 2 --temp 0", "hello\n");
+  EXPECT_EQ(fallback.exit_code, 0) << fallback.output;
+  EXPECT_TRUE(contains(fallback.output, "has no chat template")) << fallback.output;
+  EXPECT_TRUE(contains(fallback.output, "using chatml")) << fallback.output;
 }
 
 // A model file truncated while a conversation runs (between two turns, after
@@ -351,8 +396,22 @@ cat "$out" "$out.err"
   }
 }
 
-TEST_F(CliRobustTest, ChatWithoutTemplateSaysHowToChooseOne) {
-  expect_error(gen() + "-p hi --chat", {"no chat template", "--chat-template"});
+// As llama.cpp: a model without a chat template gets ChatML, and says so.
+TEST_F(CliRobustTest, ChatWithoutTemplateFallsBackToChatML) {
+  const RunResult warned = run(gen() + "-p hi --chat -n 4 --temp 0");
+  EXPECT_EQ(warned.exit_code, 0) << warned.output;
+  EXPECT_TRUE(contains(warned.output, target_ + " has no chat template")) << warned.output;
+  EXPECT_TRUE(contains(warned.output, "using chatml")) << warned.output;
+  EXPECT_TRUE(contains(warned.output, "--chat-template")) << warned.output;
+  const RunResult fallback = run(gen() + "-p hi --chat -n 4 --temp 0 --json", "", false);
+  const RunResult chatml =
+      run(gen() + "-p hi --chat-template chatml -n 4 --temp 0 --json", "", false);
+  ASSERT_EQ(fallback.exit_code, 0) << fallback.output;
+  ASSERT_EQ(chatml.exit_code, 0) << chatml.output;
+  EXPECT_EQ(nlohmann::json::parse(fallback.output)["tokens"],
+            nlohmann::json::parse(chatml.output)["tokens"]);
+  EXPECT_EQ(nlohmann::json::parse(fallback.output)["n_prompt"],
+            nlohmann::json::parse(chatml.output)["n_prompt"]);
 }
 
 }  // namespace
