@@ -154,7 +154,8 @@ void add_generate_options(ArgParser& args, GenerateArgs& a) {
   args.option("--strategy", &a.strategy_name, "NAME",
               "decoding strategy: " + strategy_list() +
                   " (all but ar, pp and auto need -md; default: auto with -md, ar without; under "
-                  "mpirun pipedec with -md, pp without)");
+                  "mpirun pipedec with -md, pp without); NAME:G sets the strategy's main number "
+                  "as in bench --strategies (sd:3: --draft-max 3, pearl:3: --pearl-window 3)");
   a.strategy_options.add_to(args);
   args.flag("--json", &a.json, "print one JSON object with the text, token ids and timings");
   args.bound("-t", 1, kMaxThreads);
@@ -257,8 +258,8 @@ int cmd_generate(int argc, char** argv) {
             : (draft ? StrategyRole::generate_drafted : StrategyRole::generate_plain);
     a.strategy_name = strategy_for(role).name;
   }
-  strategy_info(a.strategy_name);  // an unknown name fails before the draft model loads
-  a.strategy_options.check_given(args, {a.strategy_name});
+  // An unknown name fails before the draft model loads.
+  a.strategy_options.check_strategy(args, a.strategy_name);
   if (a.conversation) {
     check(!prompt_given && a.prompt_file.empty() && !a.json,
           "-cnv reads the user's turns from stdin: give no -p, -f or --json");

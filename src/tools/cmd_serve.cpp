@@ -118,7 +118,8 @@ int cmd_serve(int argc, char** argv) {
   args.option("--strategy", &a.strategy_name, "NAME",
               "decoding strategy of every request: " + served_list() +
                   " (default: " + strategy_for(StrategyRole::serve_drafted).name + " with -md, " +
-                  strategy_for(StrategyRole::serve_plain).name + " without)");
+                  strategy_for(StrategyRole::serve_plain).name +
+                  " without); NAME:G as in bench --strategies (sd:3: --draft-max 3)");
   a.strategy_options.add_to(args);
   args.option("--host", &a.host, "ADDR", "address to listen on (loopback by default)");
   args.option("--port", &a.port, "N", "port to listen on; 0 = any free port (printed)");
@@ -180,11 +181,11 @@ int cmd_serve(int argc, char** argv) {
         strategy_for(a.strategy_options.draft_path.empty() ? StrategyRole::serve_plain
                                                            : StrategyRole::serve_drafted)
             .name;
-  const StrategyInfo& served = strategy_info(a.strategy_name);
+  const StrategyInfo& served =
+      strategy_info(a.strategy_options.check_strategy(args, a.strategy_name).name);
   check(served.served, "serve runs ",
         strategy_names_where([](const StrategyInfo& i) { return i.served; }),
-        " (batched across requests); '", a.strategy_name, "' is not served");
-  a.strategy_options.check_given(args, {a.strategy_name});
+        " (batched across requests); '", served.name, "' is not served");
   const std::string scheduled =
       strategy_names_where([](const StrategyInfo& i) { return i.uses_request_scheduler; });
   for (const char* flag : kSchedulerFlags)

@@ -118,6 +118,29 @@ TEST_F(CliRobustTest, DraftLengthIsBoundedAndNeverExceedsWhatIsLeftToGenerate) {
   EXPECT_LT(s["draft_forwards"].get<int>(), 64);
 }
 
+// --strategy takes bench's NAME:G form: pearl:3 is pearl with window 3, the
+// same tokens as ar; a setting given twice or a form the strategy does not
+// take is an error that says which forms exist.
+TEST_F(CliRobustTest, StrategyNamesTakeBenchsVariantForm) {
+  const RunResult ar = run(gen() + "-p hi -n 12 --temp 0 --ignore-eos --json", "", false);
+  ASSERT_EQ(ar.exit_code, 0) << ar.output;
+  for (const std::string variant : {"pearl:3", "sd:2", "tree:d2c2"}) {
+    const RunResult r = run(gen() + "-md " + draft_ + " --strategy " + variant +
+                                " -p hi -n 12 --temp 0 --ignore-eos --json",
+                            "", false);
+    ASSERT_EQ(r.exit_code, 0) << variant << "\n" << r.output;
+    const auto j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j["tokens"], nlohmann::json::parse(ar.output)["tokens"]) << variant;
+    if (variant == "pearl:3") {
+      EXPECT_EQ(j["draft_window"], 3);
+    }
+  }
+  expect_error(gen() + "-md " + draft_ + " -p hi --strategy pearl:3 --pearl-window 4",
+               {"--strategy pearl:3 sets --pearl-window already"});
+  expect_error(gen() + "-p hi --strategy ar:3", {"--strategy ar:3", "NAME:G with G >= 1 is for"});
+  expect_error(gen() + "-p hi --strategy pearl:0", {"--strategy pearl:0"});
+}
+
 TEST_F(CliRobustTest, PromptPlusLengthDoesNotOverflow) {
   expect_error(gen() + "-p hi -n 2147483640 -c 64", {"-n 2147483640", "context size 64"});
   expect_error(gen() + "-p hi -n 1e12", {"'1e12'", "-n", "out of range"});
