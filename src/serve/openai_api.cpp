@@ -93,10 +93,11 @@ std::vector<std::string> stop_field(const json& body) {
   return stops;
 }
 
-std::string text_content(const json& content, size_t index) {
+// The content is moved out of the parsed body: it may be as large as the body.
+std::string text_content(json& content, size_t index) {
   const std::string param = "messages[" + std::to_string(index) + "].content";
   if (content.is_null()) return "";
-  if (content.is_string()) return content.get<std::string>();
+  if (content.is_string()) return std::move(content.get_ref<std::string&>());
   if (content.is_array()) {
     std::string text;
     for (const json& part : content) {
@@ -111,13 +112,13 @@ std::string text_content(const json& content, size_t index) {
   bad("'" + param + "' must be a string or an array of text parts", param);
 }
 
-std::vector<ChatMessage> messages_field(const json& body) {
+std::vector<ChatMessage> messages_field(json& body) {
   const auto it = body.find("messages");
   if (it == body.end()) bad("'messages' is required", "messages");
   if (!it->is_array() || it->empty()) bad("'messages' must be a non-empty array", "messages");
   std::vector<ChatMessage> messages;
   for (size_t i = 0; i < it->size(); ++i) {
-    const json& m = (*it)[i];
+    json& m = (*it)[i];
     const std::string param = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) bad("'" + param + "' must be an object", param);
     if (!m.contains("role") || !m["role"].is_string())
@@ -126,7 +127,9 @@ std::vector<ChatMessage> messages_field(const json& body) {
     if (role == "developer") role = "system";  // OpenAI's newer name for it
     if (role != "system" && role != "user" && role != "assistant")
       bad("'" + param + ".role' must be system, developer, user or assistant", param + ".role");
-    messages.push_back({role, text_content(m.value("content", json()), i)});
+    json none;
+    const auto content = m.find("content");
+    messages.push_back({role, text_content(content == m.end() ? none : *content, i)});
   }
   return messages;
 }
@@ -180,11 +183,24 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
   // Tokenized up to one token past the context: enough to refuse a longer
   // prompt, at a cost bounded by the context rather than by the body.
   const size_t max_prompt_tokens = static_cast<size_t>(std::max<int64_t>(limits.ctx_size, 0)) + 1;
+  const auto too_long = [&](int64_t n_prompt) {
+    bad("the prompt has " +
+            (n_prompt > limits.ctx_size ? "more than " + std::to_string(limits.ctx_size)
+                                        : std::to_string(n_prompt)) +
+            " tokens; this server's context is " + std::to_string(limits.ctx_size) + " tokens",
+        chat ? "messages" : "prompt", 400, "context_length_exceeded");
+  };
+  // More text than that many tokens can cover is refused before it is
+  // rendered or tokenized at all.
+  const size_t max_prompt_bytes = (max_prompt_tokens + 1) * tokenizer.max_token_bytes();
   if (chat) {
     if (chat_template == nullptr)
       bad("this model has no chat template: start the server with --chat-template chatml (or "
           "llama3), or use /v1/completions");
     const std::vector<ChatMessage> messages = messages_field(body);
+    size_t content_bytes = 0;
+    for (const ChatMessage& m : messages) content_bytes += m.content.size();
+    if (content_bytes > max_prompt_bytes) too_long(limits.ctx_size + 1);
     try {
       job->prompt = chat_template->encode(tokenizer, messages, true, max_prompt_tokens);
     } catch (const Error& e) {
@@ -199,16 +215,12 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
       bad("'prompt' must be a string (one prompt per request)", "prompt");
     const std::string& prompt = (single ? (*it)[0] : *it).get_ref<const std::string&>();
     if (prompt.empty()) bad("'prompt' is empty", "prompt");
+    if (prompt.size() > max_prompt_bytes) too_long(limits.ctx_size + 1);
     job->prompt = tokenizer.encode_prefix(prompt, true, false, max_prompt_tokens);
   }
   if (job->prompt.empty()) bad("the prompt produced no tokens", chat ? "messages" : "prompt");
   const int64_t n_prompt = static_cast<int64_t>(job->prompt.size());
-  if (n_prompt >= limits.ctx_size)
-    bad("the prompt has " +
-            (n_prompt > limits.ctx_size ? "more than " + std::to_string(limits.ctx_size)
-                                        : std::to_string(n_prompt)) +
-            " tokens; this server's context is " + std::to_string(limits.ctx_size) + " tokens",
-        chat ? "messages" : "prompt", 400, "context_length_exceeded");
+  if (n_prompt >= limits.ctx_size) too_long(n_prompt);
 
   // max_completion_tokens is the chat API's newer name.
   const char* max_key =

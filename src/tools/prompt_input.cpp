@@ -39,7 +39,8 @@ std::string read_text_input(const std::string& path, const std::string& flag, si
   std::string text;
   std::vector<char> block(size_t{1} << 20);
   while (text.size() <= max_bytes) {
-    const size_t want = std::min(block.size(), max_bytes - text.size() + 1);
+    const size_t room = max_bytes - text.size();  // one byte more shows the input is longer
+    const size_t want = room >= block.size() ? block.size() : room + 1;
     in.read(block.data(), static_cast<std::streamsize>(want));
     text.append(block.data(), static_cast<size_t>(in.gcount()));
     if (!in) break;

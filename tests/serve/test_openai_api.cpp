@@ -81,14 +81,20 @@ TEST_F(OpenAiApiTest, OversizedPromptsAreRefusedAtTheContext) {
   const std::string sentence = "hello world, hello there 12345. ";
   std::string huge;
   while (huge.size() < (size_t{1} << 20)) huge.append(sentence);
-  for (const bool chat : {false, true}) {
-    const json body =
-        chat ? json{{"messages", {{{"role", "user"}, {"content", huge}}}}} : json{{"prompt", huge}};
-    const ApiError e = error_of(body, chat);
-    EXPECT_EQ(e.status, 400);
-    EXPECT_EQ(e.code, "context_length_exceeded");
-    EXPECT_NE(e.message.find("the prompt has more than 256 tokens"), std::string::npos)
-        << e.message;
+  // 1 MiB: more text than 257 tokens can cover, refused before tokenizing;
+  // 3000 bytes: tokenized, and stopped one token past the context.
+  ASSERT_GT(258 * tokenizer_->max_token_bytes(), 3000u);
+  ASSERT_GT(tokenizer_->encode(huge.substr(0, 3000), true, false).size(), 257u);
+  for (const std::string& text : {huge, huge.substr(0, 3000)}) {
+    for (const bool chat : {false, true}) {
+      const json body = chat ? json{{"messages", {{{"role", "user"}, {"content", text}}}}}
+                             : json{{"prompt", text}};
+      const ApiError e = error_of(body, chat);
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(e.code, "context_length_exceeded");
+      EXPECT_NE(e.message.find("the prompt has more than 256 tokens"), std::string::npos)
+          << e.message;
+    }
   }
   // A prompt that fits is tokenized whole, exactly as encode() does.
   const std::string fits = huge.substr(0, 300);
