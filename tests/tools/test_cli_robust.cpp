@@ -15,6 +15,7 @@
 
 #include "cli_helpers.h"
 #include "model/gguf.h"
+#include "serve_helpers.h"
 #include "test_helpers.h"
 
 namespace parspec {
@@ -417,6 +418,46 @@ cat "$out" "$out.err"
       EXPECT_TRUE(contains(r.output, "exit=0")) << r.output;
     }
   }
+}
+
+// As llama.cpp's server: /v1/chat/completions on a model without a chat
+// template renders ChatML (the same tokens as generate --chat-template
+// chatml), with a warning at start; seed and oversized prompts get their
+// precise messages through the real server.
+TEST_F(CliRobustTest, ServeWithoutTemplateFallsBackToChatML) {
+  testing_support::ServerProcess server(PARSPEC_BINARY,
+                                        {"-m", target_, "--port", "0", "-t", "1", "-c", "256"},
+                                        dir_.file("serve.log"));
+  ASSERT_GT(server.port(), 0) << server.log();
+  EXPECT_TRUE(contains(server.log(), target_ + " has no chat template")) << server.log();
+  EXPECT_TRUE(contains(server.log(), "using chatml")) << server.log();
+  const nlohmann::json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                               {"max_tokens", 6},
+                               {"temperature", 0},
+                               {"ignore_eos", true},
+                               {"return_tokens", true}};
+  const auto reply =
+      testing_support::http_request(server.port(), "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const RunResult reference = run(
+      gen() + "-p hi --chat-template chatml -n 6 --temp 0 --ignore-eos -c 256 --json", "", false);
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_EQ(nlohmann::json::parse(reply.body)["choices"][0]["tokens"],
+            nlohmann::json::parse(reference.output)["tokens"]);
+
+  const auto seed =
+      testing_support::http_request(server.port(), "POST", "/v1/completions",
+                                    R"({"prompt": "hi", "seed": 18446744073709551616})");
+  EXPECT_EQ(seed.status, 400);
+  EXPECT_TRUE(contains(seed.body, "'seed' must be between 0 and 18446744073709551615"))
+      << seed.body;
+  std::string words;
+  for (int i = 0; i < 4000; ++i) words += "word ";
+  const auto too_long = testing_support::http_request(
+      server.port(), "POST", "/v1/chat/completions",
+      nlohmann::json{{"messages", {{{"role", "user"}, {"content", words}}}}}.dump());
+  EXPECT_EQ(too_long.status, 400);
+  EXPECT_TRUE(contains(too_long.body, "the prompt has more than 256 tokens")) << too_long.body;
 }
 
 // As llama.cpp: a model without a chat template gets ChatML, and says so.
