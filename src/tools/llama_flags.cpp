@@ -35,6 +35,9 @@ const Counterpart kCounterparts[] = {
     {"serve", "--port", "same as llama-server (0 = any free port, printed)"},
     {"serve", "--api-key", "same as llama-server"},
     {"serve", "-a", "same as llama-server's --alias"},
+    {"serve", "--request-timeout",
+     "llama-server's -to/--timeout bounds each read and write (600 s); this is one deadline "
+     "for a whole request"},
     {"generate", "-n", kSame},
     {"bench", "-n",
      "same meaning as llama.cpp's -n; -1 is not accepted (a benchmark needs a "
