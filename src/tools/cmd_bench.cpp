@@ -95,7 +95,7 @@ bool parse_args(int argc, char** argv, BenchArgs& a) {
             "end with a short verdict: the fastest strategy, its speedup and tau, why the slower "
             "ones lose here; exit status 1 when a greedy output differs from ar's");
   a.strategy_options.add_to(args);
-  add_ignored_gpu_flags(args);
+  add_ignored_gpu_flags(args, true, /*layers=*/false);
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
   args.bound("-c", 1, 1 << 24);
@@ -318,7 +318,8 @@ int cmd_bench(int argc, char** argv) {
   find_models(a, plan.labels.size() > 1);
   std::vector<TokenizedSet> sets = load_sets(a);
 
-  std::shared_ptr<const Model> target = load_model(a.model_path);
+  std::shared_ptr<const Model> target =
+      load_model(a.model_path, a.strategy_options.devices.target_loading());
   auto tokenizer = Tokenizer::from_gguf(target->gguf());
   a.n_ctx = resolve_context_size(a.n_ctx, a.ctx_given, {&target->config()}, a.model_path);
   std::vector<std::string> notes;
