@@ -119,13 +119,27 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   step "GPU tests"
   if [[ -x $bin_tests ]]; then
     # The strategies' test runs every strategy: give it the time, but not forever.
-    timeout 240 "$bin_tests" --gtest_output="xml:$out/tests.xml" 2>&1 | tee "$out/tests.txt" |
+    PARSPEC_SOURCE_DIR=$PWD timeout 240 "$bin_tests" --gtest_output="xml:$out/tests.xml" 2>&1 |
+      tee "$out/tests.txt" |
       grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
     grep -q '^\[  PASSED' "$out/tests.txt" && ! grep -q '^\[  FAILED' "$out/tests.txt" &&
       echo "tests: passed" | tee -a "$out/tests.txt" || echo "tests: FAILED (see $out/tests.txt)"
   else
     echo "no $bin_tests: tests left out"
   fi
+fi
+
+# The command line on the device: greedy text of the zoo pair with sd on the GPU and on the CPU.
+step "command-line check: generate -ngl 99 against --device cpu"
+gen=(generate -m models/target.gguf -md models/draft.gguf --strategy sd -p "def fib(n):" -n 48
+  --temp 0 -t 2)
+"$bin_parspec" "${gen[@]}" --device cpu >"$out/generate-cpu.txt" 2>"$out/generate-cpu.log" || true
+"$bin_parspec" "${gen[@]}" "${device[@]}" >"$out/generate-gpu.txt" 2>"$out/generate-gpu.log" || true
+if [[ -s $out/generate-cpu.txt ]] && cmp -s "$out/generate-cpu.txt" "$out/generate-gpu.txt"; then
+  echo "generate: the GPU's text is the CPU's" | tee -a "$out/tests.txt"
+else
+  echo "generate: the GPU's text differs from the CPU's (see $out/generate-*.txt, *.log)" |
+    tee -a "$out/tests.txt"
 fi
 
 # name  source  make-model arguments

@@ -230,10 +230,9 @@ struct DeviceModel {
       return unpacked.data();
     };
     const size_t n_out = static_cast<size_t>(w.n_out);
-    if (!quantized) {
-      std::vector<uint8_t> rows(rb * n_out);
-      for (int64_t r = 0; r < w.n_out; ++r) std::memcpy(&rows[rb * r], row(r), rb);
-      m.q = upload(rows.data(), rows.size(), "model weights");
+    if (!quantized) {  // as the file has them (F32/F16/BF16 are never repacked)
+      check(!w.repacked, name, ": repacked ", type_info(w.type).name, " weights");
+      m.q = upload(w.data, rb * n_out, "model weights");
       return m;
     }
     // Split into values and scales, so that a lane reads a block's values
@@ -763,8 +762,15 @@ class CudaExecutor final : public ForwardExecutor {
       cudaGraph_t graph = nullptr;
       cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                  "cudaStreamBeginCapture");
-      launch_embed(dm.embedding, in.tokens, bucket, g.ws.hidden.as<float>(), stream);
-      layers_and_logits(c, dm, g.ws, in, bucket, bucket);
+      try {
+        launch_embed(dm.embedding, in.tokens, bucket, g.ws.hidden.as<float>(), stream);
+        layers_and_logits(c, dm, g.ws, in, bucket, bucket);
+      } catch (...) {  // leave the stream usable: end the capture, drop what it caught
+        if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr)
+          cudaGraphDestroy(graph);
+        cudaGetLastError();
+        throw;
+      }
       cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
       cudaGraphExec_t exec = nullptr;
       const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);

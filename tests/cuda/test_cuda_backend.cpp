@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "core/error.h"
@@ -291,7 +292,10 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaStrategies, ::testing::Values("llama", "qwe
 // and wherever the CPU's best token leads by a clear margin the GPU picks it.
 TEST(CudaVsCpu, ZooGreedyAgreement) {
   SKIP_WITHOUT_GPU();
-  const std::string path = std::string(PARSPEC_SOURCE_DIR) + "/models/target.gguf";
+  // The source tree may sit elsewhere on the GPU machine than where this was built.
+  const char* source_dir = std::getenv("PARSPEC_SOURCE_DIR");
+  const std::string path =
+      std::string(source_dir != nullptr ? source_dir : PARSPEC_SOURCE_DIR) + "/models/target.gguf";
   ASSERT_TRUE(std::filesystem::exists(path)) << path;
   auto model = Model::load(path);
   const size_t n_vocab = static_cast<size_t>(model->config().n_vocab);
