@@ -5,7 +5,8 @@
 #   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0, 1B-class F16,
 #      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
 #   3. per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
-#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file;
+#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; then the
+#      strategies on the GPU (parspec bench, 8B-class Q4_0 target + 100M-class drafter);
 #   4. the tables, in $OUT (default out/gpu): summary.md, and every raw output beside it.
 #
 # The GPU machine may lack the PCRE2 and cpp-httplib headers, so the binaries are
@@ -189,6 +190,20 @@ for row in "${table[@]}"; do
   fi
 done
 
+# Strategies on the GPU against ar (greedy, the bench fails if one differs): the
+# 8B-class Q4_0 target with the 100M-class drafter, or the zoo pair in a dry run.
+if [[ $mode == dry ]]; then
+  pair=(-m models/target.gguf -md models/draft.gguf)
+  strategies=ar,sd,tree
+else
+  pair=(-m "$models/8b-q4_0.gguf" -md "$models/100m-f16.gguf")
+  strategies=ar,sd,sd:2,sd:8,tree,dyntree,pearl
+fi
+step "parspec bench: $strategies"
+timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$strategies" \
+  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies.md" \
+  >"$out/strategies.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies.txt"
+
 step "summary"
 python3 - "$out" "${table[@]}" <<'EOF' | tee "$out/summary.md"
 import json, os, sys
@@ -230,6 +245,10 @@ for name in rows:
           f"| {pct(share(tg))} | {fmt(ratio(l8, l1), 2)} | {fmt(ratio(l32, l1), 2)} | {fmt(ours_pp, 0)} "
           f"| {fmt(pp, 0)} | {fmt(ratio(ours_pp, pp), 2)} |")
     curves.append((name, lat))
+strategies = os.path.join(out, "strategies.md")
+if os.path.exists(strategies):
+    print()
+    print(open(strategies).read().strip())
 print()
 print("L(n) in ms (parspec, one forward over a chain of n tokens after 64 committed):")
 print()

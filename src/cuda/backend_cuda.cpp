@@ -796,9 +796,11 @@ class CudaExecutor final : public ForwardExecutor {
     float* att = ws.att.as<float>();
     launch_rmsnorm(h, w.attn_norm, n, c.n_embd, c.rms_eps, xn, stream);
     quantize_for(ws, {&w.wq, &w.wk, &w.wv}, xn, n);  // one quantization for the three
-    matmul(ws, w.wq, xn, n, q);
-    matmul(ws, w.wk, xn, n, k);
-    matmul(ws, w.wv, xn, n, v);
+    MatmulGroup qkv;
+    qkv.count = 3;
+    qkv.w[0] = w.wq, qkv.w[1] = w.wk, qkv.w[2] = w.wv;
+    qkv.y[0] = q, qkv.y[1] = k, qkv.y[2] = v;
+    launch_matmul_group(qkv, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, stream);
     const HeadShape shape{c.n_head, c.n_head_kv, c.head_dim, c.rope_dims,
                           c.rope_style == RopeStyle::kNeox};
     launch_bias_rope(q, k, v, w.bq, w.bk, w.bv, in.positions, dm.inv_freq, n, shape, stream);
@@ -820,8 +822,11 @@ class CudaExecutor final : public ForwardExecutor {
     float* o = ws.o.as<float>();
     launch_rmsnorm(h, w.ffn_norm, n, c.n_embd, c.rms_eps, xn, stream);
     quantize_for(ws, {&w.w_gate, &w.w_up}, xn, n);
-    matmul(ws, w.w_gate, xn, n, gate);
-    matmul(ws, w.w_up, xn, n, up);
+    MatmulGroup gate_up;
+    gate_up.count = 2;
+    gate_up.w[0] = w.w_gate, gate_up.w[1] = w.w_up;
+    gate_up.y[0] = gate, gate_up.y[1] = up;
+    launch_matmul_group(gate_up, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, stream);
     launch_swiglu(gate, up, static_cast<int64_t>(n) * c.n_ff, stream);
     quantize_for(ws, {&w.w_down}, gate, n);
     matmul(ws, w.w_down, gate, n, o);

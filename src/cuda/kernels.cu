@@ -124,12 +124,23 @@ __device__ void load_block_q(const DeviceMatrix& w, int64_t block, int (&out)[8]
 // y[m, n] for rows m of [m0, m0 + kR) below M and one weight row n per warp.
 // Each lane reduces the blocks lane, lane + 32, ... in order; the lanes' sums
 // are then added by warp_sum. Nothing in a row's arithmetic depends on kR or M.
+// The weight row of a group that this warp computes: its matrix, output and row.
+__device__ bool warp_row(const MatmulGroup& g, DeviceMatrix& w, float*& y, int64_t& n) {
+  n = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + threadIdx.x / kWarp;
+  int part = 0;
+  while (part + 1 < g.count && n >= g.w[part].n_out) n -= g.w[part++].n_out;
+  w = part == 0 ? g.w[0] : part == 1 ? g.w[1] : g.w[2];
+  y = part == 0 ? g.y[0] : part == 1 ? g.y[1] : g.y[2];
+  return n < w.n_out;
+}
+
 template <WeightKind kKind, int kR>
-__global__ void matmul_q_kernel(DeviceMatrix w, const int8_t* xq, const float* xd, int M,
-                                float* y) {
+__global__ void matmul_q_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + threadIdx.x / kWarp;
-  if (n >= w.n_out) return;
+  DeviceMatrix w;
+  float* y;
+  int64_t n;
+  if (!warp_row(g, w, y, n)) return;
   const int64_t nb = w.n_in / 32;
   const __half* w_scales = static_cast<const __half*>(w.scales) + n * nb;
   for (int m0 = 0; m0 < M; m0 += kR) {
@@ -199,10 +210,12 @@ __device__ void load_chunk_f(const DeviceMatrix& w, int64_t n, int64_t chunk, fl
 // As matmul_q_kernel, over f32 activations: lane reduces chunks of 8
 // elements lane, lane + 32, ... in order.
 template <WeightKind kKind, int kR>
-__global__ void matmul_f_kernel(DeviceMatrix w, const float* x, int M, float* y) {
+__global__ void matmul_f_kernel(MatmulGroup g, const float* x, int M) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + threadIdx.x / kWarp;
-  if (n >= w.n_out) return;
+  DeviceMatrix w;
+  float* y;
+  int64_t n;
+  if (!warp_row(g, w, y, n)) return;
   const int64_t n_chunks = w.n_in / 8;
   for (int m0 = 0; m0 < M; m0 += kR) {
     float acc[kR];
@@ -240,29 +253,31 @@ __global__ void matmul_f_kernel(DeviceMatrix w, const float* x, int M, float* y)
 }
 
 template <WeightKind kKind, int kR>
-void launch_matmul_kind(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd,
-                        int n, float* y, cudaStream_t stream) {
-  const int blocks = blocks_for(w.n_out, kMatmulWarps);
+void launch_matmul_kind(const MatmulGroup& g, const float* x, const int8_t* xq, const float* xd,
+                        int n, cudaStream_t stream) {
+  int64_t rows = 0;
+  for (int i = 0; i < g.count; ++i) rows += g.w[i].n_out;
+  const int blocks = blocks_for(rows, kMatmulWarps);
   if constexpr (kKind == WeightKind::kQ8_0 || kKind == WeightKind::kQ4_0)
-    matmul_q_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(w, xq, xd, n, y);
+    matmul_q_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, xq, xd, n);
   else
-    matmul_f_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(w, x, n, y);
+    matmul_f_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, x, n);
 }
 
 template <int kR>
-void launch_matmul_tile(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd,
-                        int n, float* y, cudaStream_t stream) {
-  switch (w.kind) {
+void launch_matmul_tile(const MatmulGroup& g, const float* x, const int8_t* xq, const float* xd,
+                        int n, cudaStream_t stream) {
+  switch (g.w[0].kind) {
     case WeightKind::kF32:
-      return launch_matmul_kind<WeightKind::kF32, kR>(w, x, xq, xd, n, y, stream);
+      return launch_matmul_kind<WeightKind::kF32, kR>(g, x, xq, xd, n, stream);
     case WeightKind::kF16:
-      return launch_matmul_kind<WeightKind::kF16, kR>(w, x, xq, xd, n, y, stream);
+      return launch_matmul_kind<WeightKind::kF16, kR>(g, x, xq, xd, n, stream);
     case WeightKind::kBF16:
-      return launch_matmul_kind<WeightKind::kBF16, kR>(w, x, xq, xd, n, y, stream);
+      return launch_matmul_kind<WeightKind::kBF16, kR>(g, x, xq, xd, n, stream);
     case WeightKind::kQ8_0:
-      return launch_matmul_kind<WeightKind::kQ8_0, kR>(w, x, xq, xd, n, y, stream);
+      return launch_matmul_kind<WeightKind::kQ8_0, kR>(g, x, xq, xd, n, stream);
     case WeightKind::kQ4_0:
-      return launch_matmul_kind<WeightKind::kQ4_0, kR>(w, x, xq, xd, n, y, stream);
+      return launch_matmul_kind<WeightKind::kQ4_0, kR>(g, x, xq, xd, n, stream);
   }
 }
 
@@ -478,14 +493,32 @@ void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales
                                                                               scales);
 }
 
-void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd, int n,
-                   float* y, cudaStream_t stream) {
-  if (n <= 0) return;
+void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t* xq,
+                         const float* xd, int n, cudaStream_t stream) {
+  if (n <= 0 || group.count <= 0) return;
+  // Mixed kinds or widths: one launch per matrix (each output is the same either way).
+  bool uniform = true;
+  for (int i = 1; i < group.count; ++i)
+    uniform &= group.w[i].kind == group.w[0].kind && group.w[i].n_in == group.w[0].n_in;
+  if (!uniform) {
+    for (int i = 0; i < group.count; ++i)
+      launch_matmul(group.w[i], x, xq, xd, n, group.y[i], stream);
+    return;
+  }
   // A one-row tile for single rows: the same arithmetic per row, fewer registers.
   if (n == 1)
-    launch_matmul_tile<1>(w, x, xq, xd, n, y, stream);
+    launch_matmul_tile<1>(group, x, xq, xd, n, stream);
   else
-    launch_matmul_tile<kRowTile>(w, x, xq, xd, n, y, stream);
+    launch_matmul_tile<kRowTile>(group, x, xq, xd, n, stream);
+}
+
+void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd, int n,
+                   float* y, cudaStream_t stream) {
+  MatmulGroup group;
+  group.w[0] = w;
+  group.y[0] = y;
+  group.count = 1;
+  launch_matmul_group(group, x, xq, xd, n, stream);
 }
 
 void launch_bias_rope(float* q, float* k, float* v, const float* bq, const float* bk,

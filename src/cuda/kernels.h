@@ -68,6 +68,18 @@ void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales
 // the quantized x (xq, xd) for Q8_0/Q4_0.
 void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd, int n,
                    float* y, cudaStream_t stream);
+// Up to three matrices of one kind and width applied to the same input (q, k
+// and v; gate and up) in one launch: y[i] = x · w[i]ᵀ, each output computed
+// exactly as launch_matmul computes it.
+struct MatmulGroup {
+  static constexpr int kMax = 3;
+  DeviceMatrix w[kMax];
+  float* y[kMax] = {};
+  int count = 0;
+};
+void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t* xq,
+                         const float* xd, int n, cudaStream_t stream);
+
 // Adds the biases (null: none) to q, k, v and rotates q and k at `positions`.
 void launch_bias_rope(float* q, float* k, float* v, const float* bq, const float* bk,
                       const float* bv, const int32_t* positions, const float* inv_freq, int n,

@@ -260,6 +260,9 @@ StrategyConfig StrategyResources::config_for(const std::string& name,
     fail("strategy '", name, "' needs a draft model: give one with -md FILE",
          info.takes_drafter_pool ? " or a pool with --drafters a.gguf,b.gguf" : "");
   c.make_group_executor = make_group_executor;
+  if (target_device >= 0 || draft_device >= 0)
+    c.device =
+        "target on " + device_label(target_device) + ", draft on " + device_label(draft_device);
   if (target_executor) {
     ForwardExecutor* executor = target_executor.get();
     c.make_target = [executor](const StrategyConfig& config) -> std::unique_ptr<Target> {

@@ -82,51 +82,49 @@ struct InvarianceCase {
 
 class CudaBatchInvariance : public ::testing::TestWithParam<InvarianceCase> {};
 
-TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequence) {
-  SKIP_WITHOUT_GPU();
-  TempDir dir;
-  const InvarianceCase& p = GetParam();
-  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
-  const size_t n_vocab = static_cast<size_t>(model->config().n_vocab);
-  auto executor = cuda::make_executor(0);
+// Every check on `executor`; `gpu` adds the device's own (graphs against
+// eager passes, greedy selection on the device).
+void check_invariance(const Model& model, ForwardExecutor& executor, bool gpu) {
+  const size_t n_vocab = static_cast<size_t>(model.config().n_vocab);
   const int n = static_cast<int>(kTokens.size());
 
   // Alone: one token per forward, each committed; with and without graphs.
   auto alone_run = [&](ForwardExecutor& e, int count) {
     std::vector<std::vector<float>> out;
-    KvCache kv(model->config(), 128);
+    KvCache kv(model.config(), 128);
     for (int i = 0; i < count; ++i) {
-      out.push_back(e.forward(*model, Batch::chain(kv, {&kLong[i], 1}, true), kv));
+      out.push_back(e.forward(model, Batch::chain(kv, {&kLong[i], 1}, true), kv));
       const int32_t cell = 0;
       kv.commit({&cell, 1});
     }
     return out;
   };
-  const std::vector<std::vector<float>> alone =
-      alone_run(*executor, static_cast<int>(kLong.size()));
+  const std::vector<std::vector<float>> alone = alone_run(executor, static_cast<int>(kLong.size()));
   ASSERT_EQ(alone[0].size(), n_vocab);
-  auto eager = cuda::make_executor(0);
-  cuda::use_graphs(*eager, false);
-  const std::vector<std::vector<float>> alone_eager = alone_run(*eager, n);
-  for (int i = 0; i < n; ++i)
-    EXPECT_TRUE(bitwise_equal(alone_eager[i].data(), alone[i].data(), n_vocab))
-        << "graph and eager decoding differ at " << i;
+  if (gpu) {
+    auto eager = cuda::make_executor(0);
+    cuda::use_graphs(*eager, false);
+    const std::vector<std::vector<float>> alone_eager = alone_run(*eager, n);
+    for (int i = 0; i < n; ++i)
+      EXPECT_TRUE(bitwise_equal(alone_eager[i].data(), alone[i].data(), n_vocab))
+          << "graph and eager decoding differ at " << i;
+  }
 
   // A prompt longer than the largest graph (a pass of its own kernels).
   {
-    KvCache long_kv(model->config(), 128);
+    KvCache long_kv(model.config(), 128);
     const std::vector<float> all =
-        executor->forward(*model, Batch::chain(long_kv, kLong, true), long_kv);
+        executor.forward(model, Batch::chain(long_kv, kLong, true), long_kv);
     for (size_t i = 0; i < kLong.size(); ++i)
       EXPECT_TRUE(bitwise_equal(&all[i * n_vocab], alone[i].data(), n_vocab))
           << "long chain row " << i;
   }
 
   // A chain: the first half, then the rest, every row's logits.
-  KvCache kv(model->config(), 64);
+  KvCache kv(model.config(), 64);
   const int half = n / 2;
   const std::vector<int32_t> first(kTokens.begin(), kTokens.begin() + half);
-  const std::vector<float> l1 = executor->forward(*model, Batch::chain(kv, first, true), kv);
+  const std::vector<float> l1 = executor.forward(model, Batch::chain(kv, first, true), kv);
   for (int i = 0; i < half; ++i)
     EXPECT_TRUE(bitwise_equal(&l1[i * n_vocab], alone[i].data(), n_vocab)) << "chain row " << i;
   std::vector<int32_t> path(half);
@@ -142,7 +140,7 @@ TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequence) {
   tree.add(9, half + 1, 1, true);                  // 3
   tree.add(kTokens[half + 2], half + 2, 2, true);  // 4
   tree.add(11, half + 2, 2, true);                 // 5
-  const std::vector<float> lt = executor->forward(*model, tree, kv);
+  const std::vector<float> lt = executor.forward(model, tree, kv);
   EXPECT_TRUE(bitwise_equal(&lt[0 * n_vocab], alone[half].data(), n_vocab)) << "tree cell 0";
   EXPECT_TRUE(bitwise_equal(&lt[2 * n_vocab], alone[half + 1].data(), n_vocab)) << "tree cell 2";
   EXPECT_TRUE(bitwise_equal(&lt[4 * n_vocab], alone[half + 2].data(), n_vocab)) << "tree cell 4";
@@ -153,48 +151,69 @@ TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequence) {
   ASSERT_EQ(kv.n_committed(), half + 2);
   Batch next;
   next.add(kTokens[half + 3], half + 3, kept[0], true);
-  const std::vector<float> ln = executor->forward(*model, next, kv);
+  const std::vector<float> ln = executor.forward(model, next, kv);
   EXPECT_TRUE(bitwise_equal(ln.data(), alone[half + 3].data(), n_vocab)) << "after commit+keep";
 
   // Beside another sequence in one multi-sequence forward.
   kv.truncate(half);
-  KvCache other(model->config(), 64);
+  KvCache other(model.config(), 64);
   const Batch mine = Batch::chain(kv, {kTokens.begin() + half, kTokens.end()}, true);
   const std::vector<int32_t> theirs_tokens = {256, 50, 60, 70, 80, 90, 100};
   const Batch theirs = Batch::chain(other, theirs_tokens, true);
   const Model::SequenceBatch sequences[] = {{&theirs, &other}, {&mine, &kv}};
-  const auto multi = executor->forward_multi(*model, sequences);
+  const auto multi = executor.forward_multi(model, sequences);
   ASSERT_EQ(multi.size(), 2u);
   ASSERT_EQ(multi[1].size(), (n - half) * n_vocab);
   for (int i = half; i < n; ++i)
     EXPECT_TRUE(bitwise_equal(&multi[1][(i - half) * n_vocab], alone[i].data(), n_vocab))
         << "multi-sequence row " << i;
   // The other sequence alone gives its own logits back too.
-  KvCache solo(model->config(), 64);
+  KvCache solo(model.config(), 64);
   const std::vector<float> solo_logits =
-      executor->forward(*model, Batch::chain(solo, theirs_tokens, true), solo);
+      executor.forward(model, Batch::chain(solo, theirs_tokens, true), solo);
   EXPECT_TRUE(bitwise_equal(multi[0].data(), solo_logits.data(), solo_logits.size()));
 
   // Layer pieces: forward_layers + output_logits give forward's logits.
-  KvCache pieces(model->config(), 64);
+  KvCache pieces(model.config(), 64);
   const Batch chain = Batch::chain(pieces, kTokens, true);
-  std::vector<float> hidden(kTokens.size() * model->config().n_embd);
-  model->embed(kTokens, hidden.data());
+  std::vector<float> hidden(kTokens.size() * model.config().n_embd);
+  model.embed(kTokens, hidden.data());
   const int32_t first_cell = pieces.add_cells(chain.positions, chain.parents);
-  executor->forward_layers(*model, chain, pieces, first_cell, 0, model->config().n_layer,
-                           hidden.data());
+  executor.forward_layers(model, chain, pieces, first_cell, 0, model.config().n_layer,
+                          hidden.data());
   std::vector<float> piece_logits(kTokens.size() * n_vocab);
-  executor->output_logits(*model, hidden.data(), n, piece_logits.data());
+  executor.output_logits(model, hidden.data(), n, piece_logits.data());
   for (int i = 0; i < n; ++i)
     EXPECT_TRUE(bitwise_equal(&piece_logits[i * n_vocab], alone[i].data(), n_vocab))
         << "layer pieces row " << i;
 
   // Greedy selection on the device agrees with the logits it selects from.
-  const std::vector<int32_t> picked = cuda::last_argmax(*executor, n);
+  if (!gpu) return;
+  const std::vector<int32_t> picked = cuda::last_argmax(executor, n);
   for (int i = 0; i < n; ++i) {
     const float* r = &piece_logits[i * n_vocab];
     EXPECT_EQ(picked[i], std::max_element(r, r + n_vocab) - r) << "argmax row " << i;
   }
+}
+
+TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequence) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const InvarianceCase& p = GetParam();
+  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
+  auto executor = cuda::make_executor(0);
+  check_invariance(*model, *executor, true);
+}
+
+// The same checks hold on the CPU, here on every machine: a failure on the
+// GPU is then the backend's, not the test's.
+TEST_P(CudaBatchInvariance, TheSameChecksHoldOnTheCpu) {
+  TempDir dir;
+  const InvarianceCase& p = GetParam();
+  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
+  Worker worker(2);
+  CpuExecutor cpu(worker);
+  check_invariance(*model, cpu, false);
 }
 
 std::string case_name(const ::testing::TestParamInfo<InvarianceCase>& info) {
@@ -212,7 +231,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CudaBackend, RefusesWeightTypesItCannotRun) {
   SKIP_WITHOUT_GPU();
   TempDir dir;
-  auto model = Model::load(write_model(dir, "k.gguf", small_spec("llama", DType::Q4_K)));
+  RandomModelSpec spec = small_spec("llama", DType::Q4_K);
+  spec.n_embd = 256;  // K-quant rows are multiples of 256
+  spec.n_ff = 512;
+  auto model = Model::load(write_model(dir, "k.gguf", spec));
   auto executor = cuda::make_executor(0);
   try {
     cuda::upload(*executor, *model);
@@ -235,7 +257,7 @@ std::vector<std::vector<int32_t>> prompts(int n) {
 class CudaStrategies : public ::testing::TestWithParam<std::string> {};
 
 // The sides the command line gives a strategy on the GPU (tools/strategy_options.cpp).
-void run_on_gpu(StrategyConfig& c, ForwardExecutor& target, ForwardExecutor& draft) {
+void run_on(StrategyConfig& c, ForwardExecutor& target, ForwardExecutor& draft) {
   c.make_target = [&target](const StrategyConfig& config) -> std::unique_ptr<Target> {
     return std::make_unique<LocalTarget>(config.target, target);
   };
@@ -244,14 +266,12 @@ void run_on_gpu(StrategyConfig& c, ForwardExecutor& target, ForwardExecutor& dra
   };
 }
 
-TEST_P(CudaStrategies, EveryStrategyReproducesGpuAutoregressiveDecoding) {
-  SKIP_WITHOUT_GPU();
+// Every strategy on sides over `target` and `draft` (as the command line makes
+// them) against `ar` on the same sides.
+void check_strategies(const std::string& arch, ForwardExecutor& target, ForwardExecutor& draft) {
   TempDir dir;
-  const std::string arch = GetParam();
   const testing_support::ModelPair pair =
       testing_support::make_model_pair(dir, arch, DType::F16, DType::Q4_0, 300, 5);
-  auto target_executor = cuda::make_executor(0);
-  auto draft_executor = cuda::make_executor(0);
   Worker worker(1);
   StrategyConfig base;
   base.target = pair.target;
@@ -259,7 +279,7 @@ TEST_P(CudaStrategies, EveryStrategyReproducesGpuAutoregressiveDecoding) {
   base.target_worker = &worker;
   base.ctx_size = 128;
   base.name = "ar";
-  run_on_gpu(base, *target_executor, *draft_executor);
+  run_on(base, target, draft);
   auto ar = make_strategy(base);
   int64_t accepted = 0, drafted = 0;
   for (const auto& prompt : prompts(6)) {
@@ -274,7 +294,7 @@ TEST_P(CudaStrategies, EveryStrategyReproducesGpuAutoregressiveDecoding) {
       c.draft = base.draft;
       c.target_worker = &worker;
       c.ctx_size = base.ctx_size;
-      run_on_gpu(c, *target_executor, *draft_executor);
+      run_on(c, target, draft);
       const GenerationResult got = make_strategy(c)->generate(req);
       ASSERT_EQ(got.tokens, expected) << describe(c);
       accepted += got.stats.accepted;
@@ -283,6 +303,21 @@ TEST_P(CudaStrategies, EveryStrategyReproducesGpuAutoregressiveDecoding) {
   }
   EXPECT_GT(accepted, 0);
   EXPECT_LT(accepted, drafted);
+}
+
+TEST_P(CudaStrategies, EveryStrategyReproducesGpuAutoregressiveDecoding) {
+  SKIP_WITHOUT_GPU();
+  auto target = cuda::make_executor(0);
+  auto draft = cuda::make_executor(0);
+  check_strategies(GetParam(), *target, *draft);
+}
+
+// The same sides over CPU executors, on every machine: the way the command
+// line hands sides to the strategies holds for each of them.
+TEST(CudaStrategiesOnCpu, TheSameSidesHold) {
+  Worker target_worker(1), draft_worker(1);
+  CpuExecutor target(target_worker), draft(draft_worker);
+  check_strategies("llama", target, draft);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaStrategies, ::testing::Values("llama", "qwen2"));
