@@ -548,11 +548,7 @@ class CudaExecutor final : public ForwardExecutor {
     const PassInputs in = upload_plan(plan, {});
     eager_.reserve_rows(c, n);
     float* h = upload_hidden(hidden, static_cast<size_t>(n) * c.n_embd);
-    for (int l = layer_first; l < layer_last; ++l) {
-      attention_part(c, dm, eager_, in, l, n, h, eager_.o.as<float>());
-      launch_add(h, eager_.o.as<float>(), static_cast<int64_t>(n) * c.n_embd, context_->stream);
-      mlp_part(c, dm, eager_, l, n, h);
-    }
+    run_layers(c, dm, eager_, in, n, layer_first, layer_last, h);
     download(hidden, h, static_cast<size_t>(n) * c.n_embd);
   }
 
@@ -571,7 +567,7 @@ class CudaExecutor final : public ForwardExecutor {
     eager_.reserve_rows(c, n);
     float* h = upload_hidden(hidden, static_cast<size_t>(n) * c.n_embd);
     float* o = eager_.o.as<float>();
-    attention_part(c, dm, eager_, in, layer, n, h, o);
+    attention_part(c, dm, eager_, in, layer, n, h, nullptr, o);
     if (probe != nullptr) {
       probe->q.resize(static_cast<size_t>(n) * c.q_dim());
       probe->k.resize(static_cast<size_t>(n) * c.kv_dim());
@@ -590,7 +586,8 @@ class CudaExecutor final : public ForwardExecutor {
     DeviceModel& dm = on_device(model);
     eager_.reserve_rows(c, n);
     float* h = upload_hidden(hidden, count);
-    mlp_part(c, dm, eager_, layer, n, h);
+    mlp_part(c, dm, eager_, layer, n, h, nullptr);
+    launch_add(h, eager_.o.as<float>(), static_cast<int64_t>(count), context_->stream);
     download(hidden, h, count);
   }
 
@@ -659,15 +656,13 @@ class CudaExecutor final : public ForwardExecutor {
     context_->sync("a forward on the GPU");
   }
 
-  // x (n rows of the matrices' n_in) quantized to Q8_0 where one of them takes it.
-  void quantize_for(Workspace& ws, std::initializer_list<const DeviceMatrix*> matrices,
-                    const float* x, int n) {
-    const DeviceMatrix* w = nullptr;
+  // Where the activations of these matrices go quantized to Q8_0: the
+  // workspace's buffer if one of them takes them so, null otherwise.
+  static int8_t* quantized_input(Workspace& ws,
+                                 std::initializer_list<const DeviceMatrix*> matrices) {
     for (const DeviceMatrix* m : matrices)
-      if (takes_quantized_input(m->kind)) w = m;
-    if (w == nullptr) return;
-    launch_quantize_q8(x, n, static_cast<int>(w->n_in), ws.xq.as<int8_t>(), ws.xd.as<float>(),
-                       context_->stream);
+      if (takes_quantized_input(m->kind)) return ws.xq.as<int8_t>();
+    return nullptr;
   }
 
   void matmul(Workspace& ws, const DeviceMatrix& w, const float* x, int n, float* y) {
@@ -706,16 +701,26 @@ class CudaExecutor final : public ForwardExecutor {
     return layers_and_logits(c, dm, eager_, in, n, static_cast<int>(wanted.size()));
   }
 
+  // h += attention and h += mlp of layers [first, last). Each block's output
+  // is added to h by the norm that starts the next block (one kernel, the same
+  // additions), the last one on its own.
+  void run_layers(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& in, int n,
+                  int first, int last, float* h) {
+    for (int l = first; l < last; ++l) {
+      attention_part(c, dm, ws, in, l, n, h, l > first ? ws.o.as<float>() : nullptr,
+                     ws.o.as<float>());
+      mlp_part(c, dm, ws, l, n, h, ws.o.as<float>());
+    }
+    if (last > first)
+      launch_add(h, ws.o.as<float>(), static_cast<int64_t>(n) * c.n_embd, context_->stream);
+  }
+
   // Every layer over the rows in ws.hidden, then the logits of the n_out rows `in.wanted`.
   const float* layers_and_logits(const ModelConfig& c, DeviceModel& dm, Workspace& ws,
                                  const PassInputs& in, int n, int n_out) {
     cudaStream_t stream = context_->stream;
     float* h = ws.hidden.as<float>();
-    for (int l = 0; l < c.n_layer; ++l) {
-      attention_part(c, dm, ws, in, l, n, h, ws.o.as<float>());
-      launch_add(h, ws.o.as<float>(), static_cast<int64_t>(n) * c.n_embd, stream);
-      mlp_part(c, dm, ws, l, n, h);
-    }
+    run_layers(c, dm, ws, in, n, 0, c.n_layer, h);
     if (n_out == 0) return nullptr;
     float* selected = ws.selected.as<float>();
     launch_gather_rows(h, in.wanted, n_out, c.n_embd, selected, stream);
@@ -784,9 +789,10 @@ class CudaExecutor final : public ForwardExecutor {
     return wanted.empty() ? nullptr : g.ws.logits.as<float>();
   }
 
-  // attention(norm(h)) of one layer into `out`, the rows' k and v into their caches.
+  // h += residual (when given), then attention(norm(h)) of one layer into
+  // `out` and the rows' k and v into their caches.
   void attention_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& in,
-                      int layer, int n, const float* h, float* out) {
+                      int layer, int n, float* h, const float* residual, float* out) {
     const DeviceLayer& w = dm.layers.at(layer);
     cudaStream_t stream = context_->stream;
     float* xn = ws.xn.as<float>();
@@ -794,8 +800,8 @@ class CudaExecutor final : public ForwardExecutor {
     float* k = ws.k.as<float>();
     float* v = ws.v.as<float>();
     float* att = ws.att.as<float>();
-    launch_rmsnorm(h, w.attn_norm, n, c.n_embd, c.rms_eps, xn, stream);
-    quantize_for(ws, {&w.wq, &w.wk, &w.wv}, xn, n);  // one quantization for the three
+    launch_add_rmsnorm(h, residual, w.attn_norm, n, c.n_embd, c.rms_eps, xn,
+                       quantized_input(ws, {&w.wq, &w.wk, &w.wv}), ws.xd.as<float>(), stream);
     MatmulGroup qkv;
     qkv.count = 3;
     qkv.w[0] = w.wq, qkv.w[1] = w.wk, qkv.w[2] = w.wv;
@@ -803,43 +809,42 @@ class CudaExecutor final : public ForwardExecutor {
     launch_matmul_group(qkv, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, stream);
     const HeadShape shape{c.n_head, c.n_head_kv, c.head_dim, c.rope_dims,
                           c.rope_style == RopeStyle::kNeox};
-    launch_bias_rope(q, k, v, w.bq, w.bk, w.bv, in.positions, dm.inv_freq, n, shape, stream);
-    launch_store_kv(k, v, in.rows, n, layer, c.kv_dim(), stream);
+    launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.positions, dm.inv_freq, in.rows, layer, n,
+                           shape, stream);
     launch_attention(q, in.rows, in.spec_slots, n, layer, shape,
                      1.0f / std::sqrt(static_cast<float>(c.head_dim)), att, stream);
-    quantize_for(ws, {&w.wo}, att, n);
+    if (int8_t* xq = quantized_input(ws, {&w.wo}))
+      launch_quantize_q8(att, n, c.q_dim(), xq, ws.xd.as<float>(), stream);
     matmul(ws, w.wo, att, n, out);
     cuda_check(cudaGetLastError(), "the attention block");
   }
 
-  // h += mlp(norm(h)) of one layer.
-  void mlp_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, int layer, int n, float* h) {
+  // h += residual (when given), then mlp(norm(h)) of one layer into ws.o (not
+  // added to h: the caller adds it, or the next norm does).
+  void mlp_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, int layer, int n, float* h,
+                const float* residual) {
     const DeviceLayer& w = dm.layers.at(layer);
     cudaStream_t stream = context_->stream;
     float* xn = ws.xn.as<float>();
     float* gate = ws.gate.as<float>();
     float* up = ws.up.as<float>();
-    float* o = ws.o.as<float>();
-    launch_rmsnorm(h, w.ffn_norm, n, c.n_embd, c.rms_eps, xn, stream);
-    quantize_for(ws, {&w.w_gate, &w.w_up}, xn, n);
+    launch_add_rmsnorm(h, residual, w.ffn_norm, n, c.n_embd, c.rms_eps, xn,
+                       quantized_input(ws, {&w.w_gate, &w.w_up}), ws.xd.as<float>(), stream);
     MatmulGroup gate_up;
     gate_up.count = 2;
     gate_up.w[0] = w.w_gate, gate_up.w[1] = w.w_up;
     gate_up.y[0] = gate, gate_up.y[1] = up;
     launch_matmul_group(gate_up, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, stream);
-    launch_swiglu(gate, up, static_cast<int64_t>(n) * c.n_ff, stream);
-    quantize_for(ws, {&w.w_down}, gate, n);
-    matmul(ws, w.w_down, gate, n, o);
-    launch_add(h, o, static_cast<int64_t>(n) * c.n_embd, stream);
+    launch_swiglu(gate, up, n, c.n_ff, quantized_input(ws, {&w.w_down}), ws.xd.as<float>(), stream);
+    matmul(ws, w.w_down, gate, n, ws.o.as<float>());
     cuda_check(cudaGetLastError(), "the MLP block");
   }
 
-  const float* logits_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const float* h,
-                           int n) {
+  const float* logits_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, float* h, int n) {
     float* xn = ws.out_norm.as<float>();
     float* logits = ws.logits.as<float>();
-    launch_rmsnorm(h, dm.output_norm, n, c.n_embd, c.rms_eps, xn, context_->stream);
-    quantize_for(ws, {&dm.output}, xn, n);
+    launch_add_rmsnorm(h, nullptr, dm.output_norm, n, c.n_embd, c.rms_eps, xn,
+                       quantized_input(ws, {&dm.output}), ws.xd.as<float>(), context_->stream);
     matmul(ws, dm.output, xn, n, logits);
     cuda_check(cudaGetLastError(), "the output layer");
     last_logits_ = logits;

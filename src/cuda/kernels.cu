@@ -69,12 +69,33 @@ __global__ void embed_kernel(DeviceMatrix w, const int32_t* tokens, float* hidde
     hidden[row * w.n_in + c] = weight_element(w, token, c);
 }
 
-__global__ void rmsnorm_kernel(const float* x, const float* w, int dim, float eps, float* out) {
+// A block of 32 values of a row to Q8_0, one lane per value: the scale from
+// the block's largest magnitude (stored rounded to f16), values rounded to int8.
+__device__ void quantize_block(float v, int lane, int8_t* q, float* scale) {
+  const float amax = warp_max(fabsf(v));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  q[lane] = static_cast<int8_t>(roundf(__fmul_rn(v, id)));
+  if (lane == 0) *scale = __half2float(__float2half_rn(d));
+}
+
+// One block per row: h += residual (when given), out = h / sqrt(mean(h²) + eps)
+// · w, and out quantized to Q8_0 when q is given.
+__global__ void add_rmsnorm_kernel(float* h, const float* residual, const float* w, int dim,
+                                   float eps, float* out, int8_t* q, float* scales) {
   __shared__ float partial[kNormThreads];
-  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
-  float* yr = out + static_cast<int64_t>(blockIdx.x) * dim;
+  const int64_t row = blockIdx.x;
+  float* hr = h + row * dim;
+  float* yr = out + row * dim;
   float s = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += kNormThreads) s = __fmaf_rn(xr[i], xr[i], s);
+  for (int i = threadIdx.x; i < dim; i += kNormThreads) {
+    float x = hr[i];
+    if (residual != nullptr) {
+      x = __fadd_rn(x, residual[row * dim + i]);
+      hr[i] = x;
+    }
+    s = __fmaf_rn(x, x, s);
+  }
   partial[threadIdx.x] = s;
   __syncthreads();
   for (int stride = kNormThreads / 2; stride > 0; stride /= 2) {
@@ -85,7 +106,13 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int dim, float ep
   const float mean = __fdiv_rn(partial[0], static_cast<float>(dim));
   const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
   for (int i = threadIdx.x; i < dim; i += kNormThreads)
-    yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+    yr[i] = __fmul_rn(__fmul_rn(hr[i], scale), w[i]);
+  if (q == nullptr) return;
+  __syncthreads();  // the row is written
+  const int lane = threadIdx.x % kWarp, n_blocks = dim / 32;
+  for (int b = threadIdx.x / kWarp; b < n_blocks; b += kNormThreads / kWarp)
+    quantize_block(yr[b * 32 + lane], lane, q + (row * n_blocks + b) * 32,
+                   scales + row * n_blocks + b);
 }
 
 // One warp per block of 32 values, one lane per value.
@@ -93,12 +120,7 @@ __global__ void quantize_q8_kernel(const float* x, int64_t n_blocks, int8_t* q, 
   const int64_t block = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (block >= n_blocks) return;
   const int lane = threadIdx.x % kWarp;
-  const float v = x[block * 32 + lane];
-  const float amax = warp_max(fabsf(v));
-  const float d = __fdiv_rn(amax, 127.0f);
-  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  q[block * 32 + lane] = static_cast<int8_t>(roundf(__fmul_rn(v, id)));
-  if (lane == 0) scales[block] = __half2float(__float2half_rn(d));
+  quantize_block(x[block * 32 + lane], lane, q + block * 32, scales + block);
 }
 
 // Eight 32-bit words of a Q8_0/Q4_0 weight block: its 32 values as int8, in order.
@@ -281,10 +303,16 @@ void launch_matmul_tile(const MatmulGroup& g, const float* x, const int8_t* xq, 
   }
 }
 
-// One block per row: biases first, then each rotated pair by one thread.
-__global__ void bias_rope_kernel(float* q, float* k, float* v, const float* bq, const float* bk,
-                                 const float* bv, const int32_t* positions, const float* inv_freq,
-                                 HeadShape s) {
+__device__ int64_t kv_row(const AttentionRow& r, int layer, int32_t slot, int kv_dim) {
+  return (static_cast<int64_t>(layer - r.layer_first) * r.capacity + slot) * kv_dim;
+}
+
+// One block per row: biases first, then each rotated pair by one thread, then
+// the row's k and v to its cache slot.
+__global__ void bias_rope_store_kernel(float* q, float* k, float* v, const float* bq,
+                                       const float* bk, const float* bv, const int32_t* positions,
+                                       const float* inv_freq, const AttentionRow* rows, int layer,
+                                       HeadShape s) {
   const int row = blockIdx.x;
   const int q_dim = s.n_head * s.head_dim, kv_dim = s.n_head_kv * s.head_dim;
   float* qr = q + static_cast<int64_t>(row) * q_dim;
@@ -310,20 +338,12 @@ __global__ void bias_rope_kernel(float* q, float* k, float* v, const float* bq, 
     h[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
     h[b] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
   }
-}
-
-__device__ int64_t kv_row(const AttentionRow& r, int layer, int32_t slot, int kv_dim) {
-  return (static_cast<int64_t>(layer - r.layer_first) * r.capacity + slot) * kv_dim;
-}
-
-__global__ void store_kv_kernel(const float* k, const float* v, const AttentionRow* rows, int layer,
-                                int kv_dim) {
-  const AttentionRow r = rows[blockIdx.x];
+  __syncthreads();  // k is rotated
+  const AttentionRow r = rows[row];
   const int64_t dst = kv_row(r, layer, r.write_slot, kv_dim);
-  const int64_t src = static_cast<int64_t>(blockIdx.x) * kv_dim;
   for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    r.k[dst + i] = k[src + i];
-    r.v[dst + i] = v[src + i];
+    r.k[dst + i] = kr[i];
+    r.v[dst + i] = vr[i];
   }
 }
 
@@ -407,15 +427,25 @@ __global__ void attention_kernel(const float* q, const AttentionRow* rows,
   if (threadIdx.x + kAttnThreads < hd) o[threadIdx.x + kAttnThreads] = __fdiv_rn(acc1, total);
 }
 
-// silu(g) = g·σ(g), σ from an exponential of −|g| (never overflows).
-__global__ void swiglu_kernel(float* gate, const float* up, int64_t count) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= count) return;
-  const float g = gate[i];
-  const float t = expf(-fabsf(g));
-  const float sigma =
-      g >= 0.0f ? __fdiv_rn(1.0f, __fadd_rn(1.0f, t)) : __fdiv_rn(t, __fadd_rn(1.0f, t));
-  gate[i] = __fmul_rn(__fmul_rn(g, sigma), up[i]);
+// One block per row: gate = silu(gate) · up, with silu(g) = g·σ(g) and σ from
+// an exponential of −|g| (never overflows); quantized to Q8_0 when q is given.
+__global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, float* scales) {
+  const int64_t row = blockIdx.x;
+  const int lane = threadIdx.x % kWarp;
+  for (int base = threadIdx.x / kWarp * kWarp; base < dim; base += kNormThreads) {
+    const int64_t e = row * dim + base + lane;
+    float value = 0.0f;
+    if (base + lane < dim) {
+      const float g = gate[e];
+      const float t = expf(-fabsf(g));
+      const float sigma =
+          g >= 0.0f ? __fdiv_rn(1.0f, __fadd_rn(1.0f, t)) : __fdiv_rn(t, __fadd_rn(1.0f, t));
+      value = __fmul_rn(__fmul_rn(g, sigma), up[e]);
+      gate[e] = value;
+    }
+    if (q != nullptr)  // dim is a multiple of 32 then: every lane holds a value
+      quantize_block(value, lane, q + row * dim + base, scales + (row * dim + base) / 32);
+  }
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t count) {
@@ -480,9 +510,10 @@ void launch_embed(const DeviceMatrix& embedding, const int32_t* tokens, int n, f
   if (n > 0) embed_kernel<<<n, 256, 0, stream>>>(embedding, tokens, hidden);
 }
 
-void launch_rmsnorm(const float* x, const float* w, int n, int dim, float eps, float* out,
-                    cudaStream_t stream) {
-  if (n > 0) rmsnorm_kernel<<<n, kNormThreads, 0, stream>>>(x, w, dim, eps, out);
+void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
+                        float* out, int8_t* q, float* scales, cudaStream_t stream) {
+  if (n > 0)
+    add_rmsnorm_kernel<<<n, kNormThreads, 0, stream>>>(h, residual, w, dim, eps, out, q, scales);
 }
 
 void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales,
@@ -521,16 +552,13 @@ void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, cons
   launch_matmul_group(group, x, xq, xd, n, stream);
 }
 
-void launch_bias_rope(float* q, float* k, float* v, const float* bq, const float* bk,
-                      const float* bv, const int32_t* positions, const float* inv_freq, int n,
-                      HeadShape shape, cudaStream_t stream) {
+void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const float* bk,
+                            const float* bv, const int32_t* positions, const float* inv_freq,
+                            const AttentionRow* rows, int layer, int n, HeadShape shape,
+                            cudaStream_t stream) {
   if (n > 0)
-    bias_rope_kernel<<<n, 128, 0, stream>>>(q, k, v, bq, bk, bv, positions, inv_freq, shape);
-}
-
-void launch_store_kv(const float* k, const float* v, const AttentionRow* rows, int n, int layer,
-                     int kv_dim, cudaStream_t stream) {
-  if (n > 0) store_kv_kernel<<<n, 128, 0, stream>>>(k, v, rows, layer, kv_dim);
+    bias_rope_store_kernel<<<n, 128, 0, stream>>>(q, k, v, bq, bk, bv, positions, inv_freq, rows,
+                                                  layer, shape);
 }
 
 void launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
@@ -540,8 +568,9 @@ void launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
                                                                          shape, scale, out);
 }
 
-void launch_swiglu(float* gate, const float* up, int64_t count, cudaStream_t stream) {
-  if (count > 0) swiglu_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(gate, up, count);
+void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
+                   cudaStream_t stream) {
+  if (n > 0) swiglu_kernel<<<n, kNormThreads, 0, stream>>>(gate, up, dim, q, scales);
 }
 
 void launch_add(float* y, const float* x, int64_t count, cudaStream_t stream) {

@@ -57,9 +57,11 @@ struct HeadShape {
 // hidden[i] = row tokens[i] of `embedding`, dequantized.
 void launch_embed(const DeviceMatrix& embedding, const int32_t* tokens, int n, float* hidden,
                   cudaStream_t stream);
-// out[i] = x[i] / sqrt(mean(x[i]²) + eps) * w, rows of `dim` floats.
-void launch_rmsnorm(const float* x, const float* w, int n, int dim, float eps, float* out,
-                    cudaStream_t stream);
+// Per row of `dim` floats: h += residual (when not null), out = h /
+// sqrt(mean(h²) + eps) · w, and, when q is not null, out quantized to Q8_0 into
+// q and scales exactly as launch_quantize_q8 would.
+void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
+                        float* out, int8_t* q, float* scales, cudaStream_t stream);
 // Rows of `dim` floats to Q8_0 blocks: int8 values and the block's scale
 // (rounded to f16, as the CPU's Q8_0 activations).
 void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales,
@@ -80,18 +82,19 @@ struct MatmulGroup {
 void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t* xq,
                          const float* xd, int n, cudaStream_t stream);
 
-// Adds the biases (null: none) to q, k, v and rotates q and k at `positions`.
-void launch_bias_rope(float* q, float* k, float* v, const float* bq, const float* bk,
-                      const float* bv, const int32_t* positions, const float* inv_freq, int n,
-                      HeadShape shape, cudaStream_t stream);
-// Writes each row's k and v of `layer` to its write_slot.
-void launch_store_kv(const float* k, const float* v, const AttentionRow* rows, int n, int layer,
-                     int kv_dim, cudaStream_t stream);
+// Adds the biases (null: none) to q, k, v, rotates q and k at `positions`,
+// and writes each row's k and v of `layer` to its write_slot.
+void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const float* bk,
+                            const float* bv, const int32_t* positions, const float* inv_freq,
+                            const AttentionRow* rows, int layer, int n, HeadShape shape,
+                            cudaStream_t stream);
 // out (n × n_head·head_dim): each row's heads attend over the row's keys.
 void launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
                       int layer, HeadShape shape, float scale, float* out, cudaStream_t stream);
-// gate = silu(gate) · up.
-void launch_swiglu(float* gate, const float* up, int64_t count, cudaStream_t stream);
+// gate = silu(gate) · up over n rows of `dim`, and, when q is not null, the
+// result quantized to Q8_0 (dim a multiple of 32).
+void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
+                   cudaStream_t stream);
 // y += x.
 void launch_add(float* y, const float* x, int64_t count, cudaStream_t stream);
 // dst[i] = src[index[i]], rows of `dim` floats.
