@@ -262,8 +262,27 @@ struct DeviceModel {
   }
 };
 
+// What the kernels do not compute: the traits of the families beyond llama
+// and qwen2 (model_config.h). Empty when the model has none.
+std::string unsupported_trait(const Model& model) {
+  const ModelConfig& c = model.config();
+  if (c.arch != "llama" && c.arch != "qwen2") return "the " + c.arch + " architecture";
+  if (c.qk_norm) return "q/k norms";
+  if (c.post_norms) return "post-norms";
+  if (c.fused_qkv || c.fused_gate_up) return "fused projections";
+  if (c.embedding_scale != 1.0f) return "scaled embeddings";
+  if (c.activation != FfnActivation::kSilu) return "an activation other than SwiGLU";
+  if (c.attn_logit_softcap != 0.0f || c.final_logit_softcap != 0.0f) return "logit soft-capping";
+  if (!c.layer_sliding.empty()) return "sliding-window attention";
+  if (!c.rope_factors_long.empty() || model.rope_global().mscale != 1.0f) return "LongRoPE scaling";
+  return "";
+}
+
 std::unique_ptr<DeviceModel> upload_model(const Model& model) {
   const ModelConfig& c = model.config();
+  const std::string trait = unsupported_trait(model);
+  check(trait.empty(), model.gguf().path(), ": the CUDA backend runs llama and qwen2 models; this ",
+        "one has ", trait, ", which it does not compute (run it with --device cpu)");
   check(c.head_dim <= 256 && c.head_dim % 2 == 0, model.gguf().path(), ": head dimension ",
         c.head_dim, " is not supported by the CUDA backend (an even number up to 256 is)");
   check(c.n_head % c.n_head_kv == 0, model.gguf().path(), ": ", c.n_head,
@@ -273,7 +292,7 @@ std::unique_ptr<DeviceModel> upload_model(const Model& model) {
   dm->output =
       c.tied_embeddings ? dm->embedding : dm->upload(model.output_matrix(), "output.weight");
   dm->output_norm = dm->upload(model.output_norm(), "output_norm.weight");
-  dm->inv_freq = dm->upload(model.rope_inv_freq(), "rope frequencies");
+  dm->inv_freq = dm->upload(model.rope_global().inv_freq, "rope frequencies");
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& w = model.layer(l);
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -811,8 +830,7 @@ class CudaExecutor final : public ForwardExecutor {
                           c.rope_style == RopeStyle::kNeox};
     launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.positions, dm.inv_freq, in.rows, layer, n,
                            shape, stream);
-    launch_attention(q, in.rows, in.spec_slots, n, layer, shape,
-                     1.0f / std::sqrt(static_cast<float>(c.head_dim)), att, stream);
+    launch_attention(q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(), att, stream);
     if (int8_t* xq = quantized_input(ws, {&w.wo}))
       launch_quantize_q8(att, n, c.q_dim(), xq, ws.xd.as<float>(), stream);
     matmul(ws, w.wo, att, n, out);

@@ -94,7 +94,8 @@ std::vector<int32_t> KvCache::commit(std::span<const int32_t> path, std::span<co
   // rows here are unused.
   const size_t row_floats = static_cast<size_t>(kv_dim_);
   std::vector<float> staged(store_ != nullptr ? 0 : 2 * n_rows * row_floats);
-  for (int layer = store_ != nullptr ? layer_last_ : layer_first_; layer < layer_last_; ++layer) {
+  const int rows_here_end = store_ != nullptr ? layer_first_ : layer_last_;
+  for (int layer = layer_first_; layer < rows_here_end; ++layer) {
     for (size_t i = 0; i < n_rows; ++i) {
       const int32_t c = i < path.size() ? path[i] : keep[i - path.size()];
       std::memcpy(&staged[(2 * i) * row_floats], spec_k(layer, c), row_floats * sizeof(float));

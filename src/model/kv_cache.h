@@ -20,7 +20,8 @@ namespace parspec {
 
 // Rows of a cache kept elsewhere (a GPU's memory, src/cuda): the cache keeps
 // the cells' bookkeeping and tells the store which rows commit() moves, so
-// that the store moves its copy the same way. Slots are as KvCache::slot().
+// that the store moves its copy the same way. Slots are those of
+// KvCache::committed_slot() and spec_slot().
 class KvRowStore {
  public:
   virtual ~KvRowStore() = default;

@@ -244,6 +244,23 @@ TEST(CudaBackend, RefusesWeightTypesItCannotRun) {
   }
 }
 
+TEST(CudaBackend, RefusesFamiliesItCannotRun) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  for (const char* arch : {"qwen3", "gemma2", "phi3"}) {
+    RandomModelSpec spec = small_spec(arch, DType::F16);
+    auto model = Model::load(write_model(dir, std::string(arch) + ".gguf", spec));
+    auto executor = cuda::make_executor(0);
+    try {
+      cuda::upload(*executor, *model);
+      ADD_FAILURE() << "a " << arch << " model was uploaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("runs llama and qwen2 models"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 std::vector<std::vector<int32_t>> prompts(int n) {
   std::vector<std::vector<int32_t>> out;
   for (int i = 0; i < n; ++i) {
