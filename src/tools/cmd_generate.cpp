@@ -37,7 +37,8 @@ int run_conversation(const std::string& model_path, const std::string& chat_temp
                      bool ctx_given, int n_predict, SamplingParams sampling,
                      std::optional<uint64_t> seed, const std::vector<std::string>& stop_strings) {
   validate_sampling_params(sampling);
-  std::shared_ptr<const Model> model = load_model(model_path);
+  std::shared_ptr<const Model> model =
+      load_model(model_path, strategy_options.devices.target_loading());
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const ChatTemplate tmpl = ChatTemplate::for_model(model->gguf(), chat_template);
   if (!tmpl.fallback_warning().empty())
@@ -135,7 +136,7 @@ void add_generate_options(ArgParser& args, GenerateArgs& a) {
   args.option("-t,--threads", &a.n_threads, "N", "threads");
   args.option("-r,--reverse-prompt", &a.stop_strings, "TEXT",
               "stop once the generated text ends with TEXT (may be repeated)");
-  add_ignored_gpu_flags(args);
+  add_ignored_gpu_flags(args, true, /*layers=*/false);
   args.option("--temp", &a.sampling.temp, "T", "temperature; 0 = greedy");
   args.option("--top-k", &a.sampling.top_k, "K", "top-k sampling; 0 = off");
   args.option("--top-p", &a.sampling.top_p, "P", "top-p (nucleus) sampling; 1 = off");
@@ -274,7 +275,8 @@ int cmd_generate(int argc, char** argv) {
   a.sampling.seed = a.seed ? *a.seed : std::random_device{}();
   validate_sampling_params(a.sampling);
 
-  std::shared_ptr<const Model> model = load_model(a.model_path);
+  std::shared_ptr<const Model> model =
+      load_model(a.model_path, a.strategy_options.devices.target_loading());
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
       resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);

@@ -175,7 +175,8 @@ int cmd_serve(int argc, char** argv) {
   args.option("--sched-max-wait", &a.sched_max_wait, "N",
               "cosine: steps a request may be left out of the chosen batch in a row before "
               "it is admitted anyway");
-  add_ignored_gpu_flags(args, /*batch_size=*/false);  // -b is serve's token budget
+  add_ignored_gpu_flags(args, /*batch_size=*/false,
+                        /*layers=*/false);  // -b is serve's token budget
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
   args.bound("--port", 0, 65535);
@@ -227,6 +228,16 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that went away fails a write, not the process
 
+  // The server batches forwards on the CPU's workers: a GPU request is refused
+  // rather than ignored, -ngl alone (llama-server scripts) runs on the CPU.
+  DeviceOptions& devices = a.strategy_options.devices;
+  check(devices.device == "auto" || devices.device == "cpu" || devices.device == "none",
+        "serve: --device ", devices.device,
+        ": the server runs on the CPU (generate and bench "
+        "run on a GPU)");
+  if (devices.gpu_layers > 0 || devices.gpu_layers_draft > 0)
+    std::fprintf(stderr, "note: serve runs on the CPU: -ngl/-ngld ignored\n");
+  devices.device = "cpu";
   std::shared_ptr<const Model> model = load_model(a.model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
