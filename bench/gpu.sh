@@ -5,7 +5,8 @@
 #   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0, 1B-class F16,
 #      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
 #   3. per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
-#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; then the
+#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode without
+#      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) for the 100M drafter and the 8B Q4_0; then the
 #      strategies on the GPU (parspec bench, 8B-class Q4_0 target + 100M-class drafter);
 #   4. the tables, in $OUT (default out/gpu): summary.md, and every raw output beside it.
 #
@@ -25,7 +26,7 @@ mode=run
 case "${1:-}" in
   --prepare) mode=prepare ;;
   --dry-run) mode=dry ;;
-  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
   "") ;;
   *) echo "unknown option $1 (--prepare, --dry-run, --help)" >&2; exit 2 ;;
 esac
@@ -190,6 +191,17 @@ for row in "${table[@]}"; do
   fi
 done
 
+# What the CUDA graphs bring: decode and L(8) of the two extremes launched kernel by kernel.
+if [[ $mode == dry ]]; then graph_rows=(zoo-draft); else graph_rows=(100m-f16 8b-q4_0); fi
+for name in "${graph_rows[@]}"; do
+  src=models/draft.gguf
+  file=$(model_path "$name" "$src")
+  step "parspec bench-forward $name without graphs"
+  PARSPEC_CUDA_GRAPHS=0 timeout 60 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
+    -b 1,8 -r "$repeat" --decode-tokens "$decode" --context 64 \
+    --json "$out/parspec-$name-nographs.json" >/dev/null 2>&1 || echo "$name without graphs failed"
+done
+
 # Strategies on the GPU against ar (greedy, the bench fails if one differs): the
 # 8B-class Q4_0 target with the 100M-class drafter, or the zoo pair in a dry run.
 if [[ $mode == dry ]]; then
@@ -245,6 +257,17 @@ for name in rows:
           f"| {pct(share(tg))} | {fmt(ratio(l8, l1), 2)} | {fmt(ratio(l32, l1), 2)} | {fmt(ours_pp, 0)} "
           f"| {fmt(pp, 0)} | {fmt(ratio(ours_pp, pp), 2)} |")
     curves.append((name, lat))
+graph_rows = [(n, load(os.path.join(out, f"parspec-{n}-nographs.json")),
+               load(os.path.join(out, f"parspec-{n}.json"))) for n in rows]
+graph_rows = [(n, off, on) for n, off, on in graph_rows if off and on]
+if graph_rows:
+    print()
+    print("| model | decode tok/s with CUDA graphs | without | L(8) ms with | without |")
+    print("|---|---|---|---|---|")
+    for n, off, on in graph_rows:
+        a, b = on["results"][0], off["results"][0]
+        print(f"| {n} | {a['decode_tok_per_s']:.1f} | {b['decode_tok_per_s']:.1f} "
+              f"| {fmt(a['latency_ms'].get('8'), 2)} | {fmt(b['latency_ms'].get('8'), 2)} |")
 strategies = os.path.join(out, "strategies.md")
 if os.path.exists(strategies):
     print()
