@@ -489,7 +489,12 @@ class CudaExecutor final : public ForwardExecutor {
     cuda_check(cudaSetDevice(context_->device), "cudaSetDevice");
     auto it = models_.find(&model);
     if (it != models_.end()) return *it->second;
-    return *models_.emplace(&model, upload_model(model)).first->second;
+    std::unique_ptr<DeviceModel> dm = upload_model(model);
+    // The weights went up by cudaMemcpy on the legacy stream, which the
+    // executor's non-blocking stream does not wait for, and a copy from
+    // pageable memory may return before its data lands: wait for them here.
+    cuda_check(cudaDeviceSynchronize(), "uploading the model");
+    return *models_.emplace(&model, std::move(dm)).first->second;
   }
 
   std::vector<float> forward(const Model& model, const Batch& batch, KvCache& kv) override {
