@@ -12,7 +12,9 @@
 #
 # The GPU machine may lack the PCRE2 and cpp-httplib headers, so the binaries are
 # built on a development machine (same CUDA 13) and travel in build-gpu/:
-#   LLAMA_CPP_SRC=/path/to/llama.cpp bash bench/gpu.sh --prepare   # build/ -> build-gpu/
+#   LLAMA_CPP_SRC=/path/to/llama.cpp bash bench/gpu.sh --prepare
+# (brings build/, a CUDA build with sm_90, up to date and copies what travels to build-gpu/;
+# without LLAMA_CPP_SRC it keeps the llama.cpp source of an earlier --prepare)
 # then, on the GPU machine, from the repository root with build-gpu/ beside it:
 #   bash bench/gpu.sh            # about 6 minutes on an H100/H200 with 16 cores
 #   bash bench/gpu.sh --dry-run  # the same steps here, without a GPU: the zoo models on
@@ -26,7 +28,7 @@ mode=run
 case "${1:-}" in
   --prepare) mode=prepare ;;
   --dry-run) mode=dry ;;
-  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
   "") ;;
   *) echo "unknown option $1 (--prepare, --dry-run, --help)" >&2; exit 2 ;;
 esac
@@ -39,11 +41,16 @@ llama_subset="ggml src include common examples pocs cmake gguf-py CMakeLists.txt
 
 if [[ $mode == prepare ]]; then
   # Everything the run needs that git does not carry, under 64 MiB.
-  [[ -x build/parspec && -x build/tests/test_cuda_backend ]] ||
-    { echo "build first: ninja -C build parspec test_cuda_backend (a CUDA build)" >&2; exit 1; }
-  build/parspec info models/target.gguf | grep -q '^  gpu' ||
-    { echo "build/parspec has no GPU line in info: not this source tree's build" >&2; exit 1; }
-  rm -rf "$bin"
+  [[ -f build/build.ninja ]] ||
+    { echo "configure build/ first (cmake -G Ninja, where nvcc is found: docs/development.md)" >&2; exit 1; }
+  # What travels is this tree's code: bring the two binaries up to date.
+  nice ninja -C build parspec test_cuda_backend >/dev/null ||
+    { echo "ninja -C build parspec test_cuda_backend failed" >&2; exit 1; }
+  # A build without nvcc runs everything on the CPU there: refuse it here.
+  build/parspec info models/target.gguf | grep '^  gpu' | grep -vq 'built without' ||
+    { echo "build/parspec is not a CUDA build (see its info): configure where nvcc is found" >&2; exit 1; }
+  grep -Eq '^PARSPEC_CUDA_ARCHS:[A-Z]*=(.*;)?90a?(;|$)' build/CMakeCache.txt ||
+    { echo "build/ has no sm_90 code for an H100/H200: configure with -DPARSPEC_CUDA_ARCHS=90a" >&2; exit 1; }
   mkdir -p "$bin/lib"
   cp build/parspec build/tests/test_cuda_backend "$bin/"
   strip "$bin/parspec" "$bin/test_cuda_backend"
@@ -52,6 +59,8 @@ if [[ $mode == prepare ]]; then
   if [[ -n "${LLAMA_CPP_SRC:-}" ]]; then
     (cd "$LLAMA_CPP_SRC" && tar czf - $llama_subset) >"$bin/llama.cpp-src.tar.gz"
     (cd "$LLAMA_CPP_SRC" && git rev-parse --short HEAD 2>/dev/null || echo unknown) >"$bin/llama.cpp-commit"
+  elif [[ -f $bin/llama.cpp-src.tar.gz ]]; then
+    echo "note: LLAMA_CPP_SRC not set: keeping llama.cpp $(cat "$bin/llama.cpp-commit") from the last --prepare" >&2
   else
     echo "note: LLAMA_CPP_SRC not set: the run will leave llama.cpp out" >&2
   fi
@@ -80,6 +89,18 @@ else
   decode=64
 fi
 [[ -x $bin_parspec ]] || { echo "no $bin_parspec (see --help: --prepare)" >&2; exit 1; }
+if [[ $mode == run ]]; then
+  # -ngl 99 falls back to the CPU where the GPU cannot be used: stop here instead.
+  "$bin_parspec" info models/target.gguf | grep -q '^  gpu  *cuda0' || {
+    "$bin_parspec" info models/target.gguf | grep '^  gpu' >&2
+    echo "no usable GPU for $bin_parspec: nothing to measure" >&2
+    exit 1
+  }
+  # CMake finds nvcc for llama.cpp on PATH.
+  if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    export PATH="/usr/local/cuda/bin:$PATH"
+  fi
+fi
 mkdir -p "$out" "$models"
 start=$(date +%s)
 step() { echo "[$(($(date +%s) - start)) s] $*"; }
