@@ -47,8 +47,9 @@ if [[ $mode == prepare ]]; then
   nice ninja -C build parspec test_cuda_backend >/dev/null ||
     { echo "ninja -C build parspec test_cuda_backend failed" >&2; exit 1; }
   # A build without nvcc runs everything on the CPU there: refuse it here.
-  build/parspec info models/target.gguf | grep '^  gpu' | grep -vq 'built without' ||
-    { echo "build/parspec is not a CUDA build (see its info): configure where nvcc is found" >&2; exit 1; }
+  gpu_line=$(build/parspec info models/target.gguf | grep '^  gpu' || true)
+  [[ -n $gpu_line && $gpu_line != *"built without"* ]] ||
+    { echo "build/parspec is not a CUDA build (${gpu_line:-no gpu line in its info}): configure where nvcc is found" >&2; exit 1; }
   grep -Eq '^PARSPEC_CUDA_ARCHS:[A-Z]*=(.*;)?90a?(;|$)' build/CMakeCache.txt ||
     { echo "build/ has no sm_90 code for an H100/H200: configure with -DPARSPEC_CUDA_ARCHS=90a" >&2; exit 1; }
   mkdir -p "$bin/lib"
@@ -91,11 +92,9 @@ fi
 [[ -x $bin_parspec ]] || { echo "no $bin_parspec (see --help: --prepare)" >&2; exit 1; }
 if [[ $mode == run ]]; then
   # -ngl 99 falls back to the CPU where the GPU cannot be used: stop here instead.
-  "$bin_parspec" info models/target.gguf | grep -q '^  gpu  *cuda0' || {
-    "$bin_parspec" info models/target.gguf | grep '^  gpu' >&2
-    echo "no usable GPU for $bin_parspec: nothing to measure" >&2
-    exit 1
-  }
+  gpu_line=$("$bin_parspec" info models/target.gguf | grep '^  gpu' || true)
+  [[ $gpu_line =~ ^\ \ gpu\ +cuda0 ]] ||
+    { echo "no usable GPU for $bin_parspec (${gpu_line:-no gpu line in its info}): nothing to measure" >&2; exit 1; }
   # CMake finds nvcc for llama.cpp on PATH.
   if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
     export PATH="/usr/local/cuda/bin:$PATH"
