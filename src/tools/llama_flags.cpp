@@ -93,10 +93,8 @@ const Counterpart kCounterparts[] = {
     {"*", "-mg", "accepted and ignored"},
     {"*", "-ts", "accepted and ignored"},
     {"*", "-nkvo", "accepted and ignored"},
-    {"*", "--mlock",
-     "accepted and ignored (models are read into memory at load)"},
-    {"*", "--no-mmap",
-     "accepted and ignored (models are read into memory already)"},
+    {"*", "--mlock", "accepted and ignored (models are read into memory at load)"},
+    {"*", "--no-mmap", "accepted and ignored (models are read into memory already)"},
     {"*", "-b", "accepted and ignored (batches are sized by the strategy)"},
     {"*", "-ub", "accepted and ignored (batches are sized by the strategy)"},
     {"perplexity", "--chunks", kSame},
@@ -147,10 +145,8 @@ void add_ignored_gpu_flags(ArgParser& args, bool batch_size, bool layers) {
   args.ignored("-mg,--main-gpu", "INDEX", cpu);
   args.ignored("-ts,--tensor-split", "LIST", cpu);
   args.ignored("-nkvo,--no-kv-offload", "", cpu);
-  args.ignored("--mlock", "",
-               "models are read into memory (huge pages from 64 MiB) at load");
-  args.ignored("--no-mmap", "",
-               "models are read into memory already (PARSPEC_MMAP=1 maps them)");
+  args.ignored("--mlock", "", "models are read into memory (huge pages from 64 MiB) at load");
+  args.ignored("--no-mmap", "", "models are read into memory already (PARSPEC_MMAP=1 maps them)");
   if (batch_size)
     args.ignored("-b,--batch-size", "N", "batches are sized by the decoding strategy");
   args.ignored("-ub,--ubatch-size", "N", "batches are sized by the decoding strategy");

@@ -129,6 +129,21 @@ void StrategyOptions::check_given(const ArgParser& args, const std::vector<std::
   }
 }
 
+StrategySpec StrategyOptions::check_strategy(const ArgParser& args, const std::string& entry) {
+  StrategySpec spec;
+  try {
+    spec = parse_strategy_spec(entry);
+  } catch (const Error& e) {
+    fail("--strategy ", entry, ": ", e.what());
+  }
+  for (const auto& [key, value] : spec.settings)
+    for (const StrategyOption& option : strategy_info(spec.name).options)
+      check(option.json_key != key || !args.given(option.flag), "--strategy ", entry, " sets ",
+            option.flag, " already: give one of them");
+  check_given(args, {spec.name});
+  return spec;
+}
+
 nlohmann::ordered_json StrategyOptions::to_json() const {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const Slot& slot : slots_)
@@ -242,12 +257,14 @@ void StrategyResources::load_drafters(const StrategyOptions& options) {
   }
 }
 
-StrategyConfig StrategyResources::config_for(const std::string& name,
+StrategyConfig StrategyResources::config_for(const std::string& entry,
                                              const StrategyOptions& options, int ctx_size) const {
+  const StrategySpec spec = parse_strategy_spec(entry);
+  const std::string& name = spec.name;
   const StrategyInfo& info = strategy_info(name);
   StrategyConfig c;
   options.apply(name, c);
-  c.name = name;
+  apply_strategy_spec(spec, c);
   c.target = target;
   c.draft = draft;
   c.target_worker = target_worker.get();

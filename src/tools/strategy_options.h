@@ -48,6 +48,11 @@ struct StrategyOptions {
   // `names`: the strategies of the run, from which init() chooses what the
   // other ranks of an mpirun job do.
   void check_given(const ArgParser& args, const std::vector<std::string>& names);
+  // --strategy's value, in the form bench's --strategies takes: NAME, NAME:G
+  // (pearl:3 sets pearl's window) or a tree shape (tree:d3c2). Throws Error for
+  // an unknown name or form, and for a setting also given by its own flag.
+  // Then check_given() on the name.
+  StrategySpec check_strategy(const ArgParser& args, const std::string& entry);
   // Every strategy option by JSON key, as given or defaulted.
   nlohmann::ordered_json to_json() const;
 
@@ -88,9 +93,10 @@ struct StrategyResources {
   // of the run drafts on the ranks (easyspec), prepares its drafter slots
   // (started by the first such strategy made; every target stays here).
   void init(std::shared_ptr<const Model> target_model, const StrategyOptions& options, int threads);
-  // A config for strategy `name` on these resources (throws when `name` is
+  // A config for strategy `entry` (NAME, NAME:G or a tree shape, as
+  // check_strategy() takes it) on these resources (throws when the name is
   // unknown, or needs a draft and none was given).
-  StrategyConfig config_for(const std::string& name, const StrategyOptions& options,
+  StrategyConfig config_for(const std::string& entry, const StrategyOptions& options,
                             int ctx_size) const;
 
  private:
