@@ -5,13 +5,16 @@
 #   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0, 1B-class F16,
 #      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
 #   3. per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
-#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; then the
+#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode without
+#      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) for the 100M drafter and the 8B Q4_0; then the
 #      strategies on the GPU (parspec bench, 8B-class Q4_0 target + 100M-class drafter);
 #   4. the tables, in $OUT (default out/gpu): summary.md, and every raw output beside it.
 #
 # The GPU machine may lack the PCRE2 and cpp-httplib headers, so the binaries are
 # built on a development machine (same CUDA 13) and travel in build-gpu/:
-#   LLAMA_CPP_SRC=/path/to/llama.cpp bash bench/gpu.sh --prepare   # build/ -> build-gpu/
+#   LLAMA_CPP_SRC=/path/to/llama.cpp bash bench/gpu.sh --prepare
+# (brings build/, a CUDA build with sm_90, up to date and copies what travels to build-gpu/;
+# without LLAMA_CPP_SRC it keeps the llama.cpp source of an earlier --prepare)
 # then, on the GPU machine, from the repository root with build-gpu/ beside it:
 #   bash bench/gpu.sh            # about 6 minutes on an H100/H200 with 16 cores
 #   bash bench/gpu.sh --dry-run  # the same steps here, without a GPU: the zoo models on
@@ -25,7 +28,7 @@ mode=run
 case "${1:-}" in
   --prepare) mode=prepare ;;
   --dry-run) mode=dry ;;
-  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
   "") ;;
   *) echo "unknown option $1 (--prepare, --dry-run, --help)" >&2; exit 2 ;;
 esac
@@ -38,11 +41,17 @@ llama_subset="ggml src include common examples pocs cmake gguf-py CMakeLists.txt
 
 if [[ $mode == prepare ]]; then
   # Everything the run needs that git does not carry, under 64 MiB.
-  [[ -x build/parspec && -x build/tests/test_cuda_backend ]] ||
-    { echo "build first: ninja -C build parspec test_cuda_backend (a CUDA build)" >&2; exit 1; }
-  build/parspec info models/target.gguf | grep -q '^  gpu' ||
-    { echo "build/parspec has no GPU line in info: not this source tree's build" >&2; exit 1; }
-  rm -rf "$bin"
+  [[ -f build/build.ninja ]] ||
+    { echo "configure build/ first (cmake -G Ninja, where nvcc is found: docs/development.md)" >&2; exit 1; }
+  # What travels is this tree's code: bring the two binaries up to date.
+  nice ninja -C build parspec test_cuda_backend >/dev/null ||
+    { echo "ninja -C build parspec test_cuda_backend failed" >&2; exit 1; }
+  # A build without nvcc runs everything on the CPU there: refuse it here.
+  gpu_line=$(build/parspec info models/target.gguf | grep '^  gpu' || true)
+  [[ -n $gpu_line && $gpu_line != *"built without"* ]] ||
+    { echo "build/parspec is not a CUDA build (${gpu_line:-no gpu line in its info}): configure where nvcc is found" >&2; exit 1; }
+  grep -Eq '^PARSPEC_CUDA_ARCHS:[A-Z]*=(.*;)?90a?(;|$)' build/CMakeCache.txt ||
+    { echo "build/ has no sm_90 code for an H100/H200: configure with -DPARSPEC_CUDA_ARCHS=90a" >&2; exit 1; }
   mkdir -p "$bin/lib"
   cp build/parspec build/tests/test_cuda_backend "$bin/"
   strip "$bin/parspec" "$bin/test_cuda_backend"
@@ -51,6 +60,8 @@ if [[ $mode == prepare ]]; then
   if [[ -n "${LLAMA_CPP_SRC:-}" ]]; then
     (cd "$LLAMA_CPP_SRC" && tar czf - $llama_subset) >"$bin/llama.cpp-src.tar.gz"
     (cd "$LLAMA_CPP_SRC" && git rev-parse --short HEAD 2>/dev/null || echo unknown) >"$bin/llama.cpp-commit"
+  elif [[ -f $bin/llama.cpp-src.tar.gz ]]; then
+    echo "note: LLAMA_CPP_SRC not set: keeping llama.cpp $(cat "$bin/llama.cpp-commit") from the last --prepare" >&2
   else
     echo "note: LLAMA_CPP_SRC not set: the run will leave llama.cpp out" >&2
   fi
@@ -79,6 +90,16 @@ else
   decode=64
 fi
 [[ -x $bin_parspec ]] || { echo "no $bin_parspec (see --help: --prepare)" >&2; exit 1; }
+if [[ $mode == run ]]; then
+  # -ngl 99 falls back to the CPU where the GPU cannot be used: stop here instead.
+  gpu_line=$("$bin_parspec" info models/target.gguf | grep '^  gpu' || true)
+  [[ $gpu_line =~ ^\ \ gpu\ +cuda0 ]] ||
+    { echo "no usable GPU for $bin_parspec (${gpu_line:-no gpu line in its info}): nothing to measure" >&2; exit 1; }
+  # CMake finds nvcc for llama.cpp on PATH.
+  if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    export PATH="/usr/local/cuda/bin:$PATH"
+  fi
+fi
 mkdir -p "$out" "$models"
 start=$(date +%s)
 step() { echo "[$(($(date +%s) - start)) s] $*"; }
@@ -190,6 +211,17 @@ for row in "${table[@]}"; do
   fi
 done
 
+# What the CUDA graphs bring: decode and L(8) of the two extremes launched kernel by kernel.
+if [[ $mode == dry ]]; then graph_rows=(zoo-draft); else graph_rows=(100m-f16 8b-q4_0); fi
+for name in "${graph_rows[@]}"; do
+  src=models/draft.gguf
+  file=$(model_path "$name" "$src")
+  step "parspec bench-forward $name without graphs"
+  PARSPEC_CUDA_GRAPHS=0 timeout 60 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
+    -b 1,8 -r "$repeat" --decode-tokens "$decode" --context 64 \
+    --json "$out/parspec-$name-nographs.json" >/dev/null 2>&1 || echo "$name without graphs failed"
+done
+
 # Strategies on the GPU against ar (greedy, the bench fails if one differs): the
 # 8B-class Q4_0 target with the 100M-class drafter, or the zoo pair in a dry run.
 if [[ $mode == dry ]]; then
@@ -245,6 +277,17 @@ for name in rows:
           f"| {pct(share(tg))} | {fmt(ratio(l8, l1), 2)} | {fmt(ratio(l32, l1), 2)} | {fmt(ours_pp, 0)} "
           f"| {fmt(pp, 0)} | {fmt(ratio(ours_pp, pp), 2)} |")
     curves.append((name, lat))
+graph_rows = [(n, load(os.path.join(out, f"parspec-{n}-nographs.json")),
+               load(os.path.join(out, f"parspec-{n}.json"))) for n in rows]
+graph_rows = [(n, off, on) for n, off, on in graph_rows if off and on]
+if graph_rows:
+    print()
+    print("| model | decode tok/s with CUDA graphs | without | L(8) ms with | without |")
+    print("|---|---|---|---|---|")
+    for n, off, on in graph_rows:
+        a, b = on["results"][0], off["results"][0]
+        print(f"| {n} | {a['decode_tok_per_s']:.1f} | {b['decode_tok_per_s']:.1f} "
+              f"| {fmt(a['latency_ms'].get('8'), 2)} | {fmt(b['latency_ms'].get('8'), 2)} |")
 strategies = os.path.join(out, "strategies.md")
 if os.path.exists(strategies):
     print()

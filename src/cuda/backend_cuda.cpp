@@ -180,12 +180,18 @@ struct DeviceModel {
   const float* inv_freq = nullptr;
   std::vector<DeviceLayer> layers;
   uint64_t bytes = 0;
+  // The executor's stream: the copies go there, in order with its kernels
+  // (the legacy stream of cudaMemcpy does not order a non-blocking stream).
+  cudaStream_t stream = nullptr;
 
   template <class T>
   const T* upload(const T* data, size_t count, const char* what) {
     DeviceBuffer& b = buffers.emplace_back();
     reserve<T>(b, count, what);
-    cuda_check(cudaMemcpy(b.get(), data, count * sizeof(T), cudaMemcpyHostToDevice), what);
+    // From pageable memory the source is staged before the call returns, so
+    // the temporaries of upload(WeightMatrix) may go at once.
+    cuda_check(cudaMemcpyAsync(b.get(), data, count * sizeof(T), cudaMemcpyHostToDevice, stream),
+               what);
     bytes += count * sizeof(T);
     return b.as<T>();
   }
@@ -278,7 +284,7 @@ std::string unsupported_trait(const Model& model) {
   return "";
 }
 
-std::unique_ptr<DeviceModel> upload_model(const Model& model) {
+std::unique_ptr<DeviceModel> upload_model(const Model& model, cudaStream_t stream) {
   const ModelConfig& c = model.config();
   const std::string trait = unsupported_trait(model);
   check(trait.empty(), model.gguf().path(), ": the CUDA backend runs llama and qwen2 models; this ",
@@ -288,6 +294,7 @@ std::unique_ptr<DeviceModel> upload_model(const Model& model) {
   check(c.n_head % c.n_head_kv == 0, model.gguf().path(), ": ", c.n_head,
         " heads do not divide into ", c.n_head_kv, " KV heads");
   auto dm = std::make_unique<DeviceModel>();
+  dm->stream = stream;
   dm->embedding = dm->upload(model.token_embedding(), "token_embd.weight");
   dm->output =
       c.tied_embeddings ? dm->embedding : dm->upload(model.output_matrix(), "output.weight");
@@ -489,7 +496,9 @@ class CudaExecutor final : public ForwardExecutor {
     cuda_check(cudaSetDevice(context_->device), "cudaSetDevice");
     auto it = models_.find(&model);
     if (it != models_.end()) return *it->second;
-    return *models_.emplace(&model, upload_model(model)).first->second;
+    std::unique_ptr<DeviceModel> dm = upload_model(model, context_->stream);
+    context_->sync("uploading the model");  // its errors here, not in a forward
+    return *models_.emplace(&model, std::move(dm)).first->second;
   }
 
   std::vector<float> forward(const Model& model, const Batch& batch, KvCache& kv) override {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 
 #include "core/error.h"
@@ -18,9 +19,13 @@ int parse_device(std::string name) {
   if (name == "auto") return -2;
   if (name == "cpu" || name == "none") return -1;
   if (name == "cuda" || name == "gpu") return 0;
-  if (name.starts_with("cuda") && name.size() > 4 &&
-      std::all_of(name.begin() + 4, name.end(), [](unsigned char ch) { return std::isdigit(ch); }))
-    return std::stoi(name.substr(4));
+  if (name.starts_with("cuda") && name.size() > 4) {
+    // from_chars, not stoi: an index too large for an int is an unknown device, not a crash.
+    int index = -1;
+    const char* last = name.data() + name.size();
+    const auto [end, error] = std::from_chars(name.data() + 4, last, index);
+    if (error == std::errc() && end == last && index >= 0) return index;
+  }
   fail("--device: unknown device '", name, "' (cpu, cuda, cuda0, cuda1, ... or auto)");
 }
 

@@ -32,6 +32,10 @@ TEST(CliDevice, UnknownDeviceIsAnError) {
   const auto r = run_parspec(generate("--device tpu"), true);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("unknown device 'tpu'"), std::string::npos) << r.output;
+  // An index past any int is a bad name too, said as such.
+  const auto huge = run_parspec(generate("--device cuda99999999999"), true);
+  EXPECT_NE(huge.exit_code, 0);
+  EXPECT_NE(huge.output.find("unknown device 'cuda99999999999'"), std::string::npos) << huge.output;
 }
 
 TEST(CliDevice, ServeRunsOnTheCpuOnly) {
