@@ -41,6 +41,7 @@ int run_conversation(const std::string& model_path, const std::string& chat_temp
   const ChatTemplate tmpl = ChatTemplate::for_model(model->gguf(), chat_template);
   ChatLoopSettings settings;
   settings.n_ctx = resolve_context_size(n_ctx, ctx_given, {&model->config()}, model_path);
+  model->use_context_size(settings.n_ctx);
   settings.system_prompt = system_prompt;
   settings.n_predict = n_predict;
   settings.stop_strings = stop_strings;
@@ -143,8 +144,9 @@ void add_generate_options(ArgParser& args, GenerateArgs& a) {
             "interactive conversation in the chat template: one user turn per line of stdin");
   args.option("-sys,--system-prompt", &a.system_prompt, "TEXT",
               "system message of the conversation (-cnv) or of --chat");
-  args.option("--chat-template", &a.chat_template, "NAME",
-              "chat template to use instead of the detected one (llama3, chatml)");
+  args.option(
+      "--chat-template", &a.chat_template, "NAME",
+      "chat template to use instead of the detected one (llama3, chatml, qwen3, gemma, phi3)");
   args.flag("--ignore-eos", &a.ignore_eos, "do not stop at end-of-generation tokens");
   args.option("--strategy", &a.strategy_name, "NAME",
               "decoding strategy: " + strategy_list() +
@@ -261,6 +263,7 @@ int cmd_generate(int argc, char** argv) {
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
       resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);
+  model->use_context_size(n_ctx);
   std::vector<int32_t> prompt_tokens = encode_prompt(a, prompt, *model, *tokenizer);
   const int n_predict =
       resolve_n_predict(a.n_predict, static_cast<int64_t>(prompt_tokens.size()), n_ctx);
