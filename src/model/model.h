@@ -85,6 +85,15 @@ class Model {
   // PARSPEC_REPACK=0. A mapped file's weights stay as the file has them.
   uint64_t repacked_bytes() const { return repacked_bytes_; }
 
+  // The weights as loaded, for a backend that keeps its own copy (src/cuda).
+  const WeightMatrix& token_embedding() const { return token_embd_; }
+  const WeightMatrix& output_matrix() const { return output_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const LayerWeights& layer(int l) const { return layers_.at(l); }
+  // The RoPE frequencies of the global (non-sliding) layers at the model's
+  // original context.
+  const RopeTable& rope_global() const { return rope_global_; }
+
   // Full pass: embed → all layers → norm → logits. Returns logits (n_vocab
   // floats each) for the entries with want_logits, in batch order. The batch's
   // cells are appended to kv's speculative area; commit them with kv.commit().

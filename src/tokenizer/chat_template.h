@@ -10,6 +10,7 @@
 //   gemma:  <start_of_turn>ROLE\nCONTENT<end_of_turn>\n..., "assistant" as "model",
 //           a system message merged into the first user turn (Gemma 2 and 3).
 //   phi3:   <|ROLE|>\nCONTENT<|end|>\n... (Phi-3).
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -37,8 +38,11 @@ class ChatTemplate {
   // Recognises the family of a Jinja template; throws Error if it is none of ours.
   static ChatTemplate detect(std::string_view jinja);
   // `override_name` when not empty, else detection from tokenizer.chat_template;
-  // the error for a missing or unknown template points to --chat-template.
+  // a model without a template, or with one of no known family, gets ChatML
+  // (as llama.cpp does) with fallback_warning() saying so.
   static ChatTemplate for_model(const GgufFile& file, std::string_view override_name);
+  // Why for_model() fell back to ChatML, and how to choose; empty otherwise.
+  const std::string& fallback_warning() const { return fallback_warning_; }
   static std::string_view known_names() { return "llama3, chatml, qwen3, gemma, phi3"; }
 
   ChatFamily family() const { return family_; }
@@ -62,9 +66,10 @@ class ChatTemplate {
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
   // render() tokenized with special tokens parsed. BOS is the vocabulary's BOS
   // id: always for Llama 3 and Gemma (their templates start with it), for the
-  // others when the vocabulary's add_bos_token asks for it.
+  // others when the vocabulary's add_bos_token asks for it. At most
+  // `max_tokens` tokens, the first ones (Tokenizer::encode_prefix).
   std::vector<int32_t> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                              bool add_generation_prompt) const;
+                              bool add_generation_prompt, size_t max_tokens = SIZE_MAX) const;
 
  private:
   explicit ChatTemplate(ChatFamily family) : family_(family) {}
@@ -73,6 +78,7 @@ class ChatTemplate {
                           bool bos_text) const;
   ChatFamily family_;
   std::string default_system_;
+  std::string fallback_warning_;
 };
 
 }  // namespace parspec
