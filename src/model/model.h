@@ -1,6 +1,7 @@
 #pragma once
 // A loaded llama/qwen2 model (read-only after load, shareable between workers
 // and sequences) and its forward pass over a batch of speculative cells.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -128,6 +129,14 @@ class Model {
                         int32_t first_cell, const float* hidden, float* out,
                         AttentionProbe* probe = nullptr) const;
   void mlp_block(Worker& worker, int layer, int n_tokens, float* hidden) const;
+
+  // The context size the model runs at (a tool's -c): Phi-3 LongRoPE files use
+  // their long factors beyond their original context and the short ones within
+  // it, as llama.cpp chooses by its context size. Call before forwards start;
+  // without a call, the short factors. One choice for every sequence, so that
+  // every strategy computes the same function whatever its cache size.
+  void use_context_size(int n_ctx) const;
+  bool long_rope() const { return long_rope_.load(std::memory_order_relaxed); }
   // Final norm + output projection for n rows of hidden state.
   void output_logits(Worker& worker, const float* hidden, int n, float* logits) const;
 
@@ -136,16 +145,13 @@ class Model {
   // The first half of a layer's attention for n rows: q, k, v of
   // norm(hidden) with biases and RoPE at `positions` (xn: scratch, n × n_embd).
   // attention_output and forward_multi share it, so both compute the same rows.
-  // `long_context`: the cache holds more than the model's original context
-  // (Phi-3 LongRoPE's long factors).
   void project_qkv(Worker& worker, int layer, const float* hidden, int n,
-                   std::span<const int32_t> positions, bool long_context, float* xn, float* q,
-                   float* k, float* v) const;
+                   std::span<const int32_t> positions, float* xn, float* q, float* k,
+                   float* v) const;
   // out = post_norm(wo · att) for n rows (the post-norm only where the family has one).
   void attention_projection(Worker& worker, int layer, const float* att, int n, float* out) const;
-  // Which RoPE table a layer uses for a cache of `capacity` cells.
-  const RopeTable& rope_table(int layer, bool long_context) const;
-  bool long_context(const KvCache& kv) const;
+  // Which RoPE table a layer uses.
+  const RopeTable& rope_table(int layer) const;
   ModelConfig config_;
   std::unique_ptr<GgufFile> file_;
   WeightMatrix token_embd_, output_;
@@ -154,6 +160,7 @@ class Model {
   // Global layers', sliding layers' (where they differ), and LongRoPE's long
   // factors' (where the file has them).
   RopeTable rope_global_, rope_sliding_, rope_long_;
+  mutable std::atomic<bool> long_rope_{false};  // use_context_size's choice
   uint64_t weight_bytes_ = 0;
   uint64_t repacked_bytes_ = 0;
 };

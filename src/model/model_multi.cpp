@@ -36,11 +36,6 @@ std::vector<std::vector<float>> Model::forward_multi(
   const int n = offset[n_seq];
   std::vector<std::vector<float>> out(n_seq);
   if (n == 0) return out;
-  // One RoPE table for all rows: LongRoPE's choice by cache size must agree.
-  const bool long_rope = long_context(*sequences[0].kv);
-  for (size_t s = 1; s < n_seq; ++s)
-    check(long_context(*sequences[s].kv) == long_rope,
-          "forward_multi: caches on both sides of the model's original context");
 
   std::vector<float> hidden(static_cast<size_t>(n) * c.n_embd);
   std::vector<int32_t> first_cell(n_seq);
@@ -67,8 +62,8 @@ std::vector<std::vector<float>> Model::forward_multi(
 
   for (int layer = 0; layer < c.n_layer; ++layer) {
     // Attention block (as attention_block(), over all rows).
-    project_qkv(worker, layer, hidden.data(), n, positions, long_rope, xn.data(), q.data(),
-                k.data(), v.data());
+    project_qkv(worker, layer, hidden.data(), n, positions, xn.data(), q.data(), k.data(),
+                v.data());
     for (int i = 0; i < n; ++i) {
       const float* ki = &k[static_cast<size_t>(i) * kv_dim];
       const float* vi = &v[static_cast<size_t>(i) * kv_dim];

@@ -220,7 +220,10 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
   const std::string& a = spec.arch;
   const int head_dim = spec.n_embd / spec.n_head;
   w.set("general.architecture", GgufValue::string(a));
-  w.set("general.name", GgufValue::string("parspec-random-" + a));
+  // Not "...phi3": llama.cpp gives a model named so Phi-3's special tokens'
+  // attributes, and fails on a vocabulary without them.
+  w.set("general.name",
+        GgufValue::string(a == "phi3" ? "parspec-random-phi" : "parspec-random-" + a));
   constexpr uint32_t kMostlyQ4_K_M = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
   w.set("general.file_type",
         GgufValue::u32(spec.q4_k_m ? kMostlyQ4_K_M : gguf_file_type(spec.weight_type)));
@@ -241,7 +244,9 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
     w.set(a + ".attention.value_length", GgufValue::u32(uint32_t(head_dim)));
   }
   const int window = a == "gemma3" && spec.sliding_window == 0 ? 4096 : spec.sliding_window;
-  if (window > 0) w.set(a + ".attention.sliding_window", GgufValue::u32(uint32_t(window)));
+  // Phi-3 files always carry the key (0: no window), as llama.cpp requires.
+  if (window > 0 || a == "phi3")
+    w.set(a + ".attention.sliding_window", GgufValue::u32(uint32_t(window)));
   if (spec.attn_logit_softcap > 0)
     w.set(a + ".attn_logit_softcapping", GgufValue::f32(spec.attn_logit_softcap));
   if (spec.final_logit_softcap > 0)
@@ -362,8 +367,8 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
       builder.add_vector(p + "attn_k_norm.weight", head_dim, 1.0, 0.1);
     }
     if (gemma) {
-      builder.add_vector(p + "post_attention_norm.weight", n_embd, 1.0, 0.1);
-      builder.add_vector(p + "post_ffw_norm.weight", n_embd, 1.0, 0.1);
+      builder.add_vector(p + "post_attention_norm.weight", n_embd, 3.0, 0.3);
+      builder.add_vector(p + "post_ffw_norm.weight", n_embd, 3.0, 0.3);
     }
     if (arch == "qwen2") {
       builder.add_vector(p + "attn_q.bias", n_embd, 0.0, 0.5);

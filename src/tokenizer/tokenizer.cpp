@@ -268,7 +268,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
       tok->byte_tokens_[byte] = static_cast<int32_t>(i);
     // SentencePiece looks tokens up by their stored text; its <0xNN> tokens are
     // reached only through byte fallback, never by merging "<", "0", "x", ...
-    if (is_text_type(type) && !(spm && byte >= 0))
+    // Its merges may also end in a user-defined token (Gemma's runs of spaces
+    // "▁▁", ...), as in llama.cpp, whose SentencePiece merges look up any text.
+    const bool mergeable = is_text_type(type) || (spm && type == TokenType::kUserDefined);
+    if (mergeable && !(spm && byte >= 0))
       tok->lookup_.emplace(spm ? raw : piece, static_cast<int32_t>(i));
   }
 

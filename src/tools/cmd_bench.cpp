@@ -74,8 +74,9 @@ void add_run_options(ArgParser& args, BenchArgs& a) {
   args.option("--min-p", &a.sampling.min_p, "P", "min-p sampling; 0 = off");
   args.option("--seed", &a.seed, "S",
               "sampling seed; the k-th prompt run (counted over all passes) uses S + k");
-  args.option("--chat-template", &a.chat_template, "NAME",
-              "template for the chat set instead of the detected one (llama3, chatml)");
+  args.option(
+      "--chat-template", &a.chat_template, "NAME",
+      "template for the chat set instead of the detected one (llama3, chatml, qwen3, gemma, phi3)");
   args.flag("--ignore-eos", &a.ignore_eos, "do not stop at end-of-generation tokens");
   args.option("--warmup", &a.warmup, "N",
               "untimed warm-up: each strategy generates N tokens on the first prompt; 0 = none");
@@ -339,6 +340,7 @@ int cmd_bench(int argc, char** argv) {
       load_model(a.model_path, a.strategy_options.devices.target_loading());
   auto tokenizer = Tokenizer::from_gguf(target->gguf());
   a.n_ctx = resolve_context_size(a.n_ctx, a.ctx_given, {&target->config()}, a.model_path);
+  target->use_context_size(a.n_ctx);
   std::vector<std::string> notes;
   const std::string template_used = tokenize_sets(sets, *tokenizer, target->gguf(), a.chat_template,
                                                   a.n_predict, a.n_ctx, &notes);

@@ -45,6 +45,7 @@ int run_conversation(const std::string& model_path, const std::string& chat_temp
     std::fprintf(stderr, "warning: %s\n", tmpl.fallback_warning().c_str());
   ChatLoopSettings settings;
   settings.n_ctx = resolve_context_size(n_ctx, ctx_given, {&model->config()}, model_path);
+  model->use_context_size(settings.n_ctx);
   settings.system_prompt = system_prompt;
   settings.n_predict = n_predict;
   settings.stop_strings = stop_strings;
@@ -149,8 +150,8 @@ void add_generate_options(ArgParser& args, GenerateArgs& a) {
               "system message of the conversation (-cnv) or of --chat");
   args.option(
       "--chat-template", &a.chat_template, "NAME",
-      "chat template to use instead of the detected one (llama3, chatml; a model without one "
-      "gets chatml, with a warning)");
+      "chat template to use instead of the detected one (llama3, chatml, qwen3, gemma, phi3; a "
+      "model without one gets chatml, with a warning)");
   args.flag("--ignore-eos", &a.ignore_eos, "do not stop at end-of-generation tokens");
   args.option("--strategy", &a.strategy_name, "NAME",
               "decoding strategy: " + strategy_list() +
@@ -280,6 +281,7 @@ int cmd_generate(int argc, char** argv) {
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
       resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);
+  model->use_context_size(n_ctx);
   const std::string prompt = read_prompt(a, *tokenizer, n_ctx);
   // Tokenized up to one token past the context: enough to refuse a longer prompt.
   std::vector<int32_t> prompt_tokens =

@@ -129,10 +129,9 @@ int cmd_serve(int argc, char** argv) {
   args.option("--api-key", &a.api_key, "KEY",
               "require 'Authorization: Bearer KEY' on /v1/* and /metrics");
   args.option("-a,--alias", &a.alias, "NAME", "model id in the API (default: the file's name)");
-  args.option(
-      "--chat-template", &a.chat_template, "NAME",
-      "chat template to use instead of the model's (llama3, chatml; a model without one gets "
-      "chatml, with a warning)");
+  args.option("--chat-template", &a.chat_template, "NAME",
+              "chat template to use instead of the model's (llama3, chatml, qwen3, gemma, phi3; a "
+              "model without one gets chatml, with a warning)");
   args.option("-t,--threads", &a.n_threads, "N", "threads of the forward passes");
   args.option("-c,--ctx-size,--ctx", &a.n_ctx, "N",
               "most tokens per request (prompt + max_tokens); 0 = the model's training context");
@@ -242,6 +241,7 @@ int cmd_serve(int argc, char** argv) {
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
       resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);
+  model->use_context_size(n_ctx);
   std::optional<ChatTemplate> chat_template =
       ChatTemplate::for_model(model->gguf(), a.chat_template);
   if (!chat_template->fallback_warning().empty())

@@ -70,7 +70,8 @@ const Counterpart kCounterparts[] = {
      "same as llama-cli's -cnv (-i there is the older interactive mode): one user turn per line "
      "of stdin, /exit or end of input ends it"},
     {"generate", "-sys", "same as llama-cli's -sys (also applies to --chat)"},
-    {"*", "--chat-template", "same flag; only the built-in names llama3 and chatml"},
+    {"*", "--chat-template",
+     "same flag; only the built-in names llama3, chatml, qwen3, gemma, phi3"},
     {"*", "--ignore-eos", kSame},
     {"*", "--json", "parspec only"},
     {"*", "--strategy", "parspec only (llama-speculative is sd; llama-lookahead another tool)"},
