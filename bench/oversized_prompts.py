@@ -5,6 +5,7 @@ of a big file. Prints each case's statuses, time and the process's peak RSS (VmH
 
     /usr/bin/python3 bench/oversized_prompts.py [--parspec build/parspec]
         [-m models/target.gguf] [--clients 64] [--prompt-mib 1] [--file-mib 200]
+        [--threads-http N]
 
 Standard library only. The server gets --max-body just above the prompt size.
 """
@@ -54,7 +55,8 @@ def serve_case(args):
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     server = subprocess.Popen(
         [args.parspec, "serve", "-m", args.model, "--port", "0", "-t", "1",
-         "--max-body", str(prompt_bytes + 4096), "--max-queue", str(args.clients)],
+         "--max-body", str(prompt_bytes + 4096), "--max-queue", str(args.clients),
+         "--threads-http", str(args.threads_http)],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         port = 0
@@ -135,6 +137,8 @@ def main():
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--prompt-mib", type=float, default=1.0)
     parser.add_argument("--file-mib", type=float, default=200.0)
+    parser.add_argument("--threads-http", type=int, default=0,
+                        help="serve's handler threads (0: its default, -np + --max-queue + 8)")
     args = parser.parse_args()
     print("| case | input | statuses / exit | time | memory |")
     print("|---|---|---|---|---|")
