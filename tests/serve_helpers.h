@@ -4,6 +4,7 @@
 // byte for byte and hang up mid-stream).
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -123,10 +124,18 @@ class ServerProcess {
     }
   }
   ~ServerProcess() {
-    if (pid_ > 0) {
+    // SIGTERM first, so that a sanitizer build reports leaks at the server's exit.
+    if (pid_ > 0 && terminate(30) < 0 && pid_ > 0) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
+    // A sanitizer's report in the server's output fails the test that started it.
+    const std::string text = log();
+    for (const char* marker : {"Sanitizer:", "runtime error:"})
+      if (text.find(marker) != std::string::npos) {
+        ADD_FAILURE() << "the server reported:\n" << text;
+        break;
+      }
   }
   int port() const { return port_; }
   std::string log() const {
