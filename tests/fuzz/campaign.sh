@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Fuzz campaign: builds the GGUF, tokenizer and HTTP-request fuzzers (libFuzzer, clang++ with
-# ASan + UBSan) and runs each for SECONDS, all three at once, from the kept corpus in
-# tests/fuzz/corpus/NAME. Then prints executions, speed and crashes per fuzzer and, unless
-# --no-merge, replaces each kept corpus by the minimized union of the old one and what the run
-# found (libFuzzer's -merge=1: only inputs that add coverage are kept).
+# ASan + UBSan) and runs each for SECONDS, all three at once, from the kept corpus: the
+# repository's tests/fuzz/corpus/tokenizer and tests/fuzz/corpus/http (small text inputs), and
+# for GGUF files, whose corpus runs to megabytes, DIR/tests/fuzz/gguf-corpus in the build tree
+# (also read by ctest's gguf_fuzz). Then prints executions, speed and crashes per fuzzer and,
+# unless --no-merge, replaces each kept corpus by the minimized union of the old one and what the
+# run found (libFuzzer's -merge=1: only inputs that add coverage are kept).
 #
 #   tests/fuzz/campaign.sh SECONDS [--build DIR] [--no-merge]
 #
@@ -46,12 +48,17 @@ mkdir -p "$work/artifacts"
 # The loader allocates per input: a small quarantine and no malloc fill keep ASan fast.
 export ASAN_OPTIONS=quarantine_size_mb=8:max_malloc_fill_size=0:malloc_context_size=5
 
+kept_corpus() {
+  if [ "$1" = gguf ]; then echo "$bin/gguf-corpus"; else echo "$root/tests/fuzz/corpus/$1"; fi
+}
+
 # fuzzer name, its max_len and its dictionary; the GGUF fuzzer also starts from the
 # models `parspec make-model` wrote at build time.
 run() {
   local name=$1 max_len=$2 dict=$3
   shift 3
-  local corpus="$root/tests/fuzz/corpus/$name"
+  local corpus
+  corpus=$(kept_corpus "$name")
   mkdir -p "$work/$name" "$corpus"
   local rc=0
   "$bin/fuzz_$name" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
@@ -81,7 +88,7 @@ for name in gguf tokenizer http; do
     echo "campaign: fuzz_$name failed; its log: $log" >&2
     grep -m 5 -E "ERROR|SUMMARY|Test unit written" "$log" >&2 || true
   fi
-  corpus="$root/tests/fuzz/corpus/$name"
+  corpus=$(kept_corpus "$name")
   if [ "$merge" = 1 ] && [ "$rc" = 0 ]; then
     rm -rf "$work/$name.merged"
     mkdir -p "$work/$name.merged"
