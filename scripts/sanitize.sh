@@ -42,7 +42,7 @@ status=0
 for group in "${groups[@]}"; do
   case "$group" in
     unit) args=(-j"$(nproc)" -L unit) ;;
-    server) args=(-L slow -R '^(ServeTest|ServeCosine|ServeChatModel|ServeLimits|ServeClients)\.') ;;
+    server) args=(-L slow -R '^(ServeTest|ServeCosine|ServeChatModel|ServeLimits|ServeLimitsTest|ServeClients)\.') ;;
     mpi) args=(-L slow -R '^(DistributedCli\.|MpiPipeline\.|MpiEasySpec\.)') ;;
   esac
   echo "sanitize: $kind, $group tests"

@@ -43,16 +43,39 @@ struct ModelPair {
   std::shared_ptr<const Model> target, draft;
 };
 
+// The traits of one model per family for exactness tests, by name: an
+// architecture, or "llama_sliding" (a Mistral-style llama). Windows are
+// shorter than the tests' sequences so that sliding layers drop keys;
+// Gemma 2's caps are ones random scores and logits reach; Gemma 3 has six
+// layers, so one is global.
+inline RandomModelSpec family_spec(const std::string& name) {
+  RandomModelSpec spec;
+  spec.arch = name == "llama_sliding" ? "llama" : name;
+  if (name == "llama_sliding" || name == "phi3" || name == "gemma2" || name == "gemma3")
+    spec.sliding_window = 6;
+  if (name == "gemma2") {
+    spec.attn_logit_softcap = 2.0f;
+    spec.final_logit_softcap = 3.0f;
+  }
+  return spec;
+}
+
+// The families the exactness tests run every strategy on.
+inline std::vector<std::string> family_names() {
+  return {"llama", "qwen2", "qwen3", "llama_sliding", "gemma2", "gemma3", "phi3"};
+}
+
 // A small random target and a draft that is the same weights quantized more
 // coarsely: it agrees with the target often but not always, like a real drafter.
-inline ModelPair make_model_pair(const TempDir& dir, const std::string& arch, DType target_type,
+// `family`: a name family_spec knows.
+inline ModelPair make_model_pair(const TempDir& dir, const std::string& family, DType target_type,
                                  DType draft_type, int n_vocab, uint64_t seed) {
-  RandomModelSpec spec;
-  spec.arch = arch;
+  RandomModelSpec spec = family_spec(family);
+  const std::string& arch = family;
   spec.n_vocab = n_vocab;
   spec.n_embd = 64;
   spec.n_ff = 128;
-  spec.n_layer = 2;
+  spec.n_layer = spec.arch == "gemma3" ? 6 : 2;
   spec.n_head = 4;
   spec.n_head_kv = 2;
   spec.seed = seed;

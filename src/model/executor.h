@@ -5,9 +5,9 @@
 // and their batches; an executor runs them. CpuExecutor is the CPU backend (a
 // Worker's threads and the Model's own kernels); the server's ForwardBatcher
 // is another implementation that gathers the forwards of many requests into
-// one multi-sequence forward. A GPU backend is one more implementation of
-// these six calls: every caller above the model layer already goes through
-// them, so none of it changes.
+// one multi-sequence forward. The CUDA backend (src/cuda) is one more
+// implementation of these six calls: every caller above the model layer goes
+// through them, so none of it knows which device runs a forward.
 //
 // Every implementation must give the results Model's own functions give, bit
 // for bit (docs/design.md, "Batch invariance"): speculative decoding is tested

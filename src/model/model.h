@@ -1,6 +1,7 @@
 #pragma once
 // A loaded llama/qwen2 model (read-only after load, shareable between workers
 // and sequences) and its forward pass over a batch of speculative cells.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -44,8 +45,21 @@ struct AttentionProbe {
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
-  std::vector<float> bq, bk, bv;  // empty without biases
-  WeightMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  std::vector<float> bq, bk, bv;                     // empty without biases
+  std::vector<float> q_norm, k_norm;                 // per head (head_dim), empty without qk_norm
+  std::vector<float> post_attn_norm, post_ffn_norm;  // empty without post_norms
+  // wq/wk/wv, or wqkv (fused_qkv); w_gate and w_up, or w_up alone with 2 * n_ff rows
+  // (fused_gate_up).
+  WeightMatrix wq, wk, wv, wqkv, wo, w_gate, w_up, w_down;
+};
+
+// One set of RoPE frequencies (per rotated pair, scaling folded in), and the
+// factor its cosines and sines are multiplied by.
+struct RopeTable {
+  std::vector<float> inv_freq;
+  float mscale = 1.0f;
+  // Unique per table in the process: keys the per-thread memo of rope angles.
+  uint64_t key = 0;
 };
 
 class Model {
@@ -70,6 +84,15 @@ class Model {
   // the Q4_0/Q8_0 matrices of a file read into memory (GgufFile::copied), unless
   // PARSPEC_REPACK=0. A mapped file's weights stay as the file has them.
   uint64_t repacked_bytes() const { return repacked_bytes_; }
+
+  // The weights as loaded, for a backend that keeps its own copy (src/cuda).
+  const WeightMatrix& token_embedding() const { return token_embd_; }
+  const WeightMatrix& output_matrix() const { return output_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const LayerWeights& layer(int l) const { return layers_.at(l); }
+  // The RoPE frequencies of the global (non-sliding) layers at the model's
+  // original context.
+  const RopeTable& rope_global() const { return rope_global_; }
 
   // Full pass: embed → all layers → norm → logits. Returns logits (n_vocab
   // floats each) for the entries with want_logits, in batch order. The batch's
@@ -106,6 +129,14 @@ class Model {
                         int32_t first_cell, const float* hidden, float* out,
                         AttentionProbe* probe = nullptr) const;
   void mlp_block(Worker& worker, int layer, int n_tokens, float* hidden) const;
+
+  // The context size the model runs at (a tool's -c): Phi-3 LongRoPE files use
+  // their long factors beyond their original context and the short ones within
+  // it, as llama.cpp chooses by its context size. Call before forwards start;
+  // without a call, the short factors. One choice for every sequence, so that
+  // every strategy computes the same function whatever its cache size.
+  void use_context_size(int n_ctx) const;
+  bool long_rope() const { return long_rope_.load(std::memory_order_relaxed); }
   // Final norm + output projection for n rows of hidden state.
   void output_logits(Worker& worker, const float* hidden, int n, float* logits) const;
 
@@ -114,17 +145,22 @@ class Model {
   // The first half of a layer's attention for n rows: q, k, v of
   // norm(hidden) with biases and RoPE at `positions` (xn: scratch, n × n_embd).
   // attention_output and forward_multi share it, so both compute the same rows.
-  void project_qkv(Worker& worker, const LayerWeights& w, const float* hidden, int n,
+  void project_qkv(Worker& worker, int layer, const float* hidden, int n,
                    std::span<const int32_t> positions, float* xn, float* q, float* k,
                    float* v) const;
+  // out = post_norm(wo · att) for n rows (the post-norm only where the family has one).
+  void attention_projection(Worker& worker, int layer, const float* att, int n, float* out) const;
+  // Which RoPE table a layer uses.
+  const RopeTable& rope_table(int layer) const;
   ModelConfig config_;
   std::unique_ptr<GgufFile> file_;
   WeightMatrix token_embd_, output_;
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
-  std::vector<float> rope_inv_freq_;  // per rotated pair, scaling folded in
-  // Unique per model in the process: keys the per-thread memo of rope angles.
-  uint64_t rope_key_ = 0;
+  // Global layers', sliding layers' (where they differ), and LongRoPE's long
+  // factors' (where the file has them).
+  RopeTable rope_global_, rope_sliding_, rope_long_;
+  mutable std::atomic<bool> long_rope_{false};  // use_context_size's choice
   uint64_t weight_bytes_ = 0;
   uint64_t repacked_bytes_ = 0;
 };

@@ -57,14 +57,13 @@ std::vector<std::vector<float>> Model::forward_multi(
   const int q_dim = c.q_dim(), kv_dim = c.kv_dim();
   std::vector<float> xn(static_cast<size_t>(n) * c.n_embd), q(static_cast<size_t>(n) * q_dim),
       k(static_cast<size_t>(n) * kv_dim), v(static_cast<size_t>(n) * kv_dim),
-      att(static_cast<size_t>(n) * q_dim), o(static_cast<size_t>(n) * c.n_embd),
-      gate(static_cast<size_t>(n) * c.n_ff), up(static_cast<size_t>(n) * c.n_ff);
+      att(static_cast<size_t>(n) * q_dim), o(static_cast<size_t>(n) * c.n_embd);
   std::vector<AttentionRow> rows(n);
 
   for (int layer = 0; layer < c.n_layer; ++layer) {
-    const LayerWeights& w = layers_[layer];
     // Attention block (as attention_block(), over all rows).
-    project_qkv(worker, w, hidden.data(), n, positions, xn.data(), q.data(), k.data(), v.data());
+    project_qkv(worker, layer, hidden.data(), n, positions, xn.data(), q.data(), k.data(),
+                v.data());
     for (int i = 0; i < n; ++i) {
       const float* ki = &k[static_cast<size_t>(i) * kv_dim];
       const float* vi = &v[static_cast<size_t>(i) * kv_dim];
@@ -80,18 +79,11 @@ std::vector<std::vector<float>> Model::forward_multi(
                        &q[static_cast<size_t>(i) * q_dim], &att[static_cast<size_t>(i) * q_dim]};
     }
     attend_rows(worker, c, layer, rows);
-    matmul(worker, w.wo, att.data(), n, o.data());
+    attention_projection(worker, layer, att.data(), n, o.data());
     add_inplace(hidden.data(), o.data(), n * c.n_embd);
 
-    // MLP block (as mlp_block()).
-    for (int i = 0; i < n; ++i)
-      rmsnorm(&hidden[static_cast<size_t>(i) * c.n_embd], w.ffn_norm.data(), c.n_embd, c.rms_eps,
-              &xn[static_cast<size_t>(i) * c.n_embd]);
-    const MatmulPart gate_up[] = {{&w.w_gate, gate.data()}, {&w.w_up, up.data()}};
-    matmul_many(worker, gate_up, xn.data(), n);
-    swiglu(gate.data(), up.data(), n * c.n_ff, gate.data());
-    matmul(worker, w.w_down, gate.data(), n, o.data());
-    add_inplace(hidden.data(), o.data(), n * c.n_embd);
+    // MLP block: row-wise, so all sequences' rows at once.
+    mlp_block(worker, layer, n, hidden.data());
   }
 
   // Output rows of every sequence that wants logits, in one multiply.

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "model/gguf.h"
+#include "model/model_config.h"
 
 namespace parspec {
 
@@ -128,8 +129,13 @@ std::vector<float> llama3_rope_factors(int head_dim, float freq_base) {
 }
 
 void validate(const RandomModelSpec& spec) {
-  check(spec.arch == "llama" || spec.arch == "qwen2", "random model: unknown architecture '",
-        spec.arch, "' (expected llama or qwen2)");
+  check(is_supported_architecture(spec.arch), "random model: unknown architecture '", spec.arch,
+        "' (expected ", supported_architectures(), ")");
+  check(spec.logit_spread > 0, "random model: logit_spread must be positive");
+  check(spec.sliding_window >= 0, "random model: sliding_window must be >= 0");
+  check(spec.rope_linear_scale >= 1, "random model: rope_linear_scale must be >= 1");
+  check(spec.longrope_original_context >= 0 && spec.longrope_original_context < spec.n_ctx + 1,
+        "random model: longrope_original_context must be in [0, n_ctx]");
   check(spec.n_vocab >= 258, "random model: n_vocab must be >= 258 (256 bytes + BOS + EOS), got ",
         spec.n_vocab);
   check(spec.n_embd > 0 && spec.n_layer > 0 && spec.n_head > 0 && spec.n_head_kv > 0 &&
@@ -214,7 +220,10 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
   const std::string& a = spec.arch;
   const int head_dim = spec.n_embd / spec.n_head;
   w.set("general.architecture", GgufValue::string(a));
-  w.set("general.name", GgufValue::string("parspec-random-" + a));
+  // Not "...phi3": llama.cpp gives a model named so Phi-3's special tokens'
+  // attributes, and fails on a vocabulary without them.
+  w.set("general.name",
+        GgufValue::string(a == "phi3" ? "parspec-random-phi" : "parspec-random-" + a));
   constexpr uint32_t kMostlyQ4_K_M = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
   w.set("general.file_type",
         GgufValue::u32(spec.q4_k_m ? kMostlyQ4_K_M : gguf_file_type(spec.weight_type)));
@@ -225,10 +234,37 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
   w.set(a + ".feed_forward_length", GgufValue::u32(uint32_t(spec.n_ff)));
   w.set(a + ".attention.head_count", GgufValue::u32(uint32_t(spec.n_head)));
   w.set(a + ".attention.head_count_kv", GgufValue::u32(uint32_t(spec.n_head_kv)));
-  w.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(a == "qwen2" ? 1e-6f : 1e-5f));
+  w.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(a == "llama" ? 1e-5f : 1e-6f));
   w.set(a + ".rope.freq_base", GgufValue::f32(spec.rope_freq_base));
   w.set(a + ".rope.dimension_count", GgufValue::u32(uint32_t(head_dim)));
   w.set(a + ".vocab_size", GgufValue::u32(uint32_t(spec.n_vocab)));
+  const bool gemma = a == "gemma2" || a == "gemma3";
+  if (gemma) {  // llama.cpp's gemma converters write the head size
+    w.set(a + ".attention.key_length", GgufValue::u32(uint32_t(head_dim)));
+    w.set(a + ".attention.value_length", GgufValue::u32(uint32_t(head_dim)));
+  }
+  const int window = a == "gemma3" && spec.sliding_window == 0 ? 4096 : spec.sliding_window;
+  // Phi-3 files always carry the key (0: no window), as llama.cpp requires.
+  if (window > 0 || a == "phi3")
+    w.set(a + ".attention.sliding_window", GgufValue::u32(uint32_t(window)));
+  if (spec.attn_logit_softcap > 0)
+    w.set(a + ".attn_logit_softcapping", GgufValue::f32(spec.attn_logit_softcap));
+  if (spec.final_logit_softcap > 0)
+    w.set(a + ".final_logit_softcapping", GgufValue::f32(spec.final_logit_softcap));
+  if (spec.rope_linear_scale != 1.0f) {
+    w.set(a + ".rope.scaling.type", GgufValue::string("linear"));
+    w.set(a + ".rope.scaling.factor", GgufValue::f32(spec.rope_linear_scale));
+  }
+  if (spec.longrope_original_context > 0) {
+    // As llama.cpp's Phi-3 converter: LongRoPE's attention factor from the context ratio.
+    const double ratio = double(spec.n_ctx) / spec.longrope_original_context;
+    const double attn_factor =
+        ratio > 1.0 ? std::sqrt(1.0 + std::log(ratio) / std::log(spec.longrope_original_context))
+                    : 1.0;
+    w.set(a + ".rope.scaling.original_context_length",
+          GgufValue::u32(uint32_t(spec.longrope_original_context)));
+    w.set(a + ".rope.scaling.attn_factor", GgufValue::f32(float(attn_factor)));
+  }
 
   std::vector<std::string> tokens = byte_level_tokens();
   std::vector<int32_t> token_types(256, 1);  // byte-level BPE: byte tokens are normal tokens
@@ -293,36 +329,67 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
   // logits around unit spread instead of sqrt(n_embd).
   const double linear_in_embd = 1.0 / std::sqrt(double(n_embd));
   const double linear_in_ff = 1.0 / std::sqrt(double(n_ff));
-  builder.add_matrix("token_embd.weight", n_embd, n_vocab,
-                     spec.tied_embeddings ? output_type : wtype,
-                     spec.tied_embeddings ? linear_in_embd : 1.0);
+  const std::string& arch = spec.arch;
+  // Gemma ties its embeddings to the output layer and scales them by sqrt(n_embd) on input.
+  const bool gemma = arch == "gemma2" || arch == "gemma3";
+  const bool tied = spec.tied_embeddings || gemma;
+  const double output_std = spec.logit_spread * linear_in_embd;
+  builder.add_matrix("token_embd.weight", n_embd, n_vocab, tied ? output_type : wtype,
+                     tied ? output_std : 1.0);
   if (spec.llama3_rope_freqs)
     builder.add_f32("rope_freqs.weight", llama3_rope_factors(int(head_dim), spec.rope_freq_base));
+  if (spec.longrope_original_context > 0) {
+    // Divisors >= 1 rising with the wavelength, the long set more than the short one.
+    std::vector<float> long_factors, short_factors;
+    for (int i = 0; i < head_dim / 2; ++i) {
+      const double t = double(i) / double(head_dim / 2);
+      long_factors.push_back(float(1.0 + 15.0 * t * t));
+      short_factors.push_back(float(1.0 + 0.5 * t));
+    }
+    builder.add_f32("rope_factors_long.weight", long_factors);
+    builder.add_f32("rope_factors_short.weight", short_factors);
+  }
   progress.line("embeddings done");
 
   for (int layer = 0; layer < spec.n_layer; ++layer) {
     const std::string p = "blk." + std::to_string(layer) + ".";
     builder.add_vector(p + "attn_norm.weight", n_embd, 1.0, 0.1);
-    builder.add_matrix(p + "attn_q.weight", n_embd, n_embd, wtype, linear_in_embd);
-    builder.add_matrix(p + "attn_k.weight", n_embd, kv_dim, wtype, linear_in_embd);
-    builder.add_matrix(p + "attn_v.weight", n_embd, kv_dim, more_bits_type(layer), linear_in_embd);
-    if (spec.arch == "qwen2") {
+    if (arch == "phi3") {
+      builder.add_matrix(p + "attn_qkv.weight", n_embd, n_embd + 2 * kv_dim, wtype, linear_in_embd);
+    } else {
+      builder.add_matrix(p + "attn_q.weight", n_embd, n_embd, wtype, linear_in_embd);
+      builder.add_matrix(p + "attn_k.weight", n_embd, kv_dim, wtype, linear_in_embd);
+      builder.add_matrix(p + "attn_v.weight", n_embd, kv_dim, more_bits_type(layer),
+                         linear_in_embd);
+    }
+    if (arch == "qwen3" || arch == "gemma3") {
+      builder.add_vector(p + "attn_q_norm.weight", head_dim, 1.0, 0.1);
+      builder.add_vector(p + "attn_k_norm.weight", head_dim, 1.0, 0.1);
+    }
+    if (gemma) {
+      builder.add_vector(p + "post_attention_norm.weight", n_embd, 3.0, 0.3);
+      builder.add_vector(p + "post_ffw_norm.weight", n_embd, 3.0, 0.3);
+    }
+    if (arch == "qwen2") {
       builder.add_vector(p + "attn_q.bias", n_embd, 0.0, 0.5);
       builder.add_vector(p + "attn_k.bias", kv_dim, 0.0, 0.5);
       builder.add_vector(p + "attn_v.bias", kv_dim, 0.0, 0.5);
     }
     builder.add_matrix(p + "attn_output.weight", n_embd, n_embd, wtype, linear_in_embd);
     builder.add_vector(p + "ffn_norm.weight", n_embd, 1.0, 0.1);
-    builder.add_matrix(p + "ffn_gate.weight", n_embd, n_ff, wtype, linear_in_embd);
-    builder.add_matrix(p + "ffn_up.weight", n_embd, n_ff, wtype, linear_in_embd);
+    if (arch == "phi3") {  // gate then up in one tensor
+      builder.add_matrix(p + "ffn_up.weight", n_embd, 2 * n_ff, wtype, linear_in_embd);
+    } else {
+      builder.add_matrix(p + "ffn_gate.weight", n_embd, n_ff, wtype, linear_in_embd);
+      builder.add_matrix(p + "ffn_up.weight", n_embd, n_ff, wtype, linear_in_embd);
+    }
     builder.add_matrix(p + "ffn_down.weight", n_ff, n_embd, more_bits_type(layer), linear_in_ff);
     progress.line("layer " + std::to_string(layer + 1) + "/" + std::to_string(spec.n_layer) +
                   " done");
   }
 
   builder.add_vector("output_norm.weight", n_embd, 1.0, 0.1);
-  if (!spec.tied_embeddings)
-    builder.add_matrix("output.weight", n_embd, n_vocab, output_type, linear_in_embd);
+  if (!tied) builder.add_matrix("output.weight", n_embd, n_vocab, output_type, output_std);
   progress.line("writing " + path);
   builder.writer().write(path);
   progress.line("done");

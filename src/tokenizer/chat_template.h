@@ -5,6 +5,12 @@
 //   llama3: <|begin_of_text|><|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>...
 //   chatml: <|im_start|>ROLE\nCONTENT<|im_end|>\n... (Qwen2), with the default
 //           system prompt the template inserts when the first message is not one.
+//   qwen3:  ChatML whose assistant turns carry <think>...</think> reasoning: kept
+//           only after the last user message, as Qwen3's own template renders them.
+//   gemma:  <start_of_turn>ROLE\nCONTENT<end_of_turn>\n..., "assistant" as "model",
+//           a system message merged into the first user turn (Gemma 2 and 3).
+//   phi3:   <|ROLE|>\nCONTENT<|end|>\n... (Phi-3).
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -21,26 +27,31 @@ struct ChatMessage {
   std::string content;
 };
 
-enum class ChatFamily { kLlama3, kChatML };
+enum class ChatFamily { kLlama3, kChatML, kQwen3, kGemma, kPhi3 };
 
 class ChatTemplate {
  public:
-  // "llama3" (alias "llama-3") or "chatml" (aliases "qwen", "qwen2");
-  // throws Error naming the known ones otherwise.
+  // "llama3" (alias "llama-3"), "chatml" (aliases "qwen", "qwen2"), "qwen3",
+  // "gemma" (aliases "gemma2", "gemma3") or "phi3"; throws Error naming the
+  // known ones otherwise.
   static ChatTemplate from_name(std::string_view name);
   // Recognises the family of a Jinja template; throws Error if it is none of ours.
   static ChatTemplate detect(std::string_view jinja);
   // `override_name` when not empty, else detection from tokenizer.chat_template;
-  // the error for a missing or unknown template points to --chat-template.
+  // a model without a template, or with one of no known family, gets ChatML
+  // (as llama.cpp does) with fallback_warning() saying so.
   static ChatTemplate for_model(const GgufFile& file, std::string_view override_name);
-  static std::string_view known_names() { return "llama3, chatml"; }
+  // Why for_model() fell back to ChatML, and how to choose; empty otherwise.
+  const std::string& fallback_warning() const { return fallback_warning_; }
+  static std::string_view known_names() { return "llama3, chatml, qwen3, gemma, phi3"; }
 
   ChatFamily family() const { return family_; }
   std::string_view name() const;
   // ChatML: system prompt inserted when the conversation does not start with
   // one (empty: none).
   const std::string& default_system() const { return default_system_; }
-  // The text that ends a turn: "<|im_end|>" (ChatML) or "<|eot_id|>" (Llama 3).
+  // The text that ends a turn: "<|im_end|>" (ChatML, Qwen3), "<|eot_id|>"
+  // (Llama 3), "<end_of_turn>" (Gemma) or "<|end|>" (Phi-3).
   std::string_view end_of_turn() const;
   // end_of_turn() when `tokenizer` has no token of that text (the zoo's chat
   // model keeps the zoo's vocabulary and writes the marker as plain text):
@@ -49,14 +60,16 @@ class ChatTemplate {
   std::string end_of_turn_stop(const Tokenizer& tokenizer) const;
 
   // The prompt text, as the Jinja template renders it (Llama 3 includes the
-  // BOS text "<|begin_of_text|>" and trims each content, as its template does).
+  // BOS text "<|begin_of_text|>" and trims each content, as its template does;
+  // Gemma trims each content, as llama.cpp's Gemma template does).
   // add_generation_prompt: end with the header of an assistant turn.
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
   // render() tokenized with special tokens parsed. BOS is the vocabulary's BOS
-  // id: always for Llama 3 (its template starts with it), for ChatML when the
-  // vocabulary's add_bos_token asks for it.
+  // id: always for Llama 3 and Gemma (their templates start with it), for the
+  // others when the vocabulary's add_bos_token asks for it. At most
+  // `max_tokens` tokens, the first ones (Tokenizer::encode_prefix).
   std::vector<int32_t> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                              bool add_generation_prompt) const;
+                              bool add_generation_prompt, size_t max_tokens = SIZE_MAX) const;
 
  private:
   explicit ChatTemplate(ChatFamily family) : family_(family) {}
@@ -65,6 +78,7 @@ class ChatTemplate {
                           bool bos_text) const;
   ChatFamily family_;
   std::string default_system_;
+  std::string fallback_warning_;
 };
 
 }  // namespace parspec

@@ -268,8 +268,26 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
       tok->byte_tokens_[byte] = static_cast<int32_t>(i);
     // SentencePiece looks tokens up by their stored text; its <0xNN> tokens are
     // reached only through byte fallback, never by merging "<", "0", "x", ...
-    if (is_text_type(type) && !(spm && byte >= 0))
+    // Its merges may also end in a user-defined token (Gemma's runs of spaces
+    // "▁▁", ...), as in llama.cpp, whose SentencePiece merges look up any text.
+    const bool mergeable = is_text_type(type) || (spm && type == TokenType::kUserDefined);
+    if (mergeable && !(spm && byte >= 0))
       tok->lookup_.emplace(spm ? raw : piece, static_cast<int32_t>(i));
+  }
+
+  for (size_t i = 0; i < n; ++i)
+    tok->max_token_bytes_ =
+        std::max({tok->max_token_bytes_, tok->pieces_[i].size(), tok->raw_texts_[i].size()});
+  // An unknown character is one <unk> (UTF-8: up to 4 bytes).
+  tok->max_token_bytes_ = std::max<size_t>(tok->max_token_bytes_, 4);
+  if (spm) {
+    tok->spm_cuts_at_spaces_ = true;
+    for (const auto& [text, id] : tok->lookup_) {
+      size_t leading = 0;
+      while (std::string_view(text).substr(leading).starts_with(kSpmSpace))
+        leading += kSpmSpace.size();
+      if (text.find(kSpmSpace, leading) != std::string::npos) tok->spm_cuts_at_spaces_ = false;
+    }
   }
 
   if (spm) {

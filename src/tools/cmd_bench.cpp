@@ -22,6 +22,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/device_options.h"
 #include "tools/llama_flags.h"
 #include "tools/model_loading.h"
 #include "tools/prompt_input.h"
@@ -73,8 +74,9 @@ void add_run_options(ArgParser& args, BenchArgs& a) {
   args.option("--min-p", &a.sampling.min_p, "P", "min-p sampling; 0 = off");
   args.option("--seed", &a.seed, "S",
               "sampling seed; the k-th prompt run (counted over all passes) uses S + k");
-  args.option("--chat-template", &a.chat_template, "NAME",
-              "template for the chat set instead of the detected one (llama3, chatml)");
+  args.option(
+      "--chat-template", &a.chat_template, "NAME",
+      "template for the chat set instead of the detected one (llama3, chatml, qwen3, gemma, phi3)");
   args.flag("--ignore-eos", &a.ignore_eos, "do not stop at end-of-generation tokens");
   args.option("--warmup", &a.warmup, "N",
               "untimed warm-up: each strategy generates N tokens on the first prompt; 0 = none");
@@ -95,7 +97,7 @@ bool parse_args(int argc, char** argv, BenchArgs& a) {
             "end with a short verdict: the fastest strategy, its speedup and tau, why the slower "
             "ones lose here; exit status 1 when a greedy output differs from ar's");
   a.strategy_options.add_to(args);
-  add_ignored_gpu_flags(args);
+  add_ignored_gpu_flags(args, true, /*layers=*/false);
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
   args.bound("-c", 1, 1 << 24);
@@ -263,11 +265,20 @@ void fill_config(ojson& config, const BenchArgs& a, const Model& target,
   config["ignore_eos"] = a.ignore_eos;
   config["warmup"] = a.warmup;
   config["strategy_options"] = a.strategy_options.to_json();
+  config["target_device"] = device_label(resources.target_device);
+  config["draft_device"] = device_label(resources.draft_device);
   if (const mpi::Pipeline* pipeline = mpi::running_pipeline()) {
     config["distributed"] = pipeline->describe();
     config["link_emulated"] = pipeline->options().link.active();
   }
   add_git_info(config);
+}
+
+// Whether a model of the run was on a GPU (the reports then name the devices).
+bool resources_on_gpu(const ojson& config) {
+  for (const char* key : {"target_device", "draft_device"})
+    if (config.contains(key) && config[key].get<std::string>() != "cpu") return true;
+  return false;
 }
 
 void write_reports(const BenchArgs& a, const BenchReport& report,
@@ -286,6 +297,10 @@ void write_reports(const BenchArgs& a, const BenchReport& report,
     std::printf(", prompts:");
     for (const TokenizedSet& ts : sets)
       std::printf(" %s %zu", ts.set.name.c_str(), ts.prompts.size());
+    if (resources_on_gpu(report.config))
+      std::printf("\ndevices: target %s, draft %s",
+                  report.config["target_device"].get<std::string>().c_str(),
+                  report.config["draft_device"].get<std::string>().c_str());
     if (report.config.contains("distributed"))
       std::printf("\ndistributed: %s", report.config["distributed"].get<std::string>().c_str());
     std::printf("\n\n%s", report_table(report).c_str());
@@ -301,6 +316,9 @@ void write_reports(const BenchArgs& a, const BenchReport& report,
           (report.machine.cpu_model.empty() ? "unknown CPU" : report.machine.cpu_model) + ", " +
           std::to_string(report.machine.cores) + " cores, " + std::to_string(a.n_threads) +
           " threads\n\n";
+    if (resources_on_gpu(report.config))
+      md += "Devices: target " + report.config["target_device"].get<std::string>() + ", draft " +
+            report.config["draft_device"].get<std::string>() + "\n\n";
     if (report.config.contains("distributed"))
       md += "Distributed: " + report.config["distributed"].get<std::string>() + "\n\n";
     write_output(a.md_out, md + report_markdown(report));
@@ -318,9 +336,11 @@ int cmd_bench(int argc, char** argv) {
   find_models(a, plan.labels.size() > 1);
   std::vector<TokenizedSet> sets = load_sets(a);
 
-  std::shared_ptr<const Model> target = load_model(a.model_path);
+  std::shared_ptr<const Model> target =
+      load_model(a.model_path, a.strategy_options.devices.target_loading());
   auto tokenizer = Tokenizer::from_gguf(target->gguf());
   a.n_ctx = resolve_context_size(a.n_ctx, a.ctx_given, {&target->config()}, a.model_path);
+  target->use_context_size(a.n_ctx);
   std::vector<std::string> notes;
   const std::string template_used = tokenize_sets(sets, *tokenizer, target->gguf(), a.chat_template,
                                                   a.n_predict, a.n_ctx, &notes);

@@ -1,4 +1,4 @@
-// parspec make-model: writes a random-weight llama/qwen2 GGUF file, or
+// parspec make-model: writes a random-weight GGUF file of a supported architecture, or
 // (--inflate) a trained model embedded into a larger shape.
 #include <unistd.h>
 
@@ -46,7 +46,9 @@ int inflate_command(const ArgParser& args, const std::string& source, const std:
                     const std::string& preset, const ShapeFlags& flags,
                     const std::string& type_name) {
   for (const char* random_only :
-       {"--arch", "--n-vocab", "--ctx", "--rope-base", "--tied", "--llama3-rope", "--seed"})
+       {"--arch", "--n-vocab", "--ctx", "--rope-base", "--tied", "--llama3-rope", "--seed",
+        "--logit-spread", "--sliding-window", "--attn-softcap", "--final-softcap", "--rope-scale",
+        "--longrope-context"})
     check(!args.given(random_only), "make-model: ", random_only,
           " is for random models; an inflated model keeps the source's");
   const bool any_shape = args.given("--n-embd") || args.given("--n-layer") ||
@@ -107,6 +109,9 @@ int cmd_make_model(int argc, char** argv) {
   int n_ctx = defaults.n_ctx;
   float rope_base = defaults.rope_freq_base;
   bool tied = false, llama3_rope = false;
+  float logit_spread = defaults.logit_spread, attn_softcap = 0, final_softcap = 0;
+  float rope_scale = defaults.rope_linear_scale;
+  int sliding_window = defaults.sliding_window, longrope_context = 0;
   uint64_t seed = defaults.seed;
   std::string inflate_source;
 
@@ -135,7 +140,7 @@ int cmd_make_model(int argc, char** argv) {
   args.option("--preset", &preset, "NAME",
               "tiny | 1b (Llama-3.2-1B-like shape, 32000 tokens); with --inflate: 100m | 1b | "
               "3b | 8b");
-  args.option("--arch", &arch, "NAME", "llama | qwen2");
+  args.option("--arch", &arch, "NAME", "llama | qwen2 | qwen3 | gemma2 | gemma3 | phi3");
   args.option("--n-vocab", &n_vocab, "N", "vocabulary size (>= 258)");
   args.option("--n-embd", &n_embd, "N", "embedding width");
   args.option("--n-layer", &n_layer, "N", "number of layers");
@@ -151,6 +156,20 @@ int cmd_make_model(int argc, char** argv) {
   args.flag("--tied", &tied, "tie the output layer to the token embeddings");
   args.flag("--llama3-rope", &llama3_rope, "add Llama 3.1-style rope_freqs.weight");
   args.option("--seed", &seed, "S", "random seed");
+  args.option("--logit-spread", &logit_spread, "X",
+              "output weights N(0, X / sqrt(n_embd)): X > 1 gives peaked next-token "
+              "distributions (default: 1)");
+  args.option("--sliding-window", &sliding_window, "N",
+              "write attention.sliding_window N (llama: Mistral-style, every layer; gemma2: even "
+              "layers; gemma3: five of six; phi3: every layer); 0: leave it out (gemma3: 4096)");
+  args.option("--attn-softcap", &attn_softcap, "F",
+              "gemma2: attn_logit_softcapping (default: left out, 50 applies)");
+  args.option("--final-softcap", &final_softcap, "F",
+              "gemma2/gemma3: final_logit_softcapping (default: left out)");
+  args.option("--rope-scale", &rope_scale, "F",
+              "linear RoPE scaling factor (gemma3's global layers)");
+  args.option("--longrope-context", &longrope_context, "N",
+              "phi3: LongRoPE factor tensors for an original context of N (< --ctx)");
   if (!args.parse(argc, argv, 2)) return 0;
   check(!out_path.empty(), "make-model: an output path is required (-o FILE)");
   if (args.given("--inflate"))
@@ -174,6 +193,12 @@ int cmd_make_model(int argc, char** argv) {
   spec.tied_embeddings = tied;
   spec.llama3_rope_freqs = llama3_rope;
   spec.seed = seed;
+  spec.logit_spread = logit_spread;
+  spec.sliding_window = sliding_window;
+  spec.attn_logit_softcap = attn_softcap;
+  spec.final_logit_softcap = final_softcap;
+  spec.rope_linear_scale = rope_scale;
+  spec.longrope_original_context = longrope_context;
 
   write_random_model(spec, out_path);
   std::fprintf(stderr, "make-model: wrote %s (%s, %d layers, n_embd %d, n_vocab %d, %s)\n",

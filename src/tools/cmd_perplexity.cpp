@@ -34,7 +34,7 @@ double negative_log_likelihood(const float* logits, int n_vocab, int32_t target)
 }  // namespace
 
 int cmd_perplexity(int argc, char** argv) {
-  std::string model_path, text_file;
+  std::string model_path, text_file, logits_out;
   int n_ctx = 512, n_threads = default_thread_count(), max_chunks = -1;
   ArgParser args("perplexity",
                  "Perplexity of a text: the tokens are cut into chunks of --ctx-size tokens, the\n"
@@ -46,6 +46,10 @@ int cmd_perplexity(int argc, char** argv) {
               "tokens per chunk; 0 = the model's training context");
   args.option("-t,--threads", &n_threads, "N", "threads");
   args.option("--chunks", &max_chunks, "N", "score at most N chunks (-1: all)");
+  args.option("--logits-out", &logits_out, "FILE",
+              "also write every position's logits of the scored chunks to FILE: float32, "
+              "chunk after chunk, ctx-size rows of n_vocab values each (for comparisons with "
+              "other implementations)");
   add_ignored_gpu_flags(args);
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
@@ -59,6 +63,7 @@ int cmd_perplexity(int argc, char** argv) {
   auto model = load_model(model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   n_ctx = resolve_context_size(n_ctx, args.given("-c"), {&model->config()}, model_path);
+  model->use_context_size(n_ctx);
   check(n_ctx >= 4, "-c ", n_ctx, ": a chunk needs at least 4 tokens");
   const std::vector<int32_t> tokens = tokenizer->encode(text, true, false);
   const int n_chunks_all = static_cast<int>(tokens.size() / n_ctx);
@@ -70,6 +75,11 @@ int cmd_perplexity(int argc, char** argv) {
   std::fprintf(stderr, "perplexity: %zu tokens, %d chunks of %d, scoring tokens %d..%d of each\n",
                tokens.size(), n_chunks, n_ctx, n_ctx / 2 + 1, n_ctx - 1);
 
+  std::FILE* logits_file = nullptr;
+  if (!logits_out.empty()) {
+    logits_file = std::fopen(logits_out.c_str(), "wb");
+    check(logits_file != nullptr, "--logits-out: cannot write ", logits_out);
+  }
   Worker worker(n_threads);
   KvCache kv(model->config(), n_ctx);
   const int n_vocab = model->config().n_vocab;
@@ -84,6 +94,9 @@ int cmd_perplexity(int argc, char** argv) {
     kv.clear();
     Batch batch = Batch::chain(kv, chunk_tokens, true);
     const std::vector<float> logits = model->forward(worker, batch, kv);
+    if (logits_file != nullptr)
+      check(std::fwrite(logits.data(), sizeof(float), logits.size(), logits_file) == logits.size(),
+            "--logits-out: cannot write ", logits_out);
     for (int j = first; j < n_ctx - 1; ++j) {
       const double nll = negative_log_likelihood(&logits[static_cast<size_t>(j) * n_vocab], n_vocab,
                                                  chunk_tokens[j + 1]);
@@ -101,6 +114,8 @@ int cmd_perplexity(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (tty) std::fprintf(stderr, "\n");
+  if (logits_file != nullptr)
+    check(std::fclose(logits_file) == 0, "--logits-out: cannot write ", logits_out);
   const double mean = nll_sum / n_scored;
   const double var = std::max(0.0, nll_sq_sum / n_scored - mean * mean);
   const double ppl = std::exp(mean);

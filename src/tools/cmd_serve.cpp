@@ -37,6 +37,9 @@ struct ServeArgs {
   int port = 8080, n_threads = default_thread_count(), n_ctx = 4096, slots = 4, max_queue = 64,
       batch_tokens = 512, max_tokens = 4096, n_predict = 256, http_threads = 0;
   int64_t max_body = 1 << 20;
+  // Seconds; connection caps.
+  float request_timeout = 30, idle_timeout = 10, write_timeout = 15;
+  int max_connections = 512, max_connections_per_client = 128;
   // cosine's request scheduler: T_max (ms), M_max (MiB), λ, refusals before admission.
   float sched_max_latency = 0, sched_max_kv = 0, sched_lambda = 0;
   int sched_max_wait = 4;
@@ -118,7 +121,8 @@ int cmd_serve(int argc, char** argv) {
   args.option("--strategy", &a.strategy_name, "NAME",
               "decoding strategy of every request: " + served_list() +
                   " (default: " + strategy_for(StrategyRole::serve_drafted).name + " with -md, " +
-                  strategy_for(StrategyRole::serve_plain).name + " without)");
+                  strategy_for(StrategyRole::serve_plain).name +
+                  " without); NAME:G as in bench --strategies (sd:3: --draft-max 3)");
   a.strategy_options.add_to(args);
   args.option("--host", &a.host, "ADDR", "address to listen on (loopback by default)");
   args.option("--port", &a.port, "N", "port to listen on; 0 = any free port (printed)");
@@ -126,7 +130,8 @@ int cmd_serve(int argc, char** argv) {
               "require 'Authorization: Bearer KEY' on /v1/* and /metrics");
   args.option("-a,--alias", &a.alias, "NAME", "model id in the API (default: the file's name)");
   args.option("--chat-template", &a.chat_template, "NAME",
-              "chat template to use instead of the model's (llama3, chatml)");
+              "chat template to use instead of the model's (llama3, chatml, qwen3, gemma, phi3; a "
+              "model without one gets chatml, with a warning)");
   args.option("-t,--threads", &a.n_threads, "N", "threads of the forward passes");
   args.option("-c,--ctx-size,--ctx", &a.n_ctx, "N",
               "most tokens per request (prompt + max_tokens); 0 = the model's training context");
@@ -139,9 +144,23 @@ int cmd_serve(int argc, char** argv) {
   args.option("--max-tokens", &a.max_tokens, "N", "largest max_tokens a request may ask for");
   args.option("-n,--n-predict", &a.n_predict, "N",
               "max_tokens of a chat request that gives none (completions: 16, as OpenAI)");
-  args.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
+  args.option("--max-body", &a.max_body, "BYTES",
+              "largest request body, counted as it arrives (also chunked); larger ones get 413");
+  args.option("--request-timeout", &a.request_timeout, "S",
+              "seconds a client has to send a whole request (headers and body), from its "
+              "connection or its first byte; slower ones are closed");
+  args.option("--idle-timeout", &a.idle_timeout, "S",
+              "seconds a keep-alive connection may wait for its next request");
+  args.option("--write-timeout", &a.write_timeout, "S",
+              "seconds one write of an answer may wait for a client that does not read; then "
+              "the connection closes and its generation stops");
+  args.option("--max-connections", &a.max_connections, "N",
+              "open connections; more are refused with 503 (also the listen backlog)");
+  args.option("--max-connections-per-client", &a.max_connections_per_client, "N",
+              "open connections from one client address; more are refused with 429");
   args.option("--threads-http", &a.http_threads, "N",
-              "HTTP connection threads (0: -np + --max-queue + 8, at most 512)");
+              "threads that answer generation requests (0: -np + --max-queue + 8, at most 512); "
+              "connections and other endpoints need none");
   args.option("--sched-max-latency", &a.sched_max_latency, "MS",
               "cosine: T_max, the request scheduler's bound on a batch's modelled drafting + "
               "verification time (0: none); the model: `parspec tune`'s cached measurements of "
@@ -155,7 +174,8 @@ int cmd_serve(int argc, char** argv) {
   args.option("--sched-max-wait", &a.sched_max_wait, "N",
               "cosine: steps a request may be left out of the chosen batch in a row before "
               "it is admitted anyway");
-  add_ignored_gpu_flags(args, /*batch_size=*/false);  // -b is serve's token budget
+  add_ignored_gpu_flags(args, /*batch_size=*/false,
+                        /*layers=*/false);  // -b is serve's token budget
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
   args.bound("--port", 0, 65535);
@@ -166,6 +186,11 @@ int cmd_serve(int argc, char** argv) {
   args.bound("-n", 0, 1 << 24);
   args.bound("--max-body", 1024, 1LL << 32);
   args.bound("--threads-http", 0, 4096);
+  args.bound("--request-timeout", 0.1, 86400);
+  args.bound("--idle-timeout", 0.1, 86400);
+  args.bound("--write-timeout", 0.1, 86400);
+  args.bound("--max-connections", 1, 1000000);
+  args.bound("--max-connections-per-client", 1, 1000000);
   args.bound("--sched-max-latency", 0, 1e9);
   args.bound("--sched-max-kv", 0, 1e9);
   args.bound("--sched-lambda", 0, 1e9);
@@ -178,11 +203,11 @@ int cmd_serve(int argc, char** argv) {
         strategy_for(a.strategy_options.draft_path.empty() ? StrategyRole::serve_plain
                                                            : StrategyRole::serve_drafted)
             .name;
-  const StrategyInfo& served = strategy_info(a.strategy_name);
+  const StrategyInfo& served =
+      strategy_info(a.strategy_options.check_strategy(args, a.strategy_name).name);
   check(served.served, "serve runs ",
         strategy_names_where([](const StrategyInfo& i) { return i.served; }),
-        " (batched across requests); '", a.strategy_name, "' is not served");
-  a.strategy_options.check_given(args, {a.strategy_name});
+        " (batched across requests); '", served.name, "' is not served");
   const std::string scheduled =
       strategy_names_where([](const StrategyInfo& i) { return i.uses_request_scheduler; });
   for (const char* flag : kSchedulerFlags)
@@ -202,17 +227,25 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that went away fails a write, not the process
 
+  // The server batches forwards on the CPU's workers: a GPU request is refused
+  // rather than ignored, -ngl alone (llama-server scripts) runs on the CPU.
+  DeviceOptions& devices = a.strategy_options.devices;
+  check(devices.device == "auto" || devices.device == "cpu" || devices.device == "none",
+        "serve: --device ", devices.device,
+        ": the server runs on the CPU (generate and bench "
+        "run on a GPU)");
+  if (devices.gpu_layers > 0 || devices.gpu_layers_draft > 0)
+    std::fprintf(stderr, "note: serve runs on the CPU: -ngl/-ngld ignored\n");
+  devices.device = "cpu";
   std::shared_ptr<const Model> model = load_model(a.model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
       resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);
-  std::optional<ChatTemplate> chat_template;
-  try {
-    chat_template = ChatTemplate::for_model(model->gguf(), a.chat_template);
-  } catch (const Error& e) {
-    if (!a.chat_template.empty()) throw;
-    std::fprintf(stderr, "serve: /v1/chat/completions is off: %s\n", e.what());
-  }
+  model->use_context_size(n_ctx);
+  std::optional<ChatTemplate> chat_template =
+      ChatTemplate::for_model(model->gguf(), a.chat_template);
+  if (!chat_template->fallback_warning().empty())
+    std::fprintf(stderr, "serve: warning: %s\n", chat_template->fallback_warning().c_str());
 
   StrategyResources resources;
   resources.init(model, a.strategy_options, a.n_threads);
@@ -238,10 +271,18 @@ int cmd_serve(int argc, char** argv) {
   http.host = a.host;
   http.port = a.port;
   http.api_key = a.api_key;
-  http.max_body_bytes = static_cast<size_t>(a.max_body);
-  // A connection holds a thread while its request waits or streams; past this many,
-  // connections wait in the HTTP library's own queue.
-  http.http_threads =
+  const auto ms = [](float seconds) {
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  };
+  http.transport.max_body_bytes = static_cast<size_t>(a.max_body);
+  http.transport.request_timeout = ms(a.request_timeout);
+  http.transport.idle_timeout = ms(a.idle_timeout);
+  http.transport.write_timeout = ms(a.write_timeout);
+  http.transport.max_connections = a.max_connections;
+  http.transport.max_connections_per_client = a.max_connections_per_client;
+  // A generation holds a handler thread while it waits or streams: enough for
+  // every slot and queue place, and a few for the requests refused with 429.
+  http.transport.handler_threads =
       a.http_threads > 0 ? a.http_threads : std::min(a.slots + a.max_queue + 8, 512);
   http.limits.model_id =
       a.alias.empty() ? std::filesystem::path(a.model_path).stem().string() : a.alias;

@@ -35,6 +35,9 @@ const Counterpart kCounterparts[] = {
     {"serve", "--port", "same as llama-server (0 = any free port, printed)"},
     {"serve", "--api-key", "same as llama-server"},
     {"serve", "-a", "same as llama-server's --alias"},
+    {"serve", "--request-timeout",
+     "llama-server's -to/--timeout bounds each read and write (600 s); this is one deadline "
+     "for a whole request"},
     {"generate", "-n", kSame},
     {"bench", "-n",
      "same meaning as llama.cpp's -n; -1 is not accepted (a benchmark needs a "
@@ -67,7 +70,8 @@ const Counterpart kCounterparts[] = {
      "same as llama-cli's -cnv (-i there is the older interactive mode): one user turn per line "
      "of stdin, /exit or end of input ends it"},
     {"generate", "-sys", "same as llama-cli's -sys (also applies to --chat)"},
-    {"*", "--chat-template", "same flag; only the built-in names llama3 and chatml"},
+    {"*", "--chat-template",
+     "same flag; only the built-in names llama3, chatml, qwen3, gemma, phi3"},
     {"*", "--ignore-eos", kSame},
     {"*", "--json", "parspec only"},
     {"*", "--strategy", "parspec only (llama-speculative is sd; llama-lookahead another tool)"},
@@ -78,17 +82,20 @@ const Counterpart kCounterparts[] = {
     {"*", "--draft-p-min", "same flag; default 0 (llama.cpp: 0.8 for llama-speculative)"},
     {"*", "--allow-draft-mismatch",
      "parspec only: llama.cpp has no override for its vocabulary check"},
-    {"*", "-ngl", "accepted and ignored (CPU only)"},
-    {"*", "-ngld", "accepted and ignored (CPU only)"},
-    {"*", "-fa", "accepted and ignored (CPU only)"},
-    {"*", "-sm", "accepted and ignored (CPU only)"},
-    {"*", "-mg", "accepted and ignored (CPU only)"},
-    {"*", "-ts", "accepted and ignored (CPU only)"},
-    {"*", "-nkvo", "accepted and ignored (CPU only)"},
-    {"*", "--mlock",
-     "accepted and ignored (models of 64 MiB and more are read into memory at load)"},
-    {"*", "--no-mmap",
-     "accepted and ignored (models of 64 MiB and more are read into memory already)"},
+    {"generate", "-ngl", "same meaning where a GPU is used (all layers or none)"},
+    {"bench", "-ngl", "same meaning where a GPU is used (all layers or none)"},
+    {"*", "-ngl", "accepted and ignored (this command runs on the CPU)"},
+    {"generate", "-ngld", "same meaning where a GPU is used (all layers or none)"},
+    {"bench", "-ngld", "same meaning where a GPU is used (all layers or none)"},
+    {"*", "-ngld", "accepted and ignored (this command runs on the CPU)"},
+    {"*", "-dev", "same flag; devices cpu (none), cuda, cudaN (llama.cpp: CUDA0, ...)"},
+    {"*", "-fa", "accepted and ignored"},
+    {"*", "-sm", "accepted and ignored"},
+    {"*", "-mg", "accepted and ignored"},
+    {"*", "-ts", "accepted and ignored"},
+    {"*", "-nkvo", "accepted and ignored"},
+    {"*", "--mlock", "accepted and ignored (models are read into memory at load)"},
+    {"*", "--no-mmap", "accepted and ignored (models are read into memory already)"},
     {"*", "-b", "accepted and ignored (batches are sized by the strategy)"},
     {"*", "-ub", "accepted and ignored (batches are sized by the strategy)"},
     {"perplexity", "--chunks", kSame},
@@ -126,19 +133,21 @@ const Unsupported kUnsupported[] = {
 
 }  // namespace
 
-void add_ignored_gpu_flags(ArgParser& args, bool batch_size) {
-  const char* cpu = "parspec runs on the CPU";
-  args.ignored("-ngl,--gpu-layers,--n-gpu-layers", "N", cpu);
-  args.ignored("-ngld,--gpu-layers-draft,--n-gpu-layers-draft", "N", cpu);
+void add_ignored_gpu_flags(ArgParser& args, bool batch_size, bool layers) {
+  const char* cpu = layers ? "this command runs on the CPU"
+                           : "parspec has no such setting (one GPU, its own attention kernels, the "
+                             "KV cache beside the model)";
+  if (layers) {
+    args.ignored("-ngl,--gpu-layers,--n-gpu-layers", "N", cpu);
+    args.ignored("-ngld,--gpu-layers-draft,--n-gpu-layers-draft", "N", cpu);
+  }
   args.ignored("-fa,--flash-attn", "", cpu);
   args.ignored("-sm,--split-mode", "MODE", cpu);
   args.ignored("-mg,--main-gpu", "INDEX", cpu);
   args.ignored("-ts,--tensor-split", "LIST", cpu);
   args.ignored("-nkvo,--no-kv-offload", "", cpu);
-  args.ignored("--mlock", "",
-               "models of 64 MiB and more are read into memory (huge pages) at load");
-  args.ignored("--no-mmap", "",
-               "models of 64 MiB and more are read into memory already (PARSPEC_MMAP=1 maps them)");
+  args.ignored("--mlock", "", "models are read into memory (huge pages from 64 MiB) at load");
+  args.ignored("--no-mmap", "", "models are read into memory already (PARSPEC_MMAP=1 maps them)");
   if (batch_size)
     args.ignored("-b,--batch-size", "N", "batches are sized by the decoding strategy");
   args.ignored("-ub,--ubatch-size", "N", "batches are sized by the decoding strategy");

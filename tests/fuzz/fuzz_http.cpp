@@ -4,18 +4,19 @@
 //    (src/serve/openai_api.cpp) against a byte-level vocabulary, with or without a chat
 //    template: it must succeed or throw ApiError with a 4xx status, and every response object
 //    built from the result (response, stream chunks, usage, timings, errors) must serialize;
-//  - raw HTTP bytes read from memory by the HTTP library's request parser (request line,
-//    headers, Content-Length and chunked bodies, its body limit), routed to the same two
-//    endpoints: it must answer (or drop the connection) without crashing.
+//  - raw HTTP bytes, one connection's, read from memory by the server's own request reading
+//    (parse_http_requests, src/serve/http_transport.h: the parser and limits the sockets use;
+//    request line, headers, Content-Length and chunked bodies, the body and header limits):
+//    every request it returns must fit the limits, an error must be an error status, and the
+//    requests to the two endpoints go through the body check above.
 // A violated property calls __builtin_trap so that libFuzzer reports it.
-#include <httplib.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "serve/http_transport.h"
 #include "serve/openai_api.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -79,61 +80,24 @@ void check_body(const std::string& body, bool chat, const parspec::ChatTemplate*
   }
 }
 
-// An HTTP connection whose client bytes come from memory; the answer is discarded.
-class MemoryStream : public httplib::Stream {
- public:
-  explicit MemoryStream(std::string_view input) : input_(input) {}
-  bool is_readable() const override { return true; }
-  bool is_writable() const override { return true; }
-  ssize_t read(char* ptr, size_t size) override {
-    const size_t n = std::min(size, input_.size() - offset_);
-    std::memcpy(ptr, input_.data() + offset_, n);
-    offset_ += n;
-    return static_cast<ssize_t>(n);
+// One connection's bytes through the server's request reading, and each request to the
+// generation endpoints through the body check.
+void check_connection(std::string_view input) {
+  static const parspec::ChatTemplate chatml = parspec::ChatTemplate::from_name("chatml");
+  parspec::HttpTransportOptions options;
+  options.max_body_bytes = 64 * 1024;  // as `parspec serve --max-body`, small for speed
+  options.max_header_bytes = 8 * 1024;
+  const parspec::HttpParsed parsed = parspec::parse_http_requests(input, options, 4);
+  require(parsed.error_status == 0 || (parsed.error_status >= 400 && parsed.error_status < 500));
+  require(parsed.requests.size() <= 4);
+  for (const parspec::HttpRequest& r : parsed.requests) {
+    require(r.body.size() <= options.max_body_bytes);
+    require(r.path.find('?') == std::string::npos);
+    if (r.method != "POST") continue;
+    if (r.path == "/v1/completions") check_body(r.body, false, nullptr);
+    if (r.path == "/v1/chat/completions") check_body(r.body, true, &chatml);
   }
-  ssize_t write(const char*, size_t size) override { return static_cast<ssize_t>(size); }
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    ip = "127.0.0.1";
-    port = 40000;
-  }
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    ip = "127.0.0.1";
-    port = 8080;
-  }
-  socket_t socket() const override { return INVALID_SOCKET; }
-
- private:
-  std::string_view input_;
-  size_t offset_ = 0;
-};
-
-// The HTTP library's server with the API's two POST endpoints, fed one connection from memory.
-class MemoryServer : public httplib::Server {
- public:
-  MemoryServer() {
-    set_payload_max_length(64 * 1024);  // as `parspec serve --max-body`, small for speed
-    const parspec::ChatTemplate* chatml = &chat_template_;
-    Post("/v1/completions", [](const httplib::Request& req, httplib::Response& res) {
-      check_body(req.body, false, nullptr);
-      res.set_content("{}", "application/json");
-    });
-    Post("/v1/chat/completions", [chatml](const httplib::Request& req, httplib::Response& res) {
-      check_body(req.body, true, chatml);
-      res.set_content("{}", "application/json");
-    });
-  }
-  void serve(std::string_view input) {
-    MemoryStream stream(input);
-    // Keep-alive: the library parses every request the bytes hold, up to its limit.
-    for (int requests = 0; requests < 4; ++requests) {
-      bool closed = false;
-      if (!process_request(stream, false, closed, nullptr) || closed) break;
-    }
-  }
-
- private:
-  parspec::ChatTemplate chat_template_ = parspec::ChatTemplate::from_name("chatml");
-};
+}
 
 }  // namespace
 
@@ -156,11 +120,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 3:
       check_body(rest, true, nullptr);
       break;
-    default: {
-      static MemoryServer server;
-      server.serve(rest);
+    default:
+      check_connection(rest);
       break;
-    }
   }
   return 0;
 }

@@ -42,6 +42,36 @@ RandomModelSpec spec_of(const char* arch, DType type, int n_embd, bool tied) {
   return s;
 }
 
+// Windows shorter than the tests' prompts, so sliding layers drop keys.
+RandomModelSpec with_window(RandomModelSpec s, int window) {
+  s.sliding_window = window;
+  return s;
+}
+
+RandomModelSpec gemma2_spec() {
+  RandomModelSpec s = with_window(spec_of("gemma2", DType::F32, 64, true), 3);
+  // Caps the random scores and logits actually reach.
+  s.attn_logit_softcap = 2.0f;
+  s.final_logit_softcap = 3.0f;
+  return s;
+}
+
+// Six layers: five sliding, one global with its own RoPE base and scaling.
+RandomModelSpec gemma3_spec() {
+  RandomModelSpec s = with_window(spec_of("gemma3", DType::Q8_0, 64, true), 4);
+  s.n_layer = 6;
+  s.rope_freq_base = 1000000.0f;
+  s.rope_linear_scale = 8.0f;
+  return s;
+}
+
+// Trained for 32 positions: at the tests' context of 64, the long factors.
+RandomModelSpec phi3_longrope_spec() {
+  RandomModelSpec s = spec_of("phi3", DType::F32, 64, false);
+  s.longrope_original_context = 32;
+  return s;
+}
+
 std::vector<ModelCase> model_cases() {
   return {
       {"llama_f32", spec_of("llama", DType::F32, 64, false)},
@@ -51,6 +81,12 @@ std::vector<ModelCase> model_cases() {
       {"llama_q4_k", spec_of("llama", DType::Q4_K, 256, false)},
       {"qwen2_q6_k", spec_of("qwen2", DType::Q6_K, 256, false)},
       {"llama_bf16", spec_of("llama", DType::BF16, 64, false)},
+      {"qwen3_f32", spec_of("qwen3", DType::F32, 64, false)},
+      {"llama_sliding_q8_0", with_window(spec_of("llama", DType::Q8_0, 64, false), 3)},
+      {"gemma2_f32", gemma2_spec()},
+      {"gemma3_q8_0", gemma3_spec()},
+      {"phi3_f16", with_window(spec_of("phi3", DType::F16, 64, false), 4)},
+      {"phi3_longrope_f32", phi3_longrope_spec()},
   };
 }
 
@@ -58,6 +94,7 @@ class ModelTest : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
     model_ = Model::load(testing_support::write_model(dir_, "m.gguf", GetParam().spec));
+    model_->use_context_size(64);  // the caches' size: LongRoPE's long factors where there are
     n_vocab_ = model_->config().n_vocab;
   }
 
@@ -352,6 +389,94 @@ TEST(ModelErrors, MissingFileAndUnsupportedArchitecture) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unsupported architecture 'mamba'"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace parspec
+
+namespace parspec {
+namespace {
+
+std::vector<float> chain_logits(const Model& model, const std::vector<int32_t>& tokens) {
+  Worker w(1);
+  KvCache kv(model.config(), 64);
+  return model.forward(w, Batch::chain(kv, tokens, true), kv);
+}
+
+// The same weights with and without a window: positions whose keys all lie
+// within the window are unchanged bit for bit, later ones differ.
+TEST(ModelFamilies, SlidingWindowChangesOnlyPositionsBeyondIt) {
+  TempDir dir;
+  RandomModelSpec spec = spec_of("llama", DType::F32, 64, false);
+  const auto full = Model::load(testing_support::write_model(dir, "full.gguf", spec));
+  spec.sliding_window = 4;
+  const auto windowed = Model::load(testing_support::write_model(dir, "window.gguf", spec));
+  EXPECT_EQ(windowed->config().sliding_window, 4);
+  const std::vector<int32_t> tokens = {256, 72, 101, 108, 108, 111, 44, 32};
+  const auto a = chain_logits(*full, tokens), b = chain_logits(*windowed, tokens);
+  const size_t n_vocab = static_cast<size_t>(full->config().n_vocab);
+  for (size_t p = 0; p < tokens.size(); ++p) {
+    const bool same = bitwise_equal(&a[p * n_vocab], &b[p * n_vocab], n_vocab);
+    EXPECT_EQ(same, p < 4) << "position " << p;
+  }
+}
+
+// LongRoPE: the context size picks the factors (short within the original
+// context, long beyond it); position 0 is not rotated, so it agrees either way.
+TEST(ModelFamilies, ContextSizeChoosesLongRopeFactors) {
+  TempDir dir;
+  RandomModelSpec spec = spec_of("phi3", DType::F32, 64, false);
+  spec.longrope_original_context = 32;
+  const auto model = Model::load(testing_support::write_model(dir, "phi3.gguf", spec));
+  const std::vector<int32_t> tokens = {256, 72, 101, 108};
+  model->use_context_size(32);
+  EXPECT_FALSE(model->long_rope());
+  const auto short_logits = chain_logits(*model, tokens);
+  model->use_context_size(33);
+  EXPECT_TRUE(model->long_rope());
+  const auto long_logits = chain_logits(*model, tokens);
+  const size_t n_vocab = static_cast<size_t>(model->config().n_vocab);
+  EXPECT_TRUE(bitwise_equal(short_logits.data(), long_logits.data(), n_vocab));
+  EXPECT_NE(short_logits, long_logits);
+}
+
+// Gemma 2's caps bound every logit; a missing key falls back to llama.cpp's defaults.
+TEST(ModelFamilies, Gemma2SoftCapsBoundTheLogits) {
+  TempDir dir;
+  RandomModelSpec spec = spec_of("gemma2", DType::F32, 64, true);
+  spec.logit_spread = 8.0f;
+  spec.final_logit_softcap = 1.5f;
+  const auto model = Model::load(testing_support::write_model(dir, "g.gguf", spec));
+  EXPECT_EQ(model->config().attn_logit_softcap, 50.0f);
+  EXPECT_EQ(model->config().sliding_window, 4096);
+  const auto logits = chain_logits(*model, {256, 72, 101});
+  float max_abs = 0;
+  for (float x : logits) max_abs = std::max(max_abs, std::abs(x));
+  EXPECT_LE(max_abs, 1.5f);
+  EXPECT_GT(max_abs, 1.0f);  // the cap is reached, not avoided
+}
+
+TEST(ModelFamilies, RejectsInconsistentFiles) {
+  TempDir dir;
+  RandomModelSpec spec = spec_of("qwen3", DType::F32, 64, false);
+  GgufWriter writer;
+  const std::string path = testing_support::write_model(dir, "q.gguf", spec);
+  // The same file without one layer's q norm.
+  auto file = GgufFile::open(path);
+  for (const GgufTensorInfo& t : file->tensors()) {
+    if (t.name == "blk.1.attn_q_norm.weight") continue;
+    writer.add_tensor(t.name, t.dims, t.type, file->tensor_data(t),
+                      row_bytes(t.type, t.dims[0]) * (t.dims.size() > 1 ? t.dims[1] : 1));
+  }
+  for (const auto& [key, value] : file->metadata()) writer.set(key, value);
+  writer.write(dir.file("broken.gguf"));
+  try {
+    Model::load(dir.file("broken.gguf"));
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.1.attn_q_norm.weight"), std::string::npos)
         << e.what();
   }
 }

