@@ -45,10 +45,19 @@ struct ModelPair {
 
 // A small random target and a draft that is the same weights quantized more
 // coarsely: it agrees with the target often but not always, like a real drafter.
+// `arch` is a file architecture, or "mixtral": a llama file with experts.
 inline ModelPair make_model_pair(const TempDir& dir, const std::string& arch, DType target_type,
                                  DType draft_type, int n_vocab, uint64_t seed) {
   RandomModelSpec spec;
-  spec.arch = arch;
+  spec.arch = arch == "mixtral" ? "llama" : arch;
+  if (arch == "mixtral" || arch == "qwen2moe") {
+    spec.n_expert = 4;
+    spec.n_expert_used = 2;
+  }
+  if (arch == "qwen2moe") {
+    spec.n_ff_expert = 64;
+    spec.n_ff_shared = 96;
+  }
   spec.n_vocab = n_vocab;
   spec.n_embd = 64;
   spec.n_ff = 128;

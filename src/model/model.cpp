@@ -148,16 +148,21 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
     w.wk = load_matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
     w.wv = load_matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
     w.wo = load_matrix(f, p + "attn_output.weight", c.q_dim(), c.n_embd);
-    w.w_gate = load_matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
-    w.w_up = load_matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
-    w.w_down = load_matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+    if (c.moe.enabled()) {
+      w.moe = load_moe_weights(f, c.moe, c.n_embd, l);
+      m->weight_bytes_ += moe_bytes_per_token(w.moe, c.moe);
+    } else {
+      w.w_gate = load_matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
+      w.w_up = load_matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
+      w.w_down = load_matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+    }
     if (c.qkv_bias) {
       w.bq = load_vector(f, p + "attn_q.bias", c.q_dim());
       w.bk = load_vector(f, p + "attn_k.bias", c.kv_dim());
       w.bv = load_vector(f, p + "attn_v.bias", c.kv_dim());
     }
     for (const WeightMatrix* wm : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
-      m->weight_bytes_ += matrix_bytes(*wm);
+      if (wm->data != nullptr) m->weight_bytes_ += matrix_bytes(*wm);
     m->layers_.push_back(std::move(w));
   }
 
@@ -169,7 +174,9 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
         ": untied embeddings were repacked");
   if (m->output_.repacked) m->repacked_bytes_ += matrix_bytes(m->output_);
   for (const LayerWeights& w : m->layers_) {
-    for (const WeightMatrix* wm : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+    for (const WeightMatrix* wm :
+         {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.moe.router,
+          &w.moe.shared_gate, &w.moe.shared_up, &w.moe.shared_down})
       if (wm->repacked) m->repacked_bytes_ += matrix_bytes(*wm);
   }
 
@@ -314,14 +321,27 @@ void Model::attention_output(Worker& worker, int layer, const Batch& batch, KvCa
 void Model::mlp_block(Worker& worker, int layer, int n, float* hidden) const {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_.at(layer);
-  thread_local std::vector<float> xn_buffer, gate_buffer, up_buffer, o_buffer;
+  thread_local std::vector<float> xn_buffer, o_buffer;
   const size_t rows = static_cast<size_t>(n);
   float* xn = reuse(xn_buffer, rows * c.n_embd);
-  float* gate = reuse(gate_buffer, rows * c.n_ff);
-  float* up = reuse(up_buffer, rows * c.n_ff);
   float* o = reuse(o_buffer, rows * c.n_embd);
   for (size_t i = 0; i < rows; ++i)
     rmsnorm(hidden + i * c.n_embd, w.ffn_norm.data(), c.n_embd, c.rms_eps, xn + i * c.n_embd);
+  ffn_rows(worker, layer, xn, n, o);
+  add_inplace(hidden, o, n * c.n_embd);
+}
+
+void Model::ffn_rows(Worker& worker, int layer, const float* xn, int n, float* out) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = layers_.at(layer);
+  if (c.moe.enabled()) {
+    moe_ffn(worker, c.moe, w.moe, c.n_embd, xn, n, out, expert_tally_);
+    return;
+  }
+  thread_local std::vector<float> gate_buffer, up_buffer;
+  const size_t rows = static_cast<size_t>(n);
+  float* gate = reuse(gate_buffer, rows * c.n_ff);
+  float* up = reuse(up_buffer, rows * c.n_ff);
   const MatmulPart gate_up[] = {{&w.w_gate, gate}, {&w.w_up, up}};
   matmul_many(worker, gate_up, xn, n);
   // SwiGLU row by row on as many threads as it is worth (~2 ns per element on
@@ -332,8 +352,7 @@ void Model::mlp_block(Worker& worker, int layer, int n, float* hidden) const {
       n, std::max<int64_t>(1, n / (4 * threads)), threads, [&](int64_t r0, int64_t r1) {
         swiglu(gate + r0 * ff, up + r0 * ff, static_cast<int>((r1 - r0) * ff), gate + r0 * ff);
       });
-  matmul(worker, w.w_down, gate, n, o);
-  add_inplace(hidden, o, n * c.n_embd);
+  matmul(worker, w.w_down, gate, n, out);
 }
 
 void Model::forward_layers(Worker& worker, const Batch& batch, KvCache& kv, int32_t first_cell,

@@ -1,5 +1,5 @@
 #pragma once
-// A loaded llama/qwen2 model (read-only after load, shareable between workers
+// A loaded model (read-only after load, shareable between workers
 // and sequences) and its forward pass over a batch of speculative cells.
 #include <cstdint>
 #include <memory>
@@ -44,8 +44,9 @@ struct AttentionProbe {
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
-  std::vector<float> bq, bk, bv;  // empty without biases
-  WeightMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  std::vector<float> bq, bk, bv;                      // empty without biases
+  WeightMatrix wq, wk, wv, wo, w_gate, w_up, w_down;  // w_gate/up/down: a dense FFN only
+  MoeWeights moe;                                     // a mixture-of-experts FFN only
 };
 
 class Model {
@@ -70,6 +71,9 @@ class Model {
   // the Q4_0/Q8_0 matrices of a file read into memory (GgufFile::copied), unless
   // PARSPEC_REPACK=0. A mapped file's weights stay as the file has them.
   uint64_t repacked_bytes() const { return repacked_bytes_; }
+  // Of a mixture-of-experts model: the distinct experts its forwards touched,
+  // per layer pass, counted since load (for every forward of every sequence).
+  const ExpertTally& expert_tally() const { return expert_tally_; }
 
   // Full pass: embed → all layers → norm → logits. Returns logits (n_vocab
   // floats each) for the entries with want_logits, in batch order. The batch's
@@ -106,6 +110,9 @@ class Model {
                         int32_t first_cell, const float* hidden, float* out,
                         AttentionProbe* probe = nullptr) const;
   void mlp_block(Worker& worker, int layer, int n_tokens, float* hidden) const;
+  // The FFN of n normed rows xn into out (n × n_embd), without the residual:
+  // SwiGLU, or the layer's experts (moe.h).
+  void ffn_rows(Worker& worker, int layer, const float* xn, int n, float* out) const;
   // Final norm + output projection for n rows of hidden state.
   void output_logits(Worker& worker, const float* hidden, int n, float* logits) const;
 
@@ -127,6 +134,7 @@ class Model {
   uint64_t rope_key_ = 0;
   uint64_t weight_bytes_ = 0;
   uint64_t repacked_bytes_ = 0;
+  mutable ExpertTally expert_tally_;
 };
 
 }  // namespace parspec

@@ -9,8 +9,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
   ModelConfig c;
   const std::string& path = file.path();
   c.arch = file.get_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2")
-    fail(path, ": unsupported architecture '", c.arch, "' (parspec supports llama and qwen2)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen2moe")
+    fail(path, ": unsupported architecture '", c.arch,
+         "' (parspec supports llama, qwen2 and qwen2moe)");
   const std::string p = c.arch + ".";
   c.name = file.get_string("general.name", "");
   c.n_embd = static_cast<int>(file.get_int(p + "embedding_length"));
@@ -45,8 +46,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
     fail(path, ": RoPE scaling '", scaling, "' is not supported (supported: none, linear, llama3)");
   }
 
-  c.rope_style = c.arch == "qwen2" ? RopeStyle::kNeox : RopeStyle::kAdjacent;
-  c.qkv_bias = c.arch == "qwen2";
+  c.rope_style = c.arch == "llama" ? RopeStyle::kAdjacent : RopeStyle::kNeox;
+  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
+  c.moe = read_moe_config(file, c.arch, c.n_ff);
 
   const GgufTensorInfo* embd = file.find_tensor("token_embd.weight");
   check(embd != nullptr, path, ": missing tensor token_embd.weight");
@@ -73,9 +75,14 @@ std::vector<std::string> tensor_names(const ModelConfig& c, bool with_rope_freqs
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     for (const char* t : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-                          "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
-                          "ffn_up.weight", "ffn_down.weight"})
+                          "attn_output.weight", "ffn_norm.weight"})
       names.push_back(p + t);
+    if (c.moe.enabled()) {
+      for (std::string& name : moe_tensor_names(c.moe, p)) names.push_back(std::move(name));
+    } else {
+      for (const char* t : {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"})
+        names.push_back(p + t);
+    }
     if (c.qkv_bias)
       for (const char* t : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) names.push_back(p + t);
   }

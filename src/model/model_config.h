@@ -5,13 +5,14 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "model/moe.h"
 
 namespace parspec {
 
 class GgufFile;
 
 struct ModelConfig {
-  std::string arch;  // "llama" or "qwen2"
+  std::string arch;  // "llama", "qwen2" or "qwen2moe"
   std::string name;
   int n_vocab = 0;
   int n_embd = 0;
@@ -29,6 +30,7 @@ struct ModelConfig {
   bool qkv_bias = false;
   bool tied_embeddings = false;
   std::vector<float> rope_freq_factors;  // llama3 scaling: divisors per frequency (empty: none)
+  MoeConfig moe;                         // experts in place of the dense FFN (moe.h)
 
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
@@ -37,7 +39,7 @@ struct ModelConfig {
   static ModelConfig from_gguf(const GgufFile& file);
 };
 
-// The tensor names a llama/qwen2 model of this config has (rope_freqs.weight
+// The tensor names a model of this config has (rope_freqs.weight
 // only when `with_rope_freqs`): what the loader reads and inflation copies.
 std::vector<std::string> tensor_names(const ModelConfig& c, bool with_rope_freqs);
 

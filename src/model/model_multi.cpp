@@ -57,8 +57,7 @@ std::vector<std::vector<float>> Model::forward_multi(
   const int q_dim = c.q_dim(), kv_dim = c.kv_dim();
   std::vector<float> xn(static_cast<size_t>(n) * c.n_embd), q(static_cast<size_t>(n) * q_dim),
       k(static_cast<size_t>(n) * kv_dim), v(static_cast<size_t>(n) * kv_dim),
-      att(static_cast<size_t>(n) * q_dim), o(static_cast<size_t>(n) * c.n_embd),
-      gate(static_cast<size_t>(n) * c.n_ff), up(static_cast<size_t>(n) * c.n_ff);
+      att(static_cast<size_t>(n) * q_dim), o(static_cast<size_t>(n) * c.n_embd);
   std::vector<AttentionRow> rows(n);
 
   for (int layer = 0; layer < c.n_layer; ++layer) {
@@ -87,10 +86,7 @@ std::vector<std::vector<float>> Model::forward_multi(
     for (int i = 0; i < n; ++i)
       rmsnorm(&hidden[static_cast<size_t>(i) * c.n_embd], w.ffn_norm.data(), c.n_embd, c.rms_eps,
               &xn[static_cast<size_t>(i) * c.n_embd]);
-    const MatmulPart gate_up[] = {{&w.w_gate, gate.data()}, {&w.w_up, up.data()}};
-    matmul_many(worker, gate_up, xn.data(), n);
-    swiglu(gate.data(), up.data(), n * c.n_ff, gate.data());
-    matmul(worker, w.w_down, gate.data(), n, o.data());
+    ffn_rows(worker, layer, xn.data(), n, o.data());
     add_inplace(hidden.data(), o.data(), n * c.n_embd);
   }
 

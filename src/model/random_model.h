@@ -1,5 +1,5 @@
 #pragma once
-// Writes random-weight llama/qwen2 GGUF models of any shape and weight type,
+// Writes random-weight llama/qwen2/qwen2moe GGUF models of any shape and weight type,
 // with a byte-level vocabulary, for tests and speed measurements.
 #include <cstdint>
 #include <string>
@@ -9,7 +9,7 @@
 namespace parspec {
 
 struct RandomModelSpec {
-  std::string arch = "llama";  // "llama" or "qwen2"
+  std::string arch = "llama";  // "llama", "qwen2" or "qwen2moe"
   int n_vocab = 512;           // >= 258: 256 byte tokens, BOS, EOS, then unused fillers
   int n_embd = 64;
   int n_layer = 2;
@@ -25,6 +25,13 @@ struct RandomModelSpec {
   bool tied_embeddings = false;    // no output.weight
   bool llama3_rope_freqs = false;  // adds rope_freqs.weight as Llama 3.1 converters do
   float rope_freq_base = 10000.0f;
+  // Mixture of experts (model/moe.h): n_expert > 0 gives a llama file
+  // Mixtral's expert FFNs, each n_ff wide; qwen2moe needs it and has experts
+  // n_ff_expert wide (0: n_ff) plus a shared expert n_ff_shared wide (0: n_ff).
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_expert = 0;
+  int n_ff_shared = 0;
   uint64_t seed = 1;
 };
 

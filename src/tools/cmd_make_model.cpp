@@ -1,4 +1,4 @@
-// parspec make-model: writes a random-weight llama/qwen2 GGUF file, or
+// parspec make-model: writes a random-weight llama/qwen2/qwen2moe GGUF file, or
 // (--inflate) a trained model embedded into a larger shape.
 #include <unistd.h>
 
@@ -46,7 +46,8 @@ int inflate_command(const ArgParser& args, const std::string& source, const std:
                     const std::string& preset, const ShapeFlags& flags,
                     const std::string& type_name) {
   for (const char* random_only :
-       {"--arch", "--n-vocab", "--ctx", "--rope-base", "--tied", "--llama3-rope", "--seed"})
+       {"--arch", "--n-vocab", "--ctx", "--rope-base", "--tied", "--llama3-rope", "--seed",
+        "--experts", "--experts-used", "--n-ff-expert", "--n-ff-shared"})
     check(!args.given(random_only), "make-model: ", random_only,
           " is for random models; an inflated model keeps the source's");
   const bool any_shape = args.given("--n-embd") || args.given("--n-layer") ||
@@ -105,6 +106,7 @@ int cmd_make_model(int argc, char** argv) {
   int n_vocab = defaults.n_vocab, n_embd = defaults.n_embd, n_layer = defaults.n_layer;
   int n_head = defaults.n_head, n_head_kv = defaults.n_head_kv, n_ff = defaults.n_ff;
   int n_ctx = defaults.n_ctx;
+  int n_expert = 0, n_expert_used = 2, n_ff_expert = 0, n_ff_shared = 0;
   float rope_base = defaults.rope_freq_base;
   bool tied = false, llama3_rope = false;
   uint64_t seed = defaults.seed;
@@ -135,13 +137,21 @@ int cmd_make_model(int argc, char** argv) {
   args.option("--preset", &preset, "NAME",
               "tiny | 1b (Llama-3.2-1B-like shape, 32000 tokens); with --inflate: 100m | 1b | "
               "3b | 8b");
-  args.option("--arch", &arch, "NAME", "llama | qwen2");
+  args.option("--arch", &arch, "NAME", "llama | qwen2 | qwen2moe");
   args.option("--n-vocab", &n_vocab, "N", "vocabulary size (>= 258)");
   args.option("--n-embd", &n_embd, "N", "embedding width");
   args.option("--n-layer", &n_layer, "N", "number of layers");
   args.option("--n-head", &n_head, "N", "attention heads");
   args.option("--n-head-kv", &n_head_kv, "N", "key/value heads");
   args.option("--n-ff", &n_ff, "N", "feed-forward width");
+  args.option("--experts", &n_expert, "N",
+              "mixture-of-experts FFNs with N experts (llama: Mixtral-style, each --n-ff wide; "
+              "qwen2moe needs it)");
+  args.option("--experts-used", &n_expert_used, "K", "experts each token runs (top-K)");
+  args.option("--n-ff-expert", &n_ff_expert, "N",
+              "qwen2moe: width of one routed expert (default --n-ff)");
+  args.option("--n-ff-shared", &n_ff_shared, "N",
+              "qwen2moe: width of the shared expert (default --n-ff)");
   args.option("--ctx", &n_ctx, "N", "training context length written to the file");
   args.option("--rope-base", &rope_base, "F", "RoPE frequency base");
   args.option("--type", &type_name, "TYPE",
@@ -174,6 +184,13 @@ int cmd_make_model(int argc, char** argv) {
   spec.tied_embeddings = tied;
   spec.llama3_rope_freqs = llama3_rope;
   spec.seed = seed;
+  spec.n_expert = n_expert;
+  spec.n_expert_used = n_expert > 0 ? n_expert_used : 0;
+  spec.n_ff_expert = n_ff_expert;
+  spec.n_ff_shared = n_ff_shared;
+  check(spec.arch == "qwen2moe" || (!args.given("--n-ff-expert") && !args.given("--n-ff-shared")),
+        "make-model: --n-ff-expert and --n-ff-shared are for qwen2moe (a llama expert is --n-ff "
+        "wide)");
 
   write_random_model(spec, out_path);
   std::fprintf(stderr, "make-model: wrote %s (%s, %d layers, n_embd %d, n_vocab %d, %s)\n",

@@ -42,6 +42,19 @@ RandomModelSpec spec_of(const char* arch, DType type, int n_embd, bool tied) {
   return s;
 }
 
+// Experts replace the FFN: a batch's tokens route to different experts, so
+// the batch-invariance checks below cover the gathering of rows per expert.
+RandomModelSpec moe_spec_of(const char* arch, DType type, int n_embd, int n_expert, int n_used) {
+  RandomModelSpec s = spec_of(arch, type, n_embd, false);
+  s.n_expert = n_expert;
+  s.n_expert_used = n_used;
+  if (std::string(arch) == "qwen2moe") {
+    s.n_ff_expert = n_embd;
+    s.n_ff_shared = 2 * n_embd;
+  }
+  return s;
+}
+
 std::vector<ModelCase> model_cases() {
   return {
       {"llama_f32", spec_of("llama", DType::F32, 64, false)},
@@ -51,6 +64,10 @@ std::vector<ModelCase> model_cases() {
       {"llama_q4_k", spec_of("llama", DType::Q4_K, 256, false)},
       {"qwen2_q6_k", spec_of("qwen2", DType::Q6_K, 256, false)},
       {"llama_bf16", spec_of("llama", DType::BF16, 64, false)},
+      {"mixtral_f32", moe_spec_of("llama", DType::F32, 64, 4, 2)},
+      {"mixtral_q8_0", moe_spec_of("llama", DType::Q8_0, 64, 8, 2)},
+      {"qwen2moe_f16", moe_spec_of("qwen2moe", DType::F16, 64, 6, 3)},
+      {"qwen2moe_q4_k", moe_spec_of("qwen2moe", DType::Q4_K, 256, 4, 2)},
   };
 }
 

@@ -200,7 +200,8 @@ TEST_P(GreedyExactness, EveryStrategyReproducesAutoregressiveDecoding) {
   EXPECT_LT(total_accepted, total_drafted);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, GreedyExactness, ::testing::Values("llama", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Models, GreedyExactness,
+                         ::testing::Values("llama", "qwen2", "mixtral", "qwen2moe"));
 
 TEST(GreedyExactness, StopsAtStopTokensAndLimits) {
   TempDir dir;
