@@ -87,7 +87,9 @@ bool read_through_matmul(const GgufFile& file, const std::string& name) {
   if (!name.starts_with("blk.")) return false;
   for (const char* suffix :
        {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight",
-        ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"}) {
+        ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight", ".ffn_gate_inp.weight",
+        ".ffn_gate_exps.weight", ".ffn_up_exps.weight", ".ffn_down_exps.weight",
+        ".ffn_gate_shexp.weight", ".ffn_up_shexp.weight", ".ffn_down_shexp.weight"}) {
     if (name.ends_with(suffix)) return true;
   }
   return false;
@@ -117,11 +119,19 @@ std::shared_ptr<Model> Model::load(const std::string& path, WeightLoading loadin
   Worker worker(default_thread_count());
   const TransformChooser choose = [&](const GgufFile& file,
                                       const GgufTensorInfo& t) -> TensorTransform {
-    if (!repack::repack_pays(t.type, active_isa()) || t.dims.size() != 2 ||
+    if (!repack::repack_pays(t.type, active_isa()) || t.dims.size() < 2 || t.dims.size() > 3 ||
         t.dims[1] < repack::kGroupRows || !read_through_matmul(file, t.name))
       return nullptr;
+    // A 3-D tensor is a stack of expert matrices (model/moe.h): each packed on its own.
     return [&worker, &t](const TensorReader& read, uint8_t* out) {
-      repack::pack_matrix(worker, t.type, t.dims[0], t.dims[1], read, out);
+      const int64_t n_matrices = t.dims.size() == 3 ? t.dims[2] : 1;
+      const size_t bytes = row_bytes(t.type, t.dims[0]) * static_cast<size_t>(t.dims[1]);
+      for (int64_t e = 0; e < n_matrices; ++e) {
+        const size_t base = bytes * static_cast<size_t>(e);
+        repack::pack_matrix(
+            worker, t.type, t.dims[0], t.dims[1],
+            [&](size_t at, size_t n, uint8_t* dst) { return read(base + at, n, dst); }, out + base);
+      }
     };
   };
   return from_gguf(GgufFile::open(path, loading, choose));
@@ -178,6 +188,9 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
          {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.moe.router,
           &w.moe.shared_gate, &w.moe.shared_up, &w.moe.shared_down})
       if (wm->repacked) m->repacked_bytes_ += matrix_bytes(*wm);
+    for (const auto* experts : {&w.moe.gate, &w.moe.up, &w.moe.down})
+      for (const WeightMatrix& wm : *experts)
+        if (wm.repacked) m->repacked_bytes_ += matrix_bytes(wm);
   }
 
   const int n_pairs = c.rope_dims / 2;

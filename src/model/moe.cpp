@@ -54,7 +54,6 @@ WeightMatrix matrix_of(const GgufFile& file, const GgufTensorInfo& t, int64_t n_
 std::vector<WeightMatrix> expert_matrices(const GgufFile& file, const std::string& name,
                                           int64_t n_in, int64_t n_out, int n_expert) {
   const GgufTensorInfo& t = find_shaped(file, name, {n_in, n_out, n_expert});
-  check(!file.transformed(t), file.path(), ": tensor ", name, " was repacked");
   std::vector<WeightMatrix> views;
   for (int e = 0; e < n_expert; ++e) views.push_back(matrix_of(file, t, n_in, n_out, e));
   return views;
