@@ -44,10 +44,9 @@ struct ShapeFlags {
 
 int inflate_command(const ArgParser& args, const std::string& source, const std::string& out_path,
                     const std::string& preset, const ShapeFlags& flags,
-                    const std::string& type_name) {
-  for (const char* random_only :
-       {"--arch", "--n-vocab", "--ctx", "--rope-base", "--tied", "--llama3-rope", "--seed",
-        "--experts", "--experts-used", "--n-ff-expert", "--n-ff-shared"})
+                    const std::string& type_name, int experts, int experts_used) {
+  for (const char* random_only : {"--arch", "--n-vocab", "--ctx", "--rope-base", "--tied",
+                                  "--llama3-rope", "--seed", "--n-ff-expert", "--n-ff-shared"})
     check(!args.given(random_only), "make-model: ", random_only,
           " is for random models; an inflated model keeps the source's");
   const bool any_shape = args.given("--n-embd") || args.given("--n-layer") ||
@@ -79,6 +78,8 @@ int inflate_command(const ArgParser& args, const std::string& source, const std:
                   options.shape.n_head, options.shape.n_head_kv})
     check(dim >= 0, "make-model: shape values must be positive");
   if (args.given("--type")) options.weight_type = parse_dtype(type_name);
+  options.experts = experts;
+  options.experts_used = experts_used;
   options.progress = isatty(STDERR_FILENO) != 0;
 
   inflate_model(source, options, out_path);
@@ -130,7 +131,7 @@ int cmd_make_model(int argc, char** argv) {
       "GQA, Llama 3.2 1B and 3B, Llama 3.1 8B; heads sized to the source's head dimension).\n"
       "Shape options override a preset; unset ones keep the source's. --type sets the weight\n"
       "type (default: each tensor keeps the source's); a quantized type gives the quantized\n"
-      "source's function.");
+      "source's function. --experts N turns each FFN into N identical experts.");
   args.option("-o,--output", &out_path, "FILE", "output .gguf path (required)");
   args.option("--inflate", &inflate_source, "SRC",
               "embed the trained model SRC.gguf into a larger shape (see above)");
@@ -146,7 +147,9 @@ int cmd_make_model(int argc, char** argv) {
   args.option("--n-ff", &n_ff, "N", "feed-forward width");
   args.option("--experts", &n_expert, "N",
               "mixture-of-experts FFNs with N experts (llama: Mixtral-style, each --n-ff wide; "
-              "qwen2moe needs it)");
+              "qwen2moe needs it); with --inflate: the source's FFN copied into N identical "
+              "experts behind a random router (the same function at a mixture-of-experts "
+              "model's cost)");
   args.option("--experts-used", &n_expert_used, "K", "experts each token runs (top-K)");
   args.option("--n-ff-expert", &n_ff_expert, "N",
               "qwen2moe: width of one routed expert (default --n-ff)");
@@ -165,7 +168,8 @@ int cmd_make_model(int argc, char** argv) {
   check(!out_path.empty(), "make-model: an output path is required (-o FILE)");
   if (args.given("--inflate"))
     return inflate_command(args, inflate_source, out_path, preset,
-                           {n_embd, n_layer, n_head, n_head_kv, n_ff}, type_name);
+                           {n_embd, n_layer, n_head, n_head_kv, n_ff}, type_name, n_expert,
+                           n_expert_used);
 
   RandomModelSpec spec = preset_spec(preset);
   if (args.given("--arch")) spec.arch = arch;

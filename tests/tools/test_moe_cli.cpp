@@ -33,7 +33,8 @@ TEST(MoeMakeModel, WritesExpertsAndRejectsBadExpertOptions) {
       {"--experts 4 --experts-used 5", "experts used per token must be in 1..4, got 5"},
       {"--arch qwen2 --experts 4", "qwen2 has no experts"},
       {"--experts 4 --n-ff-shared 64", "--n-ff-expert and --n-ff-shared are for qwen2moe"},
-      {"--inflate " + out + " --experts 4 --preset 100m", "is for random models"},
+      {"--inflate " + out + " --n-ff-shared 64 --preset 100m", "is for random models"},
+      {"--inflate " + out + " --preset 100m", "a mixture-of-experts model cannot be inflated"},
   };
   for (const auto& [args, message] : bad) {
     r = run_parspec("make-model " + args + " -o " + dir.file("bad.gguf"), true);
