@@ -29,8 +29,8 @@ CASES=(
 PROMPTS=("Once upon a time" "def add(a, b):" "The capital of France is")
 
 g++ -std=c++17 -O1 -I"$LLAMA_CPP/include" -I"$LLAMA_CPP/ggml/include" \
-  "$ROOT/scripts/llama_cpp_greedy.cpp" -L"$BIN" -lllama -Wl,-rpath,"$BIN" \
-  -o "$WORK/llama_cpp_greedy"
+  "$ROOT/scripts/llama_cpp_greedy_ids.cpp" -L"$BIN" -lllama -Wl,-rpath,"$BIN" \
+  -o "$WORK/llama_cpp_greedy_ids"
 commit=$(git -C "$LLAMA_CPP" rev-parse --short=9 HEAD 2>/dev/null || echo unknown)
 
 # The scored text: the bundled prose prompts, a fixed copy kept in the JSON.
@@ -54,7 +54,7 @@ for case in "${CASES[@]}"; do
     sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p')
   ours_ppl=$("$PARSPEC" perplexity -m "$model" -f "$WORK/text.txt" -c $CTX -t 1 2>/dev/null |
     sed -n 's/^PPL = \([0-9.]*\)$/\1/p')
-  ref_greedy=$("$WORK/llama_cpp_greedy" "$model" $N_PREDICT "$prompt_ids")
+  ref_greedy=$("$WORK/llama_cpp_greedy_ids" "$model" $N_PREDICT "$prompt_ids")
   ours_greedy=$(for p in "${PROMPTS[@]}"; do
     "$PARSPEC" generate -m "$model" -p "$p" -n $N_PREDICT --temp 0 --ignore-eos --json -t 1 \
       2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["tokens"]))'

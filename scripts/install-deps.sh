@@ -8,7 +8,7 @@ packages=(
   clang libclang-rt-14-dev            # libFuzzer target of the tokenizer tests
   python3 python3-numpy libopenblas0-pthread  # independent NumPy reference forward pass
   python3-torch python3-regex         # the zoo trainer's forward pass, a second reference
-  libcpp-httplib-dev                  # parspec serve's HTTP server
+  libboost-dev                        # parspec serve's HTTP transport (Boost.Beast, Boost.Asio)
   chromium                            # the browser test of serve's page (tests/serve/test_serve_clients.cpp)
   openmpi-bin libopenmpi-dev          # the distributed runtime (mpirun, src/dist) and its tests
 )

@@ -50,14 +50,12 @@ inline ModelPair make_model_pair(const TempDir& dir, const std::string& arch, DT
                                  DType draft_type, int n_vocab, uint64_t seed) {
   RandomModelSpec spec;
   spec.arch = arch == "mixtral" ? "llama" : arch;
-  if (arch == "mixtral" || arch == "qwen2moe") {
+  if (arch == "mixtral" || arch == "qwen2moe" || arch == "qwen3moe") {
     spec.n_expert = 4;
     spec.n_expert_used = 2;
   }
-  if (arch == "qwen2moe") {
-    spec.n_ff_expert = 64;
-    spec.n_ff_shared = 96;
-  }
+  if (arch == "qwen2moe" || arch == "qwen3moe") spec.n_ff_expert = 64;
+  if (arch == "qwen2moe") spec.n_ff_shared = 96;
   spec.n_vocab = n_vocab;
   spec.n_embd = 64;
   spec.n_ff = 128;

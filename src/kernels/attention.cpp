@@ -186,6 +186,28 @@ void attend_many(int n_queries, const float* const* queries, const int* n_keys,
   }
 }
 
+void attend_softcapped(const float* q, const float* const* keys, const float* const* values,
+                       int n_keys, int head_dim, float scale, float cap, std::vector<float>& scores,
+                       float* out) {
+  scores.resize(static_cast<size_t>(n_keys));
+  const float inv_cap = 1.0f / cap;
+  float max_score = -INFINITY;
+  for (int j = 0; j < n_keys; ++j) {
+    float dot = 0.0f;
+    for (int d = 0; d < head_dim; ++d) dot = std::fma(q[d], keys[j][d], dot);
+    scores[j] = cap * std::tanh(scale * dot * inv_cap);
+    max_score = std::max(max_score, scores[j]);
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < n_keys; ++j) sum += (scores[j] = std::exp(scores[j] - max_score));
+  const float inv_sum = 1.0f / sum;
+  for (int d = 0; d < head_dim; ++d) {
+    float acc = 0.0f;
+    for (int j = 0; j < n_keys; ++j) acc = std::fma(scores[j], values[j][d], acc);
+    out[d] = acc * inv_sum;
+  }
+}
+
 void attend_reference(const float* q, const float* const* keys, const float* const* values,
                       int n_keys, int head_dim, float scale, float* out) {
   std::vector<double> s(n_keys);

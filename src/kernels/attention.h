@@ -36,6 +36,13 @@ void attend_many(int n_queries, const float* const* queries, const int* n_keys,
                  const float* const* keys, const float* const* values, int head_dim, float scale,
                  AttentionScratch& scratch, float* const* outs);
 
+// Attention with soft-capped scores (Gemma 2): s_j = cap · tanh(scale ·
+// (q·k_j) / cap), then softmax and weighted values as above. One query at a
+// time in a fixed scalar order, so its output depends only on its keys.
+void attend_softcapped(const float* q, const float* const* keys, const float* const* values,
+                       int n_keys, int head_dim, float scale, float cap, std::vector<float>& scores,
+                       float* out);
+
 // Scalar reference (double accumulation) for tests.
 void attend_reference(const float* q, const float* const* keys, const float* const* values,
                       int n_keys, int head_dim, float scale, float* out);

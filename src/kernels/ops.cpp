@@ -95,6 +95,21 @@ void swiglu(const float* gate, const float* up, int n, float* out) {
   std::memcpy(out + i, o, sizeof(float) * (n - i));
 }
 
+void geglu_tanh(const float* gate, const float* up, int n, float* out) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  constexpr float kCubic = 0.044715f;
+  for (int i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float inner = kSqrt2OverPi * (g + kCubic * g * g * g);
+    out[i] = 0.5f * g * (1.0f + std::tanh(inner)) * up[i];
+  }
+}
+
+void softcap_inplace(float* x, int n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+}
+
 void add_inplace(float* y, const float* x, int n) {
   for (int i = 0; i < n; ++i) y[i] += x[i];
 }

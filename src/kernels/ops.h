@@ -23,6 +23,11 @@ void rope_rotate(float* x, int n_heads, int head_dim, int rope_dims, const float
                  const float* sin, RopeStyle style);
 // out = silu(gate) * up
 void swiglu(const float* gate, const float* up, int n, float* out);
+// out = gelu(gate) * up, GELU's tanh approximation (Gemma's GeGLU); scalar,
+// each element computed alike wherever it lies.
+void geglu_tanh(const float* gate, const float* up, int n, float* out);
+// x = cap * tanh(x * (1 / cap)), elementwise (Gemma's logit soft-capping).
+void softcap_inplace(float* x, int n, float cap);
 // y += x
 void add_inplace(float* y, const float* x, int n);
 

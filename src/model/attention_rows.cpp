@@ -17,6 +17,7 @@ constexpr int kGroupRows = 16;
 struct RowGroup {
   int first = 0, count = 0;    // rows [first, first + count)
   std::vector<int32_t> cells;  // speculative cells the last row sees, oldest first
+  int32_t committed_from = 0;  // committed positions [committed_from, n_committed) are seen
   int32_t n_committed = 0;
 };
 
@@ -25,15 +26,19 @@ struct RowGroup {
 void attend_rows(Worker& worker, const ModelConfig& c, int layer,
                  std::span<const AttentionRow> rows) {
   const int n = static_cast<int>(rows.size());
+  // A sliding layer's rows each see their own window of keys: one row per
+  // group, its keys those within the window of its position (by position, so
+  // the list is plain decoding's whatever the batch).
+  const int32_t window = c.sliding(layer) ? c.sliding_window : 0;
   std::vector<RowGroup> groups;
   for (int i = 0; i < n; ++i) {
     const AttentionRow& r = rows[i];
-    const bool continues = !groups.empty() && groups.back().count < kGroupRows &&
+    const bool continues = window == 0 && !groups.empty() && groups.back().count < kGroupRows &&
                            rows[i - 1].kv == r.kv && r.kv->spec_parent(r.cell) == rows[i - 1].cell;
     if (continues) {
       ++groups.back().count;
     } else {
-      groups.push_back(RowGroup{i, 1, {}, r.kv->n_committed()});
+      groups.push_back(RowGroup{i, 1, {}, 0, r.kv->n_committed()});
     }
   }
   // For the thread estimate: (query head, key) pairs, and keys each group reads.
@@ -42,14 +47,20 @@ void attend_rows(Worker& worker, const ModelConfig& c, int layer,
     const AttentionRow& last = rows[g.first + g.count - 1];
     last.kv->ancestors(last.cell, g.cells);
     g.cells.push_back(last.cell);
-    const double keys = g.n_committed + static_cast<double>(g.cells.size());
+    if (window > 0) {
+      const int32_t oldest = last.kv->spec_position(last.cell) - window + 1;
+      g.committed_from = std::clamp(oldest, 0, g.n_committed);
+      std::erase_if(g.cells, [&](int32_t cell) { return last.kv->spec_position(cell) < oldest; });
+    }
+    const double keys = g.n_committed - g.committed_from + static_cast<double>(g.cells.size());
     pairs += g.count * keys;
     keys_read += keys;
   }
   pairs *= c.n_head;
 
   const int hd = c.head_dim, group_heads = c.n_head / c.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.attention_scale();
+  const float cap = c.attn_logit_softcap;
   const int64_t n_jobs = static_cast<int64_t>(groups.size()) * c.n_head_kv;
   // ~0.03 ns per (pair, dimension) on one thread (scores and weighted values),
   // and ~0.1 ns per byte of keys and values: in a decode step the weights'
@@ -70,7 +81,7 @@ void attend_rows(Worker& worker, const ModelConfig& c, int layer,
       const int kv_off = kv_head * hd;
       keys.clear();
       values.clear();
-      for (int32_t pos = 0; pos < g.n_committed; ++pos) {
+      for (int32_t pos = g.committed_from; pos < g.n_committed; ++pos) {
         keys.push_back(kv.committed_k(layer, pos) + kv_off);
         values.push_back(kv.committed_v(layer, pos) + kv_off);
       }
@@ -91,8 +102,14 @@ void attend_rows(Worker& worker, const ModelConfig& c, int layer,
           n_keys.push_back(nk);
         }
       }
-      attend_many(static_cast<int>(queries.size()), queries.data(), n_keys.data(), keys.data(),
-                  values.data(), hd, scale, scratch, outs.data());
+      if (cap > 0) {
+        for (size_t i = 0; i < queries.size(); ++i)
+          attend_softcapped(queries[i], keys.data(), values.data(), n_keys[i], hd, scale, cap,
+                            scratch.scores, outs[i]);
+      } else {
+        attend_many(static_cast<int>(queries.size()), queries.data(), n_keys.data(), keys.data(),
+                    values.data(), hd, scale, scratch, outs.data());
+      }
     }
   });
 }

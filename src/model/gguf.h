@@ -1,8 +1,8 @@
 #pragma once
-// GGUF v3 reader (memory-mapped or, for large files, read into huge pages; every offset/size/count
-// bounds-checked) and writer. Format facts: the GGUF specification (ggml, docs/gguf.md there).
-// Parsing and getters: gguf_reader.cpp; how the bytes are held: gguf_loading.cpp; the writer:
-// gguf_writer.cpp; what they share: gguf_format.*.
+// GGUF v3 reader (read into memory, huge pages for large files, or memory-mapped; every
+// offset/size/count bounds-checked) and writer. Format facts: the GGUF specification (ggml,
+// docs/gguf.md there). Parsing and getters: gguf_reader.cpp; how the bytes are held:
+// gguf_loading.cpp; the writer: gguf_writer.cpp; what they share: gguf_format.*.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/quant.h"
+#include "model/mapped_file_guard.h"
 
 namespace parspec {
 
@@ -70,12 +71,14 @@ struct GgufTensorInfo {
   uint64_t n_bytes = 0;
 };
 
-// How GgufFile::open holds a file's bytes. kAuto: files of 64 MiB and more are
-// read into anonymous memory backed by 2 MiB pages (streaming the weights of a
-// 1B-class model through 4 KiB page-cache mappings costs a TLB miss per page:
-// decode measured 14-39% slower on AMD Zen 5), smaller ones are mapped; kMap:
-// always mapped (shared with the page cache, nothing copied; MPI ranks use it
-// so that every rank reads only its own layers); kCopy: always copied.
+// How GgufFile::open holds a file's bytes. kAuto and kCopy: read into anonymous
+// memory, files of 64 MiB and more backed by 2 MiB pages (streaming the weights
+// of a 1B-class model through 4 KiB page-cache mappings costs a TLB miss per
+// page: decode measured 14-39% slower on AMD Zen 5); once read, a file that
+// changes on disk changes nothing in the process. kMap: mapped (shared with the
+// page cache, nothing copied; MPI ranks use it so that every rank reads only its
+// own layers, Model::hold_in_memory); a mapped file that shrinks while mapped
+// ends the process with a message naming it (MappedFileGuard), never SIGBUS.
 // PARSPEC_MMAP=1 in the environment turns kAuto into kMap.
 enum class WeightLoading { kAuto, kMap, kCopy };
 
@@ -169,6 +172,7 @@ class GgufFile {
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
   void* mapping_ = nullptr;  // non-null when we own a mapping (of mapped_size_ bytes)
+  std::unique_ptr<MappedFileGuard> guard_;  // while the file's pages are mapped
   size_t mapped_size_ = 0;
   uint64_t held_bytes_ = 0;
   std::vector<bool> transformed_;  // per tensor, in tensors_ order

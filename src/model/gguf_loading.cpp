@@ -42,7 +42,7 @@ std::string read_fully(int fd, char* dest, size_t size, size_t offset) {
   return "";
 }
 
-bool should_copy(WeightLoading loading, size_t size) {
+bool should_copy(WeightLoading loading) {
   switch (loading) {
     case WeightLoading::kCopy:
       return true;
@@ -51,9 +51,10 @@ bool should_copy(WeightLoading loading, size_t size) {
     case WeightLoading::kAuto:
       break;
   }
+  // Mapped pages of a file that shrinks later are lost to the process: unless
+  // asked to map, every file is read in (a small one costs milliseconds).
   const char* env = std::getenv("PARSPEC_MMAP");
-  if (env != nullptr && std::string_view(env) == "1") return false;
-  return size >= kLargeFile;
+  return env == nullptr || std::string_view(env) != "1";
 }
 
 // The file mapped read-only; a large file starts on a 2 MiB boundary, so that
@@ -124,11 +125,12 @@ void GgufFile::hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors)
 }
 
 void GgufFile::copy_to_huge_pages(int fd, WeightLoading loading, const TransformChooser& choose) {
-  if (!should_copy(loading, size_)) return;
-  const size_t rounded = round_up(size_, kHugePageBytes);
+  if (!should_copy(loading)) return;
+  const bool large = size_ >= kLargeFile;
+  const size_t rounded = round_up(size_, large ? kHugePageBytes : kPage);
   void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return;         // the mapping stays: slower, not wrong
-  madvise(memory, rounded, MADV_HUGEPAGE);  // advice only: without THP it is 4 KiB pages
+  if (memory == MAP_FAILED) return;                    // the mapping stays: slower, not wrong
+  if (large) madvise(memory, rounded, MADV_HUGEPAGE);  // advice only: without THP, 4 KiB pages
 #ifdef MADV_POPULATE_WRITE
   // Every page faulted in now, in order: transforms write from several threads
   // at once, and their faults left ~40% of a 1B model in 4 KiB pages in most
@@ -178,6 +180,7 @@ void GgufFile::copy_to_huge_pages(int fd, WeightLoading loading, const Transform
     fail(path_, ": cannot read: ", error);
   }
   mprotect(memory, rounded, PROT_READ);
+  guard_.reset();
   munmap(mapping_, mapped_size_);
   mapping_ = memory;
   mapped_size_ = rounded;
@@ -217,6 +220,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, WeightLoading 
   file->mapped_size_ = size;
   file->base_ = static_cast<const uint8_t*>(mapping);
   file->size_ = size;
+  file->guard_ = std::make_unique<MappedFileGuard>(mapping, size, path);
   try {
     // Parsed from the mapping (only the header's pages are read), then, where
     // the policy says copy, read into memory with the tensors' transforms.
@@ -231,6 +235,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, WeightLoading 
 }
 
 GgufFile::~GgufFile() {
+  guard_.reset();
   if (mapping_ != nullptr) munmap(mapping_, mapped_size_);
 }
 

@@ -77,6 +77,8 @@ struct Plan {
 Plan make_plan(const GgufFile& file, const InflateShape& shape) {
   Plan p;
   p.src = ModelConfig::from_gguf(file);
+  check(p.src.arch == "llama" || p.src.arch == "qwen2", "inflate: ", file.path(), " is a ",
+        p.src.arch, " model; inflation supports llama and qwen2 sources");
   const ModelConfig& s = p.src;
   const int hd = s.head_dim;
   p.head_dim = hd;

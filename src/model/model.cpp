@@ -67,6 +67,23 @@ void check_all_tensors_used(const GgufFile& file, const ModelConfig& c) {
           " tensors in the file): its block_count or architecture does not match its weights");
 }
 
+RopeTable make_rope_table(const ModelConfig& c, float freq_base, float linear_scale,
+                          const std::vector<float>& factors) {
+  static std::atomic<uint64_t> tables{0};
+  RopeTable t;
+  const int n_pairs = c.rope_dims / 2;
+  t.inv_freq.resize(n_pairs);
+  for (int i = 0; i < n_pairs; ++i) {
+    double inv = std::pow(static_cast<double>(freq_base), -2.0 * i / c.rope_dims);
+    if (!factors.empty()) inv /= factors[i];
+    inv /= linear_scale;
+    t.inv_freq[i] = static_cast<float>(inv);
+  }
+  t.mscale = c.rope_attn_factor;
+  t.key = ++tables;
+  return t;
+}
+
 uint64_t matrix_bytes(const WeightMatrix& w) {
   return row_bytes(w.type, w.n_in) * w.n_out;
 }
@@ -86,10 +103,11 @@ bool read_through_matmul(const GgufFile& file, const std::string& name) {
   if (name == "token_embd.weight") return file.find_tensor("output.weight") == nullptr;
   if (!name.starts_with("blk.")) return false;
   for (const char* suffix :
-       {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight",
-        ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight", ".ffn_gate_inp.weight",
-        ".ffn_gate_exps.weight", ".ffn_up_exps.weight", ".ffn_down_exps.weight",
-        ".ffn_gate_shexp.weight", ".ffn_up_shexp.weight", ".ffn_down_shexp.weight"}) {
+       {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_qkv.weight",
+        ".attn_output.weight", ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight",
+        ".ffn_gate_inp.weight", ".ffn_gate_exps.weight", ".ffn_up_exps.weight",
+        ".ffn_down_exps.weight", ".ffn_gate_shexp.weight", ".ffn_up_shexp.weight",
+        ".ffn_down_shexp.weight"}) {
     if (name.ends_with(suffix)) return true;
   }
   return false;
@@ -154,24 +172,39 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
     LayerWeights w;
     w.attn_norm = load_vector(f, p + "attn_norm.weight", c.n_embd);
     w.ffn_norm = load_vector(f, p + "ffn_norm.weight", c.n_embd);
-    w.wq = load_matrix(f, p + "attn_q.weight", c.n_embd, c.q_dim());
-    w.wk = load_matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
-    w.wv = load_matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
+    if (c.fused_qkv) {
+      w.wqkv = load_matrix(f, p + "attn_qkv.weight", c.n_embd, c.q_dim() + 2 * c.kv_dim());
+    } else {
+      w.wq = load_matrix(f, p + "attn_q.weight", c.n_embd, c.q_dim());
+      w.wk = load_matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
+      w.wv = load_matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
+    }
     w.wo = load_matrix(f, p + "attn_output.weight", c.q_dim(), c.n_embd);
     if (c.moe.enabled()) {
       w.moe = load_moe_weights(f, c.moe, c.n_embd, l);
       m->weight_bytes_ += moe_bytes_per_token(w.moe, c.moe);
+    } else if (c.fused_gate_up) {
+      w.w_up = load_matrix(f, p + "ffn_up.weight", c.n_embd, 2 * static_cast<int64_t>(c.n_ff));
     } else {
       w.w_gate = load_matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
       w.w_up = load_matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
-      w.w_down = load_matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+    }
+    if (!c.moe.enabled()) w.w_down = load_matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+    if (c.qk_norm) {
+      w.q_norm = load_vector(f, p + "attn_q_norm.weight", c.head_dim);
+      w.k_norm = load_vector(f, p + "attn_k_norm.weight", c.head_dim);
+    }
+    if (c.post_norms) {
+      w.post_attn_norm = load_vector(f, p + "post_attention_norm.weight", c.n_embd);
+      w.post_ffn_norm = load_vector(f, p + "post_ffw_norm.weight", c.n_embd);
     }
     if (c.qkv_bias) {
       w.bq = load_vector(f, p + "attn_q.bias", c.q_dim());
       w.bk = load_vector(f, p + "attn_k.bias", c.kv_dim());
       w.bv = load_vector(f, p + "attn_v.bias", c.kv_dim());
     }
-    for (const WeightMatrix* wm : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+    for (const WeightMatrix* wm :
+         {&w.wq, &w.wk, &w.wv, &w.wqkv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
       if (wm->data != nullptr) m->weight_bytes_ += matrix_bytes(*wm);
     m->layers_.push_back(std::move(w));
   }
@@ -185,24 +218,24 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
   if (m->output_.repacked) m->repacked_bytes_ += matrix_bytes(m->output_);
   for (const LayerWeights& w : m->layers_) {
     for (const WeightMatrix* wm :
-         {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.moe.router,
+         {&w.wq, &w.wk, &w.wv, &w.wqkv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.moe.router,
           &w.moe.shared_gate, &w.moe.shared_up, &w.moe.shared_down})
-      if (wm->repacked) m->repacked_bytes_ += matrix_bytes(*wm);
+      if (wm->data != nullptr && wm->repacked) m->repacked_bytes_ += matrix_bytes(*wm);
     for (const auto* experts : {&w.moe.gate, &w.moe.up, &w.moe.down})
       for (const WeightMatrix& wm : *experts)
         if (wm.repacked) m->repacked_bytes_ += matrix_bytes(wm);
   }
 
-  const int n_pairs = c.rope_dims / 2;
-  m->rope_inv_freq_.resize(n_pairs);
-  for (int i = 0; i < n_pairs; ++i) {
-    double inv = std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dims);
-    if (!c.rope_freq_factors.empty()) inv /= c.rope_freq_factors[i];
-    inv /= c.rope_linear_scale;
-    m->rope_inv_freq_[i] = static_cast<float>(inv);
-  }
-  static std::atomic<uint64_t> models{0};
-  m->rope_key_ = ++models;
+  // LongRoPE's short factors stand in for llama3's where the file has them.
+  const std::vector<float>& factors =
+      c.rope_factors_short.empty() ? c.rope_freq_factors : c.rope_factors_short;
+  m->rope_global_ = make_rope_table(c, c.rope_freq_base, c.rope_linear_scale, factors);
+  m->rope_sliding_ =
+      c.rope_freq_base_sliding > 0
+          ? make_rope_table(c, c.rope_freq_base_sliding, c.rope_linear_scale_sliding, factors)
+          : m->rope_global_;
+  if (!c.rope_factors_long.empty())
+    m->rope_long_ = make_rope_table(c, c.rope_freq_base, c.rope_linear_scale, c.rope_factors_long);
   return m;
 }
 
@@ -219,7 +252,10 @@ void Model::embed(std::span<const int32_t> tokens, float* hidden) const {
                          unpacked.data());
       row = unpacked.data();
     }
-    dequantize_row(token_embd_.type, row, hidden + i * config_.n_embd, config_.n_embd);
+    float* out = hidden + i * config_.n_embd;
+    dequantize_row(token_embd_.type, row, out, config_.n_embd);
+    if (config_.embedding_scale != 1.0f)
+      for (int d = 0; d < config_.n_embd; ++d) out[d] *= config_.embedding_scale;
   }
 }
 
@@ -230,8 +266,9 @@ namespace {
 // recomputing them (in double) each time cost ~1% of an 8-token forward of a
 // 1B model. Direct-mapped by position; the values are rope_angles' own, so
 // nothing changes but the time.
-const float* memoized_rope_angles(uint64_t model_key, const std::vector<float>& inv_freq,
-                                  int32_t position) {
+const float* memoized_rope_angles(const RopeTable& table, int32_t position) {
+  const uint64_t model_key = table.key;
+  const std::vector<float>& inv_freq = table.inv_freq;
   struct Entry {
     uint64_t model_key = 0;
     int32_t position = 0;
@@ -243,6 +280,8 @@ const float* memoized_rope_angles(uint64_t model_key, const std::vector<float>& 
   if (e.model_key != model_key || e.position != position) {
     e.cos_sin.resize(2 * static_cast<size_t>(n_pairs));
     rope_angles(position, inv_freq.data(), n_pairs, e.cos_sin.data(), e.cos_sin.data() + n_pairs);
+    if (table.mscale != 1.0f)
+      for (float& x : e.cos_sin) x *= table.mscale;
     e.model_key = model_key;
     e.position = position;
   }
@@ -269,16 +308,43 @@ void Model::attention_block(Worker& worker, int layer, const Batch& batch, KvCac
   add_inplace(hidden, o, static_cast<int>(n));
 }
 
-void Model::project_qkv(Worker& worker, const LayerWeights& w, const float* hidden, int n,
-                        std::span<const int32_t> positions, float* xn, float* q, float* k,
-                        float* v) const {
+const RopeTable& Model::rope_table(int layer, bool long_context) const {
+  if (long_context && !rope_long_.inv_freq.empty()) return rope_long_;
+  return config_.sliding(layer) ? rope_sliding_ : rope_global_;
+}
+
+// As llama.cpp chooses LongRoPE's factors: by the context a sequence may reach.
+bool Model::long_context(const KvCache& kv) const {
+  return !rope_long_.inv_freq.empty() && kv.capacity() > config_.rope_original_context;
+}
+
+void Model::project_qkv(Worker& worker, int layer, const float* hidden, int n,
+                        std::span<const int32_t> positions, bool long_context, float* xn, float* q,
+                        float* k, float* v) const {
   const ModelConfig& c = config_;
+  const LayerWeights& w = layers_.at(layer);
   const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
   for (int i = 0; i < n; ++i)
     rmsnorm(hidden + static_cast<size_t>(i) * c.n_embd, w.attn_norm.data(), c.n_embd, c.rms_eps,
             xn + static_cast<size_t>(i) * c.n_embd);
-  const MatmulPart qkv[] = {{&w.wq, q}, {&w.wk, k}, {&w.wv, v}};
-  matmul_many(worker, qkv, xn, n);
+  if (c.fused_qkv) {
+    // One multiply into rows of q | k | v, split into the three buffers.
+    thread_local std::vector<float> qkv_buffer;
+    const size_t width = static_cast<size_t>(q_dim + 2 * kv_dim);
+    float* qkv = reuse(qkv_buffer, width * n);
+    matmul(worker, w.wqkv, xn, n, qkv);
+    for (int i = 0; i < n; ++i) {
+      const float* row = qkv + width * i;
+      std::memcpy(q + static_cast<size_t>(i) * q_dim, row, sizeof(float) * q_dim);
+      std::memcpy(k + static_cast<size_t>(i) * kv_dim, row + q_dim, sizeof(float) * kv_dim);
+      std::memcpy(v + static_cast<size_t>(i) * kv_dim, row + q_dim + kv_dim,
+                  sizeof(float) * kv_dim);
+    }
+  } else {
+    const MatmulPart qkv[] = {{&w.wq, q}, {&w.wk, k}, {&w.wv, v}};
+    matmul_many(worker, qkv, xn, n);
+  }
+  const RopeTable& table = rope_table(layer, long_context);
   for (int i = 0; i < n; ++i) {
     float* qi = q + static_cast<size_t>(i) * q_dim;
     float* ki = k + static_cast<size_t>(i) * kv_dim;
@@ -288,10 +354,28 @@ void Model::project_qkv(Worker& worker, const LayerWeights& w, const float* hidd
       add_inplace(ki, w.bk.data(), kv_dim);
       add_inplace(vi, w.bv.data(), kv_dim);
     }
-    const float* cosines = memoized_rope_angles(rope_key_, rope_inv_freq_, positions[i]);
-    const float* sines = cosines + rope_inv_freq_.size();
+    if (c.qk_norm) {  // in place: rmsnorm reads each element before writing it
+      for (int h = 0; h < c.n_head; ++h)
+        rmsnorm(qi + h * hd, w.q_norm.data(), hd, c.rms_eps, qi + h * hd);
+      for (int h = 0; h < c.n_head_kv; ++h)
+        rmsnorm(ki + h * hd, w.k_norm.data(), hd, c.rms_eps, ki + h * hd);
+    }
+    const float* cosines = memoized_rope_angles(table, positions[i]);
+    const float* sines = cosines + table.inv_freq.size();
     rope_rotate(qi, c.n_head, hd, c.rope_dims, cosines, sines, c.rope_style);
     rope_rotate(ki, c.n_head_kv, hd, c.rope_dims, cosines, sines, c.rope_style);
+  }
+}
+
+void Model::attention_projection(Worker& worker, int layer, const float* att, int n,
+                                 float* out) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = layers_.at(layer);
+  matmul(worker, w.wo, att, n, out);
+  if (!c.post_norms) return;
+  for (int i = 0; i < n; ++i) {
+    float* row = out + static_cast<size_t>(i) * c.n_embd;
+    rmsnorm(row, w.post_attn_norm.data(), c.n_embd, c.rms_eps, row);
   }
 }
 
@@ -299,7 +383,6 @@ void Model::attention_output(Worker& worker, int layer, const Batch& batch, KvCa
                              int32_t first_cell, const float* hidden, float* out,
                              AttentionProbe* probe) const {
   const ModelConfig& c = config_;
-  const LayerWeights& w = layers_.at(layer);
   const int n = static_cast<int>(batch.size());
   const int q_dim = c.q_dim(), kv_dim = c.kv_dim();
   thread_local std::vector<float> xn_buffer, q_buffer, k_buffer, v_buffer, att_buffer;
@@ -310,7 +393,7 @@ void Model::attention_output(Worker& worker, int layer, const Batch& batch, KvCa
   float* v = reuse(v_buffer, rows * kv_dim);
   float* att = reuse(att_buffer, rows * q_dim);
 
-  project_qkv(worker, w, hidden, n, batch.positions, xn, q, k, v);
+  project_qkv(worker, layer, hidden, n, batch.positions, long_context(kv), xn, q, k, v);
   for (int i = 0; i < n; ++i) {
     std::memcpy(kv.spec_k(layer, first_cell + i), k + static_cast<size_t>(i) * kv_dim,
                 sizeof(float) * kv_dim);
@@ -328,7 +411,7 @@ void Model::attention_output(Worker& worker, int layer, const Batch& batch, KvCa
     row_list[i] = AttentionRow{&kv, first_cell + i, q + static_cast<size_t>(i) * q_dim,
                                att + static_cast<size_t>(i) * q_dim};
   attend_rows(worker, c, layer, row_list);
-  matmul(worker, w.wo, att, n, out);
+  attention_projection(worker, layer, att, n, out);
 }
 
 void Model::mlp_block(Worker& worker, int layer, int n, float* hidden) const {
@@ -341,6 +424,9 @@ void Model::mlp_block(Worker& worker, int layer, int n, float* hidden) const {
   for (size_t i = 0; i < rows; ++i)
     rmsnorm(hidden + i * c.n_embd, w.ffn_norm.data(), c.n_embd, c.rms_eps, xn + i * c.n_embd);
   ffn_rows(worker, layer, xn, n, o);
+  if (c.post_norms)
+    for (size_t i = 0; i < rows; ++i)
+      rmsnorm(o + i * c.n_embd, w.post_ffn_norm.data(), c.n_embd, c.rms_eps, o + i * c.n_embd);
   add_inplace(hidden, o, n * c.n_embd);
 }
 
@@ -355,16 +441,33 @@ void Model::ffn_rows(Worker& worker, int layer, const float* xn, int n, float* o
   const size_t rows = static_cast<size_t>(n);
   float* gate = reuse(gate_buffer, rows * c.n_ff);
   float* up = reuse(up_buffer, rows * c.n_ff);
-  const MatmulPart gate_up[] = {{&w.w_gate, gate}, {&w.w_up, up}};
-  matmul_many(worker, gate_up, xn, n);
-  // SwiGLU row by row on as many threads as it is worth (~2 ns per element on
-  // one thread: an exp and a division); each element is computed alike anywhere.
   const int64_t ff = c.n_ff;
+  if (c.fused_gate_up) {
+    // One multiply into rows of gate | up, split into the two buffers.
+    thread_local std::vector<float> fused_buffer;
+    float* fused = reuse(fused_buffer, rows * 2 * ff);
+    matmul(worker, w.w_up, xn, n, fused);
+    for (size_t i = 0; i < rows; ++i) {
+      std::memcpy(gate + i * ff, fused + i * 2 * ff, sizeof(float) * ff);
+      std::memcpy(up + i * ff, fused + i * 2 * ff + ff, sizeof(float) * ff);
+    }
+  } else {
+    const MatmulPart gate_up[] = {{&w.w_gate, gate}, {&w.w_up, up}};
+    matmul_many(worker, gate_up, xn, n);
+  }
+  // The gated activation row by row on as many threads as it is worth (~2 ns
+  // per element on one thread); each element is computed alike anywhere.
+  const bool gelu = c.activation == FfnActivation::kGeluTanh;
   const int threads = worker.threads_for(2.0 * static_cast<double>(n) * static_cast<double>(ff));
-  worker.parallel_chunks(
-      n, std::max<int64_t>(1, n / (4 * threads)), threads, [&](int64_t r0, int64_t r1) {
-        swiglu(gate + r0 * ff, up + r0 * ff, static_cast<int>((r1 - r0) * ff), gate + r0 * ff);
-      });
+  worker.parallel_chunks(n, std::max<int64_t>(1, n / (4 * threads)), threads,
+                         [&](int64_t r0, int64_t r1) {
+                           const int count = static_cast<int>((r1 - r0) * ff);
+                           if (gelu) {
+                             geglu_tanh(gate + r0 * ff, up + r0 * ff, count, gate + r0 * ff);
+                           } else {
+                             swiglu(gate + r0 * ff, up + r0 * ff, count, gate + r0 * ff);
+                           }
+                         });
   matmul(worker, w.w_down, gate, n, out);
 }
 
@@ -386,6 +489,10 @@ void Model::output_logits(Worker& worker, const float* hidden, int n, float* log
     rmsnorm(hidden + static_cast<size_t>(i) * config_.n_embd, output_norm_.data(), config_.n_embd,
             config_.rms_eps, &xn[static_cast<size_t>(i) * config_.n_embd]);
   matmul(worker, output_, xn.data(), n, logits);
+  if (config_.final_logit_softcap > 0)
+    for (int i = 0; i < n; ++i)
+      softcap_inplace(logits + static_cast<size_t>(i) * config_.n_vocab, config_.n_vocab,
+                      config_.final_logit_softcap);
 }
 
 std::vector<float> Model::forward(Worker& worker, const Batch& batch, KvCache& kv) const {

@@ -44,9 +44,22 @@ struct AttentionProbe {
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
-  std::vector<float> bq, bk, bv;                      // empty without biases
-  WeightMatrix wq, wk, wv, wo, w_gate, w_up, w_down;  // w_gate/up/down: a dense FFN only
-  MoeWeights moe;                                     // a mixture-of-experts FFN only
+  std::vector<float> bq, bk, bv;                     // empty without biases
+  std::vector<float> q_norm, k_norm;                 // per head (head_dim), empty without qk_norm
+  std::vector<float> post_attn_norm, post_ffn_norm;  // empty without post_norms
+  // wq/wk/wv, or wqkv (fused_qkv); w_gate and w_up, or w_up alone with 2 * n_ff rows
+  // (fused_gate_up).
+  WeightMatrix wq, wk, wv, wqkv, wo, w_gate, w_up, w_down;  // w_gate/up/down: a dense FFN only
+  MoeWeights moe;                                           // a mixture-of-experts FFN only
+};
+
+// One set of RoPE frequencies (per rotated pair, scaling folded in), and the
+// factor its cosines and sines are multiplied by.
+struct RopeTable {
+  std::vector<float> inv_freq;
+  float mscale = 1.0f;
+  // Unique per table in the process: keys the per-thread memo of rope angles.
+  uint64_t key = 0;
 };
 
 class Model {
@@ -121,17 +134,24 @@ class Model {
   // The first half of a layer's attention for n rows: q, k, v of
   // norm(hidden) with biases and RoPE at `positions` (xn: scratch, n × n_embd).
   // attention_output and forward_multi share it, so both compute the same rows.
-  void project_qkv(Worker& worker, const LayerWeights& w, const float* hidden, int n,
-                   std::span<const int32_t> positions, float* xn, float* q, float* k,
-                   float* v) const;
+  // `long_context`: the cache holds more than the model's original context
+  // (Phi-3 LongRoPE's long factors).
+  void project_qkv(Worker& worker, int layer, const float* hidden, int n,
+                   std::span<const int32_t> positions, bool long_context, float* xn, float* q,
+                   float* k, float* v) const;
+  // out = post_norm(wo · att) for n rows (the post-norm only where the family has one).
+  void attention_projection(Worker& worker, int layer, const float* att, int n, float* out) const;
+  // Which RoPE table a layer uses for a cache of `capacity` cells.
+  const RopeTable& rope_table(int layer, bool long_context) const;
+  bool long_context(const KvCache& kv) const;
   ModelConfig config_;
   std::unique_ptr<GgufFile> file_;
   WeightMatrix token_embd_, output_;
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
-  std::vector<float> rope_inv_freq_;  // per rotated pair, scaling folded in
-  // Unique per model in the process: keys the per-thread memo of rope angles.
-  uint64_t rope_key_ = 0;
+  // Global layers', sliding layers' (where they differ), and LongRoPE's long
+  // factors' (where the file has them).
+  RopeTable rope_global_, rope_sliding_, rope_long_;
   uint64_t weight_bytes_ = 0;
   uint64_t repacked_bytes_ = 0;
   mutable ExpertTally expert_tally_;

@@ -1,5 +1,8 @@
 #include "model/model_config.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "model/gguf.h"
 
@@ -9,9 +12,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
   ModelConfig c;
   const std::string& path = file.path();
   c.arch = file.get_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen2moe")
-    fail(path, ": unsupported architecture '", c.arch,
-         "' (parspec supports llama, qwen2 and qwen2moe)");
+  if (!is_supported_architecture(c.arch))
+    fail(path, ": unsupported architecture '", c.arch, "' (parspec supports ",
+         supported_architectures(), ")");
   const std::string p = c.arch + ".";
   c.name = file.get_string("general.name", "");
   c.n_embd = static_cast<int>(file.get_int(p + "embedding_length"));
@@ -46,10 +49,6 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
     fail(path, ": RoPE scaling '", scaling, "' is not supported (supported: none, linear, llama3)");
   }
 
-  c.rope_style = c.arch == "llama" ? RopeStyle::kAdjacent : RopeStyle::kNeox;
-  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
-  c.moe = read_moe_config(file, c.arch, c.n_ff);
-
   const GgufTensorInfo* embd = file.find_tensor("token_embd.weight");
   check(embd != nullptr, path, ": missing tensor token_embd.weight");
   check(embd->dims.size() == 2 && embd->dims[0] == c.n_embd, path,
@@ -65,26 +64,44 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
     for (float f : c.rope_freq_factors)
       check(f > 0, path, ": rope_freqs.weight has a non-positive value");
   }
+  read_family_traits(file, c);
+  c.moe = read_moe_config(file, c.arch, c.n_ff);
   return c;
+}
+
+float ModelConfig::attention_scale() const {
+  return query_scale > 0 ? query_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
 std::vector<std::string> tensor_names(const ModelConfig& c, bool with_rope_freqs) {
   std::vector<std::string> names = {"token_embd.weight", "output_norm.weight"};
   if (!c.tied_embeddings) names.push_back("output.weight");
   if (with_rope_freqs) names.push_back("rope_freqs.weight");
+  if (!c.rope_factors_long.empty()) names.push_back("rope_factors_long.weight");
+  if (!c.rope_factors_short.empty()) names.push_back("rope_factors_short.weight");
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    for (const char* t : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-                          "attn_output.weight", "ffn_norm.weight"})
+    for (const char* t : {"attn_norm.weight", "attn_output.weight", "ffn_norm.weight"})
       names.push_back(p + t);
+    if (c.fused_qkv) {
+      names.push_back(p + "attn_qkv.weight");
+    } else {
+      for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight"})
+        names.push_back(p + t);
+    }
     if (c.moe.enabled()) {
       for (std::string& name : moe_tensor_names(c.moe, p)) names.push_back(std::move(name));
     } else {
-      for (const char* t : {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"})
-        names.push_back(p + t);
+      for (const char* t : {"ffn_up.weight", "ffn_down.weight"}) names.push_back(p + t);
+      if (!c.fused_gate_up) names.push_back(p + "ffn_gate.weight");
     }
     if (c.qkv_bias)
       for (const char* t : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) names.push_back(p + t);
+    if (c.qk_norm)
+      for (const char* t : {"attn_q_norm.weight", "attn_k_norm.weight"}) names.push_back(p + t);
+    if (c.post_norms)
+      for (const char* t : {"post_attention_norm.weight", "post_ffw_norm.weight"})
+        names.push_back(p + t);
   }
   return names;
 }

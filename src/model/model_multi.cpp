@@ -36,6 +36,11 @@ std::vector<std::vector<float>> Model::forward_multi(
   const int n = offset[n_seq];
   std::vector<std::vector<float>> out(n_seq);
   if (n == 0) return out;
+  // One RoPE table for all rows: LongRoPE's choice by cache size must agree.
+  const bool long_rope = long_context(*sequences[0].kv);
+  for (size_t s = 1; s < n_seq; ++s)
+    check(long_context(*sequences[s].kv) == long_rope,
+          "forward_multi: caches on both sides of the model's original context");
 
   std::vector<float> hidden(static_cast<size_t>(n) * c.n_embd);
   std::vector<int32_t> first_cell(n_seq);
@@ -61,9 +66,9 @@ std::vector<std::vector<float>> Model::forward_multi(
   std::vector<AttentionRow> rows(n);
 
   for (int layer = 0; layer < c.n_layer; ++layer) {
-    const LayerWeights& w = layers_[layer];
     // Attention block (as attention_block(), over all rows).
-    project_qkv(worker, w, hidden.data(), n, positions, xn.data(), q.data(), k.data(), v.data());
+    project_qkv(worker, layer, hidden.data(), n, positions, long_rope, xn.data(), q.data(),
+                k.data(), v.data());
     for (int i = 0; i < n; ++i) {
       const float* ki = &k[static_cast<size_t>(i) * kv_dim];
       const float* vi = &v[static_cast<size_t>(i) * kv_dim];
@@ -79,15 +84,11 @@ std::vector<std::vector<float>> Model::forward_multi(
                        &q[static_cast<size_t>(i) * q_dim], &att[static_cast<size_t>(i) * q_dim]};
     }
     attend_rows(worker, c, layer, rows);
-    matmul(worker, w.wo, att.data(), n, o.data());
+    attention_projection(worker, layer, att.data(), n, o.data());
     add_inplace(hidden.data(), o.data(), n * c.n_embd);
 
-    // MLP block (as mlp_block()).
-    for (int i = 0; i < n; ++i)
-      rmsnorm(&hidden[static_cast<size_t>(i) * c.n_embd], w.ffn_norm.data(), c.n_embd, c.rms_eps,
-              &xn[static_cast<size_t>(i) * c.n_embd]);
-    ffn_rows(worker, layer, xn.data(), n, o.data());
-    add_inplace(hidden.data(), o.data(), n * c.n_embd);
+    // MLP block: row-wise, so all sequences' rows at once.
+    mlp_block(worker, layer, n, hidden.data());
   }
 
   // Output rows of every sequence that wants logits, in one multiply.

@@ -117,6 +117,8 @@ MoeConfig read_moe_config(const GgufFile& file, const std::string& arch, int n_f
           " but expert_count is missing or 0");
     return m;
   }
+  check(moe_arch || arch == "llama", path, ": ", p, "expert_count is ", m.n_expert,
+        ", but parspec runs experts only in llama, qwen2moe and qwen3moe files");
   check(m.n_expert > 0, path, ": ", arch, " needs ", p, "expert_count > 0");
   check(m.n_expert <= kMaxExperts, path, ": ", p, "expert_count ", m.n_expert, " is more than the ",
         kMaxExperts, " experts supported");

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/worker.h"
 #include "model/gguf.h"
+#include "model/model_config.h"
 
 namespace parspec {
 
@@ -128,11 +129,17 @@ std::vector<float> llama3_rope_factors(int head_dim, float freq_base) {
 }
 
 void validate(const RandomModelSpec& spec) {
-  check(spec.arch == "llama" || spec.arch == "qwen2" || spec.arch == "qwen2moe",
-        "random model: unknown architecture '", spec.arch, "' (expected llama, qwen2 or qwen2moe)");
-  check(spec.arch != "qwen2" || spec.n_expert == 0,
-        "random model: qwen2 has no experts (qwen2moe has)");
-  check(spec.arch != "qwen2moe" || spec.n_expert > 0, "random model: qwen2moe needs --experts");
+  check(is_supported_architecture(spec.arch), "random model: unknown architecture '", spec.arch,
+        "' (expected ", supported_architectures(), ")");
+  check(spec.logit_spread > 0, "random model: logit_spread must be positive");
+  check(spec.sliding_window >= 0, "random model: sliding_window must be >= 0");
+  check(spec.rope_linear_scale >= 1, "random model: rope_linear_scale must be >= 1");
+  check(spec.longrope_original_context >= 0 && spec.longrope_original_context < spec.n_ctx + 1,
+        "random model: longrope_original_context must be in [0, n_ctx]");
+  const bool moe_arch = spec.arch == "qwen2moe" || spec.arch == "qwen3moe";
+  check(moe_arch || spec.arch == "llama" || spec.n_expert == 0, "random model: ", spec.arch,
+        " has no experts (llama, qwen2moe and qwen3moe have)");
+  check(!moe_arch || spec.n_expert > 0, "random model: ", spec.arch, " needs --experts");
   check(spec.n_expert >= 0 && spec.n_expert <= 256, "random model: experts must be in 0..256");
   check(spec.n_expert == 0 || (spec.n_expert_used > 0 && spec.n_expert_used <= spec.n_expert),
         "random model: experts used per token must be in 1..", spec.n_expert, ", got ",
@@ -262,11 +269,37 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
     w.set(a + ".expert_count", GgufValue::u32(uint32_t(spec.n_expert)));
     w.set(a + ".expert_used_count", GgufValue::u32(uint32_t(spec.n_expert_used)));
   }
-  if (a == "qwen2moe") {
+  if (a == "qwen2moe" || a == "qwen3moe")
     w.set(a + ".expert_feed_forward_length",
           GgufValue::u32(uint32_t(spec.n_ff_expert > 0 ? spec.n_ff_expert : spec.n_ff)));
+  if (a == "qwen2moe") {
     w.set(a + ".expert_shared_feed_forward_length",
           GgufValue::u32(uint32_t(spec.n_ff_shared > 0 ? spec.n_ff_shared : spec.n_ff)));
+  }
+  const bool gemma = a == "gemma2" || a == "gemma3";
+  if (gemma) {  // llama.cpp's gemma converters write the head size
+    w.set(a + ".attention.key_length", GgufValue::u32(uint32_t(head_dim)));
+    w.set(a + ".attention.value_length", GgufValue::u32(uint32_t(head_dim)));
+  }
+  const int window = a == "gemma3" && spec.sliding_window == 0 ? 4096 : spec.sliding_window;
+  if (window > 0) w.set(a + ".attention.sliding_window", GgufValue::u32(uint32_t(window)));
+  if (spec.attn_logit_softcap > 0)
+    w.set(a + ".attn_logit_softcapping", GgufValue::f32(spec.attn_logit_softcap));
+  if (spec.final_logit_softcap > 0)
+    w.set(a + ".final_logit_softcapping", GgufValue::f32(spec.final_logit_softcap));
+  if (spec.rope_linear_scale != 1.0f) {
+    w.set(a + ".rope.scaling.type", GgufValue::string("linear"));
+    w.set(a + ".rope.scaling.factor", GgufValue::f32(spec.rope_linear_scale));
+  }
+  if (spec.longrope_original_context > 0) {
+    // As llama.cpp's Phi-3 converter: LongRoPE's attention factor from the context ratio.
+    const double ratio = double(spec.n_ctx) / spec.longrope_original_context;
+    const double attn_factor =
+        ratio > 1.0 ? std::sqrt(1.0 + std::log(ratio) / std::log(spec.longrope_original_context))
+                    : 1.0;
+    w.set(a + ".rope.scaling.original_context_length",
+          GgufValue::u32(uint32_t(spec.longrope_original_context)));
+    w.set(a + ".rope.scaling.attn_factor", GgufValue::f32(float(attn_factor)));
   }
 
   std::vector<std::string> tokens = byte_level_tokens();
@@ -291,18 +324,19 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
 }
 
 // A layer's experts: the router (F32, as llama.cpp's quantizer keeps it),
-// the stacked expert matrices and, for qwen2moe, the shared expert and its gate.
+// the stacked expert matrices (n_ff_expert wide in the Qwen families, n_ff in
+// llama's) and, for qwen2moe, the shared expert and its gate.
 void add_expert_ffn(ModelBuilder& builder, const RandomModelSpec& spec, const std::string& p,
                     DType down_type) {
   const int64_t n_embd = spec.n_embd, n_expert = spec.n_expert;
-  const bool qwen = spec.arch == "qwen2moe";
+  const bool qwen = spec.arch == "qwen2moe" || spec.arch == "qwen3moe";
   const int64_t ff = qwen && spec.n_ff_expert > 0 ? spec.n_ff_expert : spec.n_ff;
   const double in_embd = 1.0 / std::sqrt(double(n_embd)), in_ff = 1.0 / std::sqrt(double(ff));
   builder.add_matrix(p + "ffn_gate_inp.weight", n_embd, n_expert, DType::F32, in_embd);
   builder.add_experts(p + "ffn_gate_exps.weight", n_embd, ff, n_expert, spec.weight_type, in_embd);
   builder.add_experts(p + "ffn_up_exps.weight", n_embd, ff, n_expert, spec.weight_type, in_embd);
   builder.add_experts(p + "ffn_down_exps.weight", ff, n_embd, n_expert, down_type, in_ff);
-  if (!qwen) return;
+  if (spec.arch != "qwen2moe") return;
   const int64_t sff = spec.n_ff_shared > 0 ? spec.n_ff_shared : spec.n_ff;
   builder.add_vector(p + "ffn_gate_inp_shexp.weight", n_embd, 0.0, in_embd);
   builder.add_matrix(p + "ffn_gate_shexp.weight", n_embd, sff, spec.weight_type, in_embd);
@@ -353,20 +387,48 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
   // logits around unit spread instead of sqrt(n_embd).
   const double linear_in_embd = 1.0 / std::sqrt(double(n_embd));
   const double linear_in_ff = 1.0 / std::sqrt(double(n_ff));
-  builder.add_matrix("token_embd.weight", n_embd, n_vocab,
-                     spec.tied_embeddings ? output_type : wtype,
-                     spec.tied_embeddings ? linear_in_embd : 1.0);
+  const std::string& arch = spec.arch;
+  // Gemma ties its embeddings to the output layer and scales them by sqrt(n_embd) on input.
+  const bool gemma = arch == "gemma2" || arch == "gemma3";
+  const bool tied = spec.tied_embeddings || gemma;
+  const double output_std = spec.logit_spread * linear_in_embd;
+  builder.add_matrix("token_embd.weight", n_embd, n_vocab, tied ? output_type : wtype,
+                     tied ? output_std : 1.0);
   if (spec.llama3_rope_freqs)
     builder.add_f32("rope_freqs.weight", llama3_rope_factors(int(head_dim), spec.rope_freq_base));
+  if (spec.longrope_original_context > 0) {
+    // Divisors >= 1 rising with the wavelength, the long set more than the short one.
+    std::vector<float> long_factors, short_factors;
+    for (int i = 0; i < head_dim / 2; ++i) {
+      const double t = double(i) / double(head_dim / 2);
+      long_factors.push_back(float(1.0 + 15.0 * t * t));
+      short_factors.push_back(float(1.0 + 0.5 * t));
+    }
+    builder.add_f32("rope_factors_long.weight", long_factors);
+    builder.add_f32("rope_factors_short.weight", short_factors);
+  }
   progress.line("embeddings done");
 
   for (int layer = 0; layer < spec.n_layer; ++layer) {
     const std::string p = "blk." + std::to_string(layer) + ".";
     builder.add_vector(p + "attn_norm.weight", n_embd, 1.0, 0.1);
-    builder.add_matrix(p + "attn_q.weight", n_embd, n_embd, wtype, linear_in_embd);
-    builder.add_matrix(p + "attn_k.weight", n_embd, kv_dim, wtype, linear_in_embd);
-    builder.add_matrix(p + "attn_v.weight", n_embd, kv_dim, more_bits_type(layer), linear_in_embd);
-    if (spec.arch != "llama") {
+    if (arch == "phi3") {
+      builder.add_matrix(p + "attn_qkv.weight", n_embd, n_embd + 2 * kv_dim, wtype, linear_in_embd);
+    } else {
+      builder.add_matrix(p + "attn_q.weight", n_embd, n_embd, wtype, linear_in_embd);
+      builder.add_matrix(p + "attn_k.weight", n_embd, kv_dim, wtype, linear_in_embd);
+      builder.add_matrix(p + "attn_v.weight", n_embd, kv_dim, more_bits_type(layer),
+                         linear_in_embd);
+    }
+    if (arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe") {
+      builder.add_vector(p + "attn_q_norm.weight", head_dim, 1.0, 0.1);
+      builder.add_vector(p + "attn_k_norm.weight", head_dim, 1.0, 0.1);
+    }
+    if (gemma) {
+      builder.add_vector(p + "post_attention_norm.weight", n_embd, 1.0, 0.1);
+      builder.add_vector(p + "post_ffw_norm.weight", n_embd, 1.0, 0.1);
+    }
+    if (arch == "qwen2" || arch == "qwen2moe") {
       builder.add_vector(p + "attn_q.bias", n_embd, 0.0, 0.5);
       builder.add_vector(p + "attn_k.bias", kv_dim, 0.0, 0.5);
       builder.add_vector(p + "attn_v.bias", kv_dim, 0.0, 0.5);
@@ -375,18 +437,20 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     builder.add_vector(p + "ffn_norm.weight", n_embd, 1.0, 0.1);
     if (spec.n_expert > 0) {
       add_expert_ffn(builder, spec, p, more_bits_type(layer));
+    } else if (arch == "phi3") {  // gate then up in one tensor
+      builder.add_matrix(p + "ffn_up.weight", n_embd, 2 * n_ff, wtype, linear_in_embd);
     } else {
       builder.add_matrix(p + "ffn_gate.weight", n_embd, n_ff, wtype, linear_in_embd);
       builder.add_matrix(p + "ffn_up.weight", n_embd, n_ff, wtype, linear_in_embd);
-      builder.add_matrix(p + "ffn_down.weight", n_ff, n_embd, more_bits_type(layer), linear_in_ff);
     }
+    if (spec.n_expert == 0)
+      builder.add_matrix(p + "ffn_down.weight", n_ff, n_embd, more_bits_type(layer), linear_in_ff);
     progress.line("layer " + std::to_string(layer + 1) + "/" + std::to_string(spec.n_layer) +
                   " done");
   }
 
   builder.add_vector("output_norm.weight", n_embd, 1.0, 0.1);
-  if (!spec.tied_embeddings)
-    builder.add_matrix("output.weight", n_embd, n_vocab, output_type, linear_in_embd);
+  if (!tied) builder.add_matrix("output.weight", n_embd, n_vocab, output_type, output_std);
   progress.line("writing " + path);
   builder.writer().write(path);
   progress.line("done");

@@ -1,6 +1,7 @@
 #pragma once
-// Writes random-weight llama/qwen2/qwen2moe GGUF models of any shape and weight type,
-// with a byte-level vocabulary, for tests and speed measurements.
+// Writes random-weight GGUF models of every supported architecture (llama,
+// qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, qwen3moe) of any shape and weight type, with a
+// byte-level vocabulary, for tests, reference checks and speed measurements.
 #include <cstdint>
 #include <string>
 
@@ -9,7 +10,7 @@
 namespace parspec {
 
 struct RandomModelSpec {
-  std::string arch = "llama";  // "llama", "qwen2" or "qwen2moe"
+  std::string arch = "llama";  // llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe or qwen3moe
   int n_vocab = 512;           // >= 258: 256 byte tokens, BOS, EOS, then unused fillers
   int n_embd = 64;
   int n_layer = 2;
@@ -33,6 +34,20 @@ struct RandomModelSpec {
   int n_ff_expert = 0;
   int n_ff_shared = 0;
   uint64_t seed = 1;
+  // The output layer's weights are N(0, logit_spread / sqrt(n_embd)): above 1,
+  // peaked next-token distributions whose greedy choices are far from ties
+  // (what comparisons with other implementations need).
+  float logit_spread = 1.0f;
+  // attention.sliding_window: 0 leaves the key out (llama: no window; gemma2:
+  // llama.cpp's default 4096; phi3: none); gemma3 needs one (0 writes 4096).
+  int sliding_window = 0;
+  // Gemma's soft-capping keys (0: left out; the architecture's default applies).
+  float attn_logit_softcap = 0.0f, final_logit_softcap = 0.0f;
+  // phi3: LongRoPE factor tensors and keys for a model trained at this context
+  // (0: none); the model's context stays n_ctx.
+  int longrope_original_context = 0;
+  // gemma3: linear RoPE scaling of the global layers (1: none).
+  float rope_linear_scale = 1.0f;
 };
 
 void write_random_model(const RandomModelSpec& spec, const std::string& path);

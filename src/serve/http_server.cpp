@@ -1,9 +1,8 @@
 #include "serve/http_server.h"
 
-#include <httplib.h>
-
 #include <chrono>
 #include <cstdio>
+#include <deque>
 
 #include "core/error.h"
 #include "serve/page.h"
@@ -20,11 +19,13 @@ int64_t unix_time() {
       .count();
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  // Messages may quote the client's bytes: invalid UTF-8 becomes U+FFFD.
-  res.set_content(error_json(e).dump(-1, ' ', false, json::error_handler_t::replace),
-                  "application/json");
+// Messages may quote the client's bytes: invalid UTF-8 becomes U+FFFD.
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void send_error(HttpExchange& ex, const ApiError& e) {
+  ex.respond(e.status, "application/json", dump(error_json(e)));
 }
 
 ApiError api_error(int status, std::string message, std::string type, std::string code = "") {
@@ -34,6 +35,14 @@ ApiError api_error(int status, std::string message, std::string type, std::strin
   e.type = std::move(type);
   e.code = std::move(code);
   return e;
+}
+
+// The errors the transport answers itself (413, 431, 400, refused connections), in OpenAI's shape.
+std::string transport_error(int status, const std::string& message) {
+  if (status == 429)
+    return dump(error_json(api_error(status, message, "requests", "rate_limit_exceeded")));
+  return dump(error_json(
+      api_error(status, message, status >= 500 ? "server_error" : "invalid_request_error")));
 }
 
 // Constant-time comparison: the time does not depend on where the strings differ.
@@ -49,7 +58,7 @@ bool equal_constant_time(const std::string& a, const std::string& b) {
 }
 
 std::string sse(const json& j) {
-  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+  return "data: " + dump(j) + "\n\n";
 }
 
 // Metrics label for a path: the known endpoints, everything else "other".
@@ -68,10 +77,7 @@ HttpServer::HttpServer(HttpOptions options, Engine& engine, const Tokenizer& tok
       engine_(engine),
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
-      server_(std::make_unique<httplib::Server>()) {
-  const int threads = options_.http_threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_payload_max_length(options_.max_body_bytes);
+      transport_(options_.transport, transport_error) {
   install_routes();
 }
 
@@ -84,64 +90,74 @@ bool HttpServer::authorized(const std::string& header) const {
   return equal_constant_time(header.substr(prefix.size()), options_.api_key);
 }
 
+std::string HttpServer::metrics_text() const {
+  const ForwardBatcher::Stats b = engine_.batcher().stats();
+  const auto sched = engine_.scheduler_stats();
+  const HttpTransport::Stats t = transport_.stats();
+  std::string text = engine_.metrics().render(engine_.queue_depth(), engine_.active(), b.rounds,
+                                              b.rows, b.sequence_forwards) +
+                     render_pipeline_metrics(b, sched ? &*sched : nullptr);
+  text +=
+      "# HELP parspec_http_open_connections HTTP connections open now\n"
+      "# TYPE parspec_http_open_connections gauge\n"
+      "parspec_http_open_connections " +
+      std::to_string(t.open_connections) +
+      "\n# HELP parspec_http_refused_connections_total connections refused past "
+      "--max-connections or --max-connections-per-client\n"
+      "# TYPE parspec_http_refused_connections_total counter\n"
+      "parspec_http_refused_connections_total " +
+      std::to_string(t.refused_connections) +
+      "\n# HELP parspec_http_timed_out_connections_total connections closed at "
+      "--request-timeout or --idle-timeout\n"
+      "# TYPE parspec_http_timed_out_connections_total counter\n"
+      "parspec_http_timed_out_connections_total " +
+      std::to_string(t.timed_out_connections) +
+      "\n# HELP parspec_http_busy_handlers requests on the HTTP handler threads, running or "
+      "waiting\n"
+      "# TYPE parspec_http_busy_handlers gauge\n"
+      "parspec_http_busy_handlers " +
+      std::to_string(t.busy_handlers) + "\n";
+  return text;
+}
+
 void HttpServer::install_routes() {
-  httplib::Server& s = *server_;
+  using Runs = HttpTransport::Runs;
+  HttpTransport& t = transport_;
 
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const bool protected_path = req.path.rfind("/v1/", 0) == 0 || req.path == "/metrics";
-    if (protected_path && !authorized(req.get_header_value("Authorization"))) {
-      send_error(res, api_error(401,
-                                "Incorrect API key provided: send it as 'Authorization: Bearer "
-                                "KEY' (the key given to parspec serve --api-key)",
-                                "invalid_request_error", "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
+  t.before_routing([this](HttpExchange& ex) {
+    const std::string& path = ex.request().path;
+    const bool protected_path = path.rfind("/v1/", 0) == 0 || path == "/metrics";
+    if (protected_path && !authorized(ex.request().header("Authorization"))) {
+      send_error(ex, api_error(401,
+                               "Incorrect API key provided: send it as 'Authorization: Bearer "
+                               "KEY' (the key given to parspec serve --api-key)",
+                               "invalid_request_error", "invalid_api_key"));
+      return true;
     }
-    return httplib::Server::HandlerResponse::Unhandled;
+    return false;
+  });
+  t.fallback([](HttpExchange& ex) {
+    send_error(ex,
+               api_error(404, "no such endpoint: " + ex.request().method + " " + ex.request().path,
+                         "invalid_request_error"));
+  });
+  t.on_response([this](const HttpRequest& req, int status) {
+    engine_.metrics().count_request(endpoint_label(req.path), status);
   });
 
-  // httplib answers some errors itself (413, 404, 400): give them OpenAI's shape.
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message = "HTTP " + std::to_string(res.status);
-    if (res.status == 404) message = "no such endpoint: " + req.method + " " + req.path;
-    if (res.status == 413) message = "the request body is larger than this server accepts";
-    send_error(res, api_error(res.status, message, "invalid_request_error"));
+  // Everything but the generations answers on the I/O thread, at once.
+  t.route("GET", "/", Runs::on_io_thread,
+          [](HttpExchange& ex) { ex.respond(200, "text/html; charset=utf-8", kChatPage); });
+  t.route("GET", "/health", Runs::on_io_thread, [this](HttpExchange& ex) {
+    if (draining_)
+      ex.respond(503, "application/json", R"({"status":"draining"})");
+    else
+      ex.respond(200, "application/json", R"({"status":"ok"})");
   });
-  s.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "internal error";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        send_error(res, api_error(500, what, "server_error"));
-      });
-  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    engine_.metrics().count_request(endpoint_label(req.path), res.status);
+  t.route("GET", "/metrics", Runs::on_io_thread, [this](HttpExchange& ex) {
+    ex.respond(200, "text/plain; version=0.0.4", metrics_text());
   });
-
-  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(kChatPage, "text/html; charset=utf-8");
-  });
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining_) {
-      res.status = 503;
-      res.set_content(R"({"status":"draining"})", "application/json");
-      return;
-    }
-    res.set_content(R"({"status":"ok"})", "application/json");
-  });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    const ForwardBatcher::Stats b = engine_.batcher().stats();
-    const auto sched = engine_.scheduler_stats();
-    res.set_content(engine_.metrics().render(engine_.queue_depth(), engine_.active(), b.rounds,
-                                             b.rows, b.sequence_forwards) +
-                        render_pipeline_metrics(b, sched ? &*sched : nullptr),
-                    "text/plain; version=0.0.4");
-  });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  t.route("GET", "/v1/models", Runs::on_io_thread, [this](HttpExchange& ex) {
     const json model = {{"id", options_.limits.model_id},
                         {"object", "model"},
                         {"created", unix_time()},
@@ -151,149 +167,125 @@ void HttpServer::install_routes() {
                           {"ctx_size", options_.limits.ctx_size},
                           {"chat_template",
                            chat_template_ ? std::string(chat_template_->name()) : std::string()}}}};
-    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(
-                        -1, ' ', false, json::error_handler_t::replace),
-                    "application/json");
+    ex.respond(200, "application/json",
+               dump(json{{"object", "list"}, {"data", json::array({model})}}));
   });
+  // Tokenizing and generating block: on the handler threads.
+  t.route("POST", "/v1/completions", Runs::on_handler_thread,
+          [this](HttpExchange& ex) { generate(ex, false); });
+  t.route("POST", "/v1/chat/completions", Runs::on_handler_thread,
+          [this](HttpExchange& ex) { generate(ex, true); });
+}
 
-  const auto generation = [this](bool chat) {
-    return [this, chat](const httplib::Request& req, httplib::Response& res) {
-      if (draining_) {
-        send_error(res, api_error(503, "the server is shutting down", "server_error"));
-        return;
-      }
-      ApiRequest r;
-      try {
-        r = parse_request(req.body, chat, options_.limits, tokenizer_,
-                          chat_template_ ? &*chat_template_ : nullptr);
-      } catch (const ApiError& e) {
-        send_error(res, e);
-        return;
-      }
-      if (!engine_.submit(r.job)) {
-        send_error(res, api_error(429,
-                                  "too many requests: " + std::to_string(engine_.active()) +
-                                      " generating and " + std::to_string(engine_.queue_depth()) +
-                                      " waiting; try again later",
-                                  "requests", "rate_limit_exceeded"));
-        return;
-      }
-      const std::string id = new_completion_id(chat);
-      const int64_t created = unix_time();
-      const std::string model = options_.limits.model_id;
-      CompletionJob& job = *r.job;
+void HttpServer::generate(HttpExchange& ex, bool chat) {
+  if (draining_) {
+    send_error(ex, api_error(503, "the server is shutting down", "server_error"));
+    return;
+  }
+  ApiRequest r;
+  try {
+    r = parse_request(ex.request().body, chat, options_.limits, tokenizer_,
+                      chat_template_ ? &*chat_template_ : nullptr);
+  } catch (const ApiError& e) {
+    send_error(ex, e);
+    return;
+  }
+  if (!engine_.submit(r.job)) {
+    send_error(ex, api_error(429,
+                             "too many requests: " + std::to_string(engine_.active()) +
+                                 " generating and " + std::to_string(engine_.queue_depth()) +
+                                 " waiting; try again later",
+                             "requests", "rate_limit_exceeded"));
+    return;
+  }
+  const std::string id = new_completion_id(chat);
+  const int64_t created = unix_time();
+  const std::string model = options_.limits.model_id;
+  CompletionJob& job = *r.job;
 
-      if (!r.stream) {
-        std::string text;
-        {
-          std::unique_lock lock(job.mutex);
-          job.cv.wait(lock, [&] { return job.finished; });
-          for (const OutputPiece& p : job.pieces) text += p.text;
+  if (!r.stream) {
+    std::string text;
+    {
+      std::unique_lock lock(job.mutex);
+      job.cv.wait(lock, [&] { return job.finished; });
+      for (const OutputPiece& p : job.pieces) text += p.text;
+    }
+    if (!job.error.empty()) {
+      send_error(ex, api_error(500, job.error, "server_error"));
+      return;
+    }
+    ex.respond(200, "application/json", dump(response_json(r, id, created, model, text)));
+    return;
+  }
+
+  // A client that went away (a failed write, or a closed connection while
+  // nothing new came) stops its generation.
+  if (!ex.stream_begin("text/event-stream", {{"Cache-Control", "no-cache"}})) {
+    job.cancelled = true;
+    return;
+  }
+  for (bool first = true;; first = false) {
+    std::deque<OutputPiece> pieces;
+    bool finished;
+    {
+      std::unique_lock lock(job.mutex);
+      job.cv.wait_for(lock, std::chrono::seconds(2),
+                      [&] { return !job.pieces.empty() || job.finished; });
+      pieces.swap(job.pieces);
+      finished = job.finished;
+    }
+    std::string out;
+    if (first && r.chat) {
+      // OpenAI's first chunk: the role, empty content.
+      json role = chunk_json(r, id, created, model, nullptr, true);
+      role["choices"][0]["delta"]["content"] = "";
+      out += sse(role);
+    }
+    for (const OutputPiece& p : pieces) out += sse(chunk_json(r, id, created, model, &p, false));
+    if (finished) {
+      if (!job.error.empty()) {
+        out += sse(error_json(api_error(500, job.error, "server_error")));
+      } else {
+        out += sse(final_chunk_json(r, id, created, model));
+        if (r.include_usage) {
+          out += sse({{"id", id},
+                      {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", created},
+                      {"model", model},
+                      {"system_fingerprint", "parspec"},
+                      {"choices", json::array()},
+                      {"usage", usage_json(job)}});
         }
-        if (!job.error.empty()) {
-          send_error(res, api_error(500, job.error, "server_error"));
-          return;
-        }
-        res.set_content(response_json(r, id, created, model, text)
-                            .dump(-1, ' ', false, json::error_handler_t::replace),
-                        "application/json");
-        return;
       }
-
-      res.set_header("Cache-Control", "no-cache");
-      {
-        std::lock_guard lock(streams_mutex_);
-        ++streams_in_flight_;
-      }
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [r, id, created, model, first = true](size_t, httplib::DataSink& sink) mutable {
-            CompletionJob& j = *r.job;
-            std::deque<OutputPiece> pieces;
-            bool finished;
-            {
-              std::unique_lock lock(j.mutex);
-              j.cv.wait_for(lock, std::chrono::seconds(2),
-                            [&] { return !j.pieces.empty() || j.finished; });
-              pieces.swap(j.pieces);
-              finished = j.finished;
-            }
-            std::string out;
-            if (first && r.chat) {
-              // OpenAI's first chunk: the role, empty content.
-              json role = chunk_json(r, id, created, model, nullptr, true);
-              role["choices"][0]["delta"]["content"] = "";
-              out += sse(role);
-            }
-            for (const OutputPiece& p : pieces)
-              out += sse(chunk_json(r, id, created, model, &p, false));
-            first = false;
-            if (finished) {
-              if (!j.error.empty()) {
-                out += sse(error_json(api_error(500, j.error, "server_error")));
-              } else {
-                out += sse(final_chunk_json(r, id, created, model));
-                if (r.include_usage) {
-                  out += sse({{"id", id},
-                              {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
-                              {"created", created},
-                              {"model", model},
-                              {"system_fingerprint", "parspec"},
-                              {"choices", json::array()},
-                              {"usage", usage_json(j)}});
-                }
-              }
-              out += "data: [DONE]\n\n";
-            }
-            // A client that went away fails the write: stop its generation.
-            if ((!out.empty() && !sink.write(out.data(), out.size())) ||
-                (out.empty() && !sink.is_writable())) {
-              j.cancelled = true;
-              return false;
-            }
-            if (finished) sink.done();
-            return true;
-          },
-          // Called once the response is done with, written or not.
-          [this, r](bool success) {
-            if (!success) r.job->cancelled = true;
-            std::lock_guard lock(streams_mutex_);
-            --streams_in_flight_;
-            streams_done_.notify_all();
-          });
-    };
-  };
-  s.Post("/v1/completions", generation(false));
-  s.Post("/v1/chat/completions", generation(true));
+      out += "data: [DONE]\n\n";
+    }
+    if ((!out.empty() && !ex.stream_write(std::move(out))) || (out.empty() && ex.client_gone())) {
+      job.cancelled = true;
+      return;
+    }
+    if (finished) {
+      ex.stream_end();
+      return;
+    }
+  }
 }
 
 int HttpServer::bind() {
-  int port = options_.port;
-  if (port == 0) {
-    port = server_->bind_to_any_port(options_.host);
-    check(port > 0, "cannot listen on ", options_.host, " (any port)");
-  } else {
-    check(server_->bind_to_port(options_.host, port), "cannot listen on ", options_.host, ":", port,
-          " (in use, or not an address of this machine)");
-  }
-  return port;
+  return transport_.bind(options_.host, options_.port);
 }
 
 void HttpServer::serve() {
-  server_->listen_after_bind();
+  transport_.run();
 }
 
 void HttpServer::drain_and_stop() {
   draining_ = true;
   engine_.drain();
-  // Every generation has finished; let their streams reach the client before
-  // the server stops. A client that stopped reading holds its write only until
-  // the library's write timeout, so this wait ends; the bound is a safety net.
-  {
-    std::unique_lock lock(streams_mutex_);
-    streams_done_.wait_for(lock, std::chrono::seconds(60), [&] { return streams_in_flight_ == 0; });
-  }
-  server_->stop();
+  // Every generation has finished; let their answers reach the clients before
+  // the server stops. A client that stopped reading holds a write only until
+  // the write timeout, so this wait ends; the bound is a safety net.
+  transport_.wait_until_idle(std::chrono::seconds(60));
+  transport_.stop();
 }
 
 }  // namespace parspec

@@ -1,30 +1,25 @@
 #pragma once
-// `parspec serve`'s HTTP side (cpp-httplib): the OpenAI-compatible endpoints,
-// the page at /, health and metrics, the API key and the request limits.
+// `parspec serve`'s HTTP side: the OpenAI-compatible endpoints, the page at /,
+// health and metrics and the API key, on the transport (http_transport.h) that
+// holds the request and connection limits.
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "serve/engine.h"
+#include "serve/http_transport.h"
 #include "serve/openai_api.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace parspec {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;      // 0: any free port (printed)
-  std::string api_key;  // empty: no authentication
-  size_t max_body_bytes = 1 << 20;
-  int http_threads = 32;
+  int port = 8080;                 // 0: any free port (printed)
+  std::string api_key;             // empty: no authentication
+  HttpTransportOptions transport;  // body and time limits, connection caps, handler threads
   ApiLimits limits;
 };
 
@@ -45,19 +40,16 @@ class HttpServer {
  private:
   void install_routes();
   bool authorized(const std::string& header) const;
+  // A generation request (/v1/completions, /v1/chat/completions), on a handler thread.
+  void generate(HttpExchange& ex, bool chat);
+  std::string metrics_text() const;
 
   HttpOptions options_;
   Engine& engine_;
   const Tokenizer& tokenizer_;
   std::optional<ChatTemplate> chat_template_;
-  std::unique_ptr<httplib::Server> server_;
+  HttpTransport transport_;
   std::atomic<bool> draining_{false};
-  // Streamed responses not yet written to the end. The HTTP library ends a
-  // chunked stream where it is once the server stops, so drain_and_stop waits
-  // for these first.
-  std::mutex streams_mutex_;
-  std::condition_variable streams_done_;
-  int streams_in_flight_ = 0;
 };
 
 }  // namespace parspec

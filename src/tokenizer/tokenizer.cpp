@@ -272,6 +272,21 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
       tok->lookup_.emplace(spm ? raw : piece, static_cast<int32_t>(i));
   }
 
+  for (size_t i = 0; i < n; ++i)
+    tok->max_token_bytes_ =
+        std::max({tok->max_token_bytes_, tok->pieces_[i].size(), tok->raw_texts_[i].size()});
+  // An unknown character is one <unk> (UTF-8: up to 4 bytes).
+  tok->max_token_bytes_ = std::max<size_t>(tok->max_token_bytes_, 4);
+  if (spm) {
+    tok->spm_cuts_at_spaces_ = true;
+    for (const auto& [text, id] : tok->lookup_) {
+      size_t leading = 0;
+      while (std::string_view(text).substr(leading).starts_with(kSpmSpace))
+        leading += kSpmSpace.size();
+      if (text.find(kSpmSpace, leading) != std::string::npos) tok->spm_cuts_at_spaces_ = false;
+    }
+  }
+
   if (spm) {
     tok->has_byte_fallback_ = spm_byte_fallback(tok->byte_tokens_, tok->unk_, path);
   } else {

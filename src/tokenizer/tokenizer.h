@@ -55,6 +55,18 @@ class Tokenizer {
   // token; otherwise it is tokenized as plain text. User-defined tokens
   // (type 4) are always matched, as Hugging Face tokenizers do.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // encode()'s first `max_tokens` tokens (all of them when it has fewer): the
+  // text is cut into chunks at word boundaries that no token crosses, and the
+  // work stops once `max_tokens` are there, so memory and time grow with the
+  // tokens kept rather than with the text (a caller that rejects prompts of
+  // more than N tokens asks for N + 1). Chunks are exact for byte-level BPE and
+  // for SentencePiece vocabularies whose tokens hold U+2581 only at their start
+  // (all parspec has met); others are tokenized whole, as encode() does.
+  std::vector<int32_t> encode_prefix(std::string_view text, bool add_special, bool parse_special,
+                                     size_t max_tokens) const;
+  // The most bytes of text one token stands for: N tokens never cover more
+  // than N * max_token_bytes() bytes of text (a bound on what to read).
+  size_t max_token_bytes() const { return max_token_bytes_; }
 
   // Concatenated bytes of the tokens, control tokens included as their text.
   // SentencePiece: the space encode() put in front of the text (and after
@@ -107,9 +119,20 @@ class Tokenizer {
   void check_id(int32_t id) const;
   // Words up to this many bytes are merged by scanning, longer ones with a heap.
   static constexpr int32_t kShortWord = 32;
+  // encode_prefix() cuts text into chunks of about this many bytes.
+  static constexpr size_t kChunkBytes = size_t{64} << 10;
   struct BpeScratch;  // buffers reused across the words of one encode() call
-  void encode_bpe_text(std::string_view text, BpeScratch& scratch, std::vector<int32_t>& out) const;
+  // encode() and encode_prefix(): `limit` tokens at most (SIZE_MAX: all),
+  // `chunked` as encode_prefix() says.
+  void encode_into(std::string_view text, bool add_special, bool parse_special, size_t limit,
+                   bool chunked, std::vector<int32_t>& out) const;
+  void encode_bpe_text(std::string_view text, BpeScratch& scratch, size_t limit, bool chunked,
+                       std::vector<int32_t>& out) const;
+  void encode_bpe_pieces(std::string_view text, size_t offset, std::span<const TextPiece> pieces,
+                         BpeScratch& scratch, size_t limit, std::vector<int32_t>& out) const;
   void encode_bpe_word(std::string_view word, BpeScratch& scratch, std::vector<int32_t>& out) const;
+  void encode_spm_chunks(std::string_view text, bool space_prefix, size_t limit, bool chunked,
+                         std::vector<int32_t>& out) const;
   void encode_spm_text(std::string_view text, bool space_prefix, std::vector<int32_t>& out) const;
   void append_byte_fallback(std::string_view bytes, std::vector<int32_t>& out) const;
 
@@ -131,6 +154,10 @@ class Tokenizer {
   bool ignore_merges_ = false;  // Llama 3: a word that is a token is taken whole
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
   bool has_byte_fallback_ = false;
+  // SentencePiece: no token holds U+2581 after another character, so a space
+  // that follows a non-space is a cut no token crosses.
+  bool spm_cuts_at_spaces_ = false;
+  size_t max_token_bytes_ = 1;
   int32_t bos_ = -1, eos_ = -1, eot_ = -1, unk_ = -1;
   std::vector<int32_t> end_of_generation_;
 };

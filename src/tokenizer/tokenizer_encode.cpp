@@ -3,7 +3,9 @@
 // fallback (llama).
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <queue>
+#include <span>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -37,6 +39,22 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
                                        bool parse_special) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
+  encode_into(text, add_special, parse_special, SIZE_MAX, false, out);
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::encode_prefix(std::string_view text, bool add_special,
+                                              bool parse_special, size_t max_tokens) const {
+  std::vector<int32_t> out;
+  out.reserve(std::min(text.size() / 3, max_tokens) + 4);
+  encode_into(text, add_special, parse_special, max_tokens, true, out);
+  if (out.size() > max_tokens) out.resize(max_tokens);
+  return out;
+}
+
+void Tokenizer::encode_into(std::string_view text, bool add_special, bool parse_special,
+                            size_t limit, bool chunked, std::vector<int32_t>& out) const {
+  const auto full = [&] { return out.size() >= limit; };
   if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
 
   // SentencePiece puts a space in front of the text and of every text fragment
@@ -45,18 +63,18 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
   size_t fragment_start = 0;
   BpeScratch scratch;
   const auto flush_text = [&](size_t end) {
-    if (end <= fragment_start) return;
+    if (end <= fragment_start || full()) return;
     const std::string_view fragment = text.substr(fragment_start, end - fragment_start);
     if (kind_ == VocabKind::kBytePairGpt2) {
-      encode_bpe_text(fragment, scratch, out);
+      encode_bpe_text(fragment, scratch, limit, chunked, out);
     } else {
-      encode_spm_text(fragment, add_space_prefix_ && after_special, out);
+      encode_spm_chunks(fragment, add_space_prefix_ && after_special, limit, chunked, out);
     }
     after_special = false;
   };
 
   if (!specials_.empty()) {
-    for (size_t pos = 0; pos < text.size();) {
+    for (size_t pos = 0; pos < text.size() && !full();) {
       const auto& candidates = specials_by_first_byte_[static_cast<unsigned char>(text[pos])];
       const Special* found = nullptr;
       for (uint32_t index : candidates) {
@@ -79,16 +97,41 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
   }
   flush_text(text.size());
 
-  if (add_special && add_eos_ && eos_ >= 0) out.push_back(eos_);
-  return out;
+  if (add_special && add_eos_ && eos_ >= 0 && !full()) out.push_back(eos_);
 }
 
-void Tokenizer::encode_bpe_text(std::string_view text, BpeScratch& scratch,
-                                std::vector<int32_t>& out) const {
-  scratch.pieces.clear();
-  splitter_->split(text, scratch.pieces);
-  for (const TextPiece& piece : scratch.pieces) {
-    const std::string_view word = text.substr(piece.begin, piece.end - piece.begin);
+void Tokenizer::encode_bpe_text(std::string_view text, BpeScratch& scratch, size_t limit,
+                                bool chunked, std::vector<int32_t>& out) const {
+  // A piece that ends this close to a chunk's cut may itself be cut (a word, or
+  // a run of spaces whose last one belongs to the next word): it is split again
+  // with the next chunk. The patterns look at most one character past a piece.
+  constexpr size_t kCutMargin = 256;
+  size_t start = 0, chunk = kChunkBytes;
+  while (start < text.size() && out.size() < limit) {
+    const bool last = !chunked || text.size() - start <= chunk;
+    const std::string_view part = text.substr(start, last ? std::string_view::npos : chunk);
+    scratch.pieces.clear();
+    splitter_->split(part, scratch.pieces);
+    size_t keep = scratch.pieces.size();
+    if (!last) {
+      while (keep > 0 && scratch.pieces[keep - 1].end + kCutMargin > part.size()) --keep;
+      if (keep == 0) {  // one piece longer than the chunk: a longer chunk
+        chunk *= 2;
+        continue;
+      }
+    }
+    encode_bpe_pieces(text, start, std::span(scratch.pieces.data(), keep), scratch, limit, out);
+    start += last ? part.size() : scratch.pieces[keep - 1].end;
+    chunk = kChunkBytes;
+  }
+}
+
+void Tokenizer::encode_bpe_pieces(std::string_view text, size_t offset,
+                                  std::span<const TextPiece> pieces, BpeScratch& scratch,
+                                  size_t limit, std::vector<int32_t>& out) const {
+  for (const TextPiece& piece : pieces) {
+    if (out.size() >= limit) return;
+    const std::string_view word = text.substr(offset + piece.begin, piece.end - piece.begin);
     if (!piece.matched) {
       // Invalid UTF-8: every byte as its own byte token.
       for (char c : word) out.push_back(byte_tokens_[static_cast<unsigned char>(c)]);
@@ -194,6 +237,28 @@ void Tokenizer::encode_bpe_word(std::string_view word, BpeScratch& scratch,
     }
   }
   for (int32_t i = 0; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);
+}
+
+void Tokenizer::encode_spm_chunks(std::string_view text, bool space_prefix, size_t limit,
+                                  bool chunked, std::vector<int32_t>& out) const {
+  if (!chunked || !spm_cuts_at_spaces_) {
+    encode_spm_text(text, space_prefix, out);
+    return;
+  }
+  // Cut at the first space after a non-space from kChunkBytes on: no token
+  // crosses it (spm_cuts_at_spaces_).
+  size_t start = 0;
+  while (start < text.size() && out.size() < limit) {
+    size_t end = text.size();
+    for (size_t at = start + kChunkBytes; at < text.size(); ++at) {
+      if (text[at] == ' ' && text[at - 1] != ' ') {
+        end = at;
+        break;
+      }
+    }
+    encode_spm_text(text.substr(start, end - start), space_prefix && start == 0, out);
+    start = end;
+  }
 }
 
 void Tokenizer::encode_spm_text(std::string_view text, bool space_prefix,

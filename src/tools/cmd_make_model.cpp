@@ -1,4 +1,4 @@
-// parspec make-model: writes a random-weight llama/qwen2/qwen2moe GGUF file, or
+// parspec make-model: writes a random-weight GGUF file of any supported architecture, or
 // (--inflate) a trained model embedded into a larger shape.
 #include <unistd.h>
 
@@ -138,21 +138,22 @@ int cmd_make_model(int argc, char** argv) {
   args.option("--preset", &preset, "NAME",
               "tiny | 1b (Llama-3.2-1B-like shape, 32000 tokens); with --inflate: 100m | 1b | "
               "3b | 8b");
-  args.option("--arch", &arch, "NAME", "llama | qwen2 | qwen2moe");
+  args.option("--arch", &arch, "NAME", supported_architectures());
   args.option("--n-vocab", &n_vocab, "N", "vocabulary size (>= 258)");
   args.option("--n-embd", &n_embd, "N", "embedding width");
   args.option("--n-layer", &n_layer, "N", "number of layers");
   args.option("--n-head", &n_head, "N", "attention heads");
   args.option("--n-head-kv", &n_head_kv, "N", "key/value heads");
   args.option("--n-ff", &n_ff, "N", "feed-forward width");
-  args.option("--experts", &n_expert, "N",
-              "mixture-of-experts FFNs with N experts (llama: Mixtral-style, each --n-ff wide; "
-              "qwen2moe needs it); with --inflate: the source's FFN copied into N identical "
-              "experts behind a random router (the same function at a mixture-of-experts "
-              "model's cost)");
+  args.option(
+      "--experts", &n_expert, "N",
+      "mixture-of-experts FFNs with N experts (llama: Mixtral-style, each --n-ff wide; "
+      "qwen2moe and qwen3moe need it); with --inflate: the source's FFN copied into N identical "
+      "experts behind a random router (the same function at a mixture-of-experts "
+      "model's cost)");
   args.option("--experts-used", &n_expert_used, "K", "experts each token runs (top-K)");
   args.option("--n-ff-expert", &n_ff_expert, "N",
-              "qwen2moe: width of one routed expert (default --n-ff)");
+              "qwen2moe, qwen3moe: width of one routed expert (default --n-ff)");
   args.option("--n-ff-shared", &n_ff_shared, "N",
               "qwen2moe: width of the shared expert (default --n-ff)");
   args.option("--ctx", &n_ctx, "N", "training context length written to the file");
@@ -192,9 +193,10 @@ int cmd_make_model(int argc, char** argv) {
   spec.n_expert_used = n_expert > 0 ? n_expert_used : 0;
   spec.n_ff_expert = n_ff_expert;
   spec.n_ff_shared = n_ff_shared;
-  check(spec.arch == "qwen2moe" || (!args.given("--n-ff-expert") && !args.given("--n-ff-shared")),
-        "make-model: --n-ff-expert and --n-ff-shared are for qwen2moe (a llama expert is --n-ff "
-        "wide)");
+  check(spec.arch == "qwen2moe" || spec.arch == "qwen3moe" || !args.given("--n-ff-expert"),
+        "make-model: --n-ff-expert is for qwen2moe and qwen3moe (a llama expert is --n-ff wide)");
+  check(spec.arch == "qwen2moe" || !args.given("--n-ff-shared"),
+        "make-model: --n-ff-shared is for qwen2moe (the only family with a shared expert)");
 
   write_random_model(spec, out_path);
   std::fprintf(stderr, "make-model: wrote %s (%s, %d layers, n_embd %d, n_vocab %d, %s)\n",

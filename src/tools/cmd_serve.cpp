@@ -37,6 +37,9 @@ struct ServeArgs {
   int port = 8080, n_threads = default_thread_count(), n_ctx = 4096, slots = 4, max_queue = 64,
       batch_tokens = 512, max_tokens = 4096, n_predict = 256, http_threads = 0;
   int64_t max_body = 1 << 20;
+  // Seconds; connection caps.
+  float request_timeout = 30, idle_timeout = 10, write_timeout = 15;
+  int max_connections = 512, max_connections_per_client = 128;
   // cosine's request scheduler: T_max (ms), M_max (MiB), λ, refusals before admission.
   float sched_max_latency = 0, sched_max_kv = 0, sched_lambda = 0;
   int sched_max_wait = 4;
@@ -139,9 +142,23 @@ int cmd_serve(int argc, char** argv) {
   args.option("--max-tokens", &a.max_tokens, "N", "largest max_tokens a request may ask for");
   args.option("-n,--n-predict", &a.n_predict, "N",
               "max_tokens of a chat request that gives none (completions: 16, as OpenAI)");
-  args.option("--max-body", &a.max_body, "BYTES", "largest request body; larger ones get 413");
+  args.option("--max-body", &a.max_body, "BYTES",
+              "largest request body, counted as it arrives (also chunked); larger ones get 413");
+  args.option("--request-timeout", &a.request_timeout, "S",
+              "seconds a client has to send a whole request (headers and body), from its "
+              "connection or its first byte; slower ones are closed");
+  args.option("--idle-timeout", &a.idle_timeout, "S",
+              "seconds a keep-alive connection may wait for its next request");
+  args.option("--write-timeout", &a.write_timeout, "S",
+              "seconds one write of an answer may wait for a client that does not read; then "
+              "the connection closes and its generation stops");
+  args.option("--max-connections", &a.max_connections, "N",
+              "open connections; more are refused with 503 (also the listen backlog)");
+  args.option("--max-connections-per-client", &a.max_connections_per_client, "N",
+              "open connections from one client address; more are refused with 429");
   args.option("--threads-http", &a.http_threads, "N",
-              "HTTP connection threads (0: -np + --max-queue + 8, at most 512)");
+              "threads that answer generation requests (0: -np + --max-queue + 8, at most 512); "
+              "connections and other endpoints need none");
   args.option("--sched-max-latency", &a.sched_max_latency, "MS",
               "cosine: T_max, the request scheduler's bound on a batch's modelled drafting + "
               "verification time (0: none); the model: `parspec tune`'s cached measurements of "
@@ -166,6 +183,11 @@ int cmd_serve(int argc, char** argv) {
   args.bound("-n", 0, 1 << 24);
   args.bound("--max-body", 1024, 1LL << 32);
   args.bound("--threads-http", 0, 4096);
+  args.bound("--request-timeout", 0.1, 86400);
+  args.bound("--idle-timeout", 0.1, 86400);
+  args.bound("--write-timeout", 0.1, 86400);
+  args.bound("--max-connections", 1, 1000000);
+  args.bound("--max-connections-per-client", 1, 1000000);
   args.bound("--sched-max-latency", 0, 1e9);
   args.bound("--sched-max-kv", 0, 1e9);
   args.bound("--sched-lambda", 0, 1e9);
@@ -238,10 +260,18 @@ int cmd_serve(int argc, char** argv) {
   http.host = a.host;
   http.port = a.port;
   http.api_key = a.api_key;
-  http.max_body_bytes = static_cast<size_t>(a.max_body);
-  // A connection holds a thread while its request waits or streams; past this many,
-  // connections wait in the HTTP library's own queue.
-  http.http_threads =
+  const auto ms = [](float seconds) {
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  };
+  http.transport.max_body_bytes = static_cast<size_t>(a.max_body);
+  http.transport.request_timeout = ms(a.request_timeout);
+  http.transport.idle_timeout = ms(a.idle_timeout);
+  http.transport.write_timeout = ms(a.write_timeout);
+  http.transport.max_connections = a.max_connections;
+  http.transport.max_connections_per_client = a.max_connections_per_client;
+  // A generation holds a handler thread while it waits or streams: enough for
+  // every slot and queue place, and a few for the requests refused with 429.
+  http.transport.handler_threads =
       a.http_threads > 0 ? a.http_threads : std::min(a.slots + a.max_queue + 8, 512);
   http.limits.model_id =
       a.alias.empty() ? std::filesystem::path(a.model_path).stem().string() : a.alias;

@@ -35,6 +35,9 @@ const Counterpart kCounterparts[] = {
     {"serve", "--port", "same as llama-server (0 = any free port, printed)"},
     {"serve", "--api-key", "same as llama-server"},
     {"serve", "-a", "same as llama-server's --alias"},
+    {"serve", "--request-timeout",
+     "llama-server's -to/--timeout bounds each read and write (600 s); this is one deadline "
+     "for a whole request"},
     {"generate", "-n", kSame},
     {"bench", "-n",
      "same meaning as llama.cpp's -n; -1 is not accepted (a benchmark needs a "
@@ -86,9 +89,9 @@ const Counterpart kCounterparts[] = {
     {"*", "-ts", "accepted and ignored (CPU only)"},
     {"*", "-nkvo", "accepted and ignored (CPU only)"},
     {"*", "--mlock",
-     "accepted and ignored (models of 64 MiB and more are read into memory at load)"},
+     "accepted and ignored (models are read into memory at load)"},
     {"*", "--no-mmap",
-     "accepted and ignored (models of 64 MiB and more are read into memory already)"},
+     "accepted and ignored (models are read into memory already)"},
     {"*", "-b", "accepted and ignored (batches are sized by the strategy)"},
     {"*", "-ub", "accepted and ignored (batches are sized by the strategy)"},
     {"perplexity", "--chunks", kSame},
@@ -136,9 +139,9 @@ void add_ignored_gpu_flags(ArgParser& args, bool batch_size) {
   args.ignored("-ts,--tensor-split", "LIST", cpu);
   args.ignored("-nkvo,--no-kv-offload", "", cpu);
   args.ignored("--mlock", "",
-               "models of 64 MiB and more are read into memory (huge pages) at load");
+               "models are read into memory (huge pages from 64 MiB) at load");
   args.ignored("--no-mmap", "",
-               "models of 64 MiB and more are read into memory already (PARSPEC_MMAP=1 maps them)");
+               "models are read into memory already (PARSPEC_MMAP=1 maps them)");
   if (batch_size)
     args.ignored("-b,--batch-size", "N", "batches are sized by the decoding strategy");
   args.ignored("-ub,--ubatch-size", "N", "batches are sized by the decoding strategy");

@@ -1,7 +1,12 @@
 // GGUF reader/writer: round trips, typed getters, writer errors, opening files.
 // Malformed input: test_gguf_malformed.cpp.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -185,10 +190,10 @@ TEST(GgufRoundTrip, WriteToDiskMatchesToBytesAndOpens) {
     EXPECT_EQ(entry.path().string().find(path + ".tmp"), std::string::npos) << "temp file left";
   }
 
-  // A small file is mapped unless the caller asks for a copy; either way the same bytes.
+  // A file is read into memory unless the caller asks for a mapping; either way the same bytes.
   for (WeightLoading loading : {WeightLoading::kAuto, WeightLoading::kMap, WeightLoading::kCopy}) {
     const auto file = GgufFile::open(path, loading);
-    EXPECT_EQ(file->copied(), loading == WeightLoading::kCopy);
+    EXPECT_EQ(file->copied(), loading != WeightLoading::kMap);
     EXPECT_EQ(file->path(), path);
     EXPECT_EQ(file->get_string("general.architecture"), "llama");
     const auto* norm = file->find_tensor("output_norm.weight");
@@ -322,6 +327,70 @@ TEST(GgufOpen, ReportsFileProblems) {
   const std::string junk = dir.file("junk.gguf");
   std::ofstream(junk) << "this is not a model file at all";
   EXPECT_ERROR_WITH(GgufFile::open(junk), junk + ": not a GGUF file");
+}
+
+// Reads every byte of a tensor through a volatile pointer (a fault cannot be
+// optimized away).
+uint64_t sum_bytes(const GgufFile& file, const GgufTensorInfo& tensor) {
+  const volatile uint8_t* data = file.tensor_data(tensor);
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < tensor.n_bytes; ++i) sum += data[i];
+  return sum;
+}
+
+TEST(GgufOpen, FileTruncatedAfterOpen) {
+  const TempDir dir;
+  const auto bytes = small_valid_file();
+  const auto reference = GgufFile::from_memory(bytes.data(), bytes.size());
+  const GgufTensorInfo& last = reference->tensors().back();
+  const uint64_t expected = sum_bytes(*reference, last);
+  const std::string path = dir.file("shrinking.gguf");
+
+  // Read into memory: the file on disk no longer matters.
+  for (WeightLoading loading : {WeightLoading::kAuto, WeightLoading::kCopy}) {
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+    const auto file = GgufFile::open(path, loading);
+    std::filesystem::resize_file(path, 0);
+    EXPECT_EQ(sum_bytes(*file, *file->find_tensor(last.name)), expected);
+  }
+
+  // Mapped: the lost pages end the process with a message naming the file.
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  const auto mapped = GgufFile::open(path, WeightLoading::kMap);
+  std::filesystem::resize_file(path, 0);
+  EXPECT_EXIT(sum_bytes(*mapped, *mapped->find_tensor(last.name)), testing::ExitedWithCode(1),
+              path + ": the model file changed while in use");
+}
+
+// The handler claims only the pages of model files: a bus error anywhere else
+// is still the signal it was (here a mapping of a truncated file no guard covers).
+TEST(GgufOpen, OtherBusErrorsStayASignal) {
+  const TempDir dir;
+  const auto bytes = small_valid_file();
+  const std::string path = dir.file("guarded.gguf");
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  const auto guarded = GgufFile::open(path, WeightLoading::kMap);  // installs the handler
+  const std::string other = dir.file("other.bin");
+  std::ofstream(other) << std::string(8192, 'x');
+  const int fd = ::open(other.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  void* mapping = mmap(nullptr, 8192, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  ASSERT_NE(mapping, MAP_FAILED);
+  std::filesystem::resize_file(other, 0);
+  EXPECT_EXIT(
+      {
+        const volatile char* p = static_cast<const char*>(mapping);
+        std::printf("%d", p[100]);
+      },
+      testing::KilledBySignal(SIGBUS), "");
+  munmap(mapping, 8192);
 }
 
 }  // namespace

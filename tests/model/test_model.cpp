@@ -48,10 +48,38 @@ RandomModelSpec moe_spec_of(const char* arch, DType type, int n_embd, int n_expe
   RandomModelSpec s = spec_of(arch, type, n_embd, false);
   s.n_expert = n_expert;
   s.n_expert_used = n_used;
-  if (std::string(arch) == "qwen2moe") {
-    s.n_ff_expert = n_embd;
-    s.n_ff_shared = 2 * n_embd;
-  }
+  if (std::string(arch) != "llama") s.n_ff_expert = n_embd;
+  if (std::string(arch) == "qwen2moe") s.n_ff_shared = 2 * n_embd;
+  return s;
+}
+
+// Windows shorter than the tests' prompts, so sliding layers drop keys.
+RandomModelSpec with_window(RandomModelSpec s, int window) {
+  s.sliding_window = window;
+  return s;
+}
+
+RandomModelSpec gemma2_spec() {
+  RandomModelSpec s = with_window(spec_of("gemma2", DType::F32, 64, true), 3);
+  // Caps the random scores and logits actually reach.
+  s.attn_logit_softcap = 2.0f;
+  s.final_logit_softcap = 3.0f;
+  return s;
+}
+
+// Six layers: five sliding, one global with its own RoPE base and scaling.
+RandomModelSpec gemma3_spec() {
+  RandomModelSpec s = with_window(spec_of("gemma3", DType::Q8_0, 64, true), 4);
+  s.n_layer = 6;
+  s.rope_freq_base = 1000000.0f;
+  s.rope_linear_scale = 8.0f;
+  return s;
+}
+
+// Trained for 32 positions: the tests' 64-cell caches use the long factors.
+RandomModelSpec phi3_longrope_spec() {
+  RandomModelSpec s = spec_of("phi3", DType::F32, 64, false);
+  s.longrope_original_context = 32;
   return s;
 }
 
@@ -64,10 +92,18 @@ std::vector<ModelCase> model_cases() {
       {"llama_q4_k", spec_of("llama", DType::Q4_K, 256, false)},
       {"qwen2_q6_k", spec_of("qwen2", DType::Q6_K, 256, false)},
       {"llama_bf16", spec_of("llama", DType::BF16, 64, false)},
+      {"qwen3_f32", spec_of("qwen3", DType::F32, 64, false)},
+      {"llama_sliding_q8_0", with_window(spec_of("llama", DType::Q8_0, 64, false), 3)},
+      {"gemma2_f32", gemma2_spec()},
+      {"gemma3_q8_0", gemma3_spec()},
+      {"phi3_f16", with_window(spec_of("phi3", DType::F16, 64, false), 4)},
+      {"phi3_longrope_f32", phi3_longrope_spec()},
       {"mixtral_f32", moe_spec_of("llama", DType::F32, 64, 4, 2)},
       {"mixtral_q8_0", moe_spec_of("llama", DType::Q8_0, 64, 8, 2)},
       {"qwen2moe_f16", moe_spec_of("qwen2moe", DType::F16, 64, 6, 3)},
       {"qwen2moe_q4_k", moe_spec_of("qwen2moe", DType::Q4_K, 256, 4, 2)},
+      {"qwen3moe_f32", moe_spec_of("qwen3moe", DType::F32, 64, 8, 4)},
+      {"qwen3moe_q8_0", moe_spec_of("qwen3moe", DType::Q8_0, 64, 4, 2)},
   };
 }
 

@@ -201,7 +201,7 @@ TEST_P(GreedyExactness, EveryStrategyReproducesAutoregressiveDecoding) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GreedyExactness,
-                         ::testing::Values("llama", "qwen2", "mixtral", "qwen2moe"));
+                         ::testing::Values("llama", "qwen2", "mixtral", "qwen2moe", "qwen3moe"));
 
 TEST(GreedyExactness, StopsAtStopTokensAndLimits) {
   TempDir dir;

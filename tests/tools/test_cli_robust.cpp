@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -309,6 +310,45 @@ TEST_F(CliRobustTest, ConversationReadsTurnsFromStdin) {
   EXPECT_TRUE(contains(small.output, "context")) << small.output;
   expect_error(gen() + "-cnv -p hi", {"-cnv", "stdin"});
   expect_error(gen() + "-cnv", {"no chat template", "--chat-template"});
+}
+
+// A model file truncated while a conversation runs (between two turns, after
+// the first reply proves the model loaded): the default read-in copy answers
+// the second turn; a mapped file (PARSPEC_MMAP=1) ends with a message naming
+// the file. Never SIGBUS (exit 135).
+TEST_F(CliRobustTest, ModelFileTruncatedWhileInUseIsNeverASignal) {
+  const std::string script = dir_.file("truncate.sh");
+  std::ofstream(script) << R"(set -u
+model=$1; shift
+fifo=$(dirname "$model")/turns; out=$model.out
+rm -f "$fifo"; mkfifo "$fifo"
+"$@" -m "$model" < "$fifo" > "$out" 2> "$out.err" &
+pid=$!
+exec 3> "$fifo"
+printf 'hello\n' >&3
+for _ in $(seq 600); do grep -q . "$out" 2>/dev/null && break; sleep 0.1; done
+truncate -s 0 "$model"
+printf 'and again\n' >&3
+exec 3>&-
+wait $pid
+echo "exit=$?"
+cat "$out" "$out.err"
+)";
+  for (const bool mapped : {false, true}) {
+    const std::string model = dir_.file(mapped ? "mapped.gguf" : "copied.gguf");
+    std::filesystem::copy_file(target_, model);
+    const RunResult r = testing_support::run_command(
+        std::string("timeout -s KILL 60 bash ") + script + " " + model + " " +
+        (mapped ? "env PARSPEC_MMAP=1 " : "") + PARSPEC_BINARY +
+        " generate --chat-template chatml -cnv -n 3 --temp 0 --ignore-eos");
+    EXPECT_EQ(std::filesystem::file_size(model), 0u);
+    if (mapped) {
+      EXPECT_TRUE(contains(r.output, "exit=1")) << r.output;
+      EXPECT_TRUE(contains(r.output, model + ": the model file changed while in use")) << r.output;
+    } else {
+      EXPECT_TRUE(contains(r.output, "exit=0")) << r.output;
+    }
+  }
 }
 
 TEST_F(CliRobustTest, ChatWithoutTemplateSaysHowToChooseOne) {

@@ -28,13 +28,18 @@ TEST(MoeMakeModel, WritesExpertsAndRejectsBadExpertOptions) {
   const auto model = Model::load(out);
   EXPECT_EQ(model->config().moe.n_expert, 6);
   EXPECT_EQ(model->config().moe.n_ff_shared, 64);
+  const std::string mixtral = dir.file("mixtral.gguf");
+  ASSERT_EQ(run_parspec("make-model --experts 4 --experts-used 2 -o " + mixtral).exit_code, 0);
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"--arch qwen2moe", "qwen2moe needs --experts"},
+      {"--arch qwen3moe --n-ff-expert 64", "qwen3moe needs --experts"},
       {"--experts 4 --experts-used 5", "experts used per token must be in 1..4, got 5"},
       {"--arch qwen2 --experts 4", "qwen2 has no experts"},
-      {"--experts 4 --n-ff-shared 64", "--n-ff-expert and --n-ff-shared are for qwen2moe"},
+      {"--experts 4 --n-ff-shared 64", "--n-ff-shared is for qwen2moe"},
+      {"--arch qwen3moe --experts 4 --n-ff-shared 64", "--n-ff-shared is for qwen2moe"},
+      {"--experts 4 --n-ff-expert 64", "--n-ff-expert is for qwen2moe and qwen3moe"},
       {"--inflate " + out + " --n-ff-shared 64 --preset 100m", "is for random models"},
-      {"--inflate " + out + " --preset 100m", "a mixture-of-experts model cannot be inflated"},
+      {"--inflate " + mixtral + " --preset 100m", "a mixture-of-experts model cannot be inflated"},
   };
   for (const auto& [args, message] : bad) {
     r = run_parspec("make-model " + args + " -o " + dir.file("bad.gguf"), true);

@@ -2,7 +2,7 @@
 // prompts given as token ids (no tokenizer in between), printed as JSON, so
 // that parspec's forward can be compared with llama.cpp's on the same GGUF.
 // Built and run by scripts/check_moe_llama_cpp.sh.
-//   llama_cpp_greedy MODEL.gguf N_PREDICT '[[ids], ...]'  ->  [[ids], ...]
+//   llama_cpp_greedy_ids MODEL.gguf N_PREDICT '[[ids], ...]'  ->  [[ids], ...]
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
