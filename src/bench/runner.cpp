@@ -29,13 +29,14 @@ std::string tokenize_sets(std::vector<TokenizedSet>& sets, const Tokenizer& toke
   for (TokenizedSet& ts : sets) {
     std::optional<ChatTemplate> tmpl;
     if (ts.set.chat) {
-      try {
-        tmpl = ChatTemplate::for_model(gguf, chat_template);
-        template_used = std::string(tmpl->name());
-      } catch (const Error& e) {
-        if (!chat_template.empty()) throw;
+      tmpl = ChatTemplate::for_model(gguf, chat_template);
+      template_used = std::string(tmpl->name());
+      // A benchmark keeps its prompts comparable: no guessed template.
+      if (!tmpl->fallback_warning().empty()) {
         notes->push_back("bench: note: set '" + ts.set.name + "' uses the raw prompt text (" +
-                         e.what() + ")");
+                         gguf.path() + " has no chat template parspec knows)");
+        tmpl.reset();
+        template_used.clear();
       }
     }
     for (size_t i = 0; i < ts.set.prompts.size(); ++i) {

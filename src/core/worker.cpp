@@ -179,8 +179,11 @@ void Worker::work_on_chunks(int index, int threads) {
       if (chunk >= end) break;
       Slot& s = slots_[(word >> (2 * kChunkBits)) & 1];
       const int64_t begin = static_cast<int64_t>(chunk) * s.grain;
+      // Read before reporting the chunk done: once this thread's count lets the job finish, the
+      // caller may go on and rewrite this slot for the job after next.
+      const uint32_t chunks = s.chunks;
       (*s.body)(begin, std::min(s.n, begin + s.grain));
-      if (s.done.fetch_add(1) + 1 == s.chunks && caller_sleeping_.load()) futex_wake_all(s.done);
+      if (s.done.fetch_add(1) + 1 == chunks && caller_sleeping_.load()) futex_wake_all(s.done);
     }
   }
 }

@@ -84,11 +84,6 @@ struct StrategyInfo {
   // Why it cannot run under mpirun at all (it measures on a target in this
   // process); empty: it can.
   std::string mpirun_refusal{};
-  // A setting the strategy measures on the target when it is made, unless
-  // `config` supplies it: the flags that supply it ("--pearl-window N"), or
-  // empty when `config` does. A target pipeline of MPI ranks cannot be timed
-  // that way, so the runtime refuses a config this names. Null: none.
-  std::function<std::string(const StrategyConfig&)> measured_setting{};
   // Its family in the cost model (`auto`, `parspec tune`); null: not tuned.
   std::shared_ptr<const CostFamily> cost{};
   std::function<std::unique_ptr<Strategy>(const StrategyConfig&)> make;

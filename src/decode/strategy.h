@@ -67,6 +67,9 @@ struct StrategyConfig {
   Worker* target_worker = nullptr;
   Worker* draft_worker = nullptr;  // may be the same worker as target_worker
   int ctx_size = 4096;
+  // Where the sides run when not on the workers' CPU (a GPU's name, from the
+  // command line): keys measured speeds (auto's tuning cache) apart.
+  std::string device;
   // Chain drafting (sd, easyspec, the pool strategies).
   int draft_max = 4;         // γ: draft tokens per step (the maximum when adaptive)
   float draft_p_min = 0.0f;  // stop drafting when the draft's top probability falls below

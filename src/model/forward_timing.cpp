@@ -26,6 +26,12 @@ double median(std::vector<double> v) {
 
 double median_forward_ms(const Model& model, Worker& worker, KvCache& kv, int n_tokens, int warmup,
                          int runs, bool all_logits, TimeBase base) {
+  CpuExecutor executor(worker);
+  return median_forward_ms(model, executor, kv, n_tokens, warmup, runs, all_logits, base);
+}
+
+double median_forward_ms(const Model& model, ForwardExecutor& executor, KvCache& kv, int n_tokens,
+                         int warmup, int runs, bool all_logits, TimeBase base) {
   const int n_vocab = model.config().n_vocab;
   std::vector<double> times;
   for (int r = 0; r < warmup + runs; ++r) {
@@ -33,7 +39,7 @@ double median_forward_ms(const Model& model, Worker& worker, KvCache& kv, int n_
     for (int i = 0; i < n_tokens; ++i) tokens[i] = (i * 7919 + r * 104729 + 13) % n_vocab;
     const Batch batch = Batch::chain(kv, tokens, all_logits);
     const double t0 = now_ms(base);
-    model.forward(worker, batch, kv);
+    executor.forward(model, batch, kv);
     const double ms = now_ms(base) - t0;
     kv.discard_spec();
     if (r >= warmup) times.push_back(ms);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/worker.h"
+#include "model/executor.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -27,5 +28,8 @@ double median(std::vector<double> v);
 // verification computes) or only the last.
 double median_forward_ms(const Model& model, Worker& worker, KvCache& kv, int n_tokens, int warmup,
                          int runs, bool all_logits, TimeBase base = TimeBase::kWall);
+// The same through an executor (a GPU's): the time until the logits are back.
+double median_forward_ms(const Model& model, ForwardExecutor& executor, KvCache& kv, int n_tokens,
+                         int warmup, int runs, bool all_logits, TimeBase base = TimeBase::kWall);
 
 }  // namespace parspec

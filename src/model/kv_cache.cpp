@@ -79,12 +79,23 @@ std::vector<int32_t> KvCache::commit(std::span<const int32_t> path, std::span<co
     }
   }
 
-  // Destination slots of the committed rows may overlap source slots of the
-  // speculative area, so gather every surviving row first.
   const size_t n_rows = path.size() + keep.size();
+  if (store_ != nullptr) {
+    std::vector<int32_t> from(n_rows), to(n_rows);
+    for (size_t i = 0; i < n_rows; ++i) {
+      from[i] = spec_slot(i < path.size() ? path[i] : keep[i - path.size()]);
+      to[i] = i < path.size() ? committed_slot(n_committed_ + static_cast<int32_t>(i))
+                              : spec_slot(static_cast<int32_t>(i - path.size()));
+    }
+    store_->move_rows(from, to);
+  }
+  // Destination slots of the committed rows may overlap source slots of the
+  // speculative area, so gather every surviving row first. With a store, the
+  // rows here are unused.
   const size_t row_floats = static_cast<size_t>(kv_dim_);
-  std::vector<float> staged(2 * n_rows * row_floats);
-  for (int layer = layer_first_; layer < layer_last_; ++layer) {
+  std::vector<float> staged(store_ != nullptr ? 0 : 2 * n_rows * row_floats);
+  const int rows_here_end = store_ != nullptr ? layer_first_ : layer_last_;
+  for (int layer = layer_first_; layer < rows_here_end; ++layer) {
     for (size_t i = 0; i < n_rows; ++i) {
       const int32_t c = i < path.size() ? path[i] : keep[i - path.size()];
       std::memcpy(&staged[(2 * i) * row_floats], spec_k(layer, c), row_floats * sizeof(float));

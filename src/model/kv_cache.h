@@ -18,6 +18,17 @@
 
 namespace parspec {
 
+// Rows of a cache kept elsewhere (a GPU's memory, src/cuda): the cache keeps
+// the cells' bookkeeping and tells the store which rows commit() moves, so
+// that the store moves its copy the same way. Slots are those of
+// KvCache::committed_slot() and spec_slot().
+class KvRowStore {
+ public:
+  virtual ~KvRowStore() = default;
+  // Copies, in every layer, row from[i] to row to[i]: all reads before any write.
+  virtual void move_rows(std::span<const int32_t> from, std::span<const int32_t> to) = 0;
+};
+
 class KvCache {
  public:
   // Cache for layers [layer_first, layer_last) of a model (layer_last = -1: all).
@@ -50,6 +61,15 @@ class KvCache {
   // Drops everything.
   void clear() { truncate(0); }
 
+  // The slot (row index within a layer) of a committed position or speculative cell.
+  int32_t committed_slot(int32_t pos) const { return pos; }
+  int32_t spec_slot(int32_t cell) const { return capacity_ - 1 - cell; }
+
+  // Hands the rows to `store`: from now on commit() moves the store's rows
+  // and leaves the rows of this object (committed_k and the like) unwritten.
+  void attach_store(std::unique_ptr<KvRowStore> store) { store_ = std::move(store); }
+  KvRowStore* store() const { return store_.get(); }
+
   // Row of keys / values (kv_dim floats) of a committed position or speculative cell.
   float* committed_k(int layer, int32_t pos) { return row(k_, layer, pos); }
   float* committed_v(int layer, int32_t pos) { return row(v_, layer, pos); }
@@ -75,6 +95,7 @@ class KvCache {
   // cache of a 1B-class model (268 MB) cost every request tens of milliseconds
   // before its first token; untouched pages are never faulted in.
   std::unique_ptr<float[]> k_, v_;
+  std::unique_ptr<KvRowStore> store_;
 };
 
 }  // namespace parspec

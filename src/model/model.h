@@ -88,6 +88,15 @@ class Model {
   // per layer pass, counted since load (for every forward of every sequence).
   const ExpertTally& expert_tally() const { return expert_tally_; }
 
+  // The weights as loaded, for a backend that keeps its own copy (src/cuda).
+  const WeightMatrix& token_embedding() const { return token_embd_; }
+  const WeightMatrix& output_matrix() const { return output_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const LayerWeights& layer(int l) const { return layers_.at(l); }
+  // The RoPE frequencies of the global (non-sliding) layers at the model's
+  // original context.
+  const RopeTable& rope_global() const { return rope_global_; }
+
   // Full pass: embed → all layers → norm → logits. Returns logits (n_vocab
   // floats each) for the entries with want_logits, in batch order. The batch's
   // cells are appended to kv's speculative area; commit them with kv.commit().

@@ -216,7 +216,6 @@ class Session : public std::enable_shared_from_this<Session> {
     server_.release(client_, refused_);
   }
 
-  const std::string& client() const { return client_; }
   int native_handle() { return stream_.socket().native_handle(); }
   net::io_context& io() { return server_.io; }
   const HttpTransportOptions& options() const { return server_.options; }
@@ -237,7 +236,7 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_after(std::chrono::seconds(1));
     http::async_write(stream_, *res, [self = shared_from_this(), res](error_code ec, size_t) {
       if (ec) return self->close();
-      self->linger_close();
+      self->graceful_close();
     });
   }
 
@@ -350,7 +349,7 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_after(options().write_timeout);
     http::async_write(stream_, *res, [self = shared_from_this(), res](error_code ec, size_t) {
       if (ec) return self->close();
-      self->linger_close();
+      self->graceful_close();
     });
   }
 
@@ -372,7 +371,8 @@ class Session : public std::enable_shared_from_this<Session> {
                             });
   }
 
-  // Our side is done; read the client's last bytes until it closes.
+  // Our side is done: read and drop what the client still sends until it
+  // closes, for at most kLingerTime.
   void graceful_close() {
     error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -380,7 +380,6 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_after(kLingerTime);
     discard();
   }
-  void linger_close() { graceful_close(); }
   void discard() {
     if (!scratch_) scratch_ = std::make_unique<char[]>(kScratch);
     stream_.async_read_some(net::buffer(scratch_.get(), kScratch),

@@ -1,5 +1,7 @@
 #include "serve/openai_api.h"
 
+#include <cmath>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -33,19 +35,35 @@ double number_field(const json& body, const char* key, double fallback, double l
   return v;
 }
 
+// A whole number beyond 64-bit integers arrives as a float: it is out of
+// range (`range` says which), not "not an integer".
+[[noreturn]] void bad_integer(const json& value, const char* key, const std::string& range) {
+  const bool whole = value.is_number_float() && std::isfinite(value.get<double>()) &&
+                     std::trunc(value.get<double>()) == value.get<double>();
+  if (whole) bad(std::string("'") + key + "' must be between " + range, key);
+  bad(std::string("'") + key + "' must be an integer", key);
+}
+
 int64_t integer_field(const json& body, const char* key, int64_t fallback, int64_t lo, int64_t hi) {
   const auto it = body.find(key);
   if (it == body.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer() && !it->is_number_unsigned())
-    bad(std::string("'") + key + "' must be an integer", key);
-  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi))
-    bad(std::string("'") + key + "' must be at most " + std::to_string(hi), key);
-  const int64_t v = it->get<int64_t>();
-  if (v < lo || v > hi)
-    bad(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
-            std::to_string(hi) + ", got " + std::to_string(v),
-        key);
-  return v;
+  const std::string range = std::to_string(lo) + " and " + std::to_string(hi);
+  if (!it->is_number_integer() && !it->is_number_unsigned()) bad_integer(*it, key, range);
+  if ((it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi)) ||
+      (!it->is_number_unsigned() && (it->get<int64_t>() < lo || it->get<int64_t>() > hi)))
+    bad(std::string("'") + key + "' must be between " + range + ", got " + it->dump(), key);
+  return it->get<int64_t>();
+}
+
+// 0 to 2^64 - 1; -1 or none: a random seed.
+std::optional<uint64_t> seed_field(const json& body) {
+  const auto it = body.find("seed");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  const std::string range = "0 and 18446744073709551615 (-1: a random seed)";
+  if (it->is_number_unsigned()) return it->get<uint64_t>();
+  if (!it->is_number_integer()) bad_integer(*it, "seed", range);
+  if (it->get<int64_t>() == -1) return std::nullopt;
+  bad("'seed' must be between " + range + ", got " + it->dump(), "seed");
 }
 
 bool bool_field(const json& body, const char* key, bool fallback) {
@@ -75,10 +93,11 @@ std::vector<std::string> stop_field(const json& body) {
   return stops;
 }
 
-std::string text_content(const json& content, size_t index) {
+// The content is moved out of the parsed body: it may be as large as the body.
+std::string text_content(json& content, size_t index) {
   const std::string param = "messages[" + std::to_string(index) + "].content";
   if (content.is_null()) return "";
-  if (content.is_string()) return content.get<std::string>();
+  if (content.is_string()) return std::move(content.get_ref<std::string&>());
   if (content.is_array()) {
     std::string text;
     for (const json& part : content) {
@@ -93,13 +112,13 @@ std::string text_content(const json& content, size_t index) {
   bad("'" + param + "' must be a string or an array of text parts", param);
 }
 
-std::vector<ChatMessage> messages_field(const json& body) {
+std::vector<ChatMessage> messages_field(json& body) {
   const auto it = body.find("messages");
   if (it == body.end()) bad("'messages' is required", "messages");
   if (!it->is_array() || it->empty()) bad("'messages' must be a non-empty array", "messages");
   std::vector<ChatMessage> messages;
   for (size_t i = 0; i < it->size(); ++i) {
-    const json& m = (*it)[i];
+    json& m = (*it)[i];
     const std::string param = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) bad("'" + param + "' must be an object", param);
     if (!m.contains("role") || !m["role"].is_string())
@@ -108,7 +127,9 @@ std::vector<ChatMessage> messages_field(const json& body) {
     if (role == "developer") role = "system";  // OpenAI's newer name for it
     if (role != "system" && role != "user" && role != "assistant")
       bad("'" + param + ".role' must be system, developer, user or assistant", param + ".role");
-    messages.push_back({role, text_content(m.value("content", json()), i)});
+    json none;
+    const auto content = m.find("content");
+    messages.push_back({role, text_content(content == m.end() ? none : *content, i)});
   }
   return messages;
 }
@@ -159,36 +180,47 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
   r.return_tokens = bool_field(body, "return_tokens", false);
 
   auto job = std::make_shared<CompletionJob>();
+  // Tokenized up to one token past the context: enough to refuse a longer
+  // prompt, at a cost bounded by the context rather than by the body.
+  const size_t max_prompt_tokens = static_cast<size_t>(std::max<int64_t>(limits.ctx_size, 0)) + 1;
+  const auto too_long = [&](int64_t n_prompt) {
+    bad("the prompt has " +
+            (n_prompt > limits.ctx_size ? "more than " + std::to_string(limits.ctx_size)
+                                        : std::to_string(n_prompt)) +
+            " tokens; this server's context is " + std::to_string(limits.ctx_size) + " tokens",
+        chat ? "messages" : "prompt", 400, "context_length_exceeded");
+  };
+  // More text than that many tokens can cover is refused before it is
+  // rendered or tokenized at all.
+  const size_t max_prompt_bytes = (max_prompt_tokens + 1) * tokenizer.max_token_bytes();
   if (chat) {
     if (chat_template == nullptr)
       bad("this model has no chat template: start the server with --chat-template chatml (or "
           "llama3), or use /v1/completions");
     const std::vector<ChatMessage> messages = messages_field(body);
+    size_t content_bytes = 0;
+    for (const ChatMessage& m : messages) content_bytes += m.content.size();
+    if (content_bytes > max_prompt_bytes) too_long(limits.ctx_size + 1);
     try {
-      job->prompt = chat_template->encode(tokenizer, messages, true);
+      job->prompt = chat_template->encode(tokenizer, messages, true, max_prompt_tokens);
     } catch (const Error& e) {
       bad(std::string("messages: ") + e.what(), "messages");
     }
   } else {
     const auto it = body.find("prompt");
     if (it == body.end()) bad("'prompt' is required", "prompt");
-    std::string prompt;
-    if (it->is_string()) {
-      prompt = it->get<std::string>();
-    } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-      prompt = (*it)[0].get<std::string>();
-    } else {
+    // Read in place: a prompt may be as large as the body.
+    const bool single = it->is_array() && it->size() == 1 && (*it)[0].is_string();
+    if (!it->is_string() && !single)
       bad("'prompt' must be a string (one prompt per request)", "prompt");
-    }
+    const std::string& prompt = (single ? (*it)[0] : *it).get_ref<const std::string&>();
     if (prompt.empty()) bad("'prompt' is empty", "prompt");
-    job->prompt = tokenizer.encode(prompt, true, false);
+    if (prompt.size() > max_prompt_bytes) too_long(limits.ctx_size + 1);
+    job->prompt = tokenizer.encode_prefix(prompt, true, false, max_prompt_tokens);
   }
   if (job->prompt.empty()) bad("the prompt produced no tokens", chat ? "messages" : "prompt");
   const int64_t n_prompt = static_cast<int64_t>(job->prompt.size());
-  if (n_prompt >= limits.ctx_size)
-    bad("the prompt has " + std::to_string(n_prompt) + " tokens; this server's context is " +
-            std::to_string(limits.ctx_size) + " tokens",
-        chat ? "messages" : "prompt", 400, "context_length_exceeded");
+  if (n_prompt >= limits.ctx_size) too_long(n_prompt);
 
   // max_completion_tokens is the chat API's newer name.
   const char* max_key =
@@ -211,8 +243,8 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
   if (s.top_p <= 0.0f) bad("'top_p' must be greater than 0", "top_p");
   s.top_k = static_cast<int>(integer_field(body, "top_k", 0, 0, 1 << 30));
   s.min_p = static_cast<float>(number_field(body, "min_p", 0.0, 0.0, 0.999999));
-  const int64_t seed = integer_field(body, "seed", -1, INT64_MIN, INT64_MAX);
-  s.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
+  const std::optional<uint64_t> seed = seed_field(body);
+  s.seed = seed ? *seed : std::random_device{}();
   try {
     validate_sampling_params(s);
   } catch (const Error& e) {

@@ -59,7 +59,7 @@ StrategyInfo auto_strategy() {
           .roles = {StrategyRole::generate_drafted},
           .mpirun_refusal =
               "strategy 'auto' tunes on a target in this process; under mpirun choose pp, stpp, "
-              "pipedec, pearl (with --pearl-window), sd, tree or dyntree",
+              "pipedec, pearl, sd, tree or dyntree",
           .make = [](const StrategyConfig& c) { return std::make_unique<AutoStrategy>(c); }};
 }
 

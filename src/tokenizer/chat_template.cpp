@@ -70,10 +70,22 @@ ChatTemplate ChatTemplate::detect(std::string_view jinja) {
 
 ChatTemplate ChatTemplate::for_model(const GgufFile& file, std::string_view override_name) {
   if (!override_name.empty()) return from_name(override_name);
-  check(file.has("tokenizer.chat_template"), file.path(),
-        " has no chat template (tokenizer.chat_template); pass --chat-template NAME (",
-        known_names(), ")");
-  return detect(file.get_string("tokenizer.chat_template"));
+  // As llama.cpp: a model without a template, or with one it cannot render,
+  // gets ChatML (with a warning the caller prints).
+  std::string reason;
+  if (!file.has("tokenizer.chat_template")) {
+    reason = file.path() + " has no chat template (tokenizer.chat_template)";
+  } else {
+    try {
+      return detect(file.get_string("tokenizer.chat_template"));
+    } catch (const Error&) {
+      reason = file.path() + "'s chat template (tokenizer.chat_template) is not one parspec knows";
+    }
+  }
+  ChatTemplate chatml(ChatFamily::kChatML);
+  chatml.fallback_warning_ = reason + ": using chatml, as llama.cpp does; --chat-template NAME (" +
+                             std::string(known_names()) + ") chooses one";
+  return chatml;
 }
 
 std::string_view ChatTemplate::name() const {
@@ -129,13 +141,16 @@ std::string ChatTemplate::render_text(std::span<const ChatMessage> messages,
 
 std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer,
                                           std::span<const ChatMessage> messages,
-                                          bool add_generation_prompt) const {
+                                          bool add_generation_prompt, size_t max_tokens) const {
   // BOS goes in as an id, whatever text the vocabulary gives it.
-  std::vector<int32_t> ids =
-      tokenizer.encode(render_text(messages, add_generation_prompt, false), false, true);
   const int32_t bos = tokenizer.bos();
-  const bool wants_bos = family_ == ChatFamily::kLlama3 || tokenizer.add_bos();
-  if (wants_bos && bos >= 0) ids.insert(ids.begin(), bos);
+  const bool with_bos = (family_ == ChatFamily::kLlama3 || tokenizer.add_bos()) && bos >= 0;
+  if (with_bos && max_tokens == 0) return {};
+  const std::string text = render_text(messages, add_generation_prompt, false);
+  std::vector<int32_t> ids =
+      max_tokens == SIZE_MAX ? tokenizer.encode(text, false, true)
+                             : tokenizer.encode_prefix(text, false, true, max_tokens - with_bos);
+  if (with_bos) ids.insert(ids.begin(), bos);
   return ids;
 }
 

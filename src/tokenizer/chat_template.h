@@ -5,6 +5,7 @@
 //   llama3: <|begin_of_text|><|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>...
 //   chatml: <|im_start|>ROLE\nCONTENT<|im_end|>\n... (Qwen2), with the default
 //           system prompt the template inserts when the first message is not one.
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -31,8 +32,11 @@ class ChatTemplate {
   // Recognises the family of a Jinja template; throws Error if it is none of ours.
   static ChatTemplate detect(std::string_view jinja);
   // `override_name` when not empty, else detection from tokenizer.chat_template;
-  // the error for a missing or unknown template points to --chat-template.
+  // a model without a template, or with one of no known family, gets ChatML
+  // (as llama.cpp does) with fallback_warning() saying so.
   static ChatTemplate for_model(const GgufFile& file, std::string_view override_name);
+  // Why for_model() fell back to ChatML, and how to choose; empty otherwise.
+  const std::string& fallback_warning() const { return fallback_warning_; }
   static std::string_view known_names() { return "llama3, chatml"; }
 
   ChatFamily family() const { return family_; }
@@ -54,9 +58,10 @@ class ChatTemplate {
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
   // render() tokenized with special tokens parsed. BOS is the vocabulary's BOS
   // id: always for Llama 3 (its template starts with it), for ChatML when the
-  // vocabulary's add_bos_token asks for it.
+  // vocabulary's add_bos_token asks for it. At most `max_tokens` tokens, the
+  // first ones (Tokenizer::encode_prefix).
   std::vector<int32_t> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                              bool add_generation_prompt) const;
+                              bool add_generation_prompt, size_t max_tokens = SIZE_MAX) const;
 
  private:
   explicit ChatTemplate(ChatFamily family) : family_(family) {}
@@ -65,6 +70,7 @@ class ChatTemplate {
                           bool bos_text) const;
   ChatFamily family_;
   std::string default_system_;
+  std::string fallback_warning_;
 };
 
 }  // namespace parspec

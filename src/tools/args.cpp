@@ -46,6 +46,9 @@ T parse_number(const std::string& flag, const std::string& text) {
     if (is_number) fail("value '", text, "' for ", flag, " must be a whole number");
     fail("invalid value '", text, "' for ", flag, " (expected a whole number)");
   }
+  if (ec == std::errc::result_out_of_range)
+    fail("value '", text, "' for ", flag, " is out of range (", std::numeric_limits<T>::lowest(),
+         " to ", std::numeric_limits<T>::max(), ")");
   fail("invalid value '", text, "' for ", flag, " (expected a number)");
 }
 
@@ -107,6 +110,21 @@ void ArgParser::option(const std::string& names, uint64_t* out, const std::strin
                        const std::string& help) {
   add(names, value_name, help, to_text(*out),
       [out, names](const std::string& v) { *out = parse_number<uint64_t>(names, v); });
+}
+
+void ArgParser::option(const std::string& names, std::optional<uint64_t>* out,
+                       const std::string& value_name, const std::string& help) {
+  add(names, value_name, help, *out ? to_text(**out) : "-1", [out, names](const std::string& v) {
+    if (v == "-1") {
+      out->reset();
+      return;
+    }
+    try {
+      *out = parse_number<uint64_t>(names, v);
+    } catch (const Error& e) {
+      fail(e.what(), "; -1 draws a random seed");
+    }
+  });
 }
 
 void ArgParser::option(const std::string& names, float* out, const std::string& value_name,
@@ -196,6 +214,16 @@ bool ArgParser::parse(int argc, char** argv, int first) {
       if (!inline_value) {
         if (i + 1 >= argc) fail("option ", arg, " needs a value (", spec->value_name, ")");
         value = argv[++i];
+      }
+      // A number beyond the bound is out of the bound's range, even where
+      // the option's type could not hold it (-t 99999999999).
+      if (spec->bounded) {
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (!value.empty() && end == value.c_str() + value.size() &&
+            !(v >= spec->lo && v <= spec->hi))
+          fail("value '", value, "' for ", arg, " is out of range (", bound_text(spec->lo), " to ",
+               bound_text(spec->hi), ")");
       }
       spec->set(value);
       if (spec->bounded) {

@@ -3,6 +3,7 @@
 // -md and -td, long flags with a value as the next argument or after '='.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ class ArgParser {
               const std::string& help);
   void option(const std::string& names, float* out, const std::string& value_name,
               const std::string& help);
+  // A seed: 0 to 18446744073709551615, or -1 for none (a random seed).
+  void option(const std::string& names, std::optional<uint64_t>* out, const std::string& value_name,
+              const std::string& help);
   // A repeatable option: each occurrence appends its value.
   void option(const std::string& names, std::vector<std::string>* out,
               const std::string& value_name, const std::string& help);
@@ -35,7 +39,8 @@ class ArgParser {
   // depends on the machine (e.g. the number of cores).
   void describe_default(const std::string& name, const std::string& text);
   // Limits a numeric option registered before: a value outside [lo, hi] is an
-  // error naming the flag and the range, raised while parsing.
+  // error naming the flag and this range (also where the value's type could
+  // not hold it), raised while parsing.
   void bound(const std::string& name, double lo, double hi);
   // Accepts `max_positional` plain arguments (named in the usage line).
   void positional(const std::string& name, std::vector<std::string>* out, size_t max_count,

@@ -28,7 +28,8 @@ int run_chat_loop(Strategy& strategy, const Tokenizer& tokenizer, const ChatTemp
     std::string line;
     if (!std::getline(std::cin, line) || line == "/exit") break;
     messages.push_back({"user", line});
-    const std::vector<int32_t> prompt = tmpl.encode(tokenizer, messages, true);
+    const std::vector<int32_t> prompt =
+        tmpl.encode(tokenizer, messages, true, static_cast<size_t>(settings.n_ctx) + 1);
     const int n_predict =
         resolve_n_predict(settings.n_predict, static_cast<int64_t>(prompt.size()), settings.n_ctx);
     GenerationRequest request;

@@ -22,6 +22,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/device_options.h"
 #include "tools/llama_flags.h"
 #include "tools/model_loading.h"
 #include "tools/prompt_input.h"
@@ -95,7 +96,7 @@ bool parse_args(int argc, char** argv, BenchArgs& a) {
             "end with a short verdict: the fastest strategy, its speedup and tau, why the slower "
             "ones lose here; exit status 1 when a greedy output differs from ar's");
   a.strategy_options.add_to(args);
-  add_ignored_gpu_flags(args);
+  add_ignored_gpu_flags(args, true, /*layers=*/false);
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
   args.bound("-c", 1, 1 << 24);
@@ -263,11 +264,20 @@ void fill_config(ojson& config, const BenchArgs& a, const Model& target,
   config["ignore_eos"] = a.ignore_eos;
   config["warmup"] = a.warmup;
   config["strategy_options"] = a.strategy_options.to_json();
+  config["target_device"] = device_label(resources.target_device);
+  config["draft_device"] = device_label(resources.draft_device);
   if (const mpi::Pipeline* pipeline = mpi::running_pipeline()) {
     config["distributed"] = pipeline->describe();
     config["link_emulated"] = pipeline->options().link.active();
   }
   add_git_info(config);
+}
+
+// Whether a model of the run was on a GPU (the reports then name the devices).
+bool resources_on_gpu(const ojson& config) {
+  for (const char* key : {"target_device", "draft_device"})
+    if (config.contains(key) && config[key].get<std::string>() != "cpu") return true;
+  return false;
 }
 
 void write_reports(const BenchArgs& a, const BenchReport& report,
@@ -286,6 +296,10 @@ void write_reports(const BenchArgs& a, const BenchReport& report,
     std::printf(", prompts:");
     for (const TokenizedSet& ts : sets)
       std::printf(" %s %zu", ts.set.name.c_str(), ts.prompts.size());
+    if (resources_on_gpu(report.config))
+      std::printf("\ndevices: target %s, draft %s",
+                  report.config["target_device"].get<std::string>().c_str(),
+                  report.config["draft_device"].get<std::string>().c_str());
     if (report.config.contains("distributed"))
       std::printf("\ndistributed: %s", report.config["distributed"].get<std::string>().c_str());
     std::printf("\n\n%s", report_table(report).c_str());
@@ -301,6 +315,9 @@ void write_reports(const BenchArgs& a, const BenchReport& report,
           (report.machine.cpu_model.empty() ? "unknown CPU" : report.machine.cpu_model) + ", " +
           std::to_string(report.machine.cores) + " cores, " + std::to_string(a.n_threads) +
           " threads\n\n";
+    if (resources_on_gpu(report.config))
+      md += "Devices: target " + report.config["target_device"].get<std::string>() + ", draft " +
+            report.config["draft_device"].get<std::string>() + "\n\n";
     if (report.config.contains("distributed"))
       md += "Distributed: " + report.config["distributed"].get<std::string>() + "\n\n";
     write_output(a.md_out, md + report_markdown(report));
@@ -318,7 +335,8 @@ int cmd_bench(int argc, char** argv) {
   find_models(a, plan.labels.size() > 1);
   std::vector<TokenizedSet> sets = load_sets(a);
 
-  std::shared_ptr<const Model> target = load_model(a.model_path);
+  std::shared_ptr<const Model> target =
+      load_model(a.model_path, a.strategy_options.devices.target_loading());
   auto tokenizer = Tokenizer::from_gguf(target->gguf());
   a.n_ctx = resolve_context_size(a.n_ctx, a.ctx_given, {&target->config()}, a.model_path);
   std::vector<std::string> notes;

@@ -13,11 +13,13 @@
 #include "core/error.h"
 #include "core/huge_buffer.h"
 #include "core/worker.h"
+#include "cuda/backend.h"
 #include "kernels/isa.h"
 #include "model/forward_timing.h"
 #include "model/model.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/device_options.h"
 #include "tools/model_loading.h"
 #include "tools/prompt_input.h"
 
@@ -197,6 +199,66 @@ nlohmann::json measure_row(const Model& model, int threads, const RowSettings& s
           {"latency_ms", lat}};
 }
 
+// The GPU's row: decode and L(n) through a CUDA executor, beside the device's
+// copy bandwidth (measured once: a GPU's memory does not change speed with
+// the neighbours as a shared VM's does).
+nlohmann::json measure_gpu_row(const Model& model, int device, const RowSettings& s) {
+  const ModelConfig& c = model.config();
+  const int max_batch = *std::max_element(s.batch_sizes.begin(), s.batch_sizes.end());
+  auto executor = cuda::make_executor(device);
+  cuda::upload(*executor, model);
+  const double gbps = cuda::copy_bandwidth_gbs(device, static_cast<size_t>(s.bandwidth_mib) << 20);
+  const double roofline = gbps * 1e9 / model.weight_bytes();
+
+  KvCache kv(c, s.context + std::max(max_batch, s.decode_tokens) + 1);
+  executor->forward(model, Batch::chain(kv, some_tokens(s.context, c.n_vocab, 99), false), kv);
+  std::vector<int32_t> prefix(s.context);
+  for (int i = 0; i < s.context; ++i) prefix[i] = i;
+  kv.commit(prefix);
+
+  if (s.tty) std::fprintf(stderr, "[gpu] decoding...\n");
+  std::vector<double> rates;
+  for (int r = 0; r < s.repeat + 1; ++r) {  // the first repetition warms up
+    const std::vector<int32_t> toks = some_tokens(s.decode_tokens, c.n_vocab, r);
+    const double t0 = now_ms(s.base);
+    for (int32_t t : toks) {
+      executor->forward(model, Batch::chain(kv, std::span(&t, 1), true), kv);
+      const int32_t cell = 0;
+      kv.commit(std::span(&cell, 1));
+    }
+    if (r > 0) rates.push_back(s.decode_tokens * 1000.0 / (now_ms(s.base) - t0));
+    kv.truncate(s.context);
+  }
+  const double tok_per_s = median(rates);
+  std::vector<double> latency;
+  for (int n : s.batch_sizes) {
+    if (s.tty) std::fprintf(stderr, "[gpu] L(%d)...\n", n);
+    latency.push_back(median_forward_ms(model, *executor, kv, n, 1, s.repeat, false, s.base));
+  }
+  std::printf("| cuda%d | %.0f | %.1f | %.1f | %.0f%% |", device, gbps, roofline, tok_per_s,
+              100.0 * tok_per_s / roofline);
+  for (double l : latency) std::printf(" %.2f |", l);
+  double l1 = -1, l8 = -1;
+  for (size_t i = 0; i < s.batch_sizes.size(); ++i) {
+    if (s.batch_sizes[i] == 1) l1 = latency[i];
+    if (s.batch_sizes[i] == 8) l8 = latency[i];
+  }
+  if (l1 > 0 && l8 > 0)
+    std::printf(" %.2f |\n", l8 / l1);
+  else
+    std::printf(" – |\n");
+  std::fflush(stdout);
+  nlohmann::json lat = nlohmann::json::object();
+  for (size_t i = 0; i < s.batch_sizes.size(); ++i)
+    lat[std::to_string(s.batch_sizes[i])] = latency[i];
+  return {{"device", device_label(device)},
+          {"copy_gb_per_s", gbps},
+          {"roofline_tok_per_s", roofline},
+          {"decode_tok_per_s", tok_per_s},
+          {"roofline_fraction", tok_per_s / roofline},
+          {"latency_ms", lat}};
+}
+
 }  // namespace
 
 int cmd_bench_forward(int argc, char** argv) {
@@ -207,7 +269,8 @@ int cmd_bench_forward(int argc, char** argv) {
                  "Measures single-token decode speed against the memory-bandwidth roofline\n"
                  "(weight bytes / streaming read bandwidth, measured right before each decode\n"
                  "repetition; the share of it is the median of the repetitions' own), and the\n"
-                 "latency L(n) of one forward pass over n tokens.");
+                 "latency L(n) of one forward pass over n tokens. On a GPU (--device cuda or\n"
+                 "-ngl 99): one row, against the device's copy bandwidth.");
   args.option("-m,--model", &model_path, "FILE", "model (GGUF)");
   args.option("-t,--threads", &threads_text, "LIST", "thread counts to measure");
   args.option("-b,--batch-sizes", &batch_text, "LIST", "batch sizes n for L(n)");
@@ -217,6 +280,8 @@ int cmd_bench_forward(int argc, char** argv) {
   args.option("--bandwidth-mib", &bandwidth_mib, "MIB",
               "buffer size for the bandwidth test (run before each decode repetition)");
   args.option("--json", &json_path, "FILE", "also write the results as JSON");
+  DeviceOptions devices;
+  devices.add_to(args);
   bool cpu_time = false;
   args.flag("--cpu-time", &cpu_time,
             "time decode and L(n) in process CPU time instead of wall time (steadier on a "
@@ -230,27 +295,39 @@ int cmd_bench_forward(int argc, char** argv) {
   const TimeBase base = cpu_time ? TimeBase::kProcessCpu : TimeBase::kWall;
   const std::vector<int> batch_sizes = parse_int_list(batch_text, "--batch-sizes");
 
-  auto model = load_model(model_path);
+  auto model = load_model(model_path, devices.target_loading());
+  const int device = devices.target_device(*model);
   const ModelConfig& c = model->config();
   const bool tty = isatty(fileno(stderr));
   std::printf("model: %s (%s, %d layers, n_embd %d, %.1f MiB of weights per token)\n",
               model_path.c_str(), c.arch.c_str(), c.n_layer, c.n_embd,
               model->weight_bytes() / 1048576.0);
-  std::printf("kernels: %s\n", isa_report().c_str());
+  std::printf("kernels: %s\n", device >= 0 ? device_label(device).c_str() : isa_report().c_str());
   if (cpu_time) std::printf("decode and L(n): process CPU time, not wall time\n");
 
   nlohmann::json results = nlohmann::json::array();
-  std::printf(
-      "\n| threads | read GB/s | roofline tok/s | decode tok/s | of roofline | split jobs/token |");
-  for (int n : batch_sizes) std::printf(" L(%d) ms |", n);
-  std::printf(" L(8)/L(1) |\n|---|---|---|---|---|---|");
-  for (size_t i = 0; i < batch_sizes.size(); ++i) std::printf("---|");
-  std::printf("---|\n");
   const RowSettings settings{context, repeat, decode_tokens, bandwidth_mib, batch_sizes, base, tty};
-  for (int threads : thread_counts) results.push_back(measure_row(*model, threads, settings));
+  if (device >= 0) {
+    std::printf("\n| device | copy GB/s | roofline tok/s | decode tok/s | of roofline |");
+    for (int n : batch_sizes) std::printf(" L(%d) ms |", n);
+    std::printf(" L(8)/L(1) |\n|---|---|---|---|---|");
+    for (size_t i = 0; i < batch_sizes.size(); ++i) std::printf("---|");
+    std::printf("---|\n");
+    results.push_back(measure_gpu_row(*model, device, settings));
+  } else {
+    std::printf(
+        "\n| threads | read GB/s | roofline tok/s | decode tok/s | of roofline | split jobs/token "
+        "|");
+    for (int n : batch_sizes) std::printf(" L(%d) ms |", n);
+    std::printf(" L(8)/L(1) |\n|---|---|---|---|---|---|");
+    for (size_t i = 0; i < batch_sizes.size(); ++i) std::printf("---|");
+    std::printf("---|\n");
+    for (int threads : thread_counts) results.push_back(measure_row(*model, threads, settings));
+  }
   if (!json_path.empty()) {
     nlohmann::json out = {{"model", model_path},
                           {"isa", isa_name(active_isa())},
+                          {"device", device_label(device)},
                           {"time_base", cpu_time ? "process_cpu" : "wall"},
                           {"weight_bytes", model->weight_bytes()},
                           {"context", context},

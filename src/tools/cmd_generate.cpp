@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -33,18 +34,21 @@ namespace {
 int run_conversation(const std::string& model_path, const std::string& chat_template,
                      const std::string& system_prompt, const std::string& strategy_name,
                      const StrategyOptions& strategy_options, int n_threads, int n_ctx,
-                     bool ctx_given, int n_predict, SamplingParams sampling, int64_t seed,
-                     const std::vector<std::string>& stop_strings) {
+                     bool ctx_given, int n_predict, SamplingParams sampling,
+                     std::optional<uint64_t> seed, const std::vector<std::string>& stop_strings) {
   validate_sampling_params(sampling);
-  std::shared_ptr<const Model> model = load_model(model_path);
+  std::shared_ptr<const Model> model =
+      load_model(model_path, strategy_options.devices.target_loading());
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const ChatTemplate tmpl = ChatTemplate::for_model(model->gguf(), chat_template);
+  if (!tmpl.fallback_warning().empty())
+    std::fprintf(stderr, "warning: %s\n", tmpl.fallback_warning().c_str());
   ChatLoopSettings settings;
   settings.n_ctx = resolve_context_size(n_ctx, ctx_given, {&model->config()}, model_path);
   settings.system_prompt = system_prompt;
   settings.n_predict = n_predict;
   settings.stop_strings = stop_strings;
-  sampling.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
+  sampling.seed = seed ? *seed : std::random_device{}();
   settings.sampling = sampling;
   StrategyResources resources;
   resources.init(model, strategy_options, n_threads);
@@ -113,7 +117,7 @@ struct GenerateArgs {
   StrategyOptions strategy_options;
   int n_predict = 128, n_threads = default_thread_count(), n_ctx = 4096;
   SamplingParams sampling;
-  int64_t seed = -1;
+  std::optional<uint64_t> seed;  // none: a random seed
   bool json = false, chat = false, ignore_eos = false, escape = true, no_escape = false;
   bool conversation = false;
   std::vector<std::string> stop_strings;
@@ -132,7 +136,7 @@ void add_generate_options(ArgParser& args, GenerateArgs& a) {
   args.option("-t,--threads", &a.n_threads, "N", "threads");
   args.option("-r,--reverse-prompt", &a.stop_strings, "TEXT",
               "stop once the generated text ends with TEXT (may be repeated)");
-  add_ignored_gpu_flags(args);
+  add_ignored_gpu_flags(args, true, /*layers=*/false);
   args.option("--temp", &a.sampling.temp, "T", "temperature; 0 = greedy");
   args.option("--top-k", &a.sampling.top_k, "K", "top-k sampling; 0 = off");
   args.option("--top-p", &a.sampling.top_p, "P", "top-p (nucleus) sampling; 1 = off");
@@ -143,13 +147,16 @@ void add_generate_options(ArgParser& args, GenerateArgs& a) {
             "interactive conversation in the chat template: one user turn per line of stdin");
   args.option("-sys,--system-prompt", &a.system_prompt, "TEXT",
               "system message of the conversation (-cnv) or of --chat");
-  args.option("--chat-template", &a.chat_template, "NAME",
-              "chat template to use instead of the detected one (llama3, chatml)");
+  args.option(
+      "--chat-template", &a.chat_template, "NAME",
+      "chat template to use instead of the detected one (llama3, chatml; a model without one "
+      "gets chatml, with a warning)");
   args.flag("--ignore-eos", &a.ignore_eos, "do not stop at end-of-generation tokens");
   args.option("--strategy", &a.strategy_name, "NAME",
               "decoding strategy: " + strategy_list() +
                   " (all but ar, pp and auto need -md; default: auto with -md, ar without; under "
-                  "mpirun pipedec with -md, pp without)");
+                  "mpirun pipedec with -md, pp without); NAME:G sets the strategy's main number "
+                  "as in bench --strategies (sd:3: --draft-max 3, pearl:3: --pearl-window 3)");
   a.strategy_options.add_to(args);
   args.flag("--json", &a.json, "print one JSON object with the text, token ids and timings");
   args.bound("-t", 1, kMaxThreads);
@@ -157,11 +164,19 @@ void add_generate_options(ArgParser& args, GenerateArgs& a) {
   args.bound("--top-k", 0, 1e9);
 }
 
-// The prompt text from -p (escapes processed unless --no-escape) or -f.
-std::string read_prompt(const GenerateArgs& a) {
+// The prompt text from -p (escapes processed unless --no-escape) or -f. A
+// file is read no further than the text `n_ctx` tokens can cover: what goes
+// beyond cannot be a prompt in this context.
+std::string read_prompt(const GenerateArgs& a, const Tokenizer& tokenizer, int n_ctx) {
   std::string prompt = a.prompt;
+  const size_t per_token = tokenizer.max_token_bytes();
+  const size_t max_bytes = (static_cast<size_t>(n_ctx) + 2) * per_token;
   if (!a.prompt_file.empty())
-    prompt = read_text_input(a.prompt_file, "-f");
+    prompt = read_text_input(a.prompt_file, "-f", max_bytes,
+                             "more than a prompt in the context of " + std::to_string(n_ctx) +
+                                 " tokens can hold (a token stands for at most " +
+                                 std::to_string(per_token) +
+                                 " bytes); raise -c/--ctx-size or shorten the prompt");
   else if (a.escape && !a.no_escape)
     prompt = process_escapes(prompt);
   check(!prompt.empty(), a.prompt_file.empty() ? "-p: the prompt is empty" : "-f ",
@@ -173,19 +188,22 @@ std::string read_prompt(const GenerateArgs& a) {
 // The prompt's tokens, in the chat template with --chat or --chat-template
 // (whose end-of-turn text joins the stop strings where the vocabulary spells it
 // as text).
+// Tokenized no further than `max_tokens`.
 std::vector<int32_t> encode_prompt(GenerateArgs& a, const std::string& prompt, const Model& model,
-                                   const Tokenizer& tokenizer) {
+                                   const Tokenizer& tokenizer, size_t max_tokens) {
   std::vector<int32_t> tokens;
   if (a.chat || !a.chat_template.empty()) {
     const ChatTemplate tmpl = ChatTemplate::for_model(model.gguf(), a.chat_template);
+    if (!tmpl.fallback_warning().empty())
+      std::fprintf(stderr, "warning: %s\n", tmpl.fallback_warning().c_str());
     std::vector<ChatMessage> turns;
     if (!a.system_prompt.empty()) turns.push_back({"system", a.system_prompt});
     turns.push_back({"user", prompt});
-    tokens = tmpl.encode(tokenizer, turns, true);
+    tokens = tmpl.encode(tokenizer, turns, true, max_tokens);
     const std::string end_of_turn = tmpl.end_of_turn_stop(tokenizer);
     if (!end_of_turn.empty()) a.stop_strings.push_back(end_of_turn);
   } else {
-    tokens = tokenizer.encode(prompt, true, false);
+    tokens = tokenizer.encode_prefix(prompt, true, false, max_tokens);
   }
   check(!tokens.empty(), "the prompt produced no tokens");
   warn_on_double_bos(tokenizer, tokens);
@@ -241,8 +259,8 @@ int cmd_generate(int argc, char** argv) {
             : (draft ? StrategyRole::generate_drafted : StrategyRole::generate_plain);
     a.strategy_name = strategy_for(role).name;
   }
-  strategy_info(a.strategy_name);  // an unknown name fails before the draft model loads
-  a.strategy_options.check_given(args, {a.strategy_name});
+  // An unknown name fails before the draft model loads.
+  a.strategy_options.check_strategy(args, a.strategy_name);
   if (a.conversation) {
     check(!prompt_given && a.prompt_file.empty() && !a.json,
           "-cnv reads the user's turns from stdin: give no -p, -f or --json");
@@ -251,17 +269,21 @@ int cmd_generate(int argc, char** argv) {
                             a.sampling, a.seed, a.stop_strings);
   }
   check(prompt_given || !a.prompt_file.empty(), "no prompt given (-p TEXT or -f FILE)");
-  const std::string prompt = read_prompt(a);
+  if (!a.prompt_file.empty()) check_text_input(a.prompt_file, "-f");
   check(a.n_predict >= -1, "-n ", a.n_predict,
         ": the number of tokens to generate must be >= 0, or -1 (until the context is full)");
-  a.sampling.seed = a.seed < 0 ? std::random_device{}() : static_cast<uint64_t>(a.seed);
+  a.sampling.seed = a.seed ? *a.seed : std::random_device{}();
   validate_sampling_params(a.sampling);
 
-  std::shared_ptr<const Model> model = load_model(a.model_path);
+  std::shared_ptr<const Model> model =
+      load_model(a.model_path, a.strategy_options.devices.target_loading());
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
       resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);
-  std::vector<int32_t> prompt_tokens = encode_prompt(a, prompt, *model, *tokenizer);
+  const std::string prompt = read_prompt(a, *tokenizer, n_ctx);
+  // Tokenized up to one token past the context: enough to refuse a longer prompt.
+  std::vector<int32_t> prompt_tokens =
+      encode_prompt(a, prompt, *model, *tokenizer, static_cast<size_t>(n_ctx) + 1);
   const int n_predict =
       resolve_n_predict(a.n_predict, static_cast<int64_t>(prompt_tokens.size()), n_ctx);
 

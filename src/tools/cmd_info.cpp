@@ -6,12 +6,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cuda/backend.h"
 #include "kernels/isa.h"
 #include "model/gguf.h"
 #include "model/model_config.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/device_options.h"
 
 namespace parspec {
 
@@ -26,6 +28,8 @@ int cmd_info(int argc, char** argv) {
 
   // Resolved first: a bad PARSPEC_ISA is an error before any file is read.
   const std::string kernels = isa_report();
+  const std::string gpu_reason = cuda::unavailable_reason(0);
+  const std::string gpu = gpu_reason.empty() ? device_label(0) : "none: " + gpu_reason;
   for (const std::string& path : files) {
     auto file = GgufFile::open(path);
     const ModelConfig c = ModelConfig::from_gguf(*file);
@@ -59,6 +63,7 @@ int cmd_info(int argc, char** argv) {
     std::printf("  parameters     %.2f M in %zu tensors, %.2f MiB\n", n_params / 1e6,
                 file->tensors().size(), n_bytes / 1048576.0);
     std::printf("  kernels        %s\n", kernels.c_str());
+    std::printf("  gpu            %s\n", gpu.c_str());
     std::printf("  tensor types  ");
     for (const auto& [name, count] : type_counts) std::printf(" %s×%d", name.c_str(), count);
     std::printf("\n");

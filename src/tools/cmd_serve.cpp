@@ -121,15 +121,18 @@ int cmd_serve(int argc, char** argv) {
   args.option("--strategy", &a.strategy_name, "NAME",
               "decoding strategy of every request: " + served_list() +
                   " (default: " + strategy_for(StrategyRole::serve_drafted).name + " with -md, " +
-                  strategy_for(StrategyRole::serve_plain).name + " without)");
+                  strategy_for(StrategyRole::serve_plain).name +
+                  " without); NAME:G as in bench --strategies (sd:3: --draft-max 3)");
   a.strategy_options.add_to(args);
   args.option("--host", &a.host, "ADDR", "address to listen on (loopback by default)");
   args.option("--port", &a.port, "N", "port to listen on; 0 = any free port (printed)");
   args.option("--api-key", &a.api_key, "KEY",
               "require 'Authorization: Bearer KEY' on /v1/* and /metrics");
   args.option("-a,--alias", &a.alias, "NAME", "model id in the API (default: the file's name)");
-  args.option("--chat-template", &a.chat_template, "NAME",
-              "chat template to use instead of the model's (llama3, chatml)");
+  args.option(
+      "--chat-template", &a.chat_template, "NAME",
+      "chat template to use instead of the model's (llama3, chatml; a model without one gets "
+      "chatml, with a warning)");
   args.option("-t,--threads", &a.n_threads, "N", "threads of the forward passes");
   args.option("-c,--ctx-size,--ctx", &a.n_ctx, "N",
               "most tokens per request (prompt + max_tokens); 0 = the model's training context");
@@ -172,7 +175,8 @@ int cmd_serve(int argc, char** argv) {
   args.option("--sched-max-wait", &a.sched_max_wait, "N",
               "cosine: steps a request may be left out of the chosen batch in a row before "
               "it is admitted anyway");
-  add_ignored_gpu_flags(args, /*batch_size=*/false);  // -b is serve's token budget
+  add_ignored_gpu_flags(args, /*batch_size=*/false,
+                        /*layers=*/false);  // -b is serve's token budget
   args.bound("-t", 1, kMaxThreads);
   args.describe_default("-t", "the cores this process may use");
   args.bound("--port", 0, 65535);
@@ -200,11 +204,11 @@ int cmd_serve(int argc, char** argv) {
         strategy_for(a.strategy_options.draft_path.empty() ? StrategyRole::serve_plain
                                                            : StrategyRole::serve_drafted)
             .name;
-  const StrategyInfo& served = strategy_info(a.strategy_name);
+  const StrategyInfo& served =
+      strategy_info(a.strategy_options.check_strategy(args, a.strategy_name).name);
   check(served.served, "serve runs ",
         strategy_names_where([](const StrategyInfo& i) { return i.served; }),
-        " (batched across requests); '", a.strategy_name, "' is not served");
-  a.strategy_options.check_given(args, {a.strategy_name});
+        " (batched across requests); '", served.name, "' is not served");
   const std::string scheduled =
       strategy_names_where([](const StrategyInfo& i) { return i.uses_request_scheduler; });
   for (const char* flag : kSchedulerFlags)
@@ -224,17 +228,24 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that went away fails a write, not the process
 
+  // The server batches forwards on the CPU's workers: a GPU request is refused
+  // rather than ignored, -ngl alone (llama-server scripts) runs on the CPU.
+  DeviceOptions& devices = a.strategy_options.devices;
+  check(devices.device == "auto" || devices.device == "cpu" || devices.device == "none",
+        "serve: --device ", devices.device,
+        ": the server runs on the CPU (generate and bench "
+        "run on a GPU)");
+  if (devices.gpu_layers > 0 || devices.gpu_layers_draft > 0)
+    std::fprintf(stderr, "note: serve runs on the CPU: -ngl/-ngld ignored\n");
+  devices.device = "cpu";
   std::shared_ptr<const Model> model = load_model(a.model_path);
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
       resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);
-  std::optional<ChatTemplate> chat_template;
-  try {
-    chat_template = ChatTemplate::for_model(model->gguf(), a.chat_template);
-  } catch (const Error& e) {
-    if (!a.chat_template.empty()) throw;
-    std::fprintf(stderr, "serve: /v1/chat/completions is off: %s\n", e.what());
-  }
+  std::optional<ChatTemplate> chat_template =
+      ChatTemplate::for_model(model->gguf(), a.chat_template);
+  if (!chat_template->fallback_warning().empty())
+    std::fprintf(stderr, "serve: warning: %s\n", chat_template->fallback_warning().c_str());
 
   StrategyResources resources;
   resources.init(model, a.strategy_options, a.n_threads);

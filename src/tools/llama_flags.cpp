@@ -81,17 +81,20 @@ const Counterpart kCounterparts[] = {
     {"*", "--draft-p-min", "same flag; default 0 (llama.cpp: 0.8 for llama-speculative)"},
     {"*", "--allow-draft-mismatch",
      "parspec only: llama.cpp has no override for its vocabulary check"},
-    {"*", "-ngl", "accepted and ignored (CPU only)"},
-    {"*", "-ngld", "accepted and ignored (CPU only)"},
-    {"*", "-fa", "accepted and ignored (CPU only)"},
-    {"*", "-sm", "accepted and ignored (CPU only)"},
-    {"*", "-mg", "accepted and ignored (CPU only)"},
-    {"*", "-ts", "accepted and ignored (CPU only)"},
-    {"*", "-nkvo", "accepted and ignored (CPU only)"},
-    {"*", "--mlock",
-     "accepted and ignored (models are read into memory at load)"},
-    {"*", "--no-mmap",
-     "accepted and ignored (models are read into memory already)"},
+    {"generate", "-ngl", "same meaning where a GPU is used (all layers or none)"},
+    {"bench", "-ngl", "same meaning where a GPU is used (all layers or none)"},
+    {"*", "-ngl", "accepted and ignored (this command runs on the CPU)"},
+    {"generate", "-ngld", "same meaning where a GPU is used (all layers or none)"},
+    {"bench", "-ngld", "same meaning where a GPU is used (all layers or none)"},
+    {"*", "-ngld", "accepted and ignored (this command runs on the CPU)"},
+    {"*", "-dev", "same flag; devices cpu (none), cuda, cudaN (llama.cpp: CUDA0, ...)"},
+    {"*", "-fa", "accepted and ignored"},
+    {"*", "-sm", "accepted and ignored"},
+    {"*", "-mg", "accepted and ignored"},
+    {"*", "-ts", "accepted and ignored"},
+    {"*", "-nkvo", "accepted and ignored"},
+    {"*", "--mlock", "accepted and ignored (models are read into memory at load)"},
+    {"*", "--no-mmap", "accepted and ignored (models are read into memory already)"},
     {"*", "-b", "accepted and ignored (batches are sized by the strategy)"},
     {"*", "-ub", "accepted and ignored (batches are sized by the strategy)"},
     {"perplexity", "--chunks", kSame},
@@ -129,19 +132,21 @@ const Unsupported kUnsupported[] = {
 
 }  // namespace
 
-void add_ignored_gpu_flags(ArgParser& args, bool batch_size) {
-  const char* cpu = "parspec runs on the CPU";
-  args.ignored("-ngl,--gpu-layers,--n-gpu-layers", "N", cpu);
-  args.ignored("-ngld,--gpu-layers-draft,--n-gpu-layers-draft", "N", cpu);
+void add_ignored_gpu_flags(ArgParser& args, bool batch_size, bool layers) {
+  const char* cpu = layers ? "this command runs on the CPU"
+                           : "parspec has no such setting (one GPU, its own attention kernels, the "
+                             "KV cache beside the model)";
+  if (layers) {
+    args.ignored("-ngl,--gpu-layers,--n-gpu-layers", "N", cpu);
+    args.ignored("-ngld,--gpu-layers-draft,--n-gpu-layers-draft", "N", cpu);
+  }
   args.ignored("-fa,--flash-attn", "", cpu);
   args.ignored("-sm,--split-mode", "MODE", cpu);
   args.ignored("-mg,--main-gpu", "INDEX", cpu);
   args.ignored("-ts,--tensor-split", "LIST", cpu);
   args.ignored("-nkvo,--no-kv-offload", "", cpu);
-  args.ignored("--mlock", "",
-               "models are read into memory (huge pages from 64 MiB) at load");
-  args.ignored("--no-mmap", "",
-               "models are read into memory already (PARSPEC_MMAP=1 maps them)");
+  args.ignored("--mlock", "", "models are read into memory (huge pages from 64 MiB) at load");
+  args.ignored("--no-mmap", "", "models are read into memory already (PARSPEC_MMAP=1 maps them)");
   if (batch_size)
     args.ignored("-b,--batch-size", "N", "batches are sized by the decoding strategy");
   args.ignored("-ub,--ubatch-size", "N", "batches are sized by the decoding strategy");

@@ -12,8 +12,9 @@ class ArgParser;
 // Registers llama.cpp's GPU and memory-placement flags that scripts pass
 // (-ngl, -ngld, -fa, -sm, -mg, -ts, -nkvo, --mlock, --no-mmap, -b, -ub) as
 // accepted and ignored, each with a note when given; batch_size = false leaves
-// -b to the caller (serve, where it is the token budget).
-void add_ignored_gpu_flags(ArgParser& args, bool batch_size = true);
+// -b to the caller (serve, where it is the token budget); layers = false leaves
+// -ngl and -ngld to the caller (commands that run on the GPU: DeviceOptions).
+void add_ignored_gpu_flags(ArgParser& args, bool batch_size = true, bool layers = true);
 
 // "same as llama.cpp", "different on purpose: ...", or "parspec only" for a flag
 // of `command` known by any of `names`.

@@ -2,36 +2,59 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 
 namespace parspec {
 
-std::string read_text_input(const std::string& path, const std::string& flag) {
-  if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    check(!std::cin.bad(), flag, " -: cannot read standard input");
-    return ss.str();
-  }
+void check_text_input(const std::string& path, const std::string& flag) {
+  if (path == "-") return;
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   check(status.type() != std::filesystem::file_type::not_found, flag, " ", path,
         ": cannot open: no such file");
   check(status.type() != std::filesystem::file_type::directory, flag, " ", path,
         ": is a directory, not a text file");
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), flag, " ", path, ": cannot open the file for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  check(!in.bad(), flag, " ", path, ": read error");
-  return ss.str();
+}
+
+std::string read_text_input(const std::string& path, const std::string& flag, size_t max_bytes,
+                            const std::string& too_long) {
+  check_text_input(path, flag);
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    check(file.good(), flag, " ", path, ": cannot open the file for reading");
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  // Read in blocks, never more than max_bytes + 1: a longer input is refused
+  // without holding it.
+  std::string text;
+  std::vector<char> block(size_t{1} << 20);
+  while (text.size() <= max_bytes) {
+    const size_t room = max_bytes - text.size();  // one byte more shows the input is longer
+    const size_t want = room >= block.size() ? block.size() : room + 1;
+    in.read(block.data(), static_cast<std::streamsize>(want));
+    text.append(block.data(), static_cast<size_t>(in.gcount()));
+    if (!in) break;
+  }
+  check(!in.bad(), flag, " ", path, path == "-" ? ": cannot read standard input" : ": read error");
+  if (text.size() > max_bytes) {
+    std::error_code ec;
+    const auto size = path == "-" ? 0 : std::filesystem::file_size(path, ec);
+    fail(flag, " ", path, ": ",
+         size > max_bytes && !ec ? "the file has " + std::to_string(size) + " bytes"
+                                 : "more than " + std::to_string(max_bytes) + " bytes",
+         ", ", too_long);
+  }
+  return text;
 }
 
 void check_writable(const std::string& path, const std::string& flag) {
@@ -150,7 +173,10 @@ int resolve_context_size(int requested, bool given, const std::vector<const Mode
 int resolve_n_predict(int requested, int64_t n_prompt, int n_ctx) {
   check(requested >= -1, "-n ", requested,
         ": the number of tokens to generate must be >= 0, or -1 (until the context is full)");
-  check(n_prompt < n_ctx, "the prompt has ", n_prompt,
+  // A prompt tokenized only up to n_ctx + 1 tokens (Tokenizer::encode_prefix) has "more than"
+  // n_ctx.
+  check(n_prompt<n_ctx, "the prompt has ", n_prompt> n_ctx ? "more than " + std::to_string(n_ctx)
+                                                           : std::to_string(n_prompt),
         " tokens and leaves no room in the context of ", n_ctx, " tokens (raise -c/--ctx-size)");
   const int64_t room = n_ctx - n_prompt;
   if (requested == -1) return static_cast<int>(room);

@@ -3,6 +3,7 @@
 // running a model: the prompt text (-p with llama.cpp's escapes, -f FILE or
 // stdin), the context size and generation length resolved against the model
 // (-c 0, -n -1), and checks that fail up front with a message naming the flag.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -17,9 +18,15 @@ namespace parspec {
 // message names the flag.
 constexpr int kMaxThreads = Worker::kMaxThreads;
 
+// Checks that `path` ('-': standard input) can be read as text: it exists and
+// is not a directory (before a long model load). Errors name `flag` and the path.
+void check_text_input(const std::string& path, const std::string& flag);
+
 // The whole text of `path` ('-': standard input). Errors name `flag` and the
-// path: a directory, a missing or unreadable file.
-std::string read_text_input(const std::string& path, const std::string& flag);
+// path: a directory, a missing or unreadable file, or an input of more than
+// `max_bytes` bytes (read no further; `too_long` says why that is too long).
+std::string read_text_input(const std::string& path, const std::string& flag,
+                            size_t max_bytes = SIZE_MAX, const std::string& too_long = "");
 
 // Checks before a long run that `path` (an output file of `flag`; '-' is
 // stdout) can be written: its folder exists and is writable, and the path is

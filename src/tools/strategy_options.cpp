@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "cuda/backend.h"
+#include "decode/local_model.h"
 #include "model/compat.h"
 #include "mpi/group_ranks.h"
 #include "mpi/pipeline.h"
@@ -65,6 +67,7 @@ void StrategyOptions::add_to(ArgParser& args) {
   args.bound("--draft-max", 1, 1024);
   args.bound("--draft-min", 1, 1024);
   args.bound("--draft-p-min", 0, 1);
+  devices.add_to(args);
   args.option("--placement", &placement, "MODE",
               "cores of the threads: auto (not pinned), separate (target on cores 0..t-1, draft "
               "on the next td cores), shared (draft on the target's cores: resource competition)");
@@ -126,6 +129,21 @@ void StrategyOptions::check_given(const ArgParser& args, const std::vector<std::
   }
 }
 
+StrategySpec StrategyOptions::check_strategy(const ArgParser& args, const std::string& entry) {
+  StrategySpec spec;
+  try {
+    spec = parse_strategy_spec(entry);
+  } catch (const Error& e) {
+    fail("--strategy ", entry, ": ", e.what());
+  }
+  for (const auto& [key, value] : spec.settings)
+    for (const StrategyOption& option : strategy_info(spec.name).options)
+      check(option.json_key != key || !args.given(option.flag), "--strategy ", entry, " sets ",
+            option.flag, " already: give one of them");
+  check_given(args, {spec.name});
+  return spec;
+}
+
 nlohmann::ordered_json StrategyOptions::to_json() const {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const Slot& slot : slots_)
@@ -141,7 +159,7 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   const CorePlacement placement = place_threads(options.placement, threads, options.threads_draft);
   target_worker = std::make_unique<Worker>(threads, placement.target_cores);
   if (!options.draft_path.empty()) {
-    draft = load_model(options.draft_path);
+    draft = load_model(options.draft_path, options.devices.draft_loading());
     // An mpirun job maps its files (model/gguf.h); the head's drafter streams all of its weights.
     if (mpi::session() != nullptr) draft->hold_in_memory(0, draft->config().n_layer, true);
     const std::string mismatch = draft_incompatibility(target->gguf(), draft->gguf());
@@ -153,6 +171,7 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   }
   if (options.threads_draft > 0)
     draft_worker = std::make_unique<Worker>(options.threads_draft, placement.draft_cores);
+  init_devices(options);
 
   mpi::PipelineOptions pipeline;
   pipeline.stages = options.stages;
@@ -198,6 +217,25 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   load_drafters(options);
 }
 
+void StrategyResources::init_devices(const StrategyOptions& options) {
+  target_device = options.devices.target_device(*target);
+  draft_device = draft ? options.devices.draft_device(*draft, target_device) : target_device;
+  if (target_device < 0 && draft_device < 0) return;
+  check(!mpi::launched_by_mpirun(),
+        "--device cuda / -ngl: the GPU backend runs in one process, not under mpirun");
+  // Each side its own executor: a strategy may run both at once (pearl).
+  if (target_device >= 0) {
+    target_executor = cuda::make_executor(target_device);
+    cuda::upload(*target_executor, *target);
+    std::fprintf(stderr, "target model on %s\n", device_label(target_device).c_str());
+  }
+  if (draft && draft_device >= 0) {
+    draft_executor = cuda::make_executor(draft_device);
+    cuda::upload(*draft_executor, *draft);
+    std::fprintf(stderr, "draft model on %s\n", device_label(draft_device).c_str());
+  }
+}
+
 void StrategyResources::load_drafters(const StrategyOptions& options) {
   std::string list = options.drafter_paths;
   for (size_t at = 0; !list.empty();) {
@@ -219,12 +257,14 @@ void StrategyResources::load_drafters(const StrategyOptions& options) {
   }
 }
 
-StrategyConfig StrategyResources::config_for(const std::string& name,
+StrategyConfig StrategyResources::config_for(const std::string& entry,
                                              const StrategyOptions& options, int ctx_size) const {
+  const StrategySpec spec = parse_strategy_spec(entry);
+  const std::string& name = spec.name;
   const StrategyInfo& info = strategy_info(name);
   StrategyConfig c;
   options.apply(name, c);
-  c.name = name;
+  apply_strategy_spec(spec, c);
   c.target = target;
   c.draft = draft;
   c.target_worker = target_worker.get();
@@ -237,6 +277,21 @@ StrategyConfig StrategyResources::config_for(const std::string& name,
     fail("strategy '", name, "' needs a draft model: give one with -md FILE",
          info.takes_drafter_pool ? " or a pool with --drafters a.gguf,b.gguf" : "");
   c.make_group_executor = make_group_executor;
+  if (target_device >= 0 || draft_device >= 0)
+    c.device =
+        "target on " + device_label(target_device) + ", draft on " + device_label(draft_device);
+  if (target_executor) {
+    ForwardExecutor* executor = target_executor.get();
+    c.make_target = [executor](const StrategyConfig& config) -> std::unique_ptr<Target> {
+      return std::make_unique<LocalTarget>(config.target, *executor);
+    };
+  }
+  if (draft_executor) {
+    ForwardExecutor* executor = draft_executor.get();
+    c.make_drafter = [executor](const StrategyConfig& config) -> std::unique_ptr<Drafter> {
+      return std::make_unique<ModelDrafter>(config.draft, *executor);
+    };
+  }
   if (make_target) {
     c.make_target = make_target;
     check(info.mpirun_refusal.empty(), info.mpirun_refusal);

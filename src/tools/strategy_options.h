@@ -13,8 +13,10 @@
 #include "core/worker.h"
 #include "decode/registry.h"
 #include "decode/sides.h"
+#include "model/executor.h"
 #include "model/model.h"
 #include "tools/args.h"
+#include "tools/device_options.h"
 
 namespace parspec {
 
@@ -33,8 +35,9 @@ struct StrategyOptions {
   int head_layers = 0;
   float link_latency_us = 0, link_gbps = 0, dist_timeout_s = 60;
   std::vector<std::string> strategies_run;  // as given to check_given()
+  DeviceOptions devices;                    // --device, -ngl, -ngld
 
-  // Registers -md, -td, --placement and every registered strategy's options; a
+  // Registers -md, -td, --placement, the device flags and every registered strategy's options; a
   // flag that several strategies take is registered once, its help naming
   // them. The object must not move afterwards (the parser writes into it).
   void add_to(ArgParser& args);
@@ -45,6 +48,11 @@ struct StrategyOptions {
   // `names`: the strategies of the run, from which init() chooses what the
   // other ranks of an mpirun job do.
   void check_given(const ArgParser& args, const std::vector<std::string>& names);
+  // --strategy's value, in the form bench's --strategies takes: NAME, NAME:G
+  // (pearl:3 sets pearl's window) or a tree shape (tree:d3c2). Throws Error for
+  // an unknown name or form, and for a setting also given by its own flag.
+  // Then check_given() on the name.
+  StrategySpec check_strategy(const ArgParser& args, const std::string& entry);
   // Every strategy option by JSON key, as given or defaulted.
   nlohmann::ordered_json to_json() const;
 
@@ -74,19 +82,26 @@ struct StrategyResources {
   std::vector<std::shared_ptr<const Model>> drafters;
   std::vector<std::string> drafter_names;
   std::vector<std::unique_ptr<Worker>> drafter_workers;
+  // CUDA devices of the target and the draft models (-1: the CPU), and the
+  // executors that run them there (null on the CPU).
+  int target_device = -1, draft_device = -1;
+  std::unique_ptr<ForwardExecutor> target_executor, draft_executor;
 
-  // Loads the draft (when a path is given) and creates the workers; under
+  // Loads the draft (when a path is given) and creates the workers; with a GPU
+  // chosen (DeviceOptions), uploads the models to it; under
   // mpirun, starts the pipeline of ranks for the target or, when a strategy
   // of the run drafts on the ranks (easyspec), prepares its drafter slots
   // (started by the first such strategy made; every target stays here).
   void init(std::shared_ptr<const Model> target_model, const StrategyOptions& options, int threads);
-  // A config for strategy `name` on these resources (throws when `name` is
+  // A config for strategy `entry` (NAME, NAME:G or a tree shape, as
+  // check_strategy() takes it) on these resources (throws when the name is
   // unknown, or needs a draft and none was given).
-  StrategyConfig config_for(const std::string& name, const StrategyOptions& options,
+  StrategyConfig config_for(const std::string& entry, const StrategyOptions& options,
                             int ctx_size) const;
 
  private:
   void load_drafters(const StrategyOptions& options);
+  void init_devices(const StrategyOptions& options);
 };
 
 }  // namespace parspec

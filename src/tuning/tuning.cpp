@@ -159,6 +159,7 @@ TuneKey tune_key(const StrategyConfig& config) {
   key.target = file_identity(config.target->gguf().path());
   key.draft = file_identity(config.draft->gguf().path());
   key.cpu = cpu_model_name();
+  if (!config.device.empty()) key.cpu += " with " + config.device;  // a GPU's speeds differ
   key.threads = config.target_worker->n_threads();
   const bool shared = config.draft_worker == nullptr || config.draft_worker == config.target_worker;
   key.threads_draft = shared ? 0 : config.draft_worker->n_threads();

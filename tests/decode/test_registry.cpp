@@ -169,7 +169,6 @@ TEST(StrategyRegistry, FactsTheToolsAndTheRuntimeAsk) {
   with({"specinfer", "cosine"}, [](const StrategyInfo& i) { return i.takes_drafter_pool; });
   with({"cosine"}, [](const StrategyInfo& i) { return i.uses_request_scheduler; });
   with({"auto"}, [](const StrategyInfo& i) { return !i.mpirun_refusal.empty(); });
-  with({"pearl"}, [](const StrategyInfo& i) { return i.measured_setting != nullptr; });
   with({"easyspec"}, [](const StrategyInfo& i) { return i.drafts_on_ranks; });
   with({"ar", "sd", "tree", "dyntree", "pearl"},
        [](const StrategyInfo& i) { return i.cost != nullptr; });
@@ -184,13 +183,6 @@ TEST(StrategyRegistry, FactsTheToolsAndTheRuntimeAsk) {
       EXPECT_TRUE(info.needs_draft) << info.name;
     }
   }
-  // PEARL measures its window unless given one, so a pipeline of ranks needs it given.
-  const StrategyInfo& pearl = strategy_info("pearl");
-  StrategyConfig c;
-  c.name = "pearl";
-  EXPECT_EQ(pearl.measured_setting(c), "--pearl-window N or pearl:N");
-  apply_strategy_spec(parse_strategy_spec("pearl:3"), c);
-  EXPECT_EQ(pearl.measured_setting(c), "");
 }
 
 // The string literals of C++ source text that equal one of `names`, as

@@ -51,6 +51,27 @@ TEST(DistributedCli, ZooStrategiesOnTwoThreeFourRanksMatchSingleProcessAr) {
   }
 }
 
+// pearl with its default flags: the window is measured through the pipeline
+// (a target forward as the head sees it); pearl:N gives it, as in bench. The
+// tokens are ar's either way.
+TEST(DistributedCli, PearlMeasuresItsWindowThroughThePipeline) {
+  const auto ar = run_command(std::string(PARSPEC_BINARY) + generate_args("ar") + " 2>/dev/null");
+  ASSERT_EQ(ar.exit_code, 0);
+  for (int ranks : {2, 3}) {
+    const auto got = run_command(kMpirun + "-np " + std::to_string(ranks) + " " + PARSPEC_BINARY +
+                                 generate_args("pearl") + " 2>&1");
+    ASSERT_EQ(got.exit_code, 0) << ranks << " ranks:\n" << got.output;
+    EXPECT_EQ(tokens_of(got.output), tokens_of(ar.output)) << ranks << " ranks";
+    EXPECT_NE(got.output.find("ms through the pipeline"), std::string::npos) << got.output;
+  }
+  const auto fixed =
+      run_command(kMpirun + "-np 2 " + PARSPEC_BINARY + generate_args("pearl:3") + " 2>&1");
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.output;
+  EXPECT_EQ(tokens_of(fixed.output), tokens_of(ar.output));
+  EXPECT_EQ(fixed.output.find("through the pipeline"), std::string::npos) << fixed.output;
+  EXPECT_NE(fixed.output.find("\"draft_window\": 3"), std::string::npos) << fixed.output;
+}
+
 // PPD's prompt tokens enter as embeddings, which travel to the first stage:
 // the same tokens as ar and, with them, the same drafts accepted as in one
 // process (ignored embeddings would draft other tokens).

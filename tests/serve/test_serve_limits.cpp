@@ -1,5 +1,6 @@
 // `parspec serve`'s HTTP limits against hostile clients, over loopback: a
-// chunked body past --max-body is a 413; `Content-Length: -1` is a 400 at
+// chunked body past --max-body is a 413 (a declared one before the client
+// sends it, Expect: 100-continue); `Content-Length: -1` is a 400 at
 // once; connections that send their header slowly are closed at
 // --request-timeout while /health answers (they hold no thread: the server
 // runs with two handler threads); idle keep-alive connections close at
@@ -186,6 +187,39 @@ TEST_F(ServeLimitsTest, ChunkedBodiesCountAgainstTheBodyLimit) {
   ASSERT_FALSE(error.is_discarded()) << reply;
   EXPECT_NE(error["error"]["message"].get<std::string>().find("--max-body"), std::string::npos);
   EXPECT_EQ(health_status(port()), 200);
+}
+
+TEST_F(ServeLimitsTest, ExpectContinueGetsTheGoAheadOrA413First) {
+  // curl sends large bodies this way: the header, then the body once told to.
+  const std::string body = R"({"prompt": "def f(x):", "max_tokens": 2, "temperature": 0})";
+  const int fd = connect_from("127.0.0.1", port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(send_all(fd,
+                       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       "Expect: 100-continue\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n"));
+  std::string reply;
+  char buf[4096];
+  while (reply.find("\r\n\r\n") == std::string::npos) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << reply;
+    reply.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_EQ(reply.rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << reply;
+  ASSERT_TRUE(send_all(fd, body));
+  reply = read_until_closed(fd, 10.0);
+  close(fd);
+  EXPECT_EQ(status_of(reply), 200) << reply;
+
+  // Past --max-body: the 413 comes instead of the go-ahead.
+  const int big = connect_from("127.0.0.1", port());
+  ASSERT_GE(big, 0);
+  ASSERT_TRUE(send_all(big,
+                       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                       "Content-Length: 100000\r\n\r\n"));
+  reply = read_until_closed(big, 10.0);
+  close(big);
+  EXPECT_EQ(status_of(reply), 413) << reply;
 }
 
 TEST_F(ServeLimitsTest, NegativeContentLengthIsABadRequestAtOnce) {

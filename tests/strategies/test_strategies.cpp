@@ -15,128 +15,20 @@
 #include "model/model.h"
 #include "stats_helpers.h"
 #include "strategies/ppd/ppd_prompts.h"
+#include "strategy_variants.h"
 #include "test_helpers.h"
 
 namespace parspec {
 namespace {
 
 using testing_support::chi_square_two_sample;
+using testing_support::describe;
 using testing_support::make_model_pair;
 using testing_support::ModelPair;
+using testing_support::random_ppd_file;
+using testing_support::strategy_variants;
 using testing_support::TempDir;
 using testing_support::untruncated_sampling;
-
-// Random PPD prompt tokens for the test models' width (64), written once per
-// process: exactness must not depend on how good trained prompt tokens are.
-std::string random_ppd_file(int ensemble_tokens) {
-  static TempDir dir;
-  const std::string path = dir.file("random-" + std::to_string(ensemble_tokens) + ".ppd.gguf");
-  if (!std::filesystem::exists(path)) write_random_ppd_prompts(path, 64, 3, ensemble_tokens, 11);
-  return path;
-}
-
-std::vector<StrategyConfig> strategy_variants() {
-  std::vector<StrategyConfig> v;
-  StrategyConfig c;
-  c.name = "sd";
-  c.draft_max = 1;
-  v.push_back(c);
-  c.draft_max = 4;
-  v.push_back(c);
-  c.options["adaptive_draft"] = true;
-  c.draft_max = 8;
-  v.push_back(c);
-  c = StrategyConfig();
-  c.name = "sd";
-  c.draft_p_min = 0.5f;
-  v.push_back(c);
-  c = StrategyConfig();
-  c.name = "tree";
-  c.tree_depth = 3;
-  c.tree_branch = 2;
-  v.push_back(c);
-  c = StrategyConfig();
-  c.name = "dyntree";
-  c.tree_depth = 4;
-  c.tree_width = 6;
-  c.tree_branch = 3;
-  v.push_back(c);
-  c.options["tree_verify_depth"] = 2;  // deeper levels survive to the next step
-  v.push_back(c);
-  // PEARL: both halves, and each ablation (the window is fixed: measuring it
-  // would make the runs depend on the machine's load).
-  c = StrategyConfig();
-  c.name = "pearl";
-  c.options["pearl_window"] = 3;
-  v.push_back(c);
-  c.options["pearl_window"] = 4;
-  c.options["no_pre_verify"] = true;
-  v.push_back(c);
-  c.options["pearl_window"] = 2;
-  c.options["no_pre_verify"] = false;
-  c.options["no_post_verify"] = true;
-  v.push_back(c);
-  // EasySpec: the test drafts have two layers, grouped into one fuzzy group;
-  // chain and tree, each calibration policy.
-  c = StrategyConfig();
-  c.name = "easyspec";
-  c.draft_max = 4;
-  c.options["lp_groups"] = std::string("0-1");
-  v.push_back(c);
-  c.options["calibrate"] = std::string("mismatch");
-  v.push_back(c);
-  c.options["lp_tree"] = true;
-  c.options["calibrate"] = std::string("never");
-  c.tree_depth = 3;
-  c.tree_width = 4;
-  v.push_back(c);
-  // auto: whatever the cost model picks for the pair on this machine.
-  c = StrategyConfig();
-  c.name = "auto";
-  v.push_back(c);
-  // PPD: trees built for two budgets, one with two ensemble tokens per prompt token.
-  c = StrategyConfig();
-  c.name = "ppd";
-  c.options["ppd"] = random_ppd_file(1);
-  c.options["ppd_budget"] = 12;
-  v.push_back(c);
-  c.options["ppd"] = random_ppd_file(2);
-  c.options["ppd_budget"] = 24;
-  v.push_back(c);
-  // PipeDec and its baselines (in one process: on a LocalTarget, whose
-  // submit() runs at once; tests/dist runs them on MPI pipelines).
-  for (const StrategyConfig& pipeline : testing_support::pipeline_strategy_variants())
-    v.push_back(pipeline);
-  c = v.back();  // pipedec, then as a chain
-  c.tree_depth = 1;
-  c.tree_width = 1;
-  c.tree_branch = 1;
-  v.push_back(c);
-  // The pool strategies with the one draft model as their pool (tests/strategies/test_cosine.cpp
-  // runs them on pools of several drafters).
-  c = StrategyConfig();
-  c.name = "specinfer";
-  c.draft_max = 3;
-  v.push_back(c);
-  c.name = "cosine";
-  v.push_back(c);
-  return v;
-}
-
-std::string describe(const StrategyConfig& c) {
-  std::string options;
-  for (const auto& [key, value] : c.options)
-    std::visit(
-        [&](const auto& v) {
-          std::ostringstream text;
-          text << ", " << key << " " << v;
-          options += text.str();
-        },
-        value);
-  return c.name + options + " (draft_max " + std::to_string(c.draft_max) + ", p_min " +
-         std::to_string(c.draft_p_min) + ", depth " + std::to_string(c.tree_depth) + ", branch " +
-         std::to_string(c.tree_branch) + ", width " + std::to_string(c.tree_width) + ")";
-}
 
 std::vector<std::vector<int32_t>> prompts(int n, int n_vocab) {
   std::vector<std::vector<int32_t>> out;

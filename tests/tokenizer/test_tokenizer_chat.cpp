@@ -139,13 +139,22 @@ TEST(TokenizerChat, ChoosesTheModelsTemplateOrTheOverride) {
   EXPECT_EQ(ChatTemplate::for_model(*file_with(kQwen2Jinja, bytes), "llama3").family(),
             ChatFamily::kLlama3);
   EXPECT_EQ(ChatTemplate::for_model(*file_with("", bytes), "chatml").family(), ChatFamily::kChatML);
-  try {
-    ChatTemplate::for_model(*file_with("", bytes), "");
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.gguf has no chat template"), std::string::npos)
-        << e.what();
-  }
+  EXPECT_TRUE(
+      ChatTemplate::for_model(*file_with(kQwen2Jinja, bytes), "").fallback_warning().empty());
+  // No template, or one of no family parspec knows: ChatML, as llama.cpp's
+  // server does, with a warning that names the file and the flag.
+  const ChatTemplate missing = ChatTemplate::for_model(*file_with("", bytes), "");
+  EXPECT_EQ(missing.family(), ChatFamily::kChatML);
+  EXPECT_NE(missing.fallback_warning().find("model.gguf has no chat template"), std::string::npos)
+      << missing.fallback_warning();
+  EXPECT_NE(missing.fallback_warning().find("using chatml"), std::string::npos);
+  EXPECT_NE(missing.fallback_warning().find("--chat-template"), std::string::npos);
+  const ChatTemplate unknown =
+      ChatTemplate::for_model(*file_with("{{ messages[0]['content'] }} [INST]", bytes), "");
+  EXPECT_EQ(unknown.family(), ChatFamily::kChatML);
+  EXPECT_NE(unknown.fallback_warning().find("is not one parspec knows"), std::string::npos)
+      << unknown.fallback_warning();
+  EXPECT_THROW(ChatTemplate::for_model(*file_with("", bytes), "vicuna"), Error);
 }
 
 TEST(TokenizerStream, HoldsBackSplitCharacters) {

@@ -15,6 +15,7 @@
 
 #include "cli_helpers.h"
 #include "model/gguf.h"
+#include "serve_helpers.h"
 #include "test_helpers.h"
 
 namespace parspec {
@@ -90,6 +91,20 @@ TEST_F(CliRobustTest, ThreadCountsBeyondAnyMachineAreRejectedUpFront) {
   expect_error("bench-forward -m " + target_ + " -t 1,100000", {"-t", "out of range"});
 }
 
+// A number out of range names the range the flag takes, also where the
+// value's type could not hold it.
+TEST_F(CliRobustTest, OutOfRangeNumbersSayTheFlagsRange) {
+  expect_error(gen() + "-p hi -n 1 --seed 18446744073709551616",
+               {"'18446744073709551616'", "--seed", "out of range (0 to 18446744073709551615)",
+                "-1 draws a random seed"});
+  expect_error(gen() + "-p hi -n 1 --seed -2", {"--seed", "out of range (0 to"});
+  const RunResult top = run(gen() + "-p hi -n 1 --seed 18446744073709551615 --json", "", false);
+  ASSERT_EQ(top.exit_code, 0) << top.output;
+  EXPECT_EQ(nlohmann::json::parse(top.output)["seed"].get<uint64_t>(), UINT64_MAX);
+  expect_error(gen() + "-p hi -t 99999999999", {"'99999999999'", "-t", "out of range (1 to 1024)"});
+  expect_error(gen() + "-p hi --temp 1e999", {"'1e999'", "--temp", "out of range"});
+}
+
 TEST_F(CliRobustTest, DraftLengthIsBoundedAndNeverExceedsWhatIsLeftToGenerate) {
   expect_error(sd() + "-p hi --draft-max 100000 -n 8", {"--draft-max", "out of range"});
   // The largest accepted γ with -n 8 drafts at most 7 tokens a step: quick,
@@ -102,6 +117,29 @@ TEST_F(CliRobustTest, DraftLengthIsBoundedAndNeverExceedsWhatIsLeftToGenerate) {
   EXPECT_EQ(a["tokens"], s["tokens"]);
   EXPECT_LE(s["drafted"].get<int>(), 7 * s["verify_steps"].get<int>());
   EXPECT_LT(s["draft_forwards"].get<int>(), 64);
+}
+
+// --strategy takes bench's NAME:G form: pearl:3 is pearl with window 3, the
+// same tokens as ar; a setting given twice or a form the strategy does not
+// take is an error that says which forms exist.
+TEST_F(CliRobustTest, StrategyNamesTakeBenchsVariantForm) {
+  const RunResult ar = run(gen() + "-p hi -n 12 --temp 0 --ignore-eos --json", "", false);
+  ASSERT_EQ(ar.exit_code, 0) << ar.output;
+  for (const std::string variant : {"pearl:3", "sd:2", "tree:d2c2"}) {
+    const RunResult r = run(gen() + "-md " + draft_ + " --strategy " + variant +
+                                " -p hi -n 12 --temp 0 --ignore-eos --json",
+                            "", false);
+    ASSERT_EQ(r.exit_code, 0) << variant << "\n" << r.output;
+    const auto j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j["tokens"], nlohmann::json::parse(ar.output)["tokens"]) << variant;
+    if (variant == "pearl:3") {
+      EXPECT_EQ(j["draft_window"], 3);
+    }
+  }
+  expect_error(gen() + "-md " + draft_ + " -p hi --strategy pearl:3 --pearl-window 4",
+               {"--strategy pearl:3 sets --pearl-window already"});
+  expect_error(gen() + "-p hi --strategy ar:3", {"--strategy ar:3", "NAME:G with G >= 1 is for"});
+  expect_error(gen() + "-p hi --strategy pearl:0", {"--strategy pearl:0"});
 }
 
 TEST_F(CliRobustTest, PromptPlusLengthDoesNotOverflow) {
@@ -221,6 +259,33 @@ TEST_F(CliRobustTest, MisleadingOrLateMessagesAreClear) {
   EXPECT_FALSE(contains(r.output, std::string(100, 'z'))) << r.output;
 }
 
+// A prompt is tokenized no further than one token past the context, and -f
+// reads no further than the text such a prompt can cover: a file of 200 MB
+// (sparse here) is refused by its size, before tokenizing anything.
+TEST_F(CliRobustTest, OversizedPromptsAreRefusedWithBoundedWork) {
+  const std::string huge = dir_.file("huge.txt");
+  std::ofstream(huge).close();
+  std::filesystem::resize_file(huge, 200u << 20);
+  expect_error(gen() + "-f " + huge + " -c 64 -n 1",
+               {"-f " + huge, "the file has 209715200 bytes", "context of 64 tokens"});
+  expect_error(gen() + "-f - -c 64 -n 1 < " + huge,
+               {"-f -", "more than", "bytes", "context of 64 tokens"});
+  // Within the byte bound but over the context: counted up to 65 tokens.
+  std::string words;
+  for (int i = 0; i < 120; ++i) words += "word ";
+  const std::string many = dir_.file("many.txt");
+  std::ofstream(many) << words;
+  expect_error(gen() + "-f " + many + " -c 64 -n 1",
+               {"the prompt has more than 64 tokens", "context of 64 tokens"});
+  expect_error(gen() + "-p '" + words + "' -c 64 -n 1", {"the prompt has more than 64 tokens"});
+  expect_error(gen() + "--chat-template chatml -p '" + words + "' -c 64 -n 1",
+               {"the prompt has more than 64 tokens"});
+  // A prompt that fits is tokenized whole, as before.
+  const RunResult fits = run(gen() + "-f " + many + " -c 4096 -n 1 --json", "", false);
+  ASSERT_EQ(fits.exit_code, 0) << fits.output;
+  EXPECT_GT(nlohmann::json::parse(fits.output)["n_prompt"].get<int>(), 64);
+}
+
 TEST_F(CliRobustTest, PromptEscapesAsInLlamaCpp) {
   // -n 0 prints the prompt as the model sees it.
   RunResult r = run(gen() + "-p 'a\\tb\\nc\\\\d\\x41' -n 0", "", false);
@@ -294,7 +359,10 @@ TEST_F(CliRobustTest, StdinPromptAndIgnoredGpuFlags) {
   EXPECT_TRUE(contains(r.output, "from stdin")) << r.output;
   r = run(gen() + "-p hi -n 1 -ngl 99 -fa --no-mmap");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "note: -ngl 99 is ignored")) << r.output;
+  // -ngl runs on a GPU where one can be used, and says so where none can.
+  EXPECT_TRUE(contains(r.output, "note: -ngl 99: running on the CPU") ||
+              contains(r.output, "target model on cuda0"))
+      << r.output;
   EXPECT_TRUE(contains(r.output, "note: -fa is ignored")) << r.output;
 }
 
@@ -309,7 +377,11 @@ TEST_F(CliRobustTest, ConversationReadsTurnsFromStdin) {
   EXPECT_EQ(small.exit_code, 1) << small.output;
   EXPECT_TRUE(contains(small.output, "context")) << small.output;
   expect_error(gen() + "-cnv -p hi", {"-cnv", "stdin"});
-  expect_error(gen() + "-cnv", {"no chat template", "--chat-template"});
+  // No template in the model: ChatML, as llama.cpp does, with a warning.
+  const RunResult fallback = run(gen() + "-cnv -n 2 --temp 0", "hello\n");
+  EXPECT_EQ(fallback.exit_code, 0) << fallback.output;
+  EXPECT_TRUE(contains(fallback.output, "has no chat template")) << fallback.output;
+  EXPECT_TRUE(contains(fallback.output, "using chatml")) << fallback.output;
 }
 
 // A model file truncated while a conversation runs (between two turns, after
@@ -351,8 +423,62 @@ cat "$out" "$out.err"
   }
 }
 
-TEST_F(CliRobustTest, ChatWithoutTemplateSaysHowToChooseOne) {
-  expect_error(gen() + "-p hi --chat", {"no chat template", "--chat-template"});
+// As llama.cpp's server: /v1/chat/completions on a model without a chat
+// template renders ChatML (the same tokens as generate --chat-template
+// chatml), with a warning at start; seed and oversized prompts get their
+// precise messages through the real server.
+TEST_F(CliRobustTest, ServeWithoutTemplateFallsBackToChatML) {
+  testing_support::ServerProcess server(PARSPEC_BINARY,
+                                        {"-m", target_, "--port", "0", "-t", "1", "-c", "256"},
+                                        dir_.file("serve.log"));
+  ASSERT_GT(server.port(), 0) << server.log();
+  EXPECT_TRUE(contains(server.log(), target_ + " has no chat template")) << server.log();
+  EXPECT_TRUE(contains(server.log(), "using chatml")) << server.log();
+  const nlohmann::json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                               {"max_tokens", 6},
+                               {"temperature", 0},
+                               {"ignore_eos", true},
+                               {"return_tokens", true}};
+  const auto reply =
+      testing_support::http_request(server.port(), "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const RunResult reference = run(
+      gen() + "-p hi --chat-template chatml -n 6 --temp 0 --ignore-eos -c 256 --json", "", false);
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_EQ(nlohmann::json::parse(reply.body)["choices"][0]["tokens"],
+            nlohmann::json::parse(reference.output)["tokens"]);
+
+  const auto seed =
+      testing_support::http_request(server.port(), "POST", "/v1/completions",
+                                    R"({"prompt": "hi", "seed": 18446744073709551616})");
+  EXPECT_EQ(seed.status, 400);
+  EXPECT_TRUE(contains(seed.body, "'seed' must be between 0 and 18446744073709551615"))
+      << seed.body;
+  std::string words;
+  for (int i = 0; i < 4000; ++i) words += "word ";
+  const auto too_long = testing_support::http_request(
+      server.port(), "POST", "/v1/chat/completions",
+      nlohmann::json{{"messages", {{{"role", "user"}, {"content", words}}}}}.dump());
+  EXPECT_EQ(too_long.status, 400);
+  EXPECT_TRUE(contains(too_long.body, "the prompt has more than 256 tokens")) << too_long.body;
+}
+
+// As llama.cpp: a model without a chat template gets ChatML, and says so.
+TEST_F(CliRobustTest, ChatWithoutTemplateFallsBackToChatML) {
+  const RunResult warned = run(gen() + "-p hi --chat -n 4 --temp 0");
+  EXPECT_EQ(warned.exit_code, 0) << warned.output;
+  EXPECT_TRUE(contains(warned.output, target_ + " has no chat template")) << warned.output;
+  EXPECT_TRUE(contains(warned.output, "using chatml")) << warned.output;
+  EXPECT_TRUE(contains(warned.output, "--chat-template")) << warned.output;
+  const RunResult fallback = run(gen() + "-p hi --chat -n 4 --temp 0 --json", "", false);
+  const RunResult chatml =
+      run(gen() + "-p hi --chat-template chatml -n 4 --temp 0 --json", "", false);
+  ASSERT_EQ(fallback.exit_code, 0) << fallback.output;
+  ASSERT_EQ(chatml.exit_code, 0) << chatml.output;
+  EXPECT_EQ(nlohmann::json::parse(fallback.output)["tokens"],
+            nlohmann::json::parse(chatml.output)["tokens"]);
+  EXPECT_EQ(nlohmann::json::parse(fallback.output)["n_prompt"],
+            nlohmann::json::parse(chatml.output)["n_prompt"]);
 }
 
 }  // namespace

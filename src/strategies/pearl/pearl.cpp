@@ -5,8 +5,11 @@
 // own, and Target, driven by the caller's thread.
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <vector>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -73,6 +76,7 @@ KvCache timing_cache(const Model& model, Worker& worker, int n_tokens) {
 struct WindowMeasurement {
   double t_target_ms = 0, t_draft_ms = 0, ratio = 1, t_window_ms = 0;
   int window = 1;
+  bool through_side = false;  // timed through the strategy's Target (a pipeline)
 };
 
 WindowMeasurement measure_window(const Model& target, Worker& target_worker, const Model& draft,
@@ -90,12 +94,60 @@ WindowMeasurement measure_window(const Model& target, Worker& target_worker, con
   return m;
 }
 
+// The median time of `runs` calls of `forward` after `warmup` untimed ones.
+double median_ms(const std::function<void()>& forward, int warmup, int runs) {
+  for (int i = 0; i < warmup; ++i) forward();
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    forward();
+    times.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  std::nth_element(times.begin(), times.begin() + runs / 2, times.end());
+  return times[runs / 2];
+}
+
+// The same rule where the target is not a model in this process but the
+// strategy's Target side (a pipeline of MPI ranks): its forwards are timed as
+// the strategy will see them, messages and stages included. The cells it
+// used are dropped and its meter emptied: the first request starts clean.
+WindowMeasurement measure_window_through(Target& target, const Model& draft, Worker& draft_worker) {
+  constexpr int kContext = 32, kMaxWindow = 64, kWarmup = 2, kRuns = 7;
+  const int n_vocab = target.n_vocab();
+  target.begin(kContext + kMaxWindow + 1);
+  std::vector<int32_t> prefix(kContext);
+  for (int i = 0; i < kContext; ++i) prefix[i] = i % n_vocab;
+  target.forward(chain_batch(0, prefix, false));
+  target.commit_chain(kContext);
+  const auto forward_of = [&](int n_tokens) {
+    return [&target, n_tokens, n_vocab] {
+      std::vector<int32_t> tokens(n_tokens);
+      for (int i = 0; i < n_tokens; ++i) tokens[i] = (kContext + i) % n_vocab;
+      target.forward(chain_batch(target.n_committed(), tokens, true));
+      target.commit({}, {});  // drops the speculative cells
+    };
+  };
+  KvCache draft_kv = timing_cache(draft, draft_worker, 1);
+  WindowMeasurement m;
+  m.t_target_ms = median_ms(forward_of(1), kWarmup, kRuns);
+  m.t_draft_ms = median_forward_ms(draft, draft_worker, draft_kv, 1, kWarmup, kRuns, true);
+  m.ratio = m.t_draft_ms > 0 ? m.t_target_ms / m.t_draft_ms : 1.0;
+  m.window = static_cast<int>(std::clamp(std::lround(m.ratio), 1L, static_cast<long>(kMaxWindow)));
+  m.t_window_ms = median_ms(forward_of(m.window), kWarmup, kRuns);
+  m.through_side = true;
+  target.take_meter();
+  return m;
+}
+
 std::vector<std::string> describe(const WindowMeasurement& m) {
   char line[320];
   std::snprintf(line, sizeof line,
-                "pearl: target forward %.3f ms, draft forward %.3f ms on this machine: speed "
+                "pearl: target forward %.3f ms%s, draft forward %.3f ms on this machine: speed "
                 "ratio c = %.2f, window γ = %d (--pearl-window overrides)",
-                m.t_target_ms, m.t_draft_ms, m.ratio, m.window);
+                m.t_target_ms, m.through_side ? " through the pipeline" : "", m.t_draft_ms, m.ratio,
+                m.window);
   std::vector<std::string> lines = {line};
   if (m.window > 1 && m.t_window_ms > 2 * m.t_target_ms) {
     std::snprintf(line, sizeof line,
@@ -155,8 +207,12 @@ class Pearl final : public SpeculativeStrategy {
     if (own_draft_worker_) config_.draft_worker = own_draft_worker_.get();
     window_ = option_value<int>(config_, pearl_window_option());
     if (window_ <= 0) {
-      const WindowMeasurement m = measure_window(*config_.target, *config_.target_worker,
-                                                 *config_.draft, *config_.draft_worker);
+      // Another target backend (an MPI pipeline) is timed through the side itself.
+      const WindowMeasurement m =
+          config_.make_target
+              ? measure_window_through(*target_, *config_.draft, *config_.draft_worker)
+              : measure_window(*config_.target, *config_.target_worker, *config_.draft,
+                               *config_.draft_worker);
       window_ = m.window;
       notes_ = describe(m);
     }
@@ -292,11 +348,6 @@ StrategyInfo pearl_strategy() {
           .needs_draft = true,
           .options = {pearl_window_option(), no_pre_verify_option(), no_post_verify_option()},
           .variant_key = "pearl_window",
-          // The window is measured by timing the target in this process.
-          .measured_setting = [](const StrategyConfig& c) -> std::string {
-            return option_value<int>(c, pearl_window_option()) > 0 ? ""
-                                                                   : "--pearl-window N or pearl:N";
-          },
           .cost = pearl_cost(),
           .make = make_pearl};
 }

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# The whole GPU check in one script, for a machine with an NVIDIA GPU and CUDA 13:
+#   1. the CUDA backend's tests (tests/cuda: batch invariance per weight type, the
+#      device KV cache, every strategy against GPU ar, GPU against CPU on the zoo);
+#   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0, 1B-class F16,
+#      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
+#   3. per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
+#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; then the
+#      strategies on the GPU (parspec bench, 8B-class Q4_0 target + 100M-class drafter);
+#   4. the tables, in $OUT (default out/gpu): summary.md, and every raw output beside it.
+#
+# The GPU machine may lack the PCRE2 and cpp-httplib headers, so the binaries are
+# built on a development machine (same CUDA 13) and travel in build-gpu/:
+#   LLAMA_CPP_SRC=/path/to/llama.cpp bash bench/gpu.sh --prepare   # build/ -> build-gpu/
+# then, on the GPU machine, from the repository root with build-gpu/ beside it:
+#   bash bench/gpu.sh            # about 6 minutes on an H100/H200 with 16 cores
+#   bash bench/gpu.sh --dry-run  # the same steps here, without a GPU: the zoo models on
+#                                # the CPU, tests that skip, llama.cpp left out
+# Environment: OUT (tables), MODELS (where the inflated models go, default out/gpu-models),
+# SKIP_TESTS=1, SKIP_LLAMA=1, SKIP_MODELS=1 (reuse MODELS), JOBS (build jobs, default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=run
+case "${1:-}" in
+  --prepare) mode=prepare ;;
+  --dry-run) mode=dry ;;
+  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+  "") ;;
+  *) echo "unknown option $1 (--prepare, --dry-run, --help)" >&2; exit 2 ;;
+esac
+
+bin=build-gpu
+out=${OUT:-out/gpu}
+models=${MODELS:-out/gpu-models}
+jobs=${JOBS:-$(nproc)}
+llama_subset="ggml src include common examples pocs cmake gguf-py CMakeLists.txt"
+
+if [[ $mode == prepare ]]; then
+  # Everything the run needs that git does not carry, under 64 MiB.
+  [[ -x build/parspec && -x build/tests/test_cuda_backend ]] ||
+    { echo "build first: ninja -C build parspec test_cuda_backend (a CUDA build)" >&2; exit 1; }
+  build/parspec info models/target.gguf | grep -q '^  gpu' ||
+    { echo "build/parspec has no GPU line in info: not this source tree's build" >&2; exit 1; }
+  rm -rf "$bin"
+  mkdir -p "$bin/lib"
+  cp build/parspec build/tests/test_cuda_backend "$bin/"
+  strip "$bin/parspec" "$bin/test_cuda_backend"
+  # The one shared library of the build that the GPU machine lacks.
+  cp /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$bin/lib/"
+  if [[ -n "${LLAMA_CPP_SRC:-}" ]]; then
+    (cd "$LLAMA_CPP_SRC" && tar czf - $llama_subset) >"$bin/llama.cpp-src.tar.gz"
+    (cd "$LLAMA_CPP_SRC" && git rev-parse --short HEAD 2>/dev/null || echo unknown) >"$bin/llama.cpp-commit"
+  else
+    echo "note: LLAMA_CPP_SRC not set: the run will leave llama.cpp out" >&2
+  fi
+  du -sh "$bin"
+  echo "ready: carry $bin to the GPU machine and run bash bench/gpu.sh there"
+  exit 0
+fi
+
+if [[ $mode == dry ]]; then
+  # Here: this tree's build, the zoo models as they are, the CPU.
+  bin_parspec=build/parspec
+  bin_tests=build/tests/test_cuda_backend
+  device=(-dev cpu)
+  sizes=1,2,4,8
+  prefill=16
+  repeat=1
+  decode=4
+else
+  bin_parspec=$bin/parspec
+  bin_tests=$bin/test_cuda_backend
+  export LD_LIBRARY_PATH="$PWD/$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  device=(-ngl 99)
+  sizes=$(seq -s, 1 64)
+  prefill=512
+  repeat=3
+  decode=64
+fi
+[[ -x $bin_parspec ]] || { echo "no $bin_parspec (see --help: --prepare)" >&2; exit 1; }
+mkdir -p "$out" "$models"
+start=$(date +%s)
+step() { echo "[$(($(date +%s) - start)) s] $*"; }
+
+{
+  date -u +"date: %Y-%m-%d %H:%M UTC"
+  echo "host cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs) ($(nproc) cores)"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  else
+    echo "gpu: none (nvidia-smi not found)"
+  fi
+  "$bin_parspec" info models/target.gguf | sed -n 's/^  gpu *//p' | sed 's/^/parspec sees: /'
+} | tee "$out/machine.txt"
+
+# llama.cpp builds in the background while the tests run and the models are made.
+llama_bin=""
+llama_pid=""
+if [[ $mode == run && ${SKIP_LLAMA:-0} != 1 && -f $bin/llama.cpp-src.tar.gz ]]; then
+  step "building llama.cpp ($(cat "$bin/llama.cpp-commit")) with CUDA in the background"
+  rm -rf "$models/llama.cpp"
+  mkdir -p "$models/llama.cpp"
+  tar xzf "$bin/llama.cpp-src.tar.gz" -C "$models/llama.cpp"
+  (
+    cd "$models/llama.cpp"
+    cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
+      -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release
+    cmake --build build -j"$jobs" --target llama-bench
+  ) >"$out/llama_build.log" 2>&1 &
+  llama_pid=$!
+  llama_bin=$models/llama.cpp/build/bin/llama-bench
+elif [[ $mode == dry ]]; then
+  step "dry run: llama.cpp would build from $bin/llama.cpp-src.tar.gz (cmake -DGGML_CUDA=ON ...)"
+else
+  step "llama.cpp left out (SKIP_LLAMA=1 or no $bin/llama.cpp-src.tar.gz)"
+fi
+
+if [[ ${SKIP_TESTS:-0} != 1 ]]; then
+  step "GPU tests"
+  if [[ -x $bin_tests ]]; then
+    # The strategies' test runs every strategy: give it the time, but not forever.
+    PARSPEC_SOURCE_DIR=$PWD timeout 240 "$bin_tests" --gtest_output="xml:$out/tests.xml" 2>&1 |
+      tee "$out/tests.txt" |
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
+    grep -q '^\[  PASSED' "$out/tests.txt" && ! grep -q '^\[  FAILED' "$out/tests.txt" &&
+      echo "tests: passed" | tee -a "$out/tests.txt" || echo "tests: FAILED (see $out/tests.txt)"
+  else
+    echo "no $bin_tests: tests left out"
+  fi
+fi
+
+# The command line on the device: greedy text of the zoo pair with sd on the GPU and on the CPU.
+step "command-line check: generate -ngl 99 against --device cpu"
+gen=(generate -m models/target.gguf -md models/draft.gguf --strategy sd -p "def fib(n):" -n 48
+  --temp 0 -t 2)
+"$bin_parspec" "${gen[@]}" --device cpu >"$out/generate-cpu.txt" 2>"$out/generate-cpu.log" || true
+"$bin_parspec" "${gen[@]}" "${device[@]}" >"$out/generate-gpu.txt" 2>"$out/generate-gpu.log" || true
+if [[ -s $out/generate-cpu.txt ]] && cmp -s "$out/generate-cpu.txt" "$out/generate-gpu.txt"; then
+  echo "generate: the GPU's text is the CPU's" | tee -a "$out/tests.txt"
+else
+  echo "generate: the GPU's text differs from the CPU's (see $out/generate-*.txt, *.log)" |
+    tee -a "$out/tests.txt"
+fi
+
+# name  source  make-model arguments
+if [[ $mode == dry ]]; then
+  table=("zoo-target models/target.gguf -" "zoo-draft models/draft.gguf -")
+else
+  table=(
+    "8b-q4_0 models/target.gguf --preset 8b --type q4_0"
+    "8b-q8_0 models/target.gguf --preset 8b --type q8_0"
+    "8b-f16 models/target.gguf --preset 8b --type f16"
+    "1b-f16 models/target.gguf --preset 1b --type f16"
+    "100m-f16 models/draft.gguf --n-embd 1024 --n-layer 6 --n-ff 3072 --type f16"
+  )
+fi
+if [[ $mode == run && ${SKIP_MODELS:-0} != 1 ]]; then
+  step "making the inflated models in $models (in parallel)"
+  pids=()
+  for row in "${table[@]}"; do
+    read -r name src args <<<"$row"
+    # shellcheck disable=SC2086
+    "$bin_parspec" make-model --inflate "$src" $args -o "$models/$name.gguf" \
+      >"$out/make-$name.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || { echo "make-model failed: see $out/make-*.log"; exit 1; }; done
+fi
+model_path() {  # name source
+  if [[ $mode == dry ]]; then echo "$2"; else echo "$models/$1.gguf"; fi
+}
+
+if [[ -n $llama_pid ]]; then
+  step "waiting for the llama.cpp build"
+  wait "$llama_pid" || { echo "llama.cpp build failed: see $out/llama_build.log"; llama_bin=""; }
+fi
+
+for row in "${table[@]}"; do
+  read -r name src _ <<<"$row"
+  file=$(model_path "$name" "$src")
+  step "parspec bench-forward $name"
+  timeout 120 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 -b "$sizes,$prefill" \
+    -r "$repeat" --decode-tokens "$decode" --context 64 --json "$out/parspec-$name.json" \
+    >"$out/parspec-$name.md" 2>"$out/parspec-$name.log" || echo "parspec bench-forward $name failed"
+  if [[ -n $llama_bin && -x $llama_bin ]]; then
+    step "llama-bench $name"
+    timeout 120 "$llama_bin" -m "$file" -ngl 99 -p 8,64,512 -n 128 -r "$repeat" -o json \
+      >"$out/llama-$name.json" 2>"$out/llama-$name.log" || echo "llama-bench $name failed"
+  fi
+done
+
+# Strategies on the GPU against ar (greedy, the bench fails if one differs): the
+# 8B-class Q4_0 target with the 100M-class drafter, or the zoo pair in a dry run.
+if [[ $mode == dry ]]; then
+  pair=(-m models/target.gguf -md models/draft.gguf)
+  strategies=ar,sd,tree
+else
+  pair=(-m "$models/8b-q4_0.gguf" -md "$models/100m-f16.gguf")
+  strategies=ar,sd,sd:2,sd:8,tree,dyntree,pearl
+fi
+step "parspec bench: $strategies"
+timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$strategies" \
+  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies.md" \
+  >"$out/strategies.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies.txt"
+
+step "summary"
+python3 - "$out" "${table[@]}" <<'EOF' | tee "$out/summary.md"
+import json, os, sys
+out, rows = sys.argv[1], [r.split()[0] for r in sys.argv[2:]]
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+def fmt(x, digits=1):
+    return "–" if x is None else f"{x:.{digits}f}"
+print(open(os.path.join(out, "machine.txt")).read().strip().replace("\n", "  \n"))
+print()
+print("| model | weights GiB | parspec decode tok/s | llama.cpp tg128 tok/s | ratio | parspec of copy roofline "
+      "| llama.cpp of copy roofline | L(8)/L(1) | L(32)/L(1) | parspec pp512 tok/s | llama.cpp pp512 tok/s | ratio |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+curves = []
+for name in rows:
+    p = load(os.path.join(out, f"parspec-{name}.json"))
+    l = load(os.path.join(out, f"llama-{name}.json")) or []
+    if p is None:
+        print(f"| {name} | – | failed |" + " – |" * 9)
+        continue
+    r = p["results"][0]
+    lat = {int(k): v for k, v in r["latency_ms"].items()}
+    gib = p["weight_bytes"] / 2**30
+    dec = r["decode_tok_per_s"]
+    bw = r.get("copy_gb_per_s") or r.get("read_gb_per_s")
+    tg = next((x["avg_ts"] for x in l if x.get("n_gen") == 128 and x.get("n_prompt") == 0), None)
+    pp = next((x["avg_ts"] for x in l if x.get("n_prompt") == 512 and x.get("n_gen") == 0), None)
+    big = max(lat)
+    ours_pp = big / lat[big] * 1000 if big >= 64 else None
+    share = lambda tps: None if tps is None or not bw else tps * p["weight_bytes"] / (bw * 1e9) * 100
+    ratio = lambda a, b: None if a is None or b is None else a / b
+    l1, l8, l32 = lat.get(1), lat.get(8), lat.get(32)
+    pct = lambda x: "–" if x is None else f"{x:.0f}%"
+    print(f"| {name} | {gib:.2f} | {fmt(dec)} | {fmt(tg)} | {fmt(ratio(dec, tg), 2)} | {pct(share(dec))} "
+          f"| {pct(share(tg))} | {fmt(ratio(l8, l1), 2)} | {fmt(ratio(l32, l1), 2)} | {fmt(ours_pp, 0)} "
+          f"| {fmt(pp, 0)} | {fmt(ratio(ours_pp, pp), 2)} |")
+    curves.append((name, lat))
+strategies = os.path.join(out, "strategies.md")
+if os.path.exists(strategies):
+    print()
+    print(open(strategies).read().strip())
+print()
+print("L(n) in ms (parspec, one forward over a chain of n tokens after 64 committed):")
+print()
+for name, lat in curves:
+    print(f"- {name}: " + ", ".join(f"L({n}) {v:.2f}" for n, v in sorted(lat.items())))
+EOF
+step "done: tables in $out"

@@ -1,0 +1,997 @@
+// The CUDA executor: a model's weights uploaded once, KV caches in device
+// memory (a KvRowStore per KvCache), and the forward pass as the CPU's, step
+// for step, on the kernels of kernels.cu.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <sstream>
+#include <string_view>
+#include <utility>
+
+#include "core/error.h"
+#include "cuda/backend.h"
+#include "cuda/kernels.h"
+#include "kernels/quant.h"
+#include "kernels/repack.h"
+
+namespace parspec::cuda {
+
+namespace {
+
+void cuda_check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clears a sticky launch error where it can be cleared
+    fail("CUDA error in ", what, ": ", cudaGetErrorString(status));
+  }
+}
+
+std::string gib(uint64_t bytes) {
+  std::ostringstream os;
+  os.precision(2);
+  os << std::fixed << static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0) << " GiB";
+  return os.str();
+}
+
+// A stream on one device, shared by an executor and the caches it made, so
+// that it outlives whichever of them goes last.
+struct DeviceContext {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  explicit DeviceContext(int d) : device(d) {
+    cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~DeviceContext() {
+    if (stream != nullptr) {
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    }
+  }
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+  void sync(const char* what) const { cuda_check(cudaStreamSynchronize(stream), what); }
+};
+
+// Device memory with one owner; reserve() grows it (the contents are lost).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+
+  void* get() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+  // At least `bytes`; `what` names the memory in an out-of-memory error.
+  void reserve(size_t bytes, const char* what) {
+    if (bytes <= bytes_) return;
+    if (data_ != nullptr) {
+      cudaFree(data_);
+      data_ = nullptr;
+      bytes_ = 0;
+    }
+    const cudaError_t status = cudaMalloc(&data_, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      size_t free_bytes = 0, total = 0;
+      cudaMemGetInfo(&free_bytes, &total);
+      data_ = nullptr;
+      fail("out of GPU memory: ", what, " needs ", gib(bytes), ", ", gib(free_bytes), " of ",
+           gib(total), " are free (a smaller -c/--ctx-size or a smaller model may fit)");
+    }
+    cuda_check(status, what);
+    bytes_ = bytes;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+template <class T>
+T* reserve(DeviceBuffer& buffer, size_t count, const char* what) {
+  buffer.reserve(std::max<size_t>(count, 1) * sizeof(T), what);
+  return buffer.as<T>();
+}
+
+template <class T>
+void upload_to(DeviceBuffer& buffer, const std::vector<T>& host, const char* what,
+               cudaStream_t stream) {
+  reserve<T>(buffer, host.size(), what);
+  if (!host.empty())
+    cuda_check(cudaMemcpyAsync(buffer.get(), host.data(), host.size() * sizeof(T),
+                               cudaMemcpyHostToDevice, stream),
+               what);
+}
+
+// A KvCache's rows in device memory: layers [layer_first, layer_last), each
+// `capacity` slots of kv_dim floats, keys and values apart.
+class DeviceKvStore final : public KvRowStore {
+ public:
+  DeviceKvStore(std::shared_ptr<DeviceContext> context, const Model* model, const KvCache& kv)
+      : context_(std::move(context)),
+        model_(model),
+        n_layers_(kv.layer_last() - kv.layer_first()),
+        capacity_(kv.capacity()),
+        kv_dim_(kv.kv_dim()) {
+    const size_t floats = static_cast<size_t>(n_layers_) * capacity_ * kv_dim_;
+    reserve<float>(k_, floats, "the KV cache");
+    reserve<float>(v_, floats, "the KV cache");
+  }
+
+  bool serves(const DeviceContext* context, const Model* model) const {
+    return context_.get() == context && model_ == model;
+  }
+  float* k() const { return k_.as<float>(); }
+  float* v() const { return v_.as<float>(); }
+
+  void move_rows(std::span<const int32_t> from, std::span<const int32_t> to) override {
+    const int n = static_cast<int>(from.size());
+    if (n == 0 || n_layers_ == 0) return;
+    cuda_check(cudaSetDevice(context_->device), "cudaSetDevice");
+    std::vector<int32_t> slots(from.begin(), from.end());
+    slots.insert(slots.end(), to.begin(), to.end());
+    upload_to(slots_, slots, "KV rows", context_->stream);
+    float* staging = reserve<float>(staging_, 2 * static_cast<size_t>(n) * n_layers_ * kv_dim_,
+                                    "moving KV rows");
+    launch_move_kv_rows(k(), v(), n_layers_, capacity_, kv_dim_, slots_.as<int32_t>(),
+                        slots_.as<int32_t>() + n, n, staging, context_->stream);
+    cuda_check(cudaGetLastError(), "moving KV rows");
+  }
+
+ private:
+  std::shared_ptr<DeviceContext> context_;
+  const Model* model_;
+  int n_layers_, capacity_, kv_dim_;
+  DeviceBuffer k_, v_, slots_, staging_;
+};
+
+struct DeviceLayer {
+  DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  const float *attn_norm = nullptr, *ffn_norm = nullptr;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
+};
+
+struct GraphState;
+struct GraphStateDeleter {
+  void operator()(GraphState* g) const;
+};
+
+// A model's weights on the device, and the graphs of its passes.
+struct DeviceModel {
+  std::unique_ptr<GraphState, GraphStateDeleter> graphs;
+  std::vector<DeviceBuffer> buffers;  // owns everything below
+  DeviceMatrix embedding, output;
+  const float* output_norm = nullptr;
+  const float* inv_freq = nullptr;
+  std::vector<DeviceLayer> layers;
+  uint64_t bytes = 0;
+
+  template <class T>
+  const T* upload(const T* data, size_t count, const char* what) {
+    DeviceBuffer& b = buffers.emplace_back();
+    reserve<T>(b, count, what);
+    cuda_check(cudaMemcpy(b.get(), data, count * sizeof(T), cudaMemcpyHostToDevice), what);
+    bytes += count * sizeof(T);
+    return b.as<T>();
+  }
+  const float* upload(const std::vector<float>& v, const char* what) {
+    return v.empty() ? nullptr : upload(v.data(), v.size(), what);
+  }
+
+  DeviceMatrix upload(const WeightMatrix& w, const std::string& name) {
+    DeviceMatrix m;
+    m.n_in = w.n_in;
+    m.n_out = w.n_out;
+    switch (w.type) {
+      case DType::F32:
+        m.kind = WeightKind::kF32;
+        break;
+      case DType::F16:
+        m.kind = WeightKind::kF16;
+        break;
+      case DType::BF16:
+        m.kind = WeightKind::kBF16;
+        break;
+      case DType::Q8_0:
+        m.kind = WeightKind::kQ8_0;
+        break;
+      case DType::Q4_0:
+        m.kind = WeightKind::kQ4_0;
+        break;
+      default:
+        fail(name, ": weights of type ", type_info(w.type).name,
+             " are not supported by the CUDA backend (it runs F32, F16, BF16, Q8_0 and Q4_0; "
+             "convert with `parspec quantize`, or run with --device cpu)");
+    }
+    const bool quantized = takes_quantized_input(m.kind);
+    check(w.n_in % (quantized ? kQK : 8) == 0, name, ": rows of ", w.n_in,
+          " elements are not supported by the CUDA backend (a multiple of ", quantized ? kQK : 8,
+          " is)");
+    const size_t rb = row_bytes(w.type, w.n_in);
+    std::vector<uint8_t> unpacked(w.repacked ? rb : 0);
+    auto row = [&](int64_t r) -> const uint8_t* {
+      if (!w.repacked) return w.data + rb * r;
+      repack::unpack_row(w.type, w.n_in, w.n_out, w.data, r, unpacked.data());
+      return unpacked.data();
+    };
+    const size_t n_out = static_cast<size_t>(w.n_out);
+    if (!quantized) {  // as the file has them (F32/F16/BF16 are never repacked)
+      check(!w.repacked, name, ": repacked ", type_info(w.type).name, " weights");
+      m.q = upload(w.data, rb * n_out, "model weights");
+      return m;
+    }
+    // Split into values and scales, so that a lane reads a block's values
+    // with aligned 16-byte loads.
+    const int64_t nb = w.n_in / kQK;
+    const size_t value_bytes = m.kind == WeightKind::kQ8_0 ? kQK : kQK / 2;
+    std::vector<uint8_t> values(n_out * nb * value_bytes);
+    std::vector<uint16_t> scales(n_out * nb);
+    for (int64_t r = 0; r < w.n_out; ++r) {
+      const uint8_t* src = row(r);
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* dst = &values[(r * nb + b) * value_bytes];
+        if (m.kind == WeightKind::kQ8_0) {
+          const auto* block = reinterpret_cast<const BlockQ8_0*>(src) + b;
+          scales[r * nb + b] = block->d;
+          std::memcpy(dst, block->qs, kQK);
+        } else {
+          const auto* block = reinterpret_cast<const BlockQ4_0*>(src) + b;
+          scales[r * nb + b] = block->d;
+          std::memcpy(dst, block->qs, kQK / 2);
+        }
+      }
+    }
+    m.q = upload(values.data(), values.size(), "model weights");
+    m.scales = upload(scales.data(), scales.size(), "model weights");
+    return m;
+  }
+};
+
+// What the kernels do not compute: the traits of the families beyond llama
+// and qwen2 (model_config.h). Empty when the model has none.
+std::string unsupported_trait(const Model& model) {
+  const ModelConfig& c = model.config();
+  if (c.moe.enabled()) return "mixture-of-experts FFNs";
+  if (c.arch != "llama" && c.arch != "qwen2") return "the " + c.arch + " architecture";
+  if (c.qk_norm) return "q/k norms";
+  if (c.post_norms) return "post-norms";
+  if (c.fused_qkv || c.fused_gate_up) return "fused projections";
+  if (c.embedding_scale != 1.0f) return "scaled embeddings";
+  if (c.activation != FfnActivation::kSilu) return "an activation other than SwiGLU";
+  if (c.attn_logit_softcap != 0.0f || c.final_logit_softcap != 0.0f) return "logit soft-capping";
+  if (!c.layer_sliding.empty()) return "sliding-window attention";
+  if (!c.rope_factors_long.empty() || model.rope_global().mscale != 1.0f) return "LongRoPE scaling";
+  return "";
+}
+
+std::unique_ptr<DeviceModel> upload_model(const Model& model) {
+  const ModelConfig& c = model.config();
+  const std::string trait = unsupported_trait(model);
+  check(trait.empty(), model.gguf().path(), ": the CUDA backend runs llama and qwen2 models; this ",
+        "one has ", trait, ", which it does not compute (run it with --device cpu)");
+  check(c.head_dim <= 256 && c.head_dim % 2 == 0, model.gguf().path(), ": head dimension ",
+        c.head_dim, " is not supported by the CUDA backend (an even number up to 256 is)");
+  check(c.n_head % c.n_head_kv == 0, model.gguf().path(), ": ", c.n_head,
+        " heads do not divide into ", c.n_head_kv, " KV heads");
+  auto dm = std::make_unique<DeviceModel>();
+  dm->embedding = dm->upload(model.token_embedding(), "token_embd.weight");
+  dm->output =
+      c.tied_embeddings ? dm->embedding : dm->upload(model.output_matrix(), "output.weight");
+  dm->output_norm = dm->upload(model.output_norm(), "output_norm.weight");
+  dm->inv_freq = dm->upload(model.rope_global().inv_freq, "rope frequencies");
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& w = model.layer(l);
+    const std::string p = "blk." + std::to_string(l) + ".";
+    DeviceLayer d;
+    d.wq = dm->upload(w.wq, p + "attn_q.weight");
+    d.wk = dm->upload(w.wk, p + "attn_k.weight");
+    d.wv = dm->upload(w.wv, p + "attn_v.weight");
+    d.wo = dm->upload(w.wo, p + "attn_output.weight");
+    d.w_gate = dm->upload(w.w_gate, p + "ffn_gate.weight");
+    d.w_up = dm->upload(w.w_up, p + "ffn_up.weight");
+    d.w_down = dm->upload(w.w_down, p + "ffn_down.weight");
+    d.attn_norm = dm->upload(w.attn_norm, "norm weights");
+    d.ffn_norm = dm->upload(w.ffn_norm, "norm weights");
+    d.bq = dm->upload(w.bq, "biases");
+    d.bk = dm->upload(w.bk, "biases");
+    d.bv = dm->upload(w.bv, "biases");
+    dm->layers.push_back(d);
+  }
+  return dm;
+}
+
+// Rows of one pass, as the kernels take them.
+struct RowPlan {
+  std::vector<int32_t> tokens, positions;
+  std::vector<AttentionRow> attention;
+  std::vector<int32_t> spec_slots;
+
+  // Entries of `batch`, cells first_cell.. of `kv` (whose rows are in `store`).
+  void add(const Batch& batch, const KvCache& kv, const DeviceKvStore& store, int32_t first_cell) {
+    std::vector<int32_t> ancestors;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int32_t cell = first_cell + static_cast<int32_t>(i);
+      tokens.push_back(batch.tokens[i]);
+      positions.push_back(batch.positions[i]);
+      AttentionRow r;
+      r.k = store.k();
+      r.v = store.v();
+      r.layer_first = kv.layer_first();
+      r.capacity = kv.capacity();
+      r.n_committed = kv.n_committed();
+      r.spec_offset = static_cast<int32_t>(spec_slots.size());
+      kv.ancestors(cell, ancestors);
+      for (int32_t a : ancestors) spec_slots.push_back(kv.spec_slot(a));
+      spec_slots.push_back(kv.spec_slot(cell));
+      r.spec_count = static_cast<int32_t>(spec_slots.size()) - r.spec_offset;
+      r.write_slot = kv.spec_slot(cell);
+      attention.push_back(r);
+    }
+  }
+  int size() const { return static_cast<int>(tokens.size()); }
+};
+
+void check_batch(const Batch& b, const ModelConfig& c, const char* what) {
+  const size_t n = b.size();
+  check(b.positions.size() == n && b.parents.size() == n && b.want_logits.size() == n, what,
+        ": batch arrays differ in length");
+  check(b.input_embeddings.empty() || b.input_embeddings.size() == n, what,
+        ": input_embeddings must be empty or one per batch entry");
+  for (int32_t t : b.tokens)
+    check(t >= 0 && t < c.n_vocab, "token id ", t, " is out of range (vocabulary has ", c.n_vocab,
+          " tokens)");
+}
+
+void check_logits(const std::vector<float>& logits, size_t n_vocab, const Model& model) {
+  for (size_t r = 0; r * n_vocab < logits.size(); ++r) {
+    const float* row = logits.data() + r * n_vocab;
+    if (!std::isnan(row[0])) continue;
+    bool all_nan = true;
+    for (size_t i = 1; i < n_vocab && all_nan; ++i) all_nan = std::isnan(row[i]);
+    check(!all_nan, model.gguf().path(), ": the model computed NaN for all ", n_vocab,
+          " logits (its weights hold NaN/Inf or its activations overflow)");
+  }
+}
+
+// Device pointers to one pass's per-row inputs.
+struct PassInputs {
+  const int32_t* tokens = nullptr;
+  const int32_t* positions = nullptr;
+  const AttentionRow* rows = nullptr;
+  const int32_t* spec_slots = nullptr;
+  const int32_t* wanted = nullptr;
+};
+
+// A pass's activations, reserved for a number of rows before its kernels are
+// queued (never during a pass: a graph captures the addresses).
+struct Workspace {
+  DeviceBuffer hidden, xn, q, k, v, att, o, gate, up, xq, xd, selected, out_norm, logits;
+
+  void reserve_rows(const ModelConfig& c, int rows) {
+    const size_t n = static_cast<size_t>(std::max(rows, 1));
+    const size_t widest = std::max({c.n_embd, c.q_dim(), c.n_ff});
+    reserve<float>(hidden, n * c.n_embd, "activations");
+    reserve<float>(xn, n * std::max(c.n_embd, c.q_dim()), "activations");
+    reserve<float>(q, n * c.q_dim(), "activations");
+    reserve<float>(k, n * c.kv_dim(), "activations");
+    reserve<float>(v, n * c.kv_dim(), "activations");
+    reserve<float>(att, n * c.q_dim(), "activations");
+    reserve<float>(o, n * c.n_embd, "activations");
+    reserve<float>(gate, n * c.n_ff, "activations");
+    reserve<float>(up, n * c.n_ff, "activations");
+    reserve<int8_t>(xq, n * widest, "activations");
+    reserve<float>(xd, n * widest / kQK, "activations");
+    reserve<float>(selected, n * c.n_embd, "activations");
+    reserve<float>(out_norm, n * c.n_embd, "activations");
+    reserve<float>(logits, n * c.n_vocab, "logits");
+  }
+};
+
+// Pinned host memory, so that a copy from it can be queued without waiting.
+class PinnedBuffer {
+ public:
+  explicit PinnedBuffer(size_t bytes) {
+    cuda_check(cudaMallocHost(&data_, bytes), "cudaMallocHost");
+  }
+  ~PinnedBuffer() { cudaFreeHost(data_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  uint8_t* get() const { return static_cast<uint8_t*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+};
+
+// Full passes of up to kGraphRows rows replay a CUDA graph captured once per
+// row bucket (1, 2, 4, ... 64 rows): one launch instead of a few hundred. The
+// inputs that change every step (tokens, positions, cells, rows wanted) are
+// read from `meta`, filled by one copy before each replay; rows beyond the
+// pass's own up to the bucket are padding that attends to itself in a cache
+// of its own (`trash_k`/`trash_v`), so nothing it computes reaches a real row.
+constexpr int kGraphRows = 64;
+constexpr int kGraphSpecSlots = 64 * 64;  // a pass's speculative key slots, all rows together
+
+struct GraphState {
+  Workspace ws;
+  DeviceBuffer meta, trash_k, trash_v;
+  PinnedBuffer staging;
+  std::map<int, cudaGraphExec_t> graphs;  // by bucket
+
+  // Byte offsets in `meta` (and `staging`).
+  static constexpr size_t kTokens = 0;
+  static constexpr size_t kPositions = kTokens + kGraphRows * sizeof(int32_t);
+  static constexpr size_t kWanted = kPositions + kGraphRows * sizeof(int32_t);
+  static constexpr size_t kRows = kWanted + kGraphRows * sizeof(int32_t);
+  static constexpr size_t kSpecSlots = kRows + kGraphRows * sizeof(AttentionRow);
+  static constexpr size_t kBytes = kSpecSlots + kGraphSpecSlots * sizeof(int32_t);
+
+  explicit GraphState(const ModelConfig& c) : staging(kBytes) {
+    ws.reserve_rows(c, kGraphRows);
+    reserve<uint8_t>(meta, kBytes, "graph inputs");
+    const size_t trash = static_cast<size_t>(c.n_layer) * c.kv_dim();
+    reserve<float>(trash_k, trash, "graph padding");
+    reserve<float>(trash_v, trash, "graph padding");
+  }
+  ~GraphState() {
+    for (auto& [bucket, exec] : graphs) cudaGraphExecDestroy(exec);
+  }
+  GraphState(const GraphState&) = delete;
+  GraphState& operator=(const GraphState&) = delete;
+
+  PassInputs inputs() const {
+    const uint8_t* base = meta.as<uint8_t>();
+    return {reinterpret_cast<const int32_t*>(base + kTokens),
+            reinterpret_cast<const int32_t*>(base + kPositions),
+            reinterpret_cast<const AttentionRow*>(base + kRows),
+            reinterpret_cast<const int32_t*>(base + kSpecSlots),
+            reinterpret_cast<const int32_t*>(base + kWanted)};
+  }
+};
+
+void GraphStateDeleter::operator()(GraphState* g) const {
+  delete g;
+}
+
+int graph_bucket(int n) {
+  int bucket = 1;
+  while (bucket < n) bucket *= 2;
+  return bucket;
+}
+
+bool graphs_wanted() {
+  const char* env = std::getenv("PARSPEC_CUDA_GRAPHS");
+  return env == nullptr || std::string_view(env) != "0";
+}
+
+class CudaExecutor final : public ForwardExecutor {
+ public:
+  explicit CudaExecutor(int device)
+      : context_(std::make_shared<DeviceContext>(device)), graphs_(graphs_wanted()) {}
+
+  void use_graphs(bool on) { graphs_ = on; }
+
+  // Every call starts here: the calling thread is pointed at the device.
+  DeviceModel& on_device(const Model& model) {
+    cuda_check(cudaSetDevice(context_->device), "cudaSetDevice");
+    auto it = models_.find(&model);
+    if (it != models_.end()) return *it->second;
+    return *models_.emplace(&model, upload_model(model)).first->second;
+  }
+
+  std::vector<float> forward(const Model& model, const Batch& batch, KvCache& kv) override {
+    const ModelConfig& c = model.config();
+    check_batch(batch, c, "forward");
+    if (batch.size() == 0) return {};
+    check(kv.layer_first() == 0 && kv.layer_last() == c.n_layer,
+          "forward: the cache must cover all layers");
+    DeviceModel& dm = on_device(model);
+    DeviceKvStore& store = store_of(model, kv, kv.n_spec());
+    const int32_t first_cell = kv.add_cells(batch.positions, batch.parents);
+    RowPlan plan;
+    plan.add(batch, kv, store, first_cell);
+    std::vector<int32_t> wanted;
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (batch.want_logits[i]) wanted.push_back(static_cast<int32_t>(i));
+    const float* logits = full_pass(model, dm, plan, {&batch}, wanted);
+    return download_logits(model, logits, wanted.size());
+  }
+
+  std::vector<std::vector<float>> forward_multi(
+      const Model& model, std::span<const Model::SequenceBatch> sequences) override {
+    const ModelConfig& c = model.config();
+    std::vector<std::vector<float>> out(sequences.size());
+    size_t total = 0;
+    for (size_t s = 0; s < sequences.size(); ++s) {
+      check_batch(*sequences[s].batch, c, "forward_multi");
+      check(sequences[s].kv->layer_first() == 0 && sequences[s].kv->layer_last() == c.n_layer,
+            "forward_multi: the cache must cover all layers");
+      for (size_t t = 0; t < s; ++t)
+        check(sequences[t].kv != sequences[s].kv, "forward_multi: two batches share a cache");
+      total += sequences[s].batch->size();
+    }
+    if (total == 0) return out;
+    DeviceModel& dm = on_device(model);
+    std::vector<DeviceKvStore*> stores;
+    for (const Model::SequenceBatch& s : sequences)
+      stores.push_back(&store_of(model, *s.kv, s.kv->n_spec()));
+    RowPlan plan;
+    std::vector<int32_t> wanted, wanted_seq;
+    std::vector<const Batch*> batches;
+    for (size_t s = 0; s < sequences.size(); ++s) {
+      const Batch& b = *sequences[s].batch;
+      const int offset = plan.size();
+      const int32_t first_cell = sequences[s].kv->add_cells(b.positions, b.parents);
+      plan.add(b, *sequences[s].kv, *stores[s], first_cell);
+      batches.push_back(&b);
+      for (size_t i = 0; i < b.size(); ++i) {
+        if (!b.want_logits[i]) continue;
+        wanted.push_back(offset + static_cast<int32_t>(i));
+        wanted_seq.push_back(static_cast<int32_t>(s));
+      }
+    }
+    const float* logits = full_pass(model, dm, plan, batches, wanted);
+    const std::vector<float> all = download_logits(model, logits, wanted.size());
+    const size_t n_vocab = static_cast<size_t>(c.n_vocab);
+    for (size_t r = 0; r < wanted.size(); ++r) {
+      auto& dst = out[static_cast<size_t>(wanted_seq[r])];
+      dst.insert(dst.end(), all.begin() + r * n_vocab, all.begin() + (r + 1) * n_vocab);
+    }
+    return out;
+  }
+
+  void forward_layers(const Model& model, const Batch& batch, KvCache& kv, int32_t first_cell,
+                      int layer_first, int layer_last, float* hidden) override {
+    const ModelConfig& c = model.config();
+    check(layer_first >= kv.layer_first() && layer_last <= kv.layer_last() &&
+              layer_first <= layer_last,
+          "forward_layers: layers [", layer_first, ", ", layer_last, ") are not in the cache");
+    const int n = static_cast<int>(batch.size());
+    if (n == 0) return;
+    DeviceModel& dm = on_device(model);
+    RowPlan plan;
+    plan.add(batch, kv, store_of(model, kv, first_cell), first_cell);
+    const PassInputs in = upload_plan(plan, {});
+    eager_.reserve_rows(c, n);
+    float* h = upload_hidden(hidden, static_cast<size_t>(n) * c.n_embd);
+    run_layers(c, dm, eager_, in, n, layer_first, layer_last, h);
+    download(hidden, h, static_cast<size_t>(n) * c.n_embd);
+  }
+
+  void attention_output(const Model& model, int layer, const Batch& batch, KvCache& kv,
+                        int32_t first_cell, const float* hidden, float* out,
+                        AttentionProbe* probe) override {
+    const ModelConfig& c = model.config();
+    check(layer >= kv.layer_first() && layer < kv.layer_last(), "attention_output: layer ", layer,
+          " is not in the cache");
+    const int n = static_cast<int>(batch.size());
+    if (n == 0) return;
+    DeviceModel& dm = on_device(model);
+    RowPlan plan;
+    plan.add(batch, kv, store_of(model, kv, first_cell), first_cell);
+    const PassInputs in = upload_plan(plan, {});
+    eager_.reserve_rows(c, n);
+    float* h = upload_hidden(hidden, static_cast<size_t>(n) * c.n_embd);
+    float* o = eager_.o.as<float>();
+    attention_part(c, dm, eager_, in, layer, n, h, nullptr, o);
+    if (probe != nullptr) {
+      probe->q.resize(static_cast<size_t>(n) * c.q_dim());
+      probe->k.resize(static_cast<size_t>(n) * c.kv_dim());
+      probe->v.resize(static_cast<size_t>(n) * c.kv_dim());
+      download(probe->q.data(), eager_.q.as<float>(), probe->q.size());
+      download(probe->k.data(), eager_.k.as<float>(), probe->k.size());
+      download(probe->v.data(), eager_.v.as<float>(), probe->v.size());
+    }
+    download(out, o, static_cast<size_t>(n) * c.n_embd);
+  }
+
+  void mlp_block(const Model& model, int layer, int n, float* hidden) override {
+    if (n <= 0) return;
+    const ModelConfig& c = model.config();
+    const size_t count = static_cast<size_t>(n) * c.n_embd;
+    DeviceModel& dm = on_device(model);
+    eager_.reserve_rows(c, n);
+    float* h = upload_hidden(hidden, count);
+    mlp_part(c, dm, eager_, layer, n, h, nullptr);
+    launch_add(h, eager_.o.as<float>(), static_cast<int64_t>(count), context_->stream);
+    download(hidden, h, count);
+  }
+
+  void output_logits(const Model& model, const float* hidden, int n, float* logits) override {
+    if (n <= 0) return;
+    const ModelConfig& c = model.config();
+    DeviceModel& dm = on_device(model);
+    eager_.reserve_rows(c, n);
+    float* h = upload_hidden(hidden, static_cast<size_t>(n) * c.n_embd);
+    const float* out = logits_part(c, dm, eager_, h, n);
+    download(logits, out, static_cast<size_t>(n) * c.n_vocab);
+  }
+
+  std::vector<int32_t> last_argmax(int n) {
+    check(n >= 0 && n <= last_rows_ && last_logits_ != nullptr,
+          "argmax: the last forward returned ", last_rows_, " rows of logits, not ", n);
+    std::vector<int32_t> index(n);
+    if (n == 0) return index;
+    int32_t* device_index = reserve<int32_t>(argmax_, n, "argmax");
+    launch_argmax(last_logits_, n, last_vocab_, device_index, context_->stream);
+    cuda_check(cudaGetLastError(), "argmax");
+    download(index.data(), device_index, index.size());
+    return index;
+  }
+
+ private:
+  // The device rows of `kv`, attached on its first use here: then it holds no
+  // rows yet (its new cells, from `first_new_cell` on, are what this call writes).
+  DeviceKvStore& store_of(const Model& model, KvCache& kv, int32_t first_new_cell) {
+    if (auto* store = dynamic_cast<DeviceKvStore*>(kv.store());
+        store != nullptr && store->serves(context_.get(), &model))
+      return *store;
+    check(kv.store() == nullptr, "a KV cache used by another GPU executor or model cannot move");
+    check(kv.n_committed() == 0 && first_new_cell == 0,
+          "a KV cache filled on the CPU cannot continue on the GPU (start it on the GPU)");
+    auto store = std::make_unique<DeviceKvStore>(context_, &model, kv);
+    DeviceKvStore& ref = *store;
+    kv.attach_store(std::move(store));
+    return ref;
+  }
+
+  PassInputs upload_plan(const RowPlan& plan, const std::vector<int32_t>& wanted) {
+    cudaStream_t stream = context_->stream;
+    upload_to(tokens_, plan.tokens, "batch tokens", stream);
+    upload_to(positions_, plan.positions, "batch positions", stream);
+    upload_to(rows_, plan.attention, "batch cells", stream);
+    upload_to(spec_slots_, plan.spec_slots, "batch cells", stream);
+    upload_to(wanted_, wanted, "batch rows", stream);
+    return {tokens_.as<int32_t>(), positions_.as<int32_t>(), rows_.as<AttentionRow>(),
+            spec_slots_.as<int32_t>(), wanted_.as<int32_t>()};
+  }
+
+  float* upload_hidden(const float* host, size_t count) {
+    float* h = eager_.hidden.as<float>();
+    cuda_check(
+        cudaMemcpyAsync(h, host, count * sizeof(float), cudaMemcpyHostToDevice, context_->stream),
+        "copying activations");
+    return h;
+  }
+
+  template <class T>
+  void download(T* host, const T* device, size_t count) {
+    cuda_check(
+        cudaMemcpyAsync(host, device, count * sizeof(T), cudaMemcpyDeviceToHost, context_->stream),
+        "copying results");
+    context_->sync("a forward on the GPU");
+  }
+
+  // Where the activations of these matrices go quantized to Q8_0: the
+  // workspace's buffer if one of them takes them so, null otherwise.
+  static int8_t* quantized_input(Workspace& ws,
+                                 std::initializer_list<const DeviceMatrix*> matrices) {
+    for (const DeviceMatrix* m : matrices)
+      if (takes_quantized_input(m->kind)) return ws.xq.as<int8_t>();
+    return nullptr;
+  }
+
+  void matmul(Workspace& ws, const DeviceMatrix& w, const float* x, int n, float* y) {
+    launch_matmul(w, x, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, y, context_->stream);
+  }
+
+  // Embedding, every layer and the logits of the `wanted` rows; returns them (device memory).
+  const float* full_pass(const Model& model, DeviceModel& dm, const RowPlan& plan,
+                         const std::vector<const Batch*>& batches,
+                         const std::vector<int32_t>& wanted) {
+    bool own_embeddings = false;
+    for (const Batch* b : batches)
+      for (const float* e : b->input_embeddings) own_embeddings |= e != nullptr;
+    if (graphs_ && !own_embeddings && plan.size() <= kGraphRows &&
+        plan.spec_slots.size() < static_cast<size_t>(kGraphSpecSlots))
+      return graph_pass(model, dm, plan, wanted);
+
+    const ModelConfig& c = model.config();
+    const int n = plan.size();
+    cudaStream_t stream = context_->stream;
+    const PassInputs in = upload_plan(plan, wanted);
+    eager_.reserve_rows(c, n);
+    float* h = eager_.hidden.as<float>();
+    launch_embed(dm.embedding, in.tokens, n, h, stream);
+    int row = 0;
+    for (const Batch* b : batches) {
+      for (size_t i = 0; i < b->input_embeddings.size(); ++i) {
+        if (b->input_embeddings[i] == nullptr) continue;
+        cuda_check(
+            cudaMemcpyAsync(h + static_cast<size_t>(row + i) * c.n_embd, b->input_embeddings[i],
+                            sizeof(float) * c.n_embd, cudaMemcpyHostToDevice, stream),
+            "copying input embeddings");
+      }
+      row += static_cast<int>(b->size());
+    }
+    return layers_and_logits(c, dm, eager_, in, n, static_cast<int>(wanted.size()));
+  }
+
+  // h += attention and h += mlp of layers [first, last). Each block's output
+  // is added to h by the norm that starts the next block (one kernel, the same
+  // additions), the last one on its own.
+  void run_layers(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& in, int n,
+                  int first, int last, float* h) {
+    for (int l = first; l < last; ++l) {
+      attention_part(c, dm, ws, in, l, n, h, l > first ? ws.o.as<float>() : nullptr,
+                     ws.o.as<float>());
+      mlp_part(c, dm, ws, l, n, h, ws.o.as<float>());
+    }
+    if (last > first)
+      launch_add(h, ws.o.as<float>(), static_cast<int64_t>(n) * c.n_embd, context_->stream);
+  }
+
+  // Every layer over the rows in ws.hidden, then the logits of the n_out rows `in.wanted`.
+  const float* layers_and_logits(const ModelConfig& c, DeviceModel& dm, Workspace& ws,
+                                 const PassInputs& in, int n, int n_out) {
+    cudaStream_t stream = context_->stream;
+    float* h = ws.hidden.as<float>();
+    run_layers(c, dm, ws, in, n, 0, c.n_layer, h);
+    if (n_out == 0) return nullptr;
+    float* selected = ws.selected.as<float>();
+    launch_gather_rows(h, in.wanted, n_out, c.n_embd, selected, stream);
+    return logits_part(c, dm, ws, selected, n_out);
+  }
+
+  // The pass as a replay of the graph of its row bucket (captured on first use).
+  const float* graph_pass(const Model& model, DeviceModel& dm, const RowPlan& plan,
+                          const std::vector<int32_t>& wanted) {
+    const ModelConfig& c = model.config();
+    const int n = plan.size(), bucket = graph_bucket(n);
+    if (dm.graphs == nullptr) dm.graphs.reset(new GraphState(c));
+    GraphState& g = *dm.graphs;
+    cudaStream_t stream = context_->stream;
+
+    // This pass's inputs, padded to the bucket, in the staging buffer's layout.
+    uint8_t* staging = g.staging.get();
+    auto* tokens = reinterpret_cast<int32_t*>(staging + GraphState::kTokens);
+    auto* positions = reinterpret_cast<int32_t*>(staging + GraphState::kPositions);
+    auto* wanted_rows = reinterpret_cast<int32_t*>(staging + GraphState::kWanted);
+    auto* rows = reinterpret_cast<AttentionRow*>(staging + GraphState::kRows);
+    auto* spec = reinterpret_cast<int32_t*>(staging + GraphState::kSpecSlots);
+    AttentionRow padding;
+    padding.k = g.trash_k.as<float>();
+    padding.v = g.trash_v.as<float>();
+    padding.capacity = 1;
+    padding.spec_offset = kGraphSpecSlots - 1;  // holds slot 0: the row itself
+    padding.spec_count = 1;
+    for (int i = 0; i < bucket; ++i) {
+      tokens[i] = i < n ? plan.tokens[i] : 0;
+      positions[i] = i < n ? plan.positions[i] : 0;
+      rows[i] = i < n ? plan.attention[i] : padding;
+      wanted_rows[i] = i < static_cast<int>(wanted.size()) ? wanted[i] : 0;
+    }
+    std::copy(plan.spec_slots.begin(), plan.spec_slots.end(), spec);
+    spec[kGraphSpecSlots - 1] = 0;
+    cuda_check(
+        cudaMemcpyAsync(g.meta.get(), staging, GraphState::kBytes, cudaMemcpyHostToDevice, stream),
+        "copying graph inputs");
+
+    auto it = g.graphs.find(bucket);
+    if (it == g.graphs.end()) {
+      const PassInputs in = g.inputs();
+      cudaGraph_t graph = nullptr;
+      cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                 "cudaStreamBeginCapture");
+      try {
+        launch_embed(dm.embedding, in.tokens, bucket, g.ws.hidden.as<float>(), stream);
+        layers_and_logits(c, dm, g.ws, in, bucket, bucket);
+      } catch (...) {  // leave the stream usable: end the capture, drop what it caught
+        if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr)
+          cudaGraphDestroy(graph);
+        cudaGetLastError();
+        throw;
+      }
+      cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      cuda_check(status, "cudaGraphInstantiate");
+      it = g.graphs.emplace(bucket, exec).first;
+    }
+    cuda_check(cudaGraphLaunch(it->second, stream), "cudaGraphLaunch");
+    last_logits_ = g.ws.logits.as<float>();
+    last_rows_ = static_cast<int>(wanted.size());
+    return wanted.empty() ? nullptr : g.ws.logits.as<float>();
+  }
+
+  // h += residual (when given), then attention(norm(h)) of one layer into
+  // `out` and the rows' k and v into their caches.
+  void attention_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& in,
+                      int layer, int n, float* h, const float* residual, float* out) {
+    const DeviceLayer& w = dm.layers.at(layer);
+    cudaStream_t stream = context_->stream;
+    float* xn = ws.xn.as<float>();
+    float* q = ws.q.as<float>();
+    float* k = ws.k.as<float>();
+    float* v = ws.v.as<float>();
+    float* att = ws.att.as<float>();
+    launch_add_rmsnorm(h, residual, w.attn_norm, n, c.n_embd, c.rms_eps, xn,
+                       quantized_input(ws, {&w.wq, &w.wk, &w.wv}), ws.xd.as<float>(), stream);
+    MatmulGroup qkv;
+    qkv.count = 3;
+    qkv.w[0] = w.wq, qkv.w[1] = w.wk, qkv.w[2] = w.wv;
+    qkv.y[0] = q, qkv.y[1] = k, qkv.y[2] = v;
+    launch_matmul_group(qkv, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, stream);
+    const HeadShape shape{c.n_head, c.n_head_kv, c.head_dim, c.rope_dims,
+                          c.rope_style == RopeStyle::kNeox};
+    launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.positions, dm.inv_freq, in.rows, layer, n,
+                           shape, stream);
+    launch_attention(q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(), att, stream);
+    if (int8_t* xq = quantized_input(ws, {&w.wo}))
+      launch_quantize_q8(att, n, c.q_dim(), xq, ws.xd.as<float>(), stream);
+    matmul(ws, w.wo, att, n, out);
+    cuda_check(cudaGetLastError(), "the attention block");
+  }
+
+  // h += residual (when given), then mlp(norm(h)) of one layer into ws.o (not
+  // added to h: the caller adds it, or the next norm does).
+  void mlp_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, int layer, int n, float* h,
+                const float* residual) {
+    const DeviceLayer& w = dm.layers.at(layer);
+    cudaStream_t stream = context_->stream;
+    float* xn = ws.xn.as<float>();
+    float* gate = ws.gate.as<float>();
+    float* up = ws.up.as<float>();
+    launch_add_rmsnorm(h, residual, w.ffn_norm, n, c.n_embd, c.rms_eps, xn,
+                       quantized_input(ws, {&w.w_gate, &w.w_up}), ws.xd.as<float>(), stream);
+    MatmulGroup gate_up;
+    gate_up.count = 2;
+    gate_up.w[0] = w.w_gate, gate_up.w[1] = w.w_up;
+    gate_up.y[0] = gate, gate_up.y[1] = up;
+    launch_matmul_group(gate_up, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, stream);
+    launch_swiglu(gate, up, n, c.n_ff, quantized_input(ws, {&w.w_down}), ws.xd.as<float>(), stream);
+    matmul(ws, w.w_down, gate, n, ws.o.as<float>());
+    cuda_check(cudaGetLastError(), "the MLP block");
+  }
+
+  const float* logits_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, float* h, int n) {
+    float* xn = ws.out_norm.as<float>();
+    float* logits = ws.logits.as<float>();
+    launch_add_rmsnorm(h, nullptr, dm.output_norm, n, c.n_embd, c.rms_eps, xn,
+                       quantized_input(ws, {&dm.output}), ws.xd.as<float>(), context_->stream);
+    matmul(ws, dm.output, xn, n, logits);
+    cuda_check(cudaGetLastError(), "the output layer");
+    last_logits_ = logits;
+    last_rows_ = n;
+    last_vocab_ = c.n_vocab;
+    return logits;
+  }
+
+  std::vector<float> download_logits(const Model& model, const float* logits, size_t n_out) {
+    std::vector<float> out(n_out * model.config().n_vocab);
+    last_vocab_ = model.config().n_vocab;
+    if (n_out > 0)
+      download(out.data(), logits, out.size());
+    else
+      context_->sync("a forward on the GPU");
+    check_logits(out, static_cast<size_t>(model.config().n_vocab), model);
+    return out;
+  }
+
+  std::shared_ptr<DeviceContext> context_;
+  bool graphs_;
+  std::map<const Model*, std::unique_ptr<DeviceModel>> models_;
+  // Passes that do not replay a graph: their inputs and activations, grown to
+  // the largest so far.
+  DeviceBuffer tokens_, positions_, rows_, spec_slots_, wanted_, argmax_;
+  Workspace eager_;
+  const float* last_logits_ = nullptr;
+  int last_rows_ = 0, last_vocab_ = 0;
+};
+
+}  // namespace
+
+bool built() {
+  return true;
+}
+
+std::string unavailable_reason(int device) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaErrorNoDevice) return "no CUDA GPU found";
+  if (status == cudaErrorInsufficientDriver)
+    return "no NVIDIA driver for CUDA 13 found (no GPU here, or its driver is older than CUDA "
+           "13 needs)";
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no usable CUDA device: ") + cudaGetErrorString(status);
+  }
+  if (device < 0 || device >= count)
+    return "no CUDA device " + std::to_string(device) + " (" + std::to_string(count) + " found)";
+  return "";
+}
+
+DeviceInfo device_info(int device) {
+  const std::string reason = unavailable_reason(device);
+  check(reason.empty(), reason);
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  DeviceInfo info;
+  info.index = device;
+  info.name = prop.name;
+  info.major = prop.major;
+  info.minor = prop.minor;
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) == cudaSuccess)
+    info.bandwidth_gbs = 2.0 * clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;
+  cudaGetLastError();
+  size_t free_bytes = 0, total = 0;
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  cuda_check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  info.total_bytes = total;
+  info.free_bytes = free_bytes;
+  return info;
+}
+
+std::string describe(const DeviceInfo& info) {
+  return info.name + " (sm_" + std::to_string(info.major) + std::to_string(info.minor) + ", " +
+         gib(info.total_bytes) + ")";
+}
+
+double copy_bandwidth_gbs(int device, size_t bytes) {
+  const std::string reason = unavailable_reason(device);
+  check(reason.empty(), reason);
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  DeviceBuffer a, b;
+  a.reserve(bytes, "the bandwidth test");
+  b.reserve(bytes, "the bandwidth test");
+  cuda_check(cudaMemset(a.get(), 1, bytes), "cudaMemset");
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cuda_check(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
+  float best_ms = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    cuda_check(cudaEventRecord(start), "cudaEventRecord");
+    cuda_check(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+    cuda_check(cudaEventRecord(stop), "cudaEventRecord");
+    cuda_check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (rep == 0 || ms < best_ms) best_ms = ms;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return 2.0 * static_cast<double>(bytes) / (best_ms * 1e6);
+}
+
+std::unique_ptr<ForwardExecutor> make_executor(int device) {
+  const std::string reason = unavailable_reason(device);
+  check(reason.empty(), "--device cuda: ", reason);
+  return std::make_unique<CudaExecutor>(device);
+}
+
+void upload(ForwardExecutor& executor, const Model& model) {
+  auto* cuda = dynamic_cast<CudaExecutor*>(&executor);
+  check(cuda != nullptr, "upload: not a CUDA executor");
+  cuda->on_device(model);
+}
+
+void use_graphs(ForwardExecutor& executor, bool on) {
+  auto* cuda = dynamic_cast<CudaExecutor*>(&executor);
+  check(cuda != nullptr, "use_graphs: not a CUDA executor");
+  cuda->use_graphs(on);
+}
+
+std::vector<int32_t> last_argmax(ForwardExecutor& executor, int n) {
+  auto* cuda = dynamic_cast<CudaExecutor*>(&executor);
+  check(cuda != nullptr, "argmax: not a CUDA executor");
+  return cuda->last_argmax(n);
+}
+
+}  // namespace parspec::cuda

@@ -1,0 +1,598 @@
+// The CUDA backend's kernels (kernels.h says what each computes and why the
+// results do not depend on how rows are batched).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/kernels.h"
+
+namespace parspec::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kMatmulWarps = 4;    // output rows (weight rows) per block, one per warp
+constexpr int kRowTile = 8;        // activation rows sharing one load of the weights
+constexpr int kAttnThreads = 128;  // one block per (row, head)
+constexpr int kAttnChunk = 256;    // keys whose weights are held in shared memory at a time
+constexpr int kMaxHeadDim = 256;
+constexpr int kNormThreads = 256;
+
+int blocks_for(int64_t count, int threads) {
+  return static_cast<int>((count + threads - 1) / threads);
+}
+
+// The sum of every lane's v, the same on every lane (addition is commutative,
+// so each lane's butterfly order gives the same bits).
+__device__ float warp_sum(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ float bf16_bits_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+__device__ float weight_element(const DeviceMatrix& w, int64_t row, int64_t col) {
+  const int64_t i = row * w.n_in + col;
+  switch (w.kind) {
+    case WeightKind::kF32:
+      return static_cast<const float*>(w.q)[i];
+    case WeightKind::kF16:
+      return __half2float(static_cast<const __half*>(w.q)[i]);
+    case WeightKind::kBF16:
+      return bf16_bits_to_float(static_cast<const uint16_t*>(w.q)[i]);
+    case WeightKind::kQ8_0: {
+      const float d = __half2float(static_cast<const __half*>(w.scales)[i / 32]);
+      return __fmul_rn(d, static_cast<float>(static_cast<const int8_t*>(w.q)[i]));
+    }
+    case WeightKind::kQ4_0: {
+      const int64_t block = i / 32;
+      const int j = static_cast<int>(i % 32);
+      const uint8_t byte = static_cast<const uint8_t*>(w.q)[block * 16 + (j % 16)];
+      const int value = (j < 16 ? (byte & 0xF) : (byte >> 4)) - 8;
+      const float d = __half2float(static_cast<const __half*>(w.scales)[block]);
+      return __fmul_rn(d, static_cast<float>(value));
+    }
+  }
+  return 0.0f;
+}
+
+__global__ void embed_kernel(DeviceMatrix w, const int32_t* tokens, float* hidden) {
+  const int row = blockIdx.x;
+  const int64_t token = tokens[row];
+  for (int64_t c = threadIdx.x; c < w.n_in; c += blockDim.x)
+    hidden[row * w.n_in + c] = weight_element(w, token, c);
+}
+
+// A block of 32 values of a row to Q8_0, one lane per value: the scale from
+// the block's largest magnitude (stored rounded to f16), values rounded to int8.
+__device__ void quantize_block(float v, int lane, int8_t* q, float* scale) {
+  const float amax = warp_max(fabsf(v));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  q[lane] = static_cast<int8_t>(roundf(__fmul_rn(v, id)));
+  if (lane == 0) *scale = __half2float(__float2half_rn(d));
+}
+
+// One block per row: h += residual (when given), out = h / sqrt(mean(h²) + eps)
+// · w, and out quantized to Q8_0 when q is given.
+__global__ void add_rmsnorm_kernel(float* h, const float* residual, const float* w, int dim,
+                                   float eps, float* out, int8_t* q, float* scales) {
+  __shared__ float partial[kNormThreads];
+  const int64_t row = blockIdx.x;
+  float* hr = h + row * dim;
+  float* yr = out + row * dim;
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += kNormThreads) {
+    float x = hr[i];
+    if (residual != nullptr) {
+      x = __fadd_rn(x, residual[row * dim + i]);
+      hr[i] = x;
+    }
+    s = __fmaf_rn(x, x, s);
+  }
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int stride = kNormThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride)
+      partial[threadIdx.x] = __fadd_rn(partial[threadIdx.x], partial[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  const float mean = __fdiv_rn(partial[0], static_cast<float>(dim));
+  const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  for (int i = threadIdx.x; i < dim; i += kNormThreads)
+    yr[i] = __fmul_rn(__fmul_rn(hr[i], scale), w[i]);
+  if (q == nullptr) return;
+  __syncthreads();  // the row is written
+  const int lane = threadIdx.x % kWarp, n_blocks = dim / 32;
+  for (int b = threadIdx.x / kWarp; b < n_blocks; b += kNormThreads / kWarp)
+    quantize_block(yr[b * 32 + lane], lane, q + (row * n_blocks + b) * 32,
+                   scales + row * n_blocks + b);
+}
+
+// One warp per block of 32 values, one lane per value.
+__global__ void quantize_q8_kernel(const float* x, int64_t n_blocks, int8_t* q, float* scales) {
+  const int64_t block = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  if (block >= n_blocks) return;
+  const int lane = threadIdx.x % kWarp;
+  quantize_block(x[block * 32 + lane], lane, q + block * 32, scales + block);
+}
+
+// Eight 32-bit words of a Q8_0/Q4_0 weight block: its 32 values as int8, in order.
+template <WeightKind kKind>
+__device__ void load_block_q(const DeviceMatrix& w, int64_t block, int (&out)[8]) {
+  if constexpr (kKind == WeightKind::kQ8_0) {
+    const int4* src = reinterpret_cast<const int4*>(static_cast<const int8_t*>(w.q) + block * 32);
+    const int4 a = src[0], b = src[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  } else {
+    const int4 p = *reinterpret_cast<const int4*>(static_cast<const uint8_t*>(w.q) + block * 16);
+    const int words[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[i] = static_cast<int>(__vsub4(words[i] & 0x0F0F0F0F, 0x08080808));
+      out[4 + i] = static_cast<int>(
+          __vsub4((static_cast<unsigned>(words[i]) >> 4) & 0x0F0F0F0F, 0x08080808));
+    }
+  }
+}
+
+// y[m, n] for rows m of [m0, m0 + kR) below M and one weight row n per warp.
+// Each lane reduces the blocks lane, lane + 32, ... in order; the lanes' sums
+// are then added by warp_sum. Nothing in a row's arithmetic depends on kR or M.
+// The weight row of a group that this warp computes: its matrix, output and row.
+__device__ bool warp_row(const MatmulGroup& g, DeviceMatrix& w, float*& y, int64_t& n) {
+  n = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + threadIdx.x / kWarp;
+  int part = 0;
+  while (part + 1 < g.count && n >= g.w[part].n_out) n -= g.w[part++].n_out;
+  w = part == 0 ? g.w[0] : part == 1 ? g.w[1] : g.w[2];
+  y = part == 0 ? g.y[0] : part == 1 ? g.y[1] : g.y[2];
+  return n < w.n_out;
+}
+
+template <WeightKind kKind, int kR>
+__global__ void matmul_q_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
+  const int lane = threadIdx.x % kWarp;
+  DeviceMatrix w;
+  float* y;
+  int64_t n;
+  if (!warp_row(g, w, y, n)) return;
+  const int64_t nb = w.n_in / 32;
+  const __half* w_scales = static_cast<const __half*>(w.scales) + n * nb;
+  for (int m0 = 0; m0 < M; m0 += kR) {
+    float acc[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[r] = 0.0f;
+      // Unrolled so that several blocks' loads are in flight; the sums stay in order.
+#pragma unroll 4
+    for (int64_t b = lane; b < nb; b += kWarp) {
+      int wq[8];
+      load_block_q<kKind>(w, n * nb + b, wq);
+      const float dw = __half2float(w_scales[b]);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if (m0 + r >= M) break;
+        const int64_t xb = static_cast<int64_t>(m0 + r) * nb + b;
+        const int4* xs = reinterpret_cast<const int4*>(xq + xb * 32);
+        const int4 a = xs[0], c = xs[1];
+        int s = 0;
+        s = __dp4a(wq[0], a.x, s);
+        s = __dp4a(wq[1], a.y, s);
+        s = __dp4a(wq[2], a.z, s);
+        s = __dp4a(wq[3], a.w, s);
+        s = __dp4a(wq[4], c.x, s);
+        s = __dp4a(wq[5], c.y, s);
+        s = __dp4a(wq[6], c.z, s);
+        s = __dp4a(wq[7], c.w, s);
+        acc[r] = __fmaf_rn(__fmul_rn(dw, xd[xb]), static_cast<float>(s), acc[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      if (m0 + r >= M) break;
+      const float total = warp_sum(acc[r]);
+      if (lane == 0) y[static_cast<int64_t>(m0 + r) * w.n_out + n] = total;
+    }
+  }
+}
+
+// Eight consecutive weights of row n from element 8·chunk.
+template <WeightKind kKind>
+__device__ void load_chunk_f(const DeviceMatrix& w, int64_t n, int64_t chunk, float (&out)[8]) {
+  const int64_t i = n * w.n_in + chunk * 8;
+  if constexpr (kKind == WeightKind::kF32) {
+    const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(w.q) + i);
+    const float4 a = src[0], b = src[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  } else {
+    const uint4 p = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.q) + i);
+    const unsigned words[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint16_t lo = static_cast<uint16_t>(words[j] & 0xFFFF);
+      const uint16_t hi = static_cast<uint16_t>(words[j] >> 16);
+      if constexpr (kKind == WeightKind::kF16) {
+        out[2 * j] = __half2float(__ushort_as_half(lo));
+        out[2 * j + 1] = __half2float(__ushort_as_half(hi));
+      } else {
+        out[2 * j] = bf16_bits_to_float(lo);
+        out[2 * j + 1] = bf16_bits_to_float(hi);
+      }
+    }
+  }
+}
+
+// As matmul_q_kernel, over f32 activations: lane reduces chunks of 8
+// elements lane, lane + 32, ... in order.
+template <WeightKind kKind, int kR>
+__global__ void matmul_f_kernel(MatmulGroup g, const float* x, int M) {
+  const int lane = threadIdx.x % kWarp;
+  DeviceMatrix w;
+  float* y;
+  int64_t n;
+  if (!warp_row(g, w, y, n)) return;
+  const int64_t n_chunks = w.n_in / 8;
+  for (int m0 = 0; m0 < M; m0 += kR) {
+    float acc[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[r] = 0.0f;
+#pragma unroll 4
+    for (int64_t c = lane; c < n_chunks; c += kWarp) {
+      float wv[8];
+      load_chunk_f<kKind>(w, n, c, wv);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if (m0 + r >= M) break;
+        const float4* xs =
+            reinterpret_cast<const float4*>(x + static_cast<int64_t>(m0 + r) * w.n_in + c * 8);
+        const float4 a = xs[0], b = xs[1];
+        float s = acc[r];
+        s = __fmaf_rn(wv[0], a.x, s);
+        s = __fmaf_rn(wv[1], a.y, s);
+        s = __fmaf_rn(wv[2], a.z, s);
+        s = __fmaf_rn(wv[3], a.w, s);
+        s = __fmaf_rn(wv[4], b.x, s);
+        s = __fmaf_rn(wv[5], b.y, s);
+        s = __fmaf_rn(wv[6], b.z, s);
+        s = __fmaf_rn(wv[7], b.w, s);
+        acc[r] = s;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      if (m0 + r >= M) break;
+      const float total = warp_sum(acc[r]);
+      if (lane == 0) y[static_cast<int64_t>(m0 + r) * w.n_out + n] = total;
+    }
+  }
+}
+
+template <WeightKind kKind, int kR>
+void launch_matmul_kind(const MatmulGroup& g, const float* x, const int8_t* xq, const float* xd,
+                        int n, cudaStream_t stream) {
+  int64_t rows = 0;
+  for (int i = 0; i < g.count; ++i) rows += g.w[i].n_out;
+  const int blocks = blocks_for(rows, kMatmulWarps);
+  if constexpr (kKind == WeightKind::kQ8_0 || kKind == WeightKind::kQ4_0)
+    matmul_q_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, xq, xd, n);
+  else
+    matmul_f_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, x, n);
+}
+
+template <int kR>
+void launch_matmul_tile(const MatmulGroup& g, const float* x, const int8_t* xq, const float* xd,
+                        int n, cudaStream_t stream) {
+  switch (g.w[0].kind) {
+    case WeightKind::kF32:
+      return launch_matmul_kind<WeightKind::kF32, kR>(g, x, xq, xd, n, stream);
+    case WeightKind::kF16:
+      return launch_matmul_kind<WeightKind::kF16, kR>(g, x, xq, xd, n, stream);
+    case WeightKind::kBF16:
+      return launch_matmul_kind<WeightKind::kBF16, kR>(g, x, xq, xd, n, stream);
+    case WeightKind::kQ8_0:
+      return launch_matmul_kind<WeightKind::kQ8_0, kR>(g, x, xq, xd, n, stream);
+    case WeightKind::kQ4_0:
+      return launch_matmul_kind<WeightKind::kQ4_0, kR>(g, x, xq, xd, n, stream);
+  }
+}
+
+__device__ int64_t kv_row(const AttentionRow& r, int layer, int32_t slot, int kv_dim) {
+  return (static_cast<int64_t>(layer - r.layer_first) * r.capacity + slot) * kv_dim;
+}
+
+// One block per row: biases first, then each rotated pair by one thread, then
+// the row's k and v to its cache slot.
+__global__ void bias_rope_store_kernel(float* q, float* k, float* v, const float* bq,
+                                       const float* bk, const float* bv, const int32_t* positions,
+                                       const float* inv_freq, const AttentionRow* rows, int layer,
+                                       HeadShape s) {
+  const int row = blockIdx.x;
+  const int q_dim = s.n_head * s.head_dim, kv_dim = s.n_head_kv * s.head_dim;
+  float* qr = q + static_cast<int64_t>(row) * q_dim;
+  float* kr = k + static_cast<int64_t>(row) * kv_dim;
+  float* vr = v + static_cast<int64_t>(row) * kv_dim;
+  if (bq != nullptr) {
+    for (int i = threadIdx.x; i < q_dim; i += blockDim.x) qr[i] = __fadd_rn(qr[i], bq[i]);
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+      kr[i] = __fadd_rn(kr[i], bk[i]);
+      vr[i] = __fadd_rn(vr[i], bv[i]);
+    }
+    __syncthreads();
+  }
+  const int n_pairs = s.rope_dims / 2;
+  const double position = positions[row];
+  for (int p = threadIdx.x; p < (s.n_head + s.n_head_kv) * n_pairs; p += blockDim.x) {
+    const int head = p / n_pairs, i = p % n_pairs;
+    float* h = head < s.n_head ? qr + head * s.head_dim : kr + (head - s.n_head) * s.head_dim;
+    const double theta = position * static_cast<double>(inv_freq[i]);
+    const float c = static_cast<float>(cos(theta)), sn = static_cast<float>(sin(theta));
+    const int a = s.neox ? i : 2 * i, b = s.neox ? i + n_pairs : 2 * i + 1;
+    const float x0 = h[a], x1 = h[b];
+    h[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+    h[b] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+  }
+  __syncthreads();  // k is rotated
+  const AttentionRow r = rows[row];
+  const int64_t dst = kv_row(r, layer, r.write_slot, kv_dim);
+  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    r.k[dst + i] = kr[i];
+    r.v[dst + i] = vr[i];
+  }
+}
+
+// One block per (row, head). Pass 1 finds the largest score; pass 2 walks the
+// keys in chunks of kAttnChunk: each key's weight exp(score - max) goes to
+// shared memory, the chunk's weights are summed by a fixed tree, and each
+// output dimension is accumulated by one thread over the keys in order.
+// Everything depends on the row's key list only.
+__global__ void attention_kernel(const float* q, const AttentionRow* rows,
+                                 const int32_t* spec_slots, int layer, HeadShape s, float scale,
+                                 float* out) {
+  __shared__ float q_s[kMaxHeadDim];
+  __shared__ float weight_s[kAttnChunk];
+  __shared__ int32_t slot_s[kAttnChunk];
+  __shared__ float reduce_s[kAttnThreads];
+  __shared__ float warp_max_s[kAttnThreads / kWarp];
+
+  const int row = blockIdx.x, head = blockIdx.y;
+  const AttentionRow r = rows[row];
+  const int hd = s.head_dim, q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
+  const int kv_head = head / (s.n_head / s.n_head_kv);
+  const int n_keys = r.n_committed + r.spec_count;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  constexpr int kWarps = kAttnThreads / kWarp;
+  const float* k_layer = r.k + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
+  const float* v_layer = r.v + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
+
+  for (int i = threadIdx.x; i < hd; i += kAttnThreads)
+    q_s[i] = q[static_cast<int64_t>(row) * q_dim + head * hd + i];
+  __syncthreads();
+
+  auto slot_of = [&](int j) {
+    return j < r.n_committed ? j : spec_slots[r.spec_offset + (j - r.n_committed)];
+  };
+  // The score of key j, the same on every lane of the warp.
+  auto score = [&](int32_t slot) {
+    const float* key = k_layer + static_cast<int64_t>(slot) * kv_dim;
+    float dot = 0.0f;
+    for (int d = lane; d < hd; d += kWarp) dot = __fmaf_rn(q_s[d], key[d], dot);
+    return __fmul_rn(warp_sum(dot), scale);
+  };
+
+  float m = -INFINITY;
+  for (int j = warp; j < n_keys; j += kWarps) m = fmaxf(m, score(slot_of(j)));
+  if (lane == 0) warp_max_s[warp] = m;
+  __syncthreads();
+  float max_score = warp_max_s[0];
+  for (int w = 1; w < kWarps; ++w) max_score = fmaxf(max_score, warp_max_s[w]);
+
+  float acc0 = 0.0f, acc1 = 0.0f;  // dimensions threadIdx.x and threadIdx.x + kAttnThreads
+  float total = 0.0f;
+  for (int c0 = 0; c0 < n_keys; c0 += kAttnChunk) {
+    const int len = min(kAttnChunk, n_keys - c0);
+    __syncthreads();  // the previous chunk's weights are read
+    for (int j = threadIdx.x; j < len; j += kAttnThreads) slot_s[j] = slot_of(c0 + j);
+    __syncthreads();
+    for (int j = warp; j < len; j += kWarps) {
+      const float sc = score(slot_s[j]);
+      if (lane == 0) weight_s[j] = expf(__fsub_rn(sc, max_score));
+    }
+    __syncthreads();
+    float part = 0.0f;
+    for (int j = threadIdx.x; j < len; j += kAttnThreads) part = __fadd_rn(part, weight_s[j]);
+    reduce_s[threadIdx.x] = part;
+    __syncthreads();
+    for (int stride = kAttnThreads / 2; stride > 0; stride /= 2) {
+      if (threadIdx.x < stride)
+        reduce_s[threadIdx.x] = __fadd_rn(reduce_s[threadIdx.x], reduce_s[threadIdx.x + stride]);
+      __syncthreads();
+    }
+    total = __fadd_rn(total, reduce_s[0]);
+    for (int j = 0; j < len; ++j) {
+      const float* value = v_layer + static_cast<int64_t>(slot_s[j]) * kv_dim;
+      if (threadIdx.x < hd) acc0 = __fmaf_rn(weight_s[j], value[threadIdx.x], acc0);
+      if (threadIdx.x + kAttnThreads < hd)
+        acc1 = __fmaf_rn(weight_s[j], value[threadIdx.x + kAttnThreads], acc1);
+    }
+  }
+  float* o = out + static_cast<int64_t>(row) * q_dim + head * hd;
+  if (threadIdx.x < hd) o[threadIdx.x] = __fdiv_rn(acc0, total);
+  if (threadIdx.x + kAttnThreads < hd) o[threadIdx.x + kAttnThreads] = __fdiv_rn(acc1, total);
+}
+
+// One block per row: gate = silu(gate) · up, with silu(g) = g·σ(g) and σ from
+// an exponential of −|g| (never overflows); quantized to Q8_0 when q is given.
+__global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, float* scales) {
+  const int64_t row = blockIdx.x;
+  const int lane = threadIdx.x % kWarp;
+  for (int base = threadIdx.x / kWarp * kWarp; base < dim; base += kNormThreads) {
+    const int64_t e = row * dim + base + lane;
+    float value = 0.0f;
+    if (base + lane < dim) {
+      const float g = gate[e];
+      const float t = expf(-fabsf(g));
+      const float sigma =
+          g >= 0.0f ? __fdiv_rn(1.0f, __fadd_rn(1.0f, t)) : __fdiv_rn(t, __fadd_rn(1.0f, t));
+      value = __fmul_rn(__fmul_rn(g, sigma), up[e]);
+      gate[e] = value;
+    }
+    if (q != nullptr)  // dim is a multiple of 32 then: every lane holds a value
+      quantize_block(value, lane, q + row * dim + base, scales + (row * dim + base) / 32);
+  }
+}
+
+__global__ void add_kernel(float* y, const float* x, int64_t count) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) y[i] = __fadd_rn(y[i], x[i]);
+}
+
+__global__ void gather_rows_kernel(const float* src, const int32_t* index, int dim, float* dst) {
+  const float* s = src + static_cast<int64_t>(index[blockIdx.x]) * dim;
+  float* d = dst + static_cast<int64_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) d[i] = s[i];
+}
+
+// blockIdx.x: the pair, blockIdx.y: the layer. `to_staging` picks the direction.
+__global__ void move_kv_kernel(float* k, float* v, int capacity, int kv_dim, const int32_t* slots,
+                               float* staging, bool to_staging) {
+  const int i = blockIdx.x, layer = blockIdx.y;
+  const int64_t cache_row = (static_cast<int64_t>(layer) * capacity + slots[i]) * kv_dim;
+  const int64_t stage_row = (static_cast<int64_t>(layer) * gridDim.x + i) * 2 * kv_dim;
+  for (int d = threadIdx.x; d < kv_dim; d += blockDim.x) {
+    if (to_staging) {
+      staging[stage_row + d] = k[cache_row + d];
+      staging[stage_row + kv_dim + d] = v[cache_row + d];
+    } else {
+      k[cache_row + d] = staging[stage_row + d];
+      v[cache_row + d] = staging[stage_row + kv_dim + d];
+    }
+  }
+}
+
+__global__ void argmax_kernel(const float* x, int dim, int32_t* index) {
+  __shared__ float best_s[kNormThreads];
+  __shared__ int32_t at_s[kNormThreads];
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float best = -INFINITY;
+  int32_t at = -1;
+  for (int i = threadIdx.x; i < dim; i += kNormThreads) {
+    if (row[i] > best || at < 0) best = row[i], at = i;
+  }
+  best_s[threadIdx.x] = best;
+  at_s[threadIdx.x] = at;
+  __syncthreads();
+  for (int stride = kNormThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      const float b = best_s[threadIdx.x + stride];
+      const int32_t a = at_s[threadIdx.x + stride];
+      if (a >= 0 && (at_s[threadIdx.x] < 0 || b > best_s[threadIdx.x] ||
+                     (b == best_s[threadIdx.x] && a < at_s[threadIdx.x]))) {
+        best_s[threadIdx.x] = b;
+        at_s[threadIdx.x] = a;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) index[blockIdx.x] = at_s[0];
+}
+
+}  // namespace
+
+void launch_embed(const DeviceMatrix& embedding, const int32_t* tokens, int n, float* hidden,
+                  cudaStream_t stream) {
+  if (n > 0) embed_kernel<<<n, 256, 0, stream>>>(embedding, tokens, hidden);
+}
+
+void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
+                        float* out, int8_t* q, float* scales, cudaStream_t stream) {
+  if (n > 0)
+    add_rmsnorm_kernel<<<n, kNormThreads, 0, stream>>>(h, residual, w, dim, eps, out, q, scales);
+}
+
+void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales,
+                        cudaStream_t stream) {
+  const int64_t n_blocks = static_cast<int64_t>(n) * (dim / 32);
+  if (n_blocks > 0)
+    quantize_q8_kernel<<<blocks_for(n_blocks * kWarp, 256), 256, 0, stream>>>(x, n_blocks, q,
+                                                                              scales);
+}
+
+void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t* xq,
+                         const float* xd, int n, cudaStream_t stream) {
+  if (n <= 0 || group.count <= 0) return;
+  // Mixed kinds or widths: one launch per matrix (each output is the same either way).
+  bool uniform = true;
+  for (int i = 1; i < group.count; ++i)
+    uniform &= group.w[i].kind == group.w[0].kind && group.w[i].n_in == group.w[0].n_in;
+  if (!uniform) {
+    for (int i = 0; i < group.count; ++i)
+      launch_matmul(group.w[i], x, xq, xd, n, group.y[i], stream);
+    return;
+  }
+  // A one-row tile for single rows: the same arithmetic per row, fewer registers.
+  if (n == 1)
+    launch_matmul_tile<1>(group, x, xq, xd, n, stream);
+  else
+    launch_matmul_tile<kRowTile>(group, x, xq, xd, n, stream);
+}
+
+void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd, int n,
+                   float* y, cudaStream_t stream) {
+  MatmulGroup group;
+  group.w[0] = w;
+  group.y[0] = y;
+  group.count = 1;
+  launch_matmul_group(group, x, xq, xd, n, stream);
+}
+
+void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const float* bk,
+                            const float* bv, const int32_t* positions, const float* inv_freq,
+                            const AttentionRow* rows, int layer, int n, HeadShape shape,
+                            cudaStream_t stream) {
+  if (n > 0)
+    bias_rope_store_kernel<<<n, 128, 0, stream>>>(q, k, v, bq, bk, bv, positions, inv_freq, rows,
+                                                  layer, shape);
+}
+
+void launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
+                      int layer, HeadShape shape, float scale, float* out, cudaStream_t stream) {
+  if (n > 0)
+    attention_kernel<<<dim3(n, shape.n_head), kAttnThreads, 0, stream>>>(q, rows, spec_slots, layer,
+                                                                         shape, scale, out);
+}
+
+void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
+                   cudaStream_t stream) {
+  if (n > 0) swiglu_kernel<<<n, kNormThreads, 0, stream>>>(gate, up, dim, q, scales);
+}
+
+void launch_add(float* y, const float* x, int64_t count, cudaStream_t stream) {
+  if (count > 0) add_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(y, x, count);
+}
+
+void launch_gather_rows(const float* src, const int32_t* index, int n, int dim, float* dst,
+                        cudaStream_t stream) {
+  if (n > 0) gather_rows_kernel<<<n, 256, 0, stream>>>(src, index, dim, dst);
+}
+
+void launch_move_kv_rows(float* k, float* v, int n_layers, int capacity, int kv_dim,
+                         const int32_t* from, const int32_t* to, int n, float* staging,
+                         cudaStream_t stream) {
+  if (n <= 0 || n_layers <= 0) return;
+  const dim3 grid(n, n_layers);
+  move_kv_kernel<<<grid, 128, 0, stream>>>(k, v, capacity, kv_dim, from, staging, true);
+  move_kv_kernel<<<grid, 128, 0, stream>>>(k, v, capacity, kv_dim, to, staging, false);
+}
+
+void launch_argmax(const float* x, int n, int dim, int32_t* index, cudaStream_t stream) {
+  if (n > 0) argmax_kernel<<<n, kNormThreads, 0, stream>>>(x, dim, index);
+}
+
+}  // namespace parspec::cuda

@@ -1,0 +1,111 @@
+#pragma once
+// The CUDA backend's kernels, behind plain launch functions (kernels.cu) so
+// that host code compiles without nvcc. Every launch goes on `stream`.
+//
+// Batch invariance (docs/design.md, "GPU numerics"): each output value is
+// computed by one fixed sequence of correctly rounded operations that depends
+// only on its own inputs, never on the number of rows in the launch or on
+// other rows: a matmul output is reduced by one warp, each lane over fixed
+// blocks of K, then by a fixed butterfly; attention for one (row, head) is one
+// thread block over the row's key list. The kernels are compiled with
+// -fmad=false and write every fused multiply-add explicitly.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace parspec::cuda {
+
+enum class WeightKind : int { kF32, kF16, kBF16, kQ8_0, kQ4_0 };
+
+// A weight matrix in device memory: n_out rows of n_in elements. F32/F16/BF16:
+// `q` holds the rows as stored. Q8_0: `q` holds n_out × n_in int8 and `scales`
+// n_out × n_in/32 halves (one per block of 32). Q4_0: `q` holds each block's
+// 16 bytes (element j in the low nibble of byte j, element j+16 in the high
+// one, both offset by 8), `scales` as Q8_0.
+struct DeviceMatrix {
+  WeightKind kind = WeightKind::kF32;
+  int64_t n_in = 0, n_out = 0;
+  const void* q = nullptr;
+  const void* scales = nullptr;
+};
+
+inline bool takes_quantized_input(WeightKind kind) {
+  return kind == WeightKind::kQ8_0 || kind == WeightKind::kQ4_0;
+}
+
+// One row's attention: its cache (rows of layers [layer_first, ...), each
+// layer `capacity` slots of kv_dim floats), the committed prefix (slots
+// 0..n_committed-1) and then `spec_count` slots listed at spec_slots[spec_offset..]
+// (its speculative ancestors, oldest first, then itself). Its own k and v go
+// to `write_slot`.
+struct AttentionRow {
+  float* k = nullptr;
+  float* v = nullptr;
+  int32_t layer_first = 0;
+  int32_t capacity = 0;
+  int32_t n_committed = 0;
+  int32_t spec_offset = 0;
+  int32_t spec_count = 0;
+  int32_t write_slot = 0;
+};
+
+struct HeadShape {
+  int n_head = 0, n_head_kv = 0, head_dim = 0, rope_dims = 0;
+  bool neox = false;  // rotate (x[i], x[i + d/2]) instead of (x[2i], x[2i+1])
+};
+
+// hidden[i] = row tokens[i] of `embedding`, dequantized.
+void launch_embed(const DeviceMatrix& embedding, const int32_t* tokens, int n, float* hidden,
+                  cudaStream_t stream);
+// Per row of `dim` floats: h += residual (when not null), out = h /
+// sqrt(mean(h²) + eps) · w, and, when q is not null, out quantized to Q8_0 into
+// q and scales exactly as launch_quantize_q8 would.
+void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
+                        float* out, int8_t* q, float* scales, cudaStream_t stream);
+// Rows of `dim` floats to Q8_0 blocks: int8 values and the block's scale
+// (rounded to f16, as the CPU's Q8_0 activations).
+void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales,
+                        cudaStream_t stream);
+// y (n × n_out) = x (n × n_in) · Wᵀ: from x for F32/F16/BF16 weights, from
+// the quantized x (xq, xd) for Q8_0/Q4_0.
+void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd, int n,
+                   float* y, cudaStream_t stream);
+// Up to three matrices of one kind and width applied to the same input (q, k
+// and v; gate and up) in one launch: y[i] = x · w[i]ᵀ, each output computed
+// exactly as launch_matmul computes it.
+struct MatmulGroup {
+  static constexpr int kMax = 3;
+  DeviceMatrix w[kMax];
+  float* y[kMax] = {};
+  int count = 0;
+};
+void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t* xq,
+                         const float* xd, int n, cudaStream_t stream);
+
+// Adds the biases (null: none) to q, k, v, rotates q and k at `positions`,
+// and writes each row's k and v of `layer` to its write_slot.
+void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const float* bk,
+                            const float* bv, const int32_t* positions, const float* inv_freq,
+                            const AttentionRow* rows, int layer, int n, HeadShape shape,
+                            cudaStream_t stream);
+// out (n × n_head·head_dim): each row's heads attend over the row's keys.
+void launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
+                      int layer, HeadShape shape, float scale, float* out, cudaStream_t stream);
+// gate = silu(gate) · up over n rows of `dim`, and, when q is not null, the
+// result quantized to Q8_0 (dim a multiple of 32).
+void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
+                   cudaStream_t stream);
+// y += x.
+void launch_add(float* y, const float* x, int64_t count, cudaStream_t stream);
+// dst[i] = src[index[i]], rows of `dim` floats.
+void launch_gather_rows(const float* src, const int32_t* index, int n, int dim, float* dst,
+                        cudaStream_t stream);
+// In every one of n_layers layers of a cache: row from[i] → row to[i], all
+// reads first (`staging`: 2 · n · n_layers · kv_dim floats).
+void launch_move_kv_rows(float* k, float* v, int n_layers, int capacity, int kv_dim,
+                         const int32_t* from, const int32_t* to, int n, float* staging,
+                         cudaStream_t stream);
+// index[i] = the first largest of row i's `dim` values (n rows).
+void launch_argmax(const float* x, int n, int dim, int32_t* index, cudaStream_t stream);
+
+}  // namespace parspec::cuda

@@ -1,0 +1,91 @@
+#include "tools/device_options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+#include "core/error.h"
+#include "cuda/backend.h"
+
+namespace parspec {
+
+namespace {
+
+// -1 for the CPU, the CUDA device's index otherwise; "auto" is -2.
+int parse_device(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (name == "auto") return -2;
+  if (name == "cpu" || name == "none") return -1;
+  if (name == "cuda" || name == "gpu") return 0;
+  if (name.starts_with("cuda") && name.size() > 4 &&
+      std::all_of(name.begin() + 4, name.end(), [](unsigned char ch) { return std::isdigit(ch); }))
+    return std::stoi(name.substr(4));
+  fail("--device: unknown device '", name, "' (cpu, cuda, cuda0, cuda1, ... or auto)");
+}
+
+}  // namespace
+
+void DeviceOptions::add_to(ArgParser& args) {
+  args.option("-dev,--device", &device, "DEV",
+              "where the models run: cpu (none), cuda (cuda0, cuda1, ...: a CUDA GPU, all "
+              "layers), or auto (the GPU when -ngl N > 0 asks for it and one is present)");
+  args.option("-ngl,--gpu-layers,--n-gpu-layers", &gpu_layers, "N",
+              "target layers on the GPU: 0 = none, N >= the model's layer count (e.g. 99) = all; "
+              "a partial offload is refused");
+  args.option("-ngld,--gpu-layers-draft,--n-gpu-layers-draft", &gpu_layers_draft, "N",
+              "draft model layers on the GPU, as -ngl");
+  args.describe_default("-ngl", "not given: the CPU unless --device asks for the GPU");
+  args.describe_default("-ngld", "where the target runs");
+  args.bound("-ngl", -1, 1 << 20);
+  args.bound("-ngld", -1, 1 << 20);
+}
+
+int DeviceOptions::resolve(int layers, const Model& model, const char* flag) const {
+  const int chosen = parse_device(device);
+  if (chosen == -1) return -1;  // --device cpu wins over -ngl, as llama.cpp's -dev none
+  if (layers == 0) {
+    check(chosen == -2, flag, " 0 puts no layer on the GPU, but --device ", device, " asks for it");
+    return -1;
+  }
+  const int n_layer = model.config().n_layer;
+  if (layers > 0 && layers < n_layer)
+    fail(flag, " ", layers, ": partial offload is not supported (", model.gguf().path(), " has ",
+         n_layer, " layers): give -ngl ", n_layer, " or more (e.g. 99) for all of them, or 0");
+  if (chosen == -2) {
+    if (layers < 0) return -1;  // neither --device nor -ngl: the CPU
+    const std::string reason = cuda::unavailable_reason(0);
+    if (!reason.empty()) {
+      std::fprintf(stderr, "note: %s %d: running on the CPU: %s\n", flag, layers, reason.c_str());
+      return -1;
+    }
+    return 0;
+  }
+  const std::string reason = cuda::unavailable_reason(chosen);
+  check(reason.empty(), "--device ", device, ": ", reason);
+  return chosen;
+}
+
+WeightLoading DeviceOptions::loading(int layers) const {
+  const int chosen = parse_device(device);
+  const bool gpu =
+      layers != 0 &&
+      (chosen >= 0 || (chosen == -2 && layers > 0 && cuda::unavailable_reason(0).empty()));
+  return gpu ? WeightLoading::kMap : WeightLoading::kAuto;
+}
+
+int DeviceOptions::target_device(const Model& target) const {
+  return resolve(gpu_layers, target, "-ngl");
+}
+
+int DeviceOptions::draft_device(const Model& draft, int target_device) const {
+  if (gpu_layers_draft < 0) return target_device;
+  return resolve(gpu_layers_draft, draft, "-ngld");
+}
+
+std::string device_label(int device) {
+  if (device < 0) return "cpu";
+  return "cuda" + std::to_string(device) + ": " + cuda::describe(cuda::device_info(device));
+}
+
+}  // namespace parspec

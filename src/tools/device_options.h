@@ -1,0 +1,42 @@
+#pragma once
+// Where the models run: llama.cpp's GPU flags (--device/-dev, -ngl, -ngld)
+// and the executors they choose (CPU threads, or the CUDA backend).
+#include <memory>
+#include <string>
+
+#include "model/executor.h"
+#include "model/model.h"
+#include "tools/args.h"
+
+namespace parspec {
+
+struct DeviceOptions {
+  std::string device = "auto";  // auto, cpu (none), cuda (cuda0, cuda1, ...)
+  int gpu_layers = -1;          // -ngl; -1: not given
+  int gpu_layers_draft = -1;    // -ngld; -1: not given
+
+  void add_to(ArgParser& args);
+  // Which CUDA device the target / the draft runs on (-1: the CPU), checked
+  // against the models' layer counts. -ngl N > 0 offloads every layer (a
+  // partial offload is refused); without --device it asks for the GPU where
+  // there is one and otherwise runs on the CPU with a note. --device cuda
+  // without -ngl offloads everything; a CUDA device that cannot be used is an
+  // error then. The draft follows the target unless -ngld is given.
+  int target_device(const Model& target) const;
+  int draft_device(const Model& draft, int target_device) const;
+  // How to load the target / the draft: mapped where it will run on a GPU
+  // (the device keeps its own copy), read into memory otherwise.
+  WeightLoading target_loading() const { return loading(gpu_layers); }
+  WeightLoading draft_loading() const {
+    return loading(gpu_layers_draft < 0 ? gpu_layers : gpu_layers_draft);
+  }
+
+ private:
+  WeightLoading loading(int layers) const;
+  int resolve(int layers, const Model& model, const char* flag) const;
+};
+
+// "cpu" or the GPU's description, for info and bench-forward.
+std::string device_label(int device);
+
+}  // namespace parspec

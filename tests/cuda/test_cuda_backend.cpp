@@ -1,0 +1,417 @@
+// The CUDA backend (src/cuda): batch invariance on the GPU (a token's logits
+// are == whether it runs alone, in a chain, in a tree or beside another
+// sequence, for every weight type the backend runs), the device KV cache
+// through commit/keep/truncate, every strategy's greedy output against GPU
+// `ar`'s, and GPU against CPU on the zoo. Where no GPU can be used the tests
+// skip with the reason; the error a user gets then is tested here too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/error.h"
+#include "cuda/backend.h"
+#include "decode/local_model.h"
+#include "decode/strategy.h"
+#include "model/executor.h"
+#include "strategy_variants.h"
+#include "test_helpers.h"
+
+namespace parspec {
+namespace {
+
+using testing_support::bitwise_equal;
+using testing_support::describe;
+using testing_support::strategy_variants;
+using testing_support::TempDir;
+using testing_support::write_model;
+
+#define SKIP_WITHOUT_GPU()                                                \
+  do {                                                                    \
+    const std::string reason = cuda::unavailable_reason(0);               \
+    if (!reason.empty()) GTEST_SKIP() << "no GPU to test on: " << reason; \
+  } while (0)
+
+TEST(CudaBackend, SaysWhyWhenNoDeviceCanBeUsed) {
+  const std::string reason = cuda::unavailable_reason(0);
+  if (reason.empty()) {
+    const cuda::DeviceInfo info = cuda::device_info(0);
+    EXPECT_FALSE(info.name.empty());
+    EXPECT_GT(info.total_bytes, 0u);
+    EXPECT_NE(cuda::describe(info).find(info.name), std::string::npos);
+    EXPECT_NE(cuda::unavailable_reason(1 << 20), "");  // no such device
+    return;
+  }
+  try {
+    cuda::make_executor(0);
+    FAIL() << "make_executor succeeded without a usable device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+  }
+}
+
+RandomModelSpec small_spec(const std::string& arch, DType type) {
+  RandomModelSpec spec;
+  spec.arch = arch;
+  spec.n_vocab = 300;
+  spec.n_embd = 128;
+  spec.n_head = 4;  // head dim 32
+  spec.n_head_kv = 2;
+  spec.n_ff = 256;
+  spec.n_layer = 2;
+  spec.weight_type = type;
+  spec.seed = 7;
+  return spec;
+}
+
+const std::vector<int32_t> kTokens = {256, 72, 101, 108, 108, 111, 44, 32, 119, 111};
+// 72 tokens: more than the largest graph's 64 rows.
+const std::vector<int32_t> kLong = [] {
+  std::vector<int32_t> t = kTokens;
+  while (t.size() < 72) t.push_back(static_cast<int32_t>((t.size() * 37 + 11) % 256));
+  return t;
+}();
+
+struct InvarianceCase {
+  std::string arch;
+  DType type;
+};
+
+class CudaBatchInvariance : public ::testing::TestWithParam<InvarianceCase> {};
+
+// Every check on `executor`; `gpu` adds the device's own (graphs against
+// eager passes, greedy selection on the device).
+void check_invariance(const Model& model, ForwardExecutor& executor, bool gpu) {
+  const size_t n_vocab = static_cast<size_t>(model.config().n_vocab);
+  const int n = static_cast<int>(kTokens.size());
+
+  // Alone: one token per forward, each committed; with and without graphs.
+  auto alone_run = [&](ForwardExecutor& e, int count) {
+    std::vector<std::vector<float>> out;
+    KvCache kv(model.config(), 128);
+    for (int i = 0; i < count; ++i) {
+      out.push_back(e.forward(model, Batch::chain(kv, {&kLong[i], 1}, true), kv));
+      const int32_t cell = 0;
+      kv.commit({&cell, 1});
+    }
+    return out;
+  };
+  const std::vector<std::vector<float>> alone = alone_run(executor, static_cast<int>(kLong.size()));
+  ASSERT_EQ(alone[0].size(), n_vocab);
+  if (gpu) {
+    auto eager = cuda::make_executor(0);
+    cuda::use_graphs(*eager, false);
+    const std::vector<std::vector<float>> alone_eager = alone_run(*eager, n);
+    for (int i = 0; i < n; ++i)
+      EXPECT_TRUE(bitwise_equal(alone_eager[i].data(), alone[i].data(), n_vocab))
+          << "graph and eager decoding differ at " << i;
+  }
+
+  // A prompt longer than the largest graph (a pass of its own kernels).
+  {
+    KvCache long_kv(model.config(), 128);
+    const std::vector<float> all =
+        executor.forward(model, Batch::chain(long_kv, kLong, true), long_kv);
+    for (size_t i = 0; i < kLong.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(&all[i * n_vocab], alone[i].data(), n_vocab))
+          << "long chain row " << i;
+  }
+
+  // A chain: the first half, then the rest, every row's logits.
+  KvCache kv(model.config(), 64);
+  const int half = n / 2;
+  const std::vector<int32_t> first(kTokens.begin(), kTokens.begin() + half);
+  const std::vector<float> l1 = executor.forward(model, Batch::chain(kv, first, true), kv);
+  for (int i = 0; i < half; ++i)
+    EXPECT_TRUE(bitwise_equal(&l1[i * n_vocab], alone[i].data(), n_vocab)) << "chain row " << i;
+  std::vector<int32_t> path(half);
+  for (int i = 0; i < half; ++i) path[i] = i;
+  kv.commit(path);
+
+  // A tree below the committed half: the true continuation (cells 0, 2, 4)
+  // beside decoys (cells 1, 3), and a third decoy branch (cell 5).
+  Batch tree;
+  tree.add(kTokens[half], half, -1, true);         // 0
+  tree.add(7, half, -1, true);                     // 1
+  tree.add(kTokens[half + 1], half + 1, 0, true);  // 2
+  tree.add(9, half + 1, 1, true);                  // 3
+  tree.add(kTokens[half + 2], half + 2, 2, true);  // 4
+  tree.add(11, half + 2, 2, true);                 // 5
+  const std::vector<float> lt = executor.forward(model, tree, kv);
+  EXPECT_TRUE(bitwise_equal(&lt[0 * n_vocab], alone[half].data(), n_vocab)) << "tree cell 0";
+  EXPECT_TRUE(bitwise_equal(&lt[2 * n_vocab], alone[half + 1].data(), n_vocab)) << "tree cell 2";
+  EXPECT_TRUE(bitwise_equal(&lt[4 * n_vocab], alone[half + 2].data(), n_vocab)) << "tree cell 4";
+
+  // Commit cells 0 and 2, keep 4 (it becomes cell 0): the device rows move as the cells do.
+  const std::vector<int32_t> kept = kv.commit(std::vector<int32_t>{0, 2}, std::vector<int32_t>{4});
+  ASSERT_EQ(kept.size(), 1u);
+  ASSERT_EQ(kv.n_committed(), half + 2);
+  Batch next;
+  next.add(kTokens[half + 3], half + 3, kept[0], true);
+  const std::vector<float> ln = executor.forward(model, next, kv);
+  EXPECT_TRUE(bitwise_equal(ln.data(), alone[half + 3].data(), n_vocab)) << "after commit+keep";
+
+  // Beside another sequence in one multi-sequence forward.
+  kv.truncate(half);
+  KvCache other(model.config(), 64);
+  const Batch mine = Batch::chain(kv, {kTokens.begin() + half, kTokens.end()}, true);
+  const std::vector<int32_t> theirs_tokens = {256, 50, 60, 70, 80, 90, 100};
+  const Batch theirs = Batch::chain(other, theirs_tokens, true);
+  const Model::SequenceBatch sequences[] = {{&theirs, &other}, {&mine, &kv}};
+  const auto multi = executor.forward_multi(model, sequences);
+  ASSERT_EQ(multi.size(), 2u);
+  ASSERT_EQ(multi[1].size(), (n - half) * n_vocab);
+  for (int i = half; i < n; ++i)
+    EXPECT_TRUE(bitwise_equal(&multi[1][(i - half) * n_vocab], alone[i].data(), n_vocab))
+        << "multi-sequence row " << i;
+  // The other sequence alone gives its own logits back too.
+  KvCache solo(model.config(), 64);
+  const std::vector<float> solo_logits =
+      executor.forward(model, Batch::chain(solo, theirs_tokens, true), solo);
+  EXPECT_TRUE(bitwise_equal(multi[0].data(), solo_logits.data(), solo_logits.size()));
+
+  // Layer pieces: forward_layers + output_logits give forward's logits.
+  KvCache pieces(model.config(), 64);
+  const Batch chain = Batch::chain(pieces, kTokens, true);
+  std::vector<float> hidden(kTokens.size() * model.config().n_embd);
+  model.embed(kTokens, hidden.data());
+  const int32_t first_cell = pieces.add_cells(chain.positions, chain.parents);
+  executor.forward_layers(model, chain, pieces, first_cell, 0, model.config().n_layer,
+                          hidden.data());
+  std::vector<float> piece_logits(kTokens.size() * n_vocab);
+  executor.output_logits(model, hidden.data(), n, piece_logits.data());
+  for (int i = 0; i < n; ++i)
+    EXPECT_TRUE(bitwise_equal(&piece_logits[i * n_vocab], alone[i].data(), n_vocab))
+        << "layer pieces row " << i;
+
+  // Greedy selection on the device agrees with the logits it selects from.
+  if (!gpu) return;
+  const std::vector<int32_t> picked = cuda::last_argmax(executor, n);
+  for (int i = 0; i < n; ++i) {
+    const float* r = &piece_logits[i * n_vocab];
+    EXPECT_EQ(picked[i], std::max_element(r, r + n_vocab) - r) << "argmax row " << i;
+  }
+}
+
+TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequence) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const InvarianceCase& p = GetParam();
+  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
+  auto executor = cuda::make_executor(0);
+  check_invariance(*model, *executor, true);
+}
+
+// The same checks hold on the CPU, here on every machine: a failure on the
+// GPU is then the backend's, not the test's.
+TEST_P(CudaBatchInvariance, TheSameChecksHoldOnTheCpu) {
+  TempDir dir;
+  const InvarianceCase& p = GetParam();
+  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
+  Worker worker(2);
+  CpuExecutor cpu(worker);
+  check_invariance(*model, cpu, false);
+}
+
+std::string case_name(const ::testing::TestParamInfo<InvarianceCase>& info) {
+  return info.param.arch + "_" + std::string(type_info(info.param.type).name);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WeightTypes, CudaBatchInvariance,
+    ::testing::Values(InvarianceCase{"llama", DType::F32}, InvarianceCase{"llama", DType::F16},
+                      InvarianceCase{"llama", DType::BF16}, InvarianceCase{"llama", DType::Q8_0},
+                      InvarianceCase{"llama", DType::Q4_0}, InvarianceCase{"qwen2", DType::F16},
+                      InvarianceCase{"qwen2", DType::Q4_0}),
+    case_name);
+
+TEST(CudaBackend, RefusesWeightTypesItCannotRun) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  RandomModelSpec spec = small_spec("llama", DType::Q4_K);
+  spec.n_embd = 256;  // K-quant rows are multiples of 256
+  spec.n_ff = 512;
+  auto model = Model::load(write_model(dir, "k.gguf", spec));
+  auto executor = cuda::make_executor(0);
+  try {
+    cuda::upload(*executor, *model);
+    FAIL() << "a Q4_K model was uploaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q4_K"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaBackend, RefusesFamiliesItCannotRun) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  for (const char* arch : {"qwen3", "gemma2", "phi3"}) {
+    RandomModelSpec spec = small_spec(arch, DType::F16);
+    auto model = Model::load(write_model(dir, std::string(arch) + ".gguf", spec));
+    auto executor = cuda::make_executor(0);
+    try {
+      cuda::upload(*executor, *model);
+      ADD_FAILURE() << "a " << arch << " model was uploaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("runs llama and qwen2 models"), std::string::npos)
+          << e.what();
+    }
+  }
+  // A llama file with experts (Mixtral-style): its FFNs are not the dense kernels'.
+  RandomModelSpec mixtral = small_spec("llama", DType::F16);
+  mixtral.n_expert = 4;
+  mixtral.n_expert_used = 2;
+  auto model = Model::load(write_model(dir, "mixtral.gguf", mixtral));
+  auto executor = cuda::make_executor(0);
+  try {
+    cuda::upload(*executor, *model);
+    ADD_FAILURE() << "a mixture-of-experts model was uploaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mixture-of-experts FFNs"), std::string::npos) << e.what();
+  }
+}
+
+std::vector<std::vector<int32_t>> prompts(int n) {
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = {256};
+    for (int j = 0; j <= i % 5; ++j) p.push_back((i * 31 + j * 17 + 3) % 256);
+    out.push_back(p);
+  }
+  return out;
+}
+
+class CudaStrategies : public ::testing::TestWithParam<std::string> {};
+
+// The sides the command line gives a strategy on the GPU (tools/strategy_options.cpp).
+void run_on(StrategyConfig& c, ForwardExecutor& target, ForwardExecutor& draft) {
+  c.make_target = [&target](const StrategyConfig& config) -> std::unique_ptr<Target> {
+    return std::make_unique<LocalTarget>(config.target, target);
+  };
+  c.make_drafter = [&draft](const StrategyConfig& config) -> std::unique_ptr<Drafter> {
+    return std::make_unique<ModelDrafter>(config.draft, draft);
+  };
+}
+
+// Every strategy on sides over `target` and `draft` (as the command line makes
+// them) against `ar` on the same sides.
+void check_strategies(const std::string& arch, ForwardExecutor& target, ForwardExecutor& draft) {
+  TempDir dir;
+  const testing_support::ModelPair pair =
+      testing_support::make_model_pair(dir, arch, DType::F16, DType::Q4_0, 300, 5);
+  Worker worker(1);
+  StrategyConfig base;
+  base.target = pair.target;
+  base.draft = pair.draft;
+  base.target_worker = &worker;
+  base.ctx_size = 128;
+  base.name = "ar";
+  run_on(base, target, draft);
+  auto ar = make_strategy(base);
+  int64_t accepted = 0, drafted = 0;
+  for (const auto& prompt : prompts(6)) {
+    GenerationRequest req;
+    req.prompt = prompt;
+    req.n_predict = 20;
+    req.sampling.temp = 0;
+    const std::vector<int32_t> expected = ar->generate(req).tokens;
+    ASSERT_EQ(expected.size(), 20u);
+    for (StrategyConfig c : strategy_variants()) {
+      c.target = base.target;
+      c.draft = base.draft;
+      c.target_worker = &worker;
+      c.ctx_size = base.ctx_size;
+      run_on(c, target, draft);
+      const GenerationResult got = make_strategy(c)->generate(req);
+      ASSERT_EQ(got.tokens, expected) << describe(c);
+      accepted += got.stats.accepted;
+      drafted += got.stats.drafted;
+    }
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, drafted);
+}
+
+TEST_P(CudaStrategies, EveryStrategyReproducesGpuAutoregressiveDecoding) {
+  SKIP_WITHOUT_GPU();
+  auto target = cuda::make_executor(0);
+  auto draft = cuda::make_executor(0);
+  check_strategies(GetParam(), *target, *draft);
+}
+
+// The same sides over CPU executors, on every machine: the way the command
+// line hands sides to the strategies holds for each of them.
+TEST(CudaStrategiesOnCpu, TheSameSidesHold) {
+  Worker target_worker(1), draft_worker(1);
+  CpuExecutor target(target_worker), draft(draft_worker);
+  check_strategies("llama", target, draft);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaStrategies, ::testing::Values("llama", "qwen2"));
+
+// The zoo's target on both backends, teacher-forced over its own greedy
+// continuation of a few prompts: the largest logit difference is reported,
+// and wherever the CPU's best token leads by a clear margin the GPU picks it.
+TEST(CudaVsCpu, ZooGreedyAgreement) {
+  SKIP_WITHOUT_GPU();
+  // The source tree may sit elsewhere on the GPU machine than where this was built.
+  const char* source_dir = std::getenv("PARSPEC_SOURCE_DIR");
+  const std::string path =
+      std::string(source_dir != nullptr ? source_dir : PARSPEC_SOURCE_DIR) + "/models/target.gguf";
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  auto model = Model::load(path);
+  const size_t n_vocab = static_cast<size_t>(model->config().n_vocab);
+  Worker worker(2);
+  CpuExecutor cpu(worker);
+  auto gpu = cuda::make_executor(0);
+  const std::vector<std::vector<int32_t>> starts = {
+      {1, 400, 500, 600}, {1, 100, 200}, {1, 30, 31, 32, 33, 34}};
+  double max_diff = 0;
+  int compared = 0, disagreements = 0;
+  for (const std::vector<int32_t>& start : starts) {
+    StrategyConfig c;
+    c.target = model;
+    c.target_worker = &worker;
+    c.ctx_size = 128;
+    GenerationRequest req;
+    req.prompt = start;
+    req.n_predict = 48;
+    req.sampling.temp = 0;
+    std::vector<int32_t> tokens = start;
+    const std::vector<int32_t> gen = make_strategy(c)->generate(req).tokens;
+    tokens.insert(tokens.end(), gen.begin(), gen.end());
+    KvCache cpu_kv(model->config(), 128), gpu_kv(model->config(), 128);
+    const std::vector<float> a = cpu.forward(*model, Batch::chain(cpu_kv, tokens, true), cpu_kv);
+    const std::vector<float> b = gpu->forward(*model, Batch::chain(gpu_kv, tokens, true), gpu_kv);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const float* x = &a[i * n_vocab];
+      const float* y = &b[i * n_vocab];
+      for (size_t j = 0; j < n_vocab; ++j)
+        max_diff = std::max(max_diff, double(std::fabs(x[j] - y[j])));
+      std::vector<float> sorted(x, x + n_vocab);
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      const int64_t cpu_best = std::max_element(x, x + n_vocab) - x;
+      const int64_t gpu_best = std::max_element(y, y + n_vocab) - y;
+      ++compared;
+      if (cpu_best != gpu_best) {
+        ++disagreements;
+        std::printf("divergence at position %zu: cpu %lld, gpu %lld, cpu margin %.6f\n", i,
+                    static_cast<long long>(cpu_best), static_cast<long long>(gpu_best),
+                    sorted[0] - sorted[1]);
+        EXPECT_LT(sorted[0] - sorted[1], 1e-2) << "the GPU missed a clear greedy choice at " << i;
+      }
+    }
+  }
+  std::printf(
+      "GPU vs CPU on %s: %d positions, %d greedy disagreements, largest logit "
+      "difference %.3g\n",
+      path.c_str(), compared, disagreements, max_diff);
+  RecordProperty("max_logit_difference", std::to_string(max_diff));
+  EXPECT_LT(max_diff, 0.05);
+}
+
+}  // namespace
+}  // namespace parspec
