@@ -44,13 +44,20 @@ struct ModelPair {
 };
 
 // The traits of one model per family for exactness tests, by name: an
-// architecture, or "llama_sliding" (a Mistral-style llama). Windows are
+// architecture, "llama_sliding" (a Mistral-style llama) or "mixtral" (a llama
+// file with experts). Windows are
 // shorter than the tests' sequences so that sliding layers drop keys;
 // Gemma 2's caps are ones random scores and logits reach; Gemma 3 has six
 // layers, so one is global.
 inline RandomModelSpec family_spec(const std::string& name) {
   RandomModelSpec spec;
-  spec.arch = name == "llama_sliding" ? "llama" : name;
+  spec.arch = name == "llama_sliding" || name == "mixtral" ? "llama" : name;
+  if (name == "mixtral" || name == "qwen2moe" || name == "qwen3moe") {
+    spec.n_expert = 4;
+    spec.n_expert_used = 2;
+  }
+  if (name == "qwen2moe" || name == "qwen3moe") spec.n_ff_expert = 64;
+  if (name == "qwen2moe") spec.n_ff_shared = 96;
   if (name == "llama_sliding" || name == "phi3" || name == "gemma2" || name == "gemma3")
     spec.sliding_window = 6;
   if (name == "gemma2") {
@@ -62,7 +69,8 @@ inline RandomModelSpec family_spec(const std::string& name) {
 
 // The families the exactness tests run every strategy on.
 inline std::vector<std::string> family_names() {
-  return {"llama", "qwen2", "qwen3", "llama_sliding", "gemma2", "gemma3", "phi3"};
+  return {"llama",  "qwen2", "qwen3",   "llama_sliding", "gemma2",
+          "gemma3", "phi3",  "mixtral", "qwen2moe",      "qwen3moe"};
 }
 
 // A small random target and a draft that is the same weights quantized more

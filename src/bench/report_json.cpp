@@ -44,6 +44,8 @@ ojson report_json(const BenchReport& report) {
         {"alpha", or_null(r.total.drafted > 0, rounded(r.alpha(), 4))},
         {"t_draft_ms", rounded(r.t_draft_ms(), 4)},
         {"t_verify_ms", rounded(r.t_verify_ms(), 4)},
+        {"experts_per_forward",
+         or_null(r.total.expert_layer_passes > 0, rounded(r.total.experts_per_forward(), 4))},
         {"n_gen", r.total.n_gen},
         {"n_prompt", r.total.n_prompt},
         {"runs", r.runs},

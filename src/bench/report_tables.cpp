@@ -50,6 +50,20 @@ std::string positions_text(const BenchResult& r, const char* separator) {
   return out;
 }
 
+// A mixture-of-experts target: the distinct experts its forwards touched per
+// layer, per strategy (what a verification step costs beyond a dense one's).
+std::string experts_text(const BenchReport& report) {
+  std::string text;
+  for (const BenchResult& r : report.results) {
+    if (r.total.expert_layer_passes == 0) continue;
+    if (text.empty())
+      text = "\ndistinct experts per layer a target forward touched (of a step's rows):\n";
+    text += "  " + r.strategy + (r.prompt_set != kAllSets ? " (" + r.prompt_set + ")" : "") + ": " +
+            format("%.2f", r.total.experts_per_forward()) + "\n";
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string report_table(const BenchReport& report) {
@@ -106,6 +120,7 @@ std::string report_table(const BenchReport& report) {
     if (r.prompt_set != kAllSets) out << " (" << r.prompt_set << ")";
     out << ": " << positions_text(r, " ") << "\n";
   }
+  out << experts_text(report);
   return out.str();
 }
 
@@ -124,6 +139,7 @@ std::string report_markdown(const BenchReport& report) {
         << " | " << positions_text(r, " / ") << " | " << exactness_text(r, report.exactness_checked)
         << " |\n";
   }
+  out << experts_text(report);
   return out.str();
 }
 

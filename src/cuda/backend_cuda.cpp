@@ -272,6 +272,7 @@ struct DeviceModel {
 // and qwen2 (model_config.h). Empty when the model has none.
 std::string unsupported_trait(const Model& model) {
   const ModelConfig& c = model.config();
+  if (c.moe.enabled()) return "mixture-of-experts FFNs";
   if (c.arch != "llama" && c.arch != "qwen2") return "the " + c.arch + " architecture";
   if (c.qk_norm) return "q/k norms";
   if (c.post_norms) return "post-norms";

@@ -67,6 +67,8 @@ void DecodeStrategy::take_meters(GenerationStats* stats) {
   if (stats == nullptr) return;
   stats->target_forwards += t.forwards;
   stats->t_verify_ms += t.ms;
+  stats->expert_layer_passes += t.expert_layer_passes;
+  stats->experts_touched += t.experts_touched;
   stats->draft_forwards += d.forwards;
   stats->t_draft_ms += d.ms;
 }

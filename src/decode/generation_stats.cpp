@@ -41,6 +41,8 @@ GenerationStats& GenerationStats::operator+=(const GenerationStats& other) {
   draft_forwards += other.draft_forwards;
   t_draft_ms += other.t_draft_ms;
   t_verify_ms += other.t_verify_ms;
+  expert_layer_passes += other.expert_layer_passes;
+  experts_touched += other.experts_touched;
   per_position += other.per_position;
   if (other.draft_window != 0) draft_window = other.draft_window;
   for (const DrafterUse& use : other.drafter_use) {
@@ -58,7 +60,7 @@ GenerationStats& GenerationStats::operator+=(const GenerationStats& other) {
 }
 
 nlohmann::json GenerationStats::to_json() const {
-  return {
+  nlohmann::json j = {
       {"n_prompt", n_prompt},
       {"n_gen", n_gen},
       {"t_prompt_ms", t_prompt_ms},
@@ -76,6 +78,8 @@ nlohmann::json GenerationStats::to_json() const {
       {"t_verify_ms", t_verify_ms},
       {"draft_window", draft_window},
   };
+  if (expert_layer_passes > 0) j["experts_per_forward"] = experts_per_forward();
+  return j;
 }
 
 }  // namespace parspec

@@ -30,6 +30,10 @@ struct GenerationStats {
   int64_t draft_forwards = 0;
   double t_draft_ms = 0;
   double t_verify_ms = 0;
+  // A mixture-of-experts target's verification forwards: layer passes, and the
+  // distinct experts they touched (model/moe.h); zero for a dense target.
+  int64_t expert_layer_passes = 0;
+  int64_t experts_touched = 0;
   PositionAcceptance per_position;
   int draft_window = 0;  // pearl: the window γ it ran with (measured or --pearl-window)
   // cosine, specinfer: what each drafter of the pool did (empty for the others).
@@ -59,11 +63,16 @@ struct GenerationStats {
   double prompt_tok_per_s() const { return t_prompt_ms > 0 ? n_prompt * 1000.0 / t_prompt_ms : 0; }
   double alpha() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0; }
   double tau() const { return verify_steps > 0 ? static_cast<double>(n_gen) / verify_steps : 0; }
+  // Distinct experts a target forward touched per layer, on average (0: dense).
+  double experts_per_forward() const {
+    return expert_layer_passes > 0 ? static_cast<double>(experts_touched) / expert_layer_passes : 0;
+  }
 
   // The counts, times and rates under their metric names: n_prompt, n_gen,
   // t_prompt_ms, t_gen_ms, tok_per_s, prompt_tok_per_s, drafted, accepted, tau,
   // alpha, verify_steps, target_forwards, draft_forwards, t_draft_ms,
-  // t_verify_ms, draft_window. Outputs add their own fields beside them.
+  // t_verify_ms, draft_window, and experts_per_forward for a mixture-of-experts
+  // target. Outputs add their own fields beside them.
   nlohmann::json to_json() const;
 };
 

@@ -37,8 +37,16 @@ KvCache& LocalSequence::kv() {
 std::vector<float> LocalSequence::forward(const Batch& batch) {
   ScopedTimer timer(meter_.ms);
   ++meter_.forwards;
+  // The model's tally counts every forward of the model; this sequence's are
+  // the difference across its own (a model shared with other running
+  // sequences would count theirs too).
+  const ExpertTally& tally = model_->expert_tally();
+  const int64_t passes = tally.layer_passes, touched = tally.experts_touched;
   try {
-    return executor_.forward(*model_, batch, kv());
+    std::vector<float> logits = executor_.forward(*model_, batch, kv());
+    meter_.expert_layer_passes += tally.layer_passes - passes;
+    meter_.experts_touched += tally.experts_touched - touched;
+    return logits;
   } catch (const Error& e) {
     fail(role_, ": ", e.what());
   }

@@ -23,6 +23,9 @@ namespace parspec {
 struct ForwardMeter {
   int64_t forwards = 0;
   double ms = 0;
+  // A mixture-of-experts model's layer passes and the distinct experts they touched.
+  int64_t expert_layer_passes = 0;
+  int64_t experts_touched = 0;
 };
 
 // A chain continuing a committed prefix of n_committed tokens: positions

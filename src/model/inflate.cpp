@@ -198,6 +198,13 @@ class Inflater {
   // column k at column col_target[k]; everything else is zero.
   void add_matrix(const std::string& name, int64_t n_in, const RowSources& rows,
                   const std::vector<int64_t>& col_target) {
+    add_stack(name, name, n_in, rows, col_target, 0);
+  }
+
+  // add_matrix of `name` written as `out_name`: `copies` == 0 the matrix
+  // itself, else a [n_in, rows.size(), copies] stack of identical copies (experts).
+  void add_stack(const std::string& name, const std::string& out_name, int64_t n_in,
+                 const RowSources& rows, const std::vector<int64_t>& col_target, int64_t copies) {
     const GgufTensorInfo& src = source(name);
     check(src.dims.size() == 2 && src.dims[0] == int64_t(col_target.size()), file_.path(),
           ": tensor ", name, " does not have the shape its configuration implies");
@@ -229,11 +236,43 @@ class Inflater {
         quantize_row(type, row.data(), out, n_in);
       }
     });
-    writer_.add_tensor(name, {n_in, n_out}, type, data.data(), data.size());
+    if (copies == 0) {
+      writer_.add_tensor(out_name, {n_in, n_out}, type, data.data(), data.size());
+      return;
+    }
+    std::vector<uint8_t> stack(data.size() * size_t(copies));
+    for (int64_t c = 0; c < copies; ++c)
+      std::copy(data.begin(), data.end(), stack.begin() + ptrdiff_t(data.size() * size_t(c)));
+    writer_.add_tensor(out_name, {n_in, n_out, copies}, type, stack.data(), stack.size());
   }
 
-  // An all-zero [n_in, n_out] matrix (a layer beyond the source's).
-  void add_zero_matrix(const std::string& name, int64_t n_in, int64_t n_out, DType type) {
+  // A random F32 router [n_in, n_expert]: N(0, 1/sqrt(n_src)) in the source's
+  // columns (col_target), zero in the padding, from `seed` and the name.
+  void add_router(const std::string& name, int64_t n_in, int64_t n_expert,
+                  const std::vector<int64_t>& col_target, uint64_t seed) {
+    std::vector<float> values(size_t(n_in * n_expert), 0.0f);
+    uint64_t state = seed;
+    for (unsigned char c : name) state = state * 0x100000001B3ull + c;
+    const double scale = 1.0 / std::sqrt(double(col_target.size()));
+    for (int64_t e = 0; e < n_expert; ++e)
+      for (int64_t col : col_target) {
+        // Two uniforms from a 64-bit LCG, then Box-Muller: one normal each.
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const double u1 = (double((state >> 11) + 1)) * 0x1.0p-53;
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const double u2 = double(state >> 11) * 0x1.0p-53;
+        values[size_t(e * n_in + col)] =
+            float(scale * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.14159265358979 * u2));
+      }
+    writer_.add_tensor(name, {n_in, n_expert}, DType::F32, values.data(),
+                       values.size() * sizeof(float));
+  }
+
+  // An all-zero [n_in, n_out] matrix (a layer beyond the source's), or with
+  // `copies` > 0 a [n_in, n_out, copies] stack of them.
+  void add_zero_matrix(const std::string& name, int64_t n_in, int64_t n_out, DType type,
+                       int64_t copies = 0) {
+    n_out *= std::max<int64_t>(copies, 1);
     check_row_length(name, type, n_in);
     std::vector<float> zeros(static_cast<size_t>(n_in), 0.0f);
     const size_t bytes = row_bytes(type, n_in);
@@ -242,7 +281,10 @@ class Inflater {
     std::vector<uint8_t> data(bytes * size_t(n_out));
     for (int64_t r = 0; r < n_out; ++r)
       std::copy(zero_row.begin(), zero_row.end(), data.begin() + ptrdiff_t(size_t(r) * bytes));
-    writer_.add_tensor(name, {n_in, n_out}, type, data.data(), data.size());
+    if (copies > 0)
+      writer_.add_tensor(name, {n_in, n_out / copies, copies}, type, data.data(), data.size());
+    else
+      writer_.add_tensor(name, {n_in, n_out}, type, data.data(), data.size());
   }
 
   // An F32 vector: element i is the source's element rows[i] times `scale`, or `fill`.
@@ -308,6 +350,9 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
   const Plan plan = make_plan(*file, options.shape);
   const ModelConfig& s = plan.src;
   const bool has_rope_freqs = file->find_tensor("rope_freqs.weight") != nullptr;
+  check(!s.moe.enabled(), source_path,
+        ": a mixture-of-experts model cannot be inflated; inflate a dense one (--experts makes "
+        "its FFNs experts)");
   {
     const std::vector<std::string> expected = tensor_names(s, has_rope_freqs);
     for (const GgufTensorInfo& t : file->tensors())
@@ -334,6 +379,16 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
   const double width_ratio = double(s.n_embd) / double(plan.n_embd);
   const float norm_scale = float(std::sqrt(width_ratio));
   w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(float(s.rms_eps * width_ratio)));
+  const int64_t experts = options.experts;
+  if (experts > 0) {
+    check(s.arch == "llama", "inflate: experts need a llama source (its experts' weights are ",
+          "renormalised to sum 1, which keeps the function), not ", s.arch);
+    check(options.experts_used > 0 && options.experts_used <= options.experts,
+          "inflate: experts used per token must be in 1..", options.experts, ", got ",
+          options.experts_used);
+    w.set(a + "expert_count", GgufValue::u32(uint32_t(options.experts)));
+    w.set(a + "expert_used_count", GgufValue::u32(uint32_t(options.experts_used)));
+  }
   if (options.weight_type)
     w.set("general.file_type", GgufValue::u32(gguf_file_type(*options.weight_type)));
   const std::string src_name = s.name.empty() ? std::string("model") : s.name;
@@ -373,9 +428,20 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
       }
       inflater.add_matrix(p + "attn_output.weight", plan.q_dim(), embd_rows, q_cols);
       inflater.add_vector(p + "ffn_norm.weight", embd_rows, norm_scale, 0.0f);
-      inflater.add_matrix(p + "ffn_gate.weight", plan.n_embd, ff_rows, embd_cols);
-      inflater.add_matrix(p + "ffn_up.weight", plan.n_embd, ff_rows, embd_cols);
-      inflater.add_matrix(p + "ffn_down.weight", plan.n_ff, embd_rows, ff_cols);
+      if (experts > 0) {
+        inflater.add_router(p + "ffn_gate_inp.weight", plan.n_embd, experts, embd_cols,
+                            options.router_seed);
+        inflater.add_stack(p + "ffn_gate.weight", p + "ffn_gate_exps.weight", plan.n_embd, ff_rows,
+                           embd_cols, experts);
+        inflater.add_stack(p + "ffn_up.weight", p + "ffn_up_exps.weight", plan.n_embd, ff_rows,
+                           embd_cols, experts);
+        inflater.add_stack(p + "ffn_down.weight", p + "ffn_down_exps.weight", plan.n_ff, embd_rows,
+                           ff_cols, experts);
+      } else {
+        inflater.add_matrix(p + "ffn_gate.weight", plan.n_embd, ff_rows, embd_cols);
+        inflater.add_matrix(p + "ffn_up.weight", plan.n_embd, ff_rows, embd_cols);
+        inflater.add_matrix(p + "ffn_down.weight", plan.n_ff, embd_rows, ff_cols);
+      }
     } else {
       // An identity through the residual: attention and MLP add zeros. Weight
       // types follow the source's last layer when no type is given.
@@ -398,12 +464,18 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
       inflater.add_zero_matrix(p + "attn_output.weight", plan.q_dim(), plan.n_embd,
                                type_of("attn_output.weight"));
       inflater.add_f32(p + "ffn_norm.weight", std::vector<float>(size_t(plan.n_embd), 1.0f));
-      inflater.add_zero_matrix(p + "ffn_gate.weight", plan.n_embd, plan.n_ff,
-                               type_of("ffn_gate.weight"));
-      inflater.add_zero_matrix(p + "ffn_up.weight", plan.n_embd, plan.n_ff,
-                               type_of("ffn_up.weight"));
-      inflater.add_zero_matrix(p + "ffn_down.weight", plan.n_ff, plan.n_embd,
-                               type_of("ffn_down.weight"));
+      // Experts beyond the source's layers add zeros too, but routed as any
+      // layer's: they cost what a mixture-of-experts layer costs.
+      const std::string ffn = experts > 0 ? "_exps.weight" : ".weight";
+      if (experts > 0)
+        inflater.add_router(p + "ffn_gate_inp.weight", plan.n_embd, experts, embd_cols,
+                            options.router_seed);
+      inflater.add_zero_matrix(p + "ffn_gate" + ffn, plan.n_embd, plan.n_ff,
+                               type_of("ffn_gate.weight"), experts);
+      inflater.add_zero_matrix(p + "ffn_up" + ffn, plan.n_embd, plan.n_ff, type_of("ffn_up.weight"),
+                               experts);
+      inflater.add_zero_matrix(p + "ffn_down" + ffn, plan.n_ff, plan.n_embd,
+                               type_of("ffn_down.weight"), experts);
     }
     progress.show("layer " + std::to_string(l + 1) + "/" + std::to_string(plan.n_layer) + " done");
   }

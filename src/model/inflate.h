@@ -40,6 +40,15 @@ const char* inflate_preset_names();
 
 struct InflateOptions {
   InflateShape shape;
+  // > 0: each layer's FFN becomes this many identical experts (a Mixtral-style
+  // llama file, model/moe.h) of which every token runs `experts_used`, routed
+  // by a random router: the renormalised top-k weights sum to 1, so the model
+  // keeps the source's function (up to float rounding) and gets a
+  // mixture-of-experts model's cost, the experts a batch touches growing with
+  // its tokens. Needs a llama source.
+  int experts = 0;
+  int experts_used = 0;
+  uint64_t router_seed = 1;
   std::optional<DType> weight_type;  // linear weights and embeddings; default: the source's
   bool progress = false;             // a progress line on stderr (for a terminal)
 };

@@ -104,7 +104,10 @@ bool read_through_matmul(const GgufFile& file, const std::string& name) {
   if (!name.starts_with("blk.")) return false;
   for (const char* suffix :
        {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_qkv.weight",
-        ".attn_output.weight", ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"}) {
+        ".attn_output.weight", ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight",
+        ".ffn_gate_inp.weight", ".ffn_gate_exps.weight", ".ffn_up_exps.weight",
+        ".ffn_down_exps.weight", ".ffn_gate_shexp.weight", ".ffn_up_shexp.weight",
+        ".ffn_down_shexp.weight"}) {
     if (name.ends_with(suffix)) return true;
   }
   return false;
@@ -134,11 +137,19 @@ std::shared_ptr<Model> Model::load(const std::string& path, WeightLoading loadin
   Worker worker(default_thread_count());
   const TransformChooser choose = [&](const GgufFile& file,
                                       const GgufTensorInfo& t) -> TensorTransform {
-    if (!repack::repack_pays(t.type, active_isa()) || t.dims.size() != 2 ||
+    if (!repack::repack_pays(t.type, active_isa()) || t.dims.size() < 2 || t.dims.size() > 3 ||
         t.dims[1] < repack::kGroupRows || !read_through_matmul(file, t.name))
       return nullptr;
+    // A 3-D tensor is a stack of expert matrices (model/moe.h): each packed on its own.
     return [&worker, &t](const TensorReader& read, uint8_t* out) {
-      repack::pack_matrix(worker, t.type, t.dims[0], t.dims[1], read, out);
+      const int64_t n_matrices = t.dims.size() == 3 ? t.dims[2] : 1;
+      const size_t bytes = row_bytes(t.type, t.dims[0]) * static_cast<size_t>(t.dims[1]);
+      for (int64_t e = 0; e < n_matrices; ++e) {
+        const size_t base = bytes * static_cast<size_t>(e);
+        repack::pack_matrix(
+            worker, t.type, t.dims[0], t.dims[1],
+            [&](size_t at, size_t n, uint8_t* dst) { return read(base + at, n, dst); }, out + base);
+      }
     };
   };
   return from_gguf(GgufFile::open(path, loading, choose));
@@ -169,13 +180,16 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
       w.wv = load_matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
     }
     w.wo = load_matrix(f, p + "attn_output.weight", c.q_dim(), c.n_embd);
-    if (c.fused_gate_up) {
+    if (c.moe.enabled()) {
+      w.moe = load_moe_weights(f, c.moe, c.n_embd, l);
+      m->weight_bytes_ += moe_bytes_per_token(w.moe, c.moe);
+    } else if (c.fused_gate_up) {
       w.w_up = load_matrix(f, p + "ffn_up.weight", c.n_embd, 2 * static_cast<int64_t>(c.n_ff));
     } else {
       w.w_gate = load_matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
       w.w_up = load_matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
     }
-    w.w_down = load_matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+    if (!c.moe.enabled()) w.w_down = load_matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
     if (c.qk_norm) {
       w.q_norm = load_vector(f, p + "attn_q_norm.weight", c.head_dim);
       w.k_norm = load_vector(f, p + "attn_k_norm.weight", c.head_dim);
@@ -204,8 +218,12 @@ std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
   if (m->output_.repacked) m->repacked_bytes_ += matrix_bytes(m->output_);
   for (const LayerWeights& w : m->layers_) {
     for (const WeightMatrix* wm :
-         {&w.wq, &w.wk, &w.wv, &w.wqkv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+         {&w.wq, &w.wk, &w.wv, &w.wqkv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.moe.router,
+          &w.moe.shared_gate, &w.moe.shared_up, &w.moe.shared_down})
       if (wm->data != nullptr && wm->repacked) m->repacked_bytes_ += matrix_bytes(*wm);
+    for (const auto* experts : {&w.moe.gate, &w.moe.up, &w.moe.down})
+      for (const WeightMatrix& wm : *experts)
+        if (wm.repacked) m->repacked_bytes_ += matrix_bytes(wm);
   }
 
   // LongRoPE's short factors stand in for llama3's where the file has them.
@@ -399,14 +417,30 @@ void Model::attention_output(Worker& worker, int layer, const Batch& batch, KvCa
 void Model::mlp_block(Worker& worker, int layer, int n, float* hidden) const {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_.at(layer);
-  thread_local std::vector<float> xn_buffer, gate_buffer, up_buffer, o_buffer;
+  thread_local std::vector<float> xn_buffer, o_buffer;
   const size_t rows = static_cast<size_t>(n);
   float* xn = reuse(xn_buffer, rows * c.n_embd);
-  float* gate = reuse(gate_buffer, rows * c.n_ff);
-  float* up = reuse(up_buffer, rows * c.n_ff);
   float* o = reuse(o_buffer, rows * c.n_embd);
   for (size_t i = 0; i < rows; ++i)
     rmsnorm(hidden + i * c.n_embd, w.ffn_norm.data(), c.n_embd, c.rms_eps, xn + i * c.n_embd);
+  ffn_rows(worker, layer, xn, n, o);
+  if (c.post_norms)
+    for (size_t i = 0; i < rows; ++i)
+      rmsnorm(o + i * c.n_embd, w.post_ffn_norm.data(), c.n_embd, c.rms_eps, o + i * c.n_embd);
+  add_inplace(hidden, o, n * c.n_embd);
+}
+
+void Model::ffn_rows(Worker& worker, int layer, const float* xn, int n, float* out) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = layers_.at(layer);
+  if (c.moe.enabled()) {
+    moe_ffn(worker, c.moe, w.moe, c.n_embd, xn, n, out, expert_tally_);
+    return;
+  }
+  thread_local std::vector<float> gate_buffer, up_buffer;
+  const size_t rows = static_cast<size_t>(n);
+  float* gate = reuse(gate_buffer, rows * c.n_ff);
+  float* up = reuse(up_buffer, rows * c.n_ff);
   const int64_t ff = c.n_ff;
   if (c.fused_gate_up) {
     // One multiply into rows of gate | up, split into the two buffers.
@@ -434,11 +468,7 @@ void Model::mlp_block(Worker& worker, int layer, int n, float* hidden) const {
                              swiglu(gate + r0 * ff, up + r0 * ff, count, gate + r0 * ff);
                            }
                          });
-  matmul(worker, w.w_down, gate, n, o);
-  if (c.post_norms)
-    for (size_t i = 0; i < rows; ++i)
-      rmsnorm(o + i * c.n_embd, w.post_ffn_norm.data(), c.n_embd, c.rms_eps, o + i * c.n_embd);
-  add_inplace(hidden, o, n * c.n_embd);
+  matmul(worker, w.w_down, gate, n, out);
 }
 
 void Model::forward_layers(Worker& worker, const Batch& batch, KvCache& kv, int32_t first_cell,

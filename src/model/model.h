@@ -1,5 +1,5 @@
 #pragma once
-// A loaded llama/qwen2 model (read-only after load, shareable between workers
+// A loaded model (read-only after load, shareable between workers
 // and sequences) and its forward pass over a batch of speculative cells.
 #include <atomic>
 #include <cstdint>
@@ -50,7 +50,8 @@ struct LayerWeights {
   std::vector<float> post_attn_norm, post_ffn_norm;  // empty without post_norms
   // wq/wk/wv, or wqkv (fused_qkv); w_gate and w_up, or w_up alone with 2 * n_ff rows
   // (fused_gate_up).
-  WeightMatrix wq, wk, wv, wqkv, wo, w_gate, w_up, w_down;
+  WeightMatrix wq, wk, wv, wqkv, wo, w_gate, w_up, w_down;  // w_gate/up/down: a dense FFN only
+  MoeWeights moe;                                           // a mixture-of-experts FFN only
 };
 
 // One set of RoPE frequencies (per rotated pair, scaling folded in), and the
@@ -84,6 +85,9 @@ class Model {
   // the Q4_0/Q8_0 matrices of a file read into memory (GgufFile::copied), unless
   // PARSPEC_REPACK=0. A mapped file's weights stay as the file has them.
   uint64_t repacked_bytes() const { return repacked_bytes_; }
+  // Of a mixture-of-experts model: the distinct experts its forwards touched,
+  // per layer pass, counted since load (for every forward of every sequence).
+  const ExpertTally& expert_tally() const { return expert_tally_; }
 
   // The weights as loaded, for a backend that keeps its own copy (src/cuda).
   const WeightMatrix& token_embedding() const { return token_embd_; }
@@ -137,6 +141,9 @@ class Model {
   // every strategy computes the same function whatever its cache size.
   void use_context_size(int n_ctx) const;
   bool long_rope() const { return long_rope_.load(std::memory_order_relaxed); }
+  // The FFN of n normed rows xn into out (n × n_embd), without the residual:
+  // SwiGLU, or the layer's experts (moe.h).
+  void ffn_rows(Worker& worker, int layer, const float* xn, int n, float* out) const;
   // Final norm + output projection for n rows of hidden state.
   void output_logits(Worker& worker, const float* hidden, int n, float* logits) const;
 
@@ -163,6 +170,7 @@ class Model {
   mutable std::atomic<bool> long_rope_{false};  // use_context_size's choice
   uint64_t weight_bytes_ = 0;
   uint64_t repacked_bytes_ = 0;
+  mutable ExpertTally expert_tally_;
 };
 
 }  // namespace parspec

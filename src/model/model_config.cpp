@@ -65,6 +65,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
       check(f > 0, path, ": rope_freqs.weight has a non-positive value");
   }
   read_family_traits(file, c);
+  c.moe = read_moe_config(file, c.arch, c.n_ff);
   return c;
 }
 
@@ -80,8 +81,7 @@ std::vector<std::string> tensor_names(const ModelConfig& c, bool with_rope_freqs
   if (!c.rope_factors_short.empty()) names.push_back("rope_factors_short.weight");
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    for (const char* t : {"attn_norm.weight", "attn_output.weight", "ffn_norm.weight",
-                          "ffn_up.weight", "ffn_down.weight"})
+    for (const char* t : {"attn_norm.weight", "attn_output.weight", "ffn_norm.weight"})
       names.push_back(p + t);
     if (c.fused_qkv) {
       names.push_back(p + "attn_qkv.weight");
@@ -89,7 +89,12 @@ std::vector<std::string> tensor_names(const ModelConfig& c, bool with_rope_freqs
       for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight"})
         names.push_back(p + t);
     }
-    if (!c.fused_gate_up) names.push_back(p + "ffn_gate.weight");
+    if (c.moe.enabled()) {
+      for (std::string& name : moe_tensor_names(c.moe, p)) names.push_back(std::move(name));
+    } else {
+      for (const char* t : {"ffn_up.weight", "ffn_down.weight"}) names.push_back(p + t);
+      if (!c.fused_gate_up) names.push_back(p + "ffn_gate.weight");
+    }
     if (c.qkv_bias)
       for (const char* t : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) names.push_back(p + t);
     if (c.qk_norm)

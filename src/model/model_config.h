@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "model/moe.h"
 
 namespace parspec {
 
@@ -19,7 +20,8 @@ enum class FfnActivation {
 };
 
 struct ModelConfig {
-  std::string arch;  // general.architecture: llama, qwen2, qwen3, gemma2, gemma3, phi3
+  std::string arch;  // general.architecture: llama, qwen2, qwen3, gemma2, gemma3, phi3,
+                     // qwen2moe, qwen3moe
   std::string name;
   int n_vocab = 0;
   int n_embd = 0;
@@ -37,6 +39,7 @@ struct ModelConfig {
   bool qkv_bias = false;
   bool tied_embeddings = false;
   std::vector<float> rope_freq_factors;  // llama3 scaling: divisors per frequency (empty: none)
+  MoeConfig moe;                         // experts in place of the dense FFN (moe.h)
 
   // Architecture traits (model_families.cpp).
   bool qk_norm = false;          // RMSNorm of each q and k head before RoPE (qwen3, gemma3)

@@ -82,6 +82,16 @@ void read_qwen3(const GgufFile&, ModelConfig& c) {
   c.qk_norm = true;
 }
 
+// The mixture-of-experts families (their experts: moe.h): qwen2moe has
+// qwen2's attention, qwen3moe qwen3's.
+void read_qwen2moe(const GgufFile& file, ModelConfig& c) {
+  read_qwen2(file, c);
+}
+
+void read_qwen3moe(const GgufFile& file, ModelConfig& c) {
+  read_qwen3(file, c);
+}
+
 void read_gemma2(const GgufFile& file, ModelConfig& c) {
   gemma_common(c);
   c.query_scale = gemma_query_scale(c, 46);
@@ -135,14 +145,15 @@ struct Family {
 };
 
 constexpr Family kFamilies[] = {
-    {"llama", read_llama},   {"qwen2", read_qwen2},   {"qwen3", read_qwen3},
-    {"gemma2", read_gemma2}, {"gemma3", read_gemma3}, {"phi3", read_phi3},
+    {"llama", read_llama},       {"qwen2", read_qwen2},       {"qwen3", read_qwen3},
+    {"gemma2", read_gemma2},     {"gemma3", read_gemma3},     {"phi3", read_phi3},
+    {"qwen2moe", read_qwen2moe}, {"qwen3moe", read_qwen3moe},
 };
 
 }  // namespace
 
 const char* supported_architectures() {
-  return "llama, qwen2, qwen3, gemma2, gemma3, phi3";
+  return "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, qwen3moe";
 }
 
 bool is_supported_architecture(std::string_view arch) {

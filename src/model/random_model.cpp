@@ -136,6 +136,16 @@ void validate(const RandomModelSpec& spec) {
   check(spec.rope_linear_scale >= 1, "random model: rope_linear_scale must be >= 1");
   check(spec.longrope_original_context >= 0 && spec.longrope_original_context < spec.n_ctx + 1,
         "random model: longrope_original_context must be in [0, n_ctx]");
+  const bool moe_arch = spec.arch == "qwen2moe" || spec.arch == "qwen3moe";
+  check(moe_arch || spec.arch == "llama" || spec.n_expert == 0, "random model: ", spec.arch,
+        " has no experts (llama, qwen2moe and qwen3moe have)");
+  check(!moe_arch || spec.n_expert > 0, "random model: ", spec.arch, " needs --experts");
+  check(spec.n_expert >= 0 && spec.n_expert <= 256, "random model: experts must be in 0..256");
+  check(spec.n_expert == 0 || (spec.n_expert_used > 0 && spec.n_expert_used <= spec.n_expert),
+        "random model: experts used per token must be in 1..", spec.n_expert, ", got ",
+        spec.n_expert_used);
+  check(spec.n_ff_expert >= 0 && spec.n_ff_shared >= 0,
+        "random model: expert widths must not be negative");
   check(spec.n_vocab >= 258, "random model: n_vocab must be >= 258 (256 bytes + BOS + EOS), got ",
         spec.n_vocab);
   check(spec.n_embd > 0 && spec.n_layer > 0 && spec.n_head > 0 && spec.n_head_kv > 0 &&
@@ -153,7 +163,10 @@ void validate(const RandomModelSpec& spec) {
   check(info.weight, "random model: ", info.name, " is an activation type, not a weight type");
   check(!spec.q4_k_m || type == DType::Q4_K,
         "random model: the Q4_K_M mix needs q4_K weights, not ", info.name);
-  for (auto [what, n] : {std::pair<const char*, int>{"n_embd", spec.n_embd}, {"n_ff", spec.n_ff}})
+  for (auto [what, n] : {std::pair<const char*, int>{"n_embd", spec.n_embd},
+                         {"n_ff", spec.n_ff},
+                         {"n_ff_expert", spec.n_ff_expert},
+                         {"n_ff_shared", spec.n_ff_shared}})
     check(n % info.block_elems == 0, "random model: ", info.name, " weights need ", what, " (", n,
           ") to be a multiple of ", info.block_elems, " (the type's block size)");
 }
@@ -181,20 +194,14 @@ class ModelBuilder {
   // converted row by row so only the converted bytes are held. Rows have their
   // own streams, so the result does not depend on the number of threads.
   void add_matrix(const std::string& name, int64_t n_in, int64_t n_out, DType type, double stddev) {
-    const uint64_t seed = tensor_seed(spec_.seed, name);
-    const float scale = float(stddev);
-    const size_t bytes_per_row = row_bytes(type, n_in);
-    std::vector<uint8_t> data(bytes_per_row * size_t(n_out));
-    worker_.parallel_for(n_out, [&](int64_t begin, int64_t end) {
-      std::vector<float> row(static_cast<size_t>(n_in));
-      for (int64_t r = begin; r < end; ++r) {
-        uint64_t row_state = seed ^ (uint64_t(r) * 0xD1B54A32D192ED03ull);
-        NormalRng rng(splitmix64(row_state));
-        for (auto& v : row) v = scale * rng.normal();
-        quantize_row(type, row.data(), data.data() + size_t(r) * bytes_per_row, n_in);
-      }
-    });
-    writer_.add_tensor(name, {n_in, n_out}, type, data.data(), data.size());
+    add_rows(name, {n_in, n_out}, type, stddev);
+  }
+
+  // A [n_in, n_out, n_expert] stack of expert matrices, as llama.cpp's
+  // ffn_*_exps tensors: n_out · n_expert rows drawn as a matrix's.
+  void add_experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert,
+                   DType type, double stddev) {
+    add_rows(name, {n_in, n_out, n_expert}, type, stddev);
   }
 
   // F32 vector mean + stddev * N(0, 1).
@@ -211,6 +218,29 @@ class ModelBuilder {
   }
 
  private:
+  // n_in-wide rows (dims[0]) for every index of the other dims, each row from
+  // its own stream, converted row by row.
+  void add_rows(const std::string& name, const std::vector<int64_t>& dims, DType type,
+                double stddev) {
+    const int64_t n_in = dims[0];
+    int64_t n_out = 1;
+    for (size_t i = 1; i < dims.size(); ++i) n_out *= dims[i];
+    const uint64_t seed = tensor_seed(spec_.seed, name);
+    const float scale = float(stddev);
+    const size_t bytes_per_row = row_bytes(type, n_in);
+    std::vector<uint8_t> data(bytes_per_row * size_t(n_out));
+    worker_.parallel_for(n_out, [&](int64_t begin, int64_t end) {
+      std::vector<float> row(static_cast<size_t>(n_in));
+      for (int64_t r = begin; r < end; ++r) {
+        uint64_t row_state = seed ^ (uint64_t(r) * 0xD1B54A32D192ED03ull);
+        NormalRng rng(splitmix64(row_state));
+        for (auto& v : row) v = scale * rng.normal();
+        quantize_row(type, row.data(), data.data() + size_t(r) * bytes_per_row, n_in);
+      }
+    });
+    writer_.add_tensor(name, dims, type, data.data(), data.size());
+  }
+
   const RandomModelSpec& spec_;
   Worker worker_;
   GgufWriter writer_;
@@ -238,6 +268,17 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
   w.set(a + ".rope.freq_base", GgufValue::f32(spec.rope_freq_base));
   w.set(a + ".rope.dimension_count", GgufValue::u32(uint32_t(head_dim)));
   w.set(a + ".vocab_size", GgufValue::u32(uint32_t(spec.n_vocab)));
+  if (spec.n_expert > 0) {
+    w.set(a + ".expert_count", GgufValue::u32(uint32_t(spec.n_expert)));
+    w.set(a + ".expert_used_count", GgufValue::u32(uint32_t(spec.n_expert_used)));
+  }
+  if (a == "qwen2moe" || a == "qwen3moe")
+    w.set(a + ".expert_feed_forward_length",
+          GgufValue::u32(uint32_t(spec.n_ff_expert > 0 ? spec.n_ff_expert : spec.n_ff)));
+  if (a == "qwen2moe") {
+    w.set(a + ".expert_shared_feed_forward_length",
+          GgufValue::u32(uint32_t(spec.n_ff_shared > 0 ? spec.n_ff_shared : spec.n_ff)));
+  }
   const bool gemma = a == "gemma2" || a == "gemma3";
   if (gemma) {  // llama.cpp's gemma converters write the head size
     w.set(a + ".attention.key_length", GgufValue::u32(uint32_t(head_dim)));
@@ -285,6 +326,28 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
   w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(257));
   w.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(true));
   w.set("tokenizer.ggml.add_eos_token", GgufValue::boolean(false));
+}
+
+// A layer's experts: the router (F32, as llama.cpp's quantizer keeps it),
+// the stacked expert matrices (n_ff_expert wide in the Qwen families, n_ff in
+// llama's) and, for qwen2moe, the shared expert and its gate.
+void add_expert_ffn(ModelBuilder& builder, const RandomModelSpec& spec, const std::string& p,
+                    DType down_type) {
+  const int64_t n_embd = spec.n_embd, n_expert = spec.n_expert;
+  const bool qwen = spec.arch == "qwen2moe" || spec.arch == "qwen3moe";
+  const int64_t ff = qwen && spec.n_ff_expert > 0 ? spec.n_ff_expert : spec.n_ff;
+  const double in_embd = 1.0 / std::sqrt(double(n_embd)), in_ff = 1.0 / std::sqrt(double(ff));
+  builder.add_matrix(p + "ffn_gate_inp.weight", n_embd, n_expert, DType::F32, in_embd);
+  builder.add_experts(p + "ffn_gate_exps.weight", n_embd, ff, n_expert, spec.weight_type, in_embd);
+  builder.add_experts(p + "ffn_up_exps.weight", n_embd, ff, n_expert, spec.weight_type, in_embd);
+  builder.add_experts(p + "ffn_down_exps.weight", ff, n_embd, n_expert, down_type, in_ff);
+  if (spec.arch != "qwen2moe") return;
+  const int64_t sff = spec.n_ff_shared > 0 ? spec.n_ff_shared : spec.n_ff;
+  builder.add_vector(p + "ffn_gate_inp_shexp.weight", n_embd, 0.0, in_embd);
+  builder.add_matrix(p + "ffn_gate_shexp.weight", n_embd, sff, spec.weight_type, in_embd);
+  builder.add_matrix(p + "ffn_up_shexp.weight", n_embd, sff, spec.weight_type, in_embd);
+  builder.add_matrix(p + "ffn_down_shexp.weight", sff, n_embd, down_type,
+                     1.0 / std::sqrt(double(sff)));
 }
 
 }  // namespace
@@ -362,7 +425,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
       builder.add_matrix(p + "attn_v.weight", n_embd, kv_dim, more_bits_type(layer),
                          linear_in_embd);
     }
-    if (arch == "qwen3" || arch == "gemma3") {
+    if (arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe") {
       builder.add_vector(p + "attn_q_norm.weight", head_dim, 1.0, 0.1);
       builder.add_vector(p + "attn_k_norm.weight", head_dim, 1.0, 0.1);
     }
@@ -370,20 +433,23 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
       builder.add_vector(p + "post_attention_norm.weight", n_embd, 3.0, 0.3);
       builder.add_vector(p + "post_ffw_norm.weight", n_embd, 3.0, 0.3);
     }
-    if (arch == "qwen2") {
+    if (arch == "qwen2" || arch == "qwen2moe") {
       builder.add_vector(p + "attn_q.bias", n_embd, 0.0, 0.5);
       builder.add_vector(p + "attn_k.bias", kv_dim, 0.0, 0.5);
       builder.add_vector(p + "attn_v.bias", kv_dim, 0.0, 0.5);
     }
     builder.add_matrix(p + "attn_output.weight", n_embd, n_embd, wtype, linear_in_embd);
     builder.add_vector(p + "ffn_norm.weight", n_embd, 1.0, 0.1);
-    if (arch == "phi3") {  // gate then up in one tensor
+    if (spec.n_expert > 0) {
+      add_expert_ffn(builder, spec, p, more_bits_type(layer));
+    } else if (arch == "phi3") {  // gate then up in one tensor
       builder.add_matrix(p + "ffn_up.weight", n_embd, 2 * n_ff, wtype, linear_in_embd);
     } else {
       builder.add_matrix(p + "ffn_gate.weight", n_embd, n_ff, wtype, linear_in_embd);
       builder.add_matrix(p + "ffn_up.weight", n_embd, n_ff, wtype, linear_in_embd);
     }
-    builder.add_matrix(p + "ffn_down.weight", n_ff, n_embd, more_bits_type(layer), linear_in_ff);
+    if (spec.n_expert == 0)
+      builder.add_matrix(p + "ffn_down.weight", n_ff, n_embd, more_bits_type(layer), linear_in_ff);
     progress.line("layer " + std::to_string(layer + 1) + "/" + std::to_string(spec.n_layer) +
                   " done");
   }

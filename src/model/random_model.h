@@ -1,6 +1,6 @@
 #pragma once
 // Writes random-weight GGUF models of every supported architecture (llama,
-// qwen2, qwen3, gemma2, gemma3, phi3) of any shape and weight type, with a
+// qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, qwen3moe) of any shape and weight type, with a
 // byte-level vocabulary, for tests, reference checks and speed measurements.
 #include <cstdint>
 #include <string>
@@ -10,7 +10,7 @@
 namespace parspec {
 
 struct RandomModelSpec {
-  std::string arch = "llama";  // llama, qwen2, qwen3, gemma2, gemma3 or phi3
+  std::string arch = "llama";  // llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe or qwen3moe
   int n_vocab = 512;           // >= 258: 256 byte tokens, BOS, EOS, then unused fillers
   int n_embd = 64;
   int n_layer = 2;
@@ -26,6 +26,13 @@ struct RandomModelSpec {
   bool tied_embeddings = false;    // no output.weight
   bool llama3_rope_freqs = false;  // adds rope_freqs.weight as Llama 3.1 converters do
   float rope_freq_base = 10000.0f;
+  // Mixture of experts (model/moe.h): n_expert > 0 gives a llama file
+  // Mixtral's expert FFNs, each n_ff wide; qwen2moe needs it and has experts
+  // n_ff_expert wide (0: n_ff) plus a shared expert n_ff_shared wide (0: n_ff).
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_expert = 0;
+  int n_ff_shared = 0;
   uint64_t seed = 1;
   // The output layer's weights are N(0, logit_spread / sqrt(n_embd)): above 1,
   // peaked next-token distributions whose greedy choices are far from ties

@@ -47,6 +47,11 @@ int cmd_info(int argc, char** argv) {
     std::printf("  embedding      %d\n", c.n_embd);
     std::printf("  heads          %d (kv %d, head dim %d)\n", c.n_head, c.n_head_kv, c.head_dim);
     std::printf("  feed-forward   %d\n", c.n_ff);
+    if (c.moe.enabled())
+      std::printf(
+          "  experts        %d experts, %d per token, each %d wide%s%s\n", c.moe.n_expert,
+          c.moe.n_expert_used, c.moe.n_ff_expert, c.moe.n_ff_shared > 0 ? ", a shared expert " : "",
+          c.moe.n_ff_shared > 0 ? (std::to_string(c.moe.n_ff_shared) + " wide").c_str() : "");
     std::printf("  vocabulary     %d\n", c.n_vocab);
     std::printf("  context (train) %d\n", c.n_ctx_train);
     std::printf("  rope           base %g, %s pairs, %d dims%s%s\n", c.rope_freq_base,

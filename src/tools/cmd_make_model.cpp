@@ -1,4 +1,4 @@
-// parspec make-model: writes a random-weight GGUF file of a supported architecture, or
+// parspec make-model: writes a random-weight GGUF file of any supported architecture, or
 // (--inflate) a trained model embedded into a larger shape.
 #include <unistd.h>
 
@@ -44,11 +44,11 @@ struct ShapeFlags {
 
 int inflate_command(const ArgParser& args, const std::string& source, const std::string& out_path,
                     const std::string& preset, const ShapeFlags& flags,
-                    const std::string& type_name) {
+                    const std::string& type_name, int experts, int experts_used) {
   for (const char* random_only :
        {"--arch", "--n-vocab", "--ctx", "--rope-base", "--tied", "--llama3-rope", "--seed",
         "--logit-spread", "--sliding-window", "--attn-softcap", "--final-softcap", "--rope-scale",
-        "--longrope-context"})
+        "--longrope-context", "--n-ff-expert", "--n-ff-shared"})
     check(!args.given(random_only), "make-model: ", random_only,
           " is for random models; an inflated model keeps the source's");
   const bool any_shape = args.given("--n-embd") || args.given("--n-layer") ||
@@ -80,6 +80,8 @@ int inflate_command(const ArgParser& args, const std::string& source, const std:
                   options.shape.n_head, options.shape.n_head_kv})
     check(dim >= 0, "make-model: shape values must be positive");
   if (args.given("--type")) options.weight_type = parse_dtype(type_name);
+  options.experts = experts;
+  options.experts_used = experts_used;
   options.progress = isatty(STDERR_FILENO) != 0;
 
   inflate_model(source, options, out_path);
@@ -107,6 +109,7 @@ int cmd_make_model(int argc, char** argv) {
   int n_vocab = defaults.n_vocab, n_embd = defaults.n_embd, n_layer = defaults.n_layer;
   int n_head = defaults.n_head, n_head_kv = defaults.n_head_kv, n_ff = defaults.n_ff;
   int n_ctx = defaults.n_ctx;
+  int n_expert = 0, n_expert_used = 2, n_ff_expert = 0, n_ff_shared = 0;
   float rope_base = defaults.rope_freq_base;
   bool tied = false, llama3_rope = false;
   float logit_spread = defaults.logit_spread, attn_softcap = 0, final_softcap = 0;
@@ -133,20 +136,31 @@ int cmd_make_model(int argc, char** argv) {
       "GQA, Llama 3.2 1B and 3B, Llama 3.1 8B; heads sized to the source's head dimension).\n"
       "Shape options override a preset; unset ones keep the source's. --type sets the weight\n"
       "type (default: each tensor keeps the source's); a quantized type gives the quantized\n"
-      "source's function.");
+      "source's function. --experts N turns each FFN into N identical experts.");
   args.option("-o,--output", &out_path, "FILE", "output .gguf path (required)");
   args.option("--inflate", &inflate_source, "SRC",
               "embed the trained model SRC.gguf into a larger shape (see above)");
   args.option("--preset", &preset, "NAME",
               "tiny | 1b (Llama-3.2-1B-like shape, 32000 tokens); with --inflate: 100m | 1b | "
               "3b | 8b");
-  args.option("--arch", &arch, "NAME", "llama | qwen2 | qwen3 | gemma2 | gemma3 | phi3");
+  args.option("--arch", &arch, "NAME", supported_architectures());
   args.option("--n-vocab", &n_vocab, "N", "vocabulary size (>= 258)");
   args.option("--n-embd", &n_embd, "N", "embedding width");
   args.option("--n-layer", &n_layer, "N", "number of layers");
   args.option("--n-head", &n_head, "N", "attention heads");
   args.option("--n-head-kv", &n_head_kv, "N", "key/value heads");
   args.option("--n-ff", &n_ff, "N", "feed-forward width");
+  args.option(
+      "--experts", &n_expert, "N",
+      "mixture-of-experts FFNs with N experts (llama: Mixtral-style, each --n-ff wide; "
+      "qwen2moe and qwen3moe need it); with --inflate: the source's FFN copied into N identical "
+      "experts behind a random router (the same function at a mixture-of-experts "
+      "model's cost)");
+  args.option("--experts-used", &n_expert_used, "K", "experts each token runs (top-K)");
+  args.option("--n-ff-expert", &n_ff_expert, "N",
+              "qwen2moe, qwen3moe: width of one routed expert (default --n-ff)");
+  args.option("--n-ff-shared", &n_ff_shared, "N",
+              "qwen2moe: width of the shared expert (default --n-ff)");
   args.option("--ctx", &n_ctx, "N", "training context length written to the file");
   args.option("--rope-base", &rope_base, "F", "RoPE frequency base");
   args.option("--type", &type_name, "TYPE",
@@ -174,7 +188,8 @@ int cmd_make_model(int argc, char** argv) {
   check(!out_path.empty(), "make-model: an output path is required (-o FILE)");
   if (args.given("--inflate"))
     return inflate_command(args, inflate_source, out_path, preset,
-                           {n_embd, n_layer, n_head, n_head_kv, n_ff}, type_name);
+                           {n_embd, n_layer, n_head, n_head_kv, n_ff}, type_name, n_expert,
+                           n_expert_used);
 
   RandomModelSpec spec = preset_spec(preset);
   if (args.given("--arch")) spec.arch = arch;
@@ -199,6 +214,14 @@ int cmd_make_model(int argc, char** argv) {
   spec.final_logit_softcap = final_softcap;
   spec.rope_linear_scale = rope_scale;
   spec.longrope_original_context = longrope_context;
+  spec.n_expert = n_expert;
+  spec.n_expert_used = n_expert > 0 ? n_expert_used : 0;
+  spec.n_ff_expert = n_ff_expert;
+  spec.n_ff_shared = n_ff_shared;
+  check(spec.arch == "qwen2moe" || spec.arch == "qwen3moe" || !args.given("--n-ff-expert"),
+        "make-model: --n-ff-expert is for qwen2moe and qwen3moe (a llama expert is --n-ff wide)");
+  check(spec.arch == "qwen2moe" || !args.given("--n-ff-shared"),
+        "make-model: --n-ff-shared is for qwen2moe (the only family with a shared expert)");
 
   write_random_model(spec, out_path);
   std::fprintf(stderr, "make-model: wrote %s (%s, %d layers, n_embd %d, n_vocab %d, %s)\n",

@@ -42,14 +42,18 @@ int cmd_quantize(int argc, char** argv) {
   std::vector<uint8_t> data;
   for (const auto& t : in->tensors()) {
     const uint8_t* src = in->tensor_data(t);
-    const bool matrix = t.dims.size() == 2;
+    // Matrices and stacks of expert matrices; a router (ffn_gate_inp) stays as
+    // it is, as llama.cpp's quantizer keeps it: its choice is too sensitive.
+    const bool matrix =
+        (t.dims.size() == 2 || t.dims.size() == 3) && !t.name.ends_with(".ffn_gate_inp.weight");
     const bool fits = matrix && t.dims[0] % type_info(type).block_elems == 0;
     if (!fits || t.type == type) {
       out.add_tensor(t.name, t.dims, t.type, src, t.n_bytes);
       ++kept;
       continue;
     }
-    const int64_t n_in = t.dims[0], n_rows = t.dims[1];
+    const int64_t n_in = t.dims[0];
+    const int64_t n_rows = t.dims[1] * (t.dims.size() == 3 ? t.dims[2] : 1);
     const size_t in_row = row_bytes(t.type, n_in), out_row = row_bytes(type, n_in);
     row.resize(n_in);
     data.resize(out_row * n_rows);

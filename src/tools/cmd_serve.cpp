@@ -230,7 +230,7 @@ int cmd_serve(int argc, char** argv) {
   // The server batches forwards on the CPU's workers: a GPU request is refused
   // rather than ignored, -ngl alone (llama-server scripts) runs on the CPU.
   DeviceOptions& devices = a.strategy_options.devices;
-  check(devices.device == "auto" || devices.device == "cpu" || devices.device == "none",
+  check(devices.device.empty() || devices.device == "cpu" || devices.device == "none",
         "serve: --device ", devices.device,
         ": the server runs on the CPU (generate and bench "
         "run on a GPU)");

@@ -111,6 +111,14 @@ void print_measurements(const Tuning& t, const TuneArgs& a) {
               m.pearl_efficiency);
   std::printf("  real verification forward beyond L(n), ms per row after the first: %.3f\n",
               m.verify_row_ms);
+  if (m.n_expert > 0) {
+    std::printf("  experts (%d, %d per token): one more distinct expert per layer costs %.3f ms;\n",
+                m.n_expert, m.n_expert_used, m.expert_ms);
+    std::printf("    distinct experts per layer, timed forwards / a real verification, by n:");
+    for (size_t n = 1; n <= m.target_experts.size(); ++n)
+      std::printf(" %zu:%.1f/%.1f", n, m.target_experts[n - 1], verify_experts(m, double(n)));
+    std::printf("\n");
+  }
   if (!m.checked.empty()) {
     std::printf("  check against ar (%.1f tok/s), per prompt against the fastest:",
                 m.checked_ar_tok_per_s);

@@ -12,11 +12,11 @@ namespace parspec {
 
 namespace {
 
-// -1 for the CPU, the CUDA device's index otherwise; "auto" is -2.
+// -1 for the CPU, the CUDA device's index otherwise; -2 when not given (-ngl decides).
 int parse_device(std::string name) {
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  if (name == "auto") return -2;
+  if (name.empty()) return -2;
   if (name == "cpu" || name == "none") return -1;
   if (name == "cuda" || name == "gpu") return 0;
   if (name.starts_with("cuda") && name.size() > 4) {
@@ -26,20 +26,22 @@ int parse_device(std::string name) {
     const auto [end, error] = std::from_chars(name.data() + 4, last, index);
     if (error == std::errc() && end == last && index >= 0) return index;
   }
-  fail("--device: unknown device '", name, "' (cpu, cuda, cuda0, cuda1, ... or auto)");
+  fail("--device: unknown device '", name, "' (cpu, none, cuda, cuda0, cuda1, ...)");
 }
 
 }  // namespace
 
 void DeviceOptions::add_to(ArgParser& args) {
   args.option("-dev,--device", &device, "DEV",
-              "where the models run: cpu (none), cuda (cuda0, cuda1, ...: a CUDA GPU, all "
-              "layers), or auto (the GPU when -ngl N > 0 asks for it and one is present)");
+              "where the models run: cpu (none), or cuda (cuda0, cuda1, ...: a CUDA GPU, all "
+              "layers)");
   args.option("-ngl,--gpu-layers,--n-gpu-layers", &gpu_layers, "N",
               "target layers on the GPU: 0 = none, N >= the model's layer count (e.g. 99) = all; "
               "a partial offload is refused");
   args.option("-ngld,--gpu-layers-draft,--n-gpu-layers-draft", &gpu_layers_draft, "N",
               "draft model layers on the GPU, as -ngl");
+  args.describe_default("-dev",
+                        "not given: the GPU when -ngl N > 0 asks for it and one is present");
   args.describe_default("-ngl", "not given: the CPU unless --device asks for the GPU");
   args.describe_default("-ngld", "where the target runs");
   args.bound("-ngl", -1, 1 << 20);

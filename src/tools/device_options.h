@@ -11,9 +11,9 @@
 namespace parspec {
 
 struct DeviceOptions {
-  std::string device = "auto";  // auto, cpu (none), cuda (cuda0, cuda1, ...)
-  int gpu_layers = -1;          // -ngl; -1: not given
-  int gpu_layers_draft = -1;    // -ngld; -1: not given
+  std::string device;         // empty: not given; cpu (none), cuda (cuda0, cuda1, ...)
+  int gpu_layers = -1;        // -ngl; -1: not given
+  int gpu_layers_draft = -1;  // -ngld; -1: not given
 
   void add_to(ArgParser& args);
   // Which CUDA device the target / the draft runs on (-1: the CPU), checked

@@ -35,7 +35,8 @@ std::vector<int32_t> timing_tokens(int n, int run, int n_vocab) {
 // committed context of a target side; each forward's cells are dropped.
 class TargetTimer {
  public:
-  TargetTimer(std::unique_ptr<Target> target, int max_n) : target_(std::move(target)) {
+  TargetTimer(std::unique_ptr<Target> target, int max_n, const ExpertTally* tally = nullptr)
+      : target_(std::move(target)), tally_(tally) {
     target_->begin(kTimingContext + max_n + 1);
     const std::vector<int32_t> prefix = timing_prefix(target_->n_vocab());
     target_->forward(chain_batch(0, prefix, false));
@@ -43,16 +44,25 @@ class TargetTimer {
   }
   double forward_ms(int n) {
     const std::vector<int32_t> tokens = timing_tokens(n, run_++, target_->n_vocab());
+    const int64_t passes = tally_ ? tally_->layer_passes.load() : 0;
+    const int64_t touched = tally_ ? tally_->experts_touched.load() : 0;
     const Stopwatch watch;
     target_->forward(chain_batch(target_->n_committed(), tokens, true));
     const double ms = watch.elapsed_ms();
     target_->commit({}, {});
+    if (tally_ && tally_->layer_passes > passes)
+      last_experts_ =
+          double(tally_->experts_touched - touched) / double(tally_->layer_passes - passes);
     return ms;
   }
+  // Distinct experts per layer the last timed forward touched (a mixture-of-experts target).
+  double last_experts() const { return last_experts_; }
 
  private:
   std::unique_ptr<Target> target_;
+  const ExpertTally* tally_;
   int run_ = 0;
+  double last_experts_ = 0;
 };
 
 // The same on a drafter side.
@@ -231,7 +241,10 @@ CostMeasurements measure_costs(const StrategyConfig& config,
       reference.label() + ", " + chain.label() +
       (options.trees ? " and " + tree_shape.label() : "") + " on " +
       std::to_string(prompts.size()) + " calibration prompts");
-  TargetTimer target_timer(make_target_side(config), max_n);
+  const MoeConfig& moe = config.target->config().moe;
+  TargetTimer target_timer(make_target_side(config), max_n,
+                           moe.enabled() ? &config.target->expert_tally() : nullptr);
+  std::vector<std::vector<double>> target_expert_counts(max_n);
   DrafterTimer draft_timer(config.draft, draft_worker, max_draft_n);
   std::vector<std::vector<double>> target_times(max_n), draft_times(max_draft_n);
   // One pass times every batch size once, and the draft twice. A warm-up pass
@@ -243,6 +256,7 @@ CostMeasurements measure_costs(const StrategyConfig& config,
     for (int n = 1; n <= max_n; ++n) {
       const double ms = target_timer.forward_ms(n);
       if (keep) target_times[n - 1].push_back(ms);
+      if (keep) target_expert_counts[n - 1].push_back(target_timer.last_experts());
     }
     for (int n = 1; n <= max_draft_n; ++n)
       for (int k = 0; k < (n == 1 ? 2 : 1); ++k) {
@@ -295,6 +309,8 @@ CostMeasurements measure_costs(const StrategyConfig& config,
     sd_total.drafted += st.drafted;
     sd_total.target_forwards += st.target_forwards;
     sd_total.t_verify_ms += st.t_verify_ms;
+    sd_total.expert_layer_passes += st.expert_layer_passes;
+    sd_total.experts_touched += st.experts_touched;
     const PositionAcceptance& pa = st.per_position;
     for (size_t k = 0; k < pa.proposed.size() && k < proposed.size(); ++k) {
       proposed[k] += pa.proposed[k];
@@ -313,6 +329,29 @@ CostMeasurements measure_costs(const StrategyConfig& config,
   m.target_ms = non_decreasing(m.target_ms);
   m.draft_batch_ms = non_decreasing(m.draft_batch_ms);
   m.draft_ms = m.draft_batch_ms[0];
+  if (moe.enabled()) {
+    // What an expert costs, from the timed forwards (their experts vary with
+    // n); how many a real verification touches, from sd's.
+    m.n_expert = moe.n_expert;
+    m.n_expert_used = moe.n_expert_used;
+    for (const auto& counts : target_expert_counts) {
+      double sum = 0;
+      for (double c : counts) sum += c;
+      m.target_experts.push_back(counts.empty() ? 0 : sum / static_cast<double>(counts.size()));
+    }
+    m.expert_ms = fit_expert_ms(m.target_ms, m.target_experts);
+    if (sd_total.verify_steps > 0 && sd_total.expert_layer_passes > 0)
+      m.expert_overlap = fit_expert_overlap(
+          m.n_expert, m.n_expert_used,
+          1 + static_cast<double>(sd_total.drafted) / static_cast<double>(sd_total.verify_steps),
+          sd_total.experts_per_forward());
+  }
+  // L at a fractional row count, priced at a real verification's experts.
+  const auto verification_at = [&](double rows) {
+    const double ms = interpolated(m.target_ms, rows);
+    if (!moe.enabled()) return ms;
+    return ms + m.expert_ms * (verify_experts(m, rows) - interpolated(m.target_experts, rows));
+  };
   // ar: one target step per token. sd: per step one verification over
   // (drafts + 1) tokens (taken at γ, which nearly all steps draft) and its
   // draft forwards; what remains after the target's overhead is the drafts'.
@@ -328,12 +367,12 @@ CostMeasurements measure_costs(const StrategyConfig& config,
     const double rows = 1 + sd_total.drafted / steps;
     if (sd_total.target_forwards > 0 && rows > 1.5) {
       const double real_ms = sd_total.t_verify_ms / sd_total.target_forwards;
-      const double excess = real_ms - interpolated(m.target_ms, rows) - m.target_overhead_ms;
+      const double excess = real_ms - verification_at(rows) - m.target_overhead_ms;
       m.verify_row_ms =
           std::clamp(excess / (rows - 1), -0.5 * m.target_ms[0] / (rows - 1), m.target_ms[0]);
     }
     const double drafts_per_step = sd_total.draft_forwards / steps;
-    const double explained = drafts_per_step * m.draft_ms + interpolated(m.target_ms, rows) +
+    const double explained = drafts_per_step * m.draft_ms + verification_at(rows) +
                              m.target_overhead_ms + (rows - 1) * m.verify_row_ms;
     m.draft_overhead_ms = std::max(0.0, (sd_total.t_gen_ms / steps - explained) / drafts_per_step);
   }

@@ -108,6 +108,21 @@ struct CostMeasurements {
   // prompts against the formula with verify_row_ms and the draft's overhead,
   // so that L(n)'s error at the tree's row count is not charged to the tree.
   double tree_node_overhead_ms = 0;
+  // A mixture-of-experts target (model/moe.h; all zero for a dense one): a
+  // forward costs more the more distinct experts its rows touch, and the timed
+  // forwards' tokens (varied run by run) touch more of them than a real
+  // verification's drafted text does. target_experts[n-1]: distinct experts
+  // per layer the timed forward over n tokens touched (mean); expert_ms: what
+  // one more distinct expert per layer costs a forward, fitted over the timed
+  // forwards as L(n) = a + b·n + expert_ms·target_experts[n-1];
+  // expert_overlap: how much consecutive real tokens share experts, fitted to
+  // the calibration's sd verifications (see verify_experts). A verification
+  // over n tokens is priced at L(n) + expert_ms·(verify_experts(n) −
+  // target_experts[n-1]) (see verification_ms).
+  int n_expert = 0, n_expert_used = 0;
+  std::vector<double> target_experts;
+  double expert_ms = 0;
+  double expert_overlap = 1;
   // Whether the drafter and the target have cores of their own (PEARL runs them at once).
   bool parallel = false;
   int calibration_tokens = 0;  // tokens generated to measure acceptance
@@ -141,6 +156,23 @@ inline constexpr int kMaxTunedGamma = 8;
 inline constexpr int kMaxTreeNodes = 16;
 inline constexpr int kMaxTreeDepth = 8;
 inline constexpr int kMaxTreeBranch = 4;
+
+// Distinct experts per layer a real verification over n tokens touches:
+// n_expert − (n_expert − n_expert_used)·expert_overlap^(n−1) (n_expert_used for
+// one token, all experts in the limit; expert_overlap 1 − n_expert_used/n_expert
+// is independent routing, larger shares experts between neighbours). 0 for a
+// dense target.
+double verify_experts(const CostMeasurements& m, double n);
+// L(n) priced at the experts a real verification over n tokens touches
+// (L(n) itself for a dense target); throws Error when L(n) was not measured.
+double verification_ms(const CostMeasurements& m, int n);
+// expert_ms: the least-squares fit of L(n) = a + b·n + expert_ms·experts[n-1]
+// over the measured n, at least 0 (0 when the experts do not vary or there are
+// fewer than three sizes).
+double fit_expert_ms(const std::vector<double>& target_ms, const std::vector<double>& experts);
+// expert_overlap from `observed` distinct experts per layer of real forwards
+// over `rows` tokens (a mean; rows > 1), clamped to [0, 1].
+double fit_expert_overlap(int n_expert, int n_expert_used, double rows, double observed);
 
 // E(γ): expected accepted drafts of a step drafting γ tokens.
 double expected_accepted(const CostMeasurements& m, int gamma);

@@ -68,7 +68,7 @@ double expected_tree_accepted(const CostMeasurements& m, const Candidate& c) {
 double target_step_ms(const CostMeasurements& m, int n) {
   check(n >= 1 && n <= static_cast<int>(m.target_ms.size()), "cost model: L(", n,
         ") was not measured (", m.target_ms.size(), " batch sizes)");
-  return m.target_ms[n - 1] + m.target_overhead_ms + (n - 1) * m.verify_row_ms;
+  return verification_ms(m, n) + m.target_overhead_ms + (n - 1) * m.verify_row_ms;
 }
 
 double draft_step_ms(const CostMeasurements& m, int n) {

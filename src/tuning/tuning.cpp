@@ -18,8 +18,9 @@ namespace parspec {
 namespace {
 
 // Bump when the measurements or the predictions change meaning: older entries are ignored.
-// 3: draft batch sizes, tree acceptance; 4: verify_row_ms, the check's figures and tie rule.
-constexpr int kCacheVersion = 4;
+// 3: draft batch sizes, tree acceptance; 4: verify_row_ms, the check's figures and tie rule;
+// 5: a mixture-of-experts target's expert costs.
+constexpr int kCacheVersion = 5;
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -80,6 +81,11 @@ nlohmann::json measurements_json(const CostMeasurements& m) {
           {"tree_accept", m.tree_accept},
           {"tree_node_overhead_ms", m.tree_node_overhead_ms},
           {"verify_row_ms", m.verify_row_ms},
+          {"n_expert", m.n_expert},
+          {"n_expert_used", m.n_expert_used},
+          {"target_experts", m.target_experts},
+          {"expert_ms", m.expert_ms},
+          {"expert_overlap", m.expert_overlap},
           {"checked", checked_json(m.checked)},
           {"checked_ar_tok_per_s", m.checked_ar_tok_per_s},
           {"parallel", m.parallel},
@@ -101,6 +107,11 @@ CostMeasurements measurements_from(const nlohmann::json& j) {
   m.tree_accept = j.at("tree_accept").get<std::vector<std::vector<std::vector<double>>>>();
   m.tree_node_overhead_ms = j.at("tree_node_overhead_ms").get<double>();
   m.verify_row_ms = j.at("verify_row_ms").get<double>();
+  m.n_expert = j.at("n_expert").get<int>();
+  m.n_expert_used = j.at("n_expert_used").get<int>();
+  m.target_experts = j.at("target_experts").get<std::vector<double>>();
+  m.expert_ms = j.at("expert_ms").get<double>();
+  m.expert_overlap = j.at("expert_overlap").get<double>();
   for (const nlohmann::json& c : j.at("checked"))
     m.checked.push_back({c.at("label").get<std::string>(), c.at("tok_per_s").get<double>(),
                          c.at("slower").get<double>(), c.at("slower_se").get<double>()});

@@ -277,6 +277,29 @@ TEST(BenchReport, TerminalTableListsEveryResult) {
   EXPECT_NE(table.find("sd: 0.86 0.55 0.00"), std::string::npos) << table;
 }
 
+// A mixture-of-experts target: the experts each strategy's target forwards
+// touched per layer, in the table, the Markdown and the JSON; dense rows have none.
+TEST(BenchReport, ReportsTheExpertsAMixtureOfExpertsTargetTouched) {
+  std::vector<BenchRun> runs = sample_runs();
+  for (BenchRun& run : runs) {
+    const bool speculative = run.strategy != "ar";
+    run.stats.expert_layer_passes = 10;
+    run.stats.experts_touched = speculative ? 35 : 20;
+  }
+  BenchReport report = sample_report(false);
+  report.results = aggregate_runs(runs, kStrategies, kSets);
+  const std::string table = report_table(report);
+  EXPECT_NE(table.find("distinct experts per layer a target forward touched"), std::string::npos);
+  EXPECT_NE(table.find("  sd (code): 3.50"), std::string::npos) << table;
+  EXPECT_NE(table.find("  ar (code): 2.00"), std::string::npos) << table;
+  EXPECT_NE(report_markdown(report).find("sd (code): 3.50"), std::string::npos);
+  EXPECT_DOUBLE_EQ(report_json(report)["results"][1]["experts_per_forward"].get<double>(), 3.5);
+
+  const BenchReport dense = sample_report(false);
+  EXPECT_EQ(report_table(dense).find("distinct experts"), std::string::npos);
+  EXPECT_TRUE(report_json(dense)["results"][1]["experts_per_forward"].is_null());
+}
+
 // Minimal XML well-formedness: every element closed in order, attributes
 // quoted, no stray '&' or '<' in text.
 void expect_well_formed_xml(const std::string& xml) {

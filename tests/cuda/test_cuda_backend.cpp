@@ -259,6 +259,18 @@ TEST(CudaBackend, RefusesFamiliesItCannotRun) {
           << e.what();
     }
   }
+  // A llama file with experts (Mixtral-style): its FFNs are not the dense kernels'.
+  RandomModelSpec mixtral = small_spec("llama", DType::F16);
+  mixtral.n_expert = 4;
+  mixtral.n_expert_used = 2;
+  auto model = Model::load(write_model(dir, "mixtral.gguf", mixtral));
+  auto executor = cuda::make_executor(0);
+  try {
+    cuda::upload(*executor, *model);
+    ADD_FAILURE() << "a mixture-of-experts model was uploaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mixture-of-experts FFNs"), std::string::npos) << e.what();
+  }
 }
 
 std::vector<std::vector<int32_t>> prompts(int n) {

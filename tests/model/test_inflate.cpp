@@ -122,6 +122,41 @@ void expect_same_function(const Model& source, const Model& big, const std::vect
   EXPECT_EQ(greedy(big, prompt, n_greedy), greedy(source, prompt, n_greedy));
 }
 
+// The zoo target's FFNs as 8 identical experts (top-2, renormalised weights
+// summing to 1): the same function, now at a mixture-of-experts model's cost.
+TEST(Inflate, ZooTargetIntoIdenticalExpertsKeepsItsFunction) {
+  TempDir dir;
+  const auto source = Model::load(zoo_path("target.gguf"));
+  const auto tokenizer = Tokenizer::from_gguf(source->gguf());
+  const std::vector<int32_t> text = tokenizer->encode(kText, true, false);
+  const std::vector<int32_t> prompt = tokenizer->encode("def read_config(path):\n", true, false);
+  InflateOptions options;
+  options.shape = InflateShape{512, 8, 1024, 0, 0};
+  options.weight_type = DType::F32;
+  options.experts = 8;
+  options.experts_used = 2;
+  inflate_model(zoo_path("target.gguf"), options, dir.file("moe.gguf"));
+  const auto big = Model::load(dir.file("moe.gguf"));
+  EXPECT_EQ(big->config().moe.n_expert, 8);
+  EXPECT_EQ(big->config().moe.n_expert_used, 2);
+  expect_same_function(*source, *big, text, prompt, 40);
+  // The router spreads tokens: one forward over the text touches most experts
+  // of each layer, one token exactly its 2.
+  const ExpertTally& tally = big->expert_tally();
+  auto touched_per_layer = [&](std::span<const int32_t> tokens) {
+    Worker worker(2);
+    KvCache kv(big->config(), 512);
+    const int64_t passes = tally.layer_passes, touched = tally.experts_touched;
+    big->forward(worker, Batch::chain(kv, tokens, false), kv);
+    return double(tally.experts_touched - touched) / double(tally.layer_passes - passes);
+  };
+  EXPECT_GT(touched_per_layer(text), 6.0);
+  EXPECT_EQ(touched_per_layer(std::span(text).first(1)), 2.0);
+
+  options.experts_used = 9;
+  EXPECT_THROW(inflate_model(zoo_path("target.gguf"), options, dir.file("bad.gguf")), Error);
+}
+
 TEST(Inflate, ZooTargetKeepsItsFunctionInF16AndF32) {
   TempDir dir;
   const auto source = Model::load(zoo_path("target.gguf"));

@@ -42,6 +42,17 @@ RandomModelSpec spec_of(const char* arch, DType type, int n_embd, bool tied) {
   return s;
 }
 
+// Experts replace the FFN: a batch's tokens route to different experts, so
+// the batch-invariance checks below cover the gathering of rows per expert.
+RandomModelSpec moe_spec_of(const char* arch, DType type, int n_embd, int n_expert, int n_used) {
+  RandomModelSpec s = spec_of(arch, type, n_embd, false);
+  s.n_expert = n_expert;
+  s.n_expert_used = n_used;
+  if (std::string(arch) != "llama") s.n_ff_expert = n_embd;
+  if (std::string(arch) == "qwen2moe") s.n_ff_shared = 2 * n_embd;
+  return s;
+}
+
 // Windows shorter than the tests' prompts, so sliding layers drop keys.
 RandomModelSpec with_window(RandomModelSpec s, int window) {
   s.sliding_window = window;
@@ -87,6 +98,12 @@ std::vector<ModelCase> model_cases() {
       {"gemma3_q8_0", gemma3_spec()},
       {"phi3_f16", with_window(spec_of("phi3", DType::F16, 64, false), 4)},
       {"phi3_longrope_f32", phi3_longrope_spec()},
+      {"mixtral_f32", moe_spec_of("llama", DType::F32, 64, 4, 2)},
+      {"mixtral_q8_0", moe_spec_of("llama", DType::Q8_0, 64, 8, 2)},
+      {"qwen2moe_f16", moe_spec_of("qwen2moe", DType::F16, 64, 6, 3)},
+      {"qwen2moe_q4_k", moe_spec_of("qwen2moe", DType::Q4_K, 256, 4, 2)},
+      {"qwen3moe_f32", moe_spec_of("qwen3moe", DType::F32, 64, 8, 4)},
+      {"qwen3moe_q8_0", moe_spec_of("qwen3moe", DType::Q8_0, 64, 4, 2)},
   };
 }
 

@@ -464,9 +464,9 @@ TEST(TuneCache, AnOlderVersionIsMeasuredAgain) {
   store_tuning(cache, key, hand_made(false));
   std::ifstream in(tune_cache_file(cache));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t at = text.find("\"version\": 4");
+  const size_t at = text.find("\"version\": 5");
   ASSERT_NE(at, std::string::npos) << text;
-  text.replace(at, 12, "\"version\": 3");
+  text.replace(at, 12, "\"version\": 4");
   write_bytes(tune_cache_file(cache), text);
   EXPECT_FALSE(load_tuning(cache, key).has_value());
   store_tuning(cache, key, hand_made_trees());
