@@ -1,20 +1,77 @@
 #pragma once
-// Wall-clock timing for accounting: a stopwatch and a scope that adds its
-// duration to a running total in milliseconds.
+// Timing for accounting: a stopwatch and a scope that adds its duration to a
+// running total in milliseconds. Both read the steady clock, or the clock a
+// simulation installs on the thread (ThreadClock), so that a strategy's own
+// accounting is in simulated time when it runs against a simulated machine.
 #include <chrono>
 
 namespace parspec {
 
-class Stopwatch {
+// A clock that stands in for the steady clock on one thread (a simulated
+// machine's virtual clock).
+class ThreadClock {
  public:
-  Stopwatch() : start_(std::chrono::steady_clock::now()) {}
-  double elapsed_ms() const {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
-        .count();
-  }
+  virtual ~ThreadClock() = default;
+  virtual double now_ms() = 0;
+  // Work that the calling code runs one piece after another, but that the
+  // simulated machine runs at the same time (a pool's drafters, each on a node
+  // of its own): every piece starts when the section starts, and the section
+  // ends when its slowest piece does.
+  virtual void parallel_begin() {}
+  virtual void parallel_next() {}
+  virtual void parallel_end() {}
+};
+
+// The calling thread's clock; null: the steady clock.
+ThreadClock* thread_clock();
+// Installs `clock` on the calling thread for the scope's life.
+class ScopedThreadClock {
+ public:
+  explicit ScopedThreadClock(ThreadClock* clock);
+  ~ScopedThreadClock();
+  ScopedThreadClock(const ScopedThreadClock&) = delete;
+  ScopedThreadClock& operator=(const ScopedThreadClock&) = delete;
 
  private:
-  std::chrono::steady_clock::time_point start_;
+  ThreadClock* previous_;
+};
+
+// Milliseconds since an arbitrary origin on the calling thread's clock.
+inline double clock_now_ms() {
+  if (ThreadClock* clock = thread_clock()) return clock->now_ms();
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Pieces of work that run at the same time on a simulated machine (see
+// ThreadClock::parallel_begin); nothing without a thread clock. Call next()
+// before each piece.
+class ParallelSection {
+ public:
+  ParallelSection() : clock_(thread_clock()) {
+    if (clock_) clock_->parallel_begin();
+  }
+  void next() {
+    if (clock_) clock_->parallel_next();
+  }
+  ~ParallelSection() {
+    if (clock_) clock_->parallel_end();
+  }
+  ParallelSection(const ParallelSection&) = delete;
+  ParallelSection& operator=(const ParallelSection&) = delete;
+
+ private:
+  ThreadClock* clock_;
+};
+
+class Stopwatch {
+ public:
+  Stopwatch() : start_ms_(clock_now_ms()) {}
+  double elapsed_ms() const { return clock_now_ms() - start_ms_; }
+
+ private:
+  double start_ms_;
 };
 
 // Adds the time from construction to destruction to `total_ms`.

@@ -10,10 +10,13 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "core/worker.h"
 #include "decode/registry.h"
 #include "model/model.h"
 #include "mpi/pipeline.h"
+#include "sim/cost_profile.h"
+#include "sim/sim_sides.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -61,7 +64,7 @@ int run_conversation(const std::string& model_path, const std::string& chat_temp
 // The run as one JSON object (the documented fields of README.md).
 void print_json(const std::string& strategy, const std::string& chosen,
                 const GenerationResult& result, const Tokenizer& tokenizer, bool ignore_eos,
-                uint64_t seed, int n_threads) {
+                uint64_t seed, int n_threads, const nlohmann::json* simulated) {
   const GenerationStats& st = result.stats;
   std::vector<int32_t> kept;
   for (int32_t t : result.tokens)
@@ -91,6 +94,10 @@ void print_json(const std::string& strategy, const std::string& chosen,
                           {"link_latency_us", pipeline->options().link.latency_us},
                           {"link_gbps", pipeline->options().link.gbps},
                           {"stages", stages}};
+  }
+  if (simulated != nullptr) {
+    out["ms_per_token"] = st.n_gen > 0 ? st.t_gen_ms / static_cast<double>(st.n_gen) : 0.0;
+    out["simulated"] = *simulated;
   }
   std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
@@ -212,9 +219,11 @@ std::vector<int32_t> encode_prompt(GenerateArgs& a, const std::string& prompt, c
 }
 
 // Runs the strategy on the prompt, streaming the text (or printing JSON at the end).
+// `simulated` (simulate): the cluster's report, for --json; the times are then the cluster's.
 void generate_and_print(Strategy& strategy, const GenerateArgs& a, const std::string& prompt,
                         std::vector<int32_t> prompt_tokens, int n_predict,
-                        const Tokenizer& tokenizer) {
+                        const Tokenizer& tokenizer,
+                        const std::function<nlohmann::json()>& simulated = {}) {
   StreamDecoder stream(tokenizer);
   GenerationRequest request;
   request.prompt = std::move(prompt_tokens);
@@ -233,11 +242,92 @@ void generate_and_print(Strategy& strategy, const GenerateArgs& a, const std::st
     std::fputs(prompt.c_str(), stdout);
   }
   const GenerationResult result = strategy.generate(request);
-  if (a.json)
+  if (a.json) {
+    const nlohmann::json report = simulated ? simulated() : nlohmann::json();
     print_json(strategy.name(), strategy.runs(), result, tokenizer, a.ignore_eos, a.sampling.seed,
-               a.n_threads);
-  else
+               a.n_threads, simulated ? &report : nullptr);
+  } else
     print_speed(strategy.name(), stream.flush(), result.stats);
+  if (simulated && !a.json && result.stats.n_gen > 0)
+    std::fprintf(stderr, "simulated:  %.3f ms per token on the cluster's clock\n",
+                 result.stats.t_gen_ms / static_cast<double>(result.stats.n_gen));
+}
+
+}  // namespace
+
+namespace {
+
+// What generate and simulate share once the flags are parsed: the model, its
+// tokenizer, the context and the prompt's tokens.
+struct PreparedRun {
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  int n_ctx = 0, n_predict = 0;
+  std::string prompt;
+  std::vector<int32_t> prompt_tokens;
+};
+
+PreparedRun prepare_run(GenerateArgs& a, const ArgParser& args) {
+  const bool prompt_given = args.given("-p") || args.given("--prompt");
+  check(prompt_given || !a.prompt_file.empty(), "no prompt given (-p TEXT or -f FILE)");
+  if (!a.prompt_file.empty()) check_text_input(a.prompt_file, "-f");
+  check(a.n_predict >= -1, "-n ", a.n_predict,
+        ": the number of tokens to generate must be >= 0, or -1 (until the context is full)");
+  a.sampling.seed = a.seed ? *a.seed : std::random_device{}();
+  validate_sampling_params(a.sampling);
+
+  PreparedRun run;
+  run.model = load_model(a.model_path, a.strategy_options.devices.target_loading());
+  run.tokenizer = Tokenizer::from_gguf(run.model->gguf());
+  run.n_ctx = resolve_context_size(a.n_ctx, args.given("-c"), {&run.model->config()}, a.model_path);
+  run.model->use_context_size(run.n_ctx);
+  run.prompt = read_prompt(a, *run.tokenizer, run.n_ctx);
+  // Tokenized up to one token past the context: enough to refuse a longer prompt.
+  run.prompt_tokens =
+      encode_prompt(a, run.prompt, *run.model, *run.tokenizer, static_cast<size_t>(run.n_ctx) + 1);
+  run.n_predict =
+      resolve_n_predict(a.n_predict, static_cast<int64_t>(run.prompt_tokens.size()), run.n_ctx);
+  return run;
+}
+
+// simulate's own flags.
+struct SimulateArgs {
+  int ranks = 0;
+  std::string cost_profile = "measured", draft_cost_profile = "measured";
+  std::string shape, draft_shape, save_profiles;
+  float head_time_scale = 1;
+  bool drafters_on_head = false;
+};
+
+void add_simulate_options(ArgParser& args, SimulateArgs& s) {
+  args.option("--ranks", &s.ranks, "N",
+              "ranks of the simulated job, as mpirun -np N: rank 0 the head, the others target "
+              "stages (see --stages)");
+  args.option("--cost-profile", &s.cost_profile, "SPEC",
+              "what the target's forwards cost: measured (time the model here), "
+              "roofline:GBPS:TFLOPS[:BYTES_PER_WEIGHT] (of --shape; 2 bytes per weight unless "
+              "given) or a JSON file (docs/simulate.md)");
+  args.option("--draft-cost-profile", &s.draft_cost_profile, "SPEC",
+              "what the drafters' forwards cost, as --cost-profile (of --draft-shape)");
+  args.option(
+      "--shape", &s.shape, "NAME", "price the target as this model shape (" + [] {
+        std::string names;
+        for (const std::string& n : sim::model_shape_names())
+          names += (names.empty() ? "" : ", ") + n;
+        return names;
+      }() + "): a measured profile is scaled by weights per layer; default: the model's own");
+  args.option("--draft-shape", &s.draft_shape, "NAME", "the same for the drafters");
+  args.option("--save-profiles", &s.save_profiles, "PREFIX",
+              "write the profiles used to PREFIX-target.json and PREFIX-draft.json (for "
+              "--cost-profile FILE in later runs)");
+  args.option("--head-time-scale", &s.head_time_scale, "X",
+              "the head's own work (sampling, verification, tree bookkeeping) counts X times its "
+              "wall time here; 0 leaves it out");
+  args.flag("--drafters-on-head", &s.drafters_on_head,
+            "pool strategies (cosine, specinfer): run every drafter on the head instead of a "
+            "node of its own each");
+  args.bound("--ranks", 2, 4096);
+  args.bound("--head-time-scale", 0, 1000);
 }
 
 }  // namespace
@@ -269,31 +359,125 @@ int cmd_generate(int argc, char** argv) {
                             a.strategy_options, a.n_threads, a.n_ctx, args.given("-c"), a.n_predict,
                             a.sampling, a.seed, a.stop_strings);
   }
-  check(prompt_given || !a.prompt_file.empty(), "no prompt given (-p TEXT or -f FILE)");
-  if (!a.prompt_file.empty()) check_text_input(a.prompt_file, "-f");
-  check(a.n_predict >= -1, "-n ", a.n_predict,
-        ": the number of tokens to generate must be >= 0, or -1 (until the context is full)");
-  a.sampling.seed = a.seed ? *a.seed : std::random_device{}();
-  validate_sampling_params(a.sampling);
-
-  std::shared_ptr<const Model> model =
-      load_model(a.model_path, a.strategy_options.devices.target_loading());
-  auto tokenizer = Tokenizer::from_gguf(model->gguf());
-  const int n_ctx =
-      resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);
-  model->use_context_size(n_ctx);
-  const std::string prompt = read_prompt(a, *tokenizer, n_ctx);
-  // Tokenized up to one token past the context: enough to refuse a longer prompt.
-  std::vector<int32_t> prompt_tokens =
-      encode_prompt(a, prompt, *model, *tokenizer, static_cast<size_t>(n_ctx) + 1);
-  const int n_predict =
-      resolve_n_predict(a.n_predict, static_cast<int64_t>(prompt_tokens.size()), n_ctx);
-
+  PreparedRun run = prepare_run(a, args);
   StrategyResources resources;
-  resources.init(model, a.strategy_options, a.n_threads);
-  auto strategy = make_strategy(resources.config_for(a.strategy_name, a.strategy_options, n_ctx));
+  resources.init(run.model, a.strategy_options, a.n_threads);
+  auto strategy =
+      make_strategy(resources.config_for(a.strategy_name, a.strategy_options, run.n_ctx));
   for (const std::string& note : strategy->notes()) std::fprintf(stderr, "%s\n", note.c_str());
-  generate_and_print(*strategy, a, prompt, std::move(prompt_tokens), n_predict, *tokenizer);
+  generate_and_print(*strategy, a, run.prompt, std::move(run.prompt_tokens), run.n_predict,
+                     *run.tokenizer);
+  return 0;
+}
+
+int cmd_simulate(int argc, char** argv) {
+  GenerateArgs a;
+  SimulateArgs s;
+  ArgParser args("simulate",
+                 "Run a strategy's real code against a simulated cluster: the tokens are the "
+                 "real ones, the time is a virtual clock's (a pipeline of target stages and "
+                 "links priced by cost profiles; docs/simulate.md). Takes generate's flags and "
+                 "the MPI runtime's (--stages, --layer-split, --head-layers, --link-latency-us, "
+                 "--link-gbps), which here shape the simulated job, not an mpirun one.");
+  add_generate_options(args, a);
+  add_simulate_options(args, s);
+  if (!args.parse(argc, argv)) return 0;
+  check(!mpi::launched_by_mpirun(), "simulate runs in one process, not under mpirun");
+  check(!a.model_path.empty(), "no model given (-m FILE)");
+  check(args.given("--ranks"), "give the simulated job's size with --ranks N");
+  check(!a.conversation, "simulate runs one prompt: -cnv is for generate");
+  const bool prompt_given = args.given("-p") || args.given("--prompt");
+  check(!(prompt_given && !a.prompt_file.empty()), "give either -p or -f, not both");
+  StrategyOptions& options = a.strategy_options;
+  if (a.strategy_name.empty())
+    a.strategy_name =
+        strategy_for(options.draft_path.empty() ? StrategyRole::generate_pipeline_plain
+                                                : StrategyRole::generate_pipeline_drafted)
+            .name;
+  const StrategySpec spec = options.check_strategy(args, a.strategy_name);
+  for (const char* name : {"pearl", "easyspec", "auto"})
+    check(spec.name != name, "simulate: '", name, "' ",
+          std::string(name) == "auto"
+              ? "chooses by timing this machine; simulate the strategy it would choose"
+              : "drafts on threads of its own, which the virtual clock does not follow",
+          " (simulated: every other strategy)");
+  const int stages = options.stages == 0 ? s.ranks - 1 : options.stages;
+  check(stages >= 1 && stages <= s.ranks - 1, "--stages ", stages, ": a job of ", s.ranks,
+        " ranks has 1..", s.ranks - 1, " target stages (rank 0 is the head)");
+
+  PreparedRun run = prepare_run(a, args);
+  // The pipeline flags shape the simulated job; the resources are this process's.
+  StrategyOptions local = options;
+  local.stages = 0;
+  local.layer_split.clear();
+  local.head_layers = 0;
+  local.link_latency_us = local.link_gbps = 0;
+  StrategyResources resources;
+  resources.init(run.model, local, a.n_threads);
+  StrategyConfig config = resources.config_for(a.strategy_name, local, run.n_ctx);
+
+  sim::ClusterSpec cluster_spec;
+  const sim::ModelShape target_shape =
+      s.shape.empty() ? sim::shape_of(run.model->config()) : sim::model_shape(s.shape);
+  std::fprintf(stderr, "simulate: pricing the target's forwards (%s)\n", s.cost_profile.c_str());
+  cluster_spec.target =
+      sim::resolve_profile(s.cost_profile, *run.model, *resources.target_worker, target_shape);
+  std::shared_ptr<const Model> drafter =
+      resources.draft ? resources.draft
+                      : (resources.drafters.empty() ? nullptr : resources.drafters.front());
+  if (drafter) {
+    const sim::ModelShape draft_shape =
+        s.draft_shape.empty() ? sim::shape_of(drafter->config()) : sim::model_shape(s.draft_shape);
+    Worker& worker = resources.draft_worker ? *resources.draft_worker : *resources.target_worker;
+    std::fprintf(stderr, "simulate: pricing the drafter's forwards (%s)\n",
+                 s.draft_cost_profile.c_str());
+    cluster_spec.draft = sim::resolve_profile(s.draft_cost_profile, *drafter, worker, draft_shape);
+  }
+  if (!s.save_profiles.empty()) {
+    cluster_spec.target.save(s.save_profiles + "-target.json");
+    if (drafter) cluster_spec.draft.save(s.save_profiles + "-draft.json");
+  }
+  sim::PipelineLayout& layout = cluster_spec.pipeline;
+  layout.head_layers = options.head_layers;
+  layout.link_latency_us = options.link_latency_us;
+  layout.link_gbps = options.link_gbps;
+  // A profile of the model itself splits its layers as the MPI runtime does; another shape
+  // (every layer alike) by the profile's costs.
+  const bool own_layers = cluster_spec.target.n_layer == run.model->config().n_layer;
+  layout.layers_per_stage =
+      own_layers ? mpi::split_layers(*run.model, stages, options.layer_split, options.head_layers)
+                 : sim::balanced_split(cluster_spec.target, stages, options.layer_split,
+                                       options.head_layers);
+  cluster_spec.head_time_scale = s.head_time_scale;
+  cluster_spec.drafter_nodes = !s.drafters_on_head;
+  sim::SimCluster cluster(cluster_spec);
+  cluster.attach(config);
+  auto strategy = make_strategy(config);
+  for (const std::string& note : strategy->notes()) std::fprintf(stderr, "%s\n", note.c_str());
+  std::fprintf(stderr, "simulated: %s\n", cluster.pipeline().describe().c_str());
+  if (drafter) std::fprintf(stderr, "simulated: draft cost: %s\n", cluster_spec.draft.name.c_str());
+
+  const auto report = [&]() -> nlohmann::json {
+    nlohmann::json per_stage = nlohmann::json::array();
+    for (const sim::SimStageReport& st : cluster.pipeline().stages())
+      per_stage.push_back({{"rank", st.rank},
+                           {"layers", {st.layer_first, st.layer_last}},
+                           {"forwards", st.forwards},
+                           {"skipped", st.skipped},
+                           {"abandoned", st.abandoned},
+                           {"busy_ms", st.busy_ms}});
+    return {{"ranks", s.ranks},
+            {"pipeline", cluster.pipeline().describe()},
+            {"link_latency_us", layout.link_latency_us},
+            {"link_gbps", layout.link_gbps},
+            {"head_time_scale", s.head_time_scale},
+            {"target_cost", cluster_spec.target.name},
+            {"draft_cost", drafter ? cluster_spec.draft.name : ""},
+            {"stages", per_stage}};
+  };
+  ScopedThreadClock virtual_time(&cluster.clock());
+  generate_and_print(*strategy, a, run.prompt, std::move(run.prompt_tokens), run.n_predict,
+                     *run.tokenizer, report);
   return 0;
 }
 

@@ -15,5 +15,6 @@ int cmd_quantize(int argc, char** argv);
 int cmd_tune(int argc, char** argv);
 int cmd_lp_similarity(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_simulate(int argc, char** argv);
 
 }  // namespace parspec

@@ -35,6 +35,9 @@ const Command kCommands[] = {
      "exact vs layer-parallel (EasySpec) draft forward: cosine similarity per layer group"},
     {"serve", parspec::cmd_serve,
      "OpenAI-compatible HTTP server with continuous batching and speculative decoding"},
+    {"simulate", parspec::cmd_simulate,
+     "run a strategy on a simulated cluster: real tokens, the cluster's time (pipeline stages, "
+     "links)"},
 };
 
 void print_usage(FILE* out) {

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "decode/local_model.h"
 
 namespace parspec {
@@ -45,7 +46,12 @@ DrafterPool::DrafterPool(const StrategyConfig& config) {
 
 void DrafterPool::run(std::span<const int> members, const std::function<void(int)>& job) {
   if (!concurrent_ || members.size() < 2) {
-    for (int i : members) job(i);
+    // One after another here; on a simulated cluster the members' nodes draft at the same time.
+    ParallelSection together;
+    for (int i : members) {
+      together.next();
+      job(i);
+    }
     return;
   }
   std::vector<std::exception_ptr> errors(members.size());
