@@ -151,11 +151,14 @@ class GgufFile {
   // pages around the tensors are read in too (whole pages, from the file).
   // Not thread-safe against readers of those tensors: call it before forwards
   // start. A no-op for copied files and files in memory; counts the bytes read
-  // in (held_bytes()). Throws Error when the file cannot be read.
-  void hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors);
+  // in (held_bytes()). Throws Error when the file cannot be read. `choose`
+  // rewrites tensors as they are read in, as open() does for a copied file
+  // (transformed() then says so).
+  void hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors,
+                      const TransformChooser& choose = nullptr);
   uint64_t held_bytes() const { return held_bytes_; }
 
-  // Whether open() rewrote the tensor's bytes with a TensorTransform.
+  // Whether open() or hold_in_memory() rewrote the tensor's bytes with a TensorTransform.
   bool transformed(const GgufTensorInfo& info) const;
 
  private:
@@ -175,7 +178,8 @@ class GgufFile {
   std::unique_ptr<MappedFileGuard> guard_;  // while the file's pages are mapped
   size_t mapped_size_ = 0;
   uint64_t held_bytes_ = 0;
-  std::vector<bool> transformed_;  // per tensor, in tensors_ order
+  std::vector<bool> transformed_;                      // per tensor, in tensors_ order
+  std::vector<std::pair<size_t, size_t>> held_pages_;  // file byte ranges hold_in_memory read in
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   uint64_t data_offset_ = 0;

@@ -82,13 +82,16 @@ void* map_at_huge_page_boundary(int fd, size_t size) {
 
 }  // namespace
 
-void GgufFile::hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors) {
+void GgufFile::hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors,
+                              const TransformChooser& choose) {
   if (copied_ || mapping_ == nullptr) return;
-  // Byte ranges of the file, merged where less than a huge page apart.
+  // Page ranges of the file, merged where less than a huge page apart.
   std::vector<std::pair<size_t, size_t>> ranges;
   for (const GgufTensorInfo* t : tensors) {
     const size_t begin = static_cast<size_t>(data_offset_ + t->offset);
-    ranges.emplace_back(begin, begin + static_cast<size_t>(t->n_bytes));
+    ranges.emplace_back(
+        begin / kPage * kPage,
+        std::min(round_up(begin + static_cast<size_t>(t->n_bytes), kPage), round_up(size_, kPage)));
   }
   std::sort(ranges.begin(), ranges.end());
   std::vector<std::pair<size_t, size_t>> merged;
@@ -98,28 +101,61 @@ void GgufFile::hold_in_memory(const std::vector<const GgufTensorInfo*>& tensors)
     else
       merged.push_back(r);
   }
+  // Pages held by an earlier call keep their bytes (some of them rewritten).
+  std::vector<std::pair<size_t, size_t>> fresh;
+  for (auto [begin, end] : merged) {
+    for (const auto& [held_begin, held_end] : held_pages_) {
+      if (held_end <= begin || held_begin >= end) continue;
+      if (held_begin > begin) fresh.emplace_back(begin, held_begin);
+      begin = std::max(begin, held_end);
+    }
+    if (begin < end) fresh.emplace_back(begin, end);
+  }
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path_, ": cannot open: ", std::strerror(errno));
   auto* base = static_cast<char*>(mapping_);
-  for (const auto& [first, last] : merged) {
-    const size_t begin = first / kPage * kPage;
-    const size_t end = std::min(round_up(last, kPage), round_up(size_, kPage));
+  std::string error;
+  auto give_up = [&](const std::string& why) {
+    ::close(fd);
+    fail(path_, why);
+  };
+  for (const auto& [begin, end] : fresh) {
     char* at = base + begin;
     // Anonymous pages replace the file's at the same addresses, then get its bytes.
     if (mmap(at, end - begin, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-             0) == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      fail(path_, ": cannot hold tensors in memory: ", std::strerror(err));
-    }
+             0) == MAP_FAILED)
+      give_up(std::string(": cannot hold tensors in memory: ") + std::strerror(errno));
     madvise(at, end - begin, MADV_HUGEPAGE);  // advice only
-    const std::string error = read_fully(fd, at, std::min(end, size_) - begin, begin);
-    if (!error.empty()) {
-      ::close(fd);
-      fail(path_, ": cannot read: ", error);
-    }
+    error = read_fully(fd, at, std::min(end, size_) - begin, begin);
+    if (!error.empty()) give_up(": cannot read: " + error);
     mprotect(at, end - begin, PROT_READ);
     held_bytes_ += end - begin;
+    held_pages_.emplace_back(begin, end);
+  }
+  std::sort(held_pages_.begin(), held_pages_.end());
+  // Tensors rewritten as they are read (repacked), in place over the held pages.
+  transformed_.resize(tensors_.size(), false);
+  for (const GgufTensorInfo* t : choose ? tensors : std::vector<const GgufTensorInfo*>{}) {
+    const auto index = static_cast<size_t>(t - tensors_.data());
+    if (transformed_[index]) continue;
+    const TensorTransform transform = choose(*this, *t);
+    if (!transform) continue;
+    const size_t begin = static_cast<size_t>(data_offset_ + t->offset);
+    const size_t page = begin / kPage * kPage;
+    const size_t page_end = round_up(begin + static_cast<size_t>(t->n_bytes), kPage);
+    mprotect(base + page, page_end - page, PROT_READ | PROT_WRITE);
+    std::mutex mutex;
+    auto read = [&, begin](size_t offset, size_t n, uint8_t* to) {
+      const std::string why = read_fully(fd, reinterpret_cast<char*>(to), n, begin + offset);
+      if (why.empty()) return true;
+      const std::lock_guard lock(mutex);
+      if (error.empty()) error = why;
+      return false;
+    };
+    transform(read, reinterpret_cast<uint8_t*>(base + begin));
+    mprotect(base + page, page_end - page, PROT_READ);
+    if (!error.empty()) give_up(": cannot read: " + error);
+    transformed_[index] = true;
   }
   ::close(fd);
 }

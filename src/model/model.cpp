@@ -113,30 +113,10 @@ bool read_through_matmul(const GgufFile& file, const std::string& name) {
   return false;
 }
 
-}  // namespace
-
-void Model::hold_in_memory(int layer_first, int layer_last, bool output) const {
-  const std::string output_name = config_.tied_embeddings ? "token_embd.weight" : "output.weight";
-  std::vector<const GgufTensorInfo*> wanted;
-  for (const GgufTensorInfo& t : file_->tensors()) {
-    if (output && t.name == output_name) {
-      wanted.push_back(&t);
-      continue;
-    }
-    if (!t.name.starts_with("blk.")) continue;
-    const int layer = std::atoi(t.name.c_str() + 4);
-    if (layer >= layer_first && layer < layer_last) wanted.push_back(&t);
-  }
-  file_->hold_in_memory(wanted);
-}
-
-std::shared_ptr<Model> Model::load(const std::string& path, WeightLoading loading) {
-  if (!repacking_wanted()) return from_gguf(GgufFile::open(path, loading));
-  // Q4_0/Q8_0 (and under AVX-512 Q4_K/Q6_K) matrices are repacked (kernels/repack.h) while
-  // the file is read, on all threads: one pass, where reading and then repacking took two.
-  Worker worker(default_thread_count());
-  const TransformChooser choose = [&](const GgufFile& file,
-                                      const GgufTensorInfo& t) -> TensorTransform {
+// Q4_0/Q8_0 (and under AVX-512 Q4_K/Q6_K) matrices repacked (kernels/repack.h) as the file is
+// read, on `worker`'s threads.
+TransformChooser repack_chooser(Worker& worker) {
+  return [&worker](const GgufFile& file, const GgufTensorInfo& t) -> TensorTransform {
     if (!repack::repack_pays(t.type, active_isa()) || t.dims.size() < 2 || t.dims.size() > 3 ||
         t.dims[1] < repack::kGroupRows || !read_through_matmul(file, t.name))
       return nullptr;
@@ -152,7 +132,39 @@ std::shared_ptr<Model> Model::load(const std::string& path, WeightLoading loadin
       }
     };
   };
-  return from_gguf(GgufFile::open(path, loading, choose));
+}
+
+}  // namespace
+
+void Model::hold_in_memory(int layer_first, int layer_last, bool output) const {
+  const std::string output_name = config_.tied_embeddings ? "token_embd.weight" : "output.weight";
+  std::vector<const GgufTensorInfo*> wanted;
+  for (const GgufTensorInfo& t : file_->tensors()) {
+    if (output && t.name == output_name) {
+      wanted.push_back(&t);
+      continue;
+    }
+    if (!t.name.starts_with("blk.")) continue;
+    const int layer = std::atoi(t.name.c_str() + 4);
+    if (layer >= layer_first && layer < layer_last) wanted.push_back(&t);
+  }
+  if (!repacking_wanted()) {
+    file_->hold_in_memory(wanted);
+    return;
+  }
+  // Repacked as they are read in, as a copied file's are: a stage's multi-row forwards (tree
+  // levels, verifications) run on the same kernels as in one process.
+  Worker worker(default_thread_count());
+  file_->hold_in_memory(wanted, repack_chooser(worker));
+  const_cast<Model*>(this)->adopt_repacked_weights();
+}
+
+std::shared_ptr<Model> Model::load(const std::string& path, WeightLoading loading) {
+  if (!repacking_wanted()) return from_gguf(GgufFile::open(path, loading));
+  // Repacked while the file is read, on all threads: one pass, where reading and then
+  // repacking took two.
+  Worker worker(default_thread_count());
+  return from_gguf(GgufFile::open(path, loading, repack_chooser(worker)));
 }
 
 std::shared_ptr<Model> Model::from_gguf(std::unique_ptr<GgufFile> file) {
@@ -536,6 +548,35 @@ std::vector<float> Model::forward(Worker& worker, const Batch& batch, KvCache& k
           " logits (its weights hold NaN/Inf or its activations overflow)");
   }
   return logits;
+}
+
+void Model::adopt_repacked_weights() {
+  // Every matrix whose bytes lie in a tensor the file has rewritten now reads them packed.
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> packed;
+  for (const GgufTensorInfo& t : file_->tensors())
+    if (file_->transformed(t)) {
+      const uint8_t* begin = file_->tensor_data(t);
+      packed.emplace_back(begin, begin + t.n_bytes);
+    }
+  auto adopt = [&](WeightMatrix& wm) {
+    if (wm.data == nullptr || wm.repacked) return;
+    for (const auto& [begin, end] : packed)
+      if (wm.data >= begin && wm.data < end) {
+        wm.repacked = true;
+        repacked_bytes_ += matrix_bytes(wm);
+        return;
+      }
+  };
+  adopt(output_);
+  if (config_.tied_embeddings) token_embd_.repacked = output_.repacked;
+  for (LayerWeights& w : layers_) {
+    for (WeightMatrix* wm :
+         {&w.wq, &w.wk, &w.wv, &w.wqkv, &w.wo, &w.w_gate, &w.w_up, &w.w_down, &w.moe.router,
+          &w.moe.shared_gate, &w.moe.shared_up, &w.moe.shared_down})
+      adopt(*wm);
+    for (auto* experts : {&w.moe.gate, &w.moe.up, &w.moe.down})
+      for (WeightMatrix& wm : *experts) adopt(wm);
+  }
 }
 
 }  // namespace parspec

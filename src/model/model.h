@@ -76,14 +76,16 @@ class Model {
   const GgufFile& gguf() const { return *file_; }
   // Reads the weights of layers [layer_first, layer_last), and the output
   // matrix when `output`, from a mapped file into memory backed by 2 MiB pages
-  // (GgufFile::hold_in_memory: the addresses stay) — an MPI stage's own share.
-  // Call before forwards start.
+  // (GgufFile::hold_in_memory: the addresses stay) — an MPI stage's own share —
+  // repacked as Model::load repacks a copied file's. Call before forwards start
+  // (it changes the kernels that read those weights).
   void hold_in_memory(int layer_first, int layer_last, bool output) const;
   // Bytes of weights read per token (for roofline estimates).
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Bytes of weights repacked at load into the tile layout (kernels/repack.h):
-  // the Q4_0/Q8_0 matrices of a file read into memory (GgufFile::copied), unless
-  // PARSPEC_REPACK=0. A mapped file's weights stay as the file has them.
+  // the Q4_0/Q8_0 matrices of a file read into memory (GgufFile::copied) or
+  // held in memory (hold_in_memory), unless PARSPEC_REPACK=0. The rest of a
+  // mapped file stays as the file has it.
   uint64_t repacked_bytes() const { return repacked_bytes_; }
   // Of a mixture-of-experts model: the distinct experts its forwards touched,
   // per layer pass, counted since load (for every forward of every sequence).
@@ -169,6 +171,8 @@ class Model {
   RopeTable rope_global_, rope_sliding_, rope_long_;
   mutable std::atomic<bool> long_rope_{false};  // use_context_size's choice
   uint64_t weight_bytes_ = 0;
+  // After hold_in_memory: the matrices whose tensors the file repacked read them packed.
+  void adopt_repacked_weights();
   uint64_t repacked_bytes_ = 0;
   mutable ExpertTally expert_tally_;
 };

@@ -348,6 +348,9 @@ TEST_P(ModelTest, HeldLayersGiveTheMappedLogitsBitwise) {
   held->hold_in_memory(0, 1, false);  // the rest, over pages already held
   KvCache kv(held->config(), 64);
   EXPECT_EQ(held->forward(w, Batch::chain(kv, prompt_, true), kv), logits[1]);
+  // Held weights are repacked as a copied file's are (the mapped ones stay as the file has them).
+  EXPECT_EQ(held->repacked_bytes(), Model::load(path, WeightLoading::kCopy)->repacked_bytes());
+  EXPECT_EQ(mapped->repacked_bytes(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, ModelTest, ::testing::ValuesIn(model_cases()),
