@@ -84,6 +84,10 @@ struct StrategyInfo {
   // Why it cannot run under mpirun at all (it measures on a target in this
   // process); empty: it can.
   std::string mpirun_refusal{};
+  // Why `parspec simulate` cannot run it (it works on threads of its own or
+  // times this machine, which a simulated cluster's virtual clock does not
+  // follow); empty: it can.
+  std::string simulation_refusal{};
   // Its family in the cost model (`auto`, `parspec tune`); null: not tuned.
   std::shared_ptr<const CostFamily> cost{};
   std::function<std::unique_ptr<Strategy>(const StrategyConfig&)> make;

@@ -60,6 +60,9 @@ StrategyInfo auto_strategy() {
           .mpirun_refusal =
               "strategy 'auto' tunes on a target in this process; under mpirun choose pp, stpp, "
               "pipedec, pearl, sd, tree or dyntree",
+          .simulation_refusal =
+              "strategy 'auto' chooses by timing this machine; simulate the "
+              "strategies it chooses among (the candidates of simulate --plan)",
           .make = [](const StrategyConfig& c) { return std::make_unique<AutoStrategy>(c); }};
 }
 

@@ -395,12 +395,8 @@ int cmd_simulate(int argc, char** argv) {
                                                 : StrategyRole::generate_pipeline_drafted)
             .name;
   const StrategySpec spec = options.check_strategy(args, a.strategy_name);
-  for (const char* name : {"pearl", "easyspec", "auto"})
-    check(spec.name != name, "simulate: '", name, "' ",
-          std::string(name) == "auto"
-              ? "chooses by timing this machine; simulate the strategy it would choose"
-              : "drafts on threads of its own, which the virtual clock does not follow",
-          " (simulated: every other strategy)");
+  const std::string& refusal = strategy_info(spec.name).simulation_refusal;
+  check(refusal.empty(), "simulate: ", refusal);
   const int stages = options.stages == 0 ? s.ranks - 1 : options.stages;
   check(stages >= 1 && stages <= s.ranks - 1, "--stages ", stages, ": a job of ", s.ranks,
         " ranks has 1..", s.ranks - 1, " target stages (rank 0 is the head)");

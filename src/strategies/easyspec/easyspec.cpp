@@ -217,6 +217,9 @@ StrategyInfo easyspec_strategy() {
                                &StrategyConfig::tree_width)},
       .variant_key = "draft_max",
       .drafts_on_ranks = true,
+      .simulation_refusal =
+          "strategy 'easyspec' drafts a layer group's attention blocks on "
+          "threads of its own, which a simulated clock does not follow",
       .make = [](const StrategyConfig& c) -> std::unique_ptr<Strategy> {
         if (option_value<bool>(c, lp_tree_option())) return std::make_unique<EasySpecTree>(c);
         return std::make_unique<EasySpecChain>(c);

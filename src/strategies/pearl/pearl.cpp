@@ -348,6 +348,9 @@ StrategyInfo pearl_strategy() {
           .needs_draft = true,
           .options = {pearl_window_option(), no_pre_verify_option(), no_post_verify_option()},
           .variant_key = "pearl_window",
+          .simulation_refusal =
+              "strategy 'pearl' drafts on a thread of its own at the same time "
+              "as it verifies, which a simulated clock does not follow",
           .cost = pearl_cost(),
           .make = make_pearl};
 }
