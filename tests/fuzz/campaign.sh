@@ -7,14 +7,15 @@
 # unless --no-merge, replaces each kept corpus by the minimized union of the old one and what the
 # run found (libFuzzer's -merge=1: only inputs that add coverage are kept).
 #
-#   tests/fuzz/campaign.sh SECONDS [--build DIR] [--no-merge]
+#   tests/fuzz/campaign.sh SECONDS [--build DIR] [--no-merge] [--only gguf,tokenizer,http]
 #
+# --only runs some of the fuzzers (a campaign in parts: the kept corpus carries each part on).
 # Crashing inputs go to DIR/tests/fuzz/campaign/artifacts/; the exit code is 1 if any fuzzer
 # crashed, leaked, timed out or ran out of memory. Run it under `nice -n 19` on a shared machine.
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 SECONDS [--build DIR] [--no-merge]" >&2
+  echo "usage: $0 SECONDS [--build DIR] [--no-merge] [--only gguf,tokenizer,http]" >&2
   exit 2
 }
 [ $# -ge 1 ] || usage
@@ -24,10 +25,19 @@ shift
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build="$root/build"
 merge=1
+fuzzers=(gguf tokenizer http)
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) [ $# -ge 2 ] || usage; build=$(realpath -m "$2"); shift 2 ;;
     --no-merge) merge=0; shift ;;
+    --only)
+      [ $# -ge 2 ] || usage
+      IFS=, read -r -a fuzzers <<< "$2"
+      for name in "${fuzzers[@]}"; do
+        case "$name" in gguf | tokenizer | http) ;; *) usage ;; esac
+      done
+      shift 2
+      ;;
     *) usage ;;
   esac
 done
@@ -43,10 +53,15 @@ for f in fuzz_gguf fuzz_tokenizer fuzz_http; do
 done
 
 work="$bin/campaign"
-rm -rf "$work"
 mkdir -p "$work/artifacts"
-# The loader allocates per input: a small quarantine and no malloc fill keep ASan fast.
-export ASAN_OPTIONS=quarantine_size_mb=8:max_malloc_fill_size=0:malloc_context_size=5
+# Only the chosen fuzzers' files are cleared: campaigns of other fuzzers may run beside this one.
+for name in "${fuzzers[@]}"; do
+  rm -rf "${work:?}/$name" "$work/$name".* "$work/artifacts/$name"-*
+done
+# The loader allocates per input: a small quarantine, no malloc fill and no allocation stacks
+# (recording them is a few percent of the time) keep ASan fast; every error is still caught,
+# and a crashing input, rerun on its own, gives the allocation stacks.
+export ASAN_OPTIONS=quarantine_size_mb=8:max_malloc_fill_size=0:malloc_context_size=0
 
 kept_corpus() {
   if [ "$1" = gguf ]; then echo "$bin/gguf-corpus"; else echo "$root/tests/fuzz/corpus/$1"; fi
@@ -68,15 +83,19 @@ run() {
   echo $rc > "$work/$name.rc"
 }
 
-echo "campaign: $seconds s per fuzzer, started $(date -u '+%Y-%m-%d %H:%M UTC')"
-run gguf 16384 gguf.dict "$bin/gguf-seeds" &
-run tokenizer 1024 tokenizer.dict &
-run http 4096 http.dict &
+echo "campaign: $seconds s per fuzzer (${fuzzers[*]}), started $(date -u '+%Y-%m-%d %H:%M UTC')"
+for name in "${fuzzers[@]}"; do
+  case "$name" in
+    gguf) run gguf 16384 gguf.dict "$bin/gguf-seeds" & ;;
+    tokenizer) run tokenizer 1024 tokenizer.dict & ;;
+    http) run http 4096 http.dict & ;;
+  esac
+done
 wait
 
 failed=0
 printf '%-10s %8s %14s %9s %8s %8s\n' fuzzer seconds executions exec/s crashes corpus
-for name in gguf tokenizer http; do
+for name in "${fuzzers[@]}"; do
   log="$work/$name.log"
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   runs=${runs:-0}
