@@ -38,6 +38,12 @@ def rss_mib(pid):
     return 0.0
 
 
+def reset_peak_rss(pid):
+    """Starts VmHWM afresh at the current RSS (Linux: clear_refs 5), so each case's peak is its own."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
 def post(port, path, body):
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body,
                                      headers={"Content-Type": "application/json"})
@@ -86,6 +92,8 @@ def serve_case(args):
                 with lock:
                     statuses.append((status, reply[:160]))
 
+            base = rss_mib(server.pid)
+            reset_peak_rss(server.pid)
             start = time.monotonic()
             for _ in range(args.clients):
                 threads.append(threading.Thread(target=one))

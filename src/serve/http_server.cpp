@@ -1,8 +1,10 @@
 #include "serve/http_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <thread>
 
 #include "core/error.h"
 #include "serve/page.h"
@@ -77,7 +79,8 @@ HttpServer::HttpServer(HttpOptions options, Engine& engine, const Tokenizer& tok
       engine_(engine),
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
-      transport_(options_.transport, transport_error) {
+      transport_(options_.transport, transport_error),
+      parse_slots_(std::max<std::ptrdiff_t>(1, std::thread::hardware_concurrency())) {
   install_routes();
 }
 
@@ -183,12 +186,21 @@ void HttpServer::generate(HttpExchange& ex, bool chat) {
     return;
   }
   ApiRequest r;
-  try {
-    r = parse_request(ex.request().body, chat, options_.limits, tokenizer_,
-                      chat_template_ ? &*chat_template_ : nullptr);
-  } catch (const ApiError& e) {
-    send_error(ex, e);
-    return;
+  {
+    parse_slots_.acquire();
+    const struct Release {
+      std::counting_semaphore<>& slots;
+      ~Release() { slots.release(); }
+    } release{parse_slots_};
+    // Held only while it is parsed, not while the generation runs.
+    const std::string body = ex.take_body();
+    try {
+      r = parse_request(body, chat, options_.limits, tokenizer_,
+                        chat_template_ ? &*chat_template_ : nullptr);
+    } catch (const ApiError& e) {
+      send_error(ex, e);
+      return;
+    }
   }
   if (!engine_.submit(r.job)) {
     send_error(ex, api_error(429,

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <semaphore>
 #include <string>
 
 #include "serve/engine.h"
@@ -50,6 +51,10 @@ class HttpServer {
   std::optional<ChatTemplate> chat_template_;
   HttpTransport transport_;
   std::atomic<bool> draining_{false};
+  // Requests being parsed and tokenized at once: one per core. Each costs a
+  // few times its body in memory while it is parsed, and more at once would
+  // not finish sooner; the others wait holding only their bodies.
+  std::counting_semaphore<> parse_slots_;
 };
 
 }  // namespace parspec

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "core/threads.h"
@@ -426,6 +427,7 @@ class Exchange final : public HttpExchange {
   }
 
   const HttpRequest& request() const override { return request_; }
+  std::string take_body() override { return std::exchange(request_.body, std::string()); }
 
   void respond(int status, const std::string& content_type, std::string body,
                const HttpHeaders& extra) override {
@@ -540,7 +542,7 @@ class Exchange final : public HttpExchange {
 
   HttpTransport::Impl& server_;
   std::shared_ptr<Session> session_;
-  const HttpRequest request_;
+  HttpRequest request_;
   const bool keep_alive_;
   const int fd_;
   State state_ = State::none;

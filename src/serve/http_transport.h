@@ -53,6 +53,9 @@ class HttpExchange {
  public:
   virtual ~HttpExchange() = default;
   virtual const HttpRequest& request() const = 0;
+  // Moves the body out (request().body is empty afterwards): a handler that
+  // has read it need not hold it while it answers.
+  virtual std::string take_body() = 0;
   // Hands the whole response to the I/O thread and returns at once.
   virtual void respond(int status, const std::string& content_type, std::string body,
                        const HttpHeaders& extra = {}) = 0;

@@ -1,5 +1,6 @@
 // parspec serve: an OpenAI-compatible HTTP server (serve/) with continuous
 // batching and speculative decoding per request.
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -289,6 +290,12 @@ int cmd_serve(int argc, char** argv) {
   http.limits.ctx_size = n_ctx;
   http.limits.max_tokens = a.max_tokens;
   http.limits.default_max_tokens = a.n_predict;
+  // Request bodies and their parsed JSON are the server's big short-lived
+  // allocations. glibc raises its mmap threshold to the largest block freed
+  // (up to 32 MiB), after which such blocks come from the per-thread heaps and
+  // their pages stay with the process; a fixed threshold maps every block of
+  // 1 MiB or more on its own, so its memory goes back when it is freed.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   HttpServer server(http, engine, *tokenizer, chat_template);
   const int port = server.bind();
   std::printf("parspec serve: listening on http://%s:%d (model %s, strategy %s, %d slots)\n",

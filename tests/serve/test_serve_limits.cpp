@@ -249,7 +249,9 @@ TEST_F(ServeLimitsTest, SlowHeadersAreClosedAtTheDeadlineWhileHealthAnswers) {
     slow.push_back(fd);
   }
   // One header byte per connection every 0.2 s, a header that never ends.
-  std::vector<double> closed_at(kSlow, -1);
+  // Written by the drip thread, read by this one while it probes.
+  std::vector<std::atomic<double>> closed_at(kSlow);
+  for (auto& t : closed_at) t = -1;
   std::atomic<bool> done{false};
   std::thread drip([&] {
     const std::string header =
@@ -268,7 +270,8 @@ TEST_F(ServeLimitsTest, SlowHeadersAreClosedAtTheDeadlineWhileHealthAnswers) {
   });
   // /health answers throughout, until every slow connection is closed.
   const auto all_closed = [&] {
-    return std::all_of(closed_at.begin(), closed_at.end(), [](double t) { return t >= 0; });
+    return std::all_of(closed_at.begin(), closed_at.end(),
+                       [](const std::atomic<double>& t) { return t >= 0; });
   };
   int probes = 0;
   while (!all_closed() && seconds_since(start) < kRequestTimeout + 8.0) {
@@ -280,8 +283,8 @@ TEST_F(ServeLimitsTest, SlowHeadersAreClosedAtTheDeadlineWhileHealthAnswers) {
   drip.join();
   EXPECT_GE(probes, 10);
   for (int c = 0; c < kSlow; ++c) {
-    EXPECT_GE(closed_at[c], kRequestTimeout - 0.1) << "connection " << c;
-    EXPECT_LT(closed_at[c], kRequestTimeout + 8.0) << "connection " << c;
+    EXPECT_GE(closed_at[c].load(), kRequestTimeout - 0.1) << "connection " << c;
+    EXPECT_LT(closed_at[c].load(), kRequestTimeout + 8.0) << "connection " << c;
     close(slow[c]);
   }
   const HttpReply metrics = http_request(port(), "GET", "/metrics");
