@@ -88,6 +88,9 @@ struct StrategyInfo {
   // times this machine, which a simulated cluster's virtual clock does not
   // follow); empty: it can.
   std::string simulation_refusal{};
+  // The forms (NAME, NAME:G, a tree shape such as NAME:d3c2) `simulate --plan`
+  // tries on a pipeline of `stages` target stages; empty: none.
+  std::function<std::vector<std::string>(int stages)> plan_shapes{};
   // Its family in the cost model (`auto`, `parspec tune`); null: not tuned.
   std::shared_ptr<const CostFamily> cost{};
   std::function<std::unique_ptr<Strategy>(const StrategyConfig&)> make;

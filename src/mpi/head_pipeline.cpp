@@ -15,6 +15,25 @@
 
 namespace parspec::mpi {
 
+std::vector<int> parse_layer_split(const std::string& split, int stages, int n_layer) {
+  std::vector<int> counts;
+  std::stringstream in(split);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    check(!item.empty() && *end == '\0' && v >= 1, "--layer-split '", split,
+          "': each entry is a number of layers >= 1");
+    counts.push_back(static_cast<int>(v));
+  }
+  check(static_cast<int>(counts.size()) == stages, "--layer-split '", split, "' has ",
+        counts.size(), " entries for ", stages, " stages");
+  check(std::accumulate(counts.begin(), counts.end(), 0) == n_layer, "--layer-split '", split,
+        "' covers ", std::accumulate(counts.begin(), counts.end(), 0), " layers; the model has ",
+        n_layer);
+  return counts;
+}
+
 std::vector<int> split_layers(const Model& model, int stages, const std::string& split,
                               int first_layer) {
   check(first_layer >= 0 && first_layer < model.config().n_layer, "--head-layers ", first_layer,
@@ -22,24 +41,7 @@ std::vector<int> split_layers(const Model& model, int stages, const std::string&
   const int n_layer = model.config().n_layer - first_layer;
   check(stages >= 1, "--stages must be at least 1");
   check(stages <= n_layer, "--stages ", stages, ": the model has only ", n_layer, " layers");
-  std::vector<int> counts;
-  if (!split.empty()) {
-    std::stringstream in(split);
-    std::string item;
-    while (std::getline(in, item, ',')) {
-      char* end = nullptr;
-      const long v = std::strtol(item.c_str(), &end, 10);
-      check(!item.empty() && *end == '\0' && v >= 1, "--layer-split '", split,
-            "': each entry is a number of layers >= 1");
-      counts.push_back(static_cast<int>(v));
-    }
-    check(static_cast<int>(counts.size()) == stages, "--layer-split '", split, "' has ",
-          counts.size(), " entries for ", stages, " stages");
-    check(std::accumulate(counts.begin(), counts.end(), 0) == n_layer, "--layer-split '", split,
-          "' covers ", std::accumulate(counts.begin(), counts.end(), 0), " layers; the model has ",
-          n_layer);
-    return counts;
-  }
+  if (!split.empty()) return parse_layer_split(split, stages, n_layer);
   // Bytes read per token: each layer's matrices; the output matrix on the last stage.
   const GgufFile& f = model.gguf();
   std::vector<double> cost(n_layer, 0.0);

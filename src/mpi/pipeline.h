@@ -69,6 +69,9 @@ std::string host_name();
 // Only layers from `first_layer` on are split (the head keeps the ones before).
 std::vector<int> split_layers(const Model& model, int stages, const std::string& split,
                               int first_layer = 0);
+// `split` ("a,b,c") as layers per stage, checked: `stages` entries >= 1 adding
+// up to `n_layer`. Throws Error naming --layer-split.
+std::vector<int> parse_layer_split(const std::string& split, int stages, int n_layer);
 
 // Size and FNV-1a hash of the first MiB (the GGUF header: metadata and tensor
 // table) of a file, which every rank compares before it starts.

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "mpi/pipeline.h"
 
 namespace parspec::sim {
 
@@ -305,23 +306,7 @@ std::vector<int> balanced_split(const CostProfile& target, int stages, const std
         target.n_layer, " layers and every stage needs one");
   check(stages >= 1 && stages <= n_layer, "--stages ", stages, ": the profile has ", n_layer,
         " layers for the stages");
-  std::vector<int> counts;
-  if (!split.empty()) {
-    std::stringstream in(split);
-    for (std::string item; std::getline(in, item, ',');) {
-      char* end = nullptr;
-      const long v = std::strtol(item.c_str(), &end, 10);
-      check(!item.empty() && *end == '\0' && v >= 1, "--layer-split '", split,
-            "': each entry is a number of layers >= 1");
-      counts.push_back(static_cast<int>(v));
-    }
-    check(static_cast<int>(counts.size()) == stages, "--layer-split '", split, "' has ",
-          counts.size(), " entries for ", stages, " stages");
-    check(std::accumulate(counts.begin(), counts.end(), 0) == n_layer, "--layer-split '", split,
-          "' covers ", std::accumulate(counts.begin(), counts.end(), 0), " layers; there are ",
-          n_layer);
-    return counts;
-  }
+  if (!split.empty()) return mpi::parse_layer_split(split, stages, n_layer);
   // Every layer costs the same, the last stage also the output: the fewest layers on the last
   // stage that keeps it no slower than the largest other stage, the rest spread evenly.
   const double layer = target.layer.at(1), output = target.output.at(1);

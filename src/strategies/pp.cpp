@@ -13,6 +13,7 @@ StrategyInfo pp_strategy() {
           .options = {},
           .variant_key = "",
           .roles = {StrategyRole::generate_pipeline_plain},
+          .plan_shapes = [](int) { return std::vector<std::string>{"pp"}; },
           .make = [](const StrategyConfig& c) { return renamed_strategy("pp", "ar", c); }};
 }
 

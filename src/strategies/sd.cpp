@@ -139,6 +139,10 @@ StrategyInfo sd_strategy() {
       .variant_key = "draft_max",
       .roles = {StrategyRole::serve_drafted},
       .served = true,
+      .plan_shapes =
+          [](int) {
+            return std::vector<std::string>{"sd:2", "sd:4", "sd:8"};
+          },
       .cost = sd_cost(),
       .make = [](const StrategyConfig& c) { return std::make_unique<ChainSpeculation>(c); }};
 }

@@ -16,6 +16,11 @@ StrategyInfo stpp_strategy() {
           .needs_draft = true,
           .options = tree.options,
           .variant_key = "",
+          .plan_shapes =
+              [](int) {
+                return std::vector<std::string>{"stpp:d2c2", "stpp:d3c2", "stpp:d4c2", "stpp:d2c4",
+                                                "stpp:d3c3"};
+              },
           .make = [](const StrategyConfig& c) { return renamed_strategy("stpp", "tree", c); }};
 }
 

@@ -67,46 +67,17 @@ void add_simulate_options(ArgParser& args, SimulateArgs& s) {
   args.bound("--head-time-scale", 0, 1000);
 }
 
-// What --plan tries: plain pipeline parallelism, chains, static trees and
-// PipeDec's dynamic trees with as many levels in flight as stages and more.
-struct PlanCandidate {
-  std::string name;
-  int tree_depth = 0, tree_branch = 0, tree_width = 0, draft_max = 0;  // 0: the flag's value
-  void apply(StrategyConfig& c) const {
-    if (tree_depth > 0) c.tree_depth = tree_depth;
-    if (tree_branch > 0) c.tree_branch = tree_branch;
-    if (tree_width > 0) c.tree_width = tree_width;
-    if (draft_max > 0) c.draft_max = draft_max;
+// What --plan tries: every strategy's plan shapes (plain pipeline parallelism,
+// chains, static trees, PipeDec's dynamic trees), the plain pipeline first.
+std::vector<std::string> plan_candidates(int stages, bool drafted) {
+  const std::string plain = strategy_for(StrategyRole::generate_pipeline_plain).name;
+  std::vector<std::string> out = {plain};
+  for (const StrategyInfo& info : strategy_registry()) {
+    if (!info.plan_shapes || (info.needs_draft && !drafted)) continue;
+    for (const std::string& shape : info.plan_shapes(stages))
+      if (shape != plain) out.push_back(shape);
   }
-};
-
-std::vector<PlanCandidate> plan_candidates(int stages, bool drafted) {
-  std::vector<PlanCandidate> out;
-  auto add = [&](const std::string& name, int depth, int branch, int width, int gamma) {
-    out.push_back({name, depth, branch, width, gamma});
-  };
-  add("pp", 0, 0, 0, 0);
-  if (!drafted) return out;
-  for (int gamma : {2, 4, 8}) add("sd", 0, 0, 0, gamma);
-  for (auto [depth, branch] : {std::pair{2, 2}, {3, 2}, {4, 2}, {2, 4}, {3, 3}})
-    add("stpp", depth, branch, 0, 0);
-  std::vector<int> depths = {std::max(2, stages / 2), std::max(2, stages), 2 * stages};
-  depths.erase(std::unique(depths.begin(), depths.end()), depths.end());
-  for (int depth : depths)
-    for (int width : {2, 4, 8, 16, 32})
-      for (int branch : {2, 4}) add("pipedec", depth, branch, width, 0);
   return out;
-}
-
-std::string describe_candidate(const PlanCandidate& c) {
-  std::string s = c.name;
-  if (c.name == "sd") s += " γ=" + std::to_string(c.draft_max);
-  if (c.name == "stpp")
-    s += " depth " + std::to_string(c.tree_depth) + ", branch " + std::to_string(c.tree_branch);
-  if (c.name == "pipedec")
-    s += " depth " + std::to_string(c.tree_depth) + ", width " + std::to_string(c.tree_width) +
-         ", branch " + std::to_string(c.tree_branch);
-  return s;
 }
 
 }  // namespace
@@ -196,9 +167,8 @@ int cmd_simulate(int argc, char** argv) {
     std::vector<int32_t> reference;
     std::fprintf(stderr, "simulated: %s\n",
                  sim::SimCluster(cluster_spec).pipeline().describe().c_str());
-    for (const PlanCandidate& candidate : plan_candidates(stages, drafter != nullptr)) {
-      StrategyConfig c = resources.config_for(candidate.name, local, run.n_ctx);
-      candidate.apply(c);
+    for (const std::string& candidate : plan_candidates(stages, drafter != nullptr)) {
+      StrategyConfig c = resources.config_for(candidate, local, run.n_ctx);
       sim::SimCluster cluster(cluster_spec);
       cluster.attach(c);
       auto strategy = make_strategy(c);
@@ -212,12 +182,12 @@ int cmd_simulate(int argc, char** argv) {
         result = strategy->generate(request);
       }
       if (reference.empty()) reference = result.tokens;
-      check(a.sampling.temp > 0 || result.tokens == reference,
-            "simulate --plan: ", describe_candidate(candidate), " produced other tokens than pp");
+      check(a.sampling.temp > 0 || result.tokens == reference, "simulate --plan: ", candidate,
+            " produced other tokens than pp");
       const double per_token = result.stats.n_gen > 0
                                    ? result.stats.t_gen_ms / static_cast<double>(result.stats.n_gen)
                                    : 0;
-      tried.push_back({describe_candidate(candidate), per_token, result.stats.tau()});
+      tried.push_back({candidate, per_token, result.stats.tau()});
       std::fprintf(stderr, "  %-40s %9.3f ms/token\n", tried.back().label.c_str(), per_token);
     }
     const double pp_ms = tried.front().ms_per_token;

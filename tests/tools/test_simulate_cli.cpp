@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli_helpers.h"
 #include "test_helpers.h"
@@ -76,6 +77,31 @@ TEST_F(SimulateCli, PrintsGeneratesFieldsWithTheClustersTimeAndTheSameTokens) {
   // Each token after the prefill's: 80 layers of 1.711 GB and the 2.1 GB output matrix read at
   // 936 GB/s, 148.5 ms.
   EXPECT_NEAR(js["t_gen_ms"].get<double>() / 11, 148.5, 0.5);
+}
+
+// --plan: every candidate on the same cluster, fastest first, each producing pp's tokens (the
+// command checks that itself and fails otherwise).
+TEST_F(SimulateCli, PlanListsTheCandidatesFastestFirst) {
+  const CommandResult r = run_parspec(
+      "simulate --plan --ranks 3 --json -m " + target_ + " -md " + draft_ +
+      " -p 'The quick brown fox' -n 8 --temp 0 -t 1 --shape llama-3.1-70b --cost-profile "
+      "roofline:936:71 --draft-shape llama-3.2-1b --draft-cost-profile roofline:864:181 "
+      "--link-latency-us 25 --link-gbps 10");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto plan = nlohmann::json::parse(r.output)["plan"];
+  ASSERT_GE(plan.size(), 10u);
+  std::set<std::string> names;
+  double previous = 0;
+  for (const auto& row : plan) {
+    const std::string name = row["strategy"];
+    names.insert(name.substr(0, name.find(':')));
+    EXPECT_GE(row["ms_per_token"].get<double>(), previous);
+    previous = row["ms_per_token"].get<double>();
+    if (name == "pp") {
+      EXPECT_DOUBLE_EQ(row["speedup_over_pp"].get<double>(), 1.0);
+    }
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"pp", "sd", "stpp", "pipedec"}));
 }
 
 TEST_F(SimulateCli, RefusesWhatItCannotSimulateWithAReason) {
