@@ -748,18 +748,15 @@ HttpParsed parse_http_requests(std::string_view bytes, const HttpTransportOption
   while (parsed.requests.size() < max_requests && offset < bytes.size()) {
     RequestParser parser;
     apply_limits(parser, options);
-    parser.eager(true);
+    parser.eager(true);  // the whole request in one put() when its bytes are all there
     error_code ec;
-    for (;;) {
-      const size_t used = parser.put(net::buffer(bytes.data() + offset, bytes.size() - offset), ec);
-      offset += used;
-      if (parser.is_done() || (ec && ec != http::error::need_more)) break;
+    offset += parser.put(net::buffer(bytes.data() + offset, bytes.size() - offset), ec);
+    if (!parser.is_done() && (!ec || ec == http::error::need_more)) {
+      // Every byte there is was given: the bytes end within this request. (The parser must
+      // not be given the same bytes again after need_more; a socket gives it more.)
       ec = {};
-      if (used == 0 || offset == bytes.size()) {
-        parser.put_eof(ec);  // the bytes end within this request
-        if (!ec && !parser.is_done()) ec = http::error::partial_message;
-        break;
-      }
+      parser.put_eof(ec);
+      if (!ec && !parser.is_done()) ec = http::error::partial_message;
     }
     if (ec) {
       parsed.error_status = read_error_answer(ec, options).first;

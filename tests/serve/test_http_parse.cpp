@@ -100,7 +100,13 @@ TEST(HttpParse, OversizedHeadersGet431) {
 TEST(HttpParse, RequestsCutShortAreNotAnswered) {
   for (const std::string& bytes :
        {std::string("GET /health HTTP/1.1\r\nHost: x\r\n"),
-        std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{}")}) {
+        std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{}"),
+        // Chunked bodies cut within a chunk, and after the last chunk's size line (before the
+        // CRLF that ends the trailers).
+        std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "5\r\n{\"a"),
+        std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "2\r\n{}\r\n0\r\n")}) {
     const HttpParsed p = parse_http_requests(bytes, small_limits());
     EXPECT_EQ(p.error_status, 0) << bytes;
     EXPECT_TRUE(p.requests.empty()) << bytes;
