@@ -51,18 +51,16 @@ const std::vector<ModelShape>& named_shapes() {
 
 }  // namespace
 
-std::vector<std::string> model_shape_names() {
-  std::vector<std::string> names;
-  for (const ModelShape& s : named_shapes()) names.push_back(s.name);
+std::string model_shape_names() {
+  std::string names;
+  for (const ModelShape& s : named_shapes()) names += (names.empty() ? "" : ", ") + s.name;
   return names;
 }
 
 ModelShape model_shape(const std::string& name) {
   for (const ModelShape& s : named_shapes())
     if (s.name == name) return s;
-  std::string known;
-  for (const std::string& n : model_shape_names()) known += (known.empty() ? "" : ", ") + n;
-  fail("unknown model shape '", name, "' (known: ", known, ")");
+  fail("unknown model shape '", name, "' (known: ", model_shape_names(), ")");
 }
 
 double RowCost::at(int n) const {
@@ -271,9 +269,8 @@ CostProfile resolve_profile(const std::string& spec, const Model& model, Worker&
     return roofline_profile(shape, v[0], v[1], v.size() == 3 ? v[2] : 2.0);
   }
   CostProfile p = spec == "measured" ? measure_profile(model, worker) : CostProfile::load(spec);
-  if (!reshaped) return p;
-  if (spec != "measured") return p;  // a file prices the shape it was written for
-  return scale_profile(p, own, shape);
+  // A file prices the shape it was written for.
+  return reshaped && spec == "measured" ? scale_profile(p, own, shape) : p;
 }
 
 }  // namespace parspec::sim

@@ -28,7 +28,8 @@ ModelShape shape_of(const ModelConfig& config);
 // "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b", "qwen2.5-0.5b", "qwen2.5-7b",
 // "qwen2.5-72b" (the published configurations). Throws Error for another name.
 ModelShape model_shape(const std::string& name);
-std::vector<std::string> model_shape_names();
+// The known names, "a, b, ..." (for help and errors).
+std::string model_shape_names();
 
 // Milliseconds as a function of a forward's rows: linear between the measured
 // row counts, flat below the first, extended along the last segment beyond.

@@ -107,10 +107,11 @@ class SimDrafter final : public Drafter {
     const CostProfile& cost = cluster_.spec().draft;
     if (to_node_) {
       // Rows to the drafter's node, its forward when it is free, logits back.
-      const double at_node = to_node_->deliver(start, 32 + 16 * static_cast<int64_t>(rows));
+      const double at_node = to_node_->deliver(start, kMessageHeaderBytes + kRowEntryBytes * rows);
       const double done = std::max(at_node, node_free_) + cost.forward_ms(rows, wanted);
       node_free_ = done;
-      clock.advance_to(to_head_->deliver(done, 32 + wanted * cost.logits_bytes_per_row));
+      clock.advance_to(
+          to_head_->deliver(done, kMessageHeaderBytes + wanted * cost.logits_bytes_per_row));
     } else {
       clock.advance_by(cost.forward_ms(rows, wanted));
     }

@@ -15,9 +15,6 @@ namespace parspec::sim {
 namespace {
 
 constexpr double kNever = std::numeric_limits<double>::infinity();
-// A forward's header and per-row entries (token, position, parent, wants logits) on the stream,
-// a skip marker, a cancel.
-constexpr int64_t kHeaderBytes = 32, kRowBytes = 16;
 
 double wall_ms() {
   return std::chrono::duration<double, std::milli>(
@@ -150,7 +147,8 @@ double SimPipeline::next_event(const Stage& s, size_t index) const {
 void SimPipeline::pass_on(size_t index, int64_t ticket, double t, bool skipped) {
   Forward& f = forwards_.at(ticket);
   if (stages_[index].last) {
-    const int64_t bytes = kHeaderBytes + (skipped ? 0 : f.logit_rows * cost_.logits_bytes_per_row);
+    const int64_t bytes =
+        kMessageHeaderBytes + (skipped ? 0 : f.logit_rows * cost_.logits_bytes_per_row);
     f.at_head = onward_[index].deliver(t, bytes);
     f.skipped = skipped;
     last_return_ = std::max(last_return_, f.at_head);
@@ -159,7 +157,7 @@ void SimPipeline::pass_on(size_t index, int64_t ticket, double t, bool skipped) 
     return;
   }
   const int64_t bytes =
-      kHeaderBytes + (skipped ? 0 : f.rows * (kRowBytes + cost_.hidden_bytes_per_row));
+      kMessageHeaderBytes + (skipped ? 0 : f.rows * (kRowEntryBytes + cost_.hidden_bytes_per_row));
   stages_[index + 1].inbox.push_back({ticket, onward_[index].deliver(t, bytes), skipped});
 }
 
@@ -245,8 +243,8 @@ int64_t SimPipeline::submit(int rows, int logit_rows) {
   f.cancel_at.assign(stages_.size(), kNever);
   forwards_[ticket] = f;
   const int64_t bytes =
-      kHeaderBytes +
-      rows * (kRowBytes + (layout_.head_layers > 0 ? cost_.hidden_bytes_per_row : 0));
+      kMessageHeaderBytes +
+      rows * (kRowEntryBytes + (layout_.head_layers > 0 ? cost_.hidden_bytes_per_row : 0));
   stages_[0].inbox.push_back({ticket, from_head_[0].deliver(now, bytes), false});
   return ticket;
 }
@@ -281,7 +279,7 @@ void SimPipeline::cancel(int64_t ticket) {
     return;
   }
   for (size_t i = 0; i < stages_.size(); ++i)
-    f.cancel_at[i] = std::min(f.cancel_at[i], from_head_[i].deliver(now, kHeaderBytes));
+    f.cancel_at[i] = std::min(f.cancel_at[i], from_head_[i].deliver(now, kMessageHeaderBytes));
 }
 
 void SimPipeline::drain() {

@@ -18,6 +18,10 @@
 
 namespace parspec::sim {
 
+// Sizes of what travels besides hidden states and logits: a message's header
+// (ticket, kind) and a forward's entry per row (token, position, parent, wants logits).
+constexpr int64_t kMessageHeaderBytes = 32, kRowEntryBytes = 16;
+
 // One direction between two nodes.
 class Link {
  public:

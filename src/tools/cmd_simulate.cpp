@@ -42,13 +42,9 @@ void add_simulate_options(ArgParser& args, SimulateArgs& s) {
               "given) or a JSON file (docs/simulate.md)");
   args.option("--draft-cost-profile", &s.draft_cost_profile, "SPEC",
               "what the drafters' forwards cost, as --cost-profile (of --draft-shape)");
-  args.option(
-      "--shape", &s.shape, "NAME", "price the target as this model shape (" + [] {
-        std::string names;
-        for (const std::string& n : sim::model_shape_names())
-          names += (names.empty() ? "" : ", ") + n;
-        return names;
-      }() + "): a measured profile is scaled by weights per layer; default: the model's own");
+  args.option("--shape", &s.shape, "NAME",
+              "price the target as this model shape (" + sim::model_shape_names() +
+                  "): a measured profile is scaled by weights per layer; default: the model's own");
   args.option("--draft-shape", &s.draft_shape, "NAME", "the same for the drafters");
   args.option("--save-profiles", &s.save_profiles, "PREFIX",
               "write the profiles used to PREFIX-target.json and PREFIX-draft.json (for "
@@ -122,7 +118,6 @@ int cmd_simulate(int argc, char** argv) {
   local.link_latency_us = local.link_gbps = 0;
   StrategyResources resources;
   resources.init(run.model, local, a.n_threads);
-  StrategyConfig config = resources.config_for(a.strategy_name, local, run.n_ctx);
 
   sim::ClusterSpec cluster_spec;
   const sim::ModelShape target_shape =
@@ -222,6 +217,7 @@ int cmd_simulate(int argc, char** argv) {
                 pp_ms / tried.front().ms_per_token);
     return 0;
   }
+  StrategyConfig config = resources.config_for(a.strategy_name, local, run.n_ctx);
   sim::SimCluster cluster(cluster_spec);
   cluster.attach(config);
   auto strategy = make_strategy(config);
