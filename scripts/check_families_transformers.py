@@ -13,7 +13,7 @@ these families, so the reference here is transformers' own implementation:
  3. transformers' float64 logits on the first chunk of tests/data/families_text.txt are compared
     with parspec's (`parspec perplexity --logits-out`): the maximum absolute difference must be
     at most TOL * max(1, max |logit|) (TOL = 1e-3; parspec computes in float32), the argmax must
-    agree at every position, and greedy generation (transformers' generate, parspec generate
+    agree at every position, and greedy generation (argmax of transformers' forwards, parspec generate
     --temp 0) must give the same tokens.
 
 Needs PyTorch and transformers (checked with transformers 5.x API names, falling back to 4.x
@@ -284,6 +284,17 @@ def run(cmd):
     return r.stdout
 
 
+def greedy_tokens(model, prompt, n):
+    """n tokens by argmax of full float64 forwards, with no logits processor: transformers'
+    generate() would keep the configured EOS out while min_new_tokens is pending, where
+    parspec generate --ignore-eos does not."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
 def check(family, seed, parspec, work):
     config, model = build_model(family)
     randomize(model, family, seed)
@@ -303,11 +314,7 @@ def check(family, seed, parspec, work):
     bound = TOL * max(1.0, float(np.max(np.abs(ref))))
     argmax_same = int(np.sum(ours.argmax(axis=1) == ref.argmax(axis=1)))
 
-    prompt = [256] + list(PROMPT.encode())
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=N_PREDICT, do_sample=False,
-                             min_new_tokens=N_PREDICT, pad_token_id=257)
-    greedy_ref = out[0, len(prompt):].tolist()
+    greedy_ref = greedy_tokens(model, [256] + list(PROMPT.encode()), N_PREDICT)
     greedy_ours = json.loads(run([parspec, "generate", "-m", path, "-p", PROMPT, "-n",
                                   str(N_PREDICT), "--temp", "0", "--ignore-eos", "-t", "1",
                                   "--json", "-c", "256"]))["tokens"]

@@ -12,7 +12,7 @@ llama.cpp's snapshot (c392e5094) predates qwen3moe, so the reference is transfor
  3. on BOS + the first CTX - 1 bytes of bench/prompts/prose.jsonl's prompts, transformers'
     float64 perplexity of the second half (llama-perplexity's scoring, which `parspec
     perplexity` follows) must be parspec's within 0.1%, and greedy generation (transformers'
-    generate, parspec generate --temp 0) must give the same tokens.
+    argmax of float64 forwards, parspec generate --temp 0) must give the same tokens.
 
 Needs PyTorch and transformers (4.x or 5.x module names), numpy, and a built parspec.
 No network: nothing is downloaded.
@@ -124,11 +124,16 @@ def build_model(seed):
         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
         attention_bias=False, use_sliding_window=False, output_router_logits=False,
         bos_token_id=256, eos_token_id=257, pad_token_id=None)
+    # The eager (looped) experts: the grouped-matmul backend takes no float64.
+    config._attn_implementation = "eager"
+    config._experts_implementation = "eager"
     try:
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
-    except TypeError:
-        config._attn_implementation = "eager"
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager",
+                                                 experts_implementation="eager")
+    except (TypeError, ValueError):
         model = AutoModelForCausalLM.from_config(config)
+    if hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation("eager")
     g = torch.Generator().manual_seed(seed)
     hidden = config.hidden_size
     with torch.no_grad():
@@ -246,10 +251,13 @@ def main():
     ours_ppl = float([l for l in out.splitlines() if l.startswith("PPL = ")][-1].split()[-1])
 
     prompt = [256] + list(PROMPT.encode())
+    # Argmax of full forwards, no logits processor: generate() would keep the configured EOS
+    # out while min_new_tokens is pending, where parspec generate --ignore-eos does not.
+    seq = list(prompt)
     with torch.no_grad():
-        gen = model.generate(torch.tensor([prompt]), max_new_tokens=N_PREDICT, do_sample=False,
-                             min_new_tokens=N_PREDICT, pad_token_id=257)
-    greedy_ref = gen[0, len(prompt):].tolist()
+        for _ in range(N_PREDICT):
+            seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+    greedy_ref = seq[len(prompt):]
     greedy_ours = json.loads(run([args.parspec, "generate", "-m", path, "-p", PROMPT, "-n",
                                   str(N_PREDICT), "--temp", "0", "--ignore-eos", "-t", "1",
                                   "--json", "-c", "256"]))["tokens"]
