@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The whole GPU check in one script, for a machine with an NVIDIA GPU and CUDA 13:
 #   1. the CUDA backend's tests (tests/cuda: batch invariance per weight type, the
-#      device KV cache, every strategy against GPU ar, GPU against CPU on the zoo);
+#      device KV cache, every strategy against GPU ar, GPU against CPU), with the
+#      tensor-core matmul of Q8_0/Q4_0 weights and again with the warp matmul
+#      (PARSPEC_CUDA_MATMUL=warp); if only the latter passes, the rest runs with it;
 #   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0, 1B-class F16,
 #      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
 #   3. per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
 #      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode without
-#      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) for the 100M drafter and the 8B Q4_0; then the
-#      strategies on the GPU (parspec bench, 8B-class Q4_0 target + 100M-class drafter);
+#      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) for the 100M drafter and the 8B Q4_0, and
+#      with the warp matmul for the Q8_0/Q4_0 models; then the strategies on the GPU
+#      (parspec bench, 8B-class Q4_0 target + 100M-class drafter) beside llama.cpp's
+#      llama-speculative-simple (--draft-max 4, 8, 16) on the same files and prompts;
 #   4. the tables, in $OUT (default out/gpu): summary.md, and every raw output beside it.
 #
 # The GPU machine may lack the PCRE2 and cpp-httplib headers, so the binaries are
@@ -20,7 +24,8 @@
 #   bash bench/gpu.sh --dry-run  # the same steps here, without a GPU: the zoo models on
 #                                # the CPU, tests that skip, llama.cpp left out
 # Environment: OUT (tables), MODELS (where the inflated models go, default out/gpu-models),
-# SKIP_TESTS=1, SKIP_LLAMA=1, SKIP_MODELS=1 (reuse MODELS), JOBS (build jobs, default nproc).
+# SKIP_TESTS=1, SKIP_LLAMA=1, SKIP_MODELS=1 (reuse MODELS), JOBS (build jobs, default nproc),
+# GPU_MODELS (the models to make and measure, default: all five, by the names below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +33,7 @@ mode=run
 case "${1:-}" in
   --prepare) mode=prepare ;;
   --dry-run) mode=dry ;;
-  -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
   "") ;;
   *) echo "unknown option $1 (--prepare, --dry-run, --help)" >&2; exit 2 ;;
 esac
@@ -127,7 +132,7 @@ if [[ $mode == run && ${SKIP_LLAMA:-0} != 1 && -f $bin/llama.cpp-src.tar.gz ]]; 
     cd "$models/llama.cpp"
     cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
       -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release
-    cmake --build build -j"$jobs" --target llama-bench
+    cmake --build build -j"$jobs" --target llama-bench llama-speculative-simple
   ) >"$out/llama_build.log" 2>&1 &
   llama_pid=$!
   llama_bin=$models/llama.cpp/build/bin/llama-bench
@@ -140,12 +145,22 @@ fi
 if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   step "GPU tests"
   if [[ -x $bin_tests ]]; then
-    # The strategies' test runs every strategy: give it the time, but not forever.
-    PARSPEC_SOURCE_DIR=$PWD timeout 240 "$bin_tests" --gtest_output="xml:$out/tests.xml" 2>&1 |
-      tee "$out/tests.txt" |
-      grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
-    grep -q '^\[  PASSED' "$out/tests.txt" && ! grep -q '^\[  FAILED' "$out/tests.txt" &&
-      echo "tests: passed" | tee -a "$out/tests.txt" || echo "tests: FAILED (see $out/tests.txt)"
+    passed() { grep -q '^\[  PASSED' "$1" && ! grep -q '^\[  FAILED' "$1"; }
+    for kernel in tensor-cores warp; do
+      log=$out/tests.txt
+      [[ $kernel == warp ]] && log=$out/tests-warp.txt
+      # The strategies' test runs every strategy: give it the time, but not forever.
+      env $([[ $kernel == warp ]] && echo PARSPEC_CUDA_MATMUL=warp) PARSPEC_SOURCE_DIR="$PWD" \
+        timeout 240 "$bin_tests" 2>&1 | tee "$log" |
+        grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
+      if passed "$log"; then echo "tests ($kernel matmul): passed"; else
+        echo "tests ($kernel matmul): FAILED (see $log)"; fi | tee -a "$log"
+    done
+    if ! passed "$out/tests.txt" && passed "$out/tests-warp.txt"; then
+      echo "the tensor-core matmul failed its tests: measuring with PARSPEC_CUDA_MATMUL=warp" |
+        tee -a "$out/machine.txt"
+      export PARSPEC_CUDA_MATMUL=warp
+    fi
   else
     echo "no $bin_tests: tests left out"
   fi
@@ -175,6 +190,13 @@ else
     "1b-f16 models/target.gguf --preset 1b --type f16"
     "100m-f16 models/draft.gguf --n-embd 1024 --n-layer 6 --n-ff 3072 --type f16"
   )
+fi
+if [[ -n ${GPU_MODELS:-} ]]; then
+  kept=()
+  for row in "${table[@]}"; do
+    [[ " $GPU_MODELS " == *" ${row%% *} "* ]] && kept+=("$row")
+  done
+  table=("${kept[@]}")
 fi
 if [[ $mode == run && ${SKIP_MODELS:-0} != 1 ]]; then
   step "making the inflated models in $models (in parallel)"
@@ -216,11 +238,24 @@ if [[ $mode == dry ]]; then graph_rows=(zoo-draft); else graph_rows=(100m-f16 8b
 for name in "${graph_rows[@]}"; do
   src=models/draft.gguf
   file=$(model_path "$name" "$src")
+  [[ -f $file ]] || continue
   step "parspec bench-forward $name without graphs"
   PARSPEC_CUDA_GRAPHS=0 timeout 60 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
     -b 1,8 -r "$repeat" --decode-tokens "$decode" --context 64 \
     --json "$out/parspec-$name-nographs.json" >/dev/null 2>&1 || echo "$name without graphs failed"
 done
+
+# What the tensor cores bring: the Q8_0/Q4_0 models with the warp matmul.
+if [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]]; then
+  for row in "${table[@]}"; do
+    read -r name src args <<<"$row"
+    [[ $args == *q4_0* || $args == *q8_0* ]] || continue
+    step "parspec bench-forward $name with the warp matmul"
+    PARSPEC_CUDA_MATMUL=warp timeout 90 "$bin_parspec" bench-forward -m "$(model_path "$name" "$src")" \
+      "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" -r "$repeat" --decode-tokens "$decode" \
+      --context 64 --json "$out/parspec-$name-warp.json" >/dev/null 2>&1 || echo "$name warp failed"
+  done
+fi
 
 # Strategies on the GPU against ar (greedy, the bench fails if one differs): the
 # 8B-class Q4_0 target with the 100M-class drafter, or the zoo pair in a dry run.
@@ -229,12 +264,40 @@ if [[ $mode == dry ]]; then
   strategies=ar,sd,tree
 else
   pair=(-m "$models/8b-q4_0.gguf" -md "$models/100m-f16.gguf")
-  strategies=ar,sd,sd:2,sd:8,tree,dyntree,pearl
+  strategies=ar,sd,sd:2,sd:4,sd:8,tree,dyntree,pearl
 fi
 step "parspec bench: $strategies"
 timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$strategies" \
   --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies.md" \
   >"$out/strategies.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies.txt"
+# The strategies of the other seed systems, apart: one failing leaves the table above whole.
+more=ar,specinfer,cosine,easyspec
+[[ $mode == dry ]] && more=ar,specinfer
+step "parspec bench: $more"
+timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$more" \
+  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-more.md" \
+  >"$out/strategies-more.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-more.txt"
+
+# llama.cpp's speculative decoding on the same files and prompts (greedy, one
+# process per prompt and --draft-max; its "decoded N tokens in S seconds").
+spec_bin=$models/llama.cpp/build/bin/llama-speculative-simple
+if [[ $mode == run && -x $spec_bin ]]; then
+  step "llama-speculative-simple --draft-max 4, 8, 16"
+  : >"$out/llama-speculative.tsv"
+  for set in code prose; do
+    for i in 0 1 2; do
+      text=$(python3 -c 'import json, sys
+lines = [json.loads(l)["prompt"] for l in open(sys.argv[1]) if l.strip()]
+print(lines[int(sys.argv[2])], end="")' "bench/prompts/$set.jsonl" "$i")
+      for dm in 4 8 16; do
+        line=$(timeout 60 "$spec_bin" "${pair[@]}" -ngl 99 -ngld 99 -p "$text" -n 64 --temp 0 \
+          --draft-max "$dm" -c 4096 2>&1 </dev/null | tee -a "$out/llama-speculative.log" |
+          grep -a 'decoded .* tokens in' | tail -1 || true)
+        echo -e "$set\t$dm\t$(echo "$line" | awk '{print $2 "\t" $5}')" >>"$out/llama-speculative.tsv"
+      done
+    done
+  done
+fi
 
 step "summary"
 python3 - "$out" "${table[@]}" <<'EOF' | tee "$out/summary.md"
@@ -288,10 +351,43 @@ if graph_rows:
         a, b = on["results"][0], off["results"][0]
         print(f"| {n} | {a['decode_tok_per_s']:.1f} | {b['decode_tok_per_s']:.1f} "
               f"| {fmt(a['latency_ms'].get('8'), 2)} | {fmt(b['latency_ms'].get('8'), 2)} |")
-strategies = os.path.join(out, "strategies.md")
-if os.path.exists(strategies):
+warp_rows = [(n, load(os.path.join(out, f"parspec-{n}-warp.json")),
+              load(os.path.join(out, f"parspec-{n}.json"))) for n in rows]
+warp_rows = [(n, off, on) for n, off, on in warp_rows if off and on]
+if warp_rows:
     print()
-    print(open(strategies).read().strip())
+    print("| model | matmul | decode tok/s | L(1) ms | L(8) ms | L(32) ms | L(64) ms | pp512 tok/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, off, on in warp_rows:
+        for label, res in (("tensor cores", on), ("warp (dp4a)", off)):
+            r = res["results"][0]
+            lat = r["latency_ms"]
+            pp = lat.get("512")
+            print(f"| {n} | {label} | {r['decode_tok_per_s']:.1f} | {fmt(lat.get('1'), 2)} "
+                  f"| {fmt(lat.get('8'), 2)} | {fmt(lat.get('32'), 2)} | {fmt(lat.get('64'), 2)} "
+                  f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
+for md in ("strategies.md", "strategies-more.md"):
+    path = os.path.join(out, md)
+    if os.path.exists(path):
+        print()
+        print(open(path).read().strip())
+spec = os.path.join(out, "llama-speculative.tsv")
+if os.path.exists(spec):
+    sums = {}
+    for line in open(spec):
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) == 4 and parts[2] and parts[3]:
+            key = (parts[0], int(parts[1]))
+            n, sec = sums.get(key, (0, 0.0))
+            sums[key] = (n + int(parts[2]), sec + float(parts[3]))
+    if sums:
+        print()
+        print("llama.cpp llama-speculative-simple (same files, -ngl 99 -ngld 99, greedy, 64 tokens):")
+        print()
+        print("| prompt set | --draft-max | tok/s |")
+        print("|---|---|---|")
+        for (s, dm), (n, sec) in sorted(sums.items()):
+            print(f"| {s} | {dm} | {n / sec:.1f} |")
 print()
 print("L(n) in ms (parspec, one forward over a chain of n tokens after 64 committed):")
 print()

@@ -117,7 +117,9 @@ def byte_level_vocab():
 def build_model(seed):
     from transformers import AutoModelForCausalLM, Qwen3MoeConfig
     config = Qwen3MoeConfig(
-        vocab_size=N_VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+        # hidden_size != 2 * moe_intermediate_size: a fused gate_up_proj's two layouts
+        # (out × in, in × out) then differ in shape.
+        vocab_size=N_VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=96,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
         num_experts=N_EXPERT, num_experts_per_tok=N_USED, norm_topk_prob=True,
         decoder_sparse_step=1, mlp_only_layers=[], max_position_embeddings=2048,
@@ -160,9 +162,9 @@ def expert_stacks(state, prefix, config):
                                        for e in range(N_EXPERT)])
         return stack("gate_proj"), stack("up_proj"), stack("down_proj")
     gate_up, down = state[prefix + "mlp.experts.gate_up_proj"], state[prefix + "mlp.experts.down_proj"]
-    if gate_up.shape == (N_EXPERT, hidden, 2 * ff):  # stored as x @ W
+    if gate_up.shape == (N_EXPERT, hidden, 2 * ff) != (N_EXPERT, 2 * ff, hidden):  # x @ W
         gate_up = gate_up.transpose(0, 2, 1)
-    if down.shape == (N_EXPERT, ff, hidden):
+    if down.shape == (N_EXPERT, ff, hidden) != (N_EXPERT, hidden, ff):
         down = down.transpose(0, 2, 1)
     if gate_up.shape != (N_EXPERT, 2 * ff, hidden) or down.shape != (N_EXPERT, hidden, ff):
         sys.exit(f"unexpected expert shapes {gate_up.shape} {down.shape}")

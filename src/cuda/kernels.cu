@@ -3,6 +3,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "cuda/kernels.h"
 
 namespace parspec::cuda {
@@ -69,14 +72,16 @@ __global__ void embed_kernel(DeviceMatrix w, const int32_t* tokens, float* hidde
     hidden[row * w.n_in + c] = weight_element(w, token, c);
 }
 
-// A block of 32 values of a row to Q8_0, one lane per value: the scale from
-// the block's largest magnitude (stored rounded to f16), values rounded to int8.
+// A block of 32 values of a row to Q8_0, one lane per value, exactly as the
+// CPU quantizes its activations (kernels/quant.cpp): d = f16(amax / 127), and
+// each value divided by that rounded d, rounded half to even and kept in
+// [-127, 127].
 __device__ void quantize_block(float v, int lane, int8_t* q, float* scale) {
   const float amax = warp_max(fabsf(v));
-  const float d = __fdiv_rn(amax, 127.0f);
-  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  q[lane] = static_cast<int8_t>(roundf(__fmul_rn(v, id)));
-  if (lane == 0) *scale = __half2float(__float2half_rn(d));
+  const float d = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+  const float x = d != 0.0f ? rintf(__fdiv_rn(v, d)) : 0.0f;
+  q[lane] = static_cast<int8_t>(fminf(fmaxf(x, -127.0f), 127.0f));
+  if (lane == 0) *scale = d;
 }
 
 // One block per row: h += residual (when given), out = h / sqrt(mean(h²) + eps)
@@ -200,6 +205,188 @@ __global__ void matmul_q_kernel(MatmulGroup g, const int8_t* xq, const float* xd
       if (lane == 0) y[static_cast<int64_t>(m0 + r) * w.n_out + n] = total;
     }
   }
+}
+
+// The tensor-core path for Q8_0/Q4_0 weights (the default; PARSPEC_CUDA_MATMUL=warp
+// selects matmul_q_kernel above). A thread block computes kMmaRows weight rows for
+// every activation row of the launch: its kMmaWarps warps split the K blocks (warp w
+// takes blocks w, w + kMmaWarps, ...), and for each block one int8 mma.sync per 8
+// activation rows gives the block's exact integer dot products, which each thread
+// scales and accumulates in block order; the warps' partial sums are then added in
+// warp order. Integer sums are exact and every other step is fixed by (row, output),
+// so a value never depends on how many rows share the launch.
+constexpr int kMmaRows = 16;     // weight rows per block: the mma's M
+constexpr int kMmaWarps = 8;     // warps splitting K
+constexpr int kMmaMaxTiles = 8;  // activation rows per launch: up to 8 tiles of 8
+
+// 16×8×32 int8 multiply-add: A row-major (the weights' 16 rows × one block of 32),
+// B column-major (one block of 8 activation rows), C += A·B in int32.
+__device__ void mma_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();  // built for sm_80 and later only
+#endif
+}
+
+// The A fragment of weight rows r0 (= 16-row tile base + g) and r0 + 8 for block b:
+// PTX's m16n8k32 .s8 layout puts K bytes 4t..4t+3 of row g in a[0], of row g + 8 in
+// a[1], and K bytes 16 + 4t.. of rows g and g + 8 in a[2] and a[3] (t: lane % 4).
+// Rows at or past n_out read nothing and give zeros.
+template <WeightKind kKind>
+__device__ void load_a_fragment(const DeviceMatrix& w, int64_t row0, int64_t nb, int64_t b, int t,
+                                int (&a)[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + 8 * h;
+    if (row >= w.n_out) {
+      a[h] = a[2 + h] = 0;
+      continue;
+    }
+    if constexpr (kKind == WeightKind::kQ8_0) {
+      const int* src =
+          reinterpret_cast<const int*>(static_cast<const int8_t*>(w.q) + (row * nb + b) * 32);
+      a[h] = src[t];
+      a[2 + h] = src[4 + t];
+    } else {
+      // Byte j of a Q4_0 block holds element j (low nibble) and j + 16 (high).
+      const unsigned word = *reinterpret_cast<const unsigned*>(static_cast<const uint8_t*>(w.q) +
+                                                               (row * nb + b) * 16 + 4 * t);
+      a[h] = static_cast<int>(__vsub4(word & 0x0F0F0F0Fu, 0x08080808u));
+      a[2 + h] = static_cast<int>(__vsub4((word >> 4) & 0x0F0F0F0Fu, 0x08080808u));
+    }
+  }
+}
+
+// The 16-row tile of a group that this block computes: its matrix, output and first row.
+__device__ bool block_tile(const MatmulGroup& g, DeviceMatrix& w, float*& y, int64_t& row0) {
+  int64_t tile = blockIdx.x;
+  int part = 0;
+  while (part + 1 < g.count) {
+    const int64_t tiles = (g.w[part].n_out + kMmaRows - 1) / kMmaRows;
+    if (tile < tiles) break;
+    tile -= tiles;
+    ++part;
+  }
+  w = part == 0 ? g.w[0] : part == 1 ? g.w[1] : g.w[2];
+  y = part == 0 ? g.y[0] : part == 1 ? g.y[1] : g.y[2];
+  row0 = tile * kMmaRows;
+  return row0 < w.n_out;
+}
+
+template <WeightKind kKind, int kTiles>
+__global__ void __launch_bounds__(kMmaWarps* kWarp)
+    matmul_mma_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
+  __shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];
+  DeviceMatrix w;
+  float* y;
+  int64_t tile_row0;
+  if (!block_tile(g, w, y, tile_row0)) return;  // the same for the whole block
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int gid = lane / 4, t = lane % 4;
+  const int64_t nb = w.n_in / 32;
+  const int64_t row_a = tile_row0 + gid, row_b = row_a + 8;
+  const __half* scales = static_cast<const __half*>(w.scales);
+
+  float acc[kTiles][4];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+#pragma unroll 2
+  for (int64_t b = warp; b < nb; b += kMmaWarps) {
+    int a[4];
+    load_a_fragment<kKind>(w, row_a, nb, b, t, a);
+    const float dw_a = row_a < w.n_out ? __half2float(scales[row_a * nb + b]) : 0.0f;
+    const float dw_b = row_b < w.n_out ? __half2float(scales[row_b * nb + b]) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      // B: activation row 8i + gid, K bytes 4t.. and 16 + 4t.. of block b.
+      const int m_b = 8 * i + gid;
+      int bf[2] = {0, 0};
+      if (m_b < M) {
+        const int* src =
+            reinterpret_cast<const int*>(xq + (static_cast<int64_t>(m_b) * nb + b) * 32);
+        bf[0] = src[t];
+        bf[1] = src[4 + t];
+      }
+      int c[4] = {0, 0, 0, 0};
+      mma_s8(c, a, bf);
+      // C: rows gid and gid + 8, activation rows 8i + 2t and 8i + 2t + 1.
+      const int m0 = 8 * i + 2 * t;
+      const float dx0 = m0 < M ? xd[static_cast<int64_t>(m0) * nb + b] : 0.0f;
+      const float dx1 = m0 + 1 < M ? xd[static_cast<int64_t>(m0 + 1) * nb + b] : 0.0f;
+      acc[i][0] = __fmaf_rn(__fmul_rn(dw_a, dx0), static_cast<float>(c[0]), acc[i][0]);
+      acc[i][1] = __fmaf_rn(__fmul_rn(dw_a, dx1), static_cast<float>(c[1]), acc[i][1]);
+      acc[i][2] = __fmaf_rn(__fmul_rn(dw_b, dx0), static_cast<float>(c[2]), acc[i][2]);
+      acc[i][3] = __fmaf_rn(__fmul_rn(dw_b, dx1), static_cast<float>(c[3]), acc[i][3]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const int m0 = 8 * i + 2 * t;
+    partial_s[warp][gid][m0] = acc[i][0];
+    partial_s[warp][gid][m0 + 1] = acc[i][1];
+    partial_s[warp][gid + 8][m0] = acc[i][2];
+    partial_s[warp][gid + 8][m0 + 1] = acc[i][3];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kMmaRows * 8 * kTiles; e += kMmaWarps * kWarp) {
+    const int r = e / (8 * kTiles), m = e % (8 * kTiles);
+    const int64_t row = tile_row0 + r;
+    if (m >= M || row >= w.n_out) continue;
+    float total = partial_s[0][r][m];
+#pragma unroll
+    for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial_s[v][r][m]);
+    y[static_cast<int64_t>(m) * w.n_out + row] = total;
+  }
+}
+
+template <WeightKind kKind, int kTiles>
+void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
+                cudaStream_t stream) {
+  int64_t tiles = 0;
+  for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + kMmaRows - 1) / kMmaRows;
+  matmul_mma_kernel<kKind, kTiles>
+      <<<static_cast<int>(tiles), kMmaWarps * kWarp, 0, stream>>>(g, xq, xd, n);
+}
+
+// Up to 8 · kMmaMaxTiles rows per launch; more rows are launched in such slices
+// (each row's values are the same either way).
+template <WeightKind kKind>
+void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n,
+                       cudaStream_t stream) {
+  const int64_t nb = g.w[0].n_in / 32;
+  constexpr int kSlice = 8 * kMmaMaxTiles;
+  for (int m0 = 0; m0 < n; m0 += kSlice) {
+    const int rows = n - m0 < kSlice ? n - m0 : kSlice;
+    MatmulGroup slice = g;
+    for (int i = 0; i < g.count; ++i) slice.y[i] = g.y[i] + static_cast<int64_t>(m0) * g.w[i].n_out;
+    const int8_t* q = xq + static_cast<int64_t>(m0) * nb * 32;
+    const float* d = xd + static_cast<int64_t>(m0) * nb;
+    switch ((rows + 7) / 8) {
+      case 1:
+        launch_mma<kKind, 1>(slice, q, d, rows, stream);
+        break;
+      case 2:
+        launch_mma<kKind, 2>(slice, q, d, rows, stream);
+        break;
+      case 3:
+      case 4:
+        launch_mma<kKind, 4>(slice, q, d, rows, stream);
+        break;
+      default:
+        launch_mma<kKind, 8>(slice, q, d, rows, stream);
+        break;
+    }
+  }
+}
+
+bool tensor_core_matmul_wanted() {
+  const char* env = std::getenv("PARSPEC_CUDA_MATMUL");
+  return env == nullptr || std::string_view(env) != "warp";
 }
 
 // Eight consecutive weights of row n from element 8·chunk.
@@ -536,6 +723,11 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
       launch_matmul(group.w[i], x, xq, xd, n, group.y[i], stream);
     return;
   }
+  static const bool tensor_cores = tensor_core_matmul_wanted();
+  if (tensor_cores && group.w[0].kind == WeightKind::kQ8_0)
+    return launch_matmul_mma<WeightKind::kQ8_0>(group, xq, xd, n, stream);
+  if (tensor_cores && group.w[0].kind == WeightKind::kQ4_0)
+    return launch_matmul_mma<WeightKind::kQ4_0>(group, xq, xd, n, stream);
   // A one-row tile for single rows: the same arithmetic per row, fewer registers.
   if (n == 1)
     launch_matmul_tile<1>(group, x, xq, xd, n, stream);

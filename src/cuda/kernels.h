@@ -62,8 +62,8 @@ void launch_embed(const DeviceMatrix& embedding, const int32_t* tokens, int n, f
 // q and scales exactly as launch_quantize_q8 would.
 void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
                         float* out, int8_t* q, float* scales, cudaStream_t stream);
-// Rows of `dim` floats to Q8_0 blocks: int8 values and the block's scale
-// (rounded to f16, as the CPU's Q8_0 activations).
+// Rows of `dim` floats to Q8_0 blocks: int8 values and the block's scale,
+// bit for bit as the CPU quantizes its activations.
 void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales,
                         cudaStream_t stream);
 // y (n × n_out) = x (n × n_in) · Wᵀ: from x for F32/F16/BF16 weights, from

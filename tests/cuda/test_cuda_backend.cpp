@@ -216,6 +216,29 @@ TEST_P(CudaBatchInvariance, TheSameChecksHoldOnTheCpu) {
   check_invariance(*model, cpu, false);
 }
 
+// Invariance alone would pass a kernel that is consistently wrong: the GPU's
+// logits must also be the CPU's up to float rounding (the two reduce in
+// different orders; the quantized activations are the same).
+TEST_P(CudaBatchInvariance, LogitsMatchTheCpuUpToRounding) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const InvarianceCase& p = GetParam();
+  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
+  Worker worker(2);
+  CpuExecutor cpu(worker);
+  auto gpu = cuda::make_executor(0);
+  KvCache cpu_kv(model->config(), 128), gpu_kv(model->config(), 128);
+  const std::vector<float> want = cpu.forward(*model, Batch::chain(cpu_kv, kLong, true), cpu_kv);
+  const std::vector<float> got = gpu->forward(*model, Batch::chain(gpu_kv, kLong, true), gpu_kv);
+  ASSERT_EQ(got.size(), want.size());
+  float largest = 1.0f, worst = 0.0f;
+  for (size_t i = 0; i < want.size(); ++i) {
+    largest = std::max(largest, std::fabs(want[i]));
+    worst = std::max(worst, std::fabs(got[i] - want[i]));
+  }
+  EXPECT_LE(worst, 1e-3f * largest) << "largest |logit| " << largest;
+}
+
 std::string case_name(const ::testing::TestParamInfo<InvarianceCase>& info) {
   return info.param.arch + "_" + std::string(type_info(info.param.type).name);
 }
