@@ -63,6 +63,14 @@ std::unique_ptr<Target> make_target_side(const StrategyConfig& config) {
   return std::make_unique<LocalTarget>(config.target, *config.target_worker);
 }
 
+std::unique_ptr<Drafter> make_drafter_side(const StrategyConfig& config) {
+  if (config.make_drafter) return config.make_drafter(config);
+  check(config.draft != nullptr && config.target_worker != nullptr, "strategy '", config.name,
+        "' needs a draft model and a worker");
+  Worker& worker = config.draft_worker != nullptr ? *config.draft_worker : *config.target_worker;
+  return std::make_unique<ModelDrafter>(config.draft, worker);
+}
+
 int32_t LocalTarget::n_committed() const {
   return seq_.kv().n_committed();
 }

@@ -99,4 +99,8 @@ class ModelDrafter final : public Drafter {
   mutable LocalSequence seq_;
 };
 
+// The config's drafter side for its draft model: config.make_drafter's, or a
+// ModelDrafter on the draft worker (the target's when none).
+std::unique_ptr<Drafter> make_drafter_side(const StrategyConfig& config);
+
 }  // namespace parspec

@@ -265,8 +265,8 @@ void fill_config(ojson& config, const BenchArgs& a, const Model& target,
   config["ignore_eos"] = a.ignore_eos;
   config["warmup"] = a.warmup;
   config["strategy_options"] = a.strategy_options.to_json();
-  config["target_device"] = device_label(resources.target_device);
-  config["draft_device"] = device_label(resources.draft_device);
+  config["target_device"] = device_label(resources.devices.target_device);
+  config["draft_device"] = device_label(resources.devices.draft_device);
   if (const mpi::Pipeline* pipeline = mpi::running_pipeline()) {
     config["distributed"] = pipeline->describe();
     config["link_emulated"] = pipeline->options().link.active();

@@ -8,12 +8,14 @@
 
 #include "core/error.h"
 #include "core/worker.h"
+#include "decode/local_model.h"
 #include "decode/registry.h"
 #include "model/model.h"
 #include "strategies/ppd/ppd_prompts.h"
 #include "strategies/ppd/ppd_tree.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/device_options.h"
 #include "tools/model_loading.h"
 #include "tuning/cost_model.h"
 #include "tuning/tuning.h"
@@ -26,6 +28,7 @@ struct TuneArgs {
   std::string model_path, draft_path, cache_dir, ppd_path, ppd_tree_out;
   int n_threads = 1, threads_draft = 0, measure = 3, n_predict = 64, ppd_max_budget = 48;
   bool retune = false;
+  DeviceOptions devices;  // --device, -ngl, -ngld: measured where the models will run
 };
 
 bool parse_tune_args(int argc, char** argv, TuneArgs& a) {
@@ -37,7 +40,7 @@ bool parse_tune_args(int argc, char** argv, TuneArgs& a) {
                  "(γ 1..8), pearl (window 1..8) and tree and dyntree shapes whose node count fits "
                  "the measured L(n), run the best predicted ones and ar for real, and print the "
                  "choice of --strategy auto and the best predicted configuration of each family "
-                 "(line 'tuned:'). Measurements are cached per model files, CPU and threads.");
+                 "(line 'tuned:'). Measurements are cached per model files, CPU, GPU and threads.");
   args.option("-m,--model", &a.model_path, "FILE", "target model (GGUF)");
   args.option("-md,--model-draft", &a.draft_path, "FILE", "draft model (GGUF)");
   args.option("-t,--threads", &a.n_threads, "N", "threads of the target model");
@@ -61,6 +64,7 @@ bool parse_tune_args(int argc, char** argv, TuneArgs& a) {
               "where --ppd writes the chosen trees (default: the side file with .tree for .gguf)");
   args.option("--ppd-max-budget", &a.ppd_max_budget, "N",
               "--ppd: largest input length per step considered (L(n) is timed up to it)");
+  a.devices.add_to(args);
   if (!args.parse(argc, argv)) return false;
   check(!a.model_path.empty(), "no target model given (-m FILE)");
   check(!a.draft_path.empty() || !a.ppd_path.empty(),
@@ -182,7 +186,7 @@ std::vector<double> measure_configs(const std::vector<StrategyConfig>& configs,
 // the cost model measures it), and for each input-length budget the trees of
 // the offline stage with their Markov-chain forecast: the budget with the
 // highest predicted tokens/s is chosen and its trees written.
-int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
+int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target, const DeviceSides& sides) {
   const PpdPrompts prompts = PpdPrompts::load(a.ppd_path);
   prompts.check_fits(*target);
   check(!prompts.rank_accuracy.empty(), a.ppd_path,
@@ -192,13 +196,15 @@ int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
   base.target = target;
   base.target_worker = &worker;
   base.name = reference_strategy_name();
+  sides.apply(base);
   const auto calibration = calibration_prompts(*target);
   int longest = 0;
   for (const auto& p : calibration) longest = std::max(longest, static_cast<int>(p.size()));
   base.ctx_size = longest + a.n_predict + 8;
 
   std::fprintf(stderr, "tune: timing target forwards over 1..%d rows\n", a.ppd_max_budget);
-  const std::vector<double> latency = measure_target_latencies(target, worker, a.ppd_max_budget, 5);
+  const std::vector<double> latency =
+      measure_target_latencies(make_target_side(base), a.ppd_max_budget, 5);
   const double ar_tps = measure_configs({base}, calibration, a.n_predict)[0];
   const double overhead = std::max(0.0, 1000.0 / std::max(ar_tps, 1e-9) - latency[0]);
 
@@ -279,12 +285,14 @@ int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target) {
 int cmd_tune(int argc, char** argv) {
   TuneArgs a;
   if (!parse_tune_args(argc, argv, a)) return 0;
-  std::shared_ptr<const Model> target = load_model(a.model_path);
+  std::shared_ptr<const Model> target = load_model(a.model_path, a.devices.target_loading());
+  DeviceSides sides;
   if (!a.ppd_path.empty()) {
     check(a.draft_path.empty(), "tune: --ppd tunes ppd, which needs no draft model (drop -md)");
-    return tune_ppd(a, target);
+    sides.init(a.devices, *target, nullptr);
+    return tune_ppd(a, target, sides);
   }
-  std::shared_ptr<const Model> draft = load_model(a.draft_path);
+  std::shared_ptr<const Model> draft = load_model(a.draft_path, a.devices.draft_loading());
   check(target->config().n_vocab == draft->config().n_vocab, "the draft model's vocabulary (",
         draft->config().n_vocab, " tokens) differs from the target's (", target->config().n_vocab,
         ")");
@@ -296,6 +304,8 @@ int cmd_tune(int argc, char** argv) {
   base.draft = draft;
   base.target_worker = &target_worker;
   base.draft_worker = draft_worker ? draft_worker.get() : &target_worker;
+  sides.init(a.devices, *target, draft.get());
+  sides.apply(base);
 
   TuneOptions options;
   options.cache_dir = a.cache_dir;

@@ -7,6 +7,9 @@
 
 #include "core/error.h"
 #include "cuda/backend.h"
+#include "decode/local_model.h"
+#include "decode/strategy.h"
+#include "mpi/transport.h"
 
 namespace parspec {
 
@@ -93,6 +96,42 @@ int DeviceOptions::draft_device(const Model& draft, int target_device) const {
 std::string device_label(int device) {
   if (device < 0) return "cpu";
   return "cuda" + std::to_string(device) + ": " + cuda::describe(cuda::device_info(device));
+}
+
+void DeviceSides::init(const DeviceOptions& options, const Model& target, const Model* draft) {
+  target_device = options.target_device(target);
+  draft_device = draft != nullptr ? options.draft_device(*draft, target_device) : target_device;
+  if (target_device < 0 && draft_device < 0) return;
+  check(!mpi::launched_by_mpirun(),
+        "--device cuda / -ngl: the GPU backend runs in one process, not under mpirun");
+  if (target_device >= 0) {
+    target_executor = cuda::make_executor(target_device);
+    cuda::upload(*target_executor, target);
+    std::fprintf(stderr, "target model on %s\n", device_label(target_device).c_str());
+  }
+  if (draft != nullptr && draft_device >= 0) {
+    draft_executor = cuda::make_executor(draft_device);
+    cuda::upload(*draft_executor, *draft);
+    std::fprintf(stderr, "draft model on %s\n", device_label(draft_device).c_str());
+  }
+}
+
+void DeviceSides::apply(StrategyConfig& c) const {
+  if (target_device < 0 && draft_device < 0) return;
+  c.device =
+      "target on " + device_label(target_device) + ", draft on " + device_label(draft_device);
+  if (target_executor) {
+    ForwardExecutor* executor = target_executor.get();
+    c.make_target = [executor](const StrategyConfig& config) -> std::unique_ptr<Target> {
+      return std::make_unique<LocalTarget>(config.target, *executor);
+    };
+  }
+  if (draft_executor) {
+    ForwardExecutor* executor = draft_executor.get();
+    c.make_drafter = [executor](const StrategyConfig& config) -> std::unique_ptr<Drafter> {
+      return std::make_unique<ModelDrafter>(config.draft, *executor);
+    };
+  }
 }
 
 }  // namespace parspec

@@ -10,6 +10,8 @@
 
 namespace parspec {
 
+struct StrategyConfig;
+
 struct DeviceOptions {
   std::string device;         // empty: not given; cpu (none), cuda (cuda0, cuda1, ...)
   int gpu_layers = -1;        // -ngl; -1: not given
@@ -38,5 +40,20 @@ struct DeviceOptions {
 
 // "cpu" or the GPU's description, for info and bench-forward.
 std::string device_label(int device);
+
+// The executors that run a target and its draft model where DeviceOptions
+// puts them, and what plugs them into a strategy's config.
+struct DeviceSides {
+  int target_device = -1, draft_device = -1;  // -1: the CPU
+  std::unique_ptr<ForwardExecutor> target_executor, draft_executor;
+
+  // Chooses the devices (`draft` null: none) and, for each side on a GPU,
+  // makes its own executor (a strategy may run both at once) and uploads the
+  // model, saying so on stderr. Refused under mpirun.
+  void init(const DeviceOptions& options, const Model& target, const Model* draft);
+  // c.device, c.make_target and c.make_drafter for the sides on a GPU
+  // (nothing when both are on the CPU).
+  void apply(StrategyConfig& c) const;
+};
 
 }  // namespace parspec

@@ -171,7 +171,7 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   }
   if (options.threads_draft > 0)
     draft_worker = std::make_unique<Worker>(options.threads_draft, placement.draft_cores);
-  init_devices(options);
+  devices.init(options.devices, *target, draft.get());
 
   mpi::PipelineOptions pipeline;
   pipeline.stages = options.stages;
@@ -217,25 +217,6 @@ void StrategyResources::init(std::shared_ptr<const Model> target_model,
   load_drafters(options);
 }
 
-void StrategyResources::init_devices(const StrategyOptions& options) {
-  target_device = options.devices.target_device(*target);
-  draft_device = draft ? options.devices.draft_device(*draft, target_device) : target_device;
-  if (target_device < 0 && draft_device < 0) return;
-  check(!mpi::launched_by_mpirun(),
-        "--device cuda / -ngl: the GPU backend runs in one process, not under mpirun");
-  // Each side its own executor: a strategy may run both at once (pearl).
-  if (target_device >= 0) {
-    target_executor = cuda::make_executor(target_device);
-    cuda::upload(*target_executor, *target);
-    std::fprintf(stderr, "target model on %s\n", device_label(target_device).c_str());
-  }
-  if (draft && draft_device >= 0) {
-    draft_executor = cuda::make_executor(draft_device);
-    cuda::upload(*draft_executor, *draft);
-    std::fprintf(stderr, "draft model on %s\n", device_label(draft_device).c_str());
-  }
-}
-
 void StrategyResources::load_drafters(const StrategyOptions& options) {
   std::string list = options.drafter_paths;
   for (size_t at = 0; !list.empty();) {
@@ -277,21 +258,7 @@ StrategyConfig StrategyResources::config_for(const std::string& entry,
     fail("strategy '", name, "' needs a draft model: give one with -md FILE",
          info.takes_drafter_pool ? " or a pool with --drafters a.gguf,b.gguf" : "");
   c.make_group_executor = make_group_executor;
-  if (target_device >= 0 || draft_device >= 0)
-    c.device =
-        "target on " + device_label(target_device) + ", draft on " + device_label(draft_device);
-  if (target_executor) {
-    ForwardExecutor* executor = target_executor.get();
-    c.make_target = [executor](const StrategyConfig& config) -> std::unique_ptr<Target> {
-      return std::make_unique<LocalTarget>(config.target, *executor);
-    };
-  }
-  if (draft_executor) {
-    ForwardExecutor* executor = draft_executor.get();
-    c.make_drafter = [executor](const StrategyConfig& config) -> std::unique_ptr<Drafter> {
-      return std::make_unique<ModelDrafter>(config.draft, *executor);
-    };
-  }
+  devices.apply(c);
   if (make_target) {
     c.make_target = make_target;
     check(info.mpirun_refusal.empty(), info.mpirun_refusal);

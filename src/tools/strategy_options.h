@@ -82,10 +82,8 @@ struct StrategyResources {
   std::vector<std::shared_ptr<const Model>> drafters;
   std::vector<std::string> drafter_names;
   std::vector<std::unique_ptr<Worker>> drafter_workers;
-  // CUDA devices of the target and the draft models (-1: the CPU), and the
-  // executors that run them there (null on the CPU).
-  int target_device = -1, draft_device = -1;
-  std::unique_ptr<ForwardExecutor> target_executor, draft_executor;
+  // Where the target and the draft model run (a GPU's executors, or the CPU).
+  DeviceSides devices;
 
   // Loads the draft (when a path is given) and creates the workers; with a GPU
   // chosen (DeviceOptions), uploads the models to it; under
@@ -101,7 +99,6 @@ struct StrategyResources {
 
  private:
   void load_drafters(const StrategyOptions& options);
-  void init_devices(const StrategyOptions& options);
 };
 
 }  // namespace parspec

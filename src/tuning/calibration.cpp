@@ -68,24 +68,23 @@ class TargetTimer {
 // The same on a drafter side.
 class DrafterTimer {
  public:
-  DrafterTimer(std::shared_ptr<const Model> draft, Worker& worker, int max_n)
-      : drafter_(std::move(draft), worker) {
-    drafter_.begin(kTimingContext + max_n + 1);
+  DrafterTimer(std::unique_ptr<Drafter> drafter, int max_n) : drafter_(std::move(drafter)) {
+    drafter_->begin(kTimingContext + max_n + 1);
     int32_t n_cells = 0;
-    drafter_.catch_up(timing_prefix(drafter_.n_vocab()), &n_cells);
-    drafter_.accept_chain(n_cells);
+    drafter_->catch_up(timing_prefix(drafter_->n_vocab()), &n_cells);
+    drafter_->accept_chain(n_cells);
   }
   double forward_ms(int n) {
-    const std::vector<int32_t> tokens = timing_tokens(n, run_++, drafter_.n_vocab());
+    const std::vector<int32_t> tokens = timing_tokens(n, run_++, drafter_->n_vocab());
     const Stopwatch watch;
-    drafter_.propose(chain_batch(drafter_.n_seen(), tokens, true));
+    drafter_->propose(chain_batch(drafter_->n_seen(), tokens, true));
     const double ms = watch.elapsed_ms();
-    drafter_.accept({}, {});
+    drafter_->accept({}, {});
     return ms;
   }
 
  private:
-  ModelDrafter drafter_;
+  std::unique_ptr<Drafter> drafter_;
   int run_ = 0;
 };
 
@@ -121,8 +120,12 @@ double interpolated(const std::vector<double>& v, double x) {
 
 std::vector<int> draft_ranks(std::shared_ptr<const Model> draft, Worker& worker,
                              const std::vector<int32_t>& tokens, int cap) {
-  check(!tokens.empty() && cap >= 1, "draft_ranks: no tokens or a bad cap");
   ModelDrafter drafter(std::move(draft), worker);
+  return draft_ranks(drafter, tokens, cap);
+}
+
+std::vector<int> draft_ranks(Drafter& drafter, const std::vector<int32_t>& tokens, int cap) {
+  check(!tokens.empty() && cap >= 1, "draft_ranks: no tokens or a bad cap");
   const int n_vocab = drafter.n_vocab();
   drafter.begin(static_cast<int>(tokens.size()) + 1);
   const std::vector<float> logits = drafter.propose(chain_batch(0, tokens, true));
@@ -181,8 +184,13 @@ std::vector<std::vector<std::vector<double>>> tree_acceptance(
 
 std::vector<double> measure_target_latencies(std::shared_ptr<const Model> model, Worker& worker,
                                              int max_n, int runs) {
+  return measure_target_latencies(std::make_unique<LocalTarget>(std::move(model), worker), max_n,
+                                  runs);
+}
+
+std::vector<double> measure_target_latencies(std::unique_ptr<Target> target, int max_n, int runs) {
   check(max_n >= 1 && runs >= 1, "measure_target_latencies: max_n and runs must be positive");
-  TargetTimer timer(std::make_unique<LocalTarget>(std::move(model), worker), max_n);
+  TargetTimer timer(std::move(target), max_n);
   std::vector<std::vector<double>> times(max_n);
   const auto pass = [&](bool keep) {
     for (int n = 1; n <= max_n; ++n) {
@@ -245,7 +253,8 @@ CostMeasurements measure_costs(const StrategyConfig& config,
   TargetTimer target_timer(make_target_side(config), max_n,
                            moe.enabled() ? &config.target->expert_tally() : nullptr);
   std::vector<std::vector<double>> target_expert_counts(max_n);
-  DrafterTimer draft_timer(config.draft, draft_worker, max_draft_n);
+  // Through the sides: where the models run on a GPU, so are they timed.
+  DrafterTimer draft_timer(make_drafter_side(config), max_draft_n);
   std::vector<std::vector<double>> target_times(max_n), draft_times(max_draft_n);
   // One pass times every batch size once, and the draft twice. A warm-up pass
   // says how many passes fit in about half a second (small models are timed
@@ -386,8 +395,9 @@ CostMeasurements measure_costs(const StrategyConfig& config,
     // tokens; the tree shape's real runs price what a node costs beyond the
     // forwards (per step, so that acceptance does not enter).
     std::vector<std::vector<int>> ranks;
+    const std::unique_ptr<Drafter> ranker = make_drafter_side(config);
     for (const auto& tokens : continuations)
-      ranks.push_back(draft_ranks(config.draft, draft_worker, tokens, kMaxTreeBranch));
+      ranks.push_back(draft_ranks(*ranker, tokens, kMaxTreeBranch));
     m.tree_accept = tree_acceptance(ranks, generated_from, kMaxTreeDepth);
     const Prediction formula = predict(m, tree_shape);
     if (tree_total.verify_steps > 0)

@@ -278,6 +278,8 @@ CheckOutcome decide_check(const std::vector<Candidate>& contenders, const Candid
 // the whole sequence.
 std::vector<int> draft_ranks(std::shared_ptr<const Model> draft, Worker& worker,
                              const std::vector<int32_t>& tokens, int cap);
+// The same on a drafter side (its sequence is begun anew).
+std::vector<int> draft_ranks(Drafter& drafter, const std::vector<int32_t>& tokens, int cap);
 // tree_accept (CostMeasurements) from per-sequence ranks of the target's
 // tokens, each sequence's steps starting after index `first` (its first
 // generated token, which the prompt's forward yields), up to kMaxTreeBranch children and
@@ -291,6 +293,8 @@ std::vector<std::vector<std::vector<double>>> tree_acceptance(
 // `runs` passes): for strategies sized by their input length (ppd's trees).
 std::vector<double> measure_target_latencies(std::shared_ptr<const Model> model, Worker& worker,
                                              int max_n, int runs);
+// The same on a target side (a GPU's, the server's).
+std::vector<double> measure_target_latencies(std::unique_ptr<Target> target, int max_n, int runs);
 
 // Measures L(1..max(max_gamma, kMaxTreeNodes)+1), the draft cost per batch
 // size, chain and tree acceptance and the overheads (greedy runs of the

@@ -20,6 +20,9 @@ TEST(TuneCli, HelpAndBadInput) {
   const auto help = run_parspec("tune --help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.output.find("--cache-dir"), std::string::npos);
+  // Tuned where the models will run: generate's GPU flags.
+  for (const char* flag : {"-ngl, --gpu-layers", "-ngld,", "-dev, --device"})
+    EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
 
   const auto no_model = run_parspec("tune", true);
   EXPECT_EQ(no_model.exit_code, 1);
@@ -67,6 +70,11 @@ TEST(TuneCli, MeasuresThenReadsTheCache) {
   EXPECT_NE(first.output.find("dyntree:d2c2w2"), std::string::npos) << first.output;
   EXPECT_NE(first.output.find("\ntuned: sd:"), std::string::npos) << first.output;
   EXPECT_TRUE(std::filesystem::exists(cache + "/tune.json"));
+
+  // The CPU named explicitly is the same machine: the same entry of the cache.
+  const auto on_cpu = run_parspec(args + " --measure 0 --device cpu -ngl 0");
+  ASSERT_EQ(on_cpu.exit_code, 0) << on_cpu.output;
+  EXPECT_NE(on_cpu.output.find("from the cache"), std::string::npos) << on_cpu.output;
 
   const auto second = run_parspec(args + " --measure 0");
   ASSERT_EQ(second.exit_code, 0) << second.output;

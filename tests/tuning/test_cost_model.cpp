@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "decode/local_model.h"
 #include "decode/registry.h"
 #include "model/kv_cache.h"
 #include "sample/sampler.h"
@@ -370,6 +371,41 @@ class ScopedEnv {
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Where the sides run on a GPU, calibration must time them there: every
+// forward it times goes through the config's make_target / make_drafter.
+TEST(Calibration, TimesTheConfigsOwnSides) {
+  TempDir dir;
+  const auto pair = testing_support::make_model_pair(dir, "llama", DType::F32, DType::Q8_0, 300, 5);
+  Worker target_worker(1), draft_worker(1);
+  StrategyConfig config;
+  config.target = pair.target;
+  config.draft = pair.draft;
+  config.target_worker = &target_worker;
+  config.draft_worker = &draft_worker;
+  config.ctx_size = 256;
+  int targets = 0, drafters = 0;
+  config.make_target = [&](const StrategyConfig& c) -> std::unique_ptr<Target> {
+    ++targets;
+    return std::make_unique<LocalTarget>(c.target, *c.target_worker);
+  };
+  config.make_drafter = [&](const StrategyConfig& c) -> std::unique_ptr<Drafter> {
+    ++drafters;
+    return std::make_unique<ModelDrafter>(c.draft, *c.draft_worker);
+  };
+  CalibrationOptions options;
+  options.n_predict = 8;
+  options.max_gamma = 2;
+  options.trees = true;
+  options.timing_runs = 1;
+  options.parallel_window = 0;
+  const std::vector<std::vector<int32_t>> prompts = {calibration_prompts(*config.target)[0]};
+  const CostMeasurements m = measure_costs(config, prompts, options);
+  EXPECT_GT(m.draft_ms, 0.0);
+  // The timers (one side each), the strategies' runs, and the drafter that ranks for trees.
+  EXPECT_GE(targets, 2);
+  EXPECT_GE(drafters, 3);
 }
 
 TEST(TuneCache, RoundTripAndInvalidation) {
