@@ -54,21 +54,6 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// A cache holding a short committed context, with room for `n_tokens` more,
-// to time forwards on.
-KvCache timing_cache(const Model& model, Worker& worker, int n_tokens) {
-  constexpr int kContext = 32;
-  const int n_vocab = model.config().n_vocab;
-  KvCache kv(model.config(), kContext + n_tokens + 1);
-  std::vector<int32_t> prefix(kContext);
-  for (int i = 0; i < kContext; ++i) prefix[i] = i % n_vocab;
-  model.forward(worker, Batch::chain(kv, prefix, false), kv);
-  std::vector<int32_t> path(kContext);
-  for (int i = 0; i < kContext; ++i) path[i] = i;
-  kv.commit(path);
-  return kv;
-}
-
 // The window rule of the paper: γ = round(t(target forward) / t(draft
 // forward)), one token each, median of 7 after 2 warm-ups; and the time of a
 // target forward over γ tokens, which the rule presumes to be about one
@@ -76,23 +61,8 @@ KvCache timing_cache(const Model& model, Worker& worker, int n_tokens) {
 struct WindowMeasurement {
   double t_target_ms = 0, t_draft_ms = 0, ratio = 1, t_window_ms = 0;
   int window = 1;
-  bool through_side = false;  // timed through the strategy's Target (a pipeline)
+  std::string where;  // how the sides ran, for the note: "" (this CPU), a GPU, a pipeline
 };
-
-WindowMeasurement measure_window(const Model& target, Worker& target_worker, const Model& draft,
-                                 Worker& draft_worker) {
-  constexpr int kMaxWindow = 64, kWarmup = 2, kRuns = 7;
-  KvCache target_kv = timing_cache(target, target_worker, kMaxWindow);
-  KvCache draft_kv = timing_cache(draft, draft_worker, 1);
-  WindowMeasurement m;
-  m.t_target_ms = median_forward_ms(target, target_worker, target_kv, 1, kWarmup, kRuns, true);
-  m.t_draft_ms = median_forward_ms(draft, draft_worker, draft_kv, 1, kWarmup, kRuns, true);
-  m.ratio = m.t_draft_ms > 0 ? m.t_target_ms / m.t_draft_ms : 1.0;
-  m.window = static_cast<int>(std::clamp(std::lround(m.ratio), 1L, static_cast<long>(kMaxWindow)));
-  m.t_window_ms =
-      median_forward_ms(target, target_worker, target_kv, m.window, kWarmup, kRuns, true);
-  return m;
-}
 
 // The median time of `runs` calls of `forward` after `warmup` untimed ones.
 double median_ms(const std::function<void()>& forward, int warmup, int runs) {
@@ -109,19 +79,23 @@ double median_ms(const std::function<void()>& forward, int warmup, int runs) {
   return times[runs / 2];
 }
 
-// The same rule where the target is not a model in this process but the
-// strategy's Target side (a pipeline of MPI ranks): its forwards are timed as
-// the strategy will see them, messages and stages included. The cells it
-// used are dropped and its meter emptied: the first request starts clean.
-WindowMeasurement measure_window_through(Target& target, const Model& draft, Worker& draft_worker) {
+// The rule timed on the strategy's own sides, as it will run them: on this
+// CPU's workers, on a GPU, or through a pipeline of MPI ranks (messages and
+// stages included). The cells used are dropped and the meters emptied: the
+// first request starts clean.
+WindowMeasurement measure_window(Target& target, Drafter& drafter) {
   constexpr int kContext = 32, kMaxWindow = 64, kWarmup = 2, kRuns = 7;
   const int n_vocab = target.n_vocab();
-  target.begin(kContext + kMaxWindow + 1);
   std::vector<int32_t> prefix(kContext);
   for (int i = 0; i < kContext; ++i) prefix[i] = i % n_vocab;
+  target.begin(kContext + kMaxWindow + 1);
   target.forward(chain_batch(0, prefix, false));
   target.commit_chain(kContext);
-  const auto forward_of = [&](int n_tokens) {
+  drafter.begin(kContext + 2);
+  int32_t n_cells = 0;
+  drafter.catch_up(prefix, &n_cells);
+  drafter.accept_chain(n_cells);
+  const auto target_forward = [&](int n_tokens) {
     return [&target, n_tokens, n_vocab] {
       std::vector<int32_t> tokens(n_tokens);
       for (int i = 0; i < n_tokens; ++i) tokens[i] = (kContext + i) % n_vocab;
@@ -129,25 +103,28 @@ WindowMeasurement measure_window_through(Target& target, const Model& draft, Wor
       target.commit({}, {});  // drops the speculative cells
     };
   };
-  KvCache draft_kv = timing_cache(draft, draft_worker, 1);
+  const auto draft_forward = [&drafter, n_vocab] {
+    const int32_t token = kContext % n_vocab;
+    drafter.propose(chain_batch(drafter.n_seen(), {&token, 1}, true));
+    drafter.accept({}, {});
+  };
   WindowMeasurement m;
-  m.t_target_ms = median_ms(forward_of(1), kWarmup, kRuns);
-  m.t_draft_ms = median_forward_ms(draft, draft_worker, draft_kv, 1, kWarmup, kRuns, true);
+  m.t_target_ms = median_ms(target_forward(1), kWarmup, kRuns);
+  m.t_draft_ms = median_ms(draft_forward, kWarmup, kRuns);
   m.ratio = m.t_draft_ms > 0 ? m.t_target_ms / m.t_draft_ms : 1.0;
   m.window = static_cast<int>(std::clamp(std::lround(m.ratio), 1L, static_cast<long>(kMaxWindow)));
-  m.t_window_ms = median_ms(forward_of(m.window), kWarmup, kRuns);
-  m.through_side = true;
+  m.t_window_ms = median_ms(target_forward(m.window), kWarmup, kRuns);
   target.take_meter();
+  drafter.take_meter();
   return m;
 }
 
 std::vector<std::string> describe(const WindowMeasurement& m) {
-  char line[320];
+  char line[512];
   std::snprintf(line, sizeof line,
                 "pearl: target forward %.3f ms%s, draft forward %.3f ms on this machine: speed "
                 "ratio c = %.2f, window γ = %d (--pearl-window overrides)",
-                m.t_target_ms, m.through_side ? " through the pipeline" : "", m.t_draft_ms, m.ratio,
-                m.window);
+                m.t_target_ms, m.where.c_str(), m.t_draft_ms, m.ratio, m.window);
   std::vector<std::string> lines = {line};
   if (m.window > 1 && m.t_window_ms > 2 * m.t_target_ms) {
     std::snprintf(line, sizeof line,
@@ -207,12 +184,12 @@ class Pearl final : public SpeculativeStrategy {
     if (own_draft_worker_) config_.draft_worker = own_draft_worker_.get();
     window_ = option_value<int>(config_, pearl_window_option());
     if (window_ <= 0) {
-      // Another target backend (an MPI pipeline) is timed through the side itself.
-      const WindowMeasurement m =
-          config_.make_target
-              ? measure_window_through(*target_, *config_.draft, *config_.draft_worker)
-              : measure_window(*config_.target, *config_.target_worker, *config_.draft,
-                               *config_.draft_worker);
+      WindowMeasurement m = measure_window(*target_, *drafter_);
+      // A side made elsewhere without a device is a pipeline of MPI ranks.
+      if (!config_.device.empty())
+        m.where = " (" + config_.device + ")";
+      else if (config_.make_target)
+        m.where = " through the pipeline";
       window_ = m.window;
       notes_ = describe(m);
     }
