@@ -94,11 +94,15 @@ class TextAssembler {
 Engine::Engine(EngineOptions options, const Tokenizer& tokenizer)
     : options_(std::move(options)),
       tokenizer_(tokenizer),
-      target_executor_(std::make_unique<CpuExecutor>(*options_.base.target_worker)),
-      draft_executor_(options_.draft_worker != nullptr
-                          ? std::make_unique<CpuExecutor>(*options_.draft_worker)
-                          : nullptr),
-      batcher_(*target_executor_, options_.token_budget, draft_executor_.get(),
+      cpu_target_(options_.target_executor == nullptr
+                      ? std::make_unique<CpuExecutor>(*options_.base.target_worker)
+                      : nullptr),
+      cpu_draft_(options_.draft_executor == nullptr && options_.draft_worker != nullptr
+                     ? std::make_unique<CpuExecutor>(*options_.draft_worker)
+                     : nullptr),
+      batcher_(options_.target_executor != nullptr ? *options_.target_executor : *cpu_target_,
+               options_.token_budget,
+               options_.draft_executor != nullptr ? options_.draft_executor : cpu_draft_.get(),
                options_.base.target.get()) {
   check(options_.slots >= 1, "at least one generation slot is needed");
   for (int i = 0; i < options_.slots; ++i)

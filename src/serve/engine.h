@@ -73,6 +73,11 @@ struct EngineOptions {
   // Drafting passes run on this worker beside the verification pass (null: on
   // the target's worker, after it).
   Worker* draft_worker = nullptr;
+  // Executors the batcher's passes run on instead (a GPU's): the target's
+  // (null: the CPU, base.target_worker), and the other models' (null: as
+  // draft_worker says); a draft executor runs beside the target's passes.
+  ForwardExecutor* target_executor = nullptr;
+  ForwardExecutor* draft_executor = nullptr;
   // cosine: the request scheduler that grants each step (null: none) and each
   // request's memory per context token for its m_i (MiB: KV of the target and
   // the drafters).
@@ -104,9 +109,9 @@ class Engine {
 
   EngineOptions options_;
   const Tokenizer& tokenizer_;
-  // Rounds of the batcher run on these: the target's worker and the draft
-  // worker (when given).
-  std::unique_ptr<CpuExecutor> target_executor_, draft_executor_;
+  // Rounds of the batcher run on the options' executors, or on these: the
+  // target's worker and the draft worker (when given).
+  std::unique_ptr<CpuExecutor> cpu_target_, cpu_draft_;
   ForwardBatcher batcher_;
   ServerMetrics metrics_;
   mutable std::mutex mutex_;

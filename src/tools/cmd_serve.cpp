@@ -13,6 +13,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "core/worker.h"
+#include "decode/local_model.h"
 #include "decode/registry.h"
 #include "model/model.h"
 #include "serve/engine.h"
@@ -87,10 +88,13 @@ std::shared_ptr<RequestScheduler> make_scheduler(const StrategyResources& r,
                  kMeasured);
     const Stopwatch watch;
     // At least one timed pass over the sizes after a warm-up one; more when fast.
-    options.model.target_ms =
-        measure_target_latencies(base.target, *base.target_worker, kMeasured, 1);
-    options.model.draft_token_ms =
-        measure_target_latencies(key_config.draft, *key_config.draft_worker, 1, 3)[0];
+    // Where the models run: a GPU's executors, or the workers.
+    options.model.target_ms = measure_target_latencies(make_target_side(base), kMeasured, 1);
+    std::unique_ptr<Target> draft_side =
+        r.devices.draft_executor
+            ? std::make_unique<LocalTarget>(key_config.draft, *r.devices.draft_executor)
+            : std::make_unique<LocalTarget>(key_config.draft, *key_config.draft_worker);
+    options.model.draft_token_ms = measure_target_latencies(std::move(draft_side), 1, 3)[0];
     char took[96];
     std::snprintf(took, sizeof took, "measured now in %.1f s, without per-step overheads",
                   watch.elapsed_ms() / 1000.0);
@@ -228,17 +232,8 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that went away fails a write, not the process
 
-  // The server batches forwards on the CPU's workers: a GPU request is refused
-  // rather than ignored, -ngl alone (llama-server scripts) runs on the CPU.
-  DeviceOptions& devices = a.strategy_options.devices;
-  check(devices.device.empty() || devices.device == "cpu" || devices.device == "none",
-        "serve: --device ", devices.device,
-        ": the server runs on the CPU (generate and bench "
-        "run on a GPU)");
-  if (devices.gpu_layers > 0 || devices.gpu_layers_draft > 0)
-    std::fprintf(stderr, "note: serve runs on the CPU: -ngl/-ngld ignored\n");
-  devices.device = "cpu";
-  std::shared_ptr<const Model> model = load_model(a.model_path);
+  std::shared_ptr<const Model> model =
+      load_model(a.model_path, a.strategy_options.devices.target_loading());
   auto tokenizer = Tokenizer::from_gguf(model->gguf());
   const int n_ctx =
       resolve_context_size(a.n_ctx, args.given("-c"), {&model->config()}, a.model_path);
@@ -258,6 +253,14 @@ int cmd_serve(int argc, char** argv) {
   engine_options.token_budget = a.batch_tokens;
   // -td: drafting passes on their own worker, beside verification (the pipeline).
   engine_options.draft_worker = resources.draft_worker.get();
+  // On a GPU (--device cuda, -ngl): the batcher's passes run on the sides'
+  // executors; a draft on the CPU beside a target on the GPU drafts on the
+  // CPU's worker while the GPU verifies.
+  const DeviceSides& sides = resources.devices;
+  engine_options.target_executor = sides.target_executor.get();
+  engine_options.draft_executor = sides.draft_executor.get();
+  if (sides.target_executor && !sides.draft_executor && !engine_options.draft_worker)
+    engine_options.draft_worker = resources.target_worker.get();
   if (served.uses_request_scheduler) {
     engine_options.scheduler = make_scheduler(resources, engine_options.base, a);
     engine_options.kv_mib_per_token = kv_mib_per_token(*model);
