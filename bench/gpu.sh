@@ -4,6 +4,8 @@
 #      device KV cache, every strategy against GPU ar, GPU against CPU), with the
 #      tensor-core matmul of Q8_0/Q4_0 weights and again with the warp matmul
 #      (PARSPEC_CUDA_MATMUL=warp); if only the latter passes, the rest runs with it;
+#      then generate on the GPU against the CPU, and serve on the GPU (concurrent
+#      requests against their solo runs, sd against ar);
 #   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0, 1B-class F16,
 #      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
 #   3. per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
@@ -33,7 +35,7 @@ mode=run
 case "${1:-}" in
   --prepare) mode=prepare ;;
   --dry-run) mode=dry ;;
-  -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
   "") ;;
   *) echo "unknown option $1 (--prepare, --dry-run, --help)" >&2; exit 2 ;;
 esac
@@ -178,6 +180,44 @@ else
   echo "generate: the GPU's text differs from the CPU's (see $out/generate-*.txt, *.log)" |
     tee -a "$out/tests.txt"
 fi
+
+# The server on the device: four concurrent greedy requests (one multi-sequence
+# forward per round) against each one alone, sd against ar.
+step "serve check: concurrent requests against their solo runs"
+"$bin_parspec" serve -m models/target.gguf -md models/draft.gguf --strategy sd "${device[@]}" \
+  --port 0 -t 2 -c 512 -np 4 >"$out/serve.log" 2>&1 &
+serve_pid=$!
+python3 - "$out/serve.log" "$bin_parspec" "${device[@]}" <<'EOF_SERVE' | tee -a "$out/tests.txt" || true
+import concurrent.futures, json, re, subprocess, sys, time, urllib.request
+log, binary, device = sys.argv[1], sys.argv[2], sys.argv[3:]
+port = None
+for _ in range(600):
+    m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log).read())
+    if m:
+        port = int(m.group(1))
+        break
+    time.sleep(0.1)
+if port is None:
+    print("serve: did not start (see serve.log)")
+    sys.exit(0)
+def ask(prompt):
+    body = json.dumps({"prompt": prompt, "max_tokens": 48, "temperature": 0,
+                       "return_tokens": True}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                 {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["tokens"]
+prompts = ["def add(a, b):", "Once upon a time", "import os", "The cat"]
+solo = [ask(p) for p in prompts]
+with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    together = list(pool.map(ask, prompts))
+ar = json.loads(subprocess.run([binary, "generate", "-m", "models/target.gguf", *device, "-t", "2",
+                                "--temp", "0", "--json", "-n", "48", "-p", prompts[0]],
+                               capture_output=True, text=True).stdout)["tokens"]
+print("serve: concurrent requests", "equal" if together == solo else "DIFFER from",
+      "their solo runs; sd", "equals" if solo[0] == ar else "DIFFERS from", "ar")
+EOF_SERVE
+kill "$serve_pid" 2>/dev/null || true
+wait "$serve_pid" 2>/dev/null || true
 
 # name  source  make-model arguments
 if [[ $mode == dry ]]; then
