@@ -4,8 +4,9 @@
 #      device KV cache, every strategy against GPU ar, GPU against CPU), with the
 #      tensor-core matmul of Q8_0/Q4_0 weights and again with the warp matmul
 #      (PARSPEC_CUDA_MATMUL=warp); if only the latter passes, the rest runs with it;
-#      then generate on the GPU against the CPU, and serve on the GPU (concurrent
-#      requests against their solo runs, sd against ar);
+#      then generate on the GPU against the CPU, serve on the GPU (concurrent
+#      requests against their solo runs, sd against ar), and where transformers is
+#      installed, the qwen3/gemma3/qwen3moe checks against it (scripts/);
 #   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0, 1B-class F16,
 #      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
 #   3. per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
@@ -35,7 +36,7 @@ mode=run
 case "${1:-}" in
   --prepare) mode=prepare ;;
   --dry-run) mode=dry ;;
-  -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
   "") ;;
   *) echo "unknown option $1 (--prepare, --dry-run, --help)" >&2; exit 2 ;;
 esac
@@ -142,6 +143,21 @@ elif [[ $mode == dry ]]; then
   step "dry run: llama.cpp would build from $bin/llama.cpp-src.tar.gz (cmake -DGGML_CUDA=ON ...)"
 else
   step "llama.cpp left out (SKIP_LLAMA=1 or no $bin/llama.cpp-src.tar.gz)"
+fi
+
+# The families checked against transformers (scripts/check_*_transformers.py),
+# where it is installed (the GPU machine has it): on the CPU cores, beside the rest.
+tf_pid=""
+if [[ $mode == run ]] && python3 -c "import torch, transformers" 2>/dev/null; then
+  step "transformers checks (qwen3, gemma3, qwen3moe) in the background"
+  (
+    export OMP_NUM_THREADS=4
+    for check in families qwen3moe; do
+      timeout 300 python3 "scripts/check_${check}_transformers.py" --parspec "$bin_parspec" ||
+        echo "check_${check}_transformers.py: FAILED (exit $?)"
+    done
+  ) >"$out/transformers.txt" 2>&1 &
+  tf_pid=$!
 fi
 
 if [[ ${SKIP_TESTS:-0} != 1 ]]; then
@@ -339,6 +355,12 @@ print(lines[int(sys.argv[2])], end="")' "bench/prompts/$set.jsonl" "$i")
   done
 fi
 
+if [[ -n $tf_pid ]]; then
+  step "waiting for the transformers checks"
+  wait "$tf_pid" || true
+  grep -E "^(qwen3|gemma3|qwen3moe)|FAILED" "$out/transformers.txt" | tee -a "$out/tests.txt" || true
+fi
+
 step "summary"
 python3 - "$out" "${table[@]}" <<'EOF' | tee "$out/summary.md"
 import json, os, sys
@@ -353,6 +375,13 @@ def fmt(x, digits=1):
     return "–" if x is None else f"{x:.{digits}f}"
 print(open(os.path.join(out, "machine.txt")).read().strip().replace("\n", "  \n"))
 print()
+checks = os.path.join(out, "tests.txt")
+if os.path.exists(checks):
+    keys = ("tests (", "generate:", "serve:", "qwen3", "gemma3", "check_")
+    lines = [l.strip() for l in open(checks) if l.startswith(keys)]
+    if lines:
+        print("Checks:  \n" + "  \n".join(lines))
+        print()
 print("| model | weights GiB | parspec decode tok/s | llama.cpp tg128 tok/s | ratio | parspec of copy roofline "
       "| llama.cpp of copy roofline | L(8)/L(1) | L(32)/L(1) | parspec pp512 tok/s | llama.cpp pp512 tok/s | ratio |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
