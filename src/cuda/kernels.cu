@@ -215,9 +215,12 @@ __global__ void matmul_q_kernel(MatmulGroup g, const int8_t* xq, const float* xd
 // scales and accumulates in block order; the warps' partial sums are then added in
 // warp order. Integer sums are exact and every other step is fixed by (row, output),
 // so a value never depends on how many rows share the launch.
+// 16 warps (2 blocks of 512 threads per SM at one activation row) keep
+// enough of the weights in flight for a decode step; 4 tiles keep a block's
+// registers within an SM's.
 constexpr int kMmaRows = 16;     // weight rows per block: the mma's M
-constexpr int kMmaWarps = 8;     // warps splitting K
-constexpr int kMmaMaxTiles = 8;  // activation rows per launch: up to 8 tiles of 8
+constexpr int kMmaWarps = 16;    // warps splitting K
+constexpr int kMmaMaxTiles = 4;  // activation rows per launch: up to 4 tiles of 8
 
 // 16×8×32 int8 multiply-add: A row-major (the weights' 16 rows × one block of 32),
 // B column-major (one block of 8 activation rows), C += A·B in int32.
@@ -278,7 +281,8 @@ __device__ bool block_tile(const MatmulGroup& g, DeviceMatrix& w, float*& y, int
 }
 
 template <WeightKind kKind, int kTiles>
-__global__ void __launch_bounds__(kMmaWarps* kWarp)
+// One activation tile: registers for two blocks per SM (the decode step).
+__global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     matmul_mma_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
   __shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];
   DeviceMatrix w;
@@ -295,7 +299,11 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 
-#pragma unroll 2
+  // Several blocks' loads in flight per warp, fewer when many activation tiles
+  // hold registers: a decode step is bound by how much memory is being read at
+  // once. Unrolling keeps each sum's order.
+  constexpr int kUnroll = kTiles == 1 ? 8 : kTiles == 2 ? 4 : 2;
+#pragma unroll kUnroll
   for (int64_t b = warp; b < nb; b += kMmaWarps) {
     int a[4];
     load_a_fragment<kKind>(w, row_a, nb, b, t, a);
@@ -373,12 +381,8 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n,
       case 2:
         launch_mma<kKind, 2>(slice, q, d, rows, stream);
         break;
-      case 3:
-      case 4:
+      default:  // 3 or 4 tiles
         launch_mma<kKind, 4>(slice, q, d, rows, stream);
-        break;
-      default:
-        launch_mma<kKind, 8>(slice, q, d, rows, stream);
         break;
     }
   }
