@@ -94,6 +94,19 @@ inline ModelPair make_model_pair(const TempDir& dir, const std::string& family, 
   return {target, draft};
 }
 
+// A strategy config on `pair`: the target on `target_worker`, the draft on
+// `draft_worker`, room for `ctx_size` tokens.
+inline StrategyConfig pair_config(const ModelPair& pair, Worker& target_worker,
+                                  Worker& draft_worker, int ctx_size) {
+  StrategyConfig config;
+  config.target = pair.target;
+  config.draft = pair.draft;
+  config.target_worker = &target_worker;
+  config.draft_worker = &draft_worker;
+  config.ctx_size = ctx_size;
+  return config;
+}
+
 // Sampling at temperature `temp` with no truncation (top-k, top-p, min-p off):
 // the distribution the sampling-exactness checks compare strategies on.
 inline SamplingParams untruncated_sampling(float temp) {

@@ -337,12 +337,7 @@ TEST(CostModel, TreeCandidatesAreExact) {
   const testing_support::ModelPair models =
       testing_support::make_model_pair(dir, "llama", DType::F32, DType::Q8_0, 300, 5);
   Worker worker(1);
-  StrategyConfig base;
-  base.target = models.target;
-  base.draft = models.draft;
-  base.target_worker = &worker;
-  base.draft_worker = &worker;
-  base.ctx_size = 128;
+  const StrategyConfig base = testing_support::pair_config(models, worker, worker, 128);
   GenerationRequest req;
   req.prompt = {256, 5, 7, 9};
   req.n_predict = 24;
@@ -379,12 +374,7 @@ TEST(Calibration, TimesTheConfigsOwnSides) {
   TempDir dir;
   const auto pair = testing_support::make_model_pair(dir, "llama", DType::F32, DType::Q8_0, 300, 5);
   Worker target_worker(1), draft_worker(1);
-  StrategyConfig config;
-  config.target = pair.target;
-  config.draft = pair.draft;
-  config.target_worker = &target_worker;
-  config.draft_worker = &draft_worker;
-  config.ctx_size = 256;
+  StrategyConfig config = testing_support::pair_config(pair, target_worker, draft_worker, 256);
   int targets = 0, drafters = 0;
   config.make_target = [&](const StrategyConfig& c) -> std::unique_ptr<Target> {
     ++targets;

@@ -80,12 +80,8 @@ TEST(ExpertCost, CalibrationOfAMixtureOfExpertsPairMeasuresItsExperts) {
   const auto pair =
       testing_support::make_model_pair(dir, "mixtral", DType::F32, DType::Q8_0, 300, 11);
   Worker target_worker(1), draft_worker(1);
-  StrategyConfig config;
-  config.target = pair.target;
-  config.draft = pair.draft;
-  config.target_worker = &target_worker;
-  config.draft_worker = &draft_worker;
-  config.ctx_size = 256;
+  const StrategyConfig config =
+      testing_support::pair_config(pair, target_worker, draft_worker, 256);
   CalibrationOptions options;
   options.n_predict = 16;
   options.max_gamma = 4;
