@@ -28,7 +28,7 @@
 #                                # the CPU, tests that skip, llama.cpp left out
 # Environment: OUT (tables), MODELS (where the inflated models go, default out/gpu-models),
 # SKIP_TESTS=1, SKIP_LLAMA=1, SKIP_MODELS=1 (reuse MODELS), JOBS (build jobs, default nproc),
-# GPU_MODELS (the models to make and measure, default: all five, by the names below).
+# GPU_MODELS (the models to make and measure, default: all six, by the names below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -241,6 +241,7 @@ if [[ $mode == dry ]]; then
 else
   table=(
     "8b-q4_0 models/target.gguf --preset 8b --type q4_0"
+    "8b-q4_k models/target.gguf --preset 8b --type q4_k"
     "8b-q8_0 models/target.gguf --preset 8b --type q8_0"
     "8b-f16 models/target.gguf --preset 8b --type f16"
     "1b-f16 models/target.gguf --preset 1b --type f16"

@@ -37,7 +37,7 @@ std::string describe(const DeviceInfo& info);
 double copy_bandwidth_gbs(int device, size_t bytes);
 
 // An executor on `device`: models are uploaded on their first forward (F32,
-// F16, BF16, Q8_0, Q4_0 weights; other types fail with a clear message), and
+// F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K weights; other types fail with a message), and
 // every KvCache it runs gets its rows in device memory (KvCache::attach_store).
 // One job at a time, as CpuExecutor. Throws Error with the reason where no
 // device can be used.

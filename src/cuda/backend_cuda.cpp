@@ -219,15 +219,21 @@ struct DeviceModel {
       case DType::Q4_0:
         m.kind = WeightKind::kQ4_0;
         break;
+      case DType::Q4_K:
+        m.kind = WeightKind::kQ4_K;
+        break;
+      case DType::Q6_K:
+        m.kind = WeightKind::kQ6_K;
+        break;
       default:
         fail(name, ": weights of type ", type_info(w.type).name,
-             " are not supported by the CUDA backend (it runs F32, F16, BF16, Q8_0 and Q4_0; "
-             "convert with `parspec quantize`, or run with --device cpu)");
+             " are not supported by the CUDA backend (it runs F32, F16, BF16, Q8_0, Q4_0, Q4_K "
+             "and Q6_K; convert with `parspec quantize`, or run with --device cpu)");
     }
-    const bool quantized = takes_quantized_input(m.kind);
-    check(w.n_in % (quantized ? kQK : 8) == 0, name, ": rows of ", w.n_in,
-          " elements are not supported by the CUDA backend (a multiple of ", quantized ? kQK : 8,
-          " is)");
+    const bool quantized = takes_quantized_input(m.kind), k_quant = takes_q8k_input(m.kind);
+    const int64_t unit = k_quant ? kSuperBlock : quantized ? kQK : 8;
+    check(w.n_in % unit == 0, name, ": rows of ", w.n_in,
+          " elements are not supported by the CUDA backend (a multiple of ", unit, " is)");
     const size_t rb = row_bytes(w.type, w.n_in);
     std::vector<uint8_t> unpacked(w.repacked ? rb : 0);
     auto row = [&](int64_t r) -> const uint8_t* {
@@ -236,6 +242,19 @@ struct DeviceModel {
       return unpacked.data();
     };
     const size_t n_out = static_cast<size_t>(w.n_out);
+    if (k_quant) {  // the file's super-blocks, Q6_K's in aligned slots
+      const size_t n_super = static_cast<size_t>(w.n_in / kSuperBlock);
+      const size_t block_bytes = type_info(w.type).block_bytes;
+      const size_t stride = m.kind == WeightKind::kQ4_K ? kQ4KBytes : kQ6KStride;
+      std::vector<uint8_t> blocks(n_out * n_super * stride, 0);
+      for (int64_t r = 0; r < w.n_out; ++r) {
+        const uint8_t* src = row(r);
+        for (size_t b = 0; b < n_super; ++b)
+          std::memcpy(&blocks[(r * n_super + b) * stride], src + b * block_bytes, block_bytes);
+      }
+      m.q = upload(blocks.data(), blocks.size(), "model weights");
+      return m;
+    }
     if (!quantized) {  // as the file has them (F32/F16/BF16 are never repacked)
       check(!w.repacked, name, ": repacked ", type_info(w.type).name, " weights");
       m.q = upload(w.data, rb * n_out, "model weights");
@@ -387,7 +406,8 @@ struct PassInputs {
 // A pass's activations, reserved for a number of rows before its kernels are
 // queued (never during a pass: a graph captures the addresses).
 struct Workspace {
-  DeviceBuffer hidden, xn, q, k, v, att, o, gate, up, xq, xd, selected, out_norm, logits;
+  DeviceBuffer hidden, xn, q, k, v, att, o, gate, up, xq, xd, xk_q, xk_d, xk_bsums, selected,
+      out_norm, logits;
 
   void reserve_rows(const ModelConfig& c, int rows) {
     const size_t n = static_cast<size_t>(std::max(rows, 1));
@@ -403,10 +423,15 @@ struct Workspace {
     reserve<float>(up, n * c.n_ff, "activations");
     reserve<int8_t>(xq, n * widest, "activations");
     reserve<float>(xd, n * widest / kQK, "activations");
+    reserve<int8_t>(xk_q, n * widest, "activations");
+    reserve<float>(xk_d, n * widest / kSuperBlock + 1, "activations");
+    reserve<int16_t>(xk_bsums, n * widest / 16, "activations");
     reserve<float>(selected, n * c.n_embd, "activations");
     reserve<float>(out_norm, n * c.n_embd, "activations");
     reserve<float>(logits, n * c.n_vocab, "logits");
   }
+
+  Q8KActivations xk() { return {xk_q.as<int8_t>(), xk_d.as<float>(), xk_bsums.as<int16_t>()}; }
 };
 
 // Pinned host memory, so that a copy from it can be queued without waiting.
@@ -694,8 +719,24 @@ class CudaExecutor final : public ForwardExecutor {
     return nullptr;
   }
 
+  // The matrices of one launch on x: K-quant weights take x quantized to Q8_K
+  // first (Q8_0 activations come quantized from the kernel that wrote x).
+  void matmul_group(Workspace& ws, const MatmulGroup& group, const float* x, int n) {
+    for (int i = 0; i < group.count; ++i)
+      if (takes_q8k_input(group.w[i].kind)) {
+        launch_quantize_q8k(x, n, static_cast<int>(group.w[i].n_in), ws.xk(), context_->stream);
+        break;
+      }
+    launch_matmul_group(group, x, ws.xq.as<int8_t>(), ws.xd.as<float>(), ws.xk(), n,
+                        context_->stream);
+  }
+
   void matmul(Workspace& ws, const DeviceMatrix& w, const float* x, int n, float* y) {
-    launch_matmul(w, x, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, y, context_->stream);
+    MatmulGroup group;
+    group.w[0] = w;
+    group.y[0] = y;
+    group.count = 1;
+    matmul_group(ws, group, x, n);
   }
 
   // Embedding, every layer and the logits of the `wanted` rows; returns them (device memory).
@@ -835,7 +876,7 @@ class CudaExecutor final : public ForwardExecutor {
     qkv.count = 3;
     qkv.w[0] = w.wq, qkv.w[1] = w.wk, qkv.w[2] = w.wv;
     qkv.y[0] = q, qkv.y[1] = k, qkv.y[2] = v;
-    launch_matmul_group(qkv, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, stream);
+    matmul_group(ws, qkv, xn, n);
     const HeadShape shape{c.n_head, c.n_head_kv, c.head_dim, c.rope_dims,
                           c.rope_style == RopeStyle::kNeox};
     launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.positions, dm.inv_freq, in.rows, layer, n,
@@ -862,7 +903,7 @@ class CudaExecutor final : public ForwardExecutor {
     gate_up.count = 2;
     gate_up.w[0] = w.w_gate, gate_up.w[1] = w.w_up;
     gate_up.y[0] = gate, gate_up.y[1] = up;
-    launch_matmul_group(gate_up, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, stream);
+    matmul_group(ws, gate_up, xn, n);
     launch_swiglu(gate, up, n, c.n_ff, quantized_input(ws, {&w.w_down}), ws.xd.as<float>(), stream);
     matmul(ws, w.w_down, gate, n, ws.o.as<float>());
     cuda_check(cudaGetLastError(), "the MLP block");

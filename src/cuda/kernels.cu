@@ -40,6 +40,46 @@ __device__ float bf16_bits_to_float(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
+__device__ float half_at(const uint8_t* p) {
+  return __half2float(*reinterpret_cast<const __half*>(p));
+}
+
+// Q4_K's 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
+__device__ void q4k_scale_min(const uint8_t* packed, int j, int& sc, int& mn) {
+  if (j < 4) {
+    sc = packed[j] & 63;
+    mn = packed[j + 4] & 63;
+  } else {
+    sc = (packed[j + 4] & 15) | ((packed[j - 4] >> 6) << 4);
+    mn = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+  }
+}
+
+// One dequantized value of a Q4_K/Q6_K row, with the CPU's arithmetic
+// (kernels/kquants.cpp: dequantize_row_q4_K / _q6_K).
+__device__ float k_quant_element(const DeviceMatrix& w, int64_t row, int64_t col) {
+  const int64_t n_super = w.n_in / kSuperBlock;
+  const int e = static_cast<int>(col % kSuperBlock);
+  const uint8_t* blk = static_cast<const uint8_t*>(w.q);
+  if (w.kind == WeightKind::kQ4_K) {
+    blk += (row * n_super + col / kSuperBlock) * kQ4KBytes;
+    const int g = e / 64, hi = (e % 64) / 32, l = e % 32;
+    int sc, mn;
+    q4k_scale_min(blk + 4, 2 * g + hi, sc, mn);
+    const uint8_t byte = blk[16 + 32 * g + l];
+    const float scale = __fmul_rn(half_at(blk), static_cast<float>(sc));
+    const float min = __fmul_rn(half_at(blk + 2), static_cast<float>(mn));
+    return __fsub_rn(__fmul_rn(scale, static_cast<float>(hi ? byte >> 4 : byte & 15)), min);
+  }
+  blk += (row * n_super + col / kSuperBlock) * kQ6KStride;
+  const int h = e / 128, quarter = (e % 128) / 32, l = e % 32;
+  const uint8_t low = blk[64 * h + 32 * (quarter & 1) + l];
+  const int nibble = quarter < 2 ? low & 15 : low >> 4;
+  const int q = (nibble | (((blk[128 + 32 * h + l] >> (2 * quarter)) & 3) << 4)) - 32;
+  const int8_t sc = static_cast<int8_t>(blk[192 + 8 * h + l / 16 + 2 * quarter]);
+  return __fmul_rn(__fmul_rn(half_at(blk + 208), static_cast<float>(sc)), static_cast<float>(q));
+}
+
 __device__ float weight_element(const DeviceMatrix& w, int64_t row, int64_t col) {
   const int64_t i = row * w.n_in + col;
   switch (w.kind) {
@@ -61,6 +101,9 @@ __device__ float weight_element(const DeviceMatrix& w, int64_t row, int64_t col)
       const float d = __half2float(static_cast<const __half*>(w.scales)[block]);
       return __fmul_rn(d, static_cast<float>(value));
     }
+    case WeightKind::kQ4_K:
+    case WeightKind::kQ6_K:
+      return k_quant_element(w, row, col);
   }
   return 0.0f;
 }
@@ -465,32 +508,183 @@ __global__ void matmul_f_kernel(MatmulGroup g, const float* x, int M) {
   }
 }
 
+// Q8_K: one warp per block of 256 values, lane i holding values 8i..8i+7.
+// As quantize_row_q8_K: q = round-half-even(x · (127 / absmax)), d = absmax /
+// 127, and each 16 values' sum.
+__global__ void quantize_q8k_kernel(const float* x, int64_t n_blocks, Q8KActivations out) {
+  const int64_t block = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  if (block >= n_blocks) return;
+  const int lane = threadIdx.x % kWarp;
+  const float* xb = x + block * kSuperBlock + lane * 8;
+  float v[8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    v[i] = xb[i];
+    amax = fmaxf(amax, fabsf(v[i]));
+  }
+  amax = warp_max(amax);
+  int8_t* qb = out.q + block * kSuperBlock + lane * 8;
+  const float inv = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int q = amax != 0.0f ? static_cast<int>(rintf(__fmul_rn(v[i], inv))) : 0;
+    qb[i] = static_cast<int8_t>(max(-128, min(127, q)));
+    sum += qb[i];
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // a group of 16 is two lanes
+  if (lane % 2 == 0) out.bsums[block * (kSuperBlock / 16) + lane / 2] = static_cast<int16_t>(sum);
+  if (lane == 0) out.d[block] = amax != 0.0f ? __fdiv_rn(amax, 127.0f) : 0.0f;
+}
+
+// Eight words of the 32 values of sub-block `part` (0..7) of a super-block,
+// as signed bytes in order, and their scales: Q4_K values 0..15 with the
+// sub-block's scale and min; Q6_K values -32..31 with the scales of their
+// first and second 16.
+template <WeightKind kKind>
+__device__ void load_k_part(const uint8_t* blk, int part, int (&wq)[8], int& sc0, int& sc1,
+                            int& mn) {
+  if constexpr (kKind == WeightKind::kQ4_K) {
+    const int g = part / 2, shift = 4 * (part % 2);
+    const int4* src = reinterpret_cast<const int4*>(blk + 16 + 32 * g);
+    const int4 a = src[0], b = src[1];
+    const int words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      wq[i] = static_cast<int>((static_cast<unsigned>(words[i]) >> shift) & 0x0F0F0F0Fu);
+    q4k_scale_min(blk + 4, part, sc0, mn);
+    sc1 = sc0;
+  } else {
+    const int h = part / 4, quarter = part % 4;
+    const int4* low = reinterpret_cast<const int4*>(blk + 64 * h + 32 * (quarter & 1));
+    const int4* high = reinterpret_cast<const int4*>(blk + 128 + 32 * h);
+    const int4 l0 = low[0], l1 = low[1], h0 = high[0], h1 = high[1];
+    const int lw[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+    const int hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    const int low_shift = quarter < 2 ? 0 : 4;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const unsigned nib = (static_cast<unsigned>(lw[i]) >> low_shift) & 0x0F0F0F0Fu;
+      const unsigned top = ((static_cast<unsigned>(hw[i]) >> (2 * quarter)) & 0x03030303u) << 4;
+      wq[i] = static_cast<int>(__vsub4(nib | top, 0x20202020u));
+    }
+    sc0 = static_cast<int8_t>(blk[192 + 8 * h + 2 * quarter]);
+    sc1 = static_cast<int8_t>(blk[192 + 8 * h + 2 * quarter + 1]);
+    mn = 0;
+  }
+}
+
+// Q4_K/Q6_K against Q8_K activations, one warp per output row as the warp
+// matmul: 8 lanes share a super-block, one sub-block of 32 each, and add
+// their integer sums exactly by shuffles; lane 8k turns each of its
+// super-blocks (k, k + 4, ...) into a float with the CPU's expression
+// (dot_q4_K_q8_K / dot_q6_K_q8_K) and adds them in order; a fixed butterfly
+// adds the four. Nothing in a row's arithmetic depends on kR or M.
 template <WeightKind kKind, int kR>
-void launch_matmul_kind(const MatmulGroup& g, const float* x, const int8_t* xq, const float* xd,
-                        int n, cudaStream_t stream) {
+__global__ void matmul_k_kernel(MatmulGroup g, Q8KActivations x, int M) {
+  const int lane = threadIdx.x % kWarp, part = lane % 8, group = lane / 8;
+  DeviceMatrix w;
+  float* y;
+  int64_t n;
+  if (!warp_row(g, w, y, n)) return;
+  const int64_t n_super = w.n_in / kSuperBlock;
+  constexpr int kStride = kKind == WeightKind::kQ4_K ? kQ4KBytes : kQ6KStride;
+  const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * n_super * kStride;
+  for (int m0 = 0; m0 < M; m0 += kR) {
+    float acc[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[r] = 0.0f;
+    for (int64_t sb = group; sb < n_super; sb += 4) {
+      const uint8_t* blk = row + sb * kStride;
+      int wq[8], sc0, sc1, mn;
+      load_k_part<kKind>(blk, part, wq, sc0, sc1, mn);
+      const float dw = kKind == WeightKind::kQ4_K ? half_at(blk) : half_at(blk + 208);
+      const float dmin = kKind == WeightKind::kQ4_K ? half_at(blk + 2) : 0.0f;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if (m0 + r >= M) break;  // M is the same on every lane
+        const int64_t xb = static_cast<int64_t>(m0 + r) * n_super + sb;
+        const int4* xs = reinterpret_cast<const int4*>(x.q + xb * kSuperBlock + 32 * part);
+        const int4 a = xs[0], c = xs[1];
+        int s0 = 0, s1 = 0;
+        s0 = __dp4a(wq[0], a.x, s0);
+        s0 = __dp4a(wq[1], a.y, s0);
+        s0 = __dp4a(wq[2], a.z, s0);
+        s0 = __dp4a(wq[3], a.w, s0);
+        s1 = __dp4a(wq[4], c.x, s1);
+        s1 = __dp4a(wq[5], c.y, s1);
+        s1 = __dp4a(wq[6], c.z, s1);
+        s1 = __dp4a(wq[7], c.w, s1);
+        int qx = sc0 * s0 + sc1 * s1;
+        int mins = 0;
+        if constexpr (kKind == WeightKind::kQ4_K) {
+          const int16_t* bs = x.bsums + xb * (kSuperBlock / 16) + 2 * part;
+          mins = mn * (bs[0] + bs[1]);
+        }
+        for (int o = 1; o < 8; o *= 2) {  // within the 8 lanes of the super-block
+          qx += __shfl_xor_sync(0xffffffffu, qx, o);
+          mins += __shfl_xor_sync(0xffffffffu, mins, o);
+        }
+        if (part == 0) {
+          const float xd = x.d[xb];
+          float value;
+          if constexpr (kKind == WeightKind::kQ4_K)
+            value = __fsub_rn(__fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx)),
+                              __fmul_rn(__fmul_rn(xd, dmin), static_cast<float>(mins)));
+          else
+            value = __fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx));
+          acc[r] = __fadd_rn(acc[r], value);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      if (m0 + r >= M) break;
+      const float total = warp_sum(acc[r]);
+      if (lane == 0) y[static_cast<int64_t>(m0 + r) * w.n_out + n] = total;
+    }
+  }
+}
+
+// The inputs of one matmul launch, in every form a weight kind takes them.
+struct MatmulInputs {
+  const float* x;
+  const int8_t* xq;
+  const float* xd;
+  Q8KActivations xk;
+};
+
+template <WeightKind kKind, int kR>
+void launch_matmul_kind(const MatmulGroup& g, const MatmulInputs& in, int n, cudaStream_t stream) {
   int64_t rows = 0;
   for (int i = 0; i < g.count; ++i) rows += g.w[i].n_out;
   const int blocks = blocks_for(rows, kMatmulWarps);
   if constexpr (kKind == WeightKind::kQ8_0 || kKind == WeightKind::kQ4_0)
-    matmul_q_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, xq, xd, n);
+    matmul_q_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, in.xq, in.xd, n);
+  else if constexpr (kKind == WeightKind::kQ4_K || kKind == WeightKind::kQ6_K)
+    matmul_k_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, in.xk, n);
   else
-    matmul_f_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, x, n);
+    matmul_f_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, in.x, n);
 }
 
 template <int kR>
-void launch_matmul_tile(const MatmulGroup& g, const float* x, const int8_t* xq, const float* xd,
-                        int n, cudaStream_t stream) {
+void launch_matmul_tile(const MatmulGroup& g, const MatmulInputs& in, int n, cudaStream_t stream) {
   switch (g.w[0].kind) {
     case WeightKind::kF32:
-      return launch_matmul_kind<WeightKind::kF32, kR>(g, x, xq, xd, n, stream);
+      return launch_matmul_kind<WeightKind::kF32, kR>(g, in, n, stream);
     case WeightKind::kF16:
-      return launch_matmul_kind<WeightKind::kF16, kR>(g, x, xq, xd, n, stream);
+      return launch_matmul_kind<WeightKind::kF16, kR>(g, in, n, stream);
     case WeightKind::kBF16:
-      return launch_matmul_kind<WeightKind::kBF16, kR>(g, x, xq, xd, n, stream);
+      return launch_matmul_kind<WeightKind::kBF16, kR>(g, in, n, stream);
     case WeightKind::kQ8_0:
-      return launch_matmul_kind<WeightKind::kQ8_0, kR>(g, x, xq, xd, n, stream);
+      return launch_matmul_kind<WeightKind::kQ8_0, kR>(g, in, n, stream);
     case WeightKind::kQ4_0:
-      return launch_matmul_kind<WeightKind::kQ4_0, kR>(g, x, xq, xd, n, stream);
+      return launch_matmul_kind<WeightKind::kQ4_0, kR>(g, in, n, stream);
+    case WeightKind::kQ4_K:
+      return launch_matmul_kind<WeightKind::kQ4_K, kR>(g, in, n, stream);
+    case WeightKind::kQ6_K:
+      return launch_matmul_kind<WeightKind::kQ6_K, kR>(g, in, n, stream);
   }
 }
 
@@ -715,8 +909,15 @@ void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales
                                                                               scales);
 }
 
+void launch_quantize_q8k(const float* x, int n, int dim, const Q8KActivations& out,
+                         cudaStream_t stream) {
+  const int64_t n_blocks = static_cast<int64_t>(n) * (dim / kSuperBlock);
+  if (n_blocks > 0)
+    quantize_q8k_kernel<<<blocks_for(n_blocks * kWarp, 256), 256, 0, stream>>>(x, n_blocks, out);
+}
+
 void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t* xq,
-                         const float* xd, int n, cudaStream_t stream) {
+                         const float* xd, const Q8KActivations& xk, int n, cudaStream_t stream) {
   if (n <= 0 || group.count <= 0) return;
   // Mixed kinds or widths: one launch per matrix (each output is the same either way).
   bool uniform = true;
@@ -724,9 +925,10 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
     uniform &= group.w[i].kind == group.w[0].kind && group.w[i].n_in == group.w[0].n_in;
   if (!uniform) {
     for (int i = 0; i < group.count; ++i)
-      launch_matmul(group.w[i], x, xq, xd, n, group.y[i], stream);
+      launch_matmul(group.w[i], x, xq, xd, xk, n, group.y[i], stream);
     return;
   }
+  const MatmulInputs in{x, xq, xd, xk};
   static const bool tensor_cores = tensor_core_matmul_wanted();
   if (tensor_cores && group.w[0].kind == WeightKind::kQ8_0)
     return launch_matmul_mma<WeightKind::kQ8_0>(group, xq, xd, n, stream);
@@ -734,18 +936,18 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
     return launch_matmul_mma<WeightKind::kQ4_0>(group, xq, xd, n, stream);
   // A one-row tile for single rows: the same arithmetic per row, fewer registers.
   if (n == 1)
-    launch_matmul_tile<1>(group, x, xq, xd, n, stream);
+    launch_matmul_tile<1>(group, in, n, stream);
   else
-    launch_matmul_tile<kRowTile>(group, x, xq, xd, n, stream);
+    launch_matmul_tile<kRowTile>(group, in, n, stream);
 }
 
-void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd, int n,
-                   float* y, cudaStream_t stream) {
+void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd,
+                   const Q8KActivations& xk, int n, float* y, cudaStream_t stream) {
   MatmulGroup group;
   group.w[0] = w;
   group.y[0] = y;
   group.count = 1;
-  launch_matmul_group(group, x, xq, xd, n, stream);
+  launch_matmul_group(group, x, xq, xd, xk, n, stream);
 }
 
 void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const float* bk,

@@ -15,13 +15,15 @@
 
 namespace parspec::cuda {
 
-enum class WeightKind : int { kF32, kF16, kBF16, kQ8_0, kQ4_0 };
+enum class WeightKind : int { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ6_K };
 
 // A weight matrix in device memory: n_out rows of n_in elements. F32/F16/BF16:
 // `q` holds the rows as stored. Q8_0: `q` holds n_out × n_in int8 and `scales`
 // n_out × n_in/32 halves (one per block of 32). Q4_0: `q` holds each block's
 // 16 bytes (element j in the low nibble of byte j, element j+16 in the high
-// one, both offset by 8), `scales` as Q8_0.
+// one, both offset by 8), `scales` as Q8_0. Q4_K/Q6_K: `q` holds each row's
+// super-blocks of 256 as the file has them (Q4_K: 144 bytes), Q6_K's padded
+// to kQ6KStride bytes so that every field is aligned; `scales` is unused.
 struct DeviceMatrix {
   WeightKind kind = WeightKind::kF32;
   int64_t n_in = 0, n_out = 0;
@@ -32,6 +34,19 @@ struct DeviceMatrix {
 inline bool takes_quantized_input(WeightKind kind) {
   return kind == WeightKind::kQ8_0 || kind == WeightKind::kQ4_0;
 }
+inline bool takes_q8k_input(WeightKind kind) {
+  return kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K;
+}
+constexpr int kSuperBlock = 256;                  // values per K-quant super-block
+constexpr int kQ4KBytes = 144, kQ6KStride = 224;  // device bytes per super-block
+
+// Activations for K-quant weights, as the CPU quantizes them (Q8_K): per row,
+// blocks of 256 int8 values with a float scale and the sums of each 16.
+struct Q8KActivations {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  int16_t* bsums = nullptr;
+};
 
 // One row's attention: its cache (rows of layers [layer_first, ...), each
 // layer `capacity` slots of kv_dim floats), the committed prefix (slots
@@ -66,10 +81,14 @@ void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, 
 // bit for bit as the CPU quantizes its activations.
 void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales,
                         cudaStream_t stream);
+// Rows of `dim` floats (a multiple of 256) to Q8_K, bit for bit as the CPU's
+// quantize_row_q8_K.
+void launch_quantize_q8k(const float* x, int n, int dim, const Q8KActivations& out,
+                         cudaStream_t stream);
 // y (n × n_out) = x (n × n_in) · Wᵀ: from x for F32/F16/BF16 weights, from
-// the quantized x (xq, xd) for Q8_0/Q4_0.
-void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd, int n,
-                   float* y, cudaStream_t stream);
+// the quantized x (xq, xd) for Q8_0/Q4_0, from xk for Q4_K/Q6_K.
+void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd,
+                   const Q8KActivations& xk, int n, float* y, cudaStream_t stream);
 // Up to three matrices of one kind and width applied to the same input (q, k
 // and v; gate and up) in one launch: y[i] = x · w[i]ᵀ, each output computed
 // exactly as launch_matmul computes it.
@@ -80,7 +99,7 @@ struct MatmulGroup {
   int count = 0;
 };
 void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t* xq,
-                         const float* xd, int n, cudaStream_t stream);
+                         const float* xd, const Q8KActivations& xk, int n, cudaStream_t stream);
 
 // Adds the biases (null: none) to q, k, v, rotates q and k at `positions`,
 // and writes each row's k and v of `layer` to its write_slot.
