@@ -22,95 +22,22 @@ Prints one line and exits 1 when a check fails.
 import argparse
 import json
 import os
-import struct
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 import torch
 
+from transformers_gguf import (GGUF_F32, GGUF_STRING, GGUF_U32, N_VOCAB, byte_level_vocab,
+                              greedy_tokens, run, write_gguf)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPTS = os.path.join(ROOT, "bench", "prompts", "prose.jsonl")
 PROMPT = "Speculative decoding lets a small model"
-N_VOCAB = 512
 N_EXPERT, N_USED = 8, 2
 CTX = 64
 N_PREDICT = 24
 PPL_TOL = 1e-3
-
-# --- GGUF (version 3) writer: metadata and F32 tensors ----------------------------------------
-U32, I32, F32, BOOL, STRING, ARRAY = 4, 5, 6, 7, 8, 9
-ALIGN = 32
-
-
-def pack_string(s):
-    b = s.encode("utf-8")
-    return struct.pack("<Q", len(b)) + b
-
-
-def pack_value(kind, v):
-    if kind == U32:
-        return struct.pack("<I", v)
-    if kind == I32:
-        return struct.pack("<i", v)
-    if kind == F32:
-        return struct.pack("<f", v)
-    if kind == BOOL:
-        return struct.pack("<?", v)
-    if kind == STRING:
-        return pack_string(v)
-    elem, items = v
-    return struct.pack("<IQ", elem, len(items)) + b"".join(pack_value(elem, i) for i in items)
-
-
-def write_gguf(path, metadata, tensors):
-    """tensors: (name, float array); GGUF lists dims innermost first, numpy outermost first."""
-    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata)))
-    for key, kind, value in metadata:
-        out += pack_string(key) + struct.pack("<I", kind) + pack_value(kind, value)
-    offset, blobs = 0, []
-    for name, a in tensors:
-        a = np.ascontiguousarray(a, dtype=np.float32)
-        dims = list(reversed(a.shape))
-        out += pack_string(name) + struct.pack("<I", len(dims))
-        out += b"".join(struct.pack("<Q", d) for d in dims)
-        out += struct.pack("<IQ", 0, offset)  # type 0: F32
-        blob = a.tobytes()
-        blobs.append(blob)
-        offset += (len(blob) + ALIGN - 1) // ALIGN * ALIGN
-    out += b"\0" * (-len(out) % ALIGN)
-    for blob in blobs:
-        out += blob + b"\0" * (-len(blob) % ALIGN)
-    with open(path, "wb") as f:
-        f.write(out)
-
-
-def byte_level_vocab():
-    """The vocabulary `parspec make-model` writes: GPT-2's 256 byte tokens, BOS, EOS, fillers."""
-    def printable(b):
-        return ord("!") <= b <= ord("~") or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF
-    tokens, extra = [], 256
-    for b in range(256):
-        if printable(b):
-            tokens.append(chr(b))
-        else:
-            tokens.append(chr(extra))
-            extra += 1
-    types = [1] * 256 + [3, 3] + [5] * (N_VOCAB - 258)
-    tokens += ["<s>", "</s>"] + [f"<unused_{i}>" for i in range(N_VOCAB - 258)]
-    return [
-        ("tokenizer.ggml.model", STRING, "gpt2"),
-        ("tokenizer.ggml.pre", STRING, "default"),
-        ("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
-        ("tokenizer.ggml.token_type", ARRAY, (I32, types)),
-        ("tokenizer.ggml.merges", ARRAY, (STRING, [])),
-        ("tokenizer.ggml.bos_token_id", U32, 256),
-        ("tokenizer.ggml.eos_token_id", U32, 257),
-        ("tokenizer.ggml.add_bos_token", BOOL, True),
-        ("tokenizer.ggml.add_eos_token", BOOL, False),
-    ]
-
 
 # --- the model --------------------------------------------------------------------------------
 
@@ -197,29 +124,22 @@ def gguf_tensors(model, config):
 def gguf_metadata(config):
     a = "qwen3moe"
     return [
-        ("general.architecture", STRING, a),
-        ("general.name", STRING, "transformers-random-qwen3moe"),
-        (f"{a}.context_length", U32, config.max_position_embeddings),
-        (f"{a}.embedding_length", U32, config.hidden_size),
-        (f"{a}.block_count", U32, config.num_hidden_layers),
-        (f"{a}.feed_forward_length", U32, config.intermediate_size),
-        (f"{a}.expert_feed_forward_length", U32, config.moe_intermediate_size),
-        (f"{a}.expert_count", U32, N_EXPERT),
-        (f"{a}.expert_used_count", U32, N_USED),
-        (f"{a}.attention.head_count", U32, config.num_attention_heads),
-        (f"{a}.attention.head_count_kv", U32, config.num_key_value_heads),
-        (f"{a}.attention.key_length", U32, config.head_dim),
-        (f"{a}.attention.value_length", U32, config.head_dim),
-        (f"{a}.attention.layer_norm_rms_epsilon", F32, config.rms_norm_eps),
-        (f"{a}.rope.freq_base", F32, 1000000.0),
+        ("general.architecture", GGUF_STRING, a),
+        ("general.name", GGUF_STRING, "transformers-random-qwen3moe"),
+        (f"{a}.context_length", GGUF_U32, config.max_position_embeddings),
+        (f"{a}.embedding_length", GGUF_U32, config.hidden_size),
+        (f"{a}.block_count", GGUF_U32, config.num_hidden_layers),
+        (f"{a}.feed_forward_length", GGUF_U32, config.intermediate_size),
+        (f"{a}.expert_feed_forward_length", GGUF_U32, config.moe_intermediate_size),
+        (f"{a}.expert_count", GGUF_U32, N_EXPERT),
+        (f"{a}.expert_used_count", GGUF_U32, N_USED),
+        (f"{a}.attention.head_count", GGUF_U32, config.num_attention_heads),
+        (f"{a}.attention.head_count_kv", GGUF_U32, config.num_key_value_heads),
+        (f"{a}.attention.key_length", GGUF_U32, config.head_dim),
+        (f"{a}.attention.value_length", GGUF_U32, config.head_dim),
+        (f"{a}.attention.layer_norm_rms_epsilon", GGUF_F32, config.rms_norm_eps),
+        (f"{a}.rope.freq_base", GGUF_F32, 1000000.0),
     ] + byte_level_vocab()
-
-
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{r.stderr}")
-    return r.stdout
 
 
 def main():
@@ -252,14 +172,7 @@ def main():
                "--chunks", "1", "-t", "2"])
     ours_ppl = float([l for l in out.splitlines() if l.startswith("PPL = ")][-1].split()[-1])
 
-    prompt = [256] + list(PROMPT.encode())
-    # Argmax of full forwards, no logits processor: generate() would keep the configured EOS
-    # out while min_new_tokens is pending, where parspec generate --ignore-eos does not.
-    seq = list(prompt)
-    with torch.no_grad():
-        for _ in range(N_PREDICT):
-            seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
-    greedy_ref = seq[len(prompt):]
+    greedy_ref = greedy_tokens(model, [256] + list(PROMPT.encode()), N_PREDICT)
     greedy_ours = json.loads(run([args.parspec, "generate", "-m", path, "-p", PROMPT, "-n",
                                   str(N_PREDICT), "--temp", "0", "--ignore-eos", "-t", "1",
                                   "--json", "-c", "256"]))["tokens"]
