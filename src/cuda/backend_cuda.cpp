@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string_view>
@@ -203,33 +204,17 @@ struct DeviceModel {
     DeviceMatrix m;
     m.n_in = w.n_in;
     m.n_out = w.n_out;
-    switch (w.type) {
-      case DType::F32:
-        m.kind = WeightKind::kF32;
-        break;
-      case DType::F16:
-        m.kind = WeightKind::kF16;
-        break;
-      case DType::BF16:
-        m.kind = WeightKind::kBF16;
-        break;
-      case DType::Q8_0:
-        m.kind = WeightKind::kQ8_0;
-        break;
-      case DType::Q4_0:
-        m.kind = WeightKind::kQ4_0;
-        break;
-      case DType::Q4_K:
-        m.kind = WeightKind::kQ4_K;
-        break;
-      case DType::Q6_K:
-        m.kind = WeightKind::kQ6_K;
-        break;
-      default:
-        fail(name, ": weights of type ", type_info(w.type).name,
-             " are not supported by the CUDA backend (it runs F32, F16, BF16, Q8_0, Q4_0, Q4_K "
-             "and Q6_K; convert with `parspec quantize`, or run with --device cpu)");
-    }
+    static constexpr std::pair<DType, WeightKind> kKinds[] = {
+        {DType::F32, WeightKind::kF32},   {DType::F16, WeightKind::kF16},
+        {DType::BF16, WeightKind::kBF16}, {DType::Q8_0, WeightKind::kQ8_0},
+        {DType::Q4_0, WeightKind::kQ4_0}, {DType::Q4_K, WeightKind::kQ4_K},
+        {DType::Q6_K, WeightKind::kQ6_K}};
+    const auto* kind = std::find_if(std::begin(kKinds), std::end(kKinds),
+                                    [&](const auto& k) { return k.first == w.type; });
+    check(kind != std::end(kKinds), name, ": weights of type ", type_info(w.type).name,
+          " are not supported by the CUDA backend (it runs F32, F16, BF16, Q8_0, Q4_0, Q4_K and "
+          "Q6_K; convert with `parspec quantize`, or run with --device cpu)");
+    m.kind = kind->second;
     const bool quantized = takes_quantized_input(m.kind), k_quant = takes_q8k_input(m.kind);
     const int64_t unit = k_quant ? kSuperBlock : quantized ? kQK : 8;
     check(w.n_in % unit == 0, name, ": rows of ", w.n_in,
