@@ -22,6 +22,7 @@ namespace parspec {
 class Target;
 class Drafter;
 class GroupExecutor;
+class ForwardExecutor;
 struct LayerGroup;
 
 struct GenerationRequest {
@@ -105,6 +106,10 @@ struct StrategyConfig {
   // that the strategies verify on a pipeline of MPI ranks.
   std::function<std::unique_ptr<Target>(const StrategyConfig&)> make_target;
   std::function<std::unique_ptr<Drafter>(const StrategyConfig&)> make_drafter;
+  // The executor the draft model runs on where that is not draft_worker's CPU
+  // (a GPU's), for drafters that run the model in pieces (easyspec); null: the
+  // worker.
+  ForwardExecutor* draft_executor = nullptr;
   // Under mpirun (src/mpi/group_ranks.h): runs a layer-parallel drafter's
   // group attention blocks on MPI ranks that hold replicas of `draft`
   // (easyspec); null, or null returned: threads of this process.

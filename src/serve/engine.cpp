@@ -187,6 +187,8 @@ void Engine::run(CompletionJob& job) {
   };
   // Requests run on the server's threads, which must not call MPI: easyspec drafts on threads.
   config.make_group_executor = nullptr;
+  // Nor use an executor the batcher's rounds use: easyspec's pieces run on the draft worker.
+  config.draft_executor = nullptr;
   // Pool strategies (cosine) share fewer drafters per request as more requests verify at once.
   config.verifier_load = [this] { return active(); };
   // cosine: each step asks the request scheduler for its verification pass, γ

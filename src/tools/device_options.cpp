@@ -128,6 +128,7 @@ void DeviceSides::apply(StrategyConfig& c) const {
   }
   if (draft_executor) {
     ForwardExecutor* executor = draft_executor.get();
+    c.draft_executor = executor;
     c.make_drafter = [executor](const StrategyConfig& config) -> std::unique_ptr<Drafter> {
       return std::make_unique<ModelDrafter>(config.draft, *executor);
     };

@@ -305,6 +305,7 @@ void run_on(StrategyConfig& c, ForwardExecutor& target, ForwardExecutor& draft) 
   c.make_drafter = [&draft](const StrategyConfig& config) -> std::unique_ptr<Drafter> {
     return std::make_unique<ModelDrafter>(config.draft, draft);
   };
+  c.draft_executor = &draft;
 }
 
 // Every strategy on sides over `target` and `draft` (as the command line makes

@@ -77,8 +77,9 @@ LayerParallelDrafter* install_drafter(const StrategyConfig& config,
   std::vector<LayerGroup> groups = configured_groups(config);
   std::unique_ptr<GroupExecutor> executor;
   if (config.make_group_executor) executor = config.make_group_executor(*config.draft, groups);
-  auto lp = std::make_unique<LayerParallelDrafter>(
-      config.draft, *config.draft_worker, std::move(groups), calibration, std::move(executor));
+  auto lp = std::make_unique<LayerParallelDrafter>(config.draft, *config.draft_worker,
+                                                   std::move(groups), calibration,
+                                                   std::move(executor), config.draft_executor);
   LayerParallelDrafter* raw = lp.get();
   drafter = std::move(lp);
   return raw;

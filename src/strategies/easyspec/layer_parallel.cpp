@@ -112,11 +112,22 @@ void ThreadGroupExecutor::run_attention(const Model& model, LayerGroup group, co
   });
 }
 
+void SequentialGroupExecutor::run_attention(const Model& model, LayerGroup group,
+                                            const Batch& batch, KvCache& kv, int32_t first_cell,
+                                            const float* h0, float* out) {
+  const size_t stride = batch.size() * static_cast<size_t>(model.config().n_embd);
+  for (int i = 0; i < group.size(); ++i)
+    executor_.attention_output(model, group.first + i, batch, kv, first_cell, h0, out + i * stride,
+                               nullptr);
+}
+
 LayerParallelDrafter::LayerParallelDrafter(std::shared_ptr<const Model> model, Worker& worker,
                                            std::vector<LayerGroup> groups, Calibration calibration,
-                                           std::unique_ptr<GroupExecutor> executor)
+                                           std::unique_ptr<GroupExecutor> executor,
+                                           ForwardExecutor* device)
     : model_(std::move(model)),
-      forwards_(worker),
+      own_forwards_(device == nullptr ? std::make_unique<CpuExecutor>(worker) : nullptr),
+      forwards_(device != nullptr ? *device : *own_forwards_),
       groups_(std::move(groups)),
       calibration_(calibration),
       executor_(std::move(executor)) {
@@ -128,8 +139,12 @@ LayerParallelDrafter::LayerParallelDrafter(std::shared_ptr<const Model> model, W
   }
   check(next == model_->config().n_layer, "layer groups cover ", next, " layers; the draft has ",
         model_->config().n_layer);
-  if (executor_ == nullptr && widest_group(groups_) > 1)
-    executor_ = std::make_unique<ThreadGroupExecutor>(widest_group(groups_));
+  if (executor_ == nullptr && widest_group(groups_) > 1) {
+    if (device != nullptr)
+      executor_ = std::make_unique<SequentialGroupExecutor>(*device);
+    else
+      executor_ = std::make_unique<ThreadGroupExecutor>(widest_group(groups_));
+  }
 }
 
 void LayerParallelDrafter::begin(int32_t capacity) {

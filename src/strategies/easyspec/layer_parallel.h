@@ -90,6 +90,20 @@ class ThreadGroupExecutor final : public GroupExecutor {
   std::vector<std::unique_ptr<CpuExecutor>> slot_executors_;  // one per slot worker
 };
 
+// The blocks of a group one after another on one executor (a GPU's, whose
+// kernels spread each block over the device).
+class SequentialGroupExecutor final : public GroupExecutor {
+ public:
+  explicit SequentialGroupExecutor(ForwardExecutor& executor) : executor_(executor) {}
+  int slots() const override { return 1; }
+  std::string describe() const override { return "its device, one block after another"; }
+  void run_attention(const Model& model, LayerGroup group, const Batch& batch, KvCache& kv,
+                     int32_t first_cell, const float* h0, float* out) override;
+
+ private:
+  ForwardExecutor& executor_;
+};
+
 // Forwards of a LayerParallelDrafter since the last take_counts().
 struct LayerParallelCounts {
   int64_t fuzzy_forwards = 0;
@@ -106,12 +120,15 @@ struct LayerParallelCounts {
 // exact.
 class LayerParallelDrafter final : public Drafter {
  public:
-  // `worker` runs the layer-sequential parts (MLPs, exact forwards, logits);
-  // `executor` the groups' attention blocks (null: a ThreadGroupExecutor as
-  // wide as the widest group; unused while every group has one layer).
+  // `worker` runs the layer-sequential parts (MLPs, exact forwards, logits),
+  // or `device` where given (a GPU's executor); `executor` the groups'
+  // attention blocks (null: on `device` one after another, or a
+  // ThreadGroupExecutor as wide as the widest group; unused while every group
+  // has one layer).
   LayerParallelDrafter(std::shared_ptr<const Model> model, Worker& worker,
                        std::vector<LayerGroup> groups, Calibration calibration,
-                       std::unique_ptr<GroupExecutor> executor = nullptr);
+                       std::unique_ptr<GroupExecutor> executor = nullptr,
+                       ForwardExecutor* device = nullptr);
 
   int n_vocab() const override { return model_->config().n_vocab; }
   void begin(int32_t capacity) override;
@@ -145,7 +162,8 @@ class LayerParallelDrafter final : public Drafter {
   std::vector<float> fuzzy_forward(const Batch& batch);
 
   std::shared_ptr<const Model> model_;
-  CpuExecutor forwards_;  // the layer-sequential parts, on the worker given
+  std::unique_ptr<CpuExecutor> own_forwards_;  // on the worker, where no device is given
+  ForwardExecutor& forwards_;                  // the layer-sequential parts
   std::vector<LayerGroup> groups_;
   Calibration calibration_;
   std::unique_ptr<GroupExecutor> executor_;
