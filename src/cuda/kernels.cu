@@ -529,9 +529,10 @@ __global__ void quantize_q8k_kernel(const float* x, int64_t n_blocks, Q8KActivat
   int sum = 0;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const int q = amax != 0.0f ? static_cast<int>(rintf(__fmul_rn(v[i], inv))) : 0;
-    qb[i] = static_cast<int8_t>(max(-128, min(127, q)));
-    sum += qb[i];
+    const int q =
+        amax != 0.0f ? max(-128, min(127, static_cast<int>(rintf(__fmul_rn(v[i], inv))))) : 0;
+    qb[i] = static_cast<int8_t>(q);
+    sum += q;
   }
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // a group of 16 is two lanes
   if (lane % 2 == 0) out.bsums[block * (kSuperBlock / 16) + lane / 2] = static_cast<int16_t>(sum);
