@@ -219,8 +219,9 @@ StrategyInfo pipedec_strategy() {
       .plan_shapes =
           [](int stages) {
             // As many levels in flight as stages, half and twice as many; narrow to wide.
-            std::vector<int> depths = {std::max(2, stages / 2), std::max(2, stages), 2 * stages};
-            depths.erase(std::unique(depths.begin(), depths.end()), depths.end());
+            std::vector<int> depths;
+            for (int depth : {std::max(2, stages / 2), std::max(2, stages), 2 * stages})
+              if (depths.empty() || depths.back() != depth) depths.push_back(depth);
             std::vector<std::string> shapes;
             for (int depth : depths)
               for (int width : {2, 4, 8, 16, 32})
