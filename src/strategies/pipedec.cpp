@@ -205,32 +205,31 @@ class PipeDec final : public TreeSpeculation {
 }  // namespace
 
 StrategyInfo pipedec_strategy() {
-  return {
-      .name = "pipedec",
-      .summary =
-          "PipeDec: dynamic-tree levels pipelined through the target (MPI stages "
-          "under mpirun), pruned as the oldest level completes",
-      .needs_draft = true,
-      .options = {tree_depth_option(), tree_branch_option(),
-                  option_field("--tree-width", "tree_width", "W", "nodes kept per level",
-                               &StrategyConfig::tree_width)},
-      .variant_key = "",
-      .roles = {StrategyRole::generate_pipeline_drafted},
-      .plan_shapes =
-          [](int stages) {
-            // As many levels in flight as stages, half and twice as many; narrow to wide.
-            std::vector<int> depths;
-            for (int depth : {std::max(2, stages / 2), std::max(2, stages), 2 * stages})
-              if (depths.empty() || depths.back() != depth) depths.push_back(depth);
-            std::vector<std::string> shapes;
-            for (int depth : depths)
-              for (int width : {2, 4, 8, 16, 32})
-                for (int branch : {2, 4})
-                  shapes.push_back("pipedec:d" + std::to_string(depth) + "w" +
-                                   std::to_string(width) + "c" + std::to_string(branch));
-            return shapes;
-          },
-      .make = [](const StrategyConfig& c) { return std::make_unique<PipeDec>(c); }};
+  return {.name = "pipedec",
+          .summary =
+              "PipeDec: dynamic-tree levels pipelined through the target (MPI stages "
+              "under mpirun), pruned as the oldest level completes",
+          .needs_draft = true,
+          .options = {tree_depth_option(), tree_branch_option(),
+                      option_field("--tree-width", "tree_width", "W", "nodes kept per level",
+                                   &StrategyConfig::tree_width)},
+          .variant_key = "",
+          .roles = {StrategyRole::generate_pipeline_drafted},
+          .plan_shapes =
+              [](int stages) {
+                // As many levels in flight as stages, half and twice as many; narrow to wide.
+                std::vector<int> depths;
+                for (int depth : {std::max(2, stages / 2), std::max(2, stages), 2 * stages})
+                  if (depths.empty() || depths.back() != depth) depths.push_back(depth);
+                std::vector<std::string> shapes;
+                for (int depth : depths)
+                  for (int width : {2, 4, 8, 16, 32})
+                    for (int branch : {2, 4})
+                      shapes.push_back("pipedec:d" + std::to_string(depth) + "w" +
+                                       std::to_string(width) + "c" + std::to_string(branch));
+                return shapes;
+              },
+          .make = [](const StrategyConfig& c) { return std::make_unique<PipeDec>(c); }};
 }
 
 }  // namespace parspec
