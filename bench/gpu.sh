@@ -9,12 +9,13 @@
 #      installed, the qwen3/gemma3/qwen3moe checks against it (scripts/);
 #   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0, 1B-class F16,
 #      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
-#   3. per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
+#   3. the strategies on the GPU (parspec bench, 8B-class Q4_0 target + 100M-class
+#      drafter; auto and ppd; a prompt of over 2000 tokens) while llama.cpp builds; then
+#      per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
 #      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode without
 #      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) for the 100M drafter and the 8B Q4_0, and
-#      with the warp matmul for the Q8_0/Q4_0 models; then the strategies on the GPU
-#      (parspec bench, 8B-class Q4_0 target + 100M-class drafter) beside llama.cpp's
-#      llama-speculative-simple (--draft-max 4, 8, 16) on the same files and prompts;
+#      with the other matmuls for the Q8_0/Q4_0 models; llama.cpp's
+#      llama-speculative-simple (--draft-max 4, 8, 16) on the strategies' files and prompts;
 #   4. the tables, in $OUT (default out/gpu): summary.md, and every raw output beside it.
 #
 # The GPU machine may lack the PCRE2 and cpp-httplib headers, so the binaries are
@@ -27,7 +28,8 @@
 #   bash bench/gpu.sh --dry-run  # the same steps here, without a GPU: the zoo models on
 #                                # the CPU, tests that skip, llama.cpp left out
 # Environment: OUT (tables), MODELS (where the inflated models go, default out/gpu-models),
-# SKIP_TESTS=1, SKIP_LLAMA=1, SKIP_MODELS=1 (reuse MODELS), JOBS (build jobs, default nproc),
+# SKIP_TESTS=1, SKIP_LLAMA=1, SKIP_MODELS=1 (reuse MODELS), SKIP_TRANSFORMERS=1, JOBS (build
+# jobs, default nproc),
 # GPU_MODELS (the models to make and measure, default: all six, by the names below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +38,7 @@ mode=run
 case "${1:-}" in
   --prepare) mode=prepare ;;
   --dry-run) mode=dry ;;
-  -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
   "") ;;
   *) echo "unknown option $1 (--prepare, --dry-run, --help)" >&2; exit 2 ;;
 esac
@@ -148,7 +150,7 @@ fi
 # The families checked against transformers (scripts/check_*_transformers.py),
 # where it is installed (the GPU machine has it): on the CPU cores, beside the rest.
 tf_pid=""
-if [[ $mode == run ]] && python3 -c "import torch, transformers" 2>/dev/null; then
+if [[ $mode == run && ${SKIP_TRANSFORMERS:-0} != 1 ]] && python3 -c "import torch, transformers" 2>/dev/null; then
   step "transformers checks (qwen3, gemma3, qwen3moe) in the background"
   (
     export OMP_NUM_THREADS=4
@@ -204,7 +206,7 @@ step "serve check: concurrent requests against their solo runs"
   --port 0 -t 2 -c 512 -np 4 >"$out/serve.log" 2>&1 &
 serve_pid=$!
 python3 - "$out/serve.log" "$bin_parspec" "${device[@]}" <<'EOF_SERVE' | tee -a "$out/tests.txt" || true
-import concurrent.futures, json, re, subprocess, sys, time, urllib.request
+import concurrent.futures, json, re, subprocess, sys, time, urllib.error, urllib.request
 log, binary, device = sys.argv[1], sys.argv[2], sys.argv[3:]
 port = None
 for _ in range(600):
@@ -221,7 +223,10 @@ def ask(prompt):
                        "return_tokens": True}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
                                  {"Content-Type": "application/json"})
-    return json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["tokens"]
+    try:
+        return json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["tokens"]
+    except urllib.error.HTTPError as e:
+        return f"HTTP {e.code}: {e.read().decode(errors='replace')[:300]}"
 prompts = ["def add(a, b):", "Once upon a time", "import os", "The cat"]
 solo = [ask(p) for p in prompts]
 with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -229,6 +234,9 @@ with concurrent.futures.ThreadPoolExecutor(4) as pool:
 ar = json.loads(subprocess.run([binary, "generate", "-m", "models/target.gguf", *device, "-t", "2",
                                 "--temp", "0", "--json", "-n", "48", "-p", prompts[0]],
                                capture_output=True, text=True).stdout)["tokens"]
+for answer in solo + together:
+    if isinstance(answer, str):
+        print("serve: a request failed:", answer)
 print("serve: concurrent requests", "equal" if together == solo else "DIFFER from",
       "their solo runs; sd", "equals" if solo[0] == ar else "DIFFERS from", "ar")
 EOF_SERVE
@@ -240,12 +248,12 @@ if [[ $mode == dry ]]; then
   table=("zoo-target models/target.gguf -" "zoo-draft models/draft.gguf -")
 else
   table=(
-    "8b-q4_0 models/target.gguf --preset 8b --type q4_0"
-    "8b-q4_k models/target.gguf --preset 8b --type q4_k"
-    "8b-q8_0 models/target.gguf --preset 8b --type q8_0"
-    "8b-f16 models/target.gguf --preset 8b --type f16"
-    "1b-f16 models/target.gguf --preset 1b --type f16"
-    "100m-f16 models/draft.gguf --n-embd 1024 --n-layer 6 --n-ff 3072 --type f16"
+    "8b-q4_0 models/target.gguf --preset 8b --type q4_0 --ctx 8192"
+    "8b-q4_k models/target.gguf --preset 8b --type q4_k --ctx 8192"
+    "8b-q8_0 models/target.gguf --preset 8b --type q8_0 --ctx 8192"
+    "8b-f16 models/target.gguf --preset 8b --type f16 --ctx 8192"
+    "1b-f16 models/target.gguf --preset 1b --type f16 --ctx 8192"
+    "100m-f16 models/draft.gguf --n-embd 1024 --n-layer 6 --n-ff 3072 --type f16 --ctx 8192"
   )
 fi
 if [[ -n ${GPU_MODELS:-} ]]; then
@@ -270,6 +278,61 @@ fi
 model_path() {  # name source
   if [[ $mode == dry ]]; then echo "$2"; else echo "$models/$1.gguf"; fi
 }
+
+# Strategies on the GPU against ar (greedy, the bench fails if one differs), while
+# llama.cpp builds (each table's speedups are against ar in the same bench): the
+# 8B-class Q4_0 target with the 100M-class drafter, or the zoo pair in a dry run.
+if [[ $mode == dry ]]; then
+  pair=(-m models/target.gguf -md models/draft.gguf)
+  strategies=ar,sd,tree
+else
+  pair=(-m "$models/8b-q4_0.gguf" -md "$models/100m-f16.gguf")
+  strategies=ar,sd,sd:2,sd:4,sd:8,tree,dyntree,pearl
+fi
+step "parspec bench: $strategies"
+timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$strategies" \
+  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies.md" \
+  >"$out/strategies.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies.txt"
+# The strategies of the other seed systems, apart: one failing leaves the table above whole.
+more=ar,specinfer,cosine,easyspec
+[[ $mode == dry ]] && more=ar,specinfer
+step "parspec bench: $more"
+timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$more" \
+  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-more.md" \
+  >"$out/strategies-more.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-more.txt"
+
+# auto (calibrates on the device, then runs its choice) and ppd (the target's own
+# prompt tokens, no drafter), apart for the same reason.
+last=ar,auto,ppd
+[[ $mode == dry ]] && last=ar,auto
+step "parspec bench: $last"
+timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$last" \
+  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-auto.md" \
+  >"$out/strategies-auto.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-auto.txt"
+
+# A long prompt (over 2000 tokens: the bench prompts joined), where verifying a
+# chain or tree attends over a long cache (past the zoo's training context its
+# text may end early: --ignore-eos keeps the length).
+python3 - "${pair[1]}" "$bin_parspec" "$out/long.jsonl" <<'EOF_LONG'
+import json, subprocess, sys
+model, binary, path = sys.argv[1:]
+texts = [json.loads(l)["prompt"] for s in ("code", "prose", "math", "config")
+         for l in open(f"bench/prompts/{s}.jsonl") if l.strip()]
+text, n = "", 0
+while n < 2000:
+    text += "\n\n".join(texts) + "\n\n"
+    ids = subprocess.run([binary, "tokenize", "-m", model, "--ids", "--no-escape", "-p", text],
+                         capture_output=True, text=True).stdout
+    n = ids.count(",") + 1
+with open(path, "w") as f:
+    f.write(json.dumps({"prompt": text}) + "\n")
+print(f"long prompt: {n} tokens")
+EOF_LONG
+long=ar,sd,tree,auto
+step "parspec bench on the long prompt: $long"
+timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$long" \
+  --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 --md "$out/strategies-long.md" \
+  >"$out/strategies-long.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-long.txt"
 
 if [[ -n $llama_pid ]]; then
   step "waiting for the llama.cpp build"
@@ -302,38 +365,21 @@ for name in "${graph_rows[@]}"; do
     --json "$out/parspec-$name-nographs.json" >/dev/null 2>&1 || echo "$name without graphs failed"
 done
 
-# What the tensor cores bring: the Q8_0/Q4_0 models with the warp matmul.
+# What each matmul brings on the Q8_0/Q4_0 models: the warp (dp4a) kernel for
+# every row count, and the tensor-core kernel also for single rows.
 if [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]]; then
   for row in "${table[@]}"; do
     read -r name src args <<<"$row"
     [[ $args == *q4_0* || $args == *q8_0* ]] || continue
-    step "parspec bench-forward $name with the warp matmul"
-    PARSPEC_CUDA_MATMUL=warp timeout 90 "$bin_parspec" bench-forward -m "$(model_path "$name" "$src")" \
-      "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" -r "$repeat" --decode-tokens "$decode" \
-      --context 64 --json "$out/parspec-$name-warp.json" >/dev/null 2>&1 || echo "$name warp failed"
+    for variant in warp mma; do
+      step "parspec bench-forward $name with PARSPEC_CUDA_MATMUL=$variant"
+      PARSPEC_CUDA_MATMUL=$variant timeout 90 "$bin_parspec" bench-forward \
+        -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
+        -r "$repeat" --decode-tokens "$decode" --context 64 \
+        --json "$out/parspec-$name-$variant.json" >/dev/null 2>&1 || echo "$name $variant failed"
+    done
   done
 fi
-
-# Strategies on the GPU against ar (greedy, the bench fails if one differs): the
-# 8B-class Q4_0 target with the 100M-class drafter, or the zoo pair in a dry run.
-if [[ $mode == dry ]]; then
-  pair=(-m models/target.gguf -md models/draft.gguf)
-  strategies=ar,sd,tree
-else
-  pair=(-m "$models/8b-q4_0.gguf" -md "$models/100m-f16.gguf")
-  strategies=ar,sd,sd:2,sd:4,sd:8,tree,dyntree,pearl
-fi
-step "parspec bench: $strategies"
-timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$strategies" \
-  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies.md" \
-  >"$out/strategies.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies.txt"
-# The strategies of the other seed systems, apart: one failing leaves the table above whole.
-more=ar,specinfer,cosine,easyspec
-[[ $mode == dry ]] && more=ar,specinfer
-step "parspec bench: $more"
-timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$more" \
-  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-more.md" \
-  >"$out/strategies-more.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-more.txt"
 
 # llama.cpp's speculative decoding on the same files and prompts (greedy, one
 # process per prompt and --draft-max; its "decoded N tokens in S seconds").
@@ -421,22 +467,26 @@ if graph_rows:
         a, b = on["results"][0], off["results"][0]
         print(f"| {n} | {a['decode_tok_per_s']:.1f} | {b['decode_tok_per_s']:.1f} "
               f"| {fmt(a['latency_ms'].get('8'), 2)} | {fmt(b['latency_ms'].get('8'), 2)} |")
-warp_rows = [(n, load(os.path.join(out, f"parspec-{n}-warp.json")),
-              load(os.path.join(out, f"parspec-{n}.json"))) for n in rows]
-warp_rows = [(n, off, on) for n, off, on in warp_rows if off and on]
+warp_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
+              load(os.path.join(out, f"parspec-{n}-mma.json")),
+              load(os.path.join(out, f"parspec-{n}-warp.json"))) for n in rows]
+warp_rows = [r for r in warp_rows if r[1] and (r[2] or r[3])]
 if warp_rows:
     print()
     print("| model | matmul | decode tok/s | L(1) ms | L(8) ms | L(32) ms | L(64) ms | pp512 tok/s |")
     print("|---|---|---|---|---|---|---|---|")
-    for n, off, on in warp_rows:
-        for label, res in (("tensor cores", on), ("warp (dp4a)", off)):
+    for n, default, mma, warp in warp_rows:
+        for label, res in (("default (one-row kernel, tensor cores for more)", default),
+                           ("tensor cores for every row count", mma), ("warp (dp4a)", warp)):
+            if res is None:
+                continue
             r = res["results"][0]
             lat = r["latency_ms"]
             pp = lat.get("512")
             print(f"| {n} | {label} | {r['decode_tok_per_s']:.1f} | {fmt(lat.get('1'), 2)} "
                   f"| {fmt(lat.get('8'), 2)} | {fmt(lat.get('32'), 2)} | {fmt(lat.get('64'), 2)} "
                   f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
-for md in ("strategies.md", "strategies-more.md"):
+for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-long.md"):
     path = os.path.join(out, md)
     if os.path.exists(path):
         print()

@@ -391,8 +391,8 @@ struct PassInputs {
 // A pass's activations, reserved for a number of rows before its kernels are
 // queued (never during a pass: a graph captures the addresses).
 struct Workspace {
-  DeviceBuffer hidden, xn, q, k, v, att, o, gate, up, xq, xd, xk_q, xk_d, xk_bsums, selected,
-      out_norm, logits;
+  DeviceBuffer hidden, xn, q, k, v, att, att_partial, o, gate, up, xq, xd, xk_q, xk_d, xk_bsums,
+      selected, out_norm, logits;
 
   void reserve_rows(const ModelConfig& c, int rows) {
     const size_t n = static_cast<size_t>(std::max(rows, 1));
@@ -403,6 +403,11 @@ struct Workspace {
     reserve<float>(k, n * c.kv_dim(), "activations");
     reserve<float>(v, n * c.kv_dim(), "activations");
     reserve<float>(att, n * c.q_dim(), "activations");
+    HeadShape heads;
+    heads.n_head = c.n_head;
+    heads.head_dim = c.head_dim;
+    reserve<float>(att_partial, static_cast<size_t>(attention_partial_floats(int64_t(n), heads)),
+                   "activations");
     reserve<float>(o, n * c.n_embd, "activations");
     reserve<float>(gate, n * c.n_ff, "activations");
     reserve<float>(up, n * c.n_ff, "activations");
@@ -866,7 +871,8 @@ class CudaExecutor final : public ForwardExecutor {
                           c.rope_style == RopeStyle::kNeox};
     launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.positions, dm.inv_freq, in.rows, layer, n,
                            shape, stream);
-    launch_attention(q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(), att, stream);
+    launch_attention(q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(),
+                     ws.att_partial.as<float>(), att, stream);
     if (int8_t* xq = quantized_input(ws, {&w.wo}))
       launch_quantize_q8(att, n, c.q_dim(), xq, ws.xd.as<float>(), stream);
     matmul(ws, w.wo, att, n, out);

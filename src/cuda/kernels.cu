@@ -15,8 +15,9 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kMatmulWarps = 4;    // output rows (weight rows) per block, one per warp
 constexpr int kRowTile = 8;        // activation rows sharing one load of the weights
-constexpr int kAttnThreads = 128;  // one block per (row, head)
-constexpr int kAttnChunk = 256;    // keys whose weights are held in shared memory at a time
+constexpr int kAttnThreads = 128;  // per (row, head, split) of attention
+constexpr int kAttnKeys = 128;     // keys per attention chunk: one per thread
+static_assert(kAttnKeys == kAttnThreads, "attention scores one key per thread");
 constexpr int kMaxHeadDim = 256;
 constexpr int kNormThreads = 256;
 
@@ -404,6 +405,76 @@ void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
       <<<static_cast<int>(tiles), kMmaWarps * kWarp, 0, stream>>>(g, xq, xd, n);
 }
 
+// One activation row (a decode step) with exactly the tensor-core kernel's
+// arithmetic, without its padding of the row to a tile of 8: the block's 16
+// half-warps take one weight row each, half-warp lane v sums the blocks v,
+// v + 16, ... in order as warp v of the tensor-core kernel does (the same
+// exact integer block sums, here by dp4a, and the same fma), and lane 0 adds
+// the 16 partial sums in lane order. The activation row is staged in shared
+// memory once per block. So a row's value is the same whichever kernel runs it.
+constexpr int kGemvThreads = kMmaRows * 16;
+static_assert(kMmaWarps == 16, "the one-row kernel mirrors 16 K-splitting warps");
+
+template <WeightKind kKind>
+__global__ void __launch_bounds__(kGemvThreads)
+    matmul_gemv_kernel(MatmulGroup g, const int8_t* xq, const float* xd) {
+  extern __shared__ int4 gemv_shared[];
+  DeviceMatrix w;
+  float* y;
+  int64_t row0;
+  if (!block_tile(g, w, y, row0)) return;  // the same for the whole block
+  const int64_t nb = w.n_in / 32;
+  int8_t* xs = reinterpret_cast<int8_t*>(gemv_shared);
+  float* ds = reinterpret_cast<float*>(xs + nb * 32);
+  for (int64_t i = threadIdx.x; i < nb * 2; i += kGemvThreads)
+    gemv_shared[i] = reinterpret_cast<const int4*>(xq)[i];
+  for (int64_t i = threadIdx.x; i < nb; i += kGemvThreads) ds[i] = xd[i];
+  __syncthreads();
+  const int lane = threadIdx.x % kWarp, v = threadIdx.x % 16;
+  const int64_t row = row0 + threadIdx.x / 16;
+  float acc = 0.0f;
+  if (row < w.n_out) {
+    const __half* scales = static_cast<const __half*>(w.scales) + row * nb;
+#pragma unroll 4
+    for (int64_t b = v; b < nb; b += 16) {
+      int wq[8];
+      load_block_q<kKind>(w, row * nb + b, wq);
+      const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
+      const int4 a = x4[0], c = x4[1];
+      int sum = 0;
+      sum = __dp4a(wq[0], a.x, sum);
+      sum = __dp4a(wq[1], a.y, sum);
+      sum = __dp4a(wq[2], a.z, sum);
+      sum = __dp4a(wq[3], a.w, sum);
+      sum = __dp4a(wq[4], c.x, sum);
+      sum = __dp4a(wq[5], c.y, sum);
+      sum = __dp4a(wq[6], c.z, sum);
+      sum = __dp4a(wq[7], c.w, sum);
+      acc = __fmaf_rn(__fmul_rn(__half2float(scales[b]), ds[b]), static_cast<float>(sum), acc);
+    }
+  }
+  // Every lane takes part in the shuffles, also those past the last row.
+  const int first = lane & 16;
+  float total = __shfl_sync(0xffffffffu, acc, first);
+  for (int u = 1; u < 16; ++u) total = __fadd_rn(total, __shfl_sync(0xffffffffu, acc, first + u));
+  if (v == 0 && row < w.n_out) y[row] = total;
+}
+
+// Shared memory of the one-row kernel: the quants and scales of a row of n_in.
+size_t gemv_shared_bytes(int64_t n_in) {
+  return static_cast<size_t>(n_in) + static_cast<size_t>(n_in / 32) * sizeof(float);
+}
+constexpr size_t kGemvMaxShared = 48 * 1024;  // without opting in to more
+
+template <WeightKind kKind>
+void launch_gemv(const MatmulGroup& g, const int8_t* xq, const float* xd, cudaStream_t stream) {
+  int64_t tiles = 0;
+  for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + kMmaRows - 1) / kMmaRows;
+  matmul_gemv_kernel<kKind>
+      <<<static_cast<int>(tiles), kGemvThreads, gemv_shared_bytes(g.w[0].n_in), stream>>>(g, xq,
+                                                                                          xd);
+}
+
 // Up to 8 · kMmaMaxTiles rows per launch; more rows are launched in such slices
 // (each row's values are the same either way).
 template <WeightKind kKind>
@@ -431,9 +502,16 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n,
   }
 }
 
+// PARSPEC_CUDA_MATMUL: "warp" (the dp4a warp kernel for every row count),
+// "mma" (the tensor-core kernel also for one row), default: the tensor-core
+// kernel, and the one-row kernel for a single row.
 bool tensor_core_matmul_wanted() {
   const char* env = std::getenv("PARSPEC_CUDA_MATMUL");
   return env == nullptr || std::string_view(env) != "warp";
+}
+bool one_row_matmul_wanted() {
+  const char* env = std::getenv("PARSPEC_CUDA_MATMUL");
+  return env == nullptr || std::string_view(env) != "mma";
 }
 
 // Eight consecutive weights of row n from element 8·chunk.
@@ -623,9 +701,12 @@ __global__ void matmul_k_kernel(MatmulGroup g, Q8KActivations x, int M) {
           const int16_t* bs = x.bsums + xb * (kSuperBlock / 16) + 2 * part;
           mins = mn * (bs[0] + bs[1]);
         }
-        for (int o = 1; o < 8; o *= 2) {  // within the 8 lanes of the super-block
-          qx += __shfl_xor_sync(0xffffffffu, qx, o);
-          mins += __shfl_xor_sync(0xffffffffu, mins, o);
+        // Within the 8 lanes of the super-block, which alone take part when
+        // the row's super-blocks are not a multiple of 4 (the others are done).
+        const unsigned lanes = 0xFFu << (8 * group);
+        for (int o = 1; o < 8; o *= 2) {
+          qx += __shfl_xor_sync(lanes, qx, o);
+          mins += __shfl_xor_sync(lanes, mins, o);
         }
         if (part == 0) {
           const float xd = x.d[xb];
@@ -733,84 +814,149 @@ __global__ void bias_rope_store_kernel(float* q, float* k, float* v, const float
   }
 }
 
-// One block per (row, head). Pass 1 finds the largest score; pass 2 walks the
-// keys in chunks of kAttnChunk: each key's weight exp(score - max) goes to
-// shared memory, the chunk's weights are summed by a fixed tree, and each
-// output dimension is accumulated by one thread over the keys in order.
-// Everything depends on the row's key list only.
-__global__ void attention_kernel(const float* q, const AttentionRow* rows,
-                                 const int32_t* spec_slots, int layer, HeadShape s, float scale,
-                                 float* out) {
-  __shared__ float q_s[kMaxHeadDim];
-  __shared__ float weight_s[kAttnChunk];
-  __shared__ int32_t slot_s[kAttnChunk];
-  __shared__ float reduce_s[kAttnThreads];
-  __shared__ float warp_max_s[kAttnThreads / kWarp];
+// The largest (kMax) or the sum of every thread's v in a block of kAttnThreads,
+// the same on every thread: warps by butterfly, then the warps in order.
+template <bool kMax>
+__device__ float attention_block_reduce(float v, float* scratch) {
+  v = kMax ? warp_max(v) : warp_sum(v);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  __syncthreads();  // scratch is free
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = scratch[0];
+  for (int w = 1; w < kAttnThreads / kWarp; ++w)
+    r = kMax ? fmaxf(r, scratch[w]) : __fadd_rn(r, scratch[w]);
+  return r;
+}
 
-  const int row = blockIdx.x, head = blockIdx.y;
+// Split attention (flash decoding with fixed boundaries): a row's keys fall in
+// chunks of kAttnKeys by their index in the row's key list, and split z of
+// kAttentionSplits takes chunks z, z + kAttentionSplits, ... One block per
+// (row, head, split) runs its chunks in order with an online softmax: one key
+// per thread for the scores (the dot product over the head in order), then
+// each output dimension summed over the chunk's keys in order (in `parts`
+// interleaved runs when the head is narrower than the block, added in part
+// order). It writes its unnormalized output, running max and sum to
+// `partial`; attention_combine_kernel merges the splits in split order.
+// Every step depends on the row's key list and the constants alone, so a
+// row's result is the same alone, in a chain, in a tree or beside other rows;
+// the work spreads over kAttentionSplits blocks per head, so a long cache is
+// read by the whole GPU.
+__global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
+                                       const int32_t* spec_slots, int layer, HeadShape s,
+                                       float scale, float* partial) {
+  __shared__ float q_s[kMaxHeadDim];
+  __shared__ float o_s[kMaxHeadDim];
+  __shared__ float part_s[kMaxHeadDim];
+  __shared__ float p_s[kAttnKeys];
+  __shared__ int32_t slot_s[kAttnKeys];
+  __shared__ float reduce_s[kAttnThreads / kWarp];
+
+  const int row = blockIdx.x, head = blockIdx.y, split = blockIdx.z;
   const AttentionRow r = rows[row];
+  const int n_keys = r.n_committed + r.spec_count;
+  // Splits past the row's chunks have nothing to do, and the combine skips them.
+  if (split * kAttnKeys >= n_keys) return;
   const int hd = s.head_dim, q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
   const int kv_head = head / (s.n_head / s.n_head_kv);
-  const int n_keys = r.n_committed + r.spec_count;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  constexpr int kWarps = kAttnThreads / kWarp;
   const float* k_layer = r.k + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
   const float* v_layer = r.v + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
+  // Output dimensions a thread sums: `parts` runs of keys per dimension when
+  // the head is narrower than the block, else one run and strided dimensions.
+  const int parts = hd < kAttnThreads ? kAttnThreads / hd : 1;
+  const bool vector_loads = hd % 4 == 0;
 
-  for (int i = threadIdx.x; i < hd; i += kAttnThreads)
+  for (int i = threadIdx.x; i < hd; i += kAttnThreads) {
     q_s[i] = q[static_cast<int64_t>(row) * q_dim + head * hd + i];
-  __syncthreads();
-
-  auto slot_of = [&](int j) {
-    return j < r.n_committed ? j : spec_slots[r.spec_offset + (j - r.n_committed)];
-  };
-  // The score of key j, the same on every lane of the warp.
-  auto score = [&](int32_t slot) {
-    const float* key = k_layer + static_cast<int64_t>(slot) * kv_dim;
-    float dot = 0.0f;
-    for (int d = lane; d < hd; d += kWarp) dot = __fmaf_rn(q_s[d], key[d], dot);
-    return __fmul_rn(warp_sum(dot), scale);
-  };
-
-  float m = -INFINITY;
-  for (int j = warp; j < n_keys; j += kWarps) m = fmaxf(m, score(slot_of(j)));
-  if (lane == 0) warp_max_s[warp] = m;
-  __syncthreads();
-  float max_score = warp_max_s[0];
-  for (int w = 1; w < kWarps; ++w) max_score = fmaxf(max_score, warp_max_s[w]);
-
-  float acc0 = 0.0f, acc1 = 0.0f;  // dimensions threadIdx.x and threadIdx.x + kAttnThreads
-  float total = 0.0f;
-  for (int c0 = 0; c0 < n_keys; c0 += kAttnChunk) {
-    const int len = min(kAttnChunk, n_keys - c0);
-    __syncthreads();  // the previous chunk's weights are read
-    for (int j = threadIdx.x; j < len; j += kAttnThreads) slot_s[j] = slot_of(c0 + j);
-    __syncthreads();
-    for (int j = warp; j < len; j += kWarps) {
-      const float sc = score(slot_s[j]);
-      if (lane == 0) weight_s[j] = expf(__fsub_rn(sc, max_score));
+    o_s[i] = 0.0f;
+  }
+  float m_run = -INFINITY, l_run = 0.0f;
+  for (int c = split; c * kAttnKeys < n_keys; c += kAttentionSplits) {
+    const int j0 = c * kAttnKeys, len = min(kAttnKeys, n_keys - j0);
+    __syncthreads();  // q_s is written; the previous chunk's p_s and slot_s are read
+    const int j = threadIdx.x;
+    float sc = -INFINITY;
+    if (j < len) {
+      const int key_index = j0 + j;
+      const int32_t slot = key_index < r.n_committed
+                               ? key_index
+                               : spec_slots[r.spec_offset + (key_index - r.n_committed)];
+      slot_s[j] = slot;
+      const float* key = k_layer + static_cast<int64_t>(slot) * kv_dim;
+      float dot = 0.0f;
+      if (vector_loads) {
+        for (int d = 0; d < hd; d += 4) {
+          const float4 k4 = *reinterpret_cast<const float4*>(key + d);
+          dot = __fmaf_rn(q_s[d], k4.x, dot);
+          dot = __fmaf_rn(q_s[d + 1], k4.y, dot);
+          dot = __fmaf_rn(q_s[d + 2], k4.z, dot);
+          dot = __fmaf_rn(q_s[d + 3], k4.w, dot);
+        }
+      } else {
+        for (int d = 0; d < hd; ++d) dot = __fmaf_rn(q_s[d], key[d], dot);
+      }
+      sc = __fmul_rn(dot, scale);
     }
-    __syncthreads();
-    float part = 0.0f;
-    for (int j = threadIdx.x; j < len; j += kAttnThreads) part = __fadd_rn(part, weight_s[j]);
-    reduce_s[threadIdx.x] = part;
-    __syncthreads();
-    for (int stride = kAttnThreads / 2; stride > 0; stride /= 2) {
-      if (threadIdx.x < stride)
-        reduce_s[threadIdx.x] = __fadd_rn(reduce_s[threadIdx.x], reduce_s[threadIdx.x + stride]);
-      __syncthreads();
+    const float m_new = fmaxf(m_run, attention_block_reduce<true>(sc, reduce_s));
+    const float p = j < len ? expf(__fsub_rn(sc, m_new)) : 0.0f;
+    p_s[j] = p;
+    // The reduction's barriers also publish p_s and slot_s.
+    const float l_chunk = attention_block_reduce<false>(p, reduce_s);
+    const float alpha = expf(__fsub_rn(m_run, m_new));  // 0 for the first chunk
+    l_run = __fadd_rn(__fmul_rn(l_run, alpha), l_chunk);
+    m_run = m_new;
+    for (int e = threadIdx.x; e < hd * parts; e += kAttnThreads) {
+      const int d = e % hd, part = e / hd;
+      float acc = 0.0f;
+#pragma unroll 8
+      for (int jj = part; jj < len; jj += parts)
+        acc = __fmaf_rn(p_s[jj], v_layer[static_cast<int64_t>(slot_s[jj]) * kv_dim + d], acc);
+      part_s[e] = acc;
     }
-    total = __fadd_rn(total, reduce_s[0]);
-    for (int j = 0; j < len; ++j) {
-      const float* value = v_layer + static_cast<int64_t>(slot_s[j]) * kv_dim;
-      if (threadIdx.x < hd) acc0 = __fmaf_rn(weight_s[j], value[threadIdx.x], acc0);
-      if (threadIdx.x + kAttnThreads < hd)
-        acc1 = __fmaf_rn(weight_s[j], value[threadIdx.x + kAttnThreads], acc1);
+    __syncthreads();  // part_s is written
+    for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
+      float sum = part_s[d];
+      for (int part = 1; part < parts; ++part) sum = __fadd_rn(sum, part_s[part * hd + d]);
+      o_s[d] = __fadd_rn(__fmul_rn(o_s[d], alpha), sum);
     }
   }
-  float* o = out + static_cast<int64_t>(row) * q_dim + head * hd;
-  if (threadIdx.x < hd) o[threadIdx.x] = __fdiv_rn(acc0, total);
-  if (threadIdx.x + kAttnThreads < hd) o[threadIdx.x + kAttnThreads] = __fdiv_rn(acc1, total);
+  // Each o_s[d] was last written by the thread that stores it.
+  float* out =
+      partial +
+      ((static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits + split) * (hd + 2);
+  for (int d = threadIdx.x; d < hd; d += kAttnThreads) out[d] = o_s[d];
+  if (threadIdx.x == 0) {
+    out[hd] = m_run;
+    out[hd + 1] = l_run;
+  }
+}
+
+// One block per (row, head): the splits that had keys, merged in split order.
+__global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
+                                         const float* partial, float* out) {
+  const int row = blockIdx.x, head = blockIdx.y, hd = s.head_dim;
+  const AttentionRow r = rows[row];
+  const int n_keys = r.n_committed + r.spec_count;
+  const int chunks = (n_keys + kAttnKeys - 1) / kAttnKeys;
+  const int used = min(chunks, kAttentionSplits);
+  const float* base =
+      partial + (static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits * (hd + 2);
+  float m = -INFINITY;
+  for (int z = 0; z < used; ++z) m = fmaxf(m, base[z * (hd + 2) + hd]);
+  float total = 0.0f;
+  for (int z = 0; z < used; ++z) {
+    const float* pz = base + z * (hd + 2);
+    total = __fadd_rn(total, __fmul_rn(pz[hd + 1], expf(__fsub_rn(pz[hd], m))));
+  }
+  float* o = out + static_cast<int64_t>(row) * s.n_head * hd + head * hd;
+  for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
+    float acc = 0.0f;
+    for (int z = 0; z < used; ++z) {
+      const float* pz = base + z * (hd + 2);
+      acc = __fadd_rn(acc, __fmul_rn(pz[d], expf(__fsub_rn(pz[hd], m))));
+    }
+    o[d] = __fdiv_rn(acc, total);
+  }
 }
 
 // One block per row: gate = silu(gate) · up, with silu(g) = g·σ(g) and σ from
@@ -931,6 +1077,13 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
   }
   const MatmulInputs in{x, xq, xd, xk};
   static const bool tensor_cores = tensor_core_matmul_wanted();
+  static const bool one_row = one_row_matmul_wanted();
+  if (tensor_cores && one_row && n == 1 && gemv_shared_bytes(group.w[0].n_in) <= kGemvMaxShared) {
+    if (group.w[0].kind == WeightKind::kQ8_0)
+      return launch_gemv<WeightKind::kQ8_0>(group, xq, xd, stream);
+    if (group.w[0].kind == WeightKind::kQ4_0)
+      return launch_gemv<WeightKind::kQ4_0>(group, xq, xd, stream);
+  }
   if (tensor_cores && group.w[0].kind == WeightKind::kQ8_0)
     return launch_matmul_mma<WeightKind::kQ8_0>(group, xq, xd, n, stream);
   if (tensor_cores && group.w[0].kind == WeightKind::kQ4_0)
@@ -961,10 +1114,13 @@ void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const
 }
 
 void launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
-                      int layer, HeadShape shape, float scale, float* out, cudaStream_t stream) {
-  if (n > 0)
-    attention_kernel<<<dim3(n, shape.n_head), kAttnThreads, 0, stream>>>(q, rows, spec_slots, layer,
-                                                                         shape, scale, out);
+                      int layer, HeadShape shape, float scale, float* partial, float* out,
+                      cudaStream_t stream) {
+  if (n == 0) return;
+  attention_split_kernel<<<dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0, stream>>>(
+      q, rows, spec_slots, layer, shape, scale, partial);
+  attention_combine_kernel<<<dim3(n, shape.n_head), kAttnThreads, 0, stream>>>(rows, shape, partial,
+                                                                               out);
 }
 
 void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,

@@ -6,9 +6,9 @@
 // computed by one fixed sequence of correctly rounded operations that depends
 // only on its own inputs, never on the number of rows in the launch or on
 // other rows: a matmul output is reduced by one warp, each lane over fixed
-// blocks of K, then by a fixed butterfly; attention for one (row, head) is one
-// thread block over the row's key list. The kernels are compiled with
-// -fmad=false and write every fused multiply-add explicitly.
+// blocks of K, then by a fixed butterfly; attention for one (row, head) splits
+// the row's key list at fixed chunk boundaries and merges the splits in order. The kernels are
+// compiled with -fmad=false and write every fused multiply-add explicitly.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -107,9 +107,16 @@ void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const
                             const float* bv, const int32_t* positions, const float* inv_freq,
                             const AttentionRow* rows, int layer, int n, HeadShape shape,
                             cudaStream_t stream);
-// out (n × n_head·head_dim): each row's heads attend over the row's keys.
+// out (n × n_head·head_dim): each row's heads attend over the row's keys, each
+// (row, head) in kAttentionSplits blocks whose results go through `partial`
+// (attention_partial_floats(n, shape) floats).
+constexpr int kAttentionSplits = 16;
+inline int64_t attention_partial_floats(int64_t n, const HeadShape& shape) {
+  return n * shape.n_head * kAttentionSplits * (shape.head_dim + 2);
+}
 void launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
-                      int layer, HeadShape shape, float scale, float* out, cudaStream_t stream);
+                      int layer, HeadShape shape, float scale, float* partial, float* out,
+                      cudaStream_t stream);
 // gate = silu(gate) · up over n rows of `dim`, and, when q is not null, the
 // result quantized to Q8_0 (dim a multiple of 32).
 void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,

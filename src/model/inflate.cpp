@@ -373,6 +373,8 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
   w.set(a + "feed_forward_length", GgufValue::u32(uint32_t(plan.n_ff)));
   w.set(a + "attention.head_count", GgufValue::u32(uint32_t(plan.n_head)));
   w.set(a + "attention.head_count_kv", GgufValue::u32(uint32_t(plan.n_head_kv)));
+  if (options.context_length > 0)
+    w.set(a + "context_length", GgufValue::u32(uint32_t(options.context_length)));
   // RMSNorm over the zero-padded width sees mean(x^2) * n_src / n_big: scaling
   // epsilon by the same ratio makes the denominator sqrt(n_src / n_big) times
   // the source's, which the norm weights (times sqrt(n_src / n_big)) cancel.

@@ -49,6 +49,9 @@ struct InflateOptions {
   int experts = 0;
   int experts_used = 0;
   uint64_t router_seed = 1;
+  // > 0: the training context written to the file (benchmarks of long prompts;
+  // positions past the source's training only change quality, not cost or exactness).
+  int context_length = 0;
   std::optional<DType> weight_type;  // linear weights and embeddings; default: the source's
   bool progress = false;             // a progress line on stderr (for a terminal)
 };

@@ -1,6 +1,7 @@
 #include "serve/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/threads.h"
@@ -165,6 +166,8 @@ void Engine::slot_main() {
       run(*job);
     } catch (const std::exception& e) {
       error = e.what();
+      // The client gets it as a 500; the operator sees it here.
+      std::fprintf(stderr, "serve: request failed: %s\n", e.what());
     }
     batcher_.leave();
     {

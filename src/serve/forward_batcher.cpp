@@ -166,7 +166,11 @@ void ForwardBatcher::run_round(std::unique_lock<std::mutex>& lock) {
   for (const Model* model : models) {
     if (overlap && model != target_) continue;
     const Stopwatch watch;
-    run_pass(executor_, *model, by_model.at(model));
+    // A drafter's passes stay on its own executor even when no target pass
+    // runs beside them: a GPU executor keeps each cache's rows on its device.
+    ForwardExecutor& executor =
+        draft_executor_ != nullptr && model != target_ ? *draft_executor_ : executor_;
+    run_pass(executor, *model, by_model.at(model));
     (model == target_ ? target_ms : draft_ms) += watch.elapsed_ms();
   }
   // run_pass keeps every error with its forwards, so the drafting task throws none.

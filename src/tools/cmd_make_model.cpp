@@ -44,10 +44,10 @@ struct ShapeFlags {
 
 int inflate_command(const ArgParser& args, const std::string& source, const std::string& out_path,
                     const std::string& preset, const ShapeFlags& flags,
-                    const std::string& type_name, int experts, int experts_used) {
+                    const std::string& type_name, int experts, int experts_used, int n_ctx) {
   for (const char* random_only :
-       {"--arch", "--n-vocab", "--ctx", "--rope-base", "--tied", "--llama3-rope", "--seed",
-        "--logit-spread", "--sliding-window", "--attn-softcap", "--final-softcap", "--rope-scale",
+       {"--arch", "--n-vocab", "--rope-base", "--tied", "--llama3-rope", "--seed", "--logit-spread",
+        "--sliding-window", "--attn-softcap", "--final-softcap", "--rope-scale",
         "--longrope-context", "--n-ff-expert", "--n-ff-shared"})
     check(!args.given(random_only), "make-model: ", random_only,
           " is for random models; an inflated model keeps the source's");
@@ -82,6 +82,10 @@ int inflate_command(const ArgParser& args, const std::string& source, const std:
   if (args.given("--type")) options.weight_type = parse_dtype(type_name);
   options.experts = experts;
   options.experts_used = experts_used;
+  if (args.given("--ctx")) {
+    check(n_ctx > 0, "make-model: --ctx must be positive, got ", n_ctx);
+    options.context_length = n_ctx;
+  }
   options.progress = isatty(STDERR_FILENO) != 0;
 
   inflate_model(source, options, out_path);
@@ -161,7 +165,9 @@ int cmd_make_model(int argc, char** argv) {
               "qwen2moe, qwen3moe: width of one routed expert (default --n-ff)");
   args.option("--n-ff-shared", &n_ff_shared, "N",
               "qwen2moe: width of the shared expert (default --n-ff)");
-  args.option("--ctx", &n_ctx, "N", "training context length written to the file");
+  args.option("--ctx", &n_ctx, "N",
+              "training context length written to the file (with --inflate: instead of the "
+              "source's)");
   args.option("--rope-base", &rope_base, "F", "RoPE frequency base");
   args.option("--type", &type_name, "TYPE",
               "weight type: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k, or q4_k_m: q4_k with q6_k where "
@@ -189,7 +195,7 @@ int cmd_make_model(int argc, char** argv) {
   if (args.given("--inflate"))
     return inflate_command(args, inflate_source, out_path, preset,
                            {n_embd, n_layer, n_head, n_head_kv, n_ff}, type_name, n_expert,
-                           n_expert_used);
+                           n_expert_used, n_ctx);
 
   RandomModelSpec spec = preset_spec(preset);
   if (args.given("--arch")) spec.arch = arch;

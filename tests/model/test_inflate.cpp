@@ -293,6 +293,16 @@ TEST(Inflate, CommandLine) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("inflated to 3 layers, n_embd 256"), std::string::npos) << r.output;
   EXPECT_EQ(Model::load(out)->config().n_head, 4);
+  const int source_ctx = Model::load(zoo_path("draft.gguf"))->config().n_ctx_train;
+  EXPECT_EQ(Model::load(out)->config().n_ctx_train, source_ctx);
+
+  // A longer training context for long-prompt benchmarks; the rest unchanged.
+  r = testing_support::run_parspec(
+      "make-model --inflate " + zoo_path("draft.gguf") + " --n-embd 256 --ctx 8192 -o " + out,
+      true);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(Model::load(out)->config().n_ctx_train, 8192);
+  EXPECT_NE(source_ctx, 8192);
 
   r = testing_support::run_parspec("make-model --inflate " + zoo_path("draft.gguf") + " -o " + out,
                                    true);

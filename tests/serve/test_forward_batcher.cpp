@@ -210,6 +210,65 @@ TEST(ForwardBatcherWait, WaitingDrafterDraftsBesideTheNextTargetPass) {
   EXPECT_GT(st.overlapped_draft_ms, 0.0);
 }
 
+// A CPU executor that records the models of the forwards it runs.
+class RecordingExecutor final : public ForwardExecutor {
+ public:
+  explicit RecordingExecutor(Worker& worker) : cpu_(worker) {}
+  std::vector<const Model*> models;  // one per forward, in order
+
+  std::vector<float> forward(const Model& model, const Batch& batch, KvCache& kv) override {
+    models.push_back(&model);
+    return cpu_.forward(model, batch, kv);
+  }
+  std::vector<std::vector<float>> forward_multi(
+      const Model& model, std::span<const Model::SequenceBatch> sequences) override {
+    models.push_back(&model);
+    return cpu_.forward_multi(model, sequences);
+  }
+  void forward_layers(const Model& model, const Batch& batch, KvCache& kv, int32_t first_cell,
+                      int layer_first, int layer_last, float* hidden) override {
+    cpu_.forward_layers(model, batch, kv, first_cell, layer_first, layer_last, hidden);
+  }
+  void attention_output(const Model& model, int layer, const Batch& batch, KvCache& kv,
+                        int32_t first_cell, const float* hidden, float* out,
+                        AttentionProbe* probe) override {
+    cpu_.attention_output(model, layer, batch, kv, first_cell, hidden, out, probe);
+  }
+  void mlp_block(const Model& model, int layer, int n_tokens, float* hidden) override {
+    cpu_.mlp_block(model, layer, n_tokens, hidden);
+  }
+  void output_logits(const Model& model, const float* hidden, int n, float* logits) override {
+    cpu_.output_logits(model, hidden, n, logits);
+  }
+
+ private:
+  CpuExecutor cpu_;
+};
+
+// A GPU executor keeps each cache's rows on its own device, so a drafter's
+// forwards must always reach the draft executor: alone in a round, beside a
+// target pass, or after one.
+TEST(ForwardBatcherWait, DraftPassesAlwaysRunOnTheDraftExecutor) {
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", DType::Q8_0, DType::Q4_0, 300, 5);
+  Worker worker(1), draft_worker(1);
+  RecordingExecutor executor(worker), draft_executor(draft_worker);
+  ForwardBatcher batcher(executor, 64, &draft_executor, pair.target.get());
+  batcher.join();
+  for (int i = 0; i < 3; ++i) {
+    KvCache target_kv(pair.target->config(), 32), draft_kv(pair.draft->config(), 32);
+    Batch b;
+    b.add(5 + i, 0, -1, true);
+    batcher.forward(*pair.draft, b, draft_kv);  // alone in its round
+    batcher.forward(*pair.target, b, target_kv);
+  }
+  batcher.leave();
+  ASSERT_EQ(draft_executor.models.size(), 3u);
+  ASSERT_EQ(executor.models.size(), 3u);
+  for (const Model* m : draft_executor.models) EXPECT_EQ(m, pair.draft.get());
+  for (const Model* m : executor.models) EXPECT_EQ(m, pair.target.get());
+}
+
 struct Case {
   std::string strategy;
   float temp;
