@@ -171,7 +171,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       [[ $kernel == warp ]] && log=$out/tests-warp.txt
       # The strategies' test runs every strategy: give it the time, but not forever.
       env $([[ $kernel == warp ]] && echo PARSPEC_CUDA_MATMUL=warp) PARSPEC_SOURCE_DIR="$PWD" \
-        timeout 240 "$bin_tests" 2>&1 | tee "$log" |
+        timeout 100 "$bin_tests" 2>&1 | tee "$log" |
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
       if passed "$log"; then echo "tests ($kernel matmul): passed"; else
         echo "tests ($kernel matmul): FAILED (see $log)"; fi | tee -a "$log"
