@@ -333,6 +333,12 @@ step "parspec bench on the long prompt: $long"
 timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$long" \
   --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 --md "$out/strategies-long.md" \
   >"$out/strategies-long.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-long.txt"
+# The same with the query heads of a KV head sharing an attention block.
+step "parspec bench on the long prompt with PARSPEC_CUDA_ATTENTION=grouped: $long"
+PARSPEC_CUDA_ATTENTION=grouped timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
+  --strategies "$long" --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 \
+  --md "$out/strategies-long-grouped.md" >"$out/strategies-long-grouped.txt" 2>&1 ||
+  echo "parspec bench failed or timed out: see $out/strategies-long-grouped.txt"
 
 if [[ -n $llama_pid ]]; then
   step "waiting for the llama.cpp build"
@@ -486,7 +492,8 @@ if warp_rows:
             print(f"| {n} | {label} | {r['decode_tok_per_s']:.1f} | {fmt(lat.get('1'), 2)} "
                   f"| {fmt(lat.get('8'), 2)} | {fmt(lat.get('32'), 2)} | {fmt(lat.get('64'), 2)} "
                   f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
-for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-long.md"):
+for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-long.md",
+           "strategies-long-grouped.md"):
     path = os.path.join(out, md)
     if os.path.exists(path):
         print()

@@ -53,6 +53,12 @@ void upload(ForwardExecutor& executor, const Model& model);
 // results are the same bits either way. For tests and measurements.
 void use_graphs(ForwardExecutor& executor, bool on);
 
+// Whether attention runs the query heads of a KV head in one thread block
+// (each key and value read once for them), as it does with
+// PARSPEC_CUDA_ATTENTION=grouped; the same bits either way. Before the
+// executor's first forward. For tests and measurements.
+void use_grouped_attention(ForwardExecutor& executor, bool on);
+
 // Greedy selection on the device: the index of the largest logit of each of
 // the `n` rows the last forward of `executor` returned, without copying them
 // (first index on ties, as the CPU's argmax). For benchmarks of the decode

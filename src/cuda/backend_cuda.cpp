@@ -500,12 +500,24 @@ bool graphs_wanted() {
   return env == nullptr || std::string_view(env) != "0";
 }
 
+bool grouped_attention_wanted() {
+  const char* env = std::getenv("PARSPEC_CUDA_ATTENTION");
+  return env != nullptr && std::string_view(env) == "grouped";
+}
+
 class CudaExecutor final : public ForwardExecutor {
  public:
   explicit CudaExecutor(int device)
-      : context_(std::make_shared<DeviceContext>(device)), graphs_(graphs_wanted()) {}
+      : context_(std::make_shared<DeviceContext>(device)),
+        graphs_(graphs_wanted()),
+        grouped_attention_(grouped_attention_wanted()) {}
 
   void use_graphs(bool on) { graphs_ = on; }
+  void use_grouped_attention(bool on) {
+    check(!forwarded_,
+          "use_grouped_attention: the executor has run forwards (and captured graphs)");
+    grouped_attention_ = on;
+  }
 
   // Every call starts here: the calling thread is pointed at the device.
   DeviceModel& on_device(const Model& model) {
@@ -871,8 +883,9 @@ class CudaExecutor final : public ForwardExecutor {
                           c.rope_style == RopeStyle::kNeox};
     launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.positions, dm.inv_freq, in.rows, layer, n,
                            shape, stream);
+    forwarded_ = true;
     launch_attention(q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(),
-                     ws.att_partial.as<float>(), att, stream);
+                     grouped_attention_, ws.att_partial.as<float>(), att, stream);
     if (int8_t* xq = quantized_input(ws, {&w.wo}))
       launch_quantize_q8(att, n, c.q_dim(), xq, ws.xd.as<float>(), stream);
     matmul(ws, w.wo, att, n, out);
@@ -926,6 +939,8 @@ class CudaExecutor final : public ForwardExecutor {
 
   std::shared_ptr<DeviceContext> context_;
   bool graphs_;
+  bool grouped_attention_;
+  bool forwarded_ = false;
   std::map<const Model*, std::unique_ptr<DeviceModel>> models_;
   // Passes that do not replay a graph: their inputs and activations, grown to
   // the largest so far.
@@ -1027,6 +1042,12 @@ void use_graphs(ForwardExecutor& executor, bool on) {
   auto* cuda = dynamic_cast<CudaExecutor*>(&executor);
   check(cuda != nullptr, "use_graphs: not a CUDA executor");
   cuda->use_graphs(on);
+}
+
+void use_grouped_attention(ForwardExecutor& executor, bool on) {
+  auto* cuda = dynamic_cast<CudaExecutor*>(&executor);
+  check(cuda != nullptr, "use_grouped_attention: not a CUDA executor");
+  cuda->use_grouped_attention(on);
 }
 
 std::vector<int32_t> last_argmax(ForwardExecutor& executor, int n) {

@@ -44,6 +44,10 @@ void use_graphs(ForwardExecutor&, bool) {
   fail(kNotBuilt);
 }
 
+void use_grouped_attention(ForwardExecutor&, bool) {
+  fail(kNotBuilt);
+}
+
 std::vector<int32_t> last_argmax(ForwardExecutor&, int) {
   fail(kNotBuilt);
 }

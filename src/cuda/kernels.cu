@@ -931,6 +931,167 @@ __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
   }
 }
 
+// attention_block_reduce for kG values at once, each the same as alone: per
+// value a warp butterfly, then the warps in order.
+template <bool kMax, int kG>
+__device__ void attention_block_reduce_group(float (&v)[kG], int count,
+                                             float (*scratch)[kAttnThreads / kWarp]) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int g = 0; g < kG; ++g)
+    if (g < count) v[g] = kMax ? warp_max(v[g]) : warp_sum(v[g]);
+  __syncthreads();  // scratch is free
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g)
+      if (g < count) scratch[g][warp] = v[g];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    if (g >= count) continue;
+    float r = scratch[g][0];
+    for (int w = 1; w < kAttnThreads / kWarp; ++w)
+      r = kMax ? fmaxf(r, scratch[g][w]) : __fadd_rn(r, scratch[g][w]);
+    v[g] = r;
+  }
+}
+
+// attention_split_kernel for the query heads that share a KV head (up to
+// kAttnGroup of them per block): each key and value is read once for all of
+// them instead of once per head, and every (row, head) takes exactly the steps
+// it takes there, so the bits are the same. One block per (row, KV head and
+// group of its query heads, split).
+constexpr int kAttnGroup = 8;
+
+__global__ void attention_split_grouped_kernel(const float* q, const AttentionRow* rows,
+                                               const int32_t* spec_slots, int layer, HeadShape s,
+                                               float scale, float* partial) {
+  __shared__ float q_s[kAttnGroup][kMaxHeadDim];
+  __shared__ float o_s[kAttnGroup][kMaxHeadDim];
+  __shared__ float part_s[kAttnGroup][kMaxHeadDim];
+  __shared__ float p_s[kAttnGroup][kAttnKeys];
+  __shared__ int32_t slot_s[kAttnKeys];
+  __shared__ float reduce_s[kAttnGroup][kAttnThreads / kWarp];
+
+  const int row = blockIdx.x, split = blockIdx.z;
+  const AttentionRow r = rows[row];
+  const int n_keys = r.n_committed + r.spec_count;
+  if (split * kAttnKeys >= n_keys) return;
+  const int hd = s.head_dim, q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
+  const int per_kv = s.n_head / s.n_head_kv;
+  const int groups_per_kv = (per_kv + kAttnGroup - 1) / kAttnGroup;
+  const int kv_head = blockIdx.y / groups_per_kv;
+  const int head0 = kv_head * per_kv + (blockIdx.y % groups_per_kv) * kAttnGroup;
+  const int heads = min(kAttnGroup, kv_head * per_kv + per_kv - head0);
+  const float* k_layer = r.k + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
+  const float* v_layer = r.v + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
+  const int parts = hd < kAttnThreads ? kAttnThreads / hd : 1;
+  const bool vector_loads = hd % 4 == 0;
+
+  for (int g = 0; g < heads; ++g)
+    for (int i = threadIdx.x; i < hd; i += kAttnThreads) {
+      q_s[g][i] = q[static_cast<int64_t>(row) * q_dim + (head0 + g) * hd + i];
+      o_s[g][i] = 0.0f;
+    }
+  float m_run[kAttnGroup], l_run[kAttnGroup];
+#pragma unroll
+  for (int g = 0; g < kAttnGroup; ++g) m_run[g] = -INFINITY, l_run[g] = 0.0f;
+  for (int c = split; c * kAttnKeys < n_keys; c += kAttentionSplits) {
+    const int j0 = c * kAttnKeys, len = min(kAttnKeys, n_keys - j0);
+    __syncthreads();  // q_s is written; the previous chunk's p_s and slot_s are read
+    const int j = threadIdx.x;
+    float sc[kAttnGroup];
+#pragma unroll
+    for (int g = 0; g < kAttnGroup; ++g) sc[g] = -INFINITY;
+    if (j < len) {
+      const int key_index = j0 + j;
+      const int32_t slot = key_index < r.n_committed
+                               ? key_index
+                               : spec_slots[r.spec_offset + (key_index - r.n_committed)];
+      slot_s[j] = slot;
+      const float* key = k_layer + static_cast<int64_t>(slot) * kv_dim;
+      float dot[kAttnGroup];
+#pragma unroll
+      for (int g = 0; g < kAttnGroup; ++g) dot[g] = 0.0f;
+      if (vector_loads) {
+        for (int d = 0; d < hd; d += 4) {
+          const float4 k4 = *reinterpret_cast<const float4*>(key + d);
+#pragma unroll
+          for (int g = 0; g < kAttnGroup; ++g) {
+            if (g >= heads) break;
+            dot[g] = __fmaf_rn(q_s[g][d], k4.x, dot[g]);
+            dot[g] = __fmaf_rn(q_s[g][d + 1], k4.y, dot[g]);
+            dot[g] = __fmaf_rn(q_s[g][d + 2], k4.z, dot[g]);
+            dot[g] = __fmaf_rn(q_s[g][d + 3], k4.w, dot[g]);
+          }
+        }
+      } else {
+        for (int d = 0; d < hd; ++d) {
+          const float kd = key[d];
+#pragma unroll
+          for (int g = 0; g < kAttnGroup; ++g)
+            if (g < heads) dot[g] = __fmaf_rn(q_s[g][d], kd, dot[g]);
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < kAttnGroup; ++g) sc[g] = __fmul_rn(dot[g], scale);
+    }
+    float m_new[kAttnGroup];
+#pragma unroll
+    for (int g = 0; g < kAttnGroup; ++g) m_new[g] = sc[g];
+    attention_block_reduce_group<true>(m_new, heads, reduce_s);
+    float p[kAttnGroup];
+#pragma unroll
+    for (int g = 0; g < kAttnGroup; ++g) {
+      m_new[g] = fmaxf(m_run[g], m_new[g]);
+      p[g] = j < len ? expf(__fsub_rn(sc[g], m_new[g])) : 0.0f;
+      if (g < heads) p_s[g][j] = p[g];
+    }
+    // The reduction's barriers also publish p_s and slot_s.
+    attention_block_reduce_group<false>(p, heads, reduce_s);
+    float alpha[kAttnGroup];
+#pragma unroll
+    for (int g = 0; g < kAttnGroup; ++g) {
+      alpha[g] = expf(__fsub_rn(m_run[g], m_new[g]));
+      l_run[g] = __fadd_rn(__fmul_rn(l_run[g], alpha[g]), p[g]);
+      m_run[g] = m_new[g];
+    }
+    for (int e = threadIdx.x; e < hd * parts; e += kAttnThreads) {
+      const int d = e % hd, part = e / hd;
+      float acc[kAttnGroup];
+#pragma unroll
+      for (int g = 0; g < kAttnGroup; ++g) acc[g] = 0.0f;
+      for (int jj = part; jj < len; jj += parts) {
+        const float value = v_layer[static_cast<int64_t>(slot_s[jj]) * kv_dim + d];
+#pragma unroll
+        for (int g = 0; g < kAttnGroup; ++g)
+          if (g < heads) acc[g] = __fmaf_rn(p_s[g][jj], value, acc[g]);
+      }
+#pragma unroll
+      for (int g = 0; g < kAttnGroup; ++g)
+        if (g < heads) part_s[g][e] = acc[g];
+    }
+    __syncthreads();  // part_s is written
+    for (int d = threadIdx.x; d < hd; d += kAttnThreads)
+      for (int g = 0; g < heads; ++g) {
+        float sum = part_s[g][d];
+        for (int part = 1; part < parts; ++part) sum = __fadd_rn(sum, part_s[g][part * hd + d]);
+        o_s[g][d] = __fadd_rn(__fmul_rn(o_s[g][d], alpha[g]), sum);
+      }
+  }
+  for (int g = 0; g < heads; ++g) {
+    float* out =
+        partial +
+        ((static_cast<int64_t>(row) * s.n_head + head0 + g) * kAttentionSplits + split) * (hd + 2);
+    for (int d = threadIdx.x; d < hd; d += kAttnThreads) out[d] = o_s[g][d];
+    if (threadIdx.x == 0) {
+      out[hd] = m_run[g];
+      out[hd + 1] = l_run[g];
+    }
+  }
+}
+
 // One block per (row, head): the splits that had keys, merged in split order.
 __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
                                          const float* partial, float* out) {
@@ -1114,11 +1275,18 @@ void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const
 }
 
 void launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
-                      int layer, HeadShape shape, float scale, float* partial, float* out,
-                      cudaStream_t stream) {
+                      int layer, HeadShape shape, float scale, bool grouped, float* partial,
+                      float* out, cudaStream_t stream) {
   if (n == 0) return;
-  attention_split_kernel<<<dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0, stream>>>(
-      q, rows, spec_slots, layer, shape, scale, partial);
+  if (grouped) {
+    const int per_kv = shape.n_head / shape.n_head_kv;
+    const int groups = shape.n_head_kv * ((per_kv + kAttnGroup - 1) / kAttnGroup);
+    attention_split_grouped_kernel<<<dim3(n, groups, kAttentionSplits), kAttnThreads, 0, stream>>>(
+        q, rows, spec_slots, layer, shape, scale, partial);
+  } else {
+    attention_split_kernel<<<dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0, stream>>>(
+        q, rows, spec_slots, layer, shape, scale, partial);
+  }
   attention_combine_kernel<<<dim3(n, shape.n_head), kAttnThreads, 0, stream>>>(rows, shape, partial,
                                                                                out);
 }

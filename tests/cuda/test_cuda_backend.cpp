@@ -209,6 +209,17 @@ TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequence) {
   check_invariance(*model, *executor, true);
 }
 
+// The same with the query heads of a KV head sharing an attention block.
+TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequenceWithGroupedAttention) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const InvarianceCase& p = GetParam();
+  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
+  auto executor = cuda::make_executor(0);
+  cuda::use_grouped_attention(*executor, true);
+  check_invariance(*model, *executor, true);
+}
+
 // The same checks hold on the CPU, here on every machine: a failure on the
 // GPU is then the backend's, not the test's.
 TEST_P(CudaBatchInvariance, TheSameChecksHoldOnTheCpu) {
@@ -297,6 +308,16 @@ TEST(CudaAttention, LongCachesGiveTheSameBitsInEveryBatchAndTheCpusLogits) {
     const int32_t cell = 0;
     alone_kv.commit({&cell, 1});
   }
+
+  // The query heads of a KV head in one block: the same bits.
+  auto grouped = cuda::make_executor(0);
+  cuda::use_grouped_attention(*grouped, true);
+  KvCache grouped_kv(model->config(), 2400);
+  prefill(*grouped, grouped_kv);
+  const std::vector<float> grouped_chain =
+      grouped->forward(*model, Batch::chain(grouped_kv, tail, true), grouped_kv);
+  EXPECT_TRUE(bitwise_equal(grouped_chain.data(), chain.data(), chain.size()))
+      << "grouped attention differs";
 
   Worker worker(2);
   CpuExecutor cpu(worker);
