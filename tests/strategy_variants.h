@@ -37,6 +37,12 @@ inline std::vector<StrategyConfig> strategy_variants() {
   c.name = "sd";
   c.draft_p_min = 0.5f;
   v.push_back(c);
+  // Plain target steps wherever the timing says drafting does not pay.
+  c = StrategyConfig();
+  c.name = "sd";
+  c.draft_max = 3;
+  c.options["speculation_guard"] = true;
+  v.push_back(c);
   c = StrategyConfig();
   c.name = "tree";
   c.tree_depth = 3;

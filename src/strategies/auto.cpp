@@ -1,6 +1,7 @@
 // `auto`: runs what the cost model (tuning/cost_model.h) predicts fastest on
-// this machine for this pair of models and threads: sd with a γ, PEARL with
-// a window, or ar when nothing is predicted to beat it. The measurements are
+// this machine for this pair of models and threads: sd with a γ (guarded:
+// plain steps while drafting does not pay), PEARL with a window, or ar when
+// nothing is predicted to beat it. The measurements are
 // cached (tuning/tuning.h); without a cache entry the strategy measures when
 // it is made, reporting progress through tuning_progress(). Without a draft
 // model it is ar.
@@ -12,6 +13,10 @@
 namespace parspec {
 
 namespace {
+
+// The option of strategies that time drafted steps against plain ones as
+// they generate (sd's --speculation-guard).
+constexpr const char* kSpeculationGuardKey = "speculation_guard";
 
 class AutoStrategy final : public Strategy {
  public:
@@ -26,7 +31,12 @@ class AutoStrategy final : public Strategy {
     options.calibration.progress = tuning_progress();
     const Tuning t = tune(config, options);
     chosen_ = t.choice.chosen.label();
-    inner_ = make_strategy(config_for_candidate(config, t.choice.chosen));
+    StrategyConfig chosen_config = config_for_candidate(config, t.choice.chosen);
+    // The choice was made for the calibration's short context: where the
+    // chosen strategy can check as it goes that drafting still pays, it does.
+    for (const StrategyOption& option : strategy_info(t.choice.chosen.strategy).options)
+      if (option.json_key == kSpeculationGuardKey) option.set(chosen_config, true);
+    inner_ = make_strategy(chosen_config);
     notes_.push_back("auto: runs " + chosen_ + ": " + t.choice.reason +
                      (t.from_cache ? " (tuned earlier: " + t.cache_file + ")"
                                    : " (tuned now; cached in " + t.cache_file + ")"));

@@ -24,12 +24,40 @@ StrategyOption adaptive_draft_option() {
                       "grow γ by 2 after a fully accepted step, shrink by 1 otherwise", false);
 }
 
+StrategyOption speculation_guard_option() {
+  return option_entry(
+      "--speculation-guard", "speculation_guard", "",
+      "time drafted steps against plain target steps while generating (one step in 16 is of the "
+      "other kind) and take plain steps while drafting does not pay, as when a long context makes "
+      "verification dear (auto turns it on)",
+      false);
+}
+
+// Per-token cost of one kind of step, as a running average over its recent
+// steps; the first step of a kind is left out (caches and graphs warm up).
+class StepCost {
+ public:
+  void add(double ms, int tokens) {
+    if (++steps_ == 1) return;
+    constexpr double kWeight = 0.3;
+    ms_ = steps_ == 2 ? ms : (1 - kWeight) * ms_ + kWeight * ms;
+    tokens_ = steps_ == 2 ? tokens : (1 - kWeight) * tokens_ + kWeight * tokens;
+  }
+  bool known() const { return steps_ >= 2; }
+  double ms_per_token() const { return ms_ / tokens_; }
+
+ private:
+  int steps_ = 0;
+  double ms_ = 0, tokens_ = 1;
+};
+
 class ChainSpeculation final : public SpeculativeStrategy {
  public:
   explicit ChainSpeculation(const StrategyConfig& config)
       : SpeculativeStrategy(config, nullptr, ppd_drafter_if_asked(config)),
         draft_min_(option_value<int>(config, draft_min_option())),
-        adaptive_(option_value<bool>(config, adaptive_draft_option())) {
+        adaptive_(option_value<bool>(config, adaptive_draft_option())),
+        guard_(option_value<bool>(config, speculation_guard_option())) {
     check(config_.draft_max >= 1, "--draft-max must be at least 1");
     check(draft_min_ >= 1 && draft_min_ <= config_.draft_max,
           "--draft-min must be between 1 and --draft-max");
@@ -39,9 +67,38 @@ class ChainSpeculation final : public SpeculativeStrategy {
 
  protected:
   int spec_budget() const override { return config_.draft_max + 1; }
-  void reset() override { gamma_ = config_.draft_max; }
+  void reset() override {
+    gamma_ = config_.draft_max;
+    drafted_cost_ = plain_cost_ = StepCost();
+    plain_mode_ = false;
+    steps_ = 0;
+  }
 
   void step(std::vector<int32_t>& emitted) override {
+    if (!guard_) return drafted_step(emitted);
+    // Both kinds are lossless steps: a plain step is the target's own next
+    // token. The kind that is not in use runs every kProbeEvery steps (and
+    // twice early on) so that its cost stays known as the context grows.
+    constexpr int kProbeEvery = 16;
+    ++steps_;
+    const bool probe = steps_ == 2 || steps_ == 3 || steps_ % kProbeEvery == 0;
+    const bool drafted = plain_mode_ == probe;
+    const Stopwatch watch;
+    if (drafted)
+      drafted_step(emitted);
+    else
+      verify_and_commit_chain({}, {}, emitted);
+    (drafted ? drafted_cost_ : plain_cost_)
+        .add(watch.elapsed_ms(), static_cast<int>(emitted.size()));
+    if (!drafted_cost_.known() || !plain_cost_.known()) return;
+    // A margin either way keeps timing noise from flipping the mode.
+    const double drafted_ms = drafted_cost_.ms_per_token(), plain_ms = plain_cost_.ms_per_token();
+    if (!plain_mode_ && drafted_ms > 1.05 * plain_ms) plain_mode_ = true;
+    if (plain_mode_ && drafted_ms < 0.95 * plain_ms) plain_mode_ = false;
+  }
+
+ private:
+  void drafted_step(std::vector<int32_t>& emitted) {
     int32_t n_tail = 0;
     int n_fed = 0;  // drafts the drafter has processed (its cache holds them)
     std::vector<Distribution> q;
@@ -58,7 +115,6 @@ class ChainSpeculation final : public SpeculativeStrategy {
     }
   }
 
- private:
   // Drafts up to γ tokens, one forward each, continuing from cur; `q` gets the
   // distribution each was drawn from.
   std::vector<int32_t> draft_chain(int32_t* n_tail, int* n_fed, std::vector<Distribution>& q) {
@@ -88,7 +144,11 @@ class ChainSpeculation final : public SpeculativeStrategy {
 
   const int draft_min_;
   const bool adaptive_;
+  const bool guard_;
   int gamma_ = 4;
+  StepCost drafted_cost_, plain_cost_;
+  bool plain_mode_ = false;
+  int steps_ = 0;
 };
 
 // The cost model's chain: 1 + E(γ) tokens per γ·D + T(γ+1).
@@ -113,6 +173,7 @@ std::shared_ptr<const CostFamily> sd_cost() {
     config.draft_max = c.param;
     draft_min_option().set(config, 1);
     adaptive_draft_option().set(config, false);
+    speculation_guard_option().set(config, false);
     config.draft_p_min = 0;
   };
   family->calibration_candidate = [](int gamma) { return Candidate{"sd", gamma}; };
@@ -135,7 +196,7 @@ StrategyInfo sd_strategy() {
                   option_field("--draft-p-min", "draft_p_min", "P",
                                "stop drafting when the draft's top probability is below P",
                                &StrategyConfig::draft_p_min),
-                  adaptive_draft_option(), draft_ppd_option()},
+                  adaptive_draft_option(), speculation_guard_option(), draft_ppd_option()},
       .variant_key = "draft_max",
       .roles = {StrategyRole::serve_drafted},
       .served = true,

@@ -25,6 +25,7 @@ using testing_support::chi_square_two_sample;
 using testing_support::describe;
 using testing_support::make_model_pair;
 using testing_support::ModelPair;
+using testing_support::pair_config;
 using testing_support::random_ppd_file;
 using testing_support::strategy_variants;
 using testing_support::TempDir;
@@ -100,6 +101,44 @@ TEST_P(GreedyExactness, EveryStrategyReproducesAutoregressiveDecoding) {
 INSTANTIATE_TEST_SUITE_P(Models, GreedyExactness,
                          ::testing::ValuesIn(testing_support::family_names()),
                          [](const auto& test_case) { return test_case.param; });
+
+// With a drafter as large as the target and unrelated to it, a drafted step
+// costs several plain steps and emits about one token: the guard soon takes
+// plain steps (drafting again only now and then, to check), and the text is ar's.
+// The models are wide enough that a forward takes milliseconds, far above
+// the timing noise of a loaded machine.
+TEST(SpeculationGuard, TakesPlainStepsWhereDraftingDoesNotPay) {
+  TempDir dir;
+  RandomModelSpec spec = testing_support::family_spec("llama");
+  spec.n_vocab = 300;
+  spec.n_embd = 512;
+  spec.n_ff = 1536;
+  spec.n_layer = 4;
+  spec.weight_type = DType::F32;
+  spec.seed = 5;
+  ModelPair pair;
+  pair.target = Model::load(testing_support::write_model(dir, "target.gguf", spec));
+  spec.seed = 6;
+  pair.draft = Model::load(testing_support::write_model(dir, "draft.gguf", spec));
+  Worker worker(1), draft_worker(1);
+  StrategyConfig c = pair_config(pair, worker, draft_worker, 160);
+  c.name = "sd";
+  c.draft_max = 4;
+  GenerationRequest req;
+  req.prompt = {256, 72, 101};
+  req.n_predict = 96;
+  req.sampling.temp = 0;
+  const GenerationResult unguarded = make_strategy(c)->generate(req);
+  c.options["speculation_guard"] = true;
+  const GenerationResult guarded = make_strategy(c)->generate(req);
+  StrategyConfig ar = c;
+  ar.name = "ar";
+  EXPECT_EQ(guarded.tokens, make_strategy(ar)->generate(req).tokens);
+  EXPECT_EQ(guarded.tokens, unguarded.tokens);
+  ASSERT_GT(unguarded.stats.drafted, 0);
+  EXPECT_LT(guarded.stats.drafted * 3, unguarded.stats.drafted)
+      << "guarded drafted " << guarded.stats.drafted << ", unguarded " << unguarded.stats.drafted;
+}
 
 TEST(GreedyExactness, StopsAtStopTokensAndLimits) {
   TempDir dir;
