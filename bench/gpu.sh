@@ -111,6 +111,7 @@ if [[ $mode == run ]]; then
   fi
 fi
 mkdir -p "$out" "$models"
+rm -f "$out/checks.txt"
 start=$(date +%s)
 step() { echo "[$(($(date +%s) - start)) s] $*"; }
 
@@ -166,16 +167,18 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   step "GPU tests"
   if [[ -x $bin_tests ]]; then
     passed() { grep -q '^\[  PASSED' "$1" && ! grep -q '^\[  FAILED' "$1"; }
-    for kernel in tensor-cores warp; do
+    for kernel in tensor-cores warp rows; do
       log=$out/tests.txt
-      [[ $kernel == warp ]] && log=$out/tests-warp.txt
+      [[ $kernel != tensor-cores ]] && log=$out/tests-$kernel.txt
       # The strategies' test runs every strategy: give it the time, but not forever.
-      env $([[ $kernel == warp ]] && echo PARSPEC_CUDA_MATMUL=warp) PARSPEC_SOURCE_DIR="$PWD" \
+      env $([[ $kernel != tensor-cores ]] && echo PARSPEC_CUDA_MATMUL=$kernel) PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" 2>&1 | tee "$log" |
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
       if passed "$log"; then echo "tests ($kernel matmul): passed"; else
-        echo "tests ($kernel matmul): FAILED (see $log)"; fi | tee -a "$log"
+        echo "tests ($kernel matmul): FAILED (see $log)"; fi | tee -a "$log" >>"$out/checks.txt"
     done
+    cat "$out/checks.txt"
+    grep -v "^tests (tensor-cores" "$out/checks.txt" >>"$out/tests.txt" || true
     if ! passed "$out/tests.txt" && passed "$out/tests-warp.txt"; then
       echo "the tensor-core matmul failed its tests: measuring with PARSPEC_CUDA_MATMUL=warp" |
         tee -a "$out/machine.txt"
@@ -377,7 +380,7 @@ if [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]]; then
   for row in "${table[@]}"; do
     read -r name src args <<<"$row"
     [[ $args == *q4_0* || $args == *q8_0* ]] || continue
-    for variant in warp mma; do
+    for variant in warp mma rows; do
       step "parspec bench-forward $name with PARSPEC_CUDA_MATMUL=$variant"
       PARSPEC_CUDA_MATMUL=$variant timeout 90 "$bin_parspec" bench-forward \
         -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
@@ -475,15 +478,17 @@ if graph_rows:
               f"| {fmt(a['latency_ms'].get('8'), 2)} | {fmt(b['latency_ms'].get('8'), 2)} |")
 warp_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-mma.json")),
-              load(os.path.join(out, f"parspec-{n}-warp.json"))) for n in rows]
-warp_rows = [r for r in warp_rows if r[1] and (r[2] or r[3])]
+              load(os.path.join(out, f"parspec-{n}-warp.json")),
+              load(os.path.join(out, f"parspec-{n}-rows.json"))) for n in rows]
+warp_rows = [r for r in warp_rows if r[1] and (r[2] or r[3] or r[4])]
 if warp_rows:
     print()
     print("| model | matmul | decode tok/s | L(1) ms | L(8) ms | L(32) ms | L(64) ms | pp512 tok/s |")
     print("|---|---|---|---|---|---|---|---|")
-    for n, default, mma, warp in warp_rows:
+    for n, default, mma, warp, few in warp_rows:
         for label, res in (("default (one-row kernel, tensor cores for more)", default),
-                           ("tensor cores for every row count", mma), ("warp (dp4a)", warp)):
+                           ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
+                           ("one-row kernel's way up to 4 rows", few)):
             if res is None:
                 continue
             r = res["results"][0]

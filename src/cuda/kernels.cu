@@ -460,6 +460,75 @@ __global__ void __launch_bounds__(kGemvThreads)
   if (v == 0 && row < w.n_out) y[row] = total;
 }
 
+// Two to kR activation rows (a short verification) the same way: each
+// half-warp lane takes its blocks for every row, reading the weights once and
+// the rows' quants from global memory (they stay in L1); every (row, output)
+// gets the tensor-core kernel's expression, as in matmul_gemv_kernel.
+template <WeightKind kKind, int kR>
+__global__ void __launch_bounds__(kGemvThreads)
+    matmul_rows_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
+  DeviceMatrix w;
+  float* y;
+  int64_t row0;
+  if (!block_tile(g, w, y, row0)) return;  // the same for the whole block
+  const int64_t nb = w.n_in / 32;
+  const int lane = threadIdx.x % kWarp, v = threadIdx.x % 16;
+  const int64_t row = row0 + threadIdx.x / 16;
+  float acc[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) acc[r] = 0.0f;
+  if (row < w.n_out) {
+    const __half* scales = static_cast<const __half*>(w.scales) + row * nb;
+#pragma unroll 2
+    for (int64_t b = v; b < nb; b += 16) {
+      int wq[8];
+      load_block_q<kKind>(w, row * nb + b, wq);
+      const float dw = __half2float(scales[b]);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if (r >= M) break;  // M is the same on every lane
+        const int64_t xb = static_cast<int64_t>(r) * nb + b;
+        const int4* x4 = reinterpret_cast<const int4*>(xq + xb * 32);
+        const int4 a = __ldg(x4), c = __ldg(x4 + 1);
+        int sum = 0;
+        sum = __dp4a(wq[0], a.x, sum);
+        sum = __dp4a(wq[1], a.y, sum);
+        sum = __dp4a(wq[2], a.z, sum);
+        sum = __dp4a(wq[3], a.w, sum);
+        sum = __dp4a(wq[4], c.x, sum);
+        sum = __dp4a(wq[5], c.y, sum);
+        sum = __dp4a(wq[6], c.z, sum);
+        sum = __dp4a(wq[7], c.w, sum);
+        acc[r] = __fmaf_rn(__fmul_rn(dw, __ldg(xd + xb)), static_cast<float>(sum), acc[r]);
+      }
+    }
+  }
+  const int first = lane & 16;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    if (r >= M) break;
+    float total = __shfl_sync(0xffffffffu, acc[r], first);
+    for (int u = 1; u < 16; ++u)
+      total = __fadd_rn(total, __shfl_sync(0xffffffffu, acc[r], first + u));
+    if (v == 0 && row < w.n_out) y[static_cast<int64_t>(r) * w.n_out + row] = total;
+  }
+}
+
+constexpr int kRowsKernelMaxRows = 4;
+
+template <WeightKind kKind>
+void launch_rows(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
+                 cudaStream_t stream) {
+  int64_t tiles = 0;
+  for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + kMmaRows - 1) / kMmaRows;
+  if (n <= 2)
+    matmul_rows_kernel<kKind, 2>
+        <<<static_cast<int>(tiles), kGemvThreads, 0, stream>>>(g, xq, xd, n);
+  else
+    matmul_rows_kernel<kKind, kRowsKernelMaxRows>
+        <<<static_cast<int>(tiles), kGemvThreads, 0, stream>>>(g, xq, xd, n);
+}
+
 // Shared memory of the one-row kernel: the quants and scales of a row of n_in.
 size_t gemv_shared_bytes(int64_t n_in) {
   return static_cast<size_t>(n_in) + static_cast<size_t>(n_in / 32) * sizeof(float);
@@ -503,8 +572,9 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n,
 }
 
 // PARSPEC_CUDA_MATMUL: "warp" (the dp4a warp kernel for every row count),
-// "mma" (the tensor-core kernel also for one row), default: the tensor-core
-// kernel, and the one-row kernel for a single row.
+// "mma" (the tensor-core kernel also for one row), "rows" (the one-row
+// kernel's way also for 2 to 4 rows), default: the tensor-core kernel, and the
+// one-row kernel for a single row.
 bool tensor_core_matmul_wanted() {
   const char* env = std::getenv("PARSPEC_CUDA_MATMUL");
   return env == nullptr || std::string_view(env) != "warp";
@@ -512,6 +582,10 @@ bool tensor_core_matmul_wanted() {
 bool one_row_matmul_wanted() {
   const char* env = std::getenv("PARSPEC_CUDA_MATMUL");
   return env == nullptr || std::string_view(env) != "mma";
+}
+bool few_rows_matmul_wanted() {
+  const char* env = std::getenv("PARSPEC_CUDA_MATMUL");
+  return env != nullptr && std::string_view(env) == "rows";
 }
 
 // Eight consecutive weights of row n from element 8·chunk.
@@ -1239,6 +1313,13 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
   const MatmulInputs in{x, xq, xd, xk};
   static const bool tensor_cores = tensor_core_matmul_wanted();
   static const bool one_row = one_row_matmul_wanted();
+  static const bool few_rows = few_rows_matmul_wanted();
+  if (tensor_cores && few_rows && n >= 2 && n <= kRowsKernelMaxRows) {
+    if (group.w[0].kind == WeightKind::kQ8_0)
+      return launch_rows<WeightKind::kQ8_0>(group, xq, xd, n, stream);
+    if (group.w[0].kind == WeightKind::kQ4_0)
+      return launch_rows<WeightKind::kQ4_0>(group, xq, xd, n, stream);
+  }
   if (tensor_cores && one_row && n == 1 && gemv_shared_bytes(group.w[0].n_in) <= kGemvMaxShared) {
     if (group.w[0].kind == WeightKind::kQ8_0)
       return launch_gemv<WeightKind::kQ8_0>(group, xq, xd, stream);
