@@ -16,6 +16,7 @@
 #      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) for the 100M drafter and the 8B Q4_0, and
 #      with the other matmuls for the Q8_0/Q4_0 models; llama.cpp's
 #      llama-speculative-simple (--draft-max 4, 8, 16) on the strategies' files and prompts;
+#      serve on the device under 1, 4 and 16 concurrent streams (bench/loadgen.py), ar and sd;
 #   4. the tables, in $OUT (default out/gpu): summary.md, and every raw output beside it.
 #
 # The GPU machine may lack the PCRE2 and cpp-httplib headers, so the binaries are
@@ -411,6 +412,34 @@ print(lines[int(sys.argv[2])], end="")' "bench/prompts/$set.jsonl" "$i")
   done
 fi
 
+# The server on the device under load (bench/loadgen.py, closed loop: 1, 4 and 16
+# clients back to back, 64 tokens each), ar and sd on the strategies' pair.
+if [[ $mode == run ]]; then
+  for strategy in ar sd; do
+    step "serve -ngl 99 --strategy $strategy under 1, 4, 16 concurrent streams"
+    "$bin_parspec" serve "${pair[@]}" --strategy "$strategy" "${device[@]}" --port 0 -t 2 \
+      -c 4096 -np 16 >"$out/serve-load-$strategy.log" 2>&1 &
+    load_pid=$!
+    port=""
+    for _ in $(seq 600); do
+      port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$out/serve-load-$strategy.log" |
+        grep -o '[0-9]*$' || true)
+      [[ -n $port ]] && break
+      sleep 0.1
+    done
+    if [[ -n $port ]]; then
+      timeout 120 python3 bench/loadgen.py --url "http://127.0.0.1:$port" --concurrency 1,4,16 \
+        --requests 16 --max-tokens 64 --ignore-eos --prompts code,prose \
+        --json "$out/serve-load-$strategy.json" >"$out/serve-load-$strategy.txt" 2>&1 ||
+        echo "loadgen ($strategy) failed: see $out/serve-load-$strategy.txt"
+    else
+      echo "serve ($strategy) did not start: see $out/serve-load-$strategy.log"
+    fi
+    kill "$load_pid" 2>/dev/null || true
+    wait "$load_pid" 2>/dev/null || true
+  done
+fi
+
 if [[ -n $tf_pid ]]; then
   step "waiting for the transformers checks"
   wait "$tf_pid" || true
@@ -501,6 +530,14 @@ for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strateg
            "strategies-long-grouped.md"):
     path = os.path.join(out, md)
     if os.path.exists(path):
+        print()
+        print(open(path).read().strip())
+for strategy in ("ar", "sd"):
+    path = os.path.join(out, f"serve-load-{strategy}.txt")
+    if os.path.exists(path):
+        print()
+        print(f"serve -ngl 99 --strategy {strategy} -np 16, bench/loadgen.py --concurrency 1,4,16 "
+              "--requests 16 --max-tokens 64 --ignore-eos:")
         print()
         print(open(path).read().strip())
 spec = os.path.join(out, "llama-speculative.tsv")
