@@ -164,19 +164,30 @@ if [[ $mode == run && ${SKIP_TRANSFORMERS:-0} != 1 ]] && python3 -c "import torc
   tf_pid=$!
 fi
 
+# The environment of a kernel variant: tensor-cores (the defaults), warp (the
+# dp4a warp matmul for every row count), mma (the tensor cores also for one
+# row), opt-in (the kernels not yet the default: the one-row matmul's way up to
+# 4 rows, grouped attention, a prefill in one launch per matmul).
+kernel_env() {
+  case $1 in
+    warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
+    opt-in) echo "PARSPEC_CUDA_MATMUL=rows PARSPEC_CUDA_ATTENTION=grouped PARSPEC_CUDA_PREFILL=one-launch" ;;
+  esac
+}
+
 if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   step "GPU tests"
   if [[ -x $bin_tests ]]; then
     passed() { grep -q '^\[  PASSED' "$1" && ! grep -q '^\[  FAILED' "$1"; }
-    for kernel in tensor-cores warp rows; do
+    for kernel in tensor-cores warp opt-in; do
       log=$out/tests.txt
       [[ $kernel != tensor-cores ]] && log=$out/tests-$kernel.txt
       # The strategies' test runs every strategy: give it the time, but not forever.
-      env $([[ $kernel != tensor-cores ]] && echo PARSPEC_CUDA_MATMUL=$kernel) PARSPEC_SOURCE_DIR="$PWD" \
+      env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" 2>&1 | tee "$log" |
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
-      if passed "$log"; then echo "tests ($kernel matmul): passed"; else
-        echo "tests ($kernel matmul): FAILED (see $log)"; fi | tee -a "$log" >>"$out/checks.txt"
+      if passed "$log"; then echo "tests ($kernel kernels): passed"; else
+        echo "tests ($kernel kernels): FAILED (see $log)"; fi | tee -a "$log" >>"$out/checks.txt"
     done
     cat "$out/checks.txt"
     grep -v "^tests (tensor-cores" "$out/checks.txt" >>"$out/tests.txt" || true
@@ -337,12 +348,12 @@ step "parspec bench on the long prompt: $long"
 timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$long" \
   --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 --md "$out/strategies-long.md" \
   >"$out/strategies-long.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-long.txt"
-# The same with the query heads of a KV head sharing an attention block.
-step "parspec bench on the long prompt with PARSPEC_CUDA_ATTENTION=grouped: $long"
-PARSPEC_CUDA_ATTENTION=grouped timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
+# The same with the kernels not yet the default (grouped attention above all).
+step "parspec bench on the long prompt with $(kernel_env opt-in): $long"
+env $(kernel_env opt-in) timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
   --strategies "$long" --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 \
-  --md "$out/strategies-long-grouped.md" >"$out/strategies-long-grouped.txt" 2>&1 ||
-  echo "parspec bench failed or timed out: see $out/strategies-long-grouped.txt"
+  --md "$out/strategies-long-opt-in.md" >"$out/strategies-long-opt-in.txt" 2>&1 ||
+  echo "parspec bench failed or timed out: see $out/strategies-long-opt-in.txt"
 
 if [[ -n $llama_pid ]]; then
   step "waiting for the llama.cpp build"
@@ -381,9 +392,9 @@ if [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]]; then
   for row in "${table[@]}"; do
     read -r name src args <<<"$row"
     [[ $args == *q4_0* || $args == *q8_0* ]] || continue
-    for variant in warp mma rows; do
-      step "parspec bench-forward $name with PARSPEC_CUDA_MATMUL=$variant"
-      PARSPEC_CUDA_MATMUL=$variant timeout 90 "$bin_parspec" bench-forward \
+    for variant in warp mma opt-in; do
+      step "parspec bench-forward $name with $(kernel_env "$variant")"
+      env $(kernel_env "$variant") timeout 90 "$bin_parspec" bench-forward \
         -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
         -r "$repeat" --decode-tokens "$decode" --context 64 \
         --json "$out/parspec-$name-$variant.json" >/dev/null 2>&1 || echo "$name $variant failed"
@@ -508,7 +519,7 @@ if graph_rows:
 warp_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-mma.json")),
               load(os.path.join(out, f"parspec-{n}-warp.json")),
-              load(os.path.join(out, f"parspec-{n}-rows.json"))) for n in rows]
+              load(os.path.join(out, f"parspec-{n}-opt-in.json"))) for n in rows]
 warp_rows = [r for r in warp_rows if r[1] and (r[2] or r[3] or r[4])]
 if warp_rows:
     print()
@@ -517,7 +528,7 @@ if warp_rows:
     for n, default, mma, warp, few in warp_rows:
         for label, res in (("default (one-row kernel, tensor cores for more)", default),
                            ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
-                           ("one-row kernel's way up to 4 rows", few)):
+                           ("opt-in: rows up to 4, grouped attention, one-launch prefill", few)):
             if res is None:
                 continue
             r = res["results"][0]
@@ -527,7 +538,7 @@ if warp_rows:
                   f"| {fmt(lat.get('8'), 2)} | {fmt(lat.get('32'), 2)} | {fmt(lat.get('64'), 2)} "
                   f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
 for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-long.md",
-           "strategies-long-grouped.md"):
+           "strategies-long-opt-in.md"):
     path = os.path.join(out, md)
     if os.path.exists(path):
         print()

@@ -327,72 +327,84 @@ __device__ bool block_tile(const MatmulGroup& g, DeviceMatrix& w, float*& y, int
 template <WeightKind kKind, int kTiles>
 // One activation tile: registers for two blocks per SM (the decode step).
 __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
-    matmul_mma_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
+    matmul_mma_kernel(MatmulGroup g, const int8_t* xq_all, const float* xd_all, int M_all) {
   __shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];
   DeviceMatrix w;
-  float* y;
+  float* y_all;
   int64_t tile_row0;
-  if (!block_tile(g, w, y, tile_row0)) return;  // the same for the whole block
+  if (!block_tile(g, w, y_all, tile_row0)) return;  // the same for the whole block
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
   const int64_t nb = w.n_in / 32;
   const int64_t row_a = tile_row0 + gid, row_b = row_a + 8;
   const __half* scales = static_cast<const __half*>(w.scales);
 
-  float acc[kTiles][4];
-#pragma unroll
-  for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  // More than 8·kTiles activation rows (a prefill in one launch) go through
+  // in slices of that many, one after another: each slice's rows take exactly
+  // the steps of a launch of their own, and the block's weights stay in cache
+  // from one slice to the next instead of being read again by another launch.
+  for (int m_base = 0; m_base < M_all; m_base += 8 * kTiles) {
+    const int M = min(8 * kTiles, M_all - m_base);
+    const int8_t* xq = xq_all + static_cast<int64_t>(m_base) * nb * 32;
+    const float* xd = xd_all + static_cast<int64_t>(m_base) * nb;
+    float* y = y_all + static_cast<int64_t>(m_base) * w.n_out;
+    if (m_base > 0) __syncthreads();  // the previous slice's partial sums are read
 
-  // Several blocks' loads in flight per warp, fewer when many activation tiles
-  // hold registers: a decode step is bound by how much memory is being read at
-  // once. Unrolling keeps each sum's order.
-  constexpr int kUnroll = kTiles == 1 ? 8 : kTiles == 2 ? 4 : 2;
+    float acc[kTiles][4];
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+    // Several blocks' loads in flight per warp, fewer when many activation tiles
+    // hold registers: a decode step is bound by how much memory is being read at
+    // once. Unrolling keeps each sum's order.
+    constexpr int kUnroll = kTiles == 1 ? 8 : kTiles == 2 ? 4 : 2;
 #pragma unroll kUnroll
-  for (int64_t b = warp; b < nb; b += kMmaWarps) {
-    int a[4];
-    load_a_fragment<kKind>(w, row_a, nb, b, t, a);
-    const float dw_a = row_a < w.n_out ? __half2float(scales[row_a * nb + b]) : 0.0f;
-    const float dw_b = row_b < w.n_out ? __half2float(scales[row_b * nb + b]) : 0.0f;
+    for (int64_t b = warp; b < nb; b += kMmaWarps) {
+      int a[4];
+      load_a_fragment<kKind>(w, row_a, nb, b, t, a);
+      const float dw_a = row_a < w.n_out ? __half2float(scales[row_a * nb + b]) : 0.0f;
+      const float dw_b = row_b < w.n_out ? __half2float(scales[row_b * nb + b]) : 0.0f;
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        // B: activation row 8i + gid, K bytes 4t.. and 16 + 4t.. of block b.
+        const int m_b = 8 * i + gid;
+        int bf[2] = {0, 0};
+        if (m_b < M) {
+          const int* src =
+              reinterpret_cast<const int*>(xq + (static_cast<int64_t>(m_b) * nb + b) * 32);
+          bf[0] = src[t];
+          bf[1] = src[4 + t];
+        }
+        int c[4] = {0, 0, 0, 0};
+        mma_s8(c, a, bf);
+        // C: rows gid and gid + 8, activation rows 8i + 2t and 8i + 2t + 1.
+        const int m0 = 8 * i + 2 * t;
+        const float dx0 = m0 < M ? xd[static_cast<int64_t>(m0) * nb + b] : 0.0f;
+        const float dx1 = m0 + 1 < M ? xd[static_cast<int64_t>(m0 + 1) * nb + b] : 0.0f;
+        acc[i][0] = __fmaf_rn(__fmul_rn(dw_a, dx0), static_cast<float>(c[0]), acc[i][0]);
+        acc[i][1] = __fmaf_rn(__fmul_rn(dw_a, dx1), static_cast<float>(c[1]), acc[i][1]);
+        acc[i][2] = __fmaf_rn(__fmul_rn(dw_b, dx0), static_cast<float>(c[2]), acc[i][2]);
+        acc[i][3] = __fmaf_rn(__fmul_rn(dw_b, dx1), static_cast<float>(c[3]), acc[i][3]);
+      }
+    }
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
-      // B: activation row 8i + gid, K bytes 4t.. and 16 + 4t.. of block b.
-      const int m_b = 8 * i + gid;
-      int bf[2] = {0, 0};
-      if (m_b < M) {
-        const int* src =
-            reinterpret_cast<const int*>(xq + (static_cast<int64_t>(m_b) * nb + b) * 32);
-        bf[0] = src[t];
-        bf[1] = src[4 + t];
-      }
-      int c[4] = {0, 0, 0, 0};
-      mma_s8(c, a, bf);
-      // C: rows gid and gid + 8, activation rows 8i + 2t and 8i + 2t + 1.
       const int m0 = 8 * i + 2 * t;
-      const float dx0 = m0 < M ? xd[static_cast<int64_t>(m0) * nb + b] : 0.0f;
-      const float dx1 = m0 + 1 < M ? xd[static_cast<int64_t>(m0 + 1) * nb + b] : 0.0f;
-      acc[i][0] = __fmaf_rn(__fmul_rn(dw_a, dx0), static_cast<float>(c[0]), acc[i][0]);
-      acc[i][1] = __fmaf_rn(__fmul_rn(dw_a, dx1), static_cast<float>(c[1]), acc[i][1]);
-      acc[i][2] = __fmaf_rn(__fmul_rn(dw_b, dx0), static_cast<float>(c[2]), acc[i][2]);
-      acc[i][3] = __fmaf_rn(__fmul_rn(dw_b, dx1), static_cast<float>(c[3]), acc[i][3]);
+      partial_s[warp][gid][m0] = acc[i][0];
+      partial_s[warp][gid][m0 + 1] = acc[i][1];
+      partial_s[warp][gid + 8][m0] = acc[i][2];
+      partial_s[warp][gid + 8][m0 + 1] = acc[i][3];
     }
-  }
+    __syncthreads();
+    for (int e = threadIdx.x; e < kMmaRows * 8 * kTiles; e += kMmaWarps * kWarp) {
+      const int r = e / (8 * kTiles), m = e % (8 * kTiles);
+      const int64_t row = tile_row0 + r;
+      if (m >= M || row >= w.n_out) continue;
+      float total = partial_s[0][r][m];
 #pragma unroll
-  for (int i = 0; i < kTiles; ++i) {
-    const int m0 = 8 * i + 2 * t;
-    partial_s[warp][gid][m0] = acc[i][0];
-    partial_s[warp][gid][m0 + 1] = acc[i][1];
-    partial_s[warp][gid + 8][m0] = acc[i][2];
-    partial_s[warp][gid + 8][m0 + 1] = acc[i][3];
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < kMmaRows * 8 * kTiles; e += kMmaWarps * kWarp) {
-    const int r = e / (8 * kTiles), m = e % (8 * kTiles);
-    const int64_t row = tile_row0 + r;
-    if (m >= M || row >= w.n_out) continue;
-    float total = partial_s[0][r][m];
-#pragma unroll
-    for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial_s[v][r][m]);
-    y[static_cast<int64_t>(m) * w.n_out + row] = total;
+      for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial_s[v][r][m]);
+      y[static_cast<int64_t>(m) * w.n_out + row] = total;
+    }
   }
 }
 
@@ -544,6 +556,14 @@ void launch_gemv(const MatmulGroup& g, const int8_t* xq, const float* xd, cudaSt
                                                                                           xd);
 }
 
+// PARSPEC_CUDA_PREFILL=one-launch: more rows than one launch of the
+// tensor-core kernel takes go through one launch, slice after slice inside
+// each block (the same bits), instead of one launch per slice.
+bool one_launch_prefill_wanted() {
+  const char* env = std::getenv("PARSPEC_CUDA_PREFILL");
+  return env != nullptr && std::string_view(env) == "one-launch";
+}
+
 // Up to 8 · kMmaMaxTiles rows per launch; more rows are launched in such slices
 // (each row's values are the same either way).
 template <WeightKind kKind>
@@ -551,6 +571,8 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n,
                        cudaStream_t stream) {
   const int64_t nb = g.w[0].n_in / 32;
   constexpr int kSlice = 8 * kMmaMaxTiles;
+  static const bool one_launch = one_launch_prefill_wanted();
+  if (one_launch && n > kSlice) return launch_mma<kKind, kMmaMaxTiles>(g, xq, xd, n, stream);
   for (int m0 = 0; m0 < n; m0 += kSlice) {
     const int rows = n - m0 < kSlice ? n - m0 : kSlice;
     MatmulGroup slice = g;
