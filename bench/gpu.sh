@@ -306,7 +306,7 @@ else
 fi
 step "parspec bench: $strategies"
 timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$strategies" \
-  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies.md" \
+  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies.md" --svg "$out/strategies.svg" \
   >"$out/strategies.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies.txt"
 # The strategies of the other seed systems, apart: one failing leaves the table above whole.
 more=ar,specinfer,cosine,easyspec
