@@ -17,6 +17,7 @@
 #      with the other matmuls for the Q8_0/Q4_0 models; llama.cpp's
 #      llama-speculative-simple (--draft-max 4, 8, 16) on the strategies' files and prompts;
 #      serve on the device under 1, 4 and 16 concurrent streams (bench/loadgen.py), ar and sd;
+#      the GPU time of a forward by kernel group (PARSPEC_CUDA_PROFILE=1);
 #   4. the tables, in $OUT (default out/gpu): summary.md, and every raw output beside it.
 #
 # The GPU machine may lack the PCRE2 and cpp-httplib headers, so the binaries are
@@ -39,7 +40,7 @@ mode=run
 case "${1:-}" in
   --prepare) mode=prepare ;;
   --dry-run) mode=dry ;;
-  -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
   "") ;;
   *) echo "unknown option $1 (--prepare, --dry-run, --help)" >&2; exit 2 ;;
 esac
@@ -374,6 +375,21 @@ for row in "${table[@]}"; do
   fi
 done
 
+# Where a forward's GPU time goes (PARSPEC_CUDA_PROFILE=1: kernel groups timed by
+# events, kernel by kernel without graphs): one row and eight rows after 64
+# committed tokens, and one row after 3000, on the 8B-class Q4_0 target.
+profile_file=$(model_path 8b-q4_0 models/target.gguf)
+[[ $mode == dry ]] && profile_file=models/target.gguf
+if [[ -f $profile_file ]]; then
+  for shape in "1 64" "8 64" "1 3000"; do
+    read -r rows context <<<"$shape"
+    step "GPU time by kernel group: $rows row(s) after $context tokens"
+    PARSPEC_CUDA_PROFILE=1 timeout 60 "$bin_parspec" bench-forward -m "$profile_file" "${device[@]}" \
+      -t 2 -b "$rows" -r 3 --decode-tokens 8 --context "$context" >/dev/null \
+      2>"$out/profile-$rows-$context.txt" || echo "profile $rows/$context failed"
+  done
+fi
+
 # What the CUDA graphs bring: decode and L(8) of the two extremes launched kernel by kernel.
 if [[ $mode == dry ]]; then graph_rows=(zoo-draft); else graph_rows=(100m-f16 8b-q4_0); fi
 for name in "${graph_rows[@]}"; do
@@ -543,6 +559,19 @@ for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strateg
     if os.path.exists(path):
         print()
         print(open(path).read().strip())
+for shape in ("1-64", "8-64", "1-3000"):
+    path = os.path.join(out, f"profile-{shape}.txt")
+    if os.path.exists(path):
+        lines = [l.rstrip() for l in open(path) if l.startswith("  ") or l.startswith("GPU time")]
+        if lines:
+            rows, context = shape.split("-")
+            print()
+            print(f"GPU time by kernel group, 8B-class Q4_0, {rows} row(s) after {context} tokens "
+                  "(PARSPEC_CUDA_PROFILE=1, no graphs):")
+            print()
+            print("```")
+            print("\n".join(lines))
+            print("```")
 for strategy in ("ar", "sd"):
     path = os.path.join(out, f"serve-load-{strategy}.txt")
     if os.path.exists(path):

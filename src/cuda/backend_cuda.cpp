@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -505,6 +506,96 @@ bool grouped_attention_wanted() {
   return env != nullptr && std::string_view(env) == "grouped";
 }
 
+// Where a pass's GPU time goes, kernel group by kernel group, when
+// PARSPEC_CUDA_PROFILE=1 (passes then run kernel by kernel, without graphs):
+// an event after each group, the time between consecutive events charged to
+// the later one's name, and a table on stderr when the executor goes. The
+// times include whatever gaps the host leaves between launches.
+class KernelProfile {
+ public:
+  KernelProfile() {
+    const char* env = std::getenv("PARSPEC_CUDA_PROFILE");
+    on_ = env != nullptr && std::string_view(env) == "1";
+  }
+  ~KernelProfile() {
+    try {
+      collect();
+      if (passes_ > 0) print();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "PARSPEC_CUDA_PROFILE: %s\n", e.what());
+    }
+    for (cudaEvent_t e : pool_) cudaEventDestroy(e);
+  }
+  KernelProfile(const KernelProfile&) = delete;
+  KernelProfile& operator=(const KernelProfile&) = delete;
+
+  bool on() const { return on_; }
+  // A pass begins: its first event.
+  void begin(cudaStream_t stream) {
+    if (!on_) return;
+    collect();
+    ++passes_;
+    mark("", stream);
+  }
+  // The kernels queued since the last mark are `name`'s.
+  void mark(const char* name, cudaStream_t stream) {
+    if (!on_) return;
+    if (marks_.size() >= 4096) collect();  // layer pieces run no begin()
+    if (marks_.size() == pool_.size()) {
+      cudaEvent_t e;
+      cuda_check(cudaEventCreate(&e), "cudaEventCreate (profile)");
+      pool_.push_back(e);
+    }
+    cudaEvent_t e = pool_[marks_.size()];
+    cuda_check(cudaEventRecord(e, stream), "cudaEventRecord (profile)");
+    marks_.push_back(name);
+  }
+  // Charges the finished pass's intervals.
+  void collect() {
+    if (marks_.size() < 2) {
+      marks_.clear();
+      return;
+    }
+    cuda_check(cudaEventSynchronize(pool_[marks_.size() - 1]), "cudaEventSynchronize (profile)");
+    for (size_t i = 1; i < marks_.size(); ++i) {
+      float ms = 0;
+      cuda_check(cudaEventElapsedTime(&ms, pool_[i - 1], pool_[i]), "cudaEventElapsedTime");
+      Entry& e = entries_[marks_[i]];
+      e.ms += ms;
+      ++e.calls;
+    }
+    marks_.clear();
+  }
+
+ private:
+  struct Entry {
+    double ms = 0;
+    int64_t calls = 0;
+  };
+  void print() const {
+    double total = 0;
+    for (const auto& [name, e] : entries_) total += e.ms;
+    std::vector<std::pair<std::string, Entry>> rows(entries_.begin(), entries_.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    std::fprintf(stderr, "GPU time by kernel group over %lld passes (PARSPEC_CUDA_PROFILE):\n",
+                 static_cast<long long>(passes_));
+    std::fprintf(stderr, "  %-26s %10s %8s %12s %8s\n", "group", "ms/pass", "share",
+                 "launches/pass", "us each");
+    for (const auto& [name, e] : rows)
+      std::fprintf(stderr, "  %-26s %10.3f %7.1f%% %12.1f %8.1f\n", name.c_str(),
+                   e.ms / static_cast<double>(passes_), total > 0 ? 100.0 * e.ms / total : 0.0,
+                   static_cast<double>(e.calls) / static_cast<double>(passes_),
+                   1000.0 * e.ms / static_cast<double>(std::max<int64_t>(e.calls, 1)));
+  }
+
+  bool on_ = false;
+  int64_t passes_ = 0;
+  std::vector<cudaEvent_t> pool_;
+  std::vector<const char*> marks_;
+  std::map<std::string, Entry> entries_;
+};
+
 class CudaExecutor final : public ForwardExecutor {
  public:
   explicit CudaExecutor(int device)
@@ -748,7 +839,7 @@ class CudaExecutor final : public ForwardExecutor {
     bool own_embeddings = false;
     for (const Batch* b : batches)
       for (const float* e : b->input_embeddings) own_embeddings |= e != nullptr;
-    if (graphs_ && !own_embeddings && plan.size() <= kGraphRows &&
+    if (graphs_ && !profile_.on() && !own_embeddings && plan.size() <= kGraphRows &&
         plan.spec_slots.size() < static_cast<size_t>(kGraphSpecSlots))
       return graph_pass(model, dm, plan, wanted);
 
@@ -758,7 +849,9 @@ class CudaExecutor final : public ForwardExecutor {
     const PassInputs in = upload_plan(plan, wanted);
     eager_.reserve_rows(c, n);
     float* h = eager_.hidden.as<float>();
+    profile_.begin(stream);
     launch_embed(dm.embedding, in.tokens, n, h, stream);
+    profile_.mark("embedding", stream);
     int row = 0;
     for (const Batch* b : batches) {
       for (size_t i = 0; i < b->input_embeddings.size(); ++i) {
@@ -785,6 +878,7 @@ class CudaExecutor final : public ForwardExecutor {
     }
     if (last > first)
       launch_add(h, ws.o.as<float>(), static_cast<int64_t>(n) * c.n_embd, context_->stream);
+    profile_.mark("add (last MLP)", context_->stream);
   }
 
   // Every layer over the rows in ws.hidden, then the logits of the n_out rows `in.wanted`.
@@ -796,6 +890,7 @@ class CudaExecutor final : public ForwardExecutor {
     if (n_out == 0) return nullptr;
     float* selected = ws.selected.as<float>();
     launch_gather_rows(h, in.wanted, n_out, c.n_embd, selected, stream);
+    profile_.mark("gather rows", stream);
     return logits_part(c, dm, ws, selected, n_out);
   }
 
@@ -874,21 +969,27 @@ class CudaExecutor final : public ForwardExecutor {
     float* att = ws.att.as<float>();
     launch_add_rmsnorm(h, residual, w.attn_norm, n, c.n_embd, c.rms_eps, xn,
                        quantized_input(ws, {&w.wq, &w.wk, &w.wv}), ws.xd.as<float>(), stream);
+    profile_.mark("add + norm (attention)", stream);
     MatmulGroup qkv;
     qkv.count = 3;
     qkv.w[0] = w.wq, qkv.w[1] = w.wk, qkv.w[2] = w.wv;
     qkv.y[0] = q, qkv.y[1] = k, qkv.y[2] = v;
     matmul_group(ws, qkv, xn, n);
+    profile_.mark("q/k/v matmul", stream);
     const HeadShape shape{c.n_head, c.n_head_kv, c.head_dim, c.rope_dims,
                           c.rope_style == RopeStyle::kNeox};
     launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.positions, dm.inv_freq, in.rows, layer, n,
                            shape, stream);
+    profile_.mark("rope + KV store", stream);
     forwarded_ = true;
     launch_attention(q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(),
                      grouped_attention_, ws.att_partial.as<float>(), att, stream);
+    profile_.mark("attention", stream);
     if (int8_t* xq = quantized_input(ws, {&w.wo}))
       launch_quantize_q8(att, n, c.q_dim(), xq, ws.xd.as<float>(), stream);
+    profile_.mark("quantize (wo input)", stream);
     matmul(ws, w.wo, att, n, out);
+    profile_.mark("wo matmul", stream);
     cuda_check(cudaGetLastError(), "the attention block");
   }
 
@@ -903,13 +1004,17 @@ class CudaExecutor final : public ForwardExecutor {
     float* up = ws.up.as<float>();
     launch_add_rmsnorm(h, residual, w.ffn_norm, n, c.n_embd, c.rms_eps, xn,
                        quantized_input(ws, {&w.w_gate, &w.w_up}), ws.xd.as<float>(), stream);
+    profile_.mark("add + norm (MLP)", stream);
     MatmulGroup gate_up;
     gate_up.count = 2;
     gate_up.w[0] = w.w_gate, gate_up.w[1] = w.w_up;
     gate_up.y[0] = gate, gate_up.y[1] = up;
     matmul_group(ws, gate_up, xn, n);
+    profile_.mark("gate/up matmul", stream);
     launch_swiglu(gate, up, n, c.n_ff, quantized_input(ws, {&w.w_down}), ws.xd.as<float>(), stream);
+    profile_.mark("SwiGLU", stream);
     matmul(ws, w.w_down, gate, n, ws.o.as<float>());
+    profile_.mark("down matmul", stream);
     cuda_check(cudaGetLastError(), "the MLP block");
   }
 
@@ -918,7 +1023,9 @@ class CudaExecutor final : public ForwardExecutor {
     float* logits = ws.logits.as<float>();
     launch_add_rmsnorm(h, nullptr, dm.output_norm, n, c.n_embd, c.rms_eps, xn,
                        quantized_input(ws, {&dm.output}), ws.xd.as<float>(), context_->stream);
+    profile_.mark("output norm", context_->stream);
     matmul(ws, dm.output, xn, n, logits);
+    profile_.mark("output matmul", context_->stream);
     cuda_check(cudaGetLastError(), "the output layer");
     last_logits_ = logits;
     last_rows_ = n;
@@ -940,6 +1047,7 @@ class CudaExecutor final : public ForwardExecutor {
   std::shared_ptr<DeviceContext> context_;
   bool graphs_;
   bool grouped_attention_;
+  KernelProfile profile_;
   bool forwarded_ = false;
   std::map<const Model*, std::unique_ptr<DeviceModel>> models_;
   // Passes that do not replay a graph: their inputs and activations, grown to
