@@ -192,6 +192,21 @@ __device__ void load_block_q(const DeviceMatrix& w, int64_t block, int (&out)[8]
   }
 }
 
+// The exact integer dot product of a block's 32 weight quants (eight words)
+// with 32 activation quants (two 16-byte words).
+__device__ int block_dot_s8(const int (&wq)[8], const int4& a, const int4& c) {
+  int sum = 0;
+  sum = __dp4a(wq[0], a.x, sum);
+  sum = __dp4a(wq[1], a.y, sum);
+  sum = __dp4a(wq[2], a.z, sum);
+  sum = __dp4a(wq[3], a.w, sum);
+  sum = __dp4a(wq[4], c.x, sum);
+  sum = __dp4a(wq[5], c.y, sum);
+  sum = __dp4a(wq[6], c.z, sum);
+  sum = __dp4a(wq[7], c.w, sum);
+  return sum;
+}
+
 // y[m, n] for rows m of [m0, m0 + kR) below M and one weight row n per warp.
 // Each lane reduces the blocks lane, lane + 32, ... in order; the lanes' sums
 // are then added by warp_sum. Nothing in a row's arithmetic depends on kR or M.
@@ -229,16 +244,7 @@ __global__ void matmul_q_kernel(MatmulGroup g, const int8_t* xq, const float* xd
         if (m0 + r >= M) break;
         const int64_t xb = static_cast<int64_t>(m0 + r) * nb + b;
         const int4* xs = reinterpret_cast<const int4*>(xq + xb * 32);
-        const int4 a = xs[0], c = xs[1];
-        int s = 0;
-        s = __dp4a(wq[0], a.x, s);
-        s = __dp4a(wq[1], a.y, s);
-        s = __dp4a(wq[2], a.z, s);
-        s = __dp4a(wq[3], a.w, s);
-        s = __dp4a(wq[4], c.x, s);
-        s = __dp4a(wq[5], c.y, s);
-        s = __dp4a(wq[6], c.z, s);
-        s = __dp4a(wq[7], c.w, s);
+        const int s = block_dot_s8(wq, xs[0], xs[1]);
         acc[r] = __fmaf_rn(__fmul_rn(dw, xd[xb]), static_cast<float>(s), acc[r]);
       }
     }
@@ -424,6 +430,16 @@ void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
 // exact integer block sums, here by dp4a, and the same fma), and lane 0 adds
 // the 16 partial sums in lane order. The activation row is staged in shared
 // memory once per block. So a row's value is the same whichever kernel runs it.
+// The 16 values of a half-warp added in lane order (as the tensor-core kernel
+// adds its 16 warps' sums), on every lane of the half-warp; every lane of the
+// warp must call it.
+__device__ float half_warp_sum_in_order(float v, int lane) {
+  const int first = lane & 16;
+  float total = __shfl_sync(0xffffffffu, v, first);
+  for (int u = 1; u < 16; ++u) total = __fadd_rn(total, __shfl_sync(0xffffffffu, v, first + u));
+  return total;
+}
+
 constexpr int kGemvThreads = kMmaRows * 16;
 static_assert(kMmaWarps == 16, "the one-row kernel mirrors 16 K-splitting warps");
 
@@ -452,23 +468,12 @@ __global__ void __launch_bounds__(kGemvThreads)
       int wq[8];
       load_block_q<kKind>(w, row * nb + b, wq);
       const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
-      const int4 a = x4[0], c = x4[1];
-      int sum = 0;
-      sum = __dp4a(wq[0], a.x, sum);
-      sum = __dp4a(wq[1], a.y, sum);
-      sum = __dp4a(wq[2], a.z, sum);
-      sum = __dp4a(wq[3], a.w, sum);
-      sum = __dp4a(wq[4], c.x, sum);
-      sum = __dp4a(wq[5], c.y, sum);
-      sum = __dp4a(wq[6], c.z, sum);
-      sum = __dp4a(wq[7], c.w, sum);
+      const int sum = block_dot_s8(wq, x4[0], x4[1]);
       acc = __fmaf_rn(__fmul_rn(__half2float(scales[b]), ds[b]), static_cast<float>(sum), acc);
     }
   }
   // Every lane takes part in the shuffles, also those past the last row.
-  const int first = lane & 16;
-  float total = __shfl_sync(0xffffffffu, acc, first);
-  for (int u = 1; u < 16; ++u) total = __fadd_rn(total, __shfl_sync(0xffffffffu, acc, first + u));
+  const float total = half_warp_sum_in_order(acc, lane);
   if (v == 0 && row < w.n_out) y[row] = total;
 }
 
@@ -501,27 +506,15 @@ __global__ void __launch_bounds__(kGemvThreads)
         if (r >= M) break;  // M is the same on every lane
         const int64_t xb = static_cast<int64_t>(r) * nb + b;
         const int4* x4 = reinterpret_cast<const int4*>(xq + xb * 32);
-        const int4 a = __ldg(x4), c = __ldg(x4 + 1);
-        int sum = 0;
-        sum = __dp4a(wq[0], a.x, sum);
-        sum = __dp4a(wq[1], a.y, sum);
-        sum = __dp4a(wq[2], a.z, sum);
-        sum = __dp4a(wq[3], a.w, sum);
-        sum = __dp4a(wq[4], c.x, sum);
-        sum = __dp4a(wq[5], c.y, sum);
-        sum = __dp4a(wq[6], c.z, sum);
-        sum = __dp4a(wq[7], c.w, sum);
+        const int sum = block_dot_s8(wq, __ldg(x4), __ldg(x4 + 1));
         acc[r] = __fmaf_rn(__fmul_rn(dw, __ldg(xd + xb)), static_cast<float>(sum), acc[r]);
       }
     }
   }
-  const int first = lane & 16;
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     if (r >= M) break;
-    float total = __shfl_sync(0xffffffffu, acc[r], first);
-    for (int u = 1; u < 16; ++u)
-      total = __fadd_rn(total, __shfl_sync(0xffffffffu, acc[r], first + u));
+    const float total = half_warp_sum_in_order(acc[r], lane);
     if (v == 0 && row < w.n_out) y[static_cast<int64_t>(r) * w.n_out + row] = total;
   }
 }

@@ -200,24 +200,24 @@ void check_invariance(const Model& model, ForwardExecutor& executor, bool gpu) {
   }
 }
 
-TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequence) {
-  SKIP_WITHOUT_GPU();
+// check_invariance on a GPU executor, attention grouped by KV head or not.
+void check_invariance_on_gpu(const InvarianceCase& p, bool grouped_attention) {
   TempDir dir;
-  const InvarianceCase& p = GetParam();
   auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
   auto executor = cuda::make_executor(0);
+  cuda::use_grouped_attention(*executor, grouped_attention);
   check_invariance(*model, *executor, true);
+}
+
+TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequence) {
+  SKIP_WITHOUT_GPU();
+  check_invariance_on_gpu(GetParam(), false);
 }
 
 // The same with the query heads of a KV head sharing an attention block.
 TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequenceWithGroupedAttention) {
   SKIP_WITHOUT_GPU();
-  TempDir dir;
-  const InvarianceCase& p = GetParam();
-  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
-  auto executor = cuda::make_executor(0);
-  cuda::use_grouped_attention(*executor, true);
-  check_invariance(*model, *executor, true);
+  check_invariance_on_gpu(GetParam(), true);
 }
 
 // The same checks hold on the CPU, here on every machine: a failure on the
