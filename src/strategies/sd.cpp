@@ -27,28 +27,46 @@ StrategyOption adaptive_draft_option() {
 StrategyOption speculation_guard_option() {
   return option_entry(
       "--speculation-guard", "speculation_guard", "",
-      "time drafted steps against plain target steps while generating (one step in 16 is of the "
-      "other kind) and take plain steps while drafting does not pay, as when a long context makes "
-      "verification dear (auto turns it on)",
+      "time drafted steps against plain target steps while generating (a few steps in 16 are of "
+      "the other kind) and take plain steps while drafting costs over 1.2x a plain step per "
+      "token, as when a long context makes verification dear (auto turns it on)",
       false);
 }
 
-// Per-token cost of one kind of step, as a running average over its recent
-// steps; the first step of a kind is left out (caches and graphs warm up).
+// Per-token cost of one kind of step over its recent steps: the median step
+// time (one slow step, a thread woken late, does not count) over the mean
+// tokens a step emitted. The first step of a kind is left out (caches and
+// graphs warm up).
 class StepCost {
  public:
+  // Over the last `window` steps; known once `min_steps` were timed (past the first).
+  explicit StepCost(size_t window = 8, size_t min_steps = 1)
+      : window_(window), min_steps_(min_steps) {}
   void add(double ms, int tokens) {
     if (++steps_ == 1) return;
-    constexpr double kWeight = 0.3;
-    ms_ = steps_ == 2 ? ms : (1 - kWeight) * ms_ + kWeight * ms;
-    tokens_ = steps_ == 2 ? tokens : (1 - kWeight) * tokens_ + kWeight * tokens;
+    if (ms_.size() == window_) {
+      ms_.erase(ms_.begin());
+      tokens_.erase(tokens_.begin());
+    }
+    ms_.push_back(ms);
+    tokens_.push_back(tokens);
   }
-  bool known() const { return steps_ >= 2; }
-  double ms_per_token() const { return ms_ / tokens_; }
+  bool known() const { return ms_.size() >= min_steps_; }
+  double ms_per_token() const {
+    std::vector<double> sorted = ms_;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    double tokens = 0;
+    for (int t : tokens_) tokens += t;
+    return median * static_cast<double>(n) / tokens;
+  }
 
  private:
+  size_t window_, min_steps_;
   int steps_ = 0;
-  double ms_ = 0, tokens_ = 1;
+  std::vector<double> ms_;
+  std::vector<int> tokens_;
 };
 
 class ChainSpeculation final : public SpeculativeStrategy {
@@ -69,32 +87,47 @@ class ChainSpeculation final : public SpeculativeStrategy {
   int spec_budget() const override { return config_.draft_max + 1; }
   void reset() override {
     gamma_ = config_.draft_max;
-    drafted_cost_ = plain_cost_ = StepCost();
-    plain_mode_ = false;
+    // A drafted step emits 1 to γ + 1 tokens: judge drafting on several, over
+    // a window long enough that a few rejected drafts in a row do not count as
+    // a change of what drafting costs.
+    drafted_cost_ = StepCost(16, 4);
+    plain_cost_ = StepCost(8, 1);
+    plain_mode_ = after_plain_ = false;
     steps_ = 0;
   }
 
   void step(std::vector<int32_t>& emitted) override {
     if (!guard_) return drafted_step(emitted);
     // Both kinds are lossless steps: a plain step is the target's own next
-    // token. The kind that is not in use runs every kProbeEvery steps (and
-    // twice early on) so that its cost stays known as the context grows.
+    // token. The kind not in use runs now and then so that its cost stays
+    // known as the context grows: one plain step in kProbeEvery (and two early
+    // on) while drafting; two drafted steps in kProbeEvery while plain, the
+    // first of which only catches the drafter up on the plain steps' tokens.
     constexpr int kProbeEvery = 16;
     ++steps_;
-    const bool probe = steps_ == 2 || steps_ == 3 || steps_ % kProbeEvery == 0;
-    const bool drafted = plain_mode_ == probe;
+    const int phase = steps_ % kProbeEvery;
+    const bool drafted = plain_mode_ ? phase <= 1 : !(phase == 0 || steps_ == 2 || steps_ == 3);
     const Stopwatch watch;
     if (drafted)
       drafted_step(emitted);
     else
       verify_and_commit_chain({}, {}, emitted);
-    (drafted ? drafted_cost_ : plain_cost_)
-        .add(watch.elapsed_ms(), static_cast<int>(emitted.size()));
+    const double ms = watch.elapsed_ms();
+    const int tokens = static_cast<int>(emitted.size());
+    // A drafted step right after a plain one also feeds the drafter what it
+    // missed: not a drafted step's usual cost.
+    if (!drafted)
+      plain_cost_.add(ms, tokens);
+    else if (!after_plain_)
+      drafted_cost_.add(ms, tokens);
+    after_plain_ = !drafted;
     if (!drafted_cost_.known() || !plain_cost_.known()) return;
-    // A margin either way keeps timing noise from flipping the mode.
+    // Plain steps only once drafting is clearly dearer, so that timing noise
+    // (large beside a short step) does not give up a speedup; drafting again
+    // as soon as it is cheaper.
     const double drafted_ms = drafted_cost_.ms_per_token(), plain_ms = plain_cost_.ms_per_token();
-    if (!plain_mode_ && drafted_ms > 1.05 * plain_ms) plain_mode_ = true;
-    if (plain_mode_ && drafted_ms < 0.95 * plain_ms) plain_mode_ = false;
+    if (!plain_mode_ && drafted_ms > 1.2 * plain_ms) plain_mode_ = true;
+    if (plain_mode_ && drafted_ms < plain_ms) plain_mode_ = false;
   }
 
  private:
@@ -147,7 +180,7 @@ class ChainSpeculation final : public SpeculativeStrategy {
   const bool guard_;
   int gamma_ = 4;
   StepCost drafted_cost_, plain_cost_;
-  bool plain_mode_ = false;
+  bool plain_mode_ = false, after_plain_ = false;
   int steps_ = 0;
 };
 
