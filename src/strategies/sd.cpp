@@ -35,13 +35,17 @@ StrategyOption speculation_guard_option() {
 
 // Per-token cost of one kind of step over its recent steps: the median step
 // time (one slow step, a thread woken late, does not count) over the mean
-// tokens a step emitted. The first step of a kind is left out (caches and
+// tokens a step emitted. The first step it is given is left out (caches and
 // graphs warm up).
 class StepCost {
  public:
-  // Over the last `window` steps; known once `min_steps` were timed (past the first).
-  explicit StepCost(size_t window = 8, size_t min_steps = 1)
-      : window_(window), min_steps_(min_steps) {}
+  // Over the last `window` steps; known once `min_steps` were timed.
+  StepCost(size_t window, size_t min_steps) : window_(window), min_steps_(min_steps) {}
+  // A new request: its context starts short again. The warm-up stays done.
+  void clear() {
+    ms_.clear();
+    tokens_.clear();
+  }
   void add(double ms, int tokens) {
     if (++steps_ == 1) return;
     if (ms_.size() == window_) {
@@ -87,11 +91,8 @@ class ChainSpeculation final : public SpeculativeStrategy {
   int spec_budget() const override { return config_.draft_max + 1; }
   void reset() override {
     gamma_ = config_.draft_max;
-    // A drafted step emits 1 to γ + 1 tokens: judge drafting on several, over
-    // a window long enough that a few rejected drafts in a row do not count as
-    // a change of what drafting costs.
-    drafted_cost_ = StepCost(16, 4);
-    plain_cost_ = StepCost(8, 1);
+    drafted_cost_.clear();
+    plain_cost_.clear();
     plain_mode_ = after_plain_ = false;
     steps_ = 0;
   }
@@ -100,13 +101,15 @@ class ChainSpeculation final : public SpeculativeStrategy {
     if (!guard_) return drafted_step(emitted);
     // Both kinds are lossless steps: a plain step is the target's own next
     // token. The kind not in use runs now and then so that its cost stays
-    // known as the context grows: one plain step in kProbeEvery (and two early
-    // on) while drafting; two drafted steps in kProbeEvery while plain, the
-    // first of which only catches the drafter up on the plain steps' tokens.
+    // known as the context grows: one plain step in kProbeEvery while
+    // drafting (none before the first kProbeEvery: the strategy was chosen for
+    // a short context, which is where a request starts); two drafted steps in
+    // kProbeEvery while plain, the first of which only catches the drafter up
+    // on the plain steps' tokens.
     constexpr int kProbeEvery = 16;
     ++steps_;
     const int phase = steps_ % kProbeEvery;
-    const bool drafted = plain_mode_ ? phase <= 1 : !(phase == 0 || steps_ == 2 || steps_ == 3);
+    const bool drafted = plain_mode_ ? phase <= 1 : phase != 0;
     const Stopwatch watch;
     if (drafted)
       drafted_step(emitted);
@@ -179,7 +182,10 @@ class ChainSpeculation final : public SpeculativeStrategy {
   const bool adaptive_;
   const bool guard_;
   int gamma_ = 4;
-  StepCost drafted_cost_, plain_cost_;
+  // A drafted step emits 1 to γ + 1 tokens: drafting is judged on several,
+  // over a window long enough that a few rejected drafts in a row do not count
+  // as a change of what drafting costs.
+  StepCost drafted_cost_{16, 4}, plain_cost_{8, 1};
   bool plain_mode_ = false, after_plain_ = false;
   int steps_ = 0;
 };

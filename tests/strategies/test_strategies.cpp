@@ -121,12 +121,12 @@ TEST(SpeculationGuard, TakesPlainStepsWhereDraftingDoesNotPay) {
   spec.seed = 6;
   pair.draft = Model::load(testing_support::write_model(dir, "draft.gguf", spec));
   Worker worker(1), draft_worker(1);
-  StrategyConfig c = pair_config(pair, worker, draft_worker, 160);
+  StrategyConfig c = pair_config(pair, worker, draft_worker, 320);
   c.name = "sd";
   c.draft_max = 4;
   GenerationRequest req;
   req.prompt = {256, 72, 101};
-  req.n_predict = 96;
+  req.n_predict = 256;  // the guard's first plain steps come after 16 and 32 steps
   req.sampling.temp = 0;
   const GenerationResult unguarded = make_strategy(c)->generate(req);
   c.options["speculation_guard"] = true;
