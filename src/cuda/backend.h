@@ -56,7 +56,7 @@ void use_graphs(ForwardExecutor& executor, bool on);
 // Whether attention runs the query heads of a KV head in one thread block
 // (each key and value read once for them), as it does with
 // PARSPEC_CUDA_ATTENTION=grouped; the same bits either way. Before the
-// executor's first forward. For tests and measurements.
+// executor's first model upload or forward. For tests and measurements.
 void use_grouped_attention(ForwardExecutor& executor, bool on);
 
 // Greedy selection on the device: the index of the largest logit of each of

@@ -404,10 +404,8 @@ struct Workspace {
     reserve<float>(k, n * c.kv_dim(), "activations");
     reserve<float>(v, n * c.kv_dim(), "activations");
     reserve<float>(att, n * c.q_dim(), "activations");
-    HeadShape heads;
-    heads.n_head = c.n_head;
-    heads.head_dim = c.head_dim;
-    reserve<float>(att_partial, static_cast<size_t>(attention_partial_floats(int64_t(n), heads)),
+    reserve<float>(att_partial,
+                   static_cast<size_t>(attention_partial_floats(int64_t(n), c.n_head, c.head_dim)),
                    "activations");
     reserve<float>(o, n * c.n_embd, "activations");
     reserve<float>(gate, n * c.n_ff, "activations");
@@ -605,8 +603,9 @@ class CudaExecutor final : public ForwardExecutor {
 
   void use_graphs(bool on) { graphs_ = on; }
   void use_grouped_attention(bool on) {
-    check(!forwarded_,
-          "use_grouped_attention: the executor has run forwards (and captured graphs)");
+    check(models_.empty(),
+          "use_grouped_attention: the executor already holds a model (and may have captured "
+          "graphs)");
     grouped_attention_ = on;
   }
 
@@ -981,7 +980,6 @@ class CudaExecutor final : public ForwardExecutor {
     launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.positions, dm.inv_freq, in.rows, layer, n,
                            shape, stream);
     profile_.mark("rope + KV store", stream);
-    forwarded_ = true;
     launch_attention(q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(),
                      grouped_attention_, ws.att_partial.as<float>(), att, stream);
     profile_.mark("attention", stream);
@@ -1048,7 +1046,6 @@ class CudaExecutor final : public ForwardExecutor {
   bool graphs_;
   bool grouped_attention_;
   KernelProfile profile_;
-  bool forwarded_ = false;
   std::map<const Model*, std::unique_ptr<DeviceModel>> models_;
   // Passes that do not replay a graph: their inputs and activations, grown to
   // the largest so far.

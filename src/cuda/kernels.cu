@@ -21,6 +21,12 @@ static_assert(kAttnKeys == kAttnThreads, "attention scores one key per thread");
 constexpr int kMaxHeadDim = 256;
 constexpr int kNormThreads = 256;
 
+// Whether environment variable `name` is set to `value` (the kernel switches).
+bool env_is(const char* name, std::string_view value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string_view(env) == value;
+}
+
 int blocks_for(int64_t count, int threads) {
   return static_cast<int>((count + threads - 1) / threads);
 }
@@ -414,13 +420,18 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
   }
 }
 
+// Thread blocks of kMmaRows weight rows that a group's matrices make.
+int weight_row_tiles(const MatmulGroup& g) {
+  int64_t tiles = 0;
+  for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + kMmaRows - 1) / kMmaRows;
+  return static_cast<int>(tiles);
+}
+
 template <WeightKind kKind, int kTiles>
 void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
                 cudaStream_t stream) {
-  int64_t tiles = 0;
-  for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + kMmaRows - 1) / kMmaRows;
-  matmul_mma_kernel<kKind, kTiles>
-      <<<static_cast<int>(tiles), kMmaWarps * kWarp, 0, stream>>>(g, xq, xd, n);
+  const int tiles = weight_row_tiles(g);
+  matmul_mma_kernel<kKind, kTiles><<<tiles, kMmaWarps * kWarp, 0, stream>>>(g, xq, xd, n);
 }
 
 // One activation row (a decode step) with exactly the tensor-core kernel's
@@ -524,14 +535,11 @@ constexpr int kRowsKernelMaxRows = 4;
 template <WeightKind kKind>
 void launch_rows(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
                  cudaStream_t stream) {
-  int64_t tiles = 0;
-  for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + kMmaRows - 1) / kMmaRows;
+  const int tiles = weight_row_tiles(g);
   if (n <= 2)
-    matmul_rows_kernel<kKind, 2>
-        <<<static_cast<int>(tiles), kGemvThreads, 0, stream>>>(g, xq, xd, n);
+    matmul_rows_kernel<kKind, 2><<<tiles, kGemvThreads, 0, stream>>>(g, xq, xd, n);
   else
-    matmul_rows_kernel<kKind, kRowsKernelMaxRows>
-        <<<static_cast<int>(tiles), kGemvThreads, 0, stream>>>(g, xq, xd, n);
+    matmul_rows_kernel<kKind, kRowsKernelMaxRows><<<tiles, kGemvThreads, 0, stream>>>(g, xq, xd, n);
 }
 
 // Shared memory of the one-row kernel: the quants and scales of a row of n_in.
@@ -542,19 +550,16 @@ constexpr size_t kGemvMaxShared = 48 * 1024;  // without opting in to more
 
 template <WeightKind kKind>
 void launch_gemv(const MatmulGroup& g, const int8_t* xq, const float* xd, cudaStream_t stream) {
-  int64_t tiles = 0;
-  for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + kMmaRows - 1) / kMmaRows;
+  const int tiles = weight_row_tiles(g);
   matmul_gemv_kernel<kKind>
-      <<<static_cast<int>(tiles), kGemvThreads, gemv_shared_bytes(g.w[0].n_in), stream>>>(g, xq,
-                                                                                          xd);
+      <<<tiles, kGemvThreads, gemv_shared_bytes(g.w[0].n_in), stream>>>(g, xq, xd);
 }
 
 // PARSPEC_CUDA_PREFILL=one-launch: more rows than one launch of the
 // tensor-core kernel takes go through one launch, slice after slice inside
 // each block (the same bits), instead of one launch per slice.
 bool one_launch_prefill_wanted() {
-  const char* env = std::getenv("PARSPEC_CUDA_PREFILL");
-  return env != nullptr && std::string_view(env) == "one-launch";
+  return env_is("PARSPEC_CUDA_PREFILL", "one-launch");
 }
 
 // Up to 8 · kMmaMaxTiles rows per launch; more rows are launched in such slices
@@ -591,16 +596,13 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n,
 // kernel's way also for 2 to 4 rows), default: the tensor-core kernel, and the
 // one-row kernel for a single row.
 bool tensor_core_matmul_wanted() {
-  const char* env = std::getenv("PARSPEC_CUDA_MATMUL");
-  return env == nullptr || std::string_view(env) != "warp";
+  return !env_is("PARSPEC_CUDA_MATMUL", "warp");
 }
 bool one_row_matmul_wanted() {
-  const char* env = std::getenv("PARSPEC_CUDA_MATMUL");
-  return env == nullptr || std::string_view(env) != "mma";
+  return !env_is("PARSPEC_CUDA_MATMUL", "mma");
 }
 bool few_rows_matmul_wanted() {
-  const char* env = std::getenv("PARSPEC_CUDA_MATMUL");
-  return env != nullptr && std::string_view(env) == "rows";
+  return env_is("PARSPEC_CUDA_MATMUL", "rows");
 }
 
 // Eight consecutive weights of row n from element 8·chunk.

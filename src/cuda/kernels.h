@@ -109,11 +109,11 @@ void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const
                             cudaStream_t stream);
 // out (n × n_head·head_dim): each row's heads attend over the row's keys, each
 // (row, head) in kAttentionSplits blocks whose results go through `partial`
-// (attention_partial_floats(n, shape) floats). `grouped`: the query heads of a
+// (attention_partial_floats(n, n_head, head_dim) floats). `grouped`: the query heads of a
 // KV head share a block (the same bits; each key and value read once for them).
 constexpr int kAttentionSplits = 16;
-inline int64_t attention_partial_floats(int64_t n, const HeadShape& shape) {
-  return n * shape.n_head * kAttentionSplits * (shape.head_dim + 2);
+inline int64_t attention_partial_floats(int64_t n, int n_head, int head_dim) {
+  return n * n_head * kAttentionSplits * (head_dim + 2);
 }
 void launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
                       int layer, HeadShape shape, float scale, bool grouped, float* partial,

@@ -246,8 +246,8 @@ class RecordingExecutor final : public ForwardExecutor {
 };
 
 // A GPU executor keeps each cache's rows on its own device, so a drafter's
-// forwards must always reach the draft executor: alone in a round, beside a
-// target pass, or after one.
+// forwards must reach the draft executor also when they run alone in a round
+// (the rounds beside a target pass are WaitingDrafterDraftsBesideTheNextTargetPass's).
 TEST(ForwardBatcherWait, DraftPassesAlwaysRunOnTheDraftExecutor) {
   TempDir dir;
   const ModelPair pair = make_model_pair(dir, "llama", DType::Q8_0, DType::Q4_0, 300, 5);
