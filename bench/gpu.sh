@@ -167,12 +167,14 @@ fi
 
 # The environment of a kernel variant: tensor-cores (the defaults), warp (the
 # dp4a warp matmul for every row count), mma (the tensor cores also for one
-# row), opt-in (the kernels not yet the default: the one-row matmul's way up to
-# 4 rows, grouped attention, a prefill in one launch per matmul).
+# row), block-major (the tensor-core kernel's activations laid out block-major),
+# opt-in (the kernels not yet the default: the one-row matmul's way up to 4 rows,
+# grouped attention, a prefill in one launch per matmul, block-major activations).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
-    opt-in) echo "PARSPEC_CUDA_MATMUL=rows PARSPEC_CUDA_ATTENTION=grouped PARSPEC_CUDA_PREFILL=one-launch" ;;
+    block-major) echo "PARSPEC_CUDA_ACTIVATIONS=block-major" ;;
+    opt-in) echo "PARSPEC_CUDA_MATMUL=rows PARSPEC_CUDA_ATTENTION=grouped PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_ACTIVATIONS=block-major" ;;
   esac
 }
 
@@ -408,7 +410,7 @@ if [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]]; then
   for row in "${table[@]}"; do
     read -r name src args <<<"$row"
     [[ $args == *q4_0* || $args == *q8_0* ]] || continue
-    for variant in warp mma opt-in; do
+    for variant in warp mma block-major opt-in; do
       step "parspec bench-forward $name with $(kernel_env "$variant")"
       env $(kernel_env "$variant") timeout 90 "$bin_parspec" bench-forward \
         -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
@@ -535,16 +537,19 @@ if graph_rows:
 warp_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-mma.json")),
               load(os.path.join(out, f"parspec-{n}-warp.json")),
+              load(os.path.join(out, f"parspec-{n}-block-major.json")),
               load(os.path.join(out, f"parspec-{n}-opt-in.json"))) for n in rows]
-warp_rows = [r for r in warp_rows if r[1] and (r[2] or r[3] or r[4])]
+warp_rows = [r for r in warp_rows if r[1] and any(r[2:])]
 if warp_rows:
     print()
     print("| model | matmul | decode tok/s | L(1) ms | L(8) ms | L(32) ms | L(64) ms | pp512 tok/s |")
     print("|---|---|---|---|---|---|---|---|")
-    for n, default, mma, warp, few in warp_rows:
+    for n, default, mma, warp, block_major, few in warp_rows:
         for label, res in (("default (one-row kernel, tensor cores for more)", default),
                            ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
-                           ("opt-in: rows up to 4, grouped attention, one-launch prefill", few)):
+                           ("block-major activations", block_major),
+                           ("opt-in: rows up to 4, grouped attention, one-launch prefill, "
+                            "block-major activations", few)):
             if res is None:
                 continue
             r = res["results"][0]

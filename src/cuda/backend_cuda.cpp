@@ -387,13 +387,14 @@ struct PassInputs {
   const AttentionRow* rows = nullptr;
   const int32_t* spec_slots = nullptr;
   const int32_t* wanted = nullptr;
+  const float* rope_angles = nullptr;  // the rows' rotations, once computed for the pass
 };
 
 // A pass's activations, reserved for a number of rows before its kernels are
 // queued (never during a pass: a graph captures the addresses).
 struct Workspace {
   DeviceBuffer hidden, xn, q, k, v, att, att_partial, o, gate, up, xq, xd, xk_q, xk_d, xk_bsums,
-      selected, out_norm, logits;
+      selected, out_norm, logits, rope_angles;
 
   void reserve_rows(const ModelConfig& c, int rows) {
     const size_t n = static_cast<size_t>(std::max(rows, 1));
@@ -418,6 +419,7 @@ struct Workspace {
     reserve<float>(selected, n * c.n_embd, "activations");
     reserve<float>(out_norm, n * c.n_embd, "activations");
     reserve<float>(logits, n * c.n_vocab, "logits");
+    reserve<float>(rope_angles, n * std::max(c.rope_dims, 2), "activations");
   }
 
   Q8KActivations xk() { return {xk_q.as<int8_t>(), xk_d.as<float>(), xk_bsums.as<int16_t>()}; }
@@ -868,8 +870,9 @@ class CudaExecutor final : public ForwardExecutor {
   // h += attention and h += mlp of layers [first, last). Each block's output
   // is added to h by the norm that starts the next block (one kernel, the same
   // additions), the last one on its own.
-  void run_layers(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& in, int n,
-                  int first, int last, float* h) {
+  void run_layers(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& pass,
+                  int n, int first, int last, float* h) {
+    const PassInputs in = with_rope_angles(c, dm, ws, pass, n);
     for (int l = first; l < last; ++l) {
       attention_part(c, dm, ws, in, l, n, h, l > first ? ws.o.as<float>() : nullptr,
                      ws.o.as<float>());
@@ -955,10 +958,22 @@ class CudaExecutor final : public ForwardExecutor {
     return wanted.empty() ? nullptr : g.ws.logits.as<float>();
   }
 
+  // The pass's inputs with the rows' rotations, computed for it unless they are already.
+  PassInputs with_rope_angles(const ModelConfig& c, DeviceModel& dm, Workspace& ws, PassInputs in,
+                              int n) {
+    if (in.rope_angles != nullptr) return in;
+    launch_rope_angles(in.positions, dm.inv_freq, n, c.rope_dims / 2, ws.rope_angles.as<float>(),
+                       context_->stream);
+    profile_.mark("rope angles", context_->stream);
+    in.rope_angles = ws.rope_angles.as<float>();
+    return in;
+  }
+
   // h += residual (when given), then attention(norm(h)) of one layer into
   // `out` and the rows' k and v into their caches.
-  void attention_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& in,
+  void attention_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& pass,
                       int layer, int n, float* h, const float* residual, float* out) {
+    const PassInputs in = with_rope_angles(c, dm, ws, pass, n);
     const DeviceLayer& w = dm.layers.at(layer);
     cudaStream_t stream = context_->stream;
     float* xn = ws.xn.as<float>();
@@ -977,8 +992,8 @@ class CudaExecutor final : public ForwardExecutor {
     profile_.mark("q/k/v matmul", stream);
     const HeadShape shape{c.n_head, c.n_head_kv, c.head_dim, c.rope_dims,
                           c.rope_style == RopeStyle::kNeox};
-    launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.positions, dm.inv_freq, in.rows, layer, n,
-                           shape, stream);
+    launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.rope_angles, in.rows, layer, n, shape,
+                           stream);
     profile_.mark("rope + KV store", stream);
     launch_attention(q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(),
                      grouped_attention_, ws.att_partial.as<float>(), att, stream);

@@ -134,10 +134,18 @@ __device__ void quantize_block(float v, int lane, int8_t* q, float* scale) {
   if (lane == 0) *scale = d;
 }
 
+// Where block b of activation row `row` (of n rows of nb blocks) goes among
+// the quantized activations: row after row, or block-major (block b of every
+// row, then block b + 1), which the tensor-core kernel reads with wide loads.
+__device__ int64_t q8_block_index(int64_t row, int64_t b, int64_t n, int64_t nb, bool block_major) {
+  return block_major ? b * n + row : row * nb + b;
+}
+
 // One block per row: h += residual (when given), out = h / sqrt(mean(h²) + eps)
 // · w, and out quantized to Q8_0 when q is given.
 __global__ void add_rmsnorm_kernel(float* h, const float* residual, const float* w, int dim,
-                                   float eps, float* out, int8_t* q, float* scales) {
+                                   float eps, float* out, int8_t* q, float* scales,
+                                   bool block_major) {
   __shared__ float partial[kNormThreads];
   const int64_t row = blockIdx.x;
   float* hr = h + row * dim;
@@ -165,17 +173,20 @@ __global__ void add_rmsnorm_kernel(float* h, const float* residual, const float*
   if (q == nullptr) return;
   __syncthreads();  // the row is written
   const int lane = threadIdx.x % kWarp, n_blocks = dim / 32;
-  for (int b = threadIdx.x / kWarp; b < n_blocks; b += kNormThreads / kWarp)
-    quantize_block(yr[b * 32 + lane], lane, q + (row * n_blocks + b) * 32,
-                   scales + row * n_blocks + b);
+  for (int b = threadIdx.x / kWarp; b < n_blocks; b += kNormThreads / kWarp) {
+    const int64_t at = q8_block_index(row, b, gridDim.x, n_blocks, block_major);
+    quantize_block(yr[b * 32 + lane], lane, q + at * 32, scales + at);
+  }
 }
 
-// One warp per block of 32 values, one lane per value.
-__global__ void quantize_q8_kernel(const float* x, int64_t n_blocks, int8_t* q, float* scales) {
+// One warp per block of 32 values, one lane per value; n rows of nb blocks.
+__global__ void quantize_q8_kernel(const float* x, int n, int nb, int8_t* q, float* scales,
+                                   bool block_major) {
   const int64_t block = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  if (block >= n_blocks) return;
+  if (block >= static_cast<int64_t>(n) * nb) return;
   const int lane = threadIdx.x % kWarp;
-  quantize_block(x[block * 32 + lane], lane, q + block * 32, scales + block);
+  const int64_t at = q8_block_index(block / nb, block % nb, n, nb, block_major);
+  quantize_block(x[block * 32 + lane], lane, q + at * 32, scales + at);
 }
 
 // Eight 32-bit words of a Q8_0/Q4_0 weight block: its 32 values as int8, in order.
@@ -320,6 +331,37 @@ __device__ void load_a_fragment(const DeviceMatrix& w, int64_t row0, int64_t nb,
   }
 }
 
+// load_a_fragment for block-major activations, whose B fragments are read 8
+// contiguous bytes per lane: the mma's K index k = 4t + j (a[h]) is element
+// 8t + j of the block and k = 16 + 4t + j (a[2 + h]) element 8t + 4 + j. The
+// integer dot product is the same sum in another order, so exactly the same.
+template <WeightKind kKind>
+__device__ void load_a_fragment_wide(const DeviceMatrix& w, int64_t row0, int64_t nb, int64_t b,
+                                     int t, int (&a)[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + 8 * h;
+    if (row >= w.n_out) {
+      a[h] = a[2 + h] = 0;
+      continue;
+    }
+    if constexpr (kKind == WeightKind::kQ8_0) {
+      const int2 src = *reinterpret_cast<const int2*>(static_cast<const int8_t*>(w.q) +
+                                                      (row * nb + b) * 32 + 8 * t);
+      a[h] = src.x;
+      a[2 + h] = src.y;
+    } else {
+      // Elements 8t.. are the low nibbles of bytes 8t.. for t < 2, the high
+      // nibbles of bytes 8(t - 2).. after.
+      const uint2 src = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.q) +
+                                                        (row * nb + b) * 16 + 8 * (t & 1));
+      const int shift = 4 * (t >> 1);
+      a[h] = static_cast<int>(__vsub4((src.x >> shift) & 0x0F0F0F0Fu, 0x08080808u));
+      a[2 + h] = static_cast<int>(__vsub4((src.y >> shift) & 0x0F0F0F0Fu, 0x08080808u));
+    }
+  }
+}
+
 // The 16-row tile of a group that this block computes: its matrix, output and first row.
 __device__ bool block_tile(const MatmulGroup& g, DeviceMatrix& w, float*& y, int64_t& row0) {
   int64_t tile = blockIdx.x;
@@ -336,10 +378,14 @@ __device__ bool block_tile(const MatmulGroup& g, DeviceMatrix& w, float*& y, int
   return row0 < w.n_out;
 }
 
-template <WeightKind kKind, int kTiles>
+// kBlockMajor: the activations are block-major (q8_block_index) over n_total
+// rows, of which this launch takes M_all from m_first; otherwise row after
+// row from xq_all (n_total and m_first unused).
+template <WeightKind kKind, int kTiles, bool kBlockMajor>
 // One activation tile: registers for two blocks per SM (the decode step).
 __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
-    matmul_mma_kernel(MatmulGroup g, const int8_t* xq_all, const float* xd_all, int M_all) {
+    matmul_mma_kernel(MatmulGroup g, const int8_t* xq_all, const float* xd_all, int M_all,
+                      int n_total, int m_first) {
   __shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];
   DeviceMatrix w;
   float* y_all;
@@ -357,8 +403,9 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
   // from one slice to the next instead of being read again by another launch.
   for (int m_base = 0; m_base < M_all; m_base += 8 * kTiles) {
     const int M = min(8 * kTiles, M_all - m_base);
-    const int8_t* xq = xq_all + static_cast<int64_t>(m_base) * nb * 32;
-    const float* xd = xd_all + static_cast<int64_t>(m_base) * nb;
+    const int8_t* xq = kBlockMajor ? xq_all : xq_all + static_cast<int64_t>(m_base) * nb * 32;
+    const float* xd = kBlockMajor ? xd_all : xd_all + static_cast<int64_t>(m_base) * nb;
+    const int64_t m_at = static_cast<int64_t>(m_first) + m_base;  // block-major: first row
     float* y = y_all + static_cast<int64_t>(m_base) * w.n_out;
     if (m_base > 0) __syncthreads();  // the previous slice's partial sums are read
 
@@ -373,7 +420,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
 #pragma unroll kUnroll
     for (int64_t b = warp; b < nb; b += kMmaWarps) {
       int a[4];
-      load_a_fragment<kKind>(w, row_a, nb, b, t, a);
+      if constexpr (kBlockMajor)
+        load_a_fragment_wide<kKind>(w, row_a, nb, b, t, a);
+      else
+        load_a_fragment<kKind>(w, row_a, nb, b, t, a);
       const float dw_a = row_a < w.n_out ? __half2float(scales[row_a * nb + b]) : 0.0f;
       const float dw_b = row_b < w.n_out ? __half2float(scales[row_b * nb + b]) : 0.0f;
 #pragma unroll
@@ -382,17 +432,28 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
         const int m_b = 8 * i + gid;
         int bf[2] = {0, 0};
         if (m_b < M) {
-          const int* src =
-              reinterpret_cast<const int*>(xq + (static_cast<int64_t>(m_b) * nb + b) * 32);
-          bf[0] = src[t];
-          bf[1] = src[4 + t];
+          if constexpr (kBlockMajor) {
+            // The 8 rows' blocks lie side by side: a warp reads 256 contiguous bytes.
+            const int2 src =
+                *reinterpret_cast<const int2*>(xq + (b * n_total + m_at + m_b) * 32 + 8 * t);
+            bf[0] = src.x;
+            bf[1] = src.y;
+          } else {
+            const int* src =
+                reinterpret_cast<const int*>(xq + (static_cast<int64_t>(m_b) * nb + b) * 32);
+            bf[0] = src[t];
+            bf[1] = src[4 + t];
+          }
         }
         int c[4] = {0, 0, 0, 0};
         mma_s8(c, a, bf);
         // C: rows gid and gid + 8, activation rows 8i + 2t and 8i + 2t + 1.
         const int m0 = 8 * i + 2 * t;
-        const float dx0 = m0 < M ? xd[static_cast<int64_t>(m0) * nb + b] : 0.0f;
-        const float dx1 = m0 + 1 < M ? xd[static_cast<int64_t>(m0 + 1) * nb + b] : 0.0f;
+        const int64_t d0 =
+            kBlockMajor ? b * n_total + m_at + m0 : static_cast<int64_t>(m0) * nb + b;
+        const int64_t d1 = kBlockMajor ? d0 + 1 : d0 + nb;
+        const float dx0 = m0 < M ? xd[d0] : 0.0f;
+        const float dx1 = m0 + 1 < M ? xd[d1] : 0.0f;
         acc[i][0] = __fmaf_rn(__fmul_rn(dw_a, dx0), static_cast<float>(c[0]), acc[i][0]);
         acc[i][1] = __fmaf_rn(__fmul_rn(dw_a, dx1), static_cast<float>(c[1]), acc[i][1]);
         acc[i][2] = __fmaf_rn(__fmul_rn(dw_b, dx0), static_cast<float>(c[2]), acc[i][2]);
@@ -427,11 +488,18 @@ int weight_row_tiles(const MatmulGroup& g) {
   return static_cast<int>(tiles);
 }
 
+// Rows [m_first, m_first + n) of n_total; xq and xd point at the first
+// activation row of the launch when they are row-major, at row 0 when block-major.
 template <WeightKind kKind, int kTiles>
-void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
-                cudaStream_t stream) {
+void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, bool block_major,
+                int n_total, int m_first, cudaStream_t stream) {
   const int tiles = weight_row_tiles(g);
-  matmul_mma_kernel<kKind, kTiles><<<tiles, kMmaWarps * kWarp, 0, stream>>>(g, xq, xd, n);
+  if (block_major)
+    matmul_mma_kernel<kKind, kTiles, true>
+        <<<tiles, kMmaWarps * kWarp, 0, stream>>>(g, xq, xd, n, n_total, m_first);
+  else
+    matmul_mma_kernel<kKind, kTiles, false>
+        <<<tiles, kMmaWarps * kWarp, 0, stream>>>(g, xq, xd, n, n_total, m_first);
 }
 
 // One activation row (a decode step) with exactly the tensor-core kernel's
@@ -565,27 +633,28 @@ bool one_launch_prefill_wanted() {
 // Up to 8 · kMmaMaxTiles rows per launch; more rows are launched in such slices
 // (each row's values are the same either way).
 template <WeightKind kKind>
-void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n,
+void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, bool block_major,
                        cudaStream_t stream) {
   const int64_t nb = g.w[0].n_in / 32;
   constexpr int kSlice = 8 * kMmaMaxTiles;
   static const bool one_launch = one_launch_prefill_wanted();
-  if (one_launch && n > kSlice) return launch_mma<kKind, kMmaMaxTiles>(g, xq, xd, n, stream);
+  if (one_launch && n > kSlice)
+    return launch_mma<kKind, kMmaMaxTiles>(g, xq, xd, n, block_major, n, 0, stream);
   for (int m0 = 0; m0 < n; m0 += kSlice) {
     const int rows = n - m0 < kSlice ? n - m0 : kSlice;
     MatmulGroup slice = g;
     for (int i = 0; i < g.count; ++i) slice.y[i] = g.y[i] + static_cast<int64_t>(m0) * g.w[i].n_out;
-    const int8_t* q = xq + static_cast<int64_t>(m0) * nb * 32;
-    const float* d = xd + static_cast<int64_t>(m0) * nb;
+    const int8_t* q = block_major ? xq : xq + static_cast<int64_t>(m0) * nb * 32;
+    const float* d = block_major ? xd : xd + static_cast<int64_t>(m0) * nb;
     switch ((rows + 7) / 8) {
       case 1:
-        launch_mma<kKind, 1>(slice, q, d, rows, stream);
+        launch_mma<kKind, 1>(slice, q, d, rows, block_major, n, m0, stream);
         break;
       case 2:
-        launch_mma<kKind, 2>(slice, q, d, rows, stream);
+        launch_mma<kKind, 2>(slice, q, d, rows, block_major, n, m0, stream);
         break;
       default:  // 3 or 4 tiles
-        launch_mma<kKind, 4>(slice, q, d, rows, stream);
+        launch_mma<kKind, 4>(slice, q, d, rows, block_major, n, m0, stream);
         break;
     }
   }
@@ -603,6 +672,29 @@ bool one_row_matmul_wanted() {
 }
 bool few_rows_matmul_wanted() {
   return env_is("PARSPEC_CUDA_MATMUL", "rows");
+}
+
+// The kernel that multiplies n rows of Q8_0 activations of width n_in by
+// Q8_0/Q4_0 weights; the kernels that write those activations ask it too,
+// to lay them out as it reads them.
+enum class QuantizedKernel { kWarp, kRows, kOneRow, kTensorCores };
+QuantizedKernel quantized_kernel(int n, int64_t n_in) {
+  static const bool tensor_cores = tensor_core_matmul_wanted();
+  static const bool one_row = one_row_matmul_wanted();
+  static const bool few_rows = few_rows_matmul_wanted();
+  if (!tensor_cores) return QuantizedKernel::kWarp;
+  if (few_rows && n >= 2 && n <= kRowsKernelMaxRows) return QuantizedKernel::kRows;
+  if (one_row && n == 1 && gemv_shared_bytes(n_in) <= kGemvMaxShared)
+    return QuantizedKernel::kOneRow;
+  return QuantizedKernel::kTensorCores;
+}
+
+// PARSPEC_CUDA_ACTIVATIONS=block-major: the activations that the tensor-core
+// kernel reads are written block-major (q8_block_index), so that each load of
+// its B fragments reads contiguous bytes instead of 8 rows' scattered words.
+bool block_major_activations(int n, int64_t n_in) {
+  static const bool wanted = env_is("PARSPEC_CUDA_ACTIVATIONS", "block-major");
+  return wanted && quantized_kernel(n, n_in) == QuantizedKernel::kTensorCores;
 }
 
 // Eight consecutive weights of row n from element 8·chunk.
@@ -865,43 +957,56 @@ __device__ int64_t kv_row(const AttentionRow& r, int layer, int32_t slot, int kv
   return (static_cast<int64_t>(layer - r.layer_first) * r.capacity + slot) * kv_dim;
 }
 
-// One block per row: biases first, then each rotated pair by one thread, then
-// the row's k and v to its cache slot.
-__global__ void bias_rope_store_kernel(float* q, float* k, float* v, const float* bq,
-                                       const float* bk, const float* bv, const int32_t* positions,
-                                       const float* inv_freq, const AttentionRow* rows, int layer,
-                                       HeadShape s) {
+// One block per row: the cosine and sine of each rotation angle, in double
+// (as the CPU computes them), rounded to float.
+__global__ void rope_angles_kernel(const int32_t* positions, const float* inv_freq, int n_pairs,
+                                   float2* angles) {
   const int row = blockIdx.x;
-  const int q_dim = s.n_head * s.head_dim, kv_dim = s.n_head_kv * s.head_dim;
-  float* qr = q + static_cast<int64_t>(row) * q_dim;
-  float* kr = k + static_cast<int64_t>(row) * kv_dim;
-  float* vr = v + static_cast<int64_t>(row) * kv_dim;
+  const double position = positions[row];
+  for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) {
+    const double theta = position * static_cast<double>(inv_freq[i]);
+    angles[static_cast<int64_t>(row) * n_pairs + i] =
+        make_float2(static_cast<float>(cos(theta)), static_cast<float>(sin(theta)));
+  }
+}
+
+// One block per (row, head), the query heads first, then the KV heads: the
+// head's biases, then each rotated pair by one thread, then (KV heads) the
+// head's k and v to the row's cache slot.
+__global__ void bias_rope_store_kernel(float* q, float* k, float* v, const float* bq,
+                                       const float* bk, const float* bv, const float2* angles,
+                                       const AttentionRow* rows, int layer, HeadShape s) {
+  const int row = blockIdx.x, head = blockIdx.y;
+  const int hd = s.head_dim, q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
+  const bool is_kv = head >= s.n_head;
+  const int at = (is_kv ? head - s.n_head : head) * hd;  // the head's first element in its row
+  float* h = is_kv ? k + static_cast<int64_t>(row) * kv_dim + at
+                   : q + static_cast<int64_t>(row) * q_dim + at;
+  float* vh = v + static_cast<int64_t>(row) * kv_dim + at;
   if (bq != nullptr) {
-    for (int i = threadIdx.x; i < q_dim; i += blockDim.x) qr[i] = __fadd_rn(qr[i], bq[i]);
-    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-      kr[i] = __fadd_rn(kr[i], bk[i]);
-      vr[i] = __fadd_rn(vr[i], bv[i]);
+    const float* bias = is_kv ? bk + at : bq + at;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+      h[i] = __fadd_rn(h[i], bias[i]);
+      if (is_kv) vh[i] = __fadd_rn(vh[i], bv[at + i]);
     }
     __syncthreads();
   }
   const int n_pairs = s.rope_dims / 2;
-  const double position = positions[row];
-  for (int p = threadIdx.x; p < (s.n_head + s.n_head_kv) * n_pairs; p += blockDim.x) {
-    const int head = p / n_pairs, i = p % n_pairs;
-    float* h = head < s.n_head ? qr + head * s.head_dim : kr + (head - s.n_head) * s.head_dim;
-    const double theta = position * static_cast<double>(inv_freq[i]);
-    const float c = static_cast<float>(cos(theta)), sn = static_cast<float>(sin(theta));
+  for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) {
+    const float2 angle = angles[static_cast<int64_t>(row) * n_pairs + i];
+    const float c = angle.x, sn = angle.y;
     const int a = s.neox ? i : 2 * i, b = s.neox ? i + n_pairs : 2 * i + 1;
     const float x0 = h[a], x1 = h[b];
     h[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
     h[b] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
   }
+  if (!is_kv) return;
   __syncthreads();  // k is rotated
   const AttentionRow r = rows[row];
-  const int64_t dst = kv_row(r, layer, r.write_slot, kv_dim);
-  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    r.k[dst + i] = kr[i];
-    r.v[dst + i] = vr[i];
+  const int64_t dst = kv_row(r, layer, r.write_slot, kv_dim) + at;
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+    r.k[dst + i] = h[i];
+    r.v[dst + i] = vh[i];
   }
 }
 
@@ -1213,7 +1318,8 @@ __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
 
 // One block per row: gate = silu(gate) · up, with silu(g) = g·σ(g) and σ from
 // an exponential of −|g| (never overflows); quantized to Q8_0 when q is given.
-__global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, float* scales) {
+__global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, float* scales,
+                              bool block_major) {
   const int64_t row = blockIdx.x;
   const int lane = threadIdx.x % kWarp;
   for (int base = threadIdx.x / kWarp * kWarp; base < dim; base += kNormThreads) {
@@ -1227,8 +1333,10 @@ __global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, 
       value = __fmul_rn(__fmul_rn(g, sigma), up[e]);
       gate[e] = value;
     }
-    if (q != nullptr)  // dim is a multiple of 32 then: every lane holds a value
-      quantize_block(value, lane, q + row * dim + base, scales + (row * dim + base) / 32);
+    if (q != nullptr) {  // dim is a multiple of 32 then: every lane holds a value
+      const int64_t at = q8_block_index(row, base / 32, gridDim.x, dim / 32, block_major);
+      quantize_block(value, lane, q + at * 32, scales + at);
+    }
   }
 }
 
@@ -1297,15 +1405,16 @@ void launch_embed(const DeviceMatrix& embedding, const int32_t* tokens, int n, f
 void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
                         float* out, int8_t* q, float* scales, cudaStream_t stream) {
   if (n > 0)
-    add_rmsnorm_kernel<<<n, kNormThreads, 0, stream>>>(h, residual, w, dim, eps, out, q, scales);
+    add_rmsnorm_kernel<<<n, kNormThreads, 0, stream>>>(h, residual, w, dim, eps, out, q, scales,
+                                                       block_major_activations(n, dim));
 }
 
 void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales,
                         cudaStream_t stream) {
   const int64_t n_blocks = static_cast<int64_t>(n) * (dim / 32);
   if (n_blocks > 0)
-    quantize_q8_kernel<<<blocks_for(n_blocks * kWarp, 256), 256, 0, stream>>>(x, n_blocks, q,
-                                                                              scales);
+    quantize_q8_kernel<<<blocks_for(n_blocks * kWarp, 256), 256, 0, stream>>>(
+        x, n, dim / 32, q, scales, block_major_activations(n, dim));
 }
 
 void launch_quantize_q8k(const float* x, int n, int dim, const Q8KActivations& out,
@@ -1328,25 +1437,25 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
     return;
   }
   const MatmulInputs in{x, xq, xd, xk};
-  static const bool tensor_cores = tensor_core_matmul_wanted();
-  static const bool one_row = one_row_matmul_wanted();
-  static const bool few_rows = few_rows_matmul_wanted();
-  if (tensor_cores && few_rows && n >= 2 && n <= kRowsKernelMaxRows) {
-    if (group.w[0].kind == WeightKind::kQ8_0)
-      return launch_rows<WeightKind::kQ8_0>(group, xq, xd, n, stream);
-    if (group.w[0].kind == WeightKind::kQ4_0)
-      return launch_rows<WeightKind::kQ4_0>(group, xq, xd, n, stream);
+  const WeightKind kind = group.w[0].kind;
+  if (kind == WeightKind::kQ8_0 || kind == WeightKind::kQ4_0) {
+    const bool q8 = kind == WeightKind::kQ8_0;
+    switch (quantized_kernel(n, group.w[0].n_in)) {
+      case QuantizedKernel::kRows:
+        return q8 ? launch_rows<WeightKind::kQ8_0>(group, xq, xd, n, stream)
+                  : launch_rows<WeightKind::kQ4_0>(group, xq, xd, n, stream);
+      case QuantizedKernel::kOneRow:
+        return q8 ? launch_gemv<WeightKind::kQ8_0>(group, xq, xd, stream)
+                  : launch_gemv<WeightKind::kQ4_0>(group, xq, xd, stream);
+      case QuantizedKernel::kTensorCores: {
+        const bool block_major = block_major_activations(n, group.w[0].n_in);
+        return q8 ? launch_matmul_mma<WeightKind::kQ8_0>(group, xq, xd, n, block_major, stream)
+                  : launch_matmul_mma<WeightKind::kQ4_0>(group, xq, xd, n, block_major, stream);
+      }
+      case QuantizedKernel::kWarp:
+        break;  // the warp kernel below
+    }
   }
-  if (tensor_cores && one_row && n == 1 && gemv_shared_bytes(group.w[0].n_in) <= kGemvMaxShared) {
-    if (group.w[0].kind == WeightKind::kQ8_0)
-      return launch_gemv<WeightKind::kQ8_0>(group, xq, xd, stream);
-    if (group.w[0].kind == WeightKind::kQ4_0)
-      return launch_gemv<WeightKind::kQ4_0>(group, xq, xd, stream);
-  }
-  if (tensor_cores && group.w[0].kind == WeightKind::kQ8_0)
-    return launch_matmul_mma<WeightKind::kQ8_0>(group, xq, xd, n, stream);
-  if (tensor_cores && group.w[0].kind == WeightKind::kQ4_0)
-    return launch_matmul_mma<WeightKind::kQ4_0>(group, xq, xd, n, stream);
   // A one-row tile for single rows: the same arithmetic per row, fewer registers.
   if (n == 1)
     launch_matmul_tile<1>(group, in, n, stream);
@@ -1363,13 +1472,19 @@ void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, cons
   launch_matmul_group(group, x, xq, xd, xk, n, stream);
 }
 
+void launch_rope_angles(const int32_t* positions, const float* inv_freq, int n, int n_pairs,
+                        float* angles, cudaStream_t stream) {
+  if (n > 0 && n_pairs > 0)
+    rope_angles_kernel<<<n, 64, 0, stream>>>(positions, inv_freq, n_pairs,
+                                             reinterpret_cast<float2*>(angles));
+}
+
 void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const float* bk,
-                            const float* bv, const int32_t* positions, const float* inv_freq,
-                            const AttentionRow* rows, int layer, int n, HeadShape shape,
-                            cudaStream_t stream) {
+                            const float* bv, const float* angles, const AttentionRow* rows,
+                            int layer, int n, HeadShape shape, cudaStream_t stream) {
   if (n > 0)
-    bias_rope_store_kernel<<<n, 128, 0, stream>>>(q, k, v, bq, bk, bv, positions, inv_freq, rows,
-                                                  layer, shape);
+    bias_rope_store_kernel<<<dim3(n, shape.n_head + shape.n_head_kv), 64, 0, stream>>>(
+        q, k, v, bq, bk, bv, reinterpret_cast<const float2*>(angles), rows, layer, shape);
 }
 
 void launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
@@ -1391,7 +1506,9 @@ void launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
 
 void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
                    cudaStream_t stream) {
-  if (n > 0) swiglu_kernel<<<n, kNormThreads, 0, stream>>>(gate, up, dim, q, scales);
+  if (n > 0)
+    swiglu_kernel<<<n, kNormThreads, 0, stream>>>(gate, up, dim, q, scales,
+                                                  block_major_activations(n, dim));
 }
 
 void launch_add(float* y, const float* x, int64_t count, cudaStream_t stream) {

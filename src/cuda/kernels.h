@@ -101,12 +101,16 @@ struct MatmulGroup {
 void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t* xq,
                          const float* xd, const Q8KActivations& xk, int n, cudaStream_t stream);
 
-// Adds the biases (null: none) to q, k, v, rotates q and k at `positions`,
-// and writes each row's k and v of `layer` to its write_slot.
+// angles[2 (i · n_pairs + p) + {0, 1}] = the cosine and sine of positions[i] ·
+// inv_freq[p] (computed in double, rounded to float): the rotations of a
+// pass's rows, computed once for all its layers and heads.
+void launch_rope_angles(const int32_t* positions, const float* inv_freq, int n, int n_pairs,
+                        float* angles, cudaStream_t stream);
+// Adds the biases (null: none) to q, k, v, rotates q and k by `angles` (from
+// launch_rope_angles), and writes each row's k and v of `layer` to its write_slot.
 void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const float* bk,
-                            const float* bv, const int32_t* positions, const float* inv_freq,
-                            const AttentionRow* rows, int layer, int n, HeadShape shape,
-                            cudaStream_t stream);
+                            const float* bv, const float* angles, const AttentionRow* rows,
+                            int layer, int n, HeadShape shape, cudaStream_t stream);
 // out (n × n_head·head_dim): each row's heads attend over the row's keys, each
 // (row, head) in kAttentionSplits blocks whose results go through `partial`
 // (attention_partial_floats(n, n_head, head_dim) floats). `grouped`: the query heads of a
