@@ -10,7 +10,8 @@
 #   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0, 1B-class F16,
 #      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
 #   3. the strategies on the GPU (parspec bench, 8B-class Q4_0 target + 100M-class
-#      drafter; auto and ppd; a prompt of over 2000 tokens) while llama.cpp builds; then
+#      drafter; auto and ppd; a prompt of over 2000 tokens; the kernels not yet the
+#      default) while llama.cpp builds, then with the drafter on the CPU (-ngld 0); then
 #      per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
 #      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode without
 #      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) for the 100M drafter and the 8B Q4_0, and
@@ -358,10 +359,29 @@ env $(kernel_env opt-in) timeout 150 "$bin_parspec" bench "${pair[@]}" "${device
   --md "$out/strategies-long-opt-in.md" >"$out/strategies-long-opt-in.txt" 2>&1 ||
   echo "parspec bench failed or timed out: see $out/strategies-long-opt-in.txt"
 
+# The short prompts with the kernels not yet the default (block-major
+# activations above all: verification's matmuls); below, with the drafter on
+# the host's CPU cores while the GPU verifies (-ngld 0; PEARL's case across devices).
+opt_in_set=ar,sd,tree,dyntree
+step "parspec bench with $(kernel_env opt-in): $opt_in_set"
+env $(kernel_env opt-in) timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
+  --strategies "$opt_in_set" --prompts code,prose --max-prompts 3 -n 64 -t 2 \
+  --md "$out/strategies-opt-in.md" >"$out/strategies-opt-in.txt" 2>&1 ||
+  echo "parspec bench failed or timed out: see $out/strategies-opt-in.txt"
+
 if [[ -n $llama_pid ]]; then
   step "waiting for the llama.cpp build"
   wait "$llama_pid" || { echo "llama.cpp build failed: see $out/llama_build.log"; llama_bin=""; }
 fi
+
+# The drafter on the CPU after the build, while the host's cores are idle.
+cpu_draft_set=ar,sd,pearl
+[[ $mode == dry ]] && cpu_draft_set=ar,sd
+step "parspec bench with the drafter on the CPU (-ngld 0): $cpu_draft_set"
+timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" -ngld 0 --strategies "$cpu_draft_set" \
+  --prompts code,prose --max-prompts 2 -n 48 -t "$(nproc)" --md "$out/strategies-cpu-draft.md" \
+  >"$out/strategies-cpu-draft.txt" 2>&1 ||
+  echo "parspec bench failed or timed out: see $out/strategies-cpu-draft.txt"
 
 for row in "${table[@]}"; do
   read -r name src _ <<<"$row"
@@ -559,7 +579,7 @@ if warp_rows:
                   f"| {fmt(lat.get('8'), 2)} | {fmt(lat.get('32'), 2)} | {fmt(lat.get('64'), 2)} "
                   f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
 for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-long.md",
-           "strategies-long-opt-in.md"):
+           "strategies-long-opt-in.md", "strategies-opt-in.md", "strategies-cpu-draft.md"):
     path = os.path.join(out, md)
     if os.path.exists(path):
         print()

@@ -739,6 +739,63 @@ class CudaExecutor final : public ForwardExecutor {
     download(hidden, h, count);
   }
 
+  bool forward_layer_groups(const Model& model, const Batch& batch, KvCache& kv, int32_t first_cell,
+                            std::span<const int> group_ends, std::vector<float>& logits) override {
+    const ModelConfig& c = model.config();
+    check_batch(batch, c, "forward_layer_groups");
+    check(kv.layer_first() == 0 && kv.layer_last() == c.n_layer,
+          "forward_layer_groups: the cache must cover all layers");
+    int previous = 0;
+    for (int end : group_ends) {
+      check(end > previous, "forward_layer_groups: layer groups must be consecutive and non-empty");
+      previous = end;
+    }
+    check(previous == c.n_layer, "forward_layer_groups: the groups cover ", previous,
+          " layers; the model has ", c.n_layer);
+    const int n = static_cast<int>(batch.size());
+    logits.clear();
+    if (n == 0) return true;
+    DeviceModel& dm = on_device(model);
+    RowPlan plan;
+    plan.add(batch, kv, store_of(model, kv, first_cell), first_cell);
+    std::vector<int32_t> wanted;
+    for (int i = 0; i < n; ++i)
+      if (batch.want_logits[static_cast<size_t>(i)]) wanted.push_back(i);
+    eager_.reserve_rows(c, n);
+    const PassInputs in = with_rope_angles(c, dm, eager_, upload_plan(plan, wanted), n);
+    cudaStream_t stream = context_->stream;
+    const size_t rows = static_cast<size_t>(n) * c.n_embd;
+    float* h = eager_.hidden.as<float>();
+    launch_embed(dm.embedding, in.tokens, n, h, stream);
+    int first = 0;
+    for (int end : group_ends) {
+      if (end - first == 1) {
+        run_layers(c, dm, eager_, in, n, first, end, h);
+      } else {
+        float* h0 = reserve<float>(group_input_, rows, "activations");
+        float* outs = reserve<float>(group_outputs_, rows * (end - first), "activations");
+        cuda_check(cudaMemcpyAsync(h0, h, rows * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+                   "copying activations");
+        for (int l = first; l < end; ++l)
+          attention_part(c, dm, eager_, in, l, n, h0, nullptr, outs + (l - first) * rows);
+        for (int l = first; l < end; ++l) {
+          launch_add(h, outs + (l - first) * rows, static_cast<int64_t>(rows), stream);
+          mlp_part(c, dm, eager_, l, n, h, nullptr);
+          launch_add(h, eager_.o.as<float>(), static_cast<int64_t>(rows), stream);
+        }
+      }
+      first = end;
+    }
+    const float* out = nullptr;
+    if (!wanted.empty()) {
+      float* selected = eager_.selected.as<float>();
+      launch_gather_rows(h, in.wanted, static_cast<int>(wanted.size()), c.n_embd, selected, stream);
+      out = logits_part(c, dm, eager_, selected, static_cast<int>(wanted.size()));
+    }
+    logits = download_logits(model, out, wanted.size());
+    return true;
+  }
+
   void output_logits(const Model& model, const float* hidden, int n, float* logits) override {
     if (n <= 0) return;
     const ModelConfig& c = model.config();
@@ -1065,6 +1122,8 @@ class CudaExecutor final : public ForwardExecutor {
   // Passes that do not replay a graph: their inputs and activations, grown to
   // the largest so far.
   DeviceBuffer tokens_, positions_, rows_, spec_slots_, wanted_, argmax_;
+  // Layer-parallel drafting: a group's input and its attention blocks' outputs.
+  DeviceBuffer group_input_, group_outputs_;
   Workspace eager_;
   const float* last_logits_ = nullptr;
   int last_rows_ = 0, last_vocab_ = 0;

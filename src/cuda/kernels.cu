@@ -413,22 +413,17 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 
-    // Several blocks' loads in flight per warp, fewer when many activation tiles
-    // hold registers: a decode step is bound by how much memory is being read at
-    // once. Unrolling keeps each sum's order.
-    constexpr int kUnroll = kTiles == 1 ? 8 : kTiles == 2 ? 4 : 2;
-#pragma unroll kUnroll
-    for (int64_t b = warp; b < nb; b += kMmaWarps) {
+    // Block b's products for every activation tile, added to the accumulators.
+    auto step = [&](int64_t b, float dw_a, float dw_b) {
       int a[4];
       if constexpr (kBlockMajor)
         load_a_fragment_wide<kKind>(w, row_a, nb, b, t, a);
       else
         load_a_fragment<kKind>(w, row_a, nb, b, t, a);
-      const float dw_a = row_a < w.n_out ? __half2float(scales[row_a * nb + b]) : 0.0f;
-      const float dw_b = row_b < w.n_out ? __half2float(scales[row_b * nb + b]) : 0.0f;
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
-        // B: activation row 8i + gid, K bytes 4t.. and 16 + 4t.. of block b.
+        // B: activation row 8i + gid; K bytes 4t.. and 16 + 4t.. of block b
+        // (block-major: bytes 8t.., in load_a_fragment_wide's order).
         const int m_b = 8 * i + gid;
         int bf[2] = {0, 0};
         if (m_b < M) {
@@ -458,6 +453,37 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
         acc[i][1] = __fmaf_rn(__fmul_rn(dw_a, dx1), static_cast<float>(c[1]), acc[i][1]);
         acc[i][2] = __fmaf_rn(__fmul_rn(dw_b, dx0), static_cast<float>(c[2]), acc[i][2]);
         acc[i][3] = __fmaf_rn(__fmul_rn(dw_b, dx1), static_cast<float>(c[3]), acc[i][3]);
+      }
+    };
+
+    // Several blocks' loads in flight per warp, fewer when many activation tiles
+    // hold registers: a decode step is bound by how much memory is being read at
+    // once. Unrolling keeps each sum's order.
+    if constexpr (kBlockMajor) {
+      // The weight scales of four steps in one load: lane t reads its row's
+      // scale for the group's step t (the four are 32 bytes apart), and each
+      // step takes it from that lane.
+      constexpr int kGroupUnroll = kTiles == 1 ? 2 : 1;
+#pragma unroll kGroupUnroll
+      for (int64_t b0 = warp; b0 < nb; b0 += 4 * kMmaWarps) {
+        const int64_t bt = b0 + static_cast<int64_t>(t) * kMmaWarps;
+        const float sa = bt < nb && row_a < w.n_out ? __half2float(scales[row_a * nb + bt]) : 0.0f;
+        const float sb = bt < nb && row_b < w.n_out ? __half2float(scales[row_b * nb + bt]) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float dw_a = __shfl_sync(0xffffffffu, sa, gid * 4 + j);
+          const float dw_b = __shfl_sync(0xffffffffu, sb, gid * 4 + j);
+          const int64_t b = b0 + static_cast<int64_t>(j) * kMmaWarps;
+          if (b < nb) step(b, dw_a, dw_b);  // the same on every lane
+        }
+      }
+    } else {
+      constexpr int kUnroll = kTiles == 1 ? 8 : kTiles == 2 ? 4 : 2;
+#pragma unroll kUnroll
+      for (int64_t b = warp; b < nb; b += kMmaWarps) {
+        const float dw_a = row_a < w.n_out ? __half2float(scales[row_a * nb + b]) : 0.0f;
+        const float dw_b = row_b < w.n_out ? __half2float(scales[row_b * nb + b]) : 0.0f;
+        step(b, dw_a, dw_b);
       }
     }
 #pragma unroll
@@ -1316,27 +1342,28 @@ __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
   }
 }
 
-// One block per row: gate = silu(gate) · up, with silu(g) = g·σ(g) and σ from
-// an exponential of −|g| (never overflows); quantized to Q8_0 when q is given.
+// gate = silu(gate) · up, with silu(g) = g·σ(g) and σ from an exponential of
+// −|g| (never overflows); quantized to Q8_0 when q is given. Blocks of
+// (row, 256 values): one warp per 32 values, so a row spreads over the GPU.
 __global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, float* scales,
                               bool block_major) {
   const int64_t row = blockIdx.x;
   const int lane = threadIdx.x % kWarp;
-  for (int base = threadIdx.x / kWarp * kWarp; base < dim; base += kNormThreads) {
-    const int64_t e = row * dim + base + lane;
-    float value = 0.0f;
-    if (base + lane < dim) {
-      const float g = gate[e];
-      const float t = expf(-fabsf(g));
-      const float sigma =
-          g >= 0.0f ? __fdiv_rn(1.0f, __fadd_rn(1.0f, t)) : __fdiv_rn(t, __fadd_rn(1.0f, t));
-      value = __fmul_rn(__fmul_rn(g, sigma), up[e]);
-      gate[e] = value;
-    }
-    if (q != nullptr) {  // dim is a multiple of 32 then: every lane holds a value
-      const int64_t at = q8_block_index(row, base / 32, gridDim.x, dim / 32, block_major);
-      quantize_block(value, lane, q + at * 32, scales + at);
-    }
+  const int base = blockIdx.y * kNormThreads + threadIdx.x / kWarp * kWarp;
+  if (base >= dim) return;  // the whole warp
+  const int64_t e = row * dim + base + lane;
+  float value = 0.0f;
+  if (base + lane < dim) {
+    const float g = gate[e];
+    const float t = expf(-fabsf(g));
+    const float sigma =
+        g >= 0.0f ? __fdiv_rn(1.0f, __fadd_rn(1.0f, t)) : __fdiv_rn(t, __fadd_rn(1.0f, t));
+    value = __fmul_rn(__fmul_rn(g, sigma), up[e]);
+    gate[e] = value;
+  }
+  if (q != nullptr) {  // dim is a multiple of 32 then: every lane holds a value
+    const int64_t at = q8_block_index(row, base / 32, gridDim.x, dim / 32, block_major);
+    quantize_block(value, lane, q + at * 32, scales + at);
   }
 }
 
@@ -1507,8 +1534,8 @@ void launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
 void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
                    cudaStream_t stream) {
   if (n > 0)
-    swiglu_kernel<<<n, kNormThreads, 0, stream>>>(gate, up, dim, q, scales,
-                                                  block_major_activations(n, dim));
+    swiglu_kernel<<<dim3(n, blocks_for(dim, kNormThreads)), kNormThreads, 0, stream>>>(
+        gate, up, dim, q, scales, block_major_activations(n, dim));
 }
 
 void launch_add(float* y, const float* x, int64_t count, cudaStream_t stream) {

@@ -43,6 +43,21 @@ class ForwardExecutor {
                                 AttentionProbe* probe) = 0;
   virtual void mlp_block(const Model& model, int layer, int n_tokens, float* hidden) = 0;
   virtual void output_logits(const Model& model, const float* hidden, int n, float* logits) = 0;
+
+  // Layer-parallel drafting's forward in one call, for executors that keep
+  // the activations on their device between the pieces: the batch's
+  // embedding; per group of consecutive layers (`group_ends`: each group's end)
+  // forward_layers for a group of one, and for more the group's attention
+  // blocks all on the group's input, then in order h += attention_output and
+  // h += mlp_block of each of its layers; then the logits of the rows that want
+  // them, into `logits`. The batch's cells are in `kv` from first_cell. The
+  // results are those of the pieces composed so. Returns false, having run
+  // nothing, where the executor has no such pass (callers compose the pieces).
+  virtual bool forward_layer_groups(const Model& /*model*/, const Batch& /*batch*/, KvCache& /*kv*/,
+                                    int32_t /*first_cell*/, std::span<const int> /*group_ends*/,
+                                    std::vector<float>& /*logits*/) {
+    return false;
+  }
 };
 
 // The CPU backend: the Model's functions on a Worker's threads. One job at a

@@ -361,6 +361,83 @@ TEST(CudaBackend, RefusesFamiliesItCannotRun) {
   }
 }
 
+// Layer-parallel drafting's pass in one call gives what its pieces composed
+// on the host give, bit for bit, over a prefill and a tree after it.
+TEST(CudaLayerGroups, OneCallGivesThePiecesResults) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  RandomModelSpec spec = small_spec("llama", DType::F16);
+  spec.n_layer = 4;
+  auto model = Model::load(write_model(dir, "groups.gguf", spec));
+  const ModelConfig& c = model->config();
+  const std::vector<int> ends = {1, 3, 4};  // layer 0, layers 1-2 in parallel, layer 3
+  auto executor = cuda::make_executor(0);
+
+  // The pieces, as LayerParallelDrafter composes them where no executor runs the whole pass.
+  auto pieces = [&](const Batch& batch, KvCache& kv) {
+    const int32_t first_cell = kv.add_cells(batch.positions, batch.parents);
+    const size_t n = batch.size(), row = static_cast<size_t>(c.n_embd);
+    std::vector<float> hidden(n * row);
+    model->embed(batch.tokens, hidden.data());
+    int first = 0;
+    for (int end : ends) {
+      if (end - first == 1) {
+        executor->forward_layers(*model, batch, kv, first_cell, first, end, hidden.data());
+      } else {
+        const std::vector<float> h0 = hidden;
+        std::vector<float> outs(static_cast<size_t>(end - first) * n * row);
+        for (int l = first; l < end; ++l)
+          executor->attention_output(*model, l, batch, kv, first_cell, h0.data(),
+                                     outs.data() + (l - first) * n * row, nullptr);
+        for (int l = first; l < end; ++l) {
+          for (size_t i = 0; i < n * row; ++i) hidden[i] += outs[(l - first) * n * row + i];
+          executor->mlp_block(*model, l, static_cast<int>(n), hidden.data());
+        }
+      }
+      first = end;
+    }
+    size_t n_out = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (batch.want_logits[i]) {
+        std::copy_n(&hidden[i * row], row, &hidden[n_out * row]);
+        ++n_out;
+      }
+    std::vector<float> logits(n_out * static_cast<size_t>(c.n_vocab));
+    executor->output_logits(*model, hidden.data(), static_cast<int>(n_out), logits.data());
+    return logits;
+  };
+  auto whole = [&](const Batch& batch, KvCache& kv) {
+    const int32_t first_cell = kv.add_cells(batch.positions, batch.parents);
+    std::vector<float> logits;
+    EXPECT_TRUE(executor->forward_layer_groups(*model, batch, kv, first_cell, ends, logits));
+    return logits;
+  };
+
+  KvCache kv_pieces(c, 64), kv_whole(c, 64);
+  const Batch prefill_pieces = Batch::chain(kv_pieces, kTokens, true);
+  const Batch prefill_whole = Batch::chain(kv_whole, kTokens, true);
+  const std::vector<float> a = pieces(prefill_pieces, kv_pieces);
+  const std::vector<float> b = whole(prefill_whole, kv_whole);
+  ASSERT_EQ(a.size(), kTokens.size() * static_cast<size_t>(c.n_vocab));
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_TRUE(bitwise_equal(a.data(), b.data(), a.size())) << "prefill";
+  std::vector<int32_t> path(kTokens.size());
+  for (size_t i = 0; i < path.size(); ++i) path[i] = static_cast<int32_t>(i);
+  kv_pieces.commit(path);
+  kv_whole.commit(path);
+
+  const int32_t at = static_cast<int32_t>(kTokens.size());
+  Batch tree;
+  tree.add(5, at, -1, true);
+  tree.add(6, at, -1, false);
+  tree.add(7, at + 1, 0, true);
+  const std::vector<float> ta = pieces(tree, kv_pieces);
+  const std::vector<float> tb = whole(tree, kv_whole);
+  ASSERT_EQ(ta.size(), 2u * static_cast<size_t>(c.n_vocab));
+  ASSERT_EQ(ta.size(), tb.size());
+  EXPECT_TRUE(bitwise_equal(ta.data(), tb.data(), ta.size())) << "tree";
+}
+
 std::vector<std::vector<int32_t>> prompts(int n) {
   std::vector<std::vector<int32_t>> out;
   for (int i = 0; i < n; ++i) {

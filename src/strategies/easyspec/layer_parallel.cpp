@@ -207,10 +207,17 @@ std::vector<float> LayerParallelDrafter::fuzzy_forward(const Batch& batch) {
         "forward: batch arrays differ in length");
   if (n == 0) return {};
   const size_t row = static_cast<size_t>(c.n_embd);
-  std::vector<float> hidden(n * row), h0, outs;
-  model_->embed(batch.tokens, hidden.data());
   const int32_t first_cell = kv_->add_cells(batch.positions, batch.parents);
   if (executor_) executor_->add_cells(batch);
+  {  // a device executor runs the whole pass without the host between its pieces
+    std::vector<int> group_ends;
+    for (const LayerGroup& g : groups_) group_ends.push_back(g.last);
+    std::vector<float> logits;
+    if (forwards_.forward_layer_groups(*model_, batch, *kv_, first_cell, group_ends, logits))
+      return logits;
+  }
+  std::vector<float> hidden(n * row), h0, outs;
+  model_->embed(batch.tokens, hidden.data());
   for (const LayerGroup& g : groups_) {
     if (g.size() == 1) {
       forwards_.forward_layers(*model_, batch, *kv_, first_cell, g.first, g.last, hidden.data());
