@@ -44,6 +44,13 @@ std::string gib(uint64_t bytes) {
 struct DeviceContext {
   int device = 0;
   cudaStream_t stream = nullptr;
+  // Streams beside `stream` for work that may overlap (a layer group's
+  // attention blocks): `fork` recorded on `stream` starts them, each joins
+  // back through its event in `joins`. Made when first needed.
+  std::vector<cudaStream_t> side;
+  std::vector<cudaEvent_t> joins;
+  cudaEvent_t fork = nullptr;
+
   explicit DeviceContext(int d) : device(d) {
     cuda_check(cudaSetDevice(device), "cudaSetDevice");
     cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -52,6 +59,21 @@ struct DeviceContext {
     if (stream != nullptr) {
       cudaStreamSynchronize(stream);
       cudaStreamDestroy(stream);
+    }
+    for (cudaStream_t s : side) cudaStreamDestroy(s);
+    for (cudaEvent_t e : joins) cudaEventDestroy(e);
+    if (fork != nullptr) cudaEventDestroy(fork);
+  }
+  void ensure_side_streams(size_t count) {
+    if (fork == nullptr)
+      cuda_check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
+    while (side.size() < count) {
+      cudaStream_t s = nullptr;
+      cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+      side.push_back(s);
+      cudaEvent_t e = nullptr;
+      cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      joins.push_back(e);
     }
   }
   DeviceContext(const DeviceContext&) = delete;
@@ -395,6 +417,7 @@ struct PassInputs {
 struct Workspace {
   DeviceBuffer hidden, xn, q, k, v, att, att_partial, o, gate, up, xq, xd, xk_q, xk_d, xk_bsums,
       selected, out_norm, logits, rope_angles;
+  cudaStream_t stream = nullptr;  // where the kernels on this workspace go
 
   void reserve_rows(const ModelConfig& c, int rows) {
     const size_t n = static_cast<size_t>(std::max(rows, 1));
@@ -449,11 +472,46 @@ class PinnedBuffer {
 constexpr int kGraphRows = 64;
 constexpr int kGraphSpecSlots = 64 * 64;  // a pass's speculative key slots, all rows together
 
+// A captured pass: its row bucket, and for layer-parallel passes the ends
+// of the layer groups (empty for a full pass).
+using GraphKey = std::pair<int, std::vector<int>>;
+
+// What a layer-parallel pass needs beyond a workspace: the group's input and
+// its attention blocks' outputs, and workspaces for the blocks that run
+// beside the first (on the context's side streams).
+struct LayerGroupBuffers {
+  DeviceBuffer input, outputs;
+  std::vector<std::unique_ptr<Workspace>> side;
+
+  // For groups of up to `widest` layers over `rows` rows, the side
+  // workspaces' kernels on `streams`. Returns whether a buffer that existed
+  // moved (graphs captured with it are then stale).
+  bool reserve_for(const ModelConfig& c, int rows, int widest,
+                   const std::vector<cudaStream_t>& streams) {
+    const void* before[2] = {input.get(), outputs.get()};
+    const size_t count = static_cast<size_t>(rows) * c.n_embd;
+    reserve<float>(input, count, "activations");
+    reserve<float>(outputs, count * static_cast<size_t>(widest), "activations");
+    bool moved = (before[0] != nullptr && before[0] != input.get()) ||
+                 (before[1] != nullptr && before[1] != outputs.get());
+    while (side.size() + 1 < static_cast<size_t>(widest))
+      side.push_back(std::make_unique<Workspace>());
+    for (size_t i = 0; i < side.size(); ++i) {
+      const void* held = side[i]->hidden.get();
+      side[i]->reserve_rows(c, rows);
+      moved |= held != nullptr && held != side[i]->hidden.get();
+      side[i]->stream = streams.at(i);
+    }
+    return moved;
+  }
+};
+
 struct GraphState {
   Workspace ws;
   DeviceBuffer meta, trash_k, trash_v;
   PinnedBuffer staging;
-  std::map<int, cudaGraphExec_t> graphs;  // by bucket
+  std::map<GraphKey, cudaGraphExec_t> graphs;
+  LayerGroupBuffers groups;  // sized for kGraphRows rows and every layer in one group
 
   // Byte offsets in `meta` (and `staging`).
   static constexpr size_t kTokens = 0;
@@ -471,7 +529,7 @@ struct GraphState {
     reserve<float>(trash_v, trash, "graph padding");
   }
   ~GraphState() {
-    for (auto& [bucket, exec] : graphs) cudaGraphExecDestroy(exec);
+    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
   }
   GraphState(const GraphState&) = delete;
   GraphState& operator=(const GraphState&) = delete;
@@ -601,7 +659,9 @@ class CudaExecutor final : public ForwardExecutor {
   explicit CudaExecutor(int device)
       : context_(std::make_shared<DeviceContext>(device)),
         graphs_(graphs_wanted()),
-        grouped_attention_(grouped_attention_wanted()) {}
+        grouped_attention_(grouped_attention_wanted()) {
+    eager_.stream = context_->stream;
+  }
 
   void use_graphs(bool on) { graphs_ = on; }
   void use_grouped_attention(bool on) {
@@ -745,9 +805,10 @@ class CudaExecutor final : public ForwardExecutor {
     check_batch(batch, c, "forward_layer_groups");
     check(kv.layer_first() == 0 && kv.layer_last() == c.n_layer,
           "forward_layer_groups: the cache must cover all layers");
-    int previous = 0;
+    int previous = 0, widest = 1;
     for (int end : group_ends) {
       check(end > previous, "forward_layer_groups: layer groups must be consecutive and non-empty");
+      widest = std::max(widest, end - previous);
       previous = end;
     }
     check(previous == c.n_layer, "forward_layer_groups: the groups cover ", previous,
@@ -761,36 +822,44 @@ class CudaExecutor final : public ForwardExecutor {
     std::vector<int32_t> wanted;
     for (int i = 0; i < n; ++i)
       if (batch.want_logits[static_cast<size_t>(i)]) wanted.push_back(i);
-    eager_.reserve_rows(c, n);
-    const PassInputs in = with_rope_angles(c, dm, eager_, upload_plan(plan, wanted), n);
-    cudaStream_t stream = context_->stream;
-    const size_t rows = static_cast<size_t>(n) * c.n_embd;
-    float* h = eager_.hidden.as<float>();
-    launch_embed(dm.embedding, in.tokens, n, h, stream);
-    int first = 0;
-    for (int end : group_ends) {
-      if (end - first == 1) {
-        run_layers(c, dm, eager_, in, n, first, end, h);
-      } else {
-        float* h0 = reserve<float>(group_input_, rows, "activations");
-        float* outs = reserve<float>(group_outputs_, rows * (end - first), "activations");
-        cuda_check(cudaMemcpyAsync(h0, h, rows * sizeof(float), cudaMemcpyDeviceToDevice, stream),
-                   "copying activations");
-        for (int l = first; l < end; ++l)
-          attention_part(c, dm, eager_, in, l, n, h0, nullptr, outs + (l - first) * rows);
-        for (int l = first; l < end; ++l) {
-          launch_add(h, outs + (l - first) * rows, static_cast<int64_t>(rows), stream);
-          mlp_part(c, dm, eager_, l, n, h, nullptr);
-          launch_add(h, eager_.o.as<float>(), static_cast<int64_t>(rows), stream);
-        }
-      }
-      first = end;
-    }
+    bool own_embeddings = false;
+    for (const float* e : batch.input_embeddings) own_embeddings |= e != nullptr;
+    // The group's attention blocks overlap on side streams unless kernels are timed one by one.
+    const bool overlap = !profile_.on();
+    context_->ensure_side_streams(static_cast<size_t>(widest - 1));
+
     const float* out = nullptr;
-    if (!wanted.empty()) {
-      float* selected = eager_.selected.as<float>();
-      launch_gather_rows(h, in.wanted, static_cast<int>(wanted.size()), c.n_embd, selected, stream);
-      out = logits_part(c, dm, eager_, selected, static_cast<int>(wanted.size()));
+    if (graphs_ && !profile_.on() && !own_embeddings && plan.size() <= kGraphRows &&
+        plan.spec_slots.size() < static_cast<size_t>(kGraphSpecSlots)) {
+      const int bucket = graph_bucket(n);
+      GraphState& g = graph_state(c, dm);
+      stage_graph_inputs(g, plan, wanted, bucket);
+      const std::vector<int> ends(group_ends.begin(), group_ends.end());
+      if (g.groups.reserve_for(c, kGraphRows, widest, context_->side))
+        drop_layer_group_graphs(g);  // they hold the buffers that moved
+      replay(g, {bucket, ends}, [&] {
+        const PassInputs in = with_rope_angles(c, dm, g.ws, g.inputs(), bucket);
+        float* h = g.ws.hidden.as<float>();
+        launch_embed(dm.embedding, in.tokens, bucket, h, g.ws.stream);
+        run_layer_groups(c, dm, g.ws, g.groups, overlap, in, bucket, ends, h);
+        launch_gather_rows(h, in.wanted, bucket, c.n_embd, g.ws.selected.as<float>(), g.ws.stream);
+        logits_part(c, dm, g.ws, g.ws.selected.as<float>(), bucket);
+      });
+      last_logits_ = g.ws.logits.as<float>();
+      last_rows_ = static_cast<int>(wanted.size());
+      out = wanted.empty() ? nullptr : last_logits_;
+    } else {
+      eager_.reserve_rows(c, n);
+      eager_groups_.reserve_for(c, n, widest, context_->side);
+      const PassInputs in = with_rope_angles(c, dm, eager_, upload_plan(plan, wanted), n);
+      float* h = upload_or_embed(c, dm, in, {&batch}, n);
+      run_layer_groups(c, dm, eager_, eager_groups_, overlap, in, n, group_ends, h);
+      if (!wanted.empty()) {
+        float* selected = eager_.selected.as<float>();
+        launch_gather_rows(h, in.wanted, static_cast<int>(wanted.size()), c.n_embd, selected,
+                           eager_.stream);
+        out = logits_part(c, dm, eager_, selected, static_cast<int>(wanted.size()));
+      }
     }
     logits = download_logits(model, out, wanted.size());
     return true;
@@ -875,11 +944,10 @@ class CudaExecutor final : public ForwardExecutor {
   void matmul_group(Workspace& ws, const MatmulGroup& group, const float* x, int n) {
     for (int i = 0; i < group.count; ++i)
       if (takes_q8k_input(group.w[i].kind)) {
-        launch_quantize_q8k(x, n, static_cast<int>(group.w[i].n_in), ws.xk(), context_->stream);
+        launch_quantize_q8k(x, n, static_cast<int>(group.w[i].n_in), ws.xk(), ws.stream);
         break;
       }
-    launch_matmul_group(group, x, ws.xq.as<int8_t>(), ws.xd.as<float>(), ws.xk(), n,
-                        context_->stream);
+    launch_matmul_group(group, x, ws.xq.as<int8_t>(), ws.xd.as<float>(), ws.xk(), n, ws.stream);
   }
 
   void matmul(Workspace& ws, const DeviceMatrix& w, const float* x, int n, float* y) {
@@ -903,9 +971,17 @@ class CudaExecutor final : public ForwardExecutor {
 
     const ModelConfig& c = model.config();
     const int n = plan.size();
-    cudaStream_t stream = context_->stream;
     const PassInputs in = upload_plan(plan, wanted);
     eager_.reserve_rows(c, n);
+    upload_or_embed(c, dm, in, batches, n);  // into eager_.hidden
+    return layers_and_logits(c, dm, eager_, in, n, static_cast<int>(wanted.size()));
+  }
+
+  // The eager workspace's hidden rows: each row's token embedding, or the
+  // embedding its batch brings (input_embeddings).
+  float* upload_or_embed(const ModelConfig& c, DeviceModel& dm, const PassInputs& in,
+                         const std::vector<const Batch*>& batches, int n) {
+    cudaStream_t stream = eager_.stream;
     float* h = eager_.hidden.as<float>();
     profile_.begin(stream);
     launch_embed(dm.embedding, in.tokens, n, h, stream);
@@ -921,7 +997,7 @@ class CudaExecutor final : public ForwardExecutor {
       }
       row += static_cast<int>(b->size());
     }
-    return layers_and_logits(c, dm, eager_, in, n, static_cast<int>(wanted.size()));
+    return h;
   }
 
   // h += attention and h += mlp of layers [first, last). Each block's output
@@ -936,14 +1012,14 @@ class CudaExecutor final : public ForwardExecutor {
       mlp_part(c, dm, ws, l, n, h, ws.o.as<float>());
     }
     if (last > first)
-      launch_add(h, ws.o.as<float>(), static_cast<int64_t>(n) * c.n_embd, context_->stream);
-    profile_.mark("add (last MLP)", context_->stream);
+      launch_add(h, ws.o.as<float>(), static_cast<int64_t>(n) * c.n_embd, ws.stream);
+    profile_.mark("add (last MLP)", ws.stream);
   }
 
   // Every layer over the rows in ws.hidden, then the logits of the n_out rows `in.wanted`.
   const float* layers_and_logits(const ModelConfig& c, DeviceModel& dm, Workspace& ws,
                                  const PassInputs& in, int n, int n_out) {
-    cudaStream_t stream = context_->stream;
+    cudaStream_t stream = ws.stream;
     float* h = ws.hidden.as<float>();
     run_layers(c, dm, ws, in, n, 0, c.n_layer, h);
     if (n_out == 0) return nullptr;
@@ -953,16 +1029,19 @@ class CudaExecutor final : public ForwardExecutor {
     return logits_part(c, dm, ws, selected, n_out);
   }
 
-  // The pass as a replay of the graph of its row bucket (captured on first use).
-  const float* graph_pass(const Model& model, DeviceModel& dm, const RowPlan& plan,
-                          const std::vector<int32_t>& wanted) {
-    const ModelConfig& c = model.config();
-    const int n = plan.size(), bucket = graph_bucket(n);
-    if (dm.graphs == nullptr) dm.graphs.reset(new GraphState(c));
-    GraphState& g = *dm.graphs;
-    cudaStream_t stream = context_->stream;
+  GraphState& graph_state(const ModelConfig& c, DeviceModel& dm) {
+    if (dm.graphs == nullptr) {
+      dm.graphs.reset(new GraphState(c));
+      dm.graphs->ws.stream = context_->stream;
+    }
+    return *dm.graphs;
+  }
 
-    // This pass's inputs, padded to the bucket, in the staging buffer's layout.
+  // This pass's inputs, padded to the bucket, in the staging buffer's layout,
+  // and their copy to the device (before the replay, on the same stream).
+  void stage_graph_inputs(GraphState& g, const RowPlan& plan, const std::vector<int32_t>& wanted,
+                          int bucket) {
+    const int n = plan.size();
     uint8_t* staging = g.staging.get();
     auto* tokens = reinterpret_cast<int32_t*>(staging + GraphState::kTokens);
     auto* positions = reinterpret_cast<int32_t*>(staging + GraphState::kPositions);
@@ -983,19 +1062,22 @@ class CudaExecutor final : public ForwardExecutor {
     }
     std::copy(plan.spec_slots.begin(), plan.spec_slots.end(), spec);
     spec[kGraphSpecSlots - 1] = 0;
-    cuda_check(
-        cudaMemcpyAsync(g.meta.get(), staging, GraphState::kBytes, cudaMemcpyHostToDevice, stream),
-        "copying graph inputs");
+    cuda_check(cudaMemcpyAsync(g.meta.get(), staging, GraphState::kBytes, cudaMemcpyHostToDevice,
+                               context_->stream),
+               "copying graph inputs");
+  }
 
-    auto it = g.graphs.find(bucket);
+  // Replays graph `key`, capturing what `body` queues on the context's stream first.
+  template <class Body>
+  void replay(GraphState& g, const GraphKey& key, Body body) {
+    cudaStream_t stream = context_->stream;
+    auto it = g.graphs.find(key);
     if (it == g.graphs.end()) {
-      const PassInputs in = g.inputs();
       cudaGraph_t graph = nullptr;
       cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                  "cudaStreamBeginCapture");
       try {
-        launch_embed(dm.embedding, in.tokens, bucket, g.ws.hidden.as<float>(), stream);
-        layers_and_logits(c, dm, g.ws, in, bucket, bucket);
+        body();
       } catch (...) {  // leave the stream usable: end the capture, drop what it caught
         if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr)
           cudaGraphDestroy(graph);
@@ -1007,12 +1089,85 @@ class CudaExecutor final : public ForwardExecutor {
       const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);
       cuda_check(status, "cudaGraphInstantiate");
-      it = g.graphs.emplace(bucket, exec).first;
+      it = g.graphs.emplace(key, exec).first;
     }
     cuda_check(cudaGraphLaunch(it->second, stream), "cudaGraphLaunch");
+  }
+
+  static void drop_layer_group_graphs(GraphState& g) {
+    for (auto it = g.graphs.begin(); it != g.graphs.end();) {
+      if (it->first.second.empty()) {
+        ++it;
+        continue;
+      }
+      cudaGraphExecDestroy(it->second);
+      it = g.graphs.erase(it);
+    }
+  }
+
+  // The pass as a replay of the graph of its row bucket (captured on first use).
+  const float* graph_pass(const Model& model, DeviceModel& dm, const RowPlan& plan,
+                          const std::vector<int32_t>& wanted) {
+    const ModelConfig& c = model.config();
+    const int bucket = graph_bucket(plan.size());
+    GraphState& g = graph_state(c, dm);
+    stage_graph_inputs(g, plan, wanted, bucket);
+    replay(g, {bucket, {}}, [&] {
+      const PassInputs in = g.inputs();
+      launch_embed(dm.embedding, in.tokens, bucket, g.ws.hidden.as<float>(), g.ws.stream);
+      layers_and_logits(c, dm, g.ws, in, bucket, bucket);
+    });
     last_logits_ = g.ws.logits.as<float>();
     last_rows_ = static_cast<int>(wanted.size());
     return wanted.empty() ? nullptr : g.ws.logits.as<float>();
+  }
+
+  // Layer-parallel drafting's layers on h (forward_layer_groups): groups of
+  // one as run_layers; a larger group's input copied aside, its attention
+  // blocks on it (beside each other on the side streams when `overlap`),
+  // then its MLPs in order.
+  void run_layer_groups(const ModelConfig& c, DeviceModel& dm, Workspace& ws,
+                        LayerGroupBuffers& groups, bool overlap, const PassInputs& in, int n,
+                        std::span<const int> ends, float* h) {
+    cudaStream_t stream = ws.stream;
+    const size_t rows = static_cast<size_t>(n) * c.n_embd;
+    float* h0 = groups.input.as<float>();
+    float* outs = groups.outputs.as<float>();
+    int first = 0;
+    for (int end : ends) {
+      const int size = end - first;
+      if (size == 1) {
+        run_layers(c, dm, ws, in, n, first, end, h);
+        first = end;
+        continue;
+      }
+      cuda_check(cudaMemcpyAsync(h0, h, rows * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+                 "copying activations");
+      if (overlap) {
+        cuda_check(cudaEventRecord(context_->fork, stream), "cudaEventRecord");
+        for (int i = 1; i < size; ++i)
+          cuda_check(cudaStreamWaitEvent(groups.side.at(i - 1)->stream, context_->fork, 0),
+                     "cudaStreamWaitEvent");
+      }
+      for (int l = first; l < end; ++l) {
+        Workspace& w = overlap && l > first ? *groups.side.at(l - first - 1) : ws;
+        attention_part(c, dm, w, in, l, n, h0, nullptr, outs + (l - first) * rows);
+      }
+      if (overlap) {
+        for (int i = 1; i < size; ++i) {
+          cuda_check(cudaEventRecord(context_->joins.at(i - 1), groups.side.at(i - 1)->stream),
+                     "cudaEventRecord");
+          cuda_check(cudaStreamWaitEvent(stream, context_->joins.at(i - 1), 0),
+                     "cudaStreamWaitEvent");
+        }
+      }
+      for (int l = first; l < end; ++l) {
+        launch_add(h, outs + (l - first) * rows, static_cast<int64_t>(rows), stream);
+        mlp_part(c, dm, ws, l, n, h, nullptr);
+        launch_add(h, ws.o.as<float>(), static_cast<int64_t>(rows), stream);
+      }
+      first = end;
+    }
   }
 
   // The pass's inputs with the rows' rotations, computed for it unless they are already.
@@ -1020,8 +1175,8 @@ class CudaExecutor final : public ForwardExecutor {
                               int n) {
     if (in.rope_angles != nullptr) return in;
     launch_rope_angles(in.positions, dm.inv_freq, n, c.rope_dims / 2, ws.rope_angles.as<float>(),
-                       context_->stream);
-    profile_.mark("rope angles", context_->stream);
+                       ws.stream);
+    profile_.mark("rope angles", ws.stream);
     in.rope_angles = ws.rope_angles.as<float>();
     return in;
   }
@@ -1030,9 +1185,10 @@ class CudaExecutor final : public ForwardExecutor {
   // `out` and the rows' k and v into their caches.
   void attention_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& pass,
                       int layer, int n, float* h, const float* residual, float* out) {
+    check(ws.stream != nullptr, "a workspace without a stream");
     const PassInputs in = with_rope_angles(c, dm, ws, pass, n);
     const DeviceLayer& w = dm.layers.at(layer);
-    cudaStream_t stream = context_->stream;
+    cudaStream_t stream = ws.stream;
     float* xn = ws.xn.as<float>();
     float* q = ws.q.as<float>();
     float* k = ws.k.as<float>();
@@ -1068,7 +1224,7 @@ class CudaExecutor final : public ForwardExecutor {
   void mlp_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, int layer, int n, float* h,
                 const float* residual) {
     const DeviceLayer& w = dm.layers.at(layer);
-    cudaStream_t stream = context_->stream;
+    cudaStream_t stream = ws.stream;
     float* xn = ws.xn.as<float>();
     float* gate = ws.gate.as<float>();
     float* up = ws.up.as<float>();
@@ -1092,10 +1248,10 @@ class CudaExecutor final : public ForwardExecutor {
     float* xn = ws.out_norm.as<float>();
     float* logits = ws.logits.as<float>();
     launch_add_rmsnorm(h, nullptr, dm.output_norm, n, c.n_embd, c.rms_eps, xn,
-                       quantized_input(ws, {&dm.output}), ws.xd.as<float>(), context_->stream);
-    profile_.mark("output norm", context_->stream);
+                       quantized_input(ws, {&dm.output}), ws.xd.as<float>(), ws.stream);
+    profile_.mark("output norm", ws.stream);
     matmul(ws, dm.output, xn, n, logits);
-    profile_.mark("output matmul", context_->stream);
+    profile_.mark("output matmul", ws.stream);
     cuda_check(cudaGetLastError(), "the output layer");
     last_logits_ = logits;
     last_rows_ = n;
@@ -1123,7 +1279,7 @@ class CudaExecutor final : public ForwardExecutor {
   // the largest so far.
   DeviceBuffer tokens_, positions_, rows_, spec_slots_, wanted_, argmax_;
   // Layer-parallel drafting: a group's input and its attention blocks' outputs.
-  DeviceBuffer group_input_, group_outputs_;
+  LayerGroupBuffers eager_groups_;
   Workspace eager_;
   const float* last_logits_ = nullptr;
   int last_rows_ = 0, last_vocab_ = 0;

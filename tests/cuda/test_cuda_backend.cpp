@@ -406,36 +406,49 @@ TEST(CudaLayerGroups, OneCallGivesThePiecesResults) {
     executor->output_logits(*model, hidden.data(), static_cast<int>(n_out), logits.data());
     return logits;
   };
-  auto whole = [&](const Batch& batch, KvCache& kv) {
-    const int32_t first_cell = kv.add_cells(batch.positions, batch.parents);
-    std::vector<float> logits;
-    EXPECT_TRUE(executor->forward_layer_groups(*model, batch, kv, first_cell, ends, logits));
-    return logits;
-  };
+  // The whole pass, replayed from graphs and launched kernel by kernel.
+  for (const bool graphs : {true, false}) {
+    auto whole_executor = cuda::make_executor(0);
+    cuda::use_graphs(*whole_executor, graphs);
+    auto whole = [&](const Batch& batch, KvCache& kv) {
+      const int32_t first_cell = kv.add_cells(batch.positions, batch.parents);
+      std::vector<float> logits;
+      EXPECT_TRUE(
+          whole_executor->forward_layer_groups(*model, batch, kv, first_cell, ends, logits));
+      return logits;
+    };
+    const std::string label = graphs ? " (graphs)" : " (kernel by kernel)";
 
-  KvCache kv_pieces(c, 64), kv_whole(c, 64);
-  const Batch prefill_pieces = Batch::chain(kv_pieces, kTokens, true);
-  const Batch prefill_whole = Batch::chain(kv_whole, kTokens, true);
-  const std::vector<float> a = pieces(prefill_pieces, kv_pieces);
-  const std::vector<float> b = whole(prefill_whole, kv_whole);
-  ASSERT_EQ(a.size(), kTokens.size() * static_cast<size_t>(c.n_vocab));
-  ASSERT_EQ(a.size(), b.size());
-  EXPECT_TRUE(bitwise_equal(a.data(), b.data(), a.size())) << "prefill";
-  std::vector<int32_t> path(kTokens.size());
-  for (size_t i = 0; i < path.size(); ++i) path[i] = static_cast<int32_t>(i);
-  kv_pieces.commit(path);
-  kv_whole.commit(path);
+    KvCache kv_pieces(c, 64), kv_whole(c, 64);
+    const Batch prefill_pieces = Batch::chain(kv_pieces, kTokens, true);
+    const Batch prefill_whole = Batch::chain(kv_whole, kTokens, true);
+    const std::vector<float> a = pieces(prefill_pieces, kv_pieces);
+    const std::vector<float> b = whole(prefill_whole, kv_whole);
+    ASSERT_EQ(a.size(), kTokens.size() * static_cast<size_t>(c.n_vocab));
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(bitwise_equal(a.data(), b.data(), a.size())) << "prefill" << label;
+    std::vector<int32_t> path(kTokens.size());
+    for (size_t i = 0; i < path.size(); ++i) path[i] = static_cast<int32_t>(i);
+    kv_pieces.commit(path);
+    kv_whole.commit(path);
 
-  const int32_t at = static_cast<int32_t>(kTokens.size());
-  Batch tree;
-  tree.add(5, at, -1, true);
-  tree.add(6, at, -1, false);
-  tree.add(7, at + 1, 0, true);
-  const std::vector<float> ta = pieces(tree, kv_pieces);
-  const std::vector<float> tb = whole(tree, kv_whole);
-  ASSERT_EQ(ta.size(), 2u * static_cast<size_t>(c.n_vocab));
-  ASSERT_EQ(ta.size(), tb.size());
-  EXPECT_TRUE(bitwise_equal(ta.data(), tb.data(), ta.size())) << "tree";
+    // A tree after it, twice (the second replays what the first captured).
+    for (int round = 0; round < 2; ++round) {
+      const int32_t at = kv_pieces.n_committed();
+      Batch tree;
+      tree.add(5 + round, at, -1, true);
+      tree.add(6, at, -1, false);
+      tree.add(7, at + 1, 0, true);
+      const std::vector<float> ta = pieces(tree, kv_pieces);
+      const std::vector<float> tb = whole(tree, kv_whole);
+      ASSERT_EQ(ta.size(), 2u * static_cast<size_t>(c.n_vocab));
+      ASSERT_EQ(ta.size(), tb.size());
+      EXPECT_TRUE(bitwise_equal(ta.data(), tb.data(), ta.size())) << "tree " << round << label;
+      const int32_t keep[] = {0, 2};
+      kv_pieces.commit(keep);
+      kv_whole.commit(keep);
+    }
+  }
 }
 
 std::vector<std::vector<int32_t>> prompts(int n) {
