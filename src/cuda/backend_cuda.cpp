@@ -851,8 +851,9 @@ class CudaExecutor final : public ForwardExecutor {
     } else {
       eager_.reserve_rows(c, n);
       eager_groups_.reserve_for(c, n, widest, context_->side);
-      const PassInputs in = with_rope_angles(c, dm, eager_, upload_plan(plan, wanted), n);
-      float* h = upload_or_embed(c, dm, in, {&batch}, n);
+      const PassInputs pass = upload_plan(plan, wanted);
+      float* h = upload_or_embed(c, dm, pass, {&batch}, n);
+      const PassInputs in = with_rope_angles(c, dm, eager_, pass, n);
       run_layer_groups(c, dm, eager_, eager_groups_, overlap, in, n, group_ends, h);
       if (!wanted.empty()) {
         float* selected = eager_.selected.as<float>();
