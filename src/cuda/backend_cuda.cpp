@@ -511,7 +511,7 @@ struct GraphState {
   DeviceBuffer meta, trash_k, trash_v;
   PinnedBuffer staging;
   std::map<GraphKey, cudaGraphExec_t> graphs;
-  LayerGroupBuffers groups;  // sized for kGraphRows rows and every layer in one group
+  LayerGroupBuffers groups;  // kGraphRows rows, grown to the widest grouping captured
 
   // Byte offsets in `meta` (and `staging`).
   static constexpr size_t kTokens = 0;
