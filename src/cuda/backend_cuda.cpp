@@ -1209,12 +1209,16 @@ class CudaExecutor final : public ForwardExecutor {
     launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.rope_angles, in.rows, layer, n, shape,
                            stream);
     profile_.mark("rope + KV store", stream);
-    launch_attention(q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(),
-                     grouped_attention_, ws.att_partial.as<float>(), att, stream);
+    // The wo input quantized by the attention's last kernel where it can.
+    int8_t* xq = quantized_input(ws, {&w.wo});
+    const bool quantized = launch_attention(
+        q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(), grouped_attention_,
+        ws.att_partial.as<float>(), att, xq, ws.xd.as<float>(), stream);
     profile_.mark("attention", stream);
-    if (int8_t* xq = quantized_input(ws, {&w.wo}))
+    if (xq != nullptr && !quantized) {
       launch_quantize_q8(att, n, c.q_dim(), xq, ws.xd.as<float>(), stream);
-    profile_.mark("quantize (wo input)", stream);
+      profile_.mark("quantize (wo input)", stream);
+    }
     matmul(ws, w.wo, att, n, out);
     profile_.mark("wo matmul", stream);
     cuda_check(cudaGetLastError(), "the attention block");

@@ -142,24 +142,30 @@ __device__ int64_t q8_block_index(int64_t row, int64_t b, int64_t n, int64_t nb,
 }
 
 // One block per row: h += residual (when given), out = h / sqrt(mean(h²) + eps)
-// · w, and out quantized to Q8_0 when q is given.
-__global__ void add_rmsnorm_kernel(float* h, const float* residual, const float* w, int dim,
-                                   float eps, float* out, int8_t* q, float* scales,
-                                   bool block_major) {
+// · w, and out quantized to Q8_0 when q is given. The sum of squares is
+// reduced by the first kNormThreads threads (each over elements i, i +
+// kNormThreads, ..., then a fixed tree); all kNormBlock threads then write
+// and quantize the row.
+constexpr int kNormBlock = 1024;
+__global__ void __launch_bounds__(kNormBlock)
+    add_rmsnorm_kernel(float* h, const float* residual, const float* w, int dim, float eps,
+                       float* out, int8_t* q, float* scales, bool block_major) {
   __shared__ float partial[kNormThreads];
   const int64_t row = blockIdx.x;
   float* hr = h + row * dim;
   float* yr = out + row * dim;
-  float s = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += kNormThreads) {
-    float x = hr[i];
-    if (residual != nullptr) {
-      x = __fadd_rn(x, residual[row * dim + i]);
-      hr[i] = x;
+  if (threadIdx.x < kNormThreads) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += kNormThreads) {
+      float x = hr[i];
+      if (residual != nullptr) {
+        x = __fadd_rn(x, residual[row * dim + i]);
+        hr[i] = x;
+      }
+      s = __fmaf_rn(x, x, s);
     }
-    s = __fmaf_rn(x, x, s);
+    partial[threadIdx.x] = s;
   }
-  partial[threadIdx.x] = s;
   __syncthreads();
   for (int stride = kNormThreads / 2; stride > 0; stride /= 2) {
     if (threadIdx.x < stride)
@@ -168,12 +174,12 @@ __global__ void add_rmsnorm_kernel(float* h, const float* residual, const float*
   }
   const float mean = __fdiv_rn(partial[0], static_cast<float>(dim));
   const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-  for (int i = threadIdx.x; i < dim; i += kNormThreads)
+  for (int i = threadIdx.x; i < dim; i += kNormBlock)
     yr[i] = __fmul_rn(__fmul_rn(hr[i], scale), w[i]);
   if (q == nullptr) return;
   __syncthreads();  // the row is written
   const int lane = threadIdx.x % kWarp, n_blocks = dim / 32;
-  for (int b = threadIdx.x / kWarp; b < n_blocks; b += kNormThreads / kWarp) {
+  for (int b = threadIdx.x / kWarp; b < n_blocks; b += kNormBlock / kWarp) {
     const int64_t at = q8_block_index(row, b, gridDim.x, n_blocks, block_major);
     quantize_block(yr[b * 32 + lane], lane, q + at * 32, scales + at);
   }
@@ -1315,8 +1321,11 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
 }
 
 // One block per (row, head): the splits that had keys, merged in split order.
+// With q given (head_dim a multiple of 32), the head's output is then
+// quantized to Q8_0 as launch_quantize_q8 would quantize the row.
 __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
-                                         const float* partial, float* out) {
+                                         const float* partial, float* out, int8_t* q, float* scales,
+                                         bool block_major) {
   const int row = blockIdx.x, head = blockIdx.y, hd = s.head_dim;
   const AttentionRow r = rows[row];
   const int n_keys = r.n_committed + r.spec_count;
@@ -1339,6 +1348,13 @@ __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
       acc = __fadd_rn(acc, __fmul_rn(pz[d], expf(__fsub_rn(pz[hd], m))));
     }
     o[d] = __fdiv_rn(acc, total);
+  }
+  if (q == nullptr) return;
+  __syncthreads();  // the head's outputs are written
+  const int lane = threadIdx.x % kWarp, nb = s.n_head * hd / 32;
+  for (int b = threadIdx.x / kWarp; b < hd / 32; b += kAttnThreads / kWarp) {
+    const int64_t at = q8_block_index(row, head * (hd / 32) + b, gridDim.x, nb, block_major);
+    quantize_block(o[b * 32 + lane], lane, q + at * 32, scales + at);
   }
 }
 
@@ -1432,8 +1448,8 @@ void launch_embed(const DeviceMatrix& embedding, const int32_t* tokens, int n, f
 void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
                         float* out, int8_t* q, float* scales, cudaStream_t stream) {
   if (n > 0)
-    add_rmsnorm_kernel<<<n, kNormThreads, 0, stream>>>(h, residual, w, dim, eps, out, q, scales,
-                                                       block_major_activations(n, dim));
+    add_rmsnorm_kernel<<<n, kNormBlock, 0, stream>>>(h, residual, w, dim, eps, out, q, scales,
+                                                     block_major_activations(n, dim));
 }
 
 void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales,
@@ -1514,10 +1530,11 @@ void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const
         q, k, v, bq, bk, bv, reinterpret_cast<const float2*>(angles), rows, layer, shape);
 }
 
-void launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
+bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
                       int layer, HeadShape shape, float scale, bool grouped, float* partial,
-                      float* out, cudaStream_t stream) {
-  if (n == 0) return;
+                      float* out, int8_t* out_q, float* out_scales, cudaStream_t stream) {
+  if (shape.head_dim % 32 != 0) out_q = nullptr;  // the caller quantizes the rows
+  if (n == 0) return out_q != nullptr;
   if (grouped) {
     const int per_kv = shape.n_head / shape.n_head_kv;
     const int groups = shape.n_head_kv * ((per_kv + kAttnGroup - 1) / kAttnGroup);
@@ -1527,8 +1544,11 @@ void launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
     attention_split_kernel<<<dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0, stream>>>(
         q, rows, spec_slots, layer, shape, scale, partial);
   }
-  attention_combine_kernel<<<dim3(n, shape.n_head), kAttnThreads, 0, stream>>>(rows, shape, partial,
-                                                                               out);
+  const int q_dim = shape.n_head * shape.head_dim;
+  attention_combine_kernel<<<dim3(n, shape.n_head), kAttnThreads, 0, stream>>>(
+      rows, shape, partial, out, out_q, out_scales,
+      out_q != nullptr && block_major_activations(n, q_dim));
+  return out_q != nullptr;
 }
 
 void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,

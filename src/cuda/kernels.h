@@ -115,13 +115,15 @@ void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const
 // (row, head) in kAttentionSplits blocks whose results go through `partial`
 // (attention_partial_floats(n, n_head, head_dim) floats). `grouped`: the query heads of a
 // KV head share a block (the same bits; each key and value read once for them).
+// With out_q given, out is also quantized to Q8_0 into out_q and out_scales, as
+// launch_quantize_q8 would: returns whether it was (head_dim a multiple of 32).
 constexpr int kAttentionSplits = 16;
 inline int64_t attention_partial_floats(int64_t n, int n_head, int head_dim) {
   return n * n_head * kAttentionSplits * (head_dim + 2);
 }
-void launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
+bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
                       int layer, HeadShape shape, float scale, bool grouped, float* partial,
-                      float* out, cudaStream_t stream);
+                      float* out, int8_t* out_q, float* out_scales, cudaStream_t stream);
 // gate = silu(gate) · up over n rows of `dim`, and, when q is not null, the
 // result quantized to Q8_0 (dim a multiple of 32).
 void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
