@@ -27,7 +27,7 @@
 # (brings build/, a CUDA build with sm_90, up to date and copies what travels to build-gpu/;
 # without LLAMA_CPP_SRC it keeps the llama.cpp source of an earlier --prepare)
 # then, on the GPU machine, from the repository root with build-gpu/ beside it:
-#   bash bench/gpu.sh            # about 6 minutes on an H100/H200 with 16 cores
+#   bash bench/gpu.sh            # about 8 minutes on an H100/H200 with 16 cores
 #   bash bench/gpu.sh --dry-run  # the same steps here, without a GPU: the zoo models on
 #                                # the CPU, tests that skip, llama.cpp left out
 # Environment: OUT (tables), MODELS (where the inflated models go, default out/gpu-models),
