@@ -311,8 +311,11 @@ __device__ void mma_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
 // The A fragment of weight rows r0 (= 16-row tile base + g) and r0 + 8 for block b:
 // PTX's m16n8k32 .s8 layout puts K bytes 4t..4t+3 of row g in a[0], of row g + 8 in
 // a[1], and K bytes 16 + 4t.. of rows g and g + 8 in a[2] and a[3] (t: lane % 4).
-// Rows at or past n_out read nothing and give zeros.
-template <WeightKind kKind>
+// kWide (block-major activations, whose B fragments are read 8 contiguous bytes
+// per lane): K index 4t + j is element 8t + j of the block and 16 + 4t + j is
+// element 8t + 4 + j; the integer dot product is the same sum in another order,
+// so exactly the same. Rows at or past n_out read nothing and give zeros.
+template <WeightKind kKind, bool kWide>
 __device__ void load_a_fragment(const DeviceMatrix& w, int64_t row0, int64_t nb, int64_t b, int t,
                                 int (&a)[4]) {
 #pragma unroll
@@ -323,47 +326,31 @@ __device__ void load_a_fragment(const DeviceMatrix& w, int64_t row0, int64_t nb,
       continue;
     }
     if constexpr (kKind == WeightKind::kQ8_0) {
-      const int* src =
-          reinterpret_cast<const int*>(static_cast<const int8_t*>(w.q) + (row * nb + b) * 32);
-      a[h] = src[t];
-      a[2 + h] = src[4 + t];
+      const int8_t* block = static_cast<const int8_t*>(w.q) + (row * nb + b) * 32;
+      if constexpr (kWide) {
+        const int2 src = *reinterpret_cast<const int2*>(block + 8 * t);
+        a[h] = src.x;
+        a[2 + h] = src.y;
+      } else {
+        const int* src = reinterpret_cast<const int*>(block);
+        a[h] = src[t];
+        a[2 + h] = src[4 + t];
+      }
     } else {
       // Byte j of a Q4_0 block holds element j (low nibble) and j + 16 (high).
-      const unsigned word = *reinterpret_cast<const unsigned*>(static_cast<const uint8_t*>(w.q) +
-                                                               (row * nb + b) * 16 + 4 * t);
-      a[h] = static_cast<int>(__vsub4(word & 0x0F0F0F0Fu, 0x08080808u));
-      a[2 + h] = static_cast<int>(__vsub4((word >> 4) & 0x0F0F0F0Fu, 0x08080808u));
-    }
-  }
-}
-
-// load_a_fragment for block-major activations, whose B fragments are read 8
-// contiguous bytes per lane: the mma's K index k = 4t + j (a[h]) is element
-// 8t + j of the block and k = 16 + 4t + j (a[2 + h]) element 8t + 4 + j. The
-// integer dot product is the same sum in another order, so exactly the same.
-template <WeightKind kKind>
-__device__ void load_a_fragment_wide(const DeviceMatrix& w, int64_t row0, int64_t nb, int64_t b,
-                                     int t, int (&a)[4]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = row0 + 8 * h;
-    if (row >= w.n_out) {
-      a[h] = a[2 + h] = 0;
-      continue;
-    }
-    if constexpr (kKind == WeightKind::kQ8_0) {
-      const int2 src = *reinterpret_cast<const int2*>(static_cast<const int8_t*>(w.q) +
-                                                      (row * nb + b) * 32 + 8 * t);
-      a[h] = src.x;
-      a[2 + h] = src.y;
-    } else {
-      // Elements 8t.. are the low nibbles of bytes 8t.. for t < 2, the high
-      // nibbles of bytes 8(t - 2).. after.
-      const uint2 src = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.q) +
-                                                        (row * nb + b) * 16 + 8 * (t & 1));
-      const int shift = 4 * (t >> 1);
-      a[h] = static_cast<int>(__vsub4((src.x >> shift) & 0x0F0F0F0Fu, 0x08080808u));
-      a[2 + h] = static_cast<int>(__vsub4((src.y >> shift) & 0x0F0F0F0Fu, 0x08080808u));
+      const uint8_t* block = static_cast<const uint8_t*>(w.q) + (row * nb + b) * 16;
+      if constexpr (kWide) {
+        // Elements 8t.. are the low nibbles of bytes 8t.. for t < 2, the high
+        // nibbles of bytes 8(t - 2).. after.
+        const uint2 src = *reinterpret_cast<const uint2*>(block + 8 * (t & 1));
+        const int shift = 4 * (t >> 1);
+        a[h] = static_cast<int>(__vsub4((src.x >> shift) & 0x0F0F0F0Fu, 0x08080808u));
+        a[2 + h] = static_cast<int>(__vsub4((src.y >> shift) & 0x0F0F0F0Fu, 0x08080808u));
+      } else {
+        const unsigned word = *reinterpret_cast<const unsigned*>(block + 4 * t);
+        a[h] = static_cast<int>(__vsub4(word & 0x0F0F0F0Fu, 0x08080808u));
+        a[2 + h] = static_cast<int>(__vsub4((word >> 4) & 0x0F0F0F0Fu, 0x08080808u));
+      }
     }
   }
 }
@@ -422,14 +409,11 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     // Block b's products for every activation tile, added to the accumulators.
     auto step = [&](int64_t b, float dw_a, float dw_b) {
       int a[4];
-      if constexpr (kBlockMajor)
-        load_a_fragment_wide<kKind>(w, row_a, nb, b, t, a);
-      else
-        load_a_fragment<kKind>(w, row_a, nb, b, t, a);
+      load_a_fragment<kKind, kBlockMajor>(w, row_a, nb, b, t, a);
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
         // B: activation row 8i + gid; K bytes 4t.. and 16 + 4t.. of block b
-        // (block-major: bytes 8t.., in load_a_fragment_wide's order).
+        // (block-major: bytes 8t.., in load_a_fragment's wide order).
         const int m_b = 8 * i + gid;
         int bf[2] = {0, 0};
         if (m_b < M) {
