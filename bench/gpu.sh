@@ -19,7 +19,8 @@
 #      llama-speculative-simple (--draft-max 4, 8, 16) on the strategies' files and prompts;
 #      serve on the device under 1, 4 and 16 concurrent streams (bench/loadgen.py), ar and sd;
 #      the GPU time of a forward by kernel group (PARSPEC_CUDA_PROFILE=1);
-#   4. the tables, in $OUT (default out/gpu): summary.md, and every raw output beside it.
+#   4. the tables, in $OUT (default out/gpu): summary.md (ending with the issues' goals,
+#      measured against their targets), and every raw output beside it.
 #
 # The GPU machine may lack the PCRE2 and cpp-httplib headers, so the binaries are
 # built on a development machine (same CUDA 13) and travel in build-gpu/:
@@ -310,14 +311,14 @@ else
 fi
 step "parspec bench: $strategies"
 timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$strategies" \
-  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies.md" --svg "$out/strategies.svg" \
+  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies.md" --json "$out/strategies.json" --svg "$out/strategies.svg" \
   >"$out/strategies.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies.txt"
 # The strategies of the other seed systems, apart: one failing leaves the table above whole.
 more=ar,specinfer,cosine,easyspec
 [[ $mode == dry ]] && more=ar,specinfer
 step "parspec bench: $more"
 timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$more" \
-  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-more.md" \
+  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-more.md" --json "$out/strategies-more.json" \
   >"$out/strategies-more.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-more.txt"
 
 # auto (calibrates on the device, then runs its choice) and ppd (the target's own
@@ -326,7 +327,7 @@ last=ar,auto,ppd
 [[ $mode == dry ]] && last=ar,auto
 step "parspec bench: $last"
 timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$last" \
-  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-auto.md" \
+  --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-auto.md" --json "$out/strategies-auto.json" \
   >"$out/strategies-auto.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-auto.txt"
 
 # A long prompt (over 2000 tokens: the bench prompts joined), where verifying a
@@ -350,13 +351,13 @@ EOF_LONG
 long=ar,sd,tree,auto
 step "parspec bench on the long prompt: $long"
 timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$long" \
-  --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 --md "$out/strategies-long.md" \
+  --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 --md "$out/strategies-long.md" --json "$out/strategies-long.json" \
   >"$out/strategies-long.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-long.txt"
 # The same with the kernels not yet the default (grouped attention above all).
 step "parspec bench on the long prompt with $(kernel_env opt-in): $long"
 env $(kernel_env opt-in) timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
   --strategies "$long" --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 \
-  --md "$out/strategies-long-opt-in.md" >"$out/strategies-long-opt-in.txt" 2>&1 ||
+  --md "$out/strategies-long-opt-in.md" --json "$out/strategies-long-opt-in.json" >"$out/strategies-long-opt-in.txt" 2>&1 ||
   echo "parspec bench failed or timed out: see $out/strategies-long-opt-in.txt"
 
 # The short prompts with the kernels not yet the default (block-major
@@ -366,7 +367,7 @@ opt_in_set=ar,sd,tree,dyntree
 step "parspec bench with $(kernel_env opt-in): $opt_in_set"
 env $(kernel_env opt-in) timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
   --strategies "$opt_in_set" --prompts code,prose --max-prompts 3 -n 64 -t 2 \
-  --md "$out/strategies-opt-in.md" >"$out/strategies-opt-in.txt" 2>&1 ||
+  --md "$out/strategies-opt-in.md" --json "$out/strategies-opt-in.json" >"$out/strategies-opt-in.txt" 2>&1 ||
   echo "parspec bench failed or timed out: see $out/strategies-opt-in.txt"
 
 if [[ -n $llama_pid ]]; then
@@ -379,7 +380,7 @@ cpu_draft_set=ar,sd,pearl
 [[ $mode == dry ]] && cpu_draft_set=ar,sd
 step "parspec bench with the drafter on the CPU (-ngld 0): $cpu_draft_set"
 timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" -ngld 0 --strategies "$cpu_draft_set" \
-  --prompts code,prose --max-prompts 2 -n 48 -t "$(nproc)" --md "$out/strategies-cpu-draft.md" \
+  --prompts code,prose --max-prompts 2 -n 48 -t "$(nproc)" --md "$out/strategies-cpu-draft.md" --json "$out/strategies-cpu-draft.json" \
   >"$out/strategies-cpu-draft.txt" 2>&1 ||
   echo "parspec bench failed or timed out: see $out/strategies-cpu-draft.txt"
 
@@ -562,8 +563,9 @@ warp_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
 warp_rows = [r for r in warp_rows if r[1] and any(r[2:])]
 if warp_rows:
     print()
-    print("| model | matmul | decode tok/s | L(1) ms | L(8) ms | L(32) ms | L(64) ms | pp512 tok/s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | matmul | decode tok/s | L(1) ms | L(4) ms | L(8) ms | L(32) ms | L(64) ms "
+          "| pp512 tok/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n, default, mma, warp, block_major, few in warp_rows:
         for label, res in (("default (one-row kernel, tensor cores for more)", default),
                            ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
@@ -576,7 +578,8 @@ if warp_rows:
             lat = r["latency_ms"]
             pp = lat.get("512")
             print(f"| {n} | {label} | {r['decode_tok_per_s']:.1f} | {fmt(lat.get('1'), 2)} "
-                  f"| {fmt(lat.get('8'), 2)} | {fmt(lat.get('32'), 2)} | {fmt(lat.get('64'), 2)} "
+                  f"| {fmt(lat.get('4'), 2)} | {fmt(lat.get('8'), 2)} | {fmt(lat.get('32'), 2)} "
+                  f"| {fmt(lat.get('64'), 2)} "
                   f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
 for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-long.md",
            "strategies-long-opt-in.md", "strategies-opt-in.md", "strategies-cpu-draft.md"):
@@ -622,6 +625,60 @@ if os.path.exists(spec):
         print("|---|---|---|")
         for (s, dm), (n, sec) in sorted(sums.items()):
             print(f"| {s} | {dm} | {n / sec:.1f} |")
+# The issues' goals, from the tables above (each speedup against ar in its own bench).
+def bench_rows(name):
+    data = load(os.path.join(out, f"{name}.json")) or {}
+    return {r["strategy"]: r for r in data.get("results", []) if r.get("prompt_set") == "all"}
+strategy_rows = {}
+for name in ("strategies", "strategies-more", "strategies-auto"):
+    for k, v in bench_rows(name).items():
+        if k != "ar":
+            strategy_rows[k] = v
+goals = []
+def goal(text, value, target, higher=True, digits=2):
+    bound = f"{'≥' if higher else '≤'} {target}"
+    if value is None:
+        goals.append(f"| {text} | – | {bound} | – |")
+        return
+    met = value >= target if higher else value <= target
+    goals.append(f"| {text} | {value:.{digits}f} | {bound} | {'yes' if met else 'no'} |")
+def decode_ratio(name):
+    p = load(os.path.join(out, f"parspec-{name}.json"))
+    l = load(os.path.join(out, f"llama-{name}.json")) or []
+    tg = next((x["avg_ts"] for x in l if x.get("n_gen") == 128 and x.get("n_prompt") == 0), None)
+    return p["results"][0]["decode_tok_per_s"] / tg if p and tg else None
+def lat_ratio(name, n, variant=""):
+    p = load(os.path.join(out, f"parspec-{name}{variant}.json"))
+    lat = p["results"][0]["latency_ms"] if p else {}
+    return lat[str(n)] / lat["1"] if str(n) in lat and "1" in lat else None
+for name, target in (("8b-q4_0", 2.0), ("1b-f16", 2.0), ("8b-q8_0", 1.5), ("8b-f16", 1.25),
+                     ("100m-f16", 3.0)):
+    goal(f"decode × llama.cpp, {name}", decode_ratio(name), target)
+for variant, label in (("", "default"), ("-block-major", "block-major")):
+    goal(f"L(8)/L(1), 8b-q4_0, {label}", lat_ratio("8b-q4_0", 8, variant), 1.15, higher=False)
+    goal(f"L(32)/L(1), 8b-q4_0, {label}", lat_ratio("8b-q4_0", 32, variant), 1.5, higher=False)
+speed = lambda k: strategy_rows[k]["speedup"] if k in strategy_rows else None
+goal("auto × ar", speed("auto"), 2.0)
+if os.path.exists(spec) and "auto" in strategy_rows:
+    best = max((n / sec for (n, sec) in sums.values() if sec > 0), default=None) if sums else None
+    goal("auto × llama.cpp's best speculative row",
+         strategy_rows["auto"]["tok_per_s"] / best if best else None, 2.5)
+goal("ppd × ar", speed("ppd"), 1.3)
+if speed("easyspec") is not None and speed("sd") is not None:
+    goal("easyspec ÷ sd (each × its bench's ar)", speed("easyspec") / speed("sd"), 1.0)
+if speed("pearl") is not None and speed("sd") is not None:
+    goal("pearl ÷ sd", speed("pearl") / speed("sd"), 1.0)
+trees = [speed(k) for k in ("tree", "dyntree", "specinfer", "cosine") if speed(k) is not None]
+chains = [speed(k) for k in ("sd", "sd:2", "sd:4", "sd:8") if speed(k) is not None]
+if trees and chains:
+    goal("best tree ÷ best chain", max(trees) / max(chains), 1.0)
+print()
+print("Goals (issues 37 and 38), from the tables above:")
+print()
+print("| goal | measured | target | met |")
+print("|---|---|---|---|")
+print("\n".join(goals))
+
 print()
 print("L(n) in ms (parspec, one forward over a chain of n tokens after 64 committed):")
 print()
