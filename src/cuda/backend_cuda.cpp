@@ -484,10 +484,10 @@ struct LayerGroupBuffers {
   std::vector<std::unique_ptr<Workspace>> side;
 
   // For groups of up to `widest` layers over `rows` rows, the side
-  // workspaces' kernels on `streams`. Returns whether a buffer that existed
-  // moved (graphs captured with it are then stale).
-  bool reserve_for(const ModelConfig& c, int rows, int widest,
-                   const std::vector<cudaStream_t>& streams) {
+  // workspaces' kernels on `context`'s side streams. Returns whether a buffer
+  // that existed moved (graphs captured with it are then stale).
+  bool reserve_for(const ModelConfig& c, int rows, int widest, DeviceContext& context) {
+    context.ensure_side_streams(static_cast<size_t>(widest - 1));
     const void* before[2] = {input.get(), outputs.get()};
     const size_t count = static_cast<size_t>(rows) * c.n_embd;
     reserve<float>(input, count, "activations");
@@ -500,7 +500,7 @@ struct LayerGroupBuffers {
       const void* held = side[i]->hidden.get();
       side[i]->reserve_rows(c, rows);
       moved |= held != nullptr && held != side[i]->hidden.get();
-      side[i]->stream = streams.at(i);
+      side[i]->stream = context.side.at(i);
     }
     return moved;
   }
@@ -554,14 +554,22 @@ int graph_bucket(int n) {
   return bucket;
 }
 
+// The most layers in one of the groups that end at `ends`.
+int widest_group(std::span<const int> ends) {
+  int widest = 1, first = 0;
+  for (int end : ends) {
+    widest = std::max(widest, end - first);
+    first = end;
+  }
+  return widest;
+}
+
 bool graphs_wanted() {
-  const char* env = std::getenv("PARSPEC_CUDA_GRAPHS");
-  return env == nullptr || std::string_view(env) != "0";
+  return !env_is("PARSPEC_CUDA_GRAPHS", "0");
 }
 
 bool grouped_attention_wanted() {
-  const char* env = std::getenv("PARSPEC_CUDA_ATTENTION");
-  return env != nullptr && std::string_view(env) == "grouped";
+  return env_is("PARSPEC_CUDA_ATTENTION", "grouped");
 }
 
 // Where a pass's GPU time goes, kernel group by kernel group, when
@@ -571,10 +579,7 @@ bool grouped_attention_wanted() {
 // times include whatever gaps the host leaves between launches.
 class KernelProfile {
  public:
-  KernelProfile() {
-    const char* env = std::getenv("PARSPEC_CUDA_PROFILE");
-    on_ = env != nullptr && std::string_view(env) == "1";
-  }
+  KernelProfile() : on_(env_is("PARSPEC_CUDA_PROFILE", "1")) {}
   ~KernelProfile() {
     try {
       collect();
@@ -647,7 +652,7 @@ class KernelProfile {
                    1000.0 * e.ms / static_cast<double>(std::max<int64_t>(e.calls, 1)));
   }
 
-  bool on_ = false;
+  bool on_;
   int64_t passes_ = 0;
   std::vector<cudaEvent_t> pool_;
   std::vector<const char*> marks_;
@@ -805,10 +810,9 @@ class CudaExecutor final : public ForwardExecutor {
     check_batch(batch, c, "forward_layer_groups");
     check(kv.layer_first() == 0 && kv.layer_last() == c.n_layer,
           "forward_layer_groups: the cache must cover all layers");
-    int previous = 0, widest = 1;
+    int previous = 0;
     for (int end : group_ends) {
       check(end > previous, "forward_layer_groups: layer groups must be consecutive and non-empty");
-      widest = std::max(widest, end - previous);
       previous = end;
     }
     check(previous == c.n_layer, "forward_layer_groups: the groups cover ", previous,
@@ -822,46 +826,7 @@ class CudaExecutor final : public ForwardExecutor {
     std::vector<int32_t> wanted;
     for (int i = 0; i < n; ++i)
       if (batch.want_logits[static_cast<size_t>(i)]) wanted.push_back(i);
-    bool own_embeddings = false;
-    for (const float* e : batch.input_embeddings) own_embeddings |= e != nullptr;
-    // The group's attention blocks overlap on side streams unless kernels are timed one by one.
-    const bool overlap = !profile_.on();
-    context_->ensure_side_streams(static_cast<size_t>(widest - 1));
-
-    const float* out = nullptr;
-    if (graphs_ && !profile_.on() && !own_embeddings && plan.size() <= kGraphRows &&
-        plan.spec_slots.size() < static_cast<size_t>(kGraphSpecSlots)) {
-      const int bucket = graph_bucket(n);
-      GraphState& g = graph_state(c, dm);
-      stage_graph_inputs(g, plan, wanted, bucket);
-      const std::vector<int> ends(group_ends.begin(), group_ends.end());
-      if (g.groups.reserve_for(c, kGraphRows, widest, context_->side))
-        drop_layer_group_graphs(g);  // they hold the buffers that moved
-      replay(g, {bucket, ends}, [&] {
-        const PassInputs in = with_rope_angles(c, dm, g.ws, g.inputs(), bucket);
-        float* h = g.ws.hidden.as<float>();
-        launch_embed(dm.embedding, in.tokens, bucket, h, g.ws.stream);
-        run_layer_groups(c, dm, g.ws, g.groups, overlap, in, bucket, ends, h);
-        launch_gather_rows(h, in.wanted, bucket, c.n_embd, g.ws.selected.as<float>(), g.ws.stream);
-        logits_part(c, dm, g.ws, g.ws.selected.as<float>(), bucket);
-      });
-      last_logits_ = g.ws.logits.as<float>();
-      last_rows_ = static_cast<int>(wanted.size());
-      out = wanted.empty() ? nullptr : last_logits_;
-    } else {
-      eager_.reserve_rows(c, n);
-      eager_groups_.reserve_for(c, n, widest, context_->side);
-      const PassInputs pass = upload_plan(plan, wanted);
-      float* h = upload_or_embed(c, dm, pass, {&batch}, n);
-      const PassInputs in = with_rope_angles(c, dm, eager_, pass, n);
-      run_layer_groups(c, dm, eager_, eager_groups_, overlap, in, n, group_ends, h);
-      if (!wanted.empty()) {
-        float* selected = eager_.selected.as<float>();
-        launch_gather_rows(h, in.wanted, static_cast<int>(wanted.size()), c.n_embd, selected,
-                           eager_.stream);
-        out = logits_part(c, dm, eager_, selected, static_cast<int>(wanted.size()));
-      }
-    }
+    const float* out = full_pass(model, dm, plan, {&batch}, wanted, group_ends);
     logits = download_logits(model, out, wanted.size());
     return true;
   }
@@ -960,28 +925,32 @@ class CudaExecutor final : public ForwardExecutor {
   }
 
   // Embedding, every layer and the logits of the `wanted` rows; returns them (device memory).
+  // A pass's layers and logits: every layer in order, or as the layer groups
+  // `ends` of layer-parallel drafting say (forward_layer_groups).
   const float* full_pass(const Model& model, DeviceModel& dm, const RowPlan& plan,
                          const std::vector<const Batch*>& batches,
-                         const std::vector<int32_t>& wanted) {
+                         const std::vector<int32_t>& wanted, std::span<const int> ends = {}) {
     bool own_embeddings = false;
     for (const Batch* b : batches)
       for (const float* e : b->input_embeddings) own_embeddings |= e != nullptr;
     if (graphs_ && !profile_.on() && !own_embeddings && plan.size() <= kGraphRows &&
         plan.spec_slots.size() < static_cast<size_t>(kGraphSpecSlots))
-      return graph_pass(model, dm, plan, wanted);
+      return graph_pass(model, dm, plan, wanted, ends);
 
     const ModelConfig& c = model.config();
     const int n = plan.size();
     const PassInputs in = upload_plan(plan, wanted);
     eager_.reserve_rows(c, n);
-    upload_or_embed(c, dm, in, batches, n);  // into eager_.hidden
-    return layers_and_logits(c, dm, eager_, in, n, static_cast<int>(wanted.size()));
+    if (!ends.empty()) eager_groups_.reserve_for(c, n, widest_group(ends), *context_);
+    embed_rows(c, dm, in, batches, n);
+    return layers_and_logits(c, dm, eager_, eager_groups_, in, n, static_cast<int>(wanted.size()),
+                             ends);
   }
 
   // The eager workspace's hidden rows: each row's token embedding, or the
   // embedding its batch brings (input_embeddings).
-  float* upload_or_embed(const ModelConfig& c, DeviceModel& dm, const PassInputs& in,
-                         const std::vector<const Batch*>& batches, int n) {
+  void embed_rows(const ModelConfig& c, DeviceModel& dm, const PassInputs& in,
+                  const std::vector<const Batch*>& batches, int n) {
     cudaStream_t stream = eager_.stream;
     float* h = eager_.hidden.as<float>();
     profile_.begin(stream);
@@ -998,7 +967,6 @@ class CudaExecutor final : public ForwardExecutor {
       }
       row += static_cast<int>(b->size());
     }
-    return h;
   }
 
   // h += attention and h += mlp of layers [first, last). Each block's output
@@ -1017,12 +985,18 @@ class CudaExecutor final : public ForwardExecutor {
     profile_.mark("add (last MLP)", ws.stream);
   }
 
-  // Every layer over the rows in ws.hidden, then the logits of the n_out rows `in.wanted`.
+  // Every layer over the rows in ws.hidden (in layer groups when `ends` are
+  // given, on `groups`), then the logits of the n_out rows `in.wanted`.
   const float* layers_and_logits(const ModelConfig& c, DeviceModel& dm, Workspace& ws,
-                                 const PassInputs& in, int n, int n_out) {
+                                 LayerGroupBuffers& groups, const PassInputs& pass, int n,
+                                 int n_out, std::span<const int> ends) {
     cudaStream_t stream = ws.stream;
     float* h = ws.hidden.as<float>();
-    run_layers(c, dm, ws, in, n, 0, c.n_layer, h);
+    const PassInputs in = with_rope_angles(c, dm, ws, pass, n);
+    if (ends.empty())
+      run_layers(c, dm, ws, in, n, 0, c.n_layer, h);
+    else
+      run_layer_groups(c, dm, ws, groups, in, n, ends, h);
     if (n_out == 0) return nullptr;
     float* selected = ws.selected.as<float>();
     launch_gather_rows(h, in.wanted, n_out, c.n_embd, selected, stream);
@@ -1106,17 +1080,20 @@ class CudaExecutor final : public ForwardExecutor {
     }
   }
 
-  // The pass as a replay of the graph of its row bucket (captured on first use).
+  // The pass as a replay of the graph of its row bucket and layer groups
+  // (captured on first use).
   const float* graph_pass(const Model& model, DeviceModel& dm, const RowPlan& plan,
-                          const std::vector<int32_t>& wanted) {
+                          const std::vector<int32_t>& wanted, std::span<const int> ends) {
     const ModelConfig& c = model.config();
     const int bucket = graph_bucket(plan.size());
     GraphState& g = graph_state(c, dm);
     stage_graph_inputs(g, plan, wanted, bucket);
-    replay(g, {bucket, {}}, [&] {
+    if (!ends.empty() && g.groups.reserve_for(c, kGraphRows, widest_group(ends), *context_))
+      drop_layer_group_graphs(g);  // they hold the buffers that moved
+    replay(g, {bucket, std::vector<int>(ends.begin(), ends.end())}, [&] {
       const PassInputs in = g.inputs();
       launch_embed(dm.embedding, in.tokens, bucket, g.ws.hidden.as<float>(), g.ws.stream);
-      layers_and_logits(c, dm, g.ws, in, bucket, bucket);
+      layers_and_logits(c, dm, g.ws, g.groups, in, bucket, bucket, ends);
     });
     last_logits_ = g.ws.logits.as<float>();
     last_rows_ = static_cast<int>(wanted.size());
@@ -1125,11 +1102,12 @@ class CudaExecutor final : public ForwardExecutor {
 
   // Layer-parallel drafting's layers on h (forward_layer_groups): groups of
   // one as run_layers; a larger group's input copied aside, its attention
-  // blocks on it (beside each other on the side streams when `overlap`),
-  // then its MLPs in order.
+  // blocks on it (beside each other on the side streams), then its MLPs in order.
   void run_layer_groups(const ModelConfig& c, DeviceModel& dm, Workspace& ws,
-                        LayerGroupBuffers& groups, bool overlap, const PassInputs& in, int n,
+                        LayerGroupBuffers& groups, const PassInputs& in, int n,
                         std::span<const int> ends, float* h) {
+    // Side by side unless kernels are timed one by one.
+    const bool overlap = !profile_.on();
     cudaStream_t stream = ws.stream;
     const size_t rows = static_cast<size_t>(n) * c.n_embd;
     float* h0 = groups.input.as<float>();

@@ -10,6 +10,11 @@
 
 namespace parspec::cuda {
 
+bool env_is(const char* name, std::string_view value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string_view(env) == value;
+}
+
 namespace {
 
 constexpr int kWarp = 32;
@@ -20,12 +25,6 @@ constexpr int kAttnKeys = 128;     // keys per attention chunk: one per thread
 static_assert(kAttnKeys == kAttnThreads, "attention scores one key per thread");
 constexpr int kMaxHeadDim = 256;
 constexpr int kNormThreads = 256;
-
-// Whether environment variable `name` is set to `value` (the kernel switches).
-bool env_is(const char* name, std::string_view value) {
-  const char* env = std::getenv(name);
-  return env != nullptr && std::string_view(env) == value;
-}
 
 int blocks_for(int64_t count, int threads) {
   return static_cast<int>((count + threads - 1) / threads);

@@ -12,8 +12,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string_view>
 
 namespace parspec::cuda {
+
+// Whether environment variable `name` is set to `value`: the backend's
+// switches between kernels (PARSPEC_CUDA_MATMUL=warp and the like).
+bool env_is(const char* name, std::string_view value);
 
 enum class WeightKind : int { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ6_K };
 

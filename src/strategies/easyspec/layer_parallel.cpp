@@ -139,6 +139,7 @@ LayerParallelDrafter::LayerParallelDrafter(std::shared_ptr<const Model> model, W
   }
   check(next == model_->config().n_layer, "layer groups cover ", next, " layers; the draft has ",
         model_->config().n_layer);
+  for (const LayerGroup& g : groups_) group_ends_.push_back(g.last);
   if (executor_ == nullptr && widest_group(groups_) > 1) {
     if (device != nullptr)
       executor_ = std::make_unique<SequentialGroupExecutor>(*device);
@@ -210,10 +211,8 @@ std::vector<float> LayerParallelDrafter::fuzzy_forward(const Batch& batch) {
   const int32_t first_cell = kv_->add_cells(batch.positions, batch.parents);
   if (executor_) executor_->add_cells(batch);
   {  // a device executor runs the whole pass without the host between its pieces
-    std::vector<int> group_ends;
-    for (const LayerGroup& g : groups_) group_ends.push_back(g.last);
     std::vector<float> logits;
-    if (forwards_.forward_layer_groups(*model_, batch, *kv_, first_cell, group_ends, logits))
+    if (forwards_.forward_layer_groups(*model_, batch, *kv_, first_cell, group_ends_, logits))
       return logits;
   }
   std::vector<float> hidden(n * row), h0, outs;

@@ -165,6 +165,7 @@ class LayerParallelDrafter final : public Drafter {
   std::unique_ptr<CpuExecutor> own_forwards_;  // on the worker, where no device is given
   ForwardExecutor& forwards_;                  // the layer-sequential parts
   std::vector<LayerGroup> groups_;
+  std::vector<int> group_ends_;  // each group's end, as forward_layer_groups takes them
   Calibration calibration_;
   std::unique_ptr<GroupExecutor> executor_;
   std::unique_ptr<KvCache> kv_;
