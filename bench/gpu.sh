@@ -171,12 +171,12 @@ fi
 # dp4a warp matmul for every row count), mma (the tensor cores also for one
 # row), block-major (the tensor-core kernel's activations laid out block-major),
 # opt-in (the kernels not yet the default: the one-row matmul's way up to 4 rows,
-# grouped attention, a prefill in one launch per matmul, block-major activations).
+# tiled attention, a prefill in one launch per matmul, block-major activations).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
     block-major) echo "PARSPEC_CUDA_ACTIVATIONS=block-major" ;;
-    opt-in) echo "PARSPEC_CUDA_MATMUL=rows PARSPEC_CUDA_ATTENTION=grouped PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_ACTIVATIONS=block-major" ;;
+    opt-in) echo "PARSPEC_CUDA_MATMUL=rows PARSPEC_CUDA_ATTENTION=tiled PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_ACTIVATIONS=block-major" ;;
   esac
 }
 
@@ -353,7 +353,7 @@ step "parspec bench on the long prompt: $long"
 timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$long" \
   --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 --md "$out/strategies-long.md" --json "$out/strategies-long.json" \
   >"$out/strategies-long.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-long.txt"
-# The same with the kernels not yet the default (grouped attention above all).
+# The same with the kernels not yet the default (tiled attention above all).
 step "parspec bench on the long prompt with $(kernel_env opt-in): $long"
 env $(kernel_env opt-in) timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
   --strategies "$long" --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 \
@@ -570,7 +570,7 @@ if warp_rows:
         for label, res in (("default (one-row kernel, tensor cores for more)", default),
                            ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
                            ("block-major activations", block_major),
-                           ("opt-in: rows up to 4, grouped attention, one-launch prefill, "
+                           ("opt-in: rows up to 4, tiled attention, one-launch prefill, "
                             "block-major activations", few)):
             if res is None:
                 continue

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "cuda/attention_kernel.h"
 #include "model/executor.h"
 
 namespace parspec::cuda {
@@ -53,11 +54,11 @@ void upload(ForwardExecutor& executor, const Model& model);
 // results are the same bits either way. For tests and measurements.
 void use_graphs(ForwardExecutor& executor, bool on);
 
-// Whether attention runs the query heads of a KV head in one thread block
-// (each key and value read once for them), as it does with
-// PARSPEC_CUDA_ATTENTION=grouped; the same bits either way. Before the
-// executor's first model upload or forward. For tests and measurements.
-void use_grouped_attention(ForwardExecutor& executor, bool on);
+// Which attention kernel the executor runs (attention_kernel.h), as
+// PARSPEC_CUDA_ATTENTION=grouped or =tiled chooses for a new one; the same
+// bits from each. Before the executor's first model upload or forward. For
+// tests and measurements.
+void use_attention(ForwardExecutor& executor, AttentionKernel kernel);
 
 // Greedy selection on the device: the index of the largest logit of each of
 // the `n` rows the last forward of `executor` returned, without copying them

@@ -568,8 +568,11 @@ bool graphs_wanted() {
   return !env_is("PARSPEC_CUDA_GRAPHS", "0");
 }
 
-bool grouped_attention_wanted() {
-  return env_is("PARSPEC_CUDA_ATTENTION", "grouped");
+// PARSPEC_CUDA_ATTENTION: "grouped" or "tiled" (attention_kernel.h); the per-head kernel otherwise.
+AttentionKernel attention_wanted() {
+  if (env_is("PARSPEC_CUDA_ATTENTION", "grouped")) return AttentionKernel::kGrouped;
+  if (env_is("PARSPEC_CUDA_ATTENTION", "tiled")) return AttentionKernel::kTiled;
+  return AttentionKernel::kPerHead;
 }
 
 // Where a pass's GPU time goes, kernel group by kernel group, when
@@ -664,16 +667,17 @@ class CudaExecutor final : public ForwardExecutor {
   explicit CudaExecutor(int device)
       : context_(std::make_shared<DeviceContext>(device)),
         graphs_(graphs_wanted()),
-        grouped_attention_(grouped_attention_wanted()) {
+        attention_(attention_wanted()) {
     eager_.stream = context_->stream;
+    prepare_attention(attention_);
   }
 
   void use_graphs(bool on) { graphs_ = on; }
-  void use_grouped_attention(bool on) {
+  void use_attention(AttentionKernel kernel) {
     check(models_.empty(),
-          "use_grouped_attention: the executor already holds a model (and may have captured "
-          "graphs)");
-    grouped_attention_ = on;
+          "use_attention: the executor already holds a model (and may have captured graphs)");
+    attention_ = kernel;
+    prepare_attention(attention_);
   }
 
   // Every call starts here: the calling thread is pointed at the device.
@@ -1190,7 +1194,7 @@ class CudaExecutor final : public ForwardExecutor {
     // The wo input quantized by the attention's last kernel where it can.
     int8_t* xq = quantized_input(ws, {&w.wo});
     const bool quantized = launch_attention(
-        q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(), grouped_attention_,
+        q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(), attention_,
         ws.att_partial.as<float>(), att, xq, ws.xd.as<float>(), stream);
     profile_.mark("attention", stream);
     if (xq != nullptr && !quantized) {
@@ -1255,7 +1259,7 @@ class CudaExecutor final : public ForwardExecutor {
 
   std::shared_ptr<DeviceContext> context_;
   bool graphs_;
-  bool grouped_attention_;
+  AttentionKernel attention_;
   KernelProfile profile_;
   std::map<const Model*, std::unique_ptr<DeviceModel>> models_;
   // Passes that do not replay a graph: their inputs and activations, grown to
@@ -1362,10 +1366,10 @@ void use_graphs(ForwardExecutor& executor, bool on) {
   cuda->use_graphs(on);
 }
 
-void use_grouped_attention(ForwardExecutor& executor, bool on) {
+void use_attention(ForwardExecutor& executor, AttentionKernel kernel) {
   auto* cuda = dynamic_cast<CudaExecutor*>(&executor);
-  check(cuda != nullptr, "use_grouped_attention: not a CUDA executor");
-  cuda->use_grouped_attention(on);
+  check(cuda != nullptr, "use_attention: not a CUDA executor");
+  cuda->use_attention(kernel);
 }
 
 std::vector<int32_t> last_argmax(ForwardExecutor& executor, int n) {

@@ -44,7 +44,7 @@ void use_graphs(ForwardExecutor&, bool) {
   fail(kNotBuilt);
 }
 
-void use_grouped_attention(ForwardExecutor&, bool) {
+void use_attention(ForwardExecutor&, AttentionKernel) {
   fail(kNotBuilt);
 }
 

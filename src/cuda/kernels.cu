@@ -1303,6 +1303,245 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
   }
 }
 
+// Slot of key `key_index` of a row's key list: the committed prefix, then its
+// speculative cells.
+__device__ int32_t key_slot(const AttentionRow& r, const int32_t* spec_slots, int key_index) {
+  return key_index < r.n_committed ? key_index
+                                   : spec_slots[r.spec_offset + (key_index - r.n_committed)];
+}
+
+// Tiled attention: attention_split_kernel's steps for each (row, head) query of
+// a tile of consecutive rows and the query heads of one KV head, one warp per
+// query. The block stages each chunk's keys, then its values, in shared memory
+// once, along the key list of the tile's row with the most keys (the
+// reference); a query whose key at an index is the reference's (the same
+// cache and slot: the committed prefix, and the ancestors that the rows of a
+// chain or tree share) reads it there, any other key from global memory. A
+// query then takes the per-head kernel's steps exactly: lane l scores keys l,
+// l + 32, l + 64 and l + 96 of a chunk, as warps 0..3 of that kernel do (each
+// a dot product in head order), reduces each quarter by the same butterfly and
+// the quarters in order, and sums each output dimension over the keys in the
+// same order and parts. So every (row, head) gets the per-head kernel's bits,
+// and the keys a verification's rows share are read once per tile instead of
+// once per row and head.
+constexpr int kTiledWarps = 8;
+constexpr int kTiledQueries = 32;  // (row, head) queries per block
+constexpr int kTiledPerWarp = kTiledQueries / kTiledWarps;
+static_assert(kAttnKeys == 4 * kWarp, "a warp scores a chunk as the per-head kernel's 4 warps");
+static_assert(kAttnThreads == kAttnKeys, "the per-head kernel's parts are over kAttnThreads");
+
+// Query heads per block, rows per tile and blocks per KV head.
+struct TiledShape {
+  int heads = 1, rows_per_tile = 1, head_groups = 1;
+};
+__host__ __device__ TiledShape tiled_shape(const HeadShape& s) {
+  const int per_kv = s.n_head / s.n_head_kv;
+  TiledShape t;
+  t.heads = per_kv < kTiledQueries ? per_kv : kTiledQueries;
+  t.rows_per_tile = kTiledQueries / t.heads;
+  t.head_groups = (per_kv + t.heads - 1) / t.heads;
+  return t;
+}
+
+// Dynamic shared memory of the tiled kernel: a chunk's keys or values (rows
+// padded by one float, so that lane l reads key l's row without bank
+// conflicts), the queries, and their probabilities over a chunk.
+size_t tiled_shared_bytes(int head_dim) {
+  return sizeof(float) * (static_cast<size_t>(kAttnKeys) * (head_dim + 1) +
+                          static_cast<size_t>(kTiledQueries) * head_dim +
+                          static_cast<size_t>(kTiledQueries) * kAttnKeys);
+}
+
+// Whether two rows' keys of an index and slot are the same values.
+__device__ bool same_cache(const AttentionRow& a, const AttentionRow& b) {
+  return a.k == b.k && a.v == b.v && a.layer_first == b.layer_first && a.capacity == b.capacity;
+}
+
+__global__ void __launch_bounds__(kTiledWarps* kWarp)
+    attention_tiled_kernel(const float* q, const AttentionRow* rows, const int32_t* spec_slots,
+                           int n, int layer, HeadShape s, float scale, float* partial) {
+  extern __shared__ float tiled_shared[];
+  __shared__ AttentionRow rows_s[kTiledQueries];
+  __shared__ int32_t slot_s[kAttnKeys];  // the reference's slots of the chunk
+
+  const TiledShape t = tiled_shape(s);
+  const int hd = s.head_dim, q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
+  const int per_kv = s.n_head / s.n_head_kv;
+  const int kv_head = blockIdx.y / t.head_groups;
+  const int head0 = kv_head * per_kv + (blockIdx.y % t.head_groups) * t.heads;
+  const int heads = min(t.heads, kv_head * per_kv + per_kv - head0);
+  const int row0 = blockIdx.x * t.rows_per_tile;
+  const int tile_rows = min(t.rows_per_tile, n - row0);
+  const int n_queries = tile_rows * heads;
+  const int split = blockIdx.z;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int stride = hd + 1;
+  float* kv_s = tiled_shared;
+  float* q_s = kv_s + kAttnKeys * stride;
+  float* p_s = q_s + kTiledQueries * hd;
+
+  for (int i = threadIdx.x; i < tile_rows; i += blockDim.x) rows_s[i] = rows[row0 + i];
+  __syncthreads();
+  int ref = 0, most = 0;
+  for (int i = 0; i < tile_rows; ++i) {
+    const int keys = rows_s[i].n_committed + rows_s[i].spec_count;
+    if (keys > most) most = keys, ref = i;
+  }
+  if (split * kAttnKeys >= most) return;  // the same for the whole block
+  const AttentionRow rr = rows_s[ref];
+  const int64_t layer_at = kv_row(rr, layer, 0, kv_dim) + kv_head * hd;
+  for (int e = threadIdx.x; e < n_queries * hd; e += blockDim.x) {
+    const int qi = e / hd, d = e % hd;
+    q_s[e] = q[static_cast<int64_t>(row0 + qi / heads) * q_dim + (head0 + qi % heads) * hd + d];
+  }
+
+  // Each chunk's keys, then its values, of the reference's list into kv_s.
+  auto stage = [&](const float* base, int len) {
+    if (hd % 4 == 0) {
+      const int quads = hd / 4;
+      for (int e = threadIdx.x; e < len * quads; e += blockDim.x) {
+        const int j = e / quads, d = 4 * (e % quads);
+        const float4 x =
+            *reinterpret_cast<const float4*>(base + static_cast<int64_t>(slot_s[j]) * kv_dim + d);
+        float* dst = kv_s + j * stride + d;
+        dst[0] = x.x, dst[1] = x.y, dst[2] = x.z, dst[3] = x.w;
+      }
+    } else {
+      for (int e = threadIdx.x; e < len * hd; e += blockDim.x) {
+        const int j = e / hd, d = e % hd;
+        kv_s[j * stride + d] = base[static_cast<int64_t>(slot_s[j]) * kv_dim + d];
+      }
+    }
+  };
+
+  float m_run[kTiledPerWarp], l_run[kTiledPerWarp], alpha[kTiledPerWarp];
+  float o[kTiledPerWarp][kMaxHeadDim / kWarp];
+#pragma unroll
+  for (int k = 0; k < kTiledPerWarp; ++k) {
+    m_run[k] = -INFINITY, l_run[k] = 0.0f, alpha[k] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxHeadDim / kWarp; ++i) o[k][i] = 0.0f;
+  }
+  const int parts = hd < kAttnThreads ? kAttnThreads / hd : 1;
+
+  for (int c = split; c * kAttnKeys < most; c += kAttentionSplits) {
+    const int j0 = c * kAttnKeys, ref_len = min(kAttnKeys, most - j0);
+    __syncthreads();  // the previous chunk's values, slots and probabilities are read
+    for (int j = threadIdx.x; j < ref_len; j += blockDim.x)
+      slot_s[j] = key_slot(rr, spec_slots, j0 + j);
+    __syncthreads();
+    stage(rr.k + layer_at, ref_len);
+    __syncthreads();  // the keys (and, the first time, the queries) are in place
+
+#pragma unroll
+    for (int k = 0; k < kTiledPerWarp; ++k) {
+      const int qi = warp + k * kTiledWarps;  // the same on the whole warp
+      if (qi >= n_queries) break;
+      const AttentionRow& r = rows_s[qi / heads];
+      const int n_keys = r.n_committed + r.spec_count;
+      if (j0 >= n_keys) continue;
+      const int len = min(kAttnKeys, n_keys - j0);
+      const bool shares = same_cache(r, rr);
+      const float* k_layer = r.k + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
+      const float* key[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int j = lane + kWarp * i;
+        key[i] = kv_s + (j < ref_len ? j : 0) * stride;  // read, not used, past len
+        if (j < len) {
+          const int32_t slot = key_slot(r, spec_slots, j0 + j);
+          if (!shares || j >= ref_len || slot != slot_s[j])
+            key[i] = k_layer + static_cast<int64_t>(slot) * kv_dim;
+        }
+      }
+      const float* qv = q_s + qi * hd;
+      float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int d = 0; d < hd; ++d) {
+        const float qd = qv[d];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) dot[i] = __fmaf_rn(qd, key[i][d], dot[i]);
+      }
+      float sc[4], quarter_max[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sc[i] = lane + kWarp * i < len ? __fmul_rn(dot[i], scale) : -INFINITY;
+        quarter_max[i] = warp_max(sc[i]);
+      }
+      float chunk_max = quarter_max[0];
+#pragma unroll
+      for (int i = 1; i < 4; ++i) chunk_max = fmaxf(chunk_max, quarter_max[i]);
+      const float m_new = fmaxf(m_run[k], chunk_max);
+      float l_chunk = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int j = lane + kWarp * i;
+        const float p = j < len ? expf(__fsub_rn(sc[i], m_new)) : 0.0f;
+        p_s[qi * kAttnKeys + j] = p;
+        const float quarter = warp_sum(p);
+        l_chunk = i == 0 ? quarter : __fadd_rn(l_chunk, quarter);
+      }
+      alpha[k] = expf(__fsub_rn(m_run[k], m_new));  // 0 for the first chunk
+      l_run[k] = __fadd_rn(__fmul_rn(l_run[k], alpha[k]), l_chunk);
+      m_run[k] = m_new;
+    }
+    __syncthreads();  // the keys are read; the probabilities are written
+    stage(rr.v + layer_at, ref_len);
+    __syncthreads();
+
+#pragma unroll
+    for (int k = 0; k < kTiledPerWarp; ++k) {
+      const int qi = warp + k * kTiledWarps;
+      if (qi >= n_queries) break;
+      const AttentionRow& r = rows_s[qi / heads];
+      const int n_keys = r.n_committed + r.spec_count;
+      if (j0 >= n_keys) continue;
+      const int len = min(kAttnKeys, n_keys - j0);
+      const bool shares = same_cache(r, rr);
+      const float* v_layer = r.v + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
+      const float* p = p_s + qi * kAttnKeys;
+#pragma unroll
+      for (int i = 0; i < kMaxHeadDim / kWarp; ++i) {
+        const int d = lane + kWarp * i;
+        if (d >= hd) break;
+        float sum = 0.0f;
+        for (int part = 0; part < parts; ++part) {
+          float acc = 0.0f;
+          for (int jj = part; jj < len; jj += parts) {
+            const int32_t slot = key_slot(r, spec_slots, j0 + jj);
+            const float value = shares && jj < ref_len && slot == slot_s[jj]
+                                    ? kv_s[jj * stride + d]
+                                    : v_layer[static_cast<int64_t>(slot) * kv_dim + d];
+            acc = __fmaf_rn(p[jj], value, acc);
+          }
+          sum = part == 0 ? acc : __fadd_rn(sum, acc);
+        }
+        o[k][i] = __fadd_rn(__fmul_rn(o[k][i], alpha[k]), sum);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int k = 0; k < kTiledPerWarp; ++k) {
+    const int qi = warp + k * kTiledWarps;
+    if (qi >= n_queries) break;
+    const AttentionRow& r = rows_s[qi / heads];
+    if (split * kAttnKeys >= r.n_committed + r.spec_count) continue;  // as the per-head kernel
+    const int row = row0 + qi / heads, head = head0 + qi % heads;
+    float* out =
+        partial +
+        ((static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits + split) * (hd + 2);
+#pragma unroll
+    for (int i = 0; i < kMaxHeadDim / kWarp; ++i) {
+      const int d = lane + kWarp * i;
+      if (d < hd) out[d] = o[k][i];
+    }
+    if (lane == 0) {
+      out[hd] = m_run[k];
+      out[hd + 1] = l_run[k];
+    }
+  }
+}
+
 // One block per (row, head): the splits that had keys, merged in split order.
 // With q given (head_dim a multiple of 32), the head's output is then
 // quantized to Q8_0 as launch_quantize_q8 would quantize the row.
@@ -1513,12 +1752,43 @@ void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const
         q, k, v, bq, bk, bv, reinterpret_cast<const float2*>(angles), rows, layer, shape);
 }
 
+namespace {
+// The tiled kernel's shared memory limit on this process's device (0 until
+// prepare_attention has raised it).
+size_t tiled_shared_limit = 0;
+}  // namespace
+
+void prepare_attention(AttentionKernel kernel) {
+  if (kernel != AttentionKernel::kTiled || tiled_shared_limit > 0) return;
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess)
+    return;
+  // The static shared memory (rows and slots) counts against the same limit.
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, attention_tiled_kernel) != cudaSuccess) return;
+  const int dynamic = optin - static_cast<int>(attributes.sharedSizeBytes);
+  if (dynamic > 0 &&
+      cudaFuncSetAttribute(attention_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           dynamic) == cudaSuccess)
+    tiled_shared_limit = static_cast<size_t>(dynamic);
+}
+
 bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
-                      int layer, HeadShape shape, float scale, bool grouped, float* partial,
-                      float* out, int8_t* out_q, float* out_scales, cudaStream_t stream) {
+                      int layer, HeadShape shape, float scale, AttentionKernel kernel,
+                      float* partial, float* out, int8_t* out_q, float* out_scales,
+                      cudaStream_t stream) {
   if (shape.head_dim % 32 != 0) out_q = nullptr;  // the caller quantizes the rows
   if (n == 0) return out_q != nullptr;
-  if (grouped) {
+  const size_t tiled_bytes = tiled_shared_bytes(shape.head_dim);
+  if (kernel == AttentionKernel::kTiled && tiled_bytes <= tiled_shared_limit) {
+    const TiledShape t = tiled_shape(shape);
+    const dim3 grid((n + t.rows_per_tile - 1) / t.rows_per_tile, shape.n_head_kv * t.head_groups,
+                    kAttentionSplits);
+    attention_tiled_kernel<<<grid, kTiledWarps * kWarp, tiled_bytes, stream>>>(
+        q, rows, spec_slots, n, layer, shape, scale, partial);
+  } else if (kernel == AttentionKernel::kGrouped) {
     const int per_kv = shape.n_head / shape.n_head_kv;
     const int groups = shape.n_head_kv * ((per_kv + kAttnGroup - 1) / kAttnGroup);
     attention_split_grouped_kernel<<<dim3(n, groups, kAttentionSplits), kAttnThreads, 0, stream>>>(

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "cuda/attention_kernel.h"
+
 namespace parspec::cuda {
 
 // Whether environment variable `name` is set to `value`: the backend's
@@ -118,8 +120,10 @@ void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const
                             int layer, int n, HeadShape shape, cudaStream_t stream);
 // out (n × n_head·head_dim): each row's heads attend over the row's keys, each
 // (row, head) in kAttentionSplits blocks whose results go through `partial`
-// (attention_partial_floats(n, n_head, head_dim) floats). `grouped`: the query heads of a
-// KV head share a block (the same bits; each key and value read once for them).
+// (attention_partial_floats(n, n_head, head_dim) floats). `kernel`: which of
+// the attention kernels runs (attention_kernel.h; the same bits from each). The
+// tiled kernel runs where prepare_attention has given it the shared memory it
+// needs, the per-head kernel elsewhere.
 // With out_q given, out is also quantized to Q8_0 into out_q and out_scales, as
 // launch_quantize_q8 would: returns whether it was (head_dim a multiple of 32).
 constexpr int kAttentionSplits = 16;
@@ -127,8 +131,12 @@ inline int64_t attention_partial_floats(int64_t n, int n_head, int head_dim) {
   return n * n_head * kAttentionSplits * (head_dim + 2);
 }
 bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
-                      int layer, HeadShape shape, float scale, bool grouped, float* partial,
-                      float* out, int8_t* out_q, float* out_scales, cudaStream_t stream);
+                      int layer, HeadShape shape, float scale, AttentionKernel kernel,
+                      float* partial, float* out, int8_t* out_q, float* out_scales,
+                      cudaStream_t stream);
+// Sets up `kernel` on the current device (the tiled kernel's shared memory);
+// before any graph capture, as it changes a kernel's attributes.
+void prepare_attention(AttentionKernel kernel);
 // gate = silu(gate) · up over n rows of `dim`, and, when q is not null, the
 // result quantized to Q8_0 (dim a multiple of 32).
 void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,

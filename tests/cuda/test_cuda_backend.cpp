@@ -17,6 +17,7 @@
 #include "decode/local_model.h"
 #include "decode/strategy.h"
 #include "model/executor.h"
+#include "sampling_exactness.h"
 #include "strategy_variants.h"
 #include "test_helpers.h"
 
@@ -200,24 +201,42 @@ void check_invariance(const Model& model, ForwardExecutor& executor, bool gpu) {
   }
 }
 
-// check_invariance on a GPU executor, attention grouped by KV head or not.
-void check_invariance_on_gpu(const InvarianceCase& p, bool grouped_attention) {
+// check_invariance on a GPU executor with the given attention kernel; a kernel
+// other than the per-head one must also give that kernel's bits.
+void check_invariance_on_gpu(const InvarianceCase& p, cuda::AttentionKernel kernel) {
   TempDir dir;
   auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
   auto executor = cuda::make_executor(0);
-  cuda::use_grouped_attention(*executor, grouped_attention);
+  cuda::use_attention(*executor, kernel);
   check_invariance(*model, *executor, true);
+  if (kernel == cuda::AttentionKernel::kPerHead) return;
+  auto per_head = cuda::make_executor(0);
+  cuda::use_attention(*per_head, cuda::AttentionKernel::kPerHead);
+  KvCache want_kv(model->config(), 128), got_kv(model->config(), 128);
+  const std::vector<float> want =
+      per_head->forward(*model, Batch::chain(want_kv, kLong, true), want_kv);
+  const std::vector<float> got =
+      executor->forward(*model, Batch::chain(got_kv, kLong, true), got_kv);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(bitwise_equal(got.data(), want.data(), want.size()))
+      << "differs from the per-head kernel";
 }
 
 TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequence) {
   SKIP_WITHOUT_GPU();
-  check_invariance_on_gpu(GetParam(), false);
+  check_invariance_on_gpu(GetParam(), cuda::AttentionKernel::kPerHead);
 }
 
 // The same with the query heads of a KV head sharing an attention block.
 TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequenceWithGroupedAttention) {
   SKIP_WITHOUT_GPU();
-  check_invariance_on_gpu(GetParam(), true);
+  check_invariance_on_gpu(GetParam(), cuda::AttentionKernel::kGrouped);
+}
+
+// The same with a tile of rows sharing the keys they have in common.
+TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequenceWithTiledAttention) {
+  SKIP_WITHOUT_GPU();
+  check_invariance_on_gpu(GetParam(), cuda::AttentionKernel::kTiled);
 }
 
 // The same checks hold on the CPU, here on every machine: a failure on the
@@ -295,6 +314,7 @@ TEST(CudaAttention, LongCachesGiveTheSameBitsInEveryBatchAndTheCpusLogits) {
     kv.commit(path);
   };
   auto gpu = cuda::make_executor(0);
+  cuda::use_attention(*gpu, cuda::AttentionKernel::kPerHead);
   KvCache chain_kv(model->config(), 2400), alone_kv(model->config(), 2400);
   prefill(*gpu, chain_kv);
   const std::vector<float> chain =
@@ -309,15 +329,42 @@ TEST(CudaAttention, LongCachesGiveTheSameBitsInEveryBatchAndTheCpusLogits) {
     alone_kv.commit({&cell, 1});
   }
 
-  // The query heads of a KV head in one block: the same bits.
-  auto grouped = cuda::make_executor(0);
-  cuda::use_grouped_attention(*grouped, true);
-  KvCache grouped_kv(model->config(), 2400);
-  prefill(*grouped, grouped_kv);
-  const std::vector<float> grouped_chain =
-      grouped->forward(*model, Batch::chain(grouped_kv, tail, true), grouped_kv);
-  EXPECT_TRUE(bitwise_equal(grouped_chain.data(), chain.data(), chain.size()))
-      << "grouped attention differs";
+  // A tree over the cache: the tail's first three tokens (cells 0, 2, 4) beside decoys.
+  const int at = static_cast<int>(prompt.size());
+  auto tree_over = [&](ForwardExecutor& e) {
+    KvCache kv(model->config(), 2400);
+    prefill(e, kv);
+    Batch tree;
+    tree.add(tail[0], at, -1, true);     // 0
+    tree.add(7, at, -1, true);           // 1
+    tree.add(tail[1], at + 1, 0, true);  // 2
+    tree.add(9, at + 1, 1, true);        // 3
+    tree.add(tail[2], at + 2, 2, true);  // 4
+    tree.add(11, at + 2, 2, true);       // 5
+    return e.forward(*model, tree, kv);
+  };
+  const std::vector<float> tree = tree_over(*gpu);
+  for (int cell : {0, 2, 4})
+    EXPECT_TRUE(bitwise_equal(&tree[cell * n_vocab], &chain[cell / 2 * n_vocab], n_vocab))
+        << "tree cell " << cell;
+
+  // The other kernels (the query heads of a KV head in one block; tiles of
+  // rows sharing their keys, here the prefill's too): the same bits.
+  for (const auto kernel : {cuda::AttentionKernel::kGrouped, cuda::AttentionKernel::kTiled}) {
+    const char* name = kernel == cuda::AttentionKernel::kGrouped ? "grouped" : "tiled";
+    auto other = cuda::make_executor(0);
+    cuda::use_attention(*other, kernel);
+    KvCache other_kv(model->config(), 2400);
+    prefill(*other, other_kv);
+    const std::vector<float> other_chain =
+        other->forward(*model, Batch::chain(other_kv, tail, true), other_kv);
+    EXPECT_TRUE(bitwise_equal(other_chain.data(), chain.data(), chain.size()))
+        << name << " attention differs in a chain";
+    const std::vector<float> other_tree = tree_over(*other);
+    ASSERT_EQ(other_tree.size(), tree.size());
+    EXPECT_TRUE(bitwise_equal(other_tree.data(), tree.data(), tree.size()))
+        << name << " attention differs in a tree";
+  }
 
   Worker worker(2);
   CpuExecutor cpu(worker);
@@ -529,6 +576,41 @@ TEST(CudaStrategiesOnCpu, TheSameSidesHold) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaStrategies, ::testing::Values("llama", "qwen2"));
+
+// Sampled output on the GPU: every strategy's tokens at the first positions,
+// over thousands of seeds, have GPU `ar`'s distribution (two-sample
+// chi-square, as the CPU's sampling test).
+TEST(CudaSampling, EveryStrategyKeepsTheTargetsDistribution) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  // A small vocabulary keeps the histograms dense enough for the test.
+  const testing_support::ModelPair pair =
+      testing_support::make_model_pair(dir, "llama", DType::F32, DType::Q4_0, 260, 3);
+  auto target = cuda::make_executor(0);
+  auto draft = cuda::make_executor(0);
+  Worker worker(1);
+  const SamplingParams params = testing_support::untruncated_sampling(1.5f);
+  constexpr int kRuns = 2500;
+  StrategyConfig base;
+  base.target = pair.target;
+  base.draft = pair.draft;
+  base.target_worker = &worker;
+  base.ctx_size = 64;
+  base.name = "ar";
+  run_on(base, *target, *draft);
+  const auto reference = testing_support::sample_histograms(base, kRuns, params);
+  for (StrategyConfig c : strategy_variants()) {
+    c.target = base.target;
+    c.draft = base.draft;
+    c.target_worker = &worker;
+    c.ctx_size = base.ctx_size;
+    run_on(c, *target, *draft);
+    std::string why;
+    EXPECT_TRUE(testing_support::same_distribution(
+        testing_support::sample_histograms(c, kRuns, params), reference, &why))
+        << describe(c) << ": " << why;
+  }
+}
 
 // The zoo's target on both backends, teacher-forced over its own greedy
 // continuation of a few prompts: the largest logit difference is reported,

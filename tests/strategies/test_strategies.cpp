@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "decode/strategy.h"
 #include "model/model.h"
-#include "stats_helpers.h"
+#include "sampling_exactness.h"
 #include "strategies/ppd/ppd_prompts.h"
 #include "strategy_variants.h"
 #include "test_helpers.h"
@@ -21,12 +21,13 @@
 namespace parspec {
 namespace {
 
-using testing_support::chi_square_two_sample;
 using testing_support::describe;
 using testing_support::make_model_pair;
 using testing_support::ModelPair;
 using testing_support::pair_config;
 using testing_support::random_ppd_file;
+using testing_support::same_distribution;
+using testing_support::sample_histograms;
 using testing_support::strategy_variants;
 using testing_support::TempDir;
 using testing_support::untruncated_sampling;
@@ -170,36 +171,6 @@ TEST(GreedyExactness, StopsAtStopTokensAndLimits) {
   c.name = "sd";
   req.prompt = std::vector<int32_t>(60, 65);
   EXPECT_THROW(make_strategy(c)->generate(req), Error);  // exceeds the context
-}
-
-// Histograms of the tokens at positions 0..2 over many seeds.
-std::vector<std::map<int32_t, int64_t>> sample_histograms(const StrategyConfig& config, int runs,
-                                                          const SamplingParams& params) {
-  auto strategy = make_strategy(config);
-  std::vector<std::map<int32_t, int64_t>> hist(3);
-  GenerationRequest req;
-  req.prompt = {256, 84, 104};
-  req.n_predict = 3;
-  req.sampling = params;
-  for (int r = 0; r < runs; ++r) {
-    req.sampling.seed = 1000003ull * r + 17;
-    const auto tokens = strategy->generate(req).tokens;
-    for (size_t i = 0; i < tokens.size() && i < 3; ++i) ++hist[i][tokens[i]];
-  }
-  return hist;
-}
-
-bool same_distribution(const std::vector<std::map<int32_t, int64_t>>& a,
-                       const std::vector<std::map<int32_t, int64_t>>& b, std::string* why) {
-  for (size_t pos = 0; pos < a.size(); ++pos) {
-    const auto r = chi_square_two_sample(a[pos], b[pos]);
-    if (r.rejects()) {
-      *why = "position " + std::to_string(pos) + ": chi-square " + std::to_string(r.statistic) +
-             " with " + std::to_string(r.df) + " df";
-      return false;
-    }
-  }
-  return true;
 }
 
 TEST(SamplingExactness, EveryStrategyMatchesTheTargetDistribution) {
