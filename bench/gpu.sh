@@ -14,7 +14,8 @@
 #      default) while llama.cpp builds, then with the drafter on the CPU (-ngld 0); then
 #      per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
 #      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode without
-#      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) for the 100M drafter and the 8B Q4_0, and
+#      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) and with programmatic dependent launches
+#      (PARSPEC_CUDA_PDL=1) for the 100M drafter and the 8B Q4_0, and
 #      with the other matmuls for the Q8_0/Q4_0 models; llama.cpp's
 #      llama-speculative-simple (--draft-max 4, 8, 16) on the strategies' files and prompts;
 #      serve on the device under 1, 4 and 16 concurrent streams (bench/loadgen.py), ar and sd;
@@ -171,12 +172,13 @@ fi
 # dp4a warp matmul for every row count), mma (the tensor cores also for one
 # row), block-major (the tensor-core kernel's activations laid out block-major),
 # opt-in (the kernels not yet the default: the one-row matmul's way up to 4 rows,
-# tiled attention, a prefill in one launch per matmul, block-major activations).
+# tiled attention, a prefill in one launch per matmul, block-major activations,
+# programmatic dependent launches).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
     block-major) echo "PARSPEC_CUDA_ACTIVATIONS=block-major" ;;
-    opt-in) echo "PARSPEC_CUDA_MATMUL=rows PARSPEC_CUDA_ATTENTION=tiled PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_ACTIVATIONS=block-major" ;;
+    opt-in) echo "PARSPEC_CUDA_MATMUL=rows PARSPEC_CUDA_ATTENTION=tiled PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_ACTIVATIONS=block-major PARSPEC_CUDA_PDL=1" ;;
   esac
 }
 
@@ -425,6 +427,17 @@ for name in "${graph_rows[@]}"; do
     --json "$out/parspec-$name-nographs.json" >/dev/null 2>&1 || echo "$name without graphs failed"
 done
 
+# What programmatic dependent launches bring (PARSPEC_CUDA_PDL=1: each kernel
+# launched while the one before it finishes), on the same two models.
+for name in "${graph_rows[@]}"; do
+  file=$(model_path "$name" models/draft.gguf)
+  [[ -f $file ]] || continue
+  step "parspec bench-forward $name with dependent launches"
+  PARSPEC_CUDA_PDL=1 timeout 60 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
+    -b 1,8 -r "$repeat" --decode-tokens "$decode" --context 64 \
+    --json "$out/parspec-$name-pdl.json" >/dev/null 2>&1 || echo "$name with dependent launches failed"
+done
+
 # What each matmul brings on the Q8_0/Q4_0 models: the warp (dp4a) kernel for
 # every row count, and the tensor-core kernel also for single rows.
 if [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]]; then
@@ -545,16 +558,21 @@ for name in rows:
           f"| {fmt(pp, 0)} | {fmt(ratio(ours_pp, pp), 2)} |")
     curves.append((name, lat))
 graph_rows = [(n, load(os.path.join(out, f"parspec-{n}-nographs.json")),
-               load(os.path.join(out, f"parspec-{n}.json"))) for n in rows]
-graph_rows = [(n, off, on) for n, off, on in graph_rows if off and on]
+               load(os.path.join(out, f"parspec-{n}.json")),
+               load(os.path.join(out, f"parspec-{n}-pdl.json"))) for n in rows]
+graph_rows = [(n, off, on, pdl) for n, off, on, pdl in graph_rows if off and on]
 if graph_rows:
     print()
-    print("| model | decode tok/s with CUDA graphs | without | L(8) ms with | without |")
-    print("|---|---|---|---|---|")
-    for n, off, on in graph_rows:
+    print("| model | decode tok/s with CUDA graphs | without | with graphs and dependent launches "
+          "| L(8) ms with graphs | without | with graphs and dependent launches |")
+    print("|---|---|---|---|---|---|---|")
+    for n, off, on, pdl in graph_rows:
         a, b = on["results"][0], off["results"][0]
+        c = pdl["results"][0] if pdl else None
         print(f"| {n} | {a['decode_tok_per_s']:.1f} | {b['decode_tok_per_s']:.1f} "
-              f"| {fmt(a['latency_ms'].get('8'), 2)} | {fmt(b['latency_ms'].get('8'), 2)} |")
+              f"| {fmt(c['decode_tok_per_s'] if c else None)} "
+              f"| {fmt(a['latency_ms'].get('8'), 2)} | {fmt(b['latency_ms'].get('8'), 2)} "
+              f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 warp_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-mma.json")),
               load(os.path.join(out, f"parspec-{n}-warp.json")),
@@ -571,7 +589,7 @@ if warp_rows:
                            ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
                            ("block-major activations", block_major),
                            ("opt-in: rows up to 4, tiled attention, one-launch prefill, "
-                            "block-major activations", few)):
+                            "block-major activations, dependent launches", few)):
             if res is None:
                 continue
             r = res["results"][0]

@@ -669,6 +669,7 @@ class CudaExecutor final : public ForwardExecutor {
         graphs_(graphs_wanted()),
         attention_(attention_wanted()) {
     eager_.stream = context_->stream;
+    prepare_launches();
     prepare_attention(attention_);
   }
 

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 #include "cuda/kernels.h"
 
@@ -25,6 +26,41 @@ constexpr int kAttnKeys = 128;     // keys per attention chunk: one per thread
 static_assert(kAttnKeys == kAttnThreads, "attention scores one key per thread");
 constexpr int kMaxHeadDim = 256;
 constexpr int kNormThreads = 256;
+
+// Programmatic dependent launch (sm_90 and later, PARSPEC_CUDA_PDL=1): a
+// kernel is launched while the one before it on its stream finishes, and its
+// blocks wait here, before they read or write anything, until that kernel has
+// completed and its writes are visible. Each kernel lets the next one launch
+// as soon as all its own blocks are running. What a kernel computes is the
+// same either way; only the gap between kernels shrinks. Elsewhere both are
+// no-ops.
+__device__ __forceinline__ void begin_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launches let the next kernel start early (prepare_launches).
+bool dependent_launch = false;
+
+// kernel<<<grid, block, shared, stream>>>(args...), early when dependent_launch is on.
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = dependent_launch ? 1 : 0;
+  // An error stays the runtime's last error, which the callers check.
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
 
 int blocks_for(int64_t count, int threads) {
   return static_cast<int>((count + threads - 1) / threads);
@@ -115,6 +151,7 @@ __device__ float weight_element(const DeviceMatrix& w, int64_t row, int64_t col)
 }
 
 __global__ void embed_kernel(DeviceMatrix w, const int32_t* tokens, float* hidden) {
+  begin_kernel();
   const int row = blockIdx.x;
   const int64_t token = tokens[row];
   for (int64_t c = threadIdx.x; c < w.n_in; c += blockDim.x)
@@ -149,6 +186,7 @@ constexpr int kNormBlock = 1024;
 __global__ void __launch_bounds__(kNormBlock)
     add_rmsnorm_kernel(float* h, const float* residual, const float* w, int dim, float eps,
                        float* out, int8_t* q, float* scales, bool block_major) {
+  begin_kernel();
   __shared__ float partial[kNormThreads];
   const int64_t row = blockIdx.x;
   float* hr = h + row * dim;
@@ -187,6 +225,7 @@ __global__ void __launch_bounds__(kNormBlock)
 // One warp per block of 32 values, one lane per value; n rows of nb blocks.
 __global__ void quantize_q8_kernel(const float* x, int n, int nb, int8_t* q, float* scales,
                                    bool block_major) {
+  begin_kernel();
   const int64_t block = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (block >= static_cast<int64_t>(n) * nb) return;
   const int lane = threadIdx.x % kWarp;
@@ -244,6 +283,7 @@ __device__ bool warp_row(const MatmulGroup& g, DeviceMatrix& w, float*& y, int64
 
 template <WeightKind kKind, int kR>
 __global__ void matmul_q_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
+  begin_kernel();
   const int lane = threadIdx.x % kWarp;
   DeviceMatrix w;
   float* y;
@@ -378,6 +418,7 @@ template <WeightKind kKind, int kTiles, bool kBlockMajor>
 __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     matmul_mma_kernel(MatmulGroup g, const int8_t* xq_all, const float* xd_all, int M_all,
                       int n_total, int m_first) {
+  begin_kernel();
   __shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];
   DeviceMatrix w;
   float* y_all;
@@ -510,11 +551,11 @@ void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, 
                 int n_total, int m_first, cudaStream_t stream) {
   const int tiles = weight_row_tiles(g);
   if (block_major)
-    matmul_mma_kernel<kKind, kTiles, true>
-        <<<tiles, kMmaWarps * kWarp, 0, stream>>>(g, xq, xd, n, n_total, m_first);
+    launch(matmul_mma_kernel<kKind, kTiles, true>, tiles, kMmaWarps * kWarp, 0, stream, g, xq, xd,
+           n, n_total, m_first);
   else
-    matmul_mma_kernel<kKind, kTiles, false>
-        <<<tiles, kMmaWarps * kWarp, 0, stream>>>(g, xq, xd, n, n_total, m_first);
+    launch(matmul_mma_kernel<kKind, kTiles, false>, tiles, kMmaWarps * kWarp, 0, stream, g, xq, xd,
+           n, n_total, m_first);
 }
 
 // One activation row (a decode step) with exactly the tensor-core kernel's
@@ -540,6 +581,7 @@ static_assert(kMmaWarps == 16, "the one-row kernel mirrors 16 K-splitting warps"
 template <WeightKind kKind>
 __global__ void __launch_bounds__(kGemvThreads)
     matmul_gemv_kernel(MatmulGroup g, const int8_t* xq, const float* xd) {
+  begin_kernel();
   extern __shared__ int4 gemv_shared[];
   DeviceMatrix w;
   float* y;
@@ -578,6 +620,7 @@ __global__ void __launch_bounds__(kGemvThreads)
 template <WeightKind kKind, int kR>
 __global__ void __launch_bounds__(kGemvThreads)
     matmul_rows_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
+  begin_kernel();
   DeviceMatrix w;
   float* y;
   int64_t row0;
@@ -620,9 +663,10 @@ void launch_rows(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
                  cudaStream_t stream) {
   const int tiles = weight_row_tiles(g);
   if (n <= 2)
-    matmul_rows_kernel<kKind, 2><<<tiles, kGemvThreads, 0, stream>>>(g, xq, xd, n);
+    launch(matmul_rows_kernel<kKind, 2>, tiles, kGemvThreads, 0, stream, g, xq, xd, n);
   else
-    matmul_rows_kernel<kKind, kRowsKernelMaxRows><<<tiles, kGemvThreads, 0, stream>>>(g, xq, xd, n);
+    launch(matmul_rows_kernel<kKind, kRowsKernelMaxRows>, tiles, kGemvThreads, 0, stream, g, xq, xd,
+           n);
 }
 
 // Shared memory of the one-row kernel: the quants and scales of a row of n_in.
@@ -634,8 +678,8 @@ constexpr size_t kGemvMaxShared = 48 * 1024;  // without opting in to more
 template <WeightKind kKind>
 void launch_gemv(const MatmulGroup& g, const int8_t* xq, const float* xd, cudaStream_t stream) {
   const int tiles = weight_row_tiles(g);
-  matmul_gemv_kernel<kKind>
-      <<<tiles, kGemvThreads, gemv_shared_bytes(g.w[0].n_in), stream>>>(g, xq, xd);
+  launch(matmul_gemv_kernel<kKind>, tiles, kGemvThreads, gemv_shared_bytes(g.w[0].n_in), stream, g,
+         xq, xd);
 }
 
 // PARSPEC_CUDA_PREFILL=one-launch: more rows than one launch of the
@@ -743,6 +787,7 @@ __device__ void load_chunk_f(const DeviceMatrix& w, int64_t n, int64_t chunk, fl
 // elements lane, lane + 32, ... in order.
 template <WeightKind kKind, int kR>
 __global__ void matmul_f_kernel(MatmulGroup g, const float* x, int M) {
+  begin_kernel();
   const int lane = threadIdx.x % kWarp;
   DeviceMatrix w;
   float* y;
@@ -788,6 +833,7 @@ __global__ void matmul_f_kernel(MatmulGroup g, const float* x, int M) {
 // As quantize_row_q8_K: q = round-half-even(x · (127 / absmax)), d = absmax /
 // 127, and each 16 values' sum.
 __global__ void quantize_q8k_kernel(const float* x, int64_t n_blocks, Q8KActivations out) {
+  begin_kernel();
   const int64_t block = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (block >= n_blocks) return;
   const int lane = threadIdx.x % kWarp;
@@ -860,6 +906,7 @@ __device__ void load_k_part(const uint8_t* blk, int part, int (&wq)[8], int& sc0
 // adds the four. Nothing in a row's arithmetic depends on kR or M.
 template <WeightKind kKind, int kR>
 __global__ void matmul_k_kernel(MatmulGroup g, Q8KActivations x, int M) {
+  begin_kernel();
   const int lane = threadIdx.x % kWarp, part = lane % 8, group = lane / 8;
   DeviceMatrix w;
   float* y;
@@ -941,11 +988,11 @@ void launch_matmul_kind(const MatmulGroup& g, const MatmulInputs& in, int n, cud
   for (int i = 0; i < g.count; ++i) rows += g.w[i].n_out;
   const int blocks = blocks_for(rows, kMatmulWarps);
   if constexpr (kKind == WeightKind::kQ8_0 || kKind == WeightKind::kQ4_0)
-    matmul_q_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, in.xq, in.xd, n);
+    launch(matmul_q_kernel<kKind, kR>, blocks, kMatmulWarps * kWarp, 0, stream, g, in.xq, in.xd, n);
   else if constexpr (kKind == WeightKind::kQ4_K || kKind == WeightKind::kQ6_K)
-    matmul_k_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, in.xk, n);
+    launch(matmul_k_kernel<kKind, kR>, blocks, kMatmulWarps * kWarp, 0, stream, g, in.xk, n);
   else
-    matmul_f_kernel<kKind, kR><<<blocks, kMatmulWarps * kWarp, 0, stream>>>(g, in.x, n);
+    launch(matmul_f_kernel<kKind, kR>, blocks, kMatmulWarps * kWarp, 0, stream, g, in.x, n);
 }
 
 template <int kR>
@@ -976,6 +1023,7 @@ __device__ int64_t kv_row(const AttentionRow& r, int layer, int32_t slot, int kv
 // (as the CPU computes them), rounded to float.
 __global__ void rope_angles_kernel(const int32_t* positions, const float* inv_freq, int n_pairs,
                                    float2* angles) {
+  begin_kernel();
   const int row = blockIdx.x;
   const double position = positions[row];
   for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) {
@@ -991,6 +1039,7 @@ __global__ void rope_angles_kernel(const int32_t* positions, const float* inv_fr
 __global__ void bias_rope_store_kernel(float* q, float* k, float* v, const float* bq,
                                        const float* bk, const float* bv, const float2* angles,
                                        const AttentionRow* rows, int layer, HeadShape s) {
+  begin_kernel();
   const int row = blockIdx.x, head = blockIdx.y;
   const int hd = s.head_dim, q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
   const bool is_kv = head >= s.n_head;
@@ -1056,6 +1105,7 @@ __device__ float attention_block_reduce(float v, float* scratch) {
 __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
                                        const int32_t* spec_slots, int layer, HeadShape s,
                                        float scale, float* partial) {
+  begin_kernel();
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float o_s[kMaxHeadDim];
   __shared__ float part_s[kMaxHeadDim];
@@ -1178,6 +1228,7 @@ constexpr int kAttnGroup = 8;
 __global__ void attention_split_grouped_kernel(const float* q, const AttentionRow* rows,
                                                const int32_t* spec_slots, int layer, HeadShape s,
                                                float scale, float* partial) {
+  begin_kernel();
   __shared__ float q_s[kAttnGroup][kMaxHeadDim];
   __shared__ float o_s[kAttnGroup][kMaxHeadDim];
   __shared__ float part_s[kAttnGroup][kMaxHeadDim];
@@ -1360,6 +1411,7 @@ __device__ bool same_cache(const AttentionRow& a, const AttentionRow& b) {
 __global__ void __launch_bounds__(kTiledWarps* kWarp)
     attention_tiled_kernel(const float* q, const AttentionRow* rows, const int32_t* spec_slots,
                            int n, int layer, HeadShape s, float scale, float* partial) {
+  begin_kernel();
   extern __shared__ float tiled_shared[];
   __shared__ AttentionRow rows_s[kTiledQueries];
   __shared__ int32_t slot_s[kAttnKeys];  // the reference's slots of the chunk
@@ -1548,6 +1600,7 @@ __global__ void __launch_bounds__(kTiledWarps* kWarp)
 __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
                                          const float* partial, float* out, int8_t* q, float* scales,
                                          bool block_major) {
+  begin_kernel();
   const int row = blockIdx.x, head = blockIdx.y, hd = s.head_dim;
   const AttentionRow r = rows[row];
   const int n_keys = r.n_committed + r.spec_count;
@@ -1585,6 +1638,7 @@ __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
 // (row, 256 values): one warp per 32 values, so a row spreads over the GPU.
 __global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, float* scales,
                               bool block_major) {
+  begin_kernel();
   const int64_t row = blockIdx.x;
   const int lane = threadIdx.x % kWarp;
   const int base = blockIdx.y * kNormThreads + threadIdx.x / kWarp * kWarp;
@@ -1606,11 +1660,13 @@ __global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, 
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t count) {
+  begin_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) y[i] = __fadd_rn(y[i], x[i]);
 }
 
 __global__ void gather_rows_kernel(const float* src, const int32_t* index, int dim, float* dst) {
+  begin_kernel();
   const float* s = src + static_cast<int64_t>(index[blockIdx.x]) * dim;
   float* d = dst + static_cast<int64_t>(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) d[i] = s[i];
@@ -1619,6 +1675,7 @@ __global__ void gather_rows_kernel(const float* src, const int32_t* index, int d
 // blockIdx.x: the pair, blockIdx.y: the layer. `to_staging` picks the direction.
 __global__ void move_kv_kernel(float* k, float* v, int capacity, int kv_dim, const int32_t* slots,
                                float* staging, bool to_staging) {
+  begin_kernel();
   const int i = blockIdx.x, layer = blockIdx.y;
   const int64_t cache_row = (static_cast<int64_t>(layer) * capacity + slots[i]) * kv_dim;
   const int64_t stage_row = (static_cast<int64_t>(layer) * gridDim.x + i) * 2 * kv_dim;
@@ -1634,6 +1691,7 @@ __global__ void move_kv_kernel(float* k, float* v, int capacity, int kv_dim, con
 }
 
 __global__ void argmax_kernel(const float* x, int dim, int32_t* index) {
+  begin_kernel();
   __shared__ float best_s[kNormThreads];
   __shared__ int32_t at_s[kNormThreads];
   const float* row = x + static_cast<int64_t>(blockIdx.x) * dim;
@@ -1664,29 +1722,30 @@ __global__ void argmax_kernel(const float* x, int dim, int32_t* index) {
 
 void launch_embed(const DeviceMatrix& embedding, const int32_t* tokens, int n, float* hidden,
                   cudaStream_t stream) {
-  if (n > 0) embed_kernel<<<n, 256, 0, stream>>>(embedding, tokens, hidden);
+  if (n > 0) launch(embed_kernel, n, 256, 0, stream, embedding, tokens, hidden);
 }
 
 void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
                         float* out, int8_t* q, float* scales, cudaStream_t stream) {
   if (n > 0)
-    add_rmsnorm_kernel<<<n, kNormBlock, 0, stream>>>(h, residual, w, dim, eps, out, q, scales,
-                                                     block_major_activations(n, dim));
+    launch(add_rmsnorm_kernel, n, kNormBlock, 0, stream, h, residual, w, dim, eps, out, q, scales,
+           block_major_activations(n, dim));
 }
 
 void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales,
                         cudaStream_t stream) {
   const int64_t n_blocks = static_cast<int64_t>(n) * (dim / 32);
   if (n_blocks > 0)
-    quantize_q8_kernel<<<blocks_for(n_blocks * kWarp, 256), 256, 0, stream>>>(
-        x, n, dim / 32, q, scales, block_major_activations(n, dim));
+    launch(quantize_q8_kernel, blocks_for(n_blocks * kWarp, 256), 256, 0, stream, x, n, dim / 32, q,
+           scales, block_major_activations(n, dim));
 }
 
 void launch_quantize_q8k(const float* x, int n, int dim, const Q8KActivations& out,
                          cudaStream_t stream) {
   const int64_t n_blocks = static_cast<int64_t>(n) * (dim / kSuperBlock);
   if (n_blocks > 0)
-    quantize_q8k_kernel<<<blocks_for(n_blocks * kWarp, 256), 256, 0, stream>>>(x, n_blocks, out);
+    launch(quantize_q8k_kernel, blocks_for(n_blocks * kWarp, 256), 256, 0, stream, x, n_blocks,
+           out);
 }
 
 void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t* xq,
@@ -1740,16 +1799,28 @@ void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, cons
 void launch_rope_angles(const int32_t* positions, const float* inv_freq, int n, int n_pairs,
                         float* angles, cudaStream_t stream) {
   if (n > 0 && n_pairs > 0)
-    rope_angles_kernel<<<n, 64, 0, stream>>>(positions, inv_freq, n_pairs,
-                                             reinterpret_cast<float2*>(angles));
+    launch(rope_angles_kernel, n, 64, 0, stream, positions, inv_freq, n_pairs,
+           reinterpret_cast<float2*>(angles));
 }
 
 void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const float* bk,
                             const float* bv, const float* angles, const AttentionRow* rows,
                             int layer, int n, HeadShape shape, cudaStream_t stream) {
   if (n > 0)
-    bias_rope_store_kernel<<<dim3(n, shape.n_head + shape.n_head_kv), 64, 0, stream>>>(
-        q, k, v, bq, bk, bv, reinterpret_cast<const float2*>(angles), rows, layer, shape);
+    launch(bias_rope_store_kernel, dim3(n, shape.n_head + shape.n_head_kv), 64, 0, stream, q, k, v,
+           bq, bk, bv, reinterpret_cast<const float2*>(angles), rows, layer, shape);
+}
+
+void prepare_launches() {
+  static const bool on = [] {
+    if (!env_is("PARSPEC_CUDA_PDL", "1")) return false;
+    int device = 0, major = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+               cudaSuccess &&
+           major >= 9;
+  }();
+  dependent_launch = on;
 }
 
 namespace {
@@ -1786,38 +1857,37 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
     const TiledShape t = tiled_shape(shape);
     const dim3 grid((n + t.rows_per_tile - 1) / t.rows_per_tile, shape.n_head_kv * t.head_groups,
                     kAttentionSplits);
-    attention_tiled_kernel<<<grid, kTiledWarps * kWarp, tiled_bytes, stream>>>(
-        q, rows, spec_slots, n, layer, shape, scale, partial);
+    launch(attention_tiled_kernel, grid, kTiledWarps * kWarp, tiled_bytes, stream, q, rows,
+           spec_slots, n, layer, shape, scale, partial);
   } else if (kernel == AttentionKernel::kGrouped) {
     const int per_kv = shape.n_head / shape.n_head_kv;
     const int groups = shape.n_head_kv * ((per_kv + kAttnGroup - 1) / kAttnGroup);
-    attention_split_grouped_kernel<<<dim3(n, groups, kAttentionSplits), kAttnThreads, 0, stream>>>(
-        q, rows, spec_slots, layer, shape, scale, partial);
+    launch(attention_split_grouped_kernel, dim3(n, groups, kAttentionSplits), kAttnThreads, 0,
+           stream, q, rows, spec_slots, layer, shape, scale, partial);
   } else {
-    attention_split_kernel<<<dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0, stream>>>(
-        q, rows, spec_slots, layer, shape, scale, partial);
+    launch(attention_split_kernel, dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0, stream,
+           q, rows, spec_slots, layer, shape, scale, partial);
   }
   const int q_dim = shape.n_head * shape.head_dim;
-  attention_combine_kernel<<<dim3(n, shape.n_head), kAttnThreads, 0, stream>>>(
-      rows, shape, partial, out, out_q, out_scales,
-      out_q != nullptr && block_major_activations(n, q_dim));
+  launch(attention_combine_kernel, dim3(n, shape.n_head), kAttnThreads, 0, stream, rows, shape,
+         partial, out, out_q, out_scales, out_q != nullptr && block_major_activations(n, q_dim));
   return out_q != nullptr;
 }
 
 void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
                    cudaStream_t stream) {
   if (n > 0)
-    swiglu_kernel<<<dim3(n, blocks_for(dim, kNormThreads)), kNormThreads, 0, stream>>>(
-        gate, up, dim, q, scales, block_major_activations(n, dim));
+    launch(swiglu_kernel, dim3(n, blocks_for(dim, kNormThreads)), kNormThreads, 0, stream, gate, up,
+           dim, q, scales, block_major_activations(n, dim));
 }
 
 void launch_add(float* y, const float* x, int64_t count, cudaStream_t stream) {
-  if (count > 0) add_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(y, x, count);
+  if (count > 0) launch(add_kernel, blocks_for(count, 256), 256, 0, stream, y, x, count);
 }
 
 void launch_gather_rows(const float* src, const int32_t* index, int n, int dim, float* dst,
                         cudaStream_t stream) {
-  if (n > 0) gather_rows_kernel<<<n, 256, 0, stream>>>(src, index, dim, dst);
+  if (n > 0) launch(gather_rows_kernel, n, 256, 0, stream, src, index, dim, dst);
 }
 
 void launch_move_kv_rows(float* k, float* v, int n_layers, int capacity, int kv_dim,
@@ -1825,12 +1895,12 @@ void launch_move_kv_rows(float* k, float* v, int n_layers, int capacity, int kv_
                          cudaStream_t stream) {
   if (n <= 0 || n_layers <= 0) return;
   const dim3 grid(n, n_layers);
-  move_kv_kernel<<<grid, 128, 0, stream>>>(k, v, capacity, kv_dim, from, staging, true);
-  move_kv_kernel<<<grid, 128, 0, stream>>>(k, v, capacity, kv_dim, to, staging, false);
+  launch(move_kv_kernel, grid, 128, 0, stream, k, v, capacity, kv_dim, from, staging, true);
+  launch(move_kv_kernel, grid, 128, 0, stream, k, v, capacity, kv_dim, to, staging, false);
 }
 
 void launch_argmax(const float* x, int n, int dim, int32_t* index, cudaStream_t stream) {
-  if (n > 0) argmax_kernel<<<n, kNormThreads, 0, stream>>>(x, dim, index);
+  if (n > 0) launch(argmax_kernel, n, kNormThreads, 0, stream, x, dim, index);
 }
 
 }  // namespace parspec::cuda

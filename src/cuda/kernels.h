@@ -22,6 +22,12 @@ namespace parspec::cuda {
 // switches between kernels (PARSPEC_CUDA_MATMUL=warp and the like).
 bool env_is(const char* name, std::string_view value);
 
+// Reads PARSPEC_CUDA_PDL once per process: with "1", kernels are launched as
+// programmatic dependent launches where the device has them (compute
+// capability 9.0 and later), each overlapping the end of the one before it;
+// the results are the same bits either way. Before any graph capture.
+void prepare_launches();
+
 enum class WeightKind : int { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ6_K };
 
 // A weight matrix in device memory: n_out rows of n_in elements. F32/F16/BF16:
