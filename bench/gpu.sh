@@ -171,14 +171,16 @@ fi
 # The environment of a kernel variant: tensor-cores (the defaults), warp (the
 # dp4a warp matmul for every row count), mma (the tensor cores also for one
 # row), block-major (the tensor-core kernel's activations laid out block-major),
-# opt-in (the kernels not yet the default: the one-row matmul's way up to 4 rows,
-# tiled attention, a prefill in one launch per matmul, block-major activations,
-# programmatic dependent launches).
+# half-tensor-cores (F16/BF16 weights on the tensor cores), opt-in (the kernels not
+# yet the default: the one-row matmul's way up to 4 rows, tiled attention, a prefill
+# in one launch per matmul, block-major activations, programmatic dependent
+# launches, F16/BF16 weights on the tensor cores).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
     block-major) echo "PARSPEC_CUDA_ACTIVATIONS=block-major" ;;
-    opt-in) echo "PARSPEC_CUDA_MATMUL=rows PARSPEC_CUDA_ATTENTION=tiled PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_ACTIVATIONS=block-major PARSPEC_CUDA_PDL=1" ;;
+    half-tensor-cores) echo "PARSPEC_CUDA_HALF_MATMUL=tensor-cores" ;;
+    opt-in) echo "PARSPEC_CUDA_MATMUL=rows PARSPEC_CUDA_ATTENTION=tiled PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_ACTIVATIONS=block-major PARSPEC_CUDA_PDL=1 PARSPEC_CUDA_HALF_MATMUL=tensor-cores" ;;
   esac
 }
 
@@ -454,6 +456,18 @@ if [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]]; then
   done
 fi
 
+# F16 weights on the tensor cores (every row count), against the warp kernel above.
+for row in "${table[@]}"; do
+  read -r name src args <<<"$row"
+  [[ $args == *f16* ]] || continue
+  step "parspec bench-forward $name with $(kernel_env half-tensor-cores)"
+  env $(kernel_env half-tensor-cores) timeout 90 "$bin_parspec" bench-forward \
+    -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
+    -r "$repeat" --decode-tokens "$decode" --context 64 \
+    --json "$out/parspec-$name-half-tensor-cores.json" >/dev/null 2>&1 ||
+    echo "$name half-tensor-cores failed"
+done
+
 # llama.cpp's speculative decoding on the same files and prompts (greedy, one
 # process per prompt and --draft-max; its "decoded N tokens in S seconds").
 spec_bin=$models/llama.cpp/build/bin/llama-speculative-simple
@@ -589,7 +603,8 @@ if warp_rows:
                            ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
                            ("block-major activations", block_major),
                            ("opt-in: rows up to 4, tiled attention, one-launch prefill, "
-                            "block-major activations, dependent launches", few)):
+                            "block-major activations, dependent launches, F16 on tensor cores",
+                            few)):
             if res is None:
                 continue
             r = res["results"][0]
@@ -598,6 +613,24 @@ if warp_rows:
             print(f"| {n} | {label} | {r['decode_tok_per_s']:.1f} | {fmt(lat.get('1'), 2)} "
                   f"| {fmt(lat.get('4'), 2)} | {fmt(lat.get('8'), 2)} | {fmt(lat.get('32'), 2)} "
                   f"| {fmt(lat.get('64'), 2)} "
+                  f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
+half_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
+              load(os.path.join(out, f"parspec-{n}-half-tensor-cores.json"))) for n in rows]
+half_rows = [r for r in half_rows if r[1] and r[2]]
+if half_rows:
+    print()
+    print("F16 weights: the warp kernel (default) against the tensor cores "
+          "(PARSPEC_CUDA_HALF_MATMUL=tensor-cores):")
+    print()
+    print("| model | matmul | decode tok/s | L(1) ms | L(8) ms | L(32) ms | L(64) ms | pp512 tok/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, default, half in half_rows:
+        for label, res in (("warp (default)", default), ("tensor cores", half)):
+            r = res["results"][0]
+            lat = r["latency_ms"]
+            pp = lat.get("512")
+            print(f"| {n} | {label} | {r['decode_tok_per_s']:.1f} | {fmt(lat.get('1'), 2)} "
+                  f"| {fmt(lat.get('8'), 2)} | {fmt(lat.get('32'), 2)} | {fmt(lat.get('64'), 2)} "
                   f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
 for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-long.md",
            "strategies-long-opt-in.md", "strategies-opt-in.md", "strategies-cpu-draft.md"):
@@ -672,6 +705,17 @@ def lat_ratio(name, n, variant=""):
 for name, target in (("8b-q4_0", 2.0), ("1b-f16", 2.0), ("8b-q8_0", 1.5), ("8b-f16", 1.25),
                      ("100m-f16", 3.0)):
     goal(f"decode × llama.cpp, {name}", decode_ratio(name), target)
+def pp_ratio(name, variant=""):
+    p = load(os.path.join(out, f"parspec-{name}{variant}.json"))
+    l = load(os.path.join(out, f"llama-{name}.json")) or []
+    pp = next((x["avg_ts"] for x in l if x.get("n_prompt") == 512 and x.get("n_gen") == 0), None)
+    lat = p["results"][0]["latency_ms"] if p else {}
+    return 512 / lat["512"] * 1000 / pp if "512" in lat and pp else None
+for name in ("8b-q4_0", "8b-q8_0", "8b-f16", "1b-f16", "100m-f16"):
+    goal(f"pp512 × llama.cpp, {name}", pp_ratio(name), 0.7)
+    if name.endswith("f16"):
+        goal(f"pp512 × llama.cpp, {name}, F16 on tensor cores",
+             pp_ratio(name, "-half-tensor-cores"), 0.7)
 for variant, label in (("", "default"), ("-block-major", "block-major")):
     goal(f"L(8)/L(1), 8b-q4_0, {label}", lat_ratio("8b-q4_0", 8, variant), 1.15, higher=False)
     goal(f"L(32)/L(1), 8b-q4_0, {label}", lat_ratio("8b-q4_0", 32, variant), 1.5, higher=False)

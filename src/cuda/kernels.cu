@@ -558,6 +558,157 @@ void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, 
            n, n_total, m_first);
 }
 
+// The tensor-core path for F16/BF16 weights (PARSPEC_CUDA_HALF_MATMUL=tensor-cores;
+// matmul_f_kernel otherwise). A block computes kMmaRows weight rows for every
+// activation row of the launch, in slices of 8·kTiles rows: its kMmaWarps
+// warps split K in chunks of 32 (warp w takes chunks w, w + kMmaWarps, ...),
+// and for each chunk and tile of 8 activation rows two 16×8×16 mma.sync take
+// the chunk's first and second 16 elements. The f32 activations enter as two
+// halves of the weights' type, x = hi + lo (hi = x rounded, lo = the rest
+// rounded), each its own pair of mmas, so that the products keep about twice
+// that type's precision; every mma adds into the warp's f32 accumulator in
+// chunk order, and the warps' sums are then added in warp order. Nothing in
+// a row's arithmetic depends on the other rows or on how many there are, so
+// one kernel serves every row count with the same bits per row.
+template <WeightKind kKind>
+__device__ void mma_half(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (kKind == WeightKind::kF16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();  // built for sm_80 and later only
+#endif
+}
+
+// Two f32 values as a pair of the weights' half type: `hi` rounded to
+// nearest, `lo` what is left of each, rounded likewise.
+template <WeightKind kKind>
+__device__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
+  if constexpr (kKind == WeightKind::kF16) {
+    const __half2 h = __floats2half2_rn(x0, x1);
+    const __half2 l =
+        __floats2half2_rn(__fsub_rn(x0, __low2float(h)), __fsub_rn(x1, __high2float(h)));
+    hi = *reinterpret_cast<const unsigned*>(&h);
+    lo = *reinterpret_cast<const unsigned*>(&l);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    const __nv_bfloat162 l =
+        __floats2bfloat162_rn(__fsub_rn(x0, __low2float(h)), __fsub_rn(x1, __high2float(h)));
+    hi = *reinterpret_cast<const unsigned*>(&h);
+    lo = *reinterpret_cast<const unsigned*>(&l);
+  }
+}
+
+template <WeightKind kKind, int kTiles>
+__global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
+    matmul_half_mma_kernel(MatmulGroup g, const float* x_all, int M_all) {
+  begin_kernel();
+  __shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];
+  DeviceMatrix w;
+  float* y_all;
+  int64_t tile_row0;
+  if (!block_tile(g, w, y_all, tile_row0)) return;  // the same for the whole block
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int gid = lane / 4, t = lane % 4;
+  const int64_t n_in = w.n_in, chunks = n_in / 32;
+  const int64_t row_a = tile_row0 + gid, row_b = row_a + 8;
+  const uint16_t* wq = static_cast<const uint16_t*>(w.q);
+
+  for (int m_base = 0; m_base < M_all; m_base += 8 * kTiles) {
+    const int M = min(8 * kTiles, M_all - m_base);
+    const float* x = x_all + static_cast<int64_t>(m_base) * n_in;
+    float* y = y_all + static_cast<int64_t>(m_base) * w.n_out;
+    if (m_base > 0) __syncthreads();  // the previous slice's partial sums are read
+
+    float acc[kTiles][4];
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+    // Lane (gid, t) holds elements 8t..8t+7 of the chunk: the first mma takes
+    // 8t..8t+3 of every lane, the second 8t+4..8t+7 (K positions 2t, 2t+1 of
+    // an mma are the first pair, 2t+8, 2t+9 the second, in A and B alike).
+    constexpr int kUnroll = kTiles == 1 ? 4 : 2;
+#pragma unroll kUnroll
+    for (int64_t c = warp; c < chunks; c += kMmaWarps) {
+      const int64_t k0 = c * 32 + 8 * t;
+      const uint4 zero = {0u, 0u, 0u, 0u};
+      const uint4 pa =
+          row_a < w.n_out ? *reinterpret_cast<const uint4*>(wq + row_a * n_in + k0) : zero;
+      const uint4 pb =
+          row_b < w.n_out ? *reinterpret_cast<const uint4*>(wq + row_b * n_in + k0) : zero;
+      const unsigned a1[4] = {pa.x, pb.x, pa.y, pb.y};
+      const unsigned a2[4] = {pa.z, pb.z, pa.w, pb.w};
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        const int m = 8 * i + gid;
+        float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v = u;
+        if (m < M) {
+          const float4* src =
+              reinterpret_cast<const float4*>(x + static_cast<int64_t>(m) * n_in + k0);
+          u = src[0];
+          v = src[1];
+        }
+        unsigned hi1[2], lo1[2], hi2[2], lo2[2];
+        split_pair<kKind>(u.x, u.y, hi1[0], lo1[0]);
+        split_pair<kKind>(u.z, u.w, hi1[1], lo1[1]);
+        split_pair<kKind>(v.x, v.y, hi2[0], lo2[0]);
+        split_pair<kKind>(v.z, v.w, hi2[1], lo2[1]);
+        mma_half<kKind>(acc[i], a1, hi1);
+        mma_half<kKind>(acc[i], a1, lo1);
+        mma_half<kKind>(acc[i], a2, hi2);
+        mma_half<kKind>(acc[i], a2, lo2);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const int m0 = 8 * i + 2 * t;
+      partial_s[warp][gid][m0] = acc[i][0];
+      partial_s[warp][gid][m0 + 1] = acc[i][1];
+      partial_s[warp][gid + 8][m0] = acc[i][2];
+      partial_s[warp][gid + 8][m0 + 1] = acc[i][3];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < kMmaRows * 8 * kTiles; e += kMmaWarps * kWarp) {
+      const int r = e / (8 * kTiles), m = e % (8 * kTiles);
+      const int64_t row = tile_row0 + r;
+      if (m >= M || row >= w.n_out) continue;
+      float total = partial_s[0][r][m];
+#pragma unroll
+      for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial_s[v][r][m]);
+      y[static_cast<int64_t>(m) * w.n_out + row] = total;
+    }
+  }
+}
+
+// PARSPEC_CUDA_HALF_MATMUL=tensor-cores: F16/BF16 weights of a width that is a
+// multiple of 32 go through matmul_half_mma_kernel at every row count.
+bool half_tensor_cores(int64_t n_in) {
+  static const bool wanted = env_is("PARSPEC_CUDA_HALF_MATMUL", "tensor-cores");
+  return wanted && n_in % 32 == 0;
+}
+
+template <WeightKind kKind>
+void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t stream) {
+  const int tiles = weight_row_tiles(g);
+  switch ((n + 7) / 8) {
+    case 1:
+      return launch(matmul_half_mma_kernel<kKind, 1>, tiles, kMmaWarps * kWarp, 0, stream, g, x, n);
+    case 2:
+      return launch(matmul_half_mma_kernel<kKind, 2>, tiles, kMmaWarps * kWarp, 0, stream, g, x, n);
+    default:  // more than 16 rows: slices of 32 in one launch
+      return launch(matmul_half_mma_kernel<kKind, kMmaMaxTiles>, tiles, kMmaWarps * kWarp, 0,
+                    stream, g, x, n);
+  }
+}
+
 // One activation row (a decode step) with exactly the tensor-core kernel's
 // arithmetic, without its padding of the row to a tile of 8: the block's 16
 // half-warps take one weight row each, half-warp lane v sums the blocks v,
@@ -1780,6 +1931,9 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
         break;  // the warp kernel below
     }
   }
+  if ((kind == WeightKind::kF16 || kind == WeightKind::kBF16) && half_tensor_cores(group.w[0].n_in))
+    return kind == WeightKind::kF16 ? launch_half_mma<WeightKind::kF16>(group, x, n, stream)
+                                    : launch_half_mma<WeightKind::kBF16>(group, x, n, stream);
   // A one-row tile for single rows: the same arithmetic per row, fewer registers.
   if (n == 1)
     launch_matmul_tile<1>(group, in, n, stream);
