@@ -10,8 +10,8 @@
 #   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0, 1B-class F16,
 #      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
 #   3. the strategies on the GPU (parspec bench, 8B-class Q4_0 target + 100M-class
-#      drafter; auto and ppd; a prompt of over 2000 tokens; the kernels not yet the
-#      default) while llama.cpp builds, then with the drafter on the CPU (-ngld 0); then
+#      drafter; auto and ppd; EasySpec's drafting time at layer groups of 1 and 2; a
+#      prompt of over 2000 tokens; the kernels not yet the default) while llama.cpp builds, then with the drafter on the CPU (-ngld 0); then
 #      per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
 #      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode without
 #      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) and with programmatic dependent launches
@@ -325,6 +325,16 @@ timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$more
   --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-more.md" --json "$out/strategies-more.json" \
   >"$out/strategies-more.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-more.txt"
 
+# EasySpec's drafting time per step with layer groups of N = 1 and 2 (the goal:
+# N = 2 at most 0.7× N = 1, α within 7%), sd with the same drafter and γ beside it.
+for n in 1 2; do
+  step "parspec bench: ar,sd,easyspec --lp-size $n"
+  timeout 90 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies ar,sd,easyspec \
+    --draft-max 4 --lp-size "$n" --prompts code,prose --max-prompts 2 -n 64 -t 2 \
+    --json "$out/easyspec-$n.json" >"$out/easyspec-$n.txt" 2>&1 ||
+    echo "parspec bench (easyspec, N = $n) failed or timed out: see $out/easyspec-$n.txt"
+done
+
 # auto (calibrates on the device, then runs its choice) and ppd (the target's own
 # prompt tokens, no drafter), apart for the same reason.
 last=ar,auto,ppd
@@ -632,6 +642,26 @@ if half_rows:
             print(f"| {n} | {label} | {r['decode_tok_per_s']:.1f} | {fmt(lat.get('1'), 2)} "
                   f"| {fmt(lat.get('8'), 2)} | {fmt(lat.get('32'), 2)} | {fmt(lat.get('64'), 2)} "
                   f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
+def all_rows(path):
+    data = load(path) or {}
+    rows = data.get("results", [])
+    sets = {r["prompt_set"] for r in rows}
+    which = "all" if "all" in sets else next(iter(sets), None)
+    return {r["strategy"]: r for r in rows if r["prompt_set"] == which}
+easyspec_runs = {n: all_rows(os.path.join(out, f"easyspec-{n}.json")) for n in (1, 2)}
+easyspec_runs = {n: r for n, r in easyspec_runs.items() if "easyspec" in r}
+if easyspec_runs:
+    print()
+    print("EasySpec by layer-group size N (`--strategies ar,sd,easyspec --draft-max 4 --lp-size N`, "
+          "code and prose, 2 prompts each, 64 tokens):")
+    print()
+    print("| N | easyspec draft ms/step | verify ms/step | α | τ | × ar | sd draft ms/step | sd α | sd × ar |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, r in sorted(easyspec_runs.items()):
+        e, sd = r["easyspec"], r.get("sd", {})
+        print(f"| {n} | {e['t_draft_ms']:.2f} | {e['t_verify_ms']:.2f} | {e['alpha']:.3f} | {e['tau']:.2f} "
+              f"| {e['speedup']:.2f} | {fmt(sd.get('t_draft_ms'), 2)} | {fmt(sd.get('alpha'), 3)} "
+              f"| {fmt(sd.get('speedup'), 2)} |")
 for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-long.md",
            "strategies-long-opt-in.md", "strategies-opt-in.md", "strategies-cpu-draft.md"):
     path = os.path.join(out, md)
@@ -726,6 +756,13 @@ if os.path.exists(spec) and "auto" in strategy_rows:
     goal("auto × llama.cpp's best speculative row",
          strategy_rows["auto"]["tok_per_s"] / best if best else None, 2.5)
 goal("ppd × ar", speed("ppd"), 1.3)
+if 1 in easyspec_runs and 2 in easyspec_runs:
+    e1, e2 = easyspec_runs[1]["easyspec"], easyspec_runs[2]["easyspec"]
+    goal("easyspec drafting ms/step, N = 2 ÷ N = 1", e2["t_draft_ms"] / e1["t_draft_ms"], 0.7,
+         higher=False)
+    if e1["alpha"] > 0:
+        goal("easyspec α drop, N = 2 against N = 1", (e1["alpha"] - e2["alpha"]) / e1["alpha"], 0.07,
+             higher=False)
 if speed("easyspec") is not None and speed("sd") is not None:
     goal("easyspec ÷ sd (each × its bench's ar)", speed("easyspec") / speed("sd"), 1.0)
 if speed("pearl") is not None and speed("sd") is not None:
