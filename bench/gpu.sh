@@ -34,7 +34,8 @@
 #                                # the CPU, tests that skip, llama.cpp left out
 # Environment: OUT (tables), MODELS (where the inflated models go, default out/gpu-models),
 # SKIP_TESTS=1, SKIP_LLAMA=1, SKIP_MODELS=1 (reuse MODELS), SKIP_TRANSFORMERS=1, JOBS (build
-# jobs, default nproc),
+# jobs, default nproc), BUDGET_S (no measurement starts after this many seconds, default 480;
+# the summary lists what was skipped),
 # GPU_MODELS (the models to make and measure, default: all six, by the names below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -116,9 +117,26 @@ if [[ $mode == run ]]; then
   fi
 fi
 mkdir -p "$out" "$models"
-rm -f "$out/checks.txt"
+rm -f "$out/checks.txt" "$out/skipped.txt"
 start=$(date +%s)
-step() { echo "[$(($(date +%s) - start)) s] $*"; }
+step() {
+  last_step=$*
+  echo "[$(($(date +%s) - start)) s] $*"
+}
+# The measurements after the tests stop starting at BUDGET_S seconds (default
+# 480) and each is cut to what is left of it (and 30 s), so that the summary of
+# what was measured is written within a device session's time.
+budget=${BUDGET_S:-480}
+budgeted() {  # SECONDS COMMAND...: timeout SECONDS COMMAND..., or nothing past the budget
+  local limit=$1 left=$((budget + 30 - ($(date +%s) - start)))
+  shift
+  if (($(date +%s) - start >= budget)); then
+    echo "skipped, past the time budget (BUDGET_S=$budget): $last_step" | tee -a "$out/skipped.txt" >&2
+    return 1
+  fi
+  ((limit > left)) && limit=$left
+  timeout "$limit" "$@"
+}
 
 {
   date -u +"date: %Y-%m-%d %H:%M UTC"
@@ -314,14 +332,14 @@ else
   strategies=ar,sd,sd:2,sd:4,sd:8,tree,dyntree,pearl
 fi
 step "parspec bench: $strategies"
-timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$strategies" \
+budgeted 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$strategies" \
   --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies.md" --json "$out/strategies.json" --svg "$out/strategies.svg" \
   >"$out/strategies.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies.txt"
 # The strategies of the other seed systems, apart: one failing leaves the table above whole.
 more=ar,specinfer,cosine,easyspec
 [[ $mode == dry ]] && more=ar,specinfer
 step "parspec bench: $more"
-timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$more" \
+budgeted 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$more" \
   --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-more.md" --json "$out/strategies-more.json" \
   >"$out/strategies-more.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-more.txt"
 
@@ -329,7 +347,7 @@ timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$more
 # N = 2 at most 0.7× N = 1, α within 7%), sd with the same drafter and γ beside it.
 for n in 1 2; do
   step "parspec bench: ar,sd,easyspec --lp-size $n"
-  timeout 90 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies ar,sd,easyspec \
+  budgeted 90 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies ar,sd,easyspec \
     --draft-max 4 --lp-size "$n" --prompts code,prose --max-prompts 2 -n 64 -t 2 \
     --json "$out/easyspec-$n.json" >"$out/easyspec-$n.txt" 2>&1 ||
     echo "parspec bench (easyspec, N = $n) failed or timed out: see $out/easyspec-$n.txt"
@@ -340,7 +358,7 @@ done
 last=ar,auto,ppd
 [[ $mode == dry ]] && last=ar,auto
 step "parspec bench: $last"
-timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$last" \
+budgeted 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$last" \
   --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-auto.md" --json "$out/strategies-auto.json" \
   >"$out/strategies-auto.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-auto.txt"
 
@@ -364,12 +382,12 @@ print(f"long prompt: {n} tokens")
 EOF_LONG
 long=ar,sd,tree,auto
 step "parspec bench on the long prompt: $long"
-timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$long" \
+budgeted 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$long" \
   --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 --md "$out/strategies-long.md" --json "$out/strategies-long.json" \
   >"$out/strategies-long.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-long.txt"
 # The same with the kernels not yet the default (tiled attention above all).
 step "parspec bench on the long prompt with $(kernel_env opt-in): $long"
-env $(kernel_env opt-in) timeout 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
+budgeted 150 env $(kernel_env opt-in) "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
   --strategies "$long" --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 \
   --md "$out/strategies-long-opt-in.md" --json "$out/strategies-long-opt-in.json" >"$out/strategies-long-opt-in.txt" 2>&1 ||
   echo "parspec bench failed or timed out: see $out/strategies-long-opt-in.txt"
@@ -379,7 +397,7 @@ env $(kernel_env opt-in) timeout 150 "$bin_parspec" bench "${pair[@]}" "${device
 # the host's CPU cores while the GPU verifies (-ngld 0; PEARL's case across devices).
 opt_in_set=ar,sd,tree,dyntree
 step "parspec bench with $(kernel_env opt-in): $opt_in_set"
-env $(kernel_env opt-in) timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
+budgeted 120 env $(kernel_env opt-in) "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
   --strategies "$opt_in_set" --prompts code,prose --max-prompts 3 -n 64 -t 2 \
   --md "$out/strategies-opt-in.md" --json "$out/strategies-opt-in.json" >"$out/strategies-opt-in.txt" 2>&1 ||
   echo "parspec bench failed or timed out: see $out/strategies-opt-in.txt"
@@ -393,7 +411,7 @@ fi
 cpu_draft_set=ar,sd,pearl
 [[ $mode == dry ]] && cpu_draft_set=ar,sd
 step "parspec bench with the drafter on the CPU (-ngld 0): $cpu_draft_set"
-timeout 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" -ngld 0 --strategies "$cpu_draft_set" \
+budgeted 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" -ngld 0 --strategies "$cpu_draft_set" \
   --prompts code,prose --max-prompts 2 -n 48 -t "$(nproc)" --md "$out/strategies-cpu-draft.md" --json "$out/strategies-cpu-draft.json" \
   >"$out/strategies-cpu-draft.txt" 2>&1 ||
   echo "parspec bench failed or timed out: see $out/strategies-cpu-draft.txt"
@@ -402,12 +420,12 @@ for row in "${table[@]}"; do
   read -r name src _ <<<"$row"
   file=$(model_path "$name" "$src")
   step "parspec bench-forward $name"
-  timeout 120 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 -b "$sizes,$prefill" \
+  budgeted 120 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 -b "$sizes,$prefill" \
     -r "$repeat" --decode-tokens "$decode" --context 64 --json "$out/parspec-$name.json" \
     >"$out/parspec-$name.md" 2>"$out/parspec-$name.log" || echo "parspec bench-forward $name failed"
   if [[ -n $llama_bin && -x $llama_bin ]]; then
     step "llama-bench $name"
-    timeout 120 "$llama_bin" -m "$file" -ngl 99 -p 8,64,512 -n 128 -r "$repeat" -o json \
+    budgeted 120 "$llama_bin" -m "$file" -ngl 99 -p 8,64,512 -n 128 -r "$repeat" -o json \
       >"$out/llama-$name.json" 2>"$out/llama-$name.log" || echo "llama-bench $name failed"
   fi
 done
@@ -421,7 +439,7 @@ if [[ -f $profile_file ]]; then
   for shape in "1 64" "8 64" "1 3000"; do
     read -r rows context <<<"$shape"
     step "GPU time by kernel group: $rows row(s) after $context tokens"
-    PARSPEC_CUDA_PROFILE=1 timeout 60 "$bin_parspec" bench-forward -m "$profile_file" "${device[@]}" \
+    budgeted 60 env PARSPEC_CUDA_PROFILE=1 "$bin_parspec" bench-forward -m "$profile_file" "${device[@]}" \
       -t 2 -b "$rows" -r 3 --decode-tokens 8 --context "$context" >/dev/null \
       2>"$out/profile-$rows-$context.txt" || echo "profile $rows/$context failed"
   done
@@ -434,7 +452,7 @@ for name in "${graph_rows[@]}"; do
   file=$(model_path "$name" "$src")
   [[ -f $file ]] || continue
   step "parspec bench-forward $name without graphs"
-  PARSPEC_CUDA_GRAPHS=0 timeout 60 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
+  budgeted 60 env PARSPEC_CUDA_GRAPHS=0 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
     -b 1,8 -r "$repeat" --decode-tokens "$decode" --context 64 \
     --json "$out/parspec-$name-nographs.json" >/dev/null 2>&1 || echo "$name without graphs failed"
 done
@@ -445,7 +463,7 @@ for name in "${graph_rows[@]}"; do
   file=$(model_path "$name" models/draft.gguf)
   [[ -f $file ]] || continue
   step "parspec bench-forward $name with dependent launches"
-  PARSPEC_CUDA_PDL=1 timeout 60 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
+  budgeted 60 env PARSPEC_CUDA_PDL=1 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
     -b 1,8 -r "$repeat" --decode-tokens "$decode" --context 64 \
     --json "$out/parspec-$name-pdl.json" >/dev/null 2>&1 || echo "$name with dependent launches failed"
 done
@@ -458,7 +476,7 @@ if [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]]; then
     [[ $args == *q4_0* || $args == *q8_0* ]] || continue
     for variant in warp mma block-major opt-in; do
       step "parspec bench-forward $name with $(kernel_env "$variant")"
-      env $(kernel_env "$variant") timeout 90 "$bin_parspec" bench-forward \
+      budgeted 90 env $(kernel_env "$variant") "$bin_parspec" bench-forward \
         -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
         -r "$repeat" --decode-tokens "$decode" --context 64 \
         --json "$out/parspec-$name-$variant.json" >/dev/null 2>&1 || echo "$name $variant failed"
@@ -471,7 +489,7 @@ for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   [[ $args == *f16* ]] || continue
   step "parspec bench-forward $name with $(kernel_env half-tensor-cores)"
-  env $(kernel_env half-tensor-cores) timeout 90 "$bin_parspec" bench-forward \
+  budgeted 90 env $(kernel_env half-tensor-cores) "$bin_parspec" bench-forward \
     -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
     -r "$repeat" --decode-tokens "$decode" --context 64 \
     --json "$out/parspec-$name-half-tensor-cores.json" >/dev/null 2>&1 ||
@@ -490,7 +508,7 @@ if [[ $mode == run && -x $spec_bin ]]; then
 lines = [json.loads(l)["prompt"] for l in open(sys.argv[1]) if l.strip()]
 print(lines[int(sys.argv[2])], end="")' "bench/prompts/$set.jsonl" "$i")
       for dm in 4 8 16; do
-        line=$(timeout 60 "$spec_bin" "${pair[@]}" -ngl 99 -ngld 99 -p "$text" -n 64 --temp 0 \
+        line=$(budgeted 60 "$spec_bin" "${pair[@]}" -ngl 99 -ngld 99 -p "$text" -n 64 --temp 0 \
           --draft-max "$dm" -c 4096 2>&1 </dev/null | tee -a "$out/llama-speculative.log" |
           grep -a 'decoded .* tokens in' | tail -1 || true)
         echo -e "$set\t$dm\t$(echo "$line" | awk '{print $2 "\t" $5}')" >>"$out/llama-speculative.tsv"
@@ -503,6 +521,7 @@ fi
 # clients back to back, 64 tokens each), ar and sd on the strategies' pair.
 if [[ $mode == run ]]; then
   for strategy in ar sd; do
+    (($(date +%s) - start < budget)) || { echo "skipped, past the time budget: serve load ($strategy)" | tee -a "$out/skipped.txt"; continue; }
     step "serve -ngl 99 --strategy $strategy under 1, 4, 16 concurrent streams"
     "$bin_parspec" serve "${pair[@]}" --strategy "$strategy" "${device[@]}" --port 0 -t 2 \
       -c 4096 -np 16 >"$out/serve-load-$strategy.log" 2>&1 &
@@ -515,7 +534,7 @@ if [[ $mode == run ]]; then
       sleep 0.1
     done
     if [[ -n $port ]]; then
-      timeout 120 python3 bench/loadgen.py --url "http://127.0.0.1:$port" --concurrency 1,4,16 \
+      budgeted 120 python3 bench/loadgen.py --url "http://127.0.0.1:$port" --concurrency 1,4,16 \
         --requests 16 --max-tokens 64 --ignore-eos --prompts code,prose \
         --json "$out/serve-load-$strategy.json" >"$out/serve-load-$strategy.txt" 2>&1 ||
         echo "loadgen ($strategy) failed: see $out/serve-load-$strategy.txt"
@@ -547,6 +566,11 @@ def fmt(x, digits=1):
     return "–" if x is None else f"{x:.{digits}f}"
 print(open(os.path.join(out, "machine.txt")).read().strip().replace("\n", "  \n"))
 print()
+skipped = os.path.join(out, "skipped.txt")
+if os.path.exists(skipped):
+    steps = dict.fromkeys(l.strip().split(": ", 1)[-1] for l in open(skipped) if l.strip())
+    print("Past the time budget, not measured:", "; ".join(steps))
+    print()
 checks = os.path.join(out, "tests.txt")
 if os.path.exists(checks):
     keys = ("tests (", "generate:", "serve:", "qwen3", "gemma3", "check_")
