@@ -95,6 +95,7 @@ class ChainSpeculation final : public SpeculativeStrategy {
     plain_cost_.clear();
     plain_mode_ = after_plain_ = false;
     steps_ = 0;
+    long_prompt_ = seq_.size() >= static_cast<size_t>(kLongPrompt);
   }
 
   void step(std::vector<int32_t>& emitted) override {
@@ -103,13 +104,16 @@ class ChainSpeculation final : public SpeculativeStrategy {
     // token. The kind not in use runs now and then so that its cost stays
     // known as the context grows: one plain step in kProbeEvery while
     // drafting (none before the first kProbeEvery: the strategy was chosen for
-    // a short context, which is where a request starts); two drafted steps in
+    // a short context, which is where a request starts, unless its prompt is
+    // long: then also at steps 2 and 4, so that a verification made dear by
+    // the long context is seen within a few steps); two drafted steps in
     // kProbeEvery while plain, the first of which only catches the drafter up
     // on the plain steps' tokens.
     constexpr int kProbeEvery = 16;
     ++steps_;
     const int phase = steps_ % kProbeEvery;
-    const bool drafted = plain_mode_ ? phase <= 1 : phase != 0;
+    const bool early_probe = long_prompt_ && (steps_ == 2 || steps_ == 4);
+    const bool drafted = plain_mode_ ? phase <= 1 : phase != 0 && !early_probe;
     const Stopwatch watch;
     if (drafted)
       drafted_step(emitted);
@@ -188,6 +192,9 @@ class ChainSpeculation final : public SpeculativeStrategy {
   StepCost drafted_cost_{16, 4}, plain_cost_{8, 1};
   bool plain_mode_ = false, after_plain_ = false;
   int steps_ = 0;
+  // Prompts of this many tokens or more start with early plain steps.
+  static constexpr int kLongPrompt = 512;
+  bool long_prompt_ = false;
 };
 
 // The cost model's chain: 1 + E(γ) tokens per γ·D + T(γ+1).

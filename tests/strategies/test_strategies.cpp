@@ -141,6 +141,43 @@ TEST(SpeculationGuard, TakesPlainStepsWhereDraftingDoesNotPay) {
       << "guarded drafted " << guarded.stats.drafted << ", unguarded " << unguarded.stats.drafted;
 }
 
+// After a long prompt the guard times plain steps within its first few steps
+// (the choice of auto was made on short contexts, and a long one can make
+// verification dear): with the same costly drafter it drafts far less over a
+// short generation than with no guard, where after a short prompt it would
+// not take a plain step before its 16th.
+TEST(SpeculationGuard, AfterALongPromptChecksAtOnce) {
+  TempDir dir;
+  RandomModelSpec spec = testing_support::family_spec("llama");
+  spec.n_vocab = 300;
+  spec.n_embd = 512;
+  spec.n_ff = 1536;
+  spec.n_layer = 4;
+  spec.n_ctx = 1024;
+  spec.weight_type = DType::F32;
+  spec.seed = 5;
+  ModelPair pair;
+  pair.target = Model::load(testing_support::write_model(dir, "target.gguf", spec));
+  spec.seed = 6;
+  pair.draft = Model::load(testing_support::write_model(dir, "draft.gguf", spec));
+  Worker worker(1), draft_worker(1);
+  StrategyConfig c = pair_config(pair, worker, draft_worker, 640);
+  c.name = "sd";
+  c.draft_max = 4;
+  GenerationRequest req;
+  req.prompt = {256};
+  while (req.prompt.size() < 520) req.prompt.push_back(32 + (req.prompt.size() * 7) % 90);
+  req.n_predict = 32;
+  req.sampling.temp = 0;
+  const GenerationResult unguarded = make_strategy(c)->generate(req);
+  c.options["speculation_guard"] = true;
+  const GenerationResult guarded = make_strategy(c)->generate(req);
+  EXPECT_EQ(guarded.tokens, unguarded.tokens);
+  ASSERT_GT(unguarded.stats.drafted, 0);
+  EXPECT_LT(guarded.stats.drafted * 2, unguarded.stats.drafted)
+      << "guarded drafted " << guarded.stats.drafted << ", unguarded " << unguarded.stats.drafted;
+}
+
 TEST(GreedyExactness, StopsAtStopTokensAndLimits) {
   TempDir dir;
   const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::Q8_0, 300, 9);
