@@ -1297,6 +1297,8 @@ __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
       const float* key = k_layer + static_cast<int64_t>(slot) * kv_dim;
       float dot = 0.0f;
       if (vector_loads) {
+// Unrolled so that several loads of the key are in flight; the sum stays in order.
+#pragma unroll 8
         for (int d = 0; d < hd; d += 4) {
           const float4 k4 = *reinterpret_cast<const float4*>(key + d);
           dot = __fmaf_rn(q_s[d], k4.x, dot);
@@ -1428,6 +1430,8 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
 #pragma unroll
       for (int g = 0; g < kAttnGroup; ++g) dot[g] = 0.0f;
       if (vector_loads) {
+// Unrolled so that several loads of the key are in flight; the sum stays in order.
+#pragma unroll 8
         for (int d = 0; d < hd; d += 4) {
           const float4 k4 = *reinterpret_cast<const float4*>(key + d);
 #pragma unroll
@@ -1659,6 +1663,7 @@ __global__ void __launch_bounds__(kTiledWarps* kWarp)
       }
       const float* qv = q_s + qi * hd;
       float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
       for (int d = 0; d < hd; ++d) {
         const float qd = qv[d];
 #pragma unroll
