@@ -11,12 +11,13 @@
 #      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
 #   3. the strategies on the GPU (parspec bench, 8B-class Q4_0 target + 100M-class
 #      drafter; auto and ppd; EasySpec's drafting time at layer groups of 1 and 2; a
-#      prompt of over 2000 tokens; the kernels not yet the default) while llama.cpp builds, then with the drafter on the CPU (-ngld 0); then
+#      prompt of over 2000 tokens; the kernels not yet the default; tune --ppd and ppd with
+#      its trees; the 8B-class F16 target) while llama.cpp builds, then with the drafter on the CPU (-ngld 0); then
 #      per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
 #      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode without
 #      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) and with programmatic dependent launches
 #      (PARSPEC_CUDA_PDL=1) for the 100M drafter and the 8B Q4_0, and
-#      with the other matmuls for the Q8_0/Q4_0 models; llama.cpp's
+#      with the variants not yet the default; llama.cpp's
 #      llama-speculative-simple (--draft-max 4, 8, 16) on the strategies' files and prompts;
 #      serve on the device under 1, 4 and 16 concurrent streams (bench/loadgen.py), ar and sd;
 #      the GPU time of a forward by kernel group (PARSPEC_CUDA_PROFILE=1);
@@ -34,9 +35,9 @@
 #                                # the CPU, tests that skip, llama.cpp left out
 # Environment: OUT (tables), MODELS (where the inflated models go, default out/gpu-models),
 # SKIP_TESTS=1, SKIP_LLAMA=1, SKIP_MODELS=1 (reuse MODELS), SKIP_TRANSFORMERS=1, JOBS (build
-# jobs, default nproc), BUDGET_S (no measurement starts after this many seconds, default 480;
+# jobs, default nproc), BUDGET_S (no measurement starts after this many seconds, default 510;
 # the summary lists what was skipped),
-# GPU_MODELS (the models to make and measure, default: all six, by the names below).
+# GPU_MODELS (the models to make and measure, by the names below; default: all but 8b-q4_k).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -124,9 +125,9 @@ step() {
   echo "[$(($(date +%s) - start)) s] $*"
 }
 # The measurements after the tests stop starting at BUDGET_S seconds (default
-# 480) and each is cut to what is left of it (and 30 s), so that the summary of
+# 510) and each is cut to what is left of it (and 30 s), so that the summary of
 # what was measured is written within a device session's time.
-budget=${BUDGET_S:-480}
+budget=${BUDGET_S:-510}
 budgeted() {  # SECONDS COMMAND...: timeout SECONDS COMMAND..., or nothing past the budget
   local limit=$1 left=$((budget + 30 - ($(date +%s) - start)))
   shift
@@ -298,6 +299,8 @@ else
     "100m-f16 models/draft.gguf --n-embd 1024 --n-layer 6 --n-ff 3072 --type f16 --ctx 8192"
   )
 fi
+# By default the models of the issues' goals; Q4_K (measured before) when named.
+[[ $mode == run ]] && GPU_MODELS=${GPU_MODELS:-8b-q4_0 8b-q8_0 8b-f16 1b-f16 100m-f16}
 if [[ -n ${GPU_MODELS:-} ]]; then
   kept=()
   for row in "${table[@]}"; do
@@ -392,6 +395,43 @@ budgeted 150 env $(kernel_env opt-in) "$bin_parspec" bench "${pair[@]}" "${devic
   --md "$out/strategies-long-opt-in.md" --json "$out/strategies-long-opt-in.json" >"$out/strategies-long-opt-in.txt" 2>&1 ||
   echo "parspec bench failed or timed out: see $out/strategies-long-opt-in.txt"
 
+# PPD's hardware-aware stage on the device: tune --ppd sizes the trees by this
+# GPU's L(n), then ppd runs with them beside ar (the auto bench above ran ppd's
+# default trees).
+if [[ $mode == run ]]; then
+  ppd_file=${pair[1]%.gguf}.ppd.gguf
+  step "parspec tune --ppd on the device"
+  budgeted 90 "$bin_parspec" tune -m "${pair[1]}" --ppd "$ppd_file" "${device[@]}" -t 2 \
+    --ppd-max-budget 32 --measure 2 --ppd-tree-out "$out/ppd.tree" >"$out/tune-ppd.txt" 2>&1 ||
+    echo "tune --ppd failed or timed out: see $out/tune-ppd.txt"
+  if [[ -s $out/ppd.tree ]]; then
+    step "parspec bench: ar,ppd with the tuned trees"
+    budgeted 90 "$bin_parspec" bench -m "${pair[1]}" "${device[@]}" --strategies ar,ppd \
+      --ppd-tree "$out/ppd.tree" --prompts code,prose --max-prompts 3 -n 64 -t 2 \
+      --md "$out/strategies-ppd-tuned.md" --json "$out/strategies-ppd-tuned.json" \
+      >"$out/strategies-ppd-tuned.txt" 2>&1 ||
+      echo "parspec bench (ppd, tuned trees) failed or timed out: see $out/strategies-ppd-tuned.txt"
+  fi
+fi
+
+# The 8B-class F16 target with the same drafter: its verification runs the F16
+# matmuls (the warp kernel, then the tensor cores).
+f16_target=$(model_path 8b-f16 models/target.gguf)
+if [[ $mode == run && -f $f16_target ]]; then
+  f16_pair=(-m "$f16_target" -md "${pair[3]}")
+  step "parspec bench, 8B-class F16 target: ar,sd,dyntree,auto"
+  budgeted 150 "$bin_parspec" bench "${f16_pair[@]}" "${device[@]}" --strategies ar,sd,dyntree,auto \
+    --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-f16.md" \
+    --json "$out/strategies-f16.json" >"$out/strategies-f16.txt" 2>&1 ||
+    echo "parspec bench (F16 target) failed or timed out: see $out/strategies-f16.txt"
+  step "parspec bench, 8B-class F16 target with $(kernel_env half-tensor-cores): ar,sd,dyntree"
+  budgeted 120 env $(kernel_env half-tensor-cores) "$bin_parspec" bench "${f16_pair[@]}" "${device[@]}" \
+    --strategies ar,sd,dyntree --prompts code,prose --max-prompts 3 -n 64 -t 2 \
+    --md "$out/strategies-f16-half.md" --json "$out/strategies-f16-half.json" \
+    >"$out/strategies-f16-half.txt" 2>&1 ||
+    echo "parspec bench (F16 target, tensor cores) failed or timed out: see $out/strategies-f16-half.txt"
+fi
+
 # The short prompts with the kernels not yet the default (block-major
 # activations above all: verification's matmuls); below, with the drafter on
 # the host's CPU cores while the GPU verifies (-ngld 0; PEARL's case across devices).
@@ -468,13 +508,14 @@ for name in "${graph_rows[@]}"; do
     --json "$out/parspec-$name-pdl.json" >/dev/null 2>&1 || echo "$name with dependent launches failed"
 done
 
-# What each matmul brings on the Q8_0/Q4_0 models: the warp (dp4a) kernel for
-# every row count, and the tensor-core kernel also for single rows.
+# What the Q8_0/Q4_0 variants bring on those models: block-major activations, and
+# all the kernels not yet the default (the warp kernel and the tensor cores for
+# single rows were measured before: docs/performance-gpu.md).
 if [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]]; then
   for row in "${table[@]}"; do
     read -r name src args <<<"$row"
     [[ $args == *q4_0* || $args == *q8_0* ]] || continue
-    for variant in warp mma block-major opt-in; do
+    for variant in block-major opt-in; do
       step "parspec bench-forward $name with $(kernel_env "$variant")"
       budgeted 90 env $(kernel_env "$variant") "$bin_parspec" bench-forward \
         -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
@@ -686,8 +727,9 @@ if easyspec_runs:
         print(f"| {n} | {e['t_draft_ms']:.2f} | {e['t_verify_ms']:.2f} | {e['alpha']:.3f} | {e['tau']:.2f} "
               f"| {e['speedup']:.2f} | {fmt(sd.get('t_draft_ms'), 2)} | {fmt(sd.get('alpha'), 3)} "
               f"| {fmt(sd.get('speedup'), 2)} |")
-for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-long.md",
-           "strategies-long-opt-in.md", "strategies-opt-in.md", "strategies-cpu-draft.md"):
+for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-ppd-tuned.md",
+           "strategies-long.md", "strategies-long-opt-in.md", "strategies-opt-in.md",
+           "strategies-cpu-draft.md", "strategies-f16.md", "strategies-f16-half.md"):
     path = os.path.join(out, md)
     if os.path.exists(path):
         print()
@@ -780,6 +822,10 @@ if os.path.exists(spec) and "auto" in strategy_rows:
     goal("auto × llama.cpp's best speculative row",
          strategy_rows["auto"]["tok_per_s"] / best if best else None, 2.5)
 goal("ppd × ar", speed("ppd"), 1.3)
+tuned_ppd = bench_rows("strategies-ppd-tuned").get("ppd")
+goal("ppd × ar, trees from tune --ppd", tuned_ppd["speedup"] if tuned_ppd else None, 1.3)
+f16_auto = bench_rows("strategies-f16").get("auto")
+goal("auto × ar, 8B-class F16 target", f16_auto["speedup"] if f16_auto else None, 2.0)
 if 1 in easyspec_runs and 2 in easyspec_runs:
     e1, e2 = easyspec_runs[1]["easyspec"], easyspec_runs[2]["easyspec"]
     goal("easyspec drafting ms/step, N = 2 ÷ N = 1", e2["t_draft_ms"] / e1["t_draft_ms"], 0.7,
