@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "stats_helpers.h"
 #include "strategies/pearl/pearl_engine.h"
+#include "strategies/pearl/pearl_window.h"
 #include "test_helpers.h"
 
 namespace parspec {
@@ -619,6 +620,57 @@ std::vector<int32_t> test_prompt(int i) {
   return p;
 }
 
+// ---------------------------------------------------------------------------
+// The window from measured costs.
+
+WindowCosts costs_with(std::vector<std::pair<int, double>> curve, double draft_ms, double overlap,
+                       int max_window) {
+  WindowCosts c;
+  c.target.points = std::move(curve);
+  c.draft_ms = draft_ms;
+  c.overlap_cost = overlap;
+  c.max_window = max_window;
+  return c;
+}
+
+TEST(PearlWindow, TheForwardCurveInterpolatesAndContinuesItsLastSegment) {
+  ForwardCurve t;
+  t.points = {{1, 10}, {3, 14}, {5, 15}};
+  EXPECT_DOUBLE_EQ(t.at(1), 10);
+  EXPECT_DOUBLE_EQ(t.at(2), 12);
+  EXPECT_DOUBLE_EQ(t.at(4), 14.5);
+  EXPECT_DOUBLE_EQ(t.at(9), 17);  // past the last point, along 3..5
+}
+
+TEST(PearlWindow, TokensPerRoundFollowTheCostModel) {
+  EXPECT_DOUBLE_EQ(tokens_per_round(1, 0.5), 1.0);  // 0.5 + 1 - 0.5
+  EXPECT_DOUBLE_EQ(tokens_per_round(3, 1.0), 3.0);  // every draft, no bonus token
+  EXPECT_DOUBLE_EQ(tokens_per_round(2, 0.5), 0.5 + 0.25 + 1 - 0.25);
+}
+
+// Where a forward over the window costs one forward and both sides overlap,
+// the paper's rule holds: as many drafts as fit in a target forward.
+TEST(PearlWindow, AFlatForwardAndFreeOverlapGiveThePapersWindow) {
+  const WindowCosts flat = costs_with({{1, 10.0}, {2, 10.0}, {65, 10.0}}, 2.0, 0.0, 64);
+  EXPECT_EQ(fastest_window(flat, 0.99), 5);
+  EXPECT_EQ(fastest_window(flat, 0.6), 5);  // extra drafts are free: they cost no time
+}
+
+TEST(PearlWindow, DearerVerificationSharedHardwareAndLowAcceptanceShortenIt) {
+  // A forward 5% dearer per token: a shorter window than the paper's 12.
+  const WindowCosts gpu_like = costs_with({{1, 6.0}, {2, 6.3}, {3, 6.6}, {65, 25.2}}, 0.5, 0.0, 12);
+  const int overlapped = fastest_window(gpu_like, 0.7);
+  EXPECT_LT(overlapped, 12);
+  EXPECT_GE(overlapped, 3);
+  // The same when the sides take turns (one GPU, shared cores): shorter still.
+  WindowCosts turns = gpu_like;
+  turns.overlap_cost = 1.0;
+  EXPECT_LE(fastest_window(turns, 0.7), overlapped);
+  // More acceptance, a window at least as long; little, the shortest.
+  EXPECT_GE(fastest_window(gpu_like, 0.9), overlapped);
+  EXPECT_EQ(fastest_window(costs_with({{1, 10.0}, {2, 20.0}}, 2.0, 1.0, 5), 0.2), 1);
+}
+
 class PearlStrategy : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -683,19 +735,32 @@ TEST_F(PearlStrategy, GreedyOutputEqualsArInEveryModeWindowAndPlacement) {
   EXPECT_LT(accepted, drafted);
 }
 
-TEST_F(PearlStrategy, MeasuresTheWindowWhenNoneIsGiven) {
+TEST_F(PearlStrategy, ChoosesTheWindowAsItRunsWhenNoneIsGiven) {
   StrategyConfig c = base_;
   c.name = "pearl";
   c.options["pearl_window"] = 0;
   auto pearl = make_strategy(c);
+  ASSERT_FALSE(pearl->notes().empty());
+  EXPECT_NE(pearl->notes()[0].find("the window follows the acceptance"), std::string::npos)
+      << pearl->notes()[0];
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest req;
+    req.prompt = test_prompt(i);
+    req.n_predict = 24;
+    req.sampling.temp = 0;
+    const GenerationResult got = pearl->generate(req);
+    EXPECT_EQ(got.tokens, ar_tokens(req));
+    EXPECT_GE(got.stats.draft_window, 1);
+    EXPECT_LE(got.stats.draft_window, 64);
+  }
+  // Sampled: the same seed gives the same tokens, windows and all.
   GenerationRequest req;
-  req.prompt = test_prompt(3);
-  req.n_predict = 12;
-  req.sampling.temp = 0;
-  const GenerationResult got = pearl->generate(req);
-  EXPECT_EQ(got.tokens, ar_tokens(req));
-  EXPECT_GE(got.stats.draft_window, 1);
-  EXPECT_LE(got.stats.draft_window, 64);
+  req.prompt = test_prompt(1);
+  req.n_predict = 24;
+  req.sampling.temp = 1.0f;
+  req.sampling.seed = 99;
+  const std::vector<int32_t> first = pearl->generate(req).tokens;
+  EXPECT_EQ(pearl->generate(req).tokens, first);
 }
 
 TEST_F(PearlStrategy, SampledRunsAreReproducibleAndStopAtStopTokens) {

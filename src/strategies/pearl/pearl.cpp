@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "decode/local_model.h"
 #include "decode/registry.h"
@@ -19,6 +20,7 @@
 #include "model/forward_timing.h"
 #include "sample/sampler.h"
 #include "strategies/pearl/pearl_engine.h"
+#include "strategies/pearl/pearl_window.h"
 #include "tuning/cost_family.h"
 
 namespace parspec {
@@ -27,8 +29,9 @@ namespace {
 
 StrategyOption pearl_window_option() {
   return option_entry("--pearl-window", "pearl_window", "N",
-                      "the window γ (0 = round(t(target forward) / t(draft forward)), measured "
-                      "at start-up)",
+                      "the window γ (0 = chosen as it runs: the fastest the measured forward "
+                      "costs and the acceptance so far predict, at most the paper's "
+                      "t(target forward) / t(draft forward))",
                       0);
 }
 
@@ -54,18 +57,22 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The window rule of the paper: γ = round(t(target forward) / t(draft
-// forward)), one token each, median of 7 after 2 warm-ups; and the time of a
-// target forward over γ tokens, which the rule presumes to be about one
-// forward (true of memory-bound GPUs, not always of CPUs).
+// What the window is chosen from, timed on the strategy's own sides as they
+// will run: the paper's rule, γ = round(t(target forward) / t(draft forward)),
+// one token each (median of 5 after 2 warm-ups), which bounds the window;
+// the target's forward over chains of n tokens, at n = 3, 5, 9, 17, ... up to
+// the rule's γ + 1 (the fastest of 2 after one warm-up); and one round's worth
+// of both sides at once (pearl_window.h). About 15 target forwards beyond the
+// rule's: start-up time that a long window's waste would cost many times over.
 struct WindowMeasurement {
-  double t_target_ms = 0, t_draft_ms = 0, ratio = 1, t_window_ms = 0;
-  int window = 1;
+  double t_target_ms = 0, t_draft_ms = 0, ratio = 1;
+  int rule_window = 1;
+  WindowCosts costs;
   std::string where;  // how the sides ran, for the note: "" (this CPU), a GPU, a pipeline
 };
 
-// The median time of `runs` calls of `forward` after `warmup` untimed ones.
-double median_ms(const std::function<void()>& forward, int warmup, int runs) {
+// The times of `runs` calls of `forward` after `warmup` untimed ones, sorted.
+std::vector<double> times_ms(const std::function<void()>& forward, int warmup, int runs) {
   for (int i = 0; i < warmup; ++i) forward();
   std::vector<double> times;
   for (int i = 0; i < runs; ++i) {
@@ -75,16 +82,23 @@ double median_ms(const std::function<void()>& forward, int warmup, int runs) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count());
   }
-  std::nth_element(times.begin(), times.begin() + runs / 2, times.end());
-  return times[runs / 2];
+  std::sort(times.begin(), times.end());
+  return times;
+}
+double median_ms(const std::function<void()>& forward, int warmup, int runs) {
+  return times_ms(forward, warmup, runs)[runs / 2];
+}
+double fastest_ms(const std::function<void()>& forward, int warmup, int runs) {
+  return times_ms(forward, warmup, runs).front();
 }
 
-// The rule timed on the strategy's own sides, as it will run them: on this
+// The costs timed on the strategy's own sides, as it will run them: on this
 // CPU's workers, on a GPU, or through a pipeline of MPI ranks (messages and
-// stages included). The cells used are dropped and the meters emptied: the
-// first request starts clean.
-WindowMeasurement measure_window(Target& target, Drafter& drafter) {
-  constexpr int kContext = 32, kMaxWindow = 64, kWarmup = 2, kRuns = 7;
+// stages included); the drafter on `runner`'s thread when both run at once,
+// as the engine's drafter thread does. The cells used are dropped and the
+// meters emptied: the first request starts clean.
+WindowMeasurement measure_window(Target& target, Drafter& drafter, TaskRunner& runner) {
+  constexpr int kContext = 32, kMaxWindow = 64, kWarmup = 2, kRuns = 5, kCurveRuns = 2;
   const int n_vocab = target.n_vocab();
   std::vector<int32_t> prefix(kContext);
   for (int i = 0; i < kContext; ++i) prefix[i] = i % n_vocab;
@@ -109,32 +123,56 @@ WindowMeasurement measure_window(Target& target, Drafter& drafter) {
     drafter.accept({}, {});
   };
   WindowMeasurement m;
-  m.t_target_ms = median_ms(target_forward(1), kWarmup, kRuns);
+  const std::vector<double> one = times_ms(target_forward(1), kWarmup, kRuns);
+  m.t_target_ms = one[kRuns / 2];
   m.t_draft_ms = median_ms(draft_forward, kWarmup, kRuns);
   m.ratio = m.t_draft_ms > 0 ? m.t_target_ms / m.t_draft_ms : 1.0;
-  m.window = static_cast<int>(std::clamp(std::lround(m.ratio), 1L, static_cast<long>(kMaxWindow)));
-  m.t_window_ms = median_ms(target_forward(m.window), kWarmup, kRuns);
+  m.rule_window =
+      static_cast<int>(std::clamp(std::lround(m.ratio), 1L, static_cast<long>(kMaxWindow)));
+  WindowCosts& costs = m.costs;
+  costs.draft_ms = m.t_draft_ms;
+  costs.max_window = m.rule_window;
+  costs.target.points = {{1, one.front()}};  // the curve: each point the fastest of its runs
+  for (int n = std::min(3, m.rule_window + 1);; n = std::min(2 * n - 1, m.rule_window + 1)) {
+    costs.target.points.emplace_back(n, fastest_ms(target_forward(n), 1, kCurveRuns));
+    if (n >= m.rule_window + 1) break;
+  }
+  // A short window's round with both sides at once, against each alone.
+  const int w = std::min(m.rule_window, 4);
+  const double verifying = costs.target.at(w + 1), drafting = w * m.t_draft_ms;
+  const auto both = [&] {
+    runner.post([&] {
+      for (int i = 0; i < w; ++i) draft_forward();
+    });
+    target_forward(w + 1)();
+    runner.wait();
+  };
+  const double together = fastest_ms(both, 1, kCurveRuns);
+  const double shorter = std::min(verifying, drafting);
+  costs.overlap_cost =
+      shorter > 0 ? std::clamp((together - std::max(verifying, drafting)) / shorter, 0.0, 4.0)
+                  : 0.0;
   target.take_meter();
   drafter.take_meter();
   return m;
 }
 
-std::vector<std::string> describe(const WindowMeasurement& m) {
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "pearl: target forward %.3f ms%s, draft forward %.3f ms on this machine: speed "
-                "ratio c = %.2f, window γ = %d (--pearl-window overrides)",
-                m.t_target_ms, m.where.c_str(), m.t_draft_ms, m.ratio, m.window);
-  std::vector<std::string> lines = {line};
-  if (m.window > 1 && m.t_window_ms > 2 * m.t_target_ms) {
-    std::snprintf(line, sizeof line,
-                  "pearl: note: a target forward over %d tokens takes %.3f ms here (%.1fx one "
-                  "token), which the rule assumes to be nearly free; a smaller --pearl-window may "
-                  "be faster",
-                  m.window, m.t_window_ms, m.t_window_ms / m.t_target_ms);
-    lines.push_back(line);
+std::vector<std::string> describe(const WindowMeasurement& m, int first_window) {
+  std::string curve;
+  for (const auto& [n, ms] : m.costs.target.points) {
+    char point[64];
+    std::snprintf(point, sizeof point, "%s%d:%.2f", curve.empty() ? "" : " ", n, ms);
+    curve += point;
   }
-  return lines;
+  char line[768];
+  std::snprintf(line, sizeof line,
+                "pearl: target forward %.3f ms%s, draft forward %.3f ms: the paper's window "
+                "%d; over n tokens the target takes (n:ms) %s, and running both at once adds "
+                "%.0f%% of the shorter side; the window follows the acceptance as it runs, from "
+                "%d (--pearl-window N fixes it)",
+                m.t_target_ms, m.where.c_str(), m.t_draft_ms, m.rule_window, curve.c_str(),
+                100 * m.costs.overlap_cost, first_window);
+  return {line};
 }
 
 // The engine's drafter port on a Drafter: each call feeds what the drafter
@@ -184,17 +222,20 @@ class Pearl final : public SpeculativeStrategy {
     if (own_draft_worker_) config_.draft_worker = own_draft_worker_.get();
     window_ = option_value<int>(config_, pearl_window_option());
     if (window_ <= 0) {
-      WindowMeasurement m = measure_window(*target_, *drafter_);
+      BorrowedRunner runner = borrow_runner();
+      WindowMeasurement m = measure_window(*target_, *drafter_, *runner);
       // A side made elsewhere without a device is a pipeline of MPI ranks.
       if (!config_.device.empty())
         m.where = " (" + config_.device + ")";
       else if (config_.make_target)
         m.where = " through the pipeline";
-      window_ = m.window;
-      notes_ = describe(m);
+      costs_ = m.costs;
+      adaptive_ = true;
+      window_ = m.rule_window;  // the largest window it may choose: the cells to reserve
+      notes_ = describe(m, first_window());
     }
     PearlOptions options;
-    options.window = window_;
+    options.window = adaptive_ ? first_window() : window_;
     options.pre_verify = !option_value<bool>(config_, no_pre_verify_option());
     options.post_verify = !option_value<bool>(config_, no_post_verify_option());
     engine_ = std::make_unique<PearlEngine>(drafter_port_, target_port_, options);
@@ -210,7 +251,13 @@ class Pearl final : public SpeculativeStrategy {
   void reset() override {
     drafter_port_.begin(sampling_);
     engine_->reset(seq_);
-    stats_->draft_window = window_;
+    if (adaptive_) {
+      // Each request starts from the prior, so that a request's windows (and
+      // with them a sampled run's draws) depend on nothing before it.
+      accepted_ = rejected_ = 0;
+      engine_->set_window(first_window());
+    }
+    stats_->draft_window = engine_->window();
   }
 
   void step(std::vector<int32_t>& emitted) override {
@@ -218,7 +265,12 @@ class Pearl final : public SpeculativeStrategy {
     for (const PearlRound& round : rounds_) {
       stats_->observe_step(round.n_proposed, round.n_accepted);
       emitted.insert(emitted.end(), round.emitted.begin(), round.emitted.end());
+      accepted_ += round.n_accepted;
+      rejected_ += round.n_accepted < static_cast<int>(round.checked.size()) ? 1 : 0;
     }
+    if (!adaptive_) return;
+    engine_->set_window(fastest_window(costs_, acceptance()));
+    stats_->draft_window = engine_->window();
   }
 
  private:
@@ -264,10 +316,21 @@ class Pearl final : public SpeculativeStrategy {
     std::vector<Distribution> probs_;  // filled on demand
   };
 
+  // Per-draft acceptance so far (a draft is judged until the first rejection
+  // of its round), starting from kPriorAcceptance as kPriorDrafts drafts.
+  static constexpr double kPriorAcceptance = 0.7, kPriorDrafts = 10;
+  double acceptance() const {
+    return (accepted_ + kPriorAcceptance * kPriorDrafts) / (accepted_ + rejected_ + kPriorDrafts);
+  }
+  int first_window() const { return fastest_window(costs_, kPriorAcceptance); }
+
   std::unique_ptr<Worker> own_draft_worker_;
   TargetPort target_port_;
   DrafterPort drafter_port_;
-  int window_ = 1;
+  int window_ = 1;         // the window given, or the largest one the costs allow
+  bool adaptive_ = false;  // the window follows the costs and the acceptance
+  WindowCosts costs_;
+  int64_t accepted_ = 0, rejected_ = 0;
   std::vector<std::string> notes_;
   std::unique_ptr<PearlEngine> engine_;  // declared last: its thread stops first
   std::vector<PearlRound> rounds_;

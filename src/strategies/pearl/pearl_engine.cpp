@@ -35,6 +35,13 @@ PearlEngine::PearlEngine(PearlDrafter& drafter, PearlTarget& target, PearlOption
   drafter_thread_->post([this] { drafter_main(); });
 }
 
+void PearlEngine::set_window(int window) {
+  check(window >= 1 && window <= kMaxWindow, "pearl: the window γ must be in 1..", kMaxWindow,
+        " (got ", window, ")");
+  wait_idle();
+  options_.window = window;
+}
+
 PearlEngine::~PearlEngine() {
   {
     std::lock_guard lock(mutex_);

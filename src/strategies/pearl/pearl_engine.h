@@ -129,6 +129,9 @@ class PearlEngine {
   void step(std::vector<PearlRound>& rounds);
 
   PearlMode mode() const { return mode_; }
+  // The window of the rounds to come (between steps: the drafter is idle then).
+  void set_window(int window);
+  int window() const { return options_.window; }
 
  private:
   void run_round(PearlRound& round);
@@ -157,7 +160,7 @@ class PearlEngine {
 
   PearlDrafter& drafter_;
   PearlTarget& target_;
-  const PearlOptions options_;
+  PearlOptions options_;
 
   // Verified tokens, then the pending drafts, then (while a window runs) its
   // drafts. Drafter-owned while busy_.
