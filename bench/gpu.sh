@@ -332,7 +332,8 @@ if [[ $mode == dry ]]; then
   strategies=ar,sd,tree
 else
   pair=(-m "$models/8b-q4_0.gguf" -md "$models/100m-f16.gguf")
-  strategies=ar,sd,sd:2,sd:4,sd:8,tree,dyntree,pearl
+  # The trees at their defaults and at shapes of a few rows (what a flat L(n) pays for).
+  strategies=ar,sd,sd:2,sd:4,sd:8,tree,tree:d2c2,dyntree,dyntree:d3c2w4,pearl
 fi
 step "parspec bench: $strategies"
 budgeted 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$strategies" \
@@ -837,7 +838,8 @@ if speed("easyspec") is not None and speed("sd") is not None:
     goal("easyspec ÷ sd (each × its bench's ar)", speed("easyspec") / speed("sd"), 1.0)
 if speed("pearl") is not None and speed("sd") is not None:
     goal("pearl ÷ sd", speed("pearl") / speed("sd"), 1.0)
-trees = [speed(k) for k in ("tree", "dyntree", "specinfer", "cosine") if speed(k) is not None]
+trees = [speed(k) for k in ("tree", "tree:d2c2", "dyntree", "dyntree:d3c2w4", "specinfer", "cosine")
+         if speed(k) is not None]
 chains = [speed(k) for k in ("sd", "sd:2", "sd:4", "sd:8") if speed(k) is not None]
 if trees and chains:
     goal("best tree ÷ best chain", max(trees) / max(chains), 1.0)
