@@ -1,12 +1,17 @@
 #pragma once
 // Sampled output against a reference strategy: histograms of the first tokens
 // over many seeded runs, compared by a two-sample chi-square test.
+#include <gtest/gtest.h>
+
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "decode/strategy.h"
 #include "stats_helpers.h"
+#include "strategy_variants.h"
+#include "test_helpers.h"
 
 namespace parspec::testing_support {
 
@@ -40,6 +45,37 @@ inline bool same_distribution(const std::vector<std::map<int32_t, int64_t>>& a,
     }
   }
   return true;
+}
+
+// The reference of the sampling tests: `ar` on the pair (small vocabularies
+// keep the histograms dense enough) with `worker`.
+inline StrategyConfig sampling_reference(const ModelPair& pair, Worker& worker) {
+  StrategyConfig base;
+  base.target = pair.target;
+  base.draft = pair.draft;
+  base.target_worker = &worker;
+  base.ctx_size = 64;
+  base.name = "ar";
+  return base;
+}
+
+// Every registered strategy's histograms over `runs` seeds against those of
+// `reference` on the same models; `place` puts each strategy's sides where
+// the reference's run (nothing: the CPU).
+inline void expect_every_strategy_keeps_the_distribution(
+    const StrategyConfig& reference, int runs, const SamplingParams& params,
+    const std::function<void(StrategyConfig&)>& place = {}) {
+  const auto expected = sample_histograms(reference, runs, params);
+  for (StrategyConfig c : strategy_variants()) {
+    c.target = reference.target;
+    c.draft = reference.draft;
+    c.target_worker = reference.target_worker;
+    c.ctx_size = reference.ctx_size;
+    if (place) place(c);
+    std::string why;
+    EXPECT_TRUE(same_distribution(sample_histograms(c, runs, params), expected, &why))
+        << describe(c) << ": " << why;
+  }
 }
 
 }  // namespace parspec::testing_support

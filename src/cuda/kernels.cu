@@ -347,6 +347,35 @@ __device__ void mma_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
 #endif
 }
 
+// The end of a tensor-core matmul block: each warp's accumulators (C
+// fragments of kTiles tiles: rows gid and gid + 8, activation rows 8i + 2t
+// and 8i + 2t + 1) through shared memory, then each (row, activation row)
+// the sum of the kMmaWarps warps' values in warp order, written to y.
+template <int kTiles>
+__device__ __forceinline__ void add_warp_sums(const float (&acc)[kTiles][4],
+                                              float (&partial_s)[kMmaWarps][kMmaRows][8 * kTiles],
+                                              int warp, int gid, int t, int64_t tile_row0,
+                                              int64_t n_out, int M, float* y) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const int m0 = 8 * i + 2 * t;
+    partial_s[warp][gid][m0] = acc[i][0];
+    partial_s[warp][gid][m0 + 1] = acc[i][1];
+    partial_s[warp][gid + 8][m0] = acc[i][2];
+    partial_s[warp][gid + 8][m0 + 1] = acc[i][3];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kMmaRows * 8 * kTiles; e += kMmaWarps * kWarp) {
+    const int r = e / (8 * kTiles), m = e % (8 * kTiles);
+    const int64_t row = tile_row0 + r;
+    if (m >= M || row >= n_out) continue;
+    float total = partial_s[0][r][m];
+#pragma unroll
+    for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial_s[v][r][m]);
+    y[static_cast<int64_t>(m) * n_out + row] = total;
+  }
+}
+
 // The A fragment of weight rows r0 (= 16-row tile base + g) and r0 + 8 for block b:
 // PTX's m16n8k32 .s8 layout puts K bytes 4t..4t+3 of row g in a[0], of row g + 8 in
 // a[1], and K bytes 16 + 4t.. of rows g and g + 8 in a[2] and a[3] (t: lane % 4).
@@ -516,24 +545,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
         step(b, dw_a, dw_b);
       }
     }
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) {
-      const int m0 = 8 * i + 2 * t;
-      partial_s[warp][gid][m0] = acc[i][0];
-      partial_s[warp][gid][m0 + 1] = acc[i][1];
-      partial_s[warp][gid + 8][m0] = acc[i][2];
-      partial_s[warp][gid + 8][m0 + 1] = acc[i][3];
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < kMmaRows * 8 * kTiles; e += kMmaWarps * kWarp) {
-      const int r = e / (8 * kTiles), m = e % (8 * kTiles);
-      const int64_t row = tile_row0 + r;
-      if (m >= M || row >= w.n_out) continue;
-      float total = partial_s[0][r][m];
-#pragma unroll
-      for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial_s[v][r][m]);
-      y[static_cast<int64_t>(m) * w.n_out + row] = total;
-    }
+    add_warp_sums<kTiles>(acc, partial_s, warp, gid, t, tile_row0, w.n_out, M, y);
   }
 }
 
@@ -667,24 +679,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
         mma_half<kKind>(acc[i], a2, lo2);
       }
     }
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) {
-      const int m0 = 8 * i + 2 * t;
-      partial_s[warp][gid][m0] = acc[i][0];
-      partial_s[warp][gid][m0 + 1] = acc[i][1];
-      partial_s[warp][gid + 8][m0] = acc[i][2];
-      partial_s[warp][gid + 8][m0 + 1] = acc[i][3];
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < kMmaRows * 8 * kTiles; e += kMmaWarps * kWarp) {
-      const int r = e / (8 * kTiles), m = e % (8 * kTiles);
-      const int64_t row = tile_row0 + r;
-      if (m >= M || row >= w.n_out) continue;
-      float total = partial_s[0][r][m];
-#pragma unroll
-      for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial_s[v][r][m]);
-      y[static_cast<int64_t>(m) * w.n_out + row] = total;
-    }
+    add_warp_sums<kTiles>(acc, partial_s, warp, gid, t, tile_row0, w.n_out, M, y);
   }
 }
 

@@ -589,27 +589,11 @@ TEST(CudaSampling, EveryStrategyKeepsTheTargetsDistribution) {
   auto target = cuda::make_executor(0);
   auto draft = cuda::make_executor(0);
   Worker worker(1);
-  const SamplingParams params = testing_support::untruncated_sampling(1.5f);
-  constexpr int kRuns = 2500;
-  StrategyConfig base;
-  base.target = pair.target;
-  base.draft = pair.draft;
-  base.target_worker = &worker;
-  base.ctx_size = 64;
-  base.name = "ar";
+  StrategyConfig base = testing_support::sampling_reference(pair, worker);
   run_on(base, *target, *draft);
-  const auto reference = testing_support::sample_histograms(base, kRuns, params);
-  for (StrategyConfig c : strategy_variants()) {
-    c.target = base.target;
-    c.draft = base.draft;
-    c.target_worker = &worker;
-    c.ctx_size = base.ctx_size;
-    run_on(c, *target, *draft);
-    std::string why;
-    EXPECT_TRUE(testing_support::same_distribution(
-        testing_support::sample_histograms(c, kRuns, params), reference, &why))
-        << describe(c) << ": " << why;
-  }
+  testing_support::expect_every_strategy_keeps_the_distribution(
+      base, 2500, testing_support::untruncated_sampling(1.5f),
+      [&](StrategyConfig& c) { run_on(c, *target, *draft); });
 }
 
 // The zoo's target on both backends, teacher-forced over its own greedy

@@ -108,8 +108,10 @@ INSTANTIATE_TEST_SUITE_P(Models, GreedyExactness,
 // plain steps (drafting again only now and then, to check), and the text is ar's.
 // The models are wide enough that a forward takes milliseconds, far above
 // the timing noise of a loaded machine.
-TEST(SpeculationGuard, TakesPlainStepsWhereDraftingDoesNotPay) {
-  TempDir dir;
+// A drafter as large as the target and unrelated to it, both wide enough
+// that a forward takes milliseconds, far above the timing noise of a loaded
+// machine.
+ModelPair costly_pair(TempDir& dir) {
   RandomModelSpec spec = testing_support::family_spec("llama");
   spec.n_vocab = 300;
   spec.n_embd = 512;
@@ -121,6 +123,12 @@ TEST(SpeculationGuard, TakesPlainStepsWhereDraftingDoesNotPay) {
   pair.target = Model::load(testing_support::write_model(dir, "target.gguf", spec));
   spec.seed = 6;
   pair.draft = Model::load(testing_support::write_model(dir, "draft.gguf", spec));
+  return pair;
+}
+
+TEST(SpeculationGuard, TakesPlainStepsWhereDraftingDoesNotPay) {
+  TempDir dir;
+  const ModelPair pair = costly_pair(dir);
   Worker worker(1), draft_worker(1);
   StrategyConfig c = pair_config(pair, worker, draft_worker, 320);
   c.name = "sd";
@@ -148,18 +156,7 @@ TEST(SpeculationGuard, TakesPlainStepsWhereDraftingDoesNotPay) {
 // not take a plain step before its 16th.
 TEST(SpeculationGuard, AfterALongPromptChecksAtOnce) {
   TempDir dir;
-  RandomModelSpec spec = testing_support::family_spec("llama");
-  spec.n_vocab = 300;
-  spec.n_embd = 512;
-  spec.n_ff = 1536;
-  spec.n_layer = 4;
-  spec.n_ctx = 1024;
-  spec.weight_type = DType::F32;
-  spec.seed = 5;
-  ModelPair pair;
-  pair.target = Model::load(testing_support::write_model(dir, "target.gguf", spec));
-  spec.seed = 6;
-  pair.draft = Model::load(testing_support::write_model(dir, "draft.gguf", spec));
+  const ModelPair pair = costly_pair(dir);
   Worker worker(1), draft_worker(1);
   StrategyConfig c = pair_config(pair, worker, draft_worker, 640);
   c.name = "sd";
@@ -217,22 +214,9 @@ TEST(SamplingExactness, EveryStrategyMatchesTheTargetDistribution) {
   Worker worker(1);
   const SamplingParams params = untruncated_sampling(1.5f);
   constexpr int kRuns = 2500;
-  StrategyConfig base;
-  base.target = pair.target;
-  base.draft = pair.draft;
-  base.target_worker = &worker;
-  base.ctx_size = 64;
-  base.name = "ar";
+  const StrategyConfig base = testing_support::sampling_reference(pair, worker);
   const auto reference = sample_histograms(base, kRuns, params);
-  for (StrategyConfig c : strategy_variants()) {
-    c.target = base.target;
-    c.draft = base.draft;
-    c.target_worker = &worker;
-    c.ctx_size = base.ctx_size;
-    std::string why;
-    EXPECT_TRUE(same_distribution(sample_histograms(c, kRuns, params), reference, &why))
-        << describe(c) << ": " << why;
-  }
+  testing_support::expect_every_strategy_keeps_the_distribution(base, kRuns, params);
   // Filters (top-k, top-p, min-p) apply to both distributions alike.
   SamplingParams filtered = params;
   filtered.top_k = 20;
