@@ -77,8 +77,8 @@ TEST(DistributedCli, PearlMeasuresItsWindowThroughThePipeline) {
 // process (ignored embeddings would draft other tokens).
 TEST(DistributedCli, PpdOnTwoAndThreeRanksMatchesSingleProcessPpd) {
   const auto ar = run_command(std::string(PARSPEC_BINARY) + generate_args("ar") + " 2>/dev/null");
-  const auto single =
-      run_command(std::string(PARSPEC_BINARY) + generate_args("ppd") + " 2>/dev/null");
+  const auto single = run_command(std::string(PARSPEC_BINARY) +
+                                  generate_args("ppd --ppd-budget 10") + " 2>/dev/null");
   ASSERT_EQ(ar.exit_code, 0);
   ASSERT_EQ(single.exit_code, 0) << single.output;
   const auto accepted = [](const std::string& out) {
@@ -87,7 +87,7 @@ TEST(DistributedCli, PpdOnTwoAndThreeRanksMatchesSingleProcessPpd) {
   ASSERT_GT(accepted(single.output), 0) << "the zoo PPD prompts accept nothing: not a test";
   for (int ranks : {2, 3}) {
     const auto got = run_command(kMpirun + "-np " + std::to_string(ranks) + " " + PARSPEC_BINARY +
-                                 generate_args("ppd") + " 2>/dev/null");
+                                 generate_args("ppd --ppd-budget 10") + " 2>/dev/null");
     ASSERT_EQ(got.exit_code, 0) << "ppd on " << ranks << " ranks:\n" << got.output;
     EXPECT_EQ(tokens_of(got.output), tokens_of(ar.output)) << "ppd on " << ranks << " ranks";
     EXPECT_EQ(accepted(got.output), accepted(single.output)) << "ppd on " << ranks << " ranks";
@@ -102,7 +102,8 @@ TEST(DistributedCli, HeadLayersOnTwoAndThreeRanksMatchSingleProcessAr) {
   const auto ar = run_command(std::string(PARSPEC_BINARY) + generate_args("ar") + " 2>/dev/null");
   ASSERT_EQ(ar.exit_code, 0);
   for (int ranks : {2, 3}) {
-    for (const std::string strategy : {"pp", "stpp", "pipedec", "pearl --pearl-window 3", "ppd"}) {
+    for (const std::string strategy :
+         {"pp", "stpp", "pipedec", "pearl --pearl-window 3", "ppd --ppd-budget 10"}) {
       const auto got = run_command(kMpirun + "-np " + std::to_string(ranks) + " " + PARSPEC_BINARY +
                                    generate_args(strategy) + " --head-layers 2 2>&1");
       EXPECT_EQ(got.exit_code, 0) << strategy << " on " << ranks << " ranks:\n" << got.output;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
@@ -206,6 +207,38 @@ TEST(PpdStrategy, ATreeWithoutGuessesDecodesAsAr) {
   }
 }
 
+// Without a budget or trees, ppd times this machine's L(n) on its own target
+// side and takes the budget the forecast predicts fastest (one row, which is
+// ar, where no tree beats it), says which and why, and decodes ar's tokens.
+TEST(PpdStrategy, WithoutABudgetItChoosesOneFromThisMachinesForwardTimes) {
+  TempDir dir;
+  const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::F32, 300, 4);
+  write_random_ppd_prompts(ppd_side_file_for(pair.target->gguf().path()), 64, 3, 1, 5, 0.05f);
+  Worker worker(1);
+  StrategyConfig c;
+  c.target = pair.target;
+  c.target_worker = &worker;
+  c.ctx_size = 128;
+  c.name = "ar";
+  auto ar = make_strategy(c);
+  c.name = "ppd";
+  auto ppd = make_strategy(c);
+  const std::vector<std::string> notes = ppd->notes();
+  ASSERT_FALSE(notes.empty());
+  int budget = 0;
+  ASSERT_EQ(
+      std::sscanf(notes[0].c_str(), "ppd: budget %d chosen from this machine's L(n)", &budget), 1)
+      << notes[0];
+  EXPECT_GE(budget, 1);
+  EXPECT_LE(budget, 16);
+  EXPECT_EQ(ppd->runs(), budget == 1 ? "ar" : "ppd") << notes[0];
+  GenerationRequest req;
+  req.prompt = {256, 72, 101, 108};
+  req.n_predict = 24;
+  req.sampling.temp = 0;
+  EXPECT_EQ(ppd->generate(req).tokens, ar->generate(req).tokens);
+}
+
 TEST(PpdStrategy, InflatedPromptTokensPredictWhatTheSourcesDo) {
   // make-model --inflate widens the side file with the model; the inflated
   // pair must compute the same function: same tokens, same accepted guesses.
@@ -257,6 +290,7 @@ TEST(PpdStrategy, ShippedPromptTokensOfTheZooTargetAreAcceptedAndExact) {
   c.name = "ar";
   auto ar = make_strategy(c);
   c.name = "ppd";
+  c.options["ppd_budget"] = 10;  // trees with guesses (the default may choose none here)
   auto ppd = make_strategy(c);
   // BOS + "def main():\n    " and "Q: 3 + 4 = ?\nA:" in the zoo tokenizer's ids would
   // need the tokenizer; repeated structure in any text is enough here.

@@ -19,6 +19,7 @@
 // dynamic sparse tree, strategies/ppd/ppd_tree.h).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
@@ -35,7 +36,62 @@ namespace parspec {
 
 namespace {
 
-constexpr int kDefaultBudget = 10;
+// PPD's online, hardware-aware stage at start-up (`tune --ppd` does it ahead
+// of time and also runs the best budgets for real): L(n) of the strategy's own
+// target side, timed at n = 1, 2, 3, 4, 6, 8, 12, 16 (median of 3 after a
+// warm-up, interpolated between), and the budget whose trees the forecast
+// predicts fastest; one row (ar) unless that budget beats it by 5%, which the
+// per-step work the forecast leaves out would eat. The cells used are
+// dropped and the meter emptied.
+int hardware_aware_budget(Target& target, const RankAccuracy& accuracy, int ensemble_tokens,
+                          std::string* note) {
+  constexpr int kContext = 32, kMaxBudget = 16, kRuns = 3;
+  const int n_vocab = target.n_vocab();
+  std::vector<int32_t> prefix(kContext);
+  for (int i = 0; i < kContext; ++i) prefix[i] = i % n_vocab;
+  target.begin(kContext + kMaxBudget + 1);
+  target.forward(chain_batch(0, prefix, false));
+  target.commit_chain(kContext);
+  const auto time_rows = [&](int n) {
+    std::vector<int32_t> tokens(n);
+    for (int i = 0; i < n; ++i) tokens[i] = (kContext + i) % n_vocab;
+    std::vector<double> times;
+    for (int run = 0; run <= kRuns; ++run) {
+      const Stopwatch watch;
+      target.forward(chain_batch(target.n_committed(), tokens, true));
+      const double ms = watch.elapsed_ms();
+      target.commit({}, {});  // drops the speculative cells
+      if (run > 0) times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    return times[kRuns / 2];
+  };
+  std::vector<std::pair<int, double>> points;
+  for (int n : {1, 2, 3, 4, 6, 8, 12, 16}) points.emplace_back(n, time_rows(n));
+  target.take_meter();
+  std::vector<double> latency(kMaxBudget);
+  for (int n = 1; n <= kMaxBudget; ++n) {
+    size_t i = 1;
+    while (points[i].first < n) ++i;
+    const auto [n0, t0] = points[i - 1];
+    const auto [n1, t1] = points[i];
+    latency[n - 1] = n <= n0 ? t0 : t0 + (t1 - t0) * (n - n0) / static_cast<double>(n1 - n0);
+  }
+  const std::vector<PpdBudgetChoice> ranked = rank_ppd_budgets(
+      accuracy, ensemble_tokens, {1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16}, latency, 0.0);
+  const double one_row = 1000.0 / latency[0];
+  const PpdBudgetChoice& best = ranked.front();
+  const int chosen = best.budget > 1 && best.tok_per_s >= 1.05 * one_row ? best.budget : 1;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "ppd: budget %d chosen from this machine's L(n) (L(1) %.3f ms, L(16) %.3f ms): "
+                "the best tree forecasts %.0f tok/s (budget %d, %.2f tokens/step) against %.0f at "
+                "one row (--ppd-budget N or --ppd-tree FILE fixes it)",
+                chosen, latency[0], latency[kMaxBudget - 1], best.tok_per_s, best.budget,
+                best.forecast.tokens, one_row);
+  *note = line;
+  return chosen;
+}
 
 StrategyOption ppd_file_option() {
   return option_entry("--ppd", "ppd", "FILE",
@@ -51,8 +107,9 @@ StrategyOption ppd_tree_option() {
 }
 StrategyOption ppd_budget_option() {
   return option_entry("--ppd-budget", "ppd_budget", "N",
-                      "PPD input rows per step when no tree file is given (0 = " +
-                          std::to_string(kDefaultBudget) + ")",
+                      "PPD input rows per step when no tree file is given (0 = the budget this "
+                      "machine's L(n), timed at start-up, predicts fastest: one row, which is "
+                      "ar, where no tree pays)",
                       0);
 }
 
@@ -81,12 +138,13 @@ class Ppd final : public DecodeStrategy {
             " x ", prompts_.ensemble_tokens);
     } else {
       int budget = option_value<int>(config, ppd_budget_option());
-      if (budget == 0) budget = kDefaultBudget;
-      check(budget >= 1 && budget <= 1024, "--ppd-budget must be 1..1024 (got ", budget, ")");
       RankAccuracy accuracy = prompts_.rank_accuracy;
       if (accuracy.empty())  // unmeasured: assume accuracy halving per rank and depth
         for (int d = 0; d < prompts_.prompt_tokens; ++d)
           accuracy.push_back({0.5 / (d + 1), 0.25 / (d + 1), 0.125 / (d + 1)});
+      if (budget == 0)
+        budget = hardware_aware_budget(*target_, accuracy, prompts_.ensemble_tokens, &budget_note_);
+      check(budget >= 1 && budget <= 1024, "--ppd-budget must be 1..1024 (got ", budget, ")");
       trees_ = build_ppd_trees(accuracy, prompts_.ensemble_tokens, budget);
       forecast_ = forecast_ppd_trees(trees_, accuracy);
     }
@@ -109,7 +167,8 @@ class Ppd final : public DecodeStrategy {
                        std::to_string(trees_.max_input_length()) + " rows per step";
     if (forecast_.tokens > 1)
       tree += ", forecast " + std::to_string(forecast_.tokens).substr(0, 4) + " tokens/step";
-    return {tree};
+    if (budget_note_.empty()) return {tree};
+    return {budget_note_, tree};
   }
 
  protected:
@@ -261,6 +320,7 @@ class Ppd final : public DecodeStrategy {
   PpdPrompts prompts_;
   PpdTrees trees_;
   PpdTreeForecast forecast_;
+  std::string budget_note_;  // how the budget was chosen, when it was
   int max_rank_ = 0;
   // Distributions of the next step's candidates per depth (logits when greedy).
   std::vector<Distribution> next_;
