@@ -56,8 +56,9 @@ inline std::vector<StrategyConfig> strategy_variants() {
   v.push_back(c);
   c.options["tree_verify_depth"] = 2;  // deeper levels survive to the next step
   v.push_back(c);
-  // PEARL: both halves, and each ablation (the window is fixed: measuring it
-  // would make the runs depend on the machine's load).
+  // PEARL: both halves and each ablation at fixed windows, and the window
+  // chosen as it runs (from timings, so from the machine's load: what it
+  // emits must not depend on the windows it took).
   c = StrategyConfig();
   c.name = "pearl";
   c.options["pearl_window"] = 3;
@@ -68,6 +69,9 @@ inline std::vector<StrategyConfig> strategy_variants() {
   c.options["pearl_window"] = 2;
   c.options["no_pre_verify"] = false;
   c.options["no_post_verify"] = true;
+  v.push_back(c);
+  c.options["pearl_window"] = 0;
+  c.options["no_post_verify"] = false;
   v.push_back(c);
   // EasySpec: the test drafts have two layers, grouped into one fuzzy group;
   // chain and tree, each calibration policy.
