@@ -489,56 +489,41 @@ if [[ -f $profile_file ]]; then
   done
 fi
 
-# What the CUDA graphs bring: decode and L(8) of the two extremes launched kernel by kernel.
+# What the CUDA graphs bring (decode and L(8) of the two extremes launched kernel by
+# kernel), and what programmatic dependent launches bring (PARSPEC_CUDA_PDL=1: each
+# kernel launched while the one before it finishes), on the same two models.
 if [[ $mode == dry ]]; then graph_rows=(zoo-draft); else graph_rows=(100m-f16 8b-q4_0); fi
-for name in "${graph_rows[@]}"; do
-  src=models/draft.gguf
-  file=$(model_path "$name" "$src")
-  [[ -f $file ]] || continue
-  step "parspec bench-forward $name without graphs"
-  budgeted 60 env PARSPEC_CUDA_GRAPHS=0 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
-    -b 1,8 -r "$repeat" --decode-tokens "$decode" --context 64 \
-    --json "$out/parspec-$name-nographs.json" >/dev/null 2>&1 || echo "$name without graphs failed"
-done
-
-# What programmatic dependent launches bring (PARSPEC_CUDA_PDL=1: each kernel
-# launched while the one before it finishes), on the same two models.
 for name in "${graph_rows[@]}"; do
   file=$(model_path "$name" models/draft.gguf)
   [[ -f $file ]] || continue
-  step "parspec bench-forward $name with dependent launches"
-  budgeted 60 env PARSPEC_CUDA_PDL=1 "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
-    -b 1,8 -r "$repeat" --decode-tokens "$decode" --context 64 \
-    --json "$out/parspec-$name-pdl.json" >/dev/null 2>&1 || echo "$name with dependent launches failed"
+  for setting in "nographs PARSPEC_CUDA_GRAPHS=0 without graphs" \
+    "pdl PARSPEC_CUDA_PDL=1 with dependent launches"; do
+    read -r suffix variable what <<<"$setting"
+    step "parspec bench-forward $name $what"
+    budgeted 60 env "$variable" "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
+      -b 1,8 -r "$repeat" --decode-tokens "$decode" --context 64 \
+      --json "$out/parspec-$name-$suffix.json" >/dev/null 2>&1 || echo "$name $what failed"
+  done
 done
 
-# What the Q8_0/Q4_0 variants bring on those models: block-major activations, and
-# all the kernels not yet the default (the warp kernel and the tensor cores for
-# single rows were measured before: docs/performance-gpu.md).
-if [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]]; then
-  for row in "${table[@]}"; do
-    read -r name src args <<<"$row"
-    [[ $args == *q4_0* || $args == *q8_0* ]] || continue
-    for variant in block-major opt-in; do
-      step "parspec bench-forward $name with $(kernel_env "$variant")"
-      budgeted 90 env $(kernel_env "$variant") "$bin_parspec" bench-forward \
-        -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
-        -r "$repeat" --decode-tokens "$decode" --context 64 \
-        --json "$out/parspec-$name-$variant.json" >/dev/null 2>&1 || echo "$name $variant failed"
-    done
-  done
-fi
-
-# F16 weights on the tensor cores (every row count), against the warp kernel above.
+# What the variants not yet the default bring, per weight type: on Q8_0/Q4_0
+# block-major activations and all the opt-in kernels (the warp kernel and the tensor
+# cores for single rows were measured before: docs/performance-gpu.md); on F16 the
+# tensor cores, against the warp kernel.
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
-  [[ $args == *f16* ]] || continue
-  step "parspec bench-forward $name with $(kernel_env half-tensor-cores)"
-  budgeted 90 env $(kernel_env half-tensor-cores) "$bin_parspec" bench-forward \
-    -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
-    -r "$repeat" --decode-tokens "$decode" --context 64 \
-    --json "$out/parspec-$name-half-tensor-cores.json" >/dev/null 2>&1 ||
-    echo "$name half-tensor-cores failed"
+  case $args in
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(block-major opt-in) || variants=() ;;
+    *f16*) variants=(half-tensor-cores) ;;
+    *) variants=() ;;
+  esac
+  for variant in "${variants[@]}"; do
+    step "parspec bench-forward $name with $(kernel_env "$variant")"
+    budgeted 90 env $(kernel_env "$variant") "$bin_parspec" bench-forward \
+      -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
+      -r "$repeat" --decode-tokens "$decode" --context 64 \
+      --json "$out/parspec-$name-$variant.json" >/dev/null 2>&1 || echo "$name $variant failed"
+  done
 done
 
 # llama.cpp's speculative decoding on the same files and prompts (greedy, one

@@ -61,8 +61,8 @@ inline StrategyConfig sampling_reference(const ModelPair& pair, Worker& worker) 
 
 // Every registered strategy's histograms over `runs` seeds against those of
 // `reference` on the same models; `place` puts each strategy's sides where
-// the reference's run (nothing: the CPU).
-inline void expect_every_strategy_keeps_the_distribution(
+// the reference's run (nothing: the CPU). Returns the reference's histograms.
+inline std::vector<std::map<int32_t, int64_t>> expect_every_strategy_keeps_the_distribution(
     const StrategyConfig& reference, int runs, const SamplingParams& params,
     const std::function<void(StrategyConfig&)>& place = {}) {
   const auto expected = sample_histograms(reference, runs, params);
@@ -76,6 +76,7 @@ inline void expect_every_strategy_keeps_the_distribution(
     EXPECT_TRUE(same_distribution(sample_histograms(c, runs, params), expected, &why))
         << describe(c) << ": " << why;
   }
+  return expected;
 }
 
 }  // namespace parspec::testing_support

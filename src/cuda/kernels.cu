@@ -1235,6 +1235,13 @@ __device__ float attention_block_reduce(float v, float* scratch) {
   return r;
 }
 
+// Slot of key `key_index` of a row's key list: the committed prefix, then its
+// speculative cells.
+__device__ int32_t key_slot(const AttentionRow& r, const int32_t* spec_slots, int key_index) {
+  return key_index < r.n_committed ? key_index
+                                   : spec_slots[r.spec_offset + (key_index - r.n_committed)];
+}
+
 // Split attention (flash decoding with fixed boundaries): a row's keys fall in
 // chunks of kAttnKeys by their index in the row's key list, and split z of
 // kAttentionSplits takes chunks z, z + kAttentionSplits, ... One block per
@@ -1284,10 +1291,7 @@ __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
     const int j = threadIdx.x;
     float sc = -INFINITY;
     if (j < len) {
-      const int key_index = j0 + j;
-      const int32_t slot = key_index < r.n_committed
-                               ? key_index
-                               : spec_slots[r.spec_offset + (key_index - r.n_committed)];
+      const int32_t slot = key_slot(r, spec_slots, j0 + j);
       slot_s[j] = slot;
       const float* key = k_layer + static_cast<int64_t>(slot) * kv_dim;
       float dot = 0.0f;
@@ -1415,10 +1419,7 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
 #pragma unroll
     for (int g = 0; g < kAttnGroup; ++g) sc[g] = -INFINITY;
     if (j < len) {
-      const int key_index = j0 + j;
-      const int32_t slot = key_index < r.n_committed
-                               ? key_index
-                               : spec_slots[r.spec_offset + (key_index - r.n_committed)];
+      const int32_t slot = key_slot(r, spec_slots, j0 + j);
       slot_s[j] = slot;
       const float* key = k_layer + static_cast<int64_t>(slot) * kv_dim;
       float dot[kAttnGroup];
@@ -1502,13 +1503,6 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
       out[hd + 1] = l_run[g];
     }
   }
-}
-
-// Slot of key `key_index` of a row's key list: the committed prefix, then its
-// speculative cells.
-__device__ int32_t key_slot(const AttentionRow& r, const int32_t* spec_slots, int key_index) {
-  return key_index < r.n_committed ? key_index
-                                   : spec_slots[r.spec_offset + (key_index - r.n_committed)];
 }
 
 // Tiled attention: attention_split_kernel's steps for each (row, head) query of

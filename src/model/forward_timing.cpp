@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+
 namespace parspec {
 
 double now_ms(TimeBase base) {
@@ -45,6 +47,16 @@ double median_forward_ms(const Model& model, ForwardExecutor& executor, KvCache&
     if (r >= warmup) times.push_back(ms);
   }
   return median(std::move(times));
+}
+
+double ForwardCurve::at(int n) const {
+  check(!points.empty(), "ForwardCurve: no forward times measured");
+  if (points.size() == 1 || n <= points.front().first) return points.front().second;
+  size_t i = 1;
+  while (i + 1 < points.size() && points[i].first < n) ++i;
+  const auto [n0, t0] = points[i - 1];
+  const auto [n1, t1] = points[i];
+  return t0 + (t1 - t0) * static_cast<double>(n - n0) / static_cast<double>(n1 - n0);
 }
 
 }  // namespace parspec

@@ -1,6 +1,7 @@
 #pragma once
 // Timing of forward passes, for the benchmarks and for strategies that size
-// themselves from measured speeds (PEARL's window).
+// themselves from measured speeds (PEARL's window, PPD's budget).
+#include <utility>
 #include <vector>
 
 #include "core/worker.h"
@@ -31,5 +32,13 @@ double median_forward_ms(const Model& model, Worker& worker, KvCache& kv, int n_
 // The same through an executor (a GPU's): the time until the logits are back.
 double median_forward_ms(const Model& model, ForwardExecutor& executor, KvCache& kv, int n_tokens,
                          int warmup, int runs, bool all_logits, TimeBase base = TimeBase::kWall);
+
+// Forward times over chains of n tokens, measured at a few n.
+struct ForwardCurve {
+  std::vector<std::pair<int, double>> points;  // (n, ms), n increasing, the first n = 1
+  // T(n) interpolated linearly between the measured points, continued along
+  // the last segment past them.
+  double at(int n) const;
+};
 
 }  // namespace parspec

@@ -10,83 +10,11 @@
 #include "model/forward_timing.h"
 #include "tuning/cost_family.h"
 #include "tuning/cost_model.h"
+#include "tuning/side_timers.h"
 
 namespace parspec {
 
 namespace {
-
-// Tokens of the short committed context forwards are timed on.
-constexpr int kTimingContext = 32;
-
-std::vector<int32_t> timing_prefix(int n_vocab) {
-  std::vector<int32_t> prefix(kTimingContext);
-  for (int i = 0; i < kTimingContext; ++i) prefix[i] = (i * 31 + 7) % n_vocab;
-  return prefix;
-}
-
-// Tokens of a timed forward over n: varied by run so no two runs are alike.
-std::vector<int32_t> timing_tokens(int n, int run, int n_vocab) {
-  std::vector<int32_t> tokens(n);
-  for (int i = 0; i < n; ++i) tokens[i] = (i * 7919 + run * 104729 + 13) % n_vocab;
-  return tokens;
-}
-
-// Times forwards over n tokens (logits for every row) on top of a short
-// committed context of a target side; each forward's cells are dropped.
-class TargetTimer {
- public:
-  TargetTimer(std::unique_ptr<Target> target, int max_n, const ExpertTally* tally = nullptr)
-      : target_(std::move(target)), tally_(tally) {
-    target_->begin(kTimingContext + max_n + 1);
-    const std::vector<int32_t> prefix = timing_prefix(target_->n_vocab());
-    target_->forward(chain_batch(0, prefix, false));
-    target_->commit_chain(kTimingContext);
-  }
-  double forward_ms(int n) {
-    const std::vector<int32_t> tokens = timing_tokens(n, run_++, target_->n_vocab());
-    const int64_t passes = tally_ ? tally_->layer_passes.load() : 0;
-    const int64_t touched = tally_ ? tally_->experts_touched.load() : 0;
-    const Stopwatch watch;
-    target_->forward(chain_batch(target_->n_committed(), tokens, true));
-    const double ms = watch.elapsed_ms();
-    target_->commit({}, {});
-    if (tally_ && tally_->layer_passes > passes)
-      last_experts_ =
-          double(tally_->experts_touched - touched) / double(tally_->layer_passes - passes);
-    return ms;
-  }
-  // Distinct experts per layer the last timed forward touched (a mixture-of-experts target).
-  double last_experts() const { return last_experts_; }
-
- private:
-  std::unique_ptr<Target> target_;
-  const ExpertTally* tally_;
-  int run_ = 0;
-  double last_experts_ = 0;
-};
-
-// The same on a drafter side.
-class DrafterTimer {
- public:
-  DrafterTimer(std::unique_ptr<Drafter> drafter, int max_n) : drafter_(std::move(drafter)) {
-    drafter_->begin(kTimingContext + max_n + 1);
-    int32_t n_cells = 0;
-    drafter_->catch_up(timing_prefix(drafter_->n_vocab()), &n_cells);
-    drafter_->accept_chain(n_cells);
-  }
-  double forward_ms(int n) {
-    const std::vector<int32_t> tokens = timing_tokens(n, run_++, drafter_->n_vocab());
-    const Stopwatch watch;
-    drafter_->propose(chain_batch(drafter_->n_seen(), tokens, true));
-    const double ms = watch.elapsed_ms();
-    drafter_->accept({}, {});
-    return ms;
-  }
-
- private:
-  std::unique_ptr<Drafter> drafter_;
-  int run_ = 0;
-};
 
 // The least-squares non-decreasing fit of v (pool adjacent violators).
 std::vector<double> non_decreasing(const std::vector<double>& v) {
@@ -190,7 +118,7 @@ std::vector<double> measure_target_latencies(std::shared_ptr<const Model> model,
 
 std::vector<double> measure_target_latencies(std::unique_ptr<Target> target, int max_n, int runs) {
   check(max_n >= 1 && runs >= 1, "measure_target_latencies: max_n and runs must be positive");
-  TargetTimer timer(std::move(target), max_n);
+  TargetTimer timer(*target, max_n);
   std::vector<std::vector<double>> times(max_n);
   const auto pass = [&](bool keep) {
     for (int n = 1; n <= max_n; ++n) {
@@ -250,11 +178,13 @@ CostMeasurements measure_costs(const StrategyConfig& config,
       (options.trees ? " and " + tree_shape.label() : "") + " on " +
       std::to_string(prompts.size()) + " calibration prompts");
   const MoeConfig& moe = config.target->config().moe;
-  TargetTimer target_timer(make_target_side(config), max_n,
+  const std::unique_ptr<Target> timed_target = make_target_side(config);
+  TargetTimer target_timer(*timed_target, max_n,
                            moe.enabled() ? &config.target->expert_tally() : nullptr);
   std::vector<std::vector<double>> target_expert_counts(max_n);
   // Through the sides: where the models run on a GPU, so are they timed.
-  DrafterTimer draft_timer(make_drafter_side(config), max_draft_n);
+  const std::unique_ptr<Drafter> timed_drafter = make_drafter_side(config);
+  DrafterTimer draft_timer(*timed_drafter, max_draft_n);
   std::vector<std::vector<double>> target_times(max_n), draft_times(max_draft_n);
   // One pass times every batch size once, and the draft twice. A warm-up pass
   // says how many passes fit in about half a second (small models are timed

@@ -153,18 +153,28 @@ TEST(PpdStrategy, NeedsPromptTokensThatFitTheTarget) {
   EXPECT_THROW(make_strategy(c), Error);
 }
 
+// A random target with random prompt tokens beside it, and `ar`'s
+// configuration on it (a strategy's made from it by its name and options).
+struct RandomPpdTarget {
+  TempDir dir;
+  ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::F32, 300, 4);
+  Worker worker{1};
+  StrategyConfig config;
+  RandomPpdTarget() {
+    write_random_ppd_prompts(ppd_side_file_for(pair.target->gguf().path()), 64, 3, 1, 5, 0.05f);
+    config.target = pair.target;
+    config.target_worker = &worker;
+    config.ctx_size = 128;
+    config.name = "ar";
+  }
+};
+
 TEST(PpdStrategy, ATreeWithoutGuessesDecodesAsAr) {
   // `tune --ppd` picks budget 1 (the root alone) where no tree pays: ppd then
   // runs ar itself (same tokens, same cost) and says so.
-  TempDir dir;
-  const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::F32, 300, 4);
-  write_random_ppd_prompts(ppd_side_file_for(pair.target->gguf().path()), 64, 3, 1, 5, 0.05f);
-  Worker worker(1);
-  StrategyConfig c;
-  c.target = pair.target;
-  c.target_worker = &worker;
-  c.ctx_size = 128;
-  c.name = "ar";
+  RandomPpdTarget t;
+  TempDir& dir = t.dir;
+  StrategyConfig c = t.config;
   auto ar = make_strategy(c);
   c.name = "ppd";
   c.options["ppd_budget"] = 1;
@@ -211,15 +221,8 @@ TEST(PpdStrategy, ATreeWithoutGuessesDecodesAsAr) {
 // side and takes the budget the forecast predicts fastest (one row, which is
 // ar, where no tree beats it), says which and why, and decodes ar's tokens.
 TEST(PpdStrategy, WithoutABudgetItChoosesOneFromThisMachinesForwardTimes) {
-  TempDir dir;
-  const ModelPair pair = make_model_pair(dir, "llama", DType::F32, DType::F32, 300, 4);
-  write_random_ppd_prompts(ppd_side_file_for(pair.target->gguf().path()), 64, 3, 1, 5, 0.05f);
-  Worker worker(1);
-  StrategyConfig c;
-  c.target = pair.target;
-  c.target_worker = &worker;
-  c.ctx_size = 128;
-  c.name = "ar";
+  RandomPpdTarget t;
+  StrategyConfig c = t.config;
   auto ar = make_strategy(c);
   c.name = "ppd";
   auto ppd = make_strategy(c);

@@ -5,7 +5,6 @@
 // own, and Target, driven by the caller's thread.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -22,6 +21,7 @@
 #include "strategies/pearl/pearl_engine.h"
 #include "strategies/pearl/pearl_window.h"
 #include "tuning/cost_family.h"
+#include "tuning/side_timers.h"
 
 namespace parspec {
 
@@ -71,25 +71,13 @@ struct WindowMeasurement {
   std::string where;  // how the sides ran, for the note: "" (this CPU), a GPU, a pipeline
 };
 
-// The times of `runs` calls of `forward` after `warmup` untimed ones, sorted.
-std::vector<double> times_ms(const std::function<void()>& forward, int warmup, int runs) {
-  for (int i = 0; i < warmup; ++i) forward();
+// `runs` times that `timed` returns after `warmup` calls, sorted.
+std::vector<double> sorted_ms(const std::function<double()>& timed, int warmup, int runs) {
+  for (int i = 0; i < warmup; ++i) timed();
   std::vector<double> times;
-  for (int i = 0; i < runs; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    forward();
-    times.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count());
-  }
+  for (int i = 0; i < runs; ++i) times.push_back(timed());
   std::sort(times.begin(), times.end());
   return times;
-}
-double median_ms(const std::function<void()>& forward, int warmup, int runs) {
-  return times_ms(forward, warmup, runs)[runs / 2];
-}
-double fastest_ms(const std::function<void()>& forward, int warmup, int runs) {
-  return times_ms(forward, warmup, runs).front();
 }
 
 // The costs timed on the strategy's own sides, as it will run them: on this
@@ -98,34 +86,17 @@ double fastest_ms(const std::function<void()>& forward, int warmup, int runs) {
 // as the engine's drafter thread does. The cells used are dropped and the
 // meters emptied: the first request starts clean.
 WindowMeasurement measure_window(Target& target, Drafter& drafter, TaskRunner& runner) {
-  constexpr int kContext = 32, kMaxWindow = 64, kWarmup = 2, kRuns = 5, kCurveRuns = 2;
-  const int n_vocab = target.n_vocab();
-  std::vector<int32_t> prefix(kContext);
-  for (int i = 0; i < kContext; ++i) prefix[i] = i % n_vocab;
-  target.begin(kContext + kMaxWindow + 1);
-  target.forward(chain_batch(0, prefix, false));
-  target.commit_chain(kContext);
-  drafter.begin(kContext + 2);
-  int32_t n_cells = 0;
-  drafter.catch_up(prefix, &n_cells);
-  drafter.accept_chain(n_cells);
-  const auto target_forward = [&](int n_tokens) {
-    return [&target, n_tokens, n_vocab] {
-      std::vector<int32_t> tokens(n_tokens);
-      for (int i = 0; i < n_tokens; ++i) tokens[i] = (kContext + i) % n_vocab;
-      target.forward(chain_batch(target.n_committed(), tokens, true));
-      target.commit({}, {});  // drops the speculative cells
-    };
+  constexpr int kMaxWindow = 64, kWarmup = 2, kRuns = 5, kCurveRuns = 2;
+  TargetTimer target_timer(target, kMaxWindow + 1);
+  DrafterTimer draft_timer(drafter, 1);
+  const auto target_ms = [&](int n) {
+    return [&target_timer, n] { return target_timer.forward_ms(n); };
   };
-  const auto draft_forward = [&drafter, n_vocab] {
-    const int32_t token = kContext % n_vocab;
-    drafter.propose(chain_batch(drafter.n_seen(), {&token, 1}, true));
-    drafter.accept({}, {});
-  };
+  const auto draft_ms = [&] { return draft_timer.forward_ms(1); };
   WindowMeasurement m;
-  const std::vector<double> one = times_ms(target_forward(1), kWarmup, kRuns);
+  const std::vector<double> one = sorted_ms(target_ms(1), kWarmup, kRuns);
   m.t_target_ms = one[kRuns / 2];
-  m.t_draft_ms = median_ms(draft_forward, kWarmup, kRuns);
+  m.t_draft_ms = sorted_ms(draft_ms, kWarmup, kRuns)[kRuns / 2];
   m.ratio = m.t_draft_ms > 0 ? m.t_target_ms / m.t_draft_ms : 1.0;
   m.rule_window =
       static_cast<int>(std::clamp(std::lround(m.ratio), 1L, static_cast<long>(kMaxWindow)));
@@ -134,20 +105,22 @@ WindowMeasurement measure_window(Target& target, Drafter& drafter, TaskRunner& r
   costs.max_window = m.rule_window;
   costs.target.points = {{1, one.front()}};  // the curve: each point the fastest of its runs
   for (int n = std::min(3, m.rule_window + 1);; n = std::min(2 * n - 1, m.rule_window + 1)) {
-    costs.target.points.emplace_back(n, fastest_ms(target_forward(n), 1, kCurveRuns));
+    costs.target.points.emplace_back(n, sorted_ms(target_ms(n), 1, kCurveRuns).front());
     if (n >= m.rule_window + 1) break;
   }
   // A short window's round with both sides at once, against each alone.
   const int w = std::min(m.rule_window, 4);
   const double verifying = costs.target.at(w + 1), drafting = w * m.t_draft_ms;
   const auto both = [&] {
+    const Stopwatch watch;
     runner.post([&] {
-      for (int i = 0; i < w; ++i) draft_forward();
+      for (int i = 0; i < w; ++i) draft_ms();
     });
-    target_forward(w + 1)();
+    target_timer.forward_ms(w + 1);
     runner.wait();
+    return watch.elapsed_ms();
   };
-  const double together = fastest_ms(both, 1, kCurveRuns);
+  const double together = sorted_ms(both, 1, kCurveRuns).front();
   const double shorter = std::min(verifying, drafting);
   costs.overlap_cost =
       shorter > 0 ? std::clamp((together - std::max(verifying, drafting)) / shorter, 0.0, 4.0)

@@ -7,16 +7,6 @@
 
 namespace parspec {
 
-double ForwardCurve::at(int n) const {
-  check(!points.empty(), "pearl: no forward times measured");
-  if (points.size() == 1 || n <= points.front().first) return points.front().second;
-  size_t i = 1;
-  while (i + 1 < points.size() && points[i].first < n) ++i;
-  const auto [n0, t0] = points[i - 1];
-  const auto [n1, t1] = points[i];
-  return t0 + (t1 - t0) * static_cast<double>(n - n0) / static_cast<double>(n1 - n0);
-}
-
 double tokens_per_round(int window, double alpha) {
   double expected = 0, prefix = 1;
   for (int k = 1; k <= window; ++k) {

@@ -8,18 +8,9 @@
 // the verification. Here the window is the one the cost model of `tune`
 // predicts fastest from the measured forward curve T(n), the draft forward D,
 // what running both at once costs, and the acceptance seen so far.
-#include <utility>
-#include <vector>
+#include "model/forward_timing.h"
 
 namespace parspec {
-
-// Target forward times over chains of n tokens, measured at a few n.
-struct ForwardCurve {
-  std::vector<std::pair<int, double>> points;  // (n, ms), n increasing, the first n = 1
-  // T(n) interpolated linearly between the measured points, continued along
-  // the last segment past them.
-  double at(int n) const;
-};
 
 struct WindowCosts {
   ForwardCurve target;  // T(n)

@@ -28,9 +28,11 @@
 #include "decode/local_model.h"
 #include "decode/registry.h"
 #include "decode/tree_speculation.h"
+#include "model/forward_timing.h"
 #include "sample/sampler.h"
 #include "strategies/ppd/ppd_prompts.h"
 #include "strategies/ppd/ppd_tree.h"
+#include "tuning/side_timers.h"
 
 namespace parspec {
 
@@ -38,45 +40,25 @@ namespace {
 
 // PPD's online, hardware-aware stage at start-up (`tune --ppd` does it ahead
 // of time and also runs the best budgets for real): L(n) of the strategy's own
-// target side, timed at n = 1, 2, 3, 4, 6, 8, 12, 16 (median of 3 after a
-// warm-up, interpolated between), and the budget whose trees the forecast
-// predicts fastest; one row (ar) unless that budget beats it by 5%, which the
-// per-step work the forecast leaves out would eat. The cells used are
-// dropped and the meter emptied.
+// target side (tuning/side_timers.h), at n = 1, 2, 3, 4, 6, 8, 12, 16 (median
+// of 3 after a warm-up, interpolated between), and the budget whose trees the
+// forecast predicts fastest; one row (ar) unless that budget beats it by 5%,
+// which the per-step work the forecast leaves out would eat. The meter is
+// emptied afterwards.
 int hardware_aware_budget(Target& target, const RankAccuracy& accuracy, int ensemble_tokens,
                           std::string* note) {
-  constexpr int kContext = 32, kMaxBudget = 16, kRuns = 3;
-  const int n_vocab = target.n_vocab();
-  std::vector<int32_t> prefix(kContext);
-  for (int i = 0; i < kContext; ++i) prefix[i] = i % n_vocab;
-  target.begin(kContext + kMaxBudget + 1);
-  target.forward(chain_batch(0, prefix, false));
-  target.commit_chain(kContext);
-  const auto time_rows = [&](int n) {
-    std::vector<int32_t> tokens(n);
-    for (int i = 0; i < n; ++i) tokens[i] = (kContext + i) % n_vocab;
+  constexpr int kMaxBudget = 16, kRuns = 3;
+  TargetTimer timer(target, kMaxBudget);
+  ForwardCurve curve;
+  for (int n : {1, 2, 3, 4, 6, 8, 12, 16}) {
+    timer.forward_ms(n);  // warm-up
     std::vector<double> times;
-    for (int run = 0; run <= kRuns; ++run) {
-      const Stopwatch watch;
-      target.forward(chain_batch(target.n_committed(), tokens, true));
-      const double ms = watch.elapsed_ms();
-      target.commit({}, {});  // drops the speculative cells
-      if (run > 0) times.push_back(ms);
-    }
-    std::sort(times.begin(), times.end());
-    return times[kRuns / 2];
-  };
-  std::vector<std::pair<int, double>> points;
-  for (int n : {1, 2, 3, 4, 6, 8, 12, 16}) points.emplace_back(n, time_rows(n));
+    for (int run = 0; run < kRuns; ++run) times.push_back(timer.forward_ms(n));
+    curve.points.emplace_back(n, median(std::move(times)));
+  }
   target.take_meter();
   std::vector<double> latency(kMaxBudget);
-  for (int n = 1; n <= kMaxBudget; ++n) {
-    size_t i = 1;
-    while (points[i].first < n) ++i;
-    const auto [n0, t0] = points[i - 1];
-    const auto [n1, t1] = points[i];
-    latency[n - 1] = n <= n0 ? t0 : t0 + (t1 - t0) * (n - n0) / static_cast<double>(n1 - n0);
-  }
+  for (int n = 1; n <= kMaxBudget; ++n) latency[n - 1] = curve.at(n);
   const std::vector<PpdBudgetChoice> ranked = rank_ppd_budgets(
       accuracy, ensemble_tokens, {1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16}, latency, 0.0);
   const double one_row = 1000.0 / latency[0];

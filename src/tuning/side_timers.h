@@ -1,0 +1,40 @@
+#pragma once
+// Timed forwards of a strategy's sides, as the cost model and the strategies
+// that size themselves from measured speeds (PEARL's window, PPD's budget)
+// take them: over n tokens on top of a short committed context, logits for
+// every row, each forward's cells dropped afterwards. Through the sides, so a
+// side on a GPU or behind a pipeline of MPI ranks is timed as it runs.
+#include "decode/sides.h"
+#include "model/moe.h"
+
+namespace parspec {
+
+class TargetTimer {
+ public:
+  // Fills the committed context; forwards of up to max_n tokens fit after it.
+  // `tally`: where a mixture-of-experts target counts the experts it runs.
+  TargetTimer(Target& target, int max_n, const ExpertTally* tally = nullptr);
+  // Milliseconds of one forward over n tokens.
+  double forward_ms(int n);
+  // Distinct experts per layer the last timed forward touched (a mixture-of-experts target).
+  double last_experts() const { return last_experts_; }
+
+ private:
+  Target& target_;
+  const ExpertTally* tally_;
+  int run_ = 0;
+  double last_experts_ = 0;
+};
+
+// The same on a drafter side.
+class DrafterTimer {
+ public:
+  DrafterTimer(Drafter& drafter, int max_n);
+  double forward_ms(int n);
+
+ private:
+  Drafter& drafter_;
+  int run_ = 0;
+};
+
+}  // namespace parspec
