@@ -11,7 +11,6 @@
 #include "decode/strategy.h"
 #include "stats_helpers.h"
 #include "strategy_variants.h"
-#include "test_helpers.h"
 
 namespace parspec::testing_support {
 
@@ -45,18 +44,6 @@ inline bool same_distribution(const std::vector<std::map<int32_t, int64_t>>& a,
     }
   }
   return true;
-}
-
-// The reference of the sampling tests: `ar` on the pair (small vocabularies
-// keep the histograms dense enough) with `worker`.
-inline StrategyConfig sampling_reference(const ModelPair& pair, Worker& worker) {
-  StrategyConfig base;
-  base.target = pair.target;
-  base.draft = pair.draft;
-  base.target_worker = &worker;
-  base.ctx_size = 64;
-  base.name = "ar";
-  return base;
 }
 
 // Every registered strategy's histograms over `runs` seeds against those of

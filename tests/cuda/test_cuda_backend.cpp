@@ -591,7 +591,7 @@ TEST(CudaSampling, EveryStrategyKeepsTheTargetsDistribution) {
   auto target = cuda::make_executor(0);
   auto draft = cuda::make_executor(0);
   Worker worker(1);
-  StrategyConfig base = testing_support::sampling_reference(pair, worker);
+  StrategyConfig base = testing_support::pair_config(pair, worker, worker, 64);  // ar
   run_on(base, *target, *draft);
   testing_support::expect_every_strategy_keeps_the_distribution(
       base, 600, testing_support::untruncated_sampling(1.5f),

@@ -214,7 +214,7 @@ TEST(SamplingExactness, EveryStrategyMatchesTheTargetDistribution) {
   Worker worker(1);
   const SamplingParams params = untruncated_sampling(1.5f);
   constexpr int kRuns = 2500;
-  const StrategyConfig base = testing_support::sampling_reference(pair, worker);
+  const StrategyConfig base = pair_config(pair, worker, worker, 64);  // ar
   const auto reference =
       testing_support::expect_every_strategy_keeps_the_distribution(base, kRuns, params);
   // Filters (top-k, top-p, min-p) apply to both distributions alike.
