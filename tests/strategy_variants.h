@@ -56,6 +56,12 @@ inline std::vector<StrategyConfig> strategy_variants() {
   v.push_back(c);
   c.options["tree_verify_depth"] = 2;  // deeper levels survive to the next step
   v.push_back(c);
+  // Shapes chosen as they run (from timings, so from the machine's load).
+  c = StrategyConfig();
+  c.name = "tree";
+  v.push_back(c);
+  c.name = "dyntree";
+  v.push_back(c);
   // PEARL: both halves and each ablation at fixed windows, and the window
   // chosen as it runs (from timings, so from the machine's load: what it
   // emits must not depend on the windows it took).

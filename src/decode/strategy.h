@@ -74,10 +74,15 @@ struct StrategyConfig {
   // Chain drafting (sd, easyspec, the pool strategies).
   int draft_max = 4;         // γ: draft tokens per step (the maximum when adaptive)
   float draft_p_min = 0.0f;  // stop drafting when the draft's top probability falls below
-  // Trees (tree, dyntree, pipedec, easyspec).
-  int tree_depth = 4;   // levels below the root
-  int tree_branch = 2;  // children per node (c)
-  int tree_width = 8;   // nodes kept per level (w) of a dynamic tree
+  // Trees (tree, dyntree, pipedec, easyspec); 0: the strategy's default
+  // (apply_fixed_tree_defaults: 4, 2, 8; tree and dyntree size themselves).
+  int tree_depth = 0;   // levels below the root
+  int tree_branch = 0;  // children per node (c)
+  int tree_width = 0;   // nodes kept per level (w) of a dynamic tree
+  // Whether tree and dyntree may time their own sides when made, to choose
+  // their shapes. The server makes a strategy per request and the simulator
+  // runs on a virtual clock: they turn it off, and the fixed defaults apply.
+  bool time_sides_at_start = true;
   // Lossy, opt-in: typical acceptance (Medusa/PPD) instead of exact verification.
   bool lossy_typical = false;
   std::map<std::string, OptionValue> options;

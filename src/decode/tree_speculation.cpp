@@ -10,13 +10,29 @@
 namespace parspec {
 
 StrategyOption tree_depth_option() {
-  return option_field("--tree-depth", "tree_depth", "D", "levels below the root",
+  return option_field("--tree-depth", "tree_depth", "D",
+                      "levels below the root (0: tree and dyntree choose the shape step by step "
+                      "from this machine's forward times and the acceptance so far, except under "
+                      "serve and simulate; otherwise 4)",
                       &StrategyConfig::tree_depth);
 }
 
 StrategyOption tree_branch_option() {
-  return option_field("--tree-branch", "tree_branch", "C", "children per node",
+  return option_field("--tree-branch", "tree_branch", "C",
+                      "children per node (0: chosen with the depth; otherwise 2)",
                       &StrategyConfig::tree_branch);
+}
+
+StrategyOption tree_width_option() {
+  return option_field("--tree-width", "tree_width", "W",
+                      "nodes kept per level (0: chosen with the depth; otherwise 8)",
+                      &StrategyConfig::tree_width);
+}
+
+void apply_fixed_tree_defaults(StrategyConfig& config) {
+  if (config.tree_depth == 0) config.tree_depth = 4;
+  if (config.tree_branch == 0) config.tree_branch = 2;
+  if (config.tree_width == 0) config.tree_width = 8;
 }
 
 StrategyOption lossy_typical_option() {
@@ -38,7 +54,14 @@ int32_t TreeSpeculation::Tree::add(int32_t token, int32_t parent, double log_pro
   return static_cast<int32_t>(tokens.size() - 1);
 }
 
-TreeSpeculation::TreeSpeculation(const StrategyConfig& config) : SpeculativeStrategy(config) {}
+bool sizes_tree_as_it_runs(const StrategyConfig& config) {
+  return config.tree_depth == 0 && config.time_sides_at_start;
+}
+
+TreeSpeculation::TreeSpeculation(const StrategyConfig& config, bool sizes_itself)
+    : SpeculativeStrategy(config) {
+  if (!sizes_itself) apply_fixed_tree_defaults(config_);
+}
 
 void TreeSpeculation::check_dynamic_tree_flags() const {
   check(config_.tree_depth >= 1 && config_.tree_depth <= 64, "--tree-depth must be 1..64");
@@ -162,6 +185,30 @@ TreeVerdict TreeSpeculation::verify(bool multi_candidate) {
   for (int32_t& node : verdict.path) ++node;
   if (verdict.matched_unverified >= 0) ++verdict.matched_unverified;
   return verdict;
+}
+
+TreeVerdict TreeSpeculation::verify_root_only() {
+  if (tree_.size() == 0) tree_.add(cur(), -1, 0.0);
+  target_process(0);
+  return verify(/*multi_candidate=*/false);
+}
+
+std::vector<int> TreeSpeculation::path_ranks(const TreeVerdict& verdict, int cap) const {
+  std::vector<int> ranks;
+  int32_t parent = 0;
+  for (size_t i = 0; i <= verdict.path.size(); ++i) {
+    const Distribution& dist = tree_.draft_dist[parent];
+    if (dist.empty()) break;
+    const int32_t token =
+        i < verdict.path.size() ? tree_.tokens[verdict.path[i]] : verdict.next_token;
+    const float p = dist[token];
+    int rank = 0;
+    for (size_t id = 0; id < dist.size() && rank < cap; ++id)
+      rank += dist[id] > p || (dist[id] == p && static_cast<int32_t>(id) < token);
+    ranks.push_back(rank);
+    if (i < verdict.path.size()) parent = verdict.path[i];
+  }
+  return ranks;
 }
 
 void TreeSpeculation::observe(const TreeVerdict& verdict) {

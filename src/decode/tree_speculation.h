@@ -13,11 +13,21 @@ namespace parspec {
 // Options both tree strategies take.
 StrategyOption tree_depth_option();
 StrategyOption tree_branch_option();
+StrategyOption tree_width_option();  // of the trees grown level by level
 StrategyOption lossy_typical_option();
+
+// A fixed tree shape where the flags leave it open (0): depth 4, 2 children
+// per node, 8 nodes kept per level.
+void apply_fixed_tree_defaults(StrategyConfig& config);
+// Whether tree and dyntree choose their shapes as they run: no depth given,
+// and timing allowed (StrategyConfig::time_sides_at_start).
+bool sizes_tree_as_it_runs(const StrategyConfig& config);
 
 class TreeSpeculation : public SpeculativeStrategy {
  public:
-  explicit TreeSpeculation(const StrategyConfig& config);
+  // `sizes_itself`: the strategy chooses the shape the flags leave open;
+  // otherwise the fixed defaults fill it in (apply_fixed_tree_defaults).
+  explicit TreeSpeculation(const StrategyConfig& config, bool sizes_itself = false);
 
  protected:
   // Node 0 is the root: cur, the last emitted token. Node i > 0 hangs below
@@ -57,6 +67,13 @@ class TreeSpeculation : public SpeculativeStrategy {
   void check_dynamic_tree_flags() const;
   // Verification walk over the tree (greedy, multi-candidate or token matching).
   TreeVerdict verify(bool multi_candidate);
+  // A plain step's verdict: the target's own token after the root, nothing
+  // drafted (a subtree kept from the step before may match it).
+  TreeVerdict verify_root_only();
+  // The drafter's rank of the token the verdict emits at each depth 1, 2, ...
+  // below the root, as far as the drafter scored the parent (`cap`: not among
+  // the top cap). Before finish_step.
+  std::vector<int> path_ranks(const TreeVerdict& verdict, int cap) const;
   // Accounts the verdict: checked nodes were proposed, the path accepted.
   void observe(const TreeVerdict& verdict);
   // Emits the verdict's tokens, commits both caches and prunes the tree to

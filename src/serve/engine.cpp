@@ -185,6 +185,8 @@ void Engine::run(CompletionJob& job) {
   TextAssembler text(tokenizer_, job);
   StrategyConfig config = options_.base;
   config.ctx_size = static_cast<int>(job.prompt.size()) + job.max_tokens;
+  // A strategy per request: none times its sides, under other requests' load.
+  config.time_sides_at_start = false;
   config.make_target = [&](const StrategyConfig& c) -> std::unique_ptr<Target> {
     return std::make_unique<LocalTarget>(c.target, batcher_, [&text] { text.close_step(false); });
   };

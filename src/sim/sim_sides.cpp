@@ -152,6 +152,7 @@ std::unique_ptr<Drafter> SimCluster::make_drafter(std::unique_ptr<Drafter> real,
 }
 
 void SimCluster::attach(StrategyConfig& config) {
+  config.time_sides_at_start = false;  // the virtual clock prices the forwards
   config.make_target = [this](const StrategyConfig& c) -> std::unique_ptr<Target> {
     return make_target(std::make_unique<LocalTarget>(c.target, *c.target_worker));
   };

@@ -43,7 +43,7 @@ class SimCluster {
   std::unique_ptr<Drafter> make_drafter(std::unique_ptr<Drafter> real, bool own_node);
   // Sets config.make_target and config.make_drafter (the real sides on the
   // config's models and workers); pool members get nodes of their own when
-  // spec().drafter_nodes.
+  // spec().drafter_nodes. Strategies do not time their sides (fixed tree shapes).
   void attach(StrategyConfig& config);
 
  private:

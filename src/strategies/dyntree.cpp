@@ -8,10 +8,12 @@
 // subtree below the matched token, which keeps its KV cells in the draft
 // cache and is reused by the next step.
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 #include "decode/registry.h"
 #include "decode/tree_speculation.h"
+#include "strategies/tree_sizing.h"
 #include "tuning/cost_family.h"
 
 namespace parspec {
@@ -27,22 +29,57 @@ StrategyOption tree_verify_depth_option() {
 
 class DynamicTree final : public TreeSpeculation {
  public:
-  explicit DynamicTree(const StrategyConfig& config) : TreeSpeculation(config) {
-    check_dynamic_tree_flags();
+  explicit DynamicTree(const StrategyConfig& config)
+      : TreeSpeculation(config, sizes_tree_as_it_runs(config)) {
     const int verify_depth = option_value<int>(config_, tree_verify_depth_option());
     check(verify_depth >= 0, "--tree-verify-depth must not be negative");
+    if (sizes_tree_as_it_runs(config_)) {
+      check(config_.tree_branch >= 0 && config_.tree_branch <= 3 && config_.tree_width >= 0 &&
+                config_.tree_width <= kMaxTreeBranch,
+            "without --tree-depth, the shapes chosen as it runs have at most 3 children per node "
+            "(--tree-branch) and ",
+            kMaxTreeBranch, " nodes per level (--tree-width)");
+      check(verify_depth == 0, "--tree-verify-depth needs --tree-depth");
+      policy_.emplace(
+          measure_tree_costs(*target_, *drafter_),
+          tree_shape_candidates(/*dynamic=*/true, config_.tree_branch, config_.tree_width));
+      return;
+    }
+    check_dynamic_tree_flags();
     verify_depth_ =
         verify_depth == 0 ? config_.tree_depth : std::min(verify_depth, config_.tree_depth);
   }
 
   std::string name() const override { return "dyntree"; }
+  std::vector<std::string> notes() const override {
+    return policy_ ? std::vector<std::string>{policy_->describe("dyntree")}
+                   : std::vector<std::string>{};
+  }
 
  protected:
   int spec_budget() const override {
-    return 2 * (config_.tree_depth * config_.tree_width + config_.tree_depth + 4);
+    const int depth = policy_ ? kMaxTreeDepth : config_.tree_depth;
+    const int width = policy_ ? kMaxTreeBranch : config_.tree_width;
+    return 2 * (depth * width + depth + 4);
+  }
+
+  void reset() override {
+    TreeSpeculation::reset();
+    if (policy_) policy_->reset();
   }
 
   void step(std::vector<int32_t>& emitted) override {
+    if (policy_) {
+      const TreeShape shape = policy_->next();
+      if (shape.depth == 0) {
+        const TreeVerdict verdict = verify_root_only();
+        policy_->observe(path_ranks(verdict, RankAcceptance::kRanks));
+        return finish_step(verdict, emitted);
+      }
+      config_.tree_depth = verify_depth_ = shape.depth;
+      config_.tree_branch = shape.branch;
+      config_.tree_width = shape.width;
+    }
     draft_root();
     // Update: grow level by level until the tree is tree_depth deep. Levels
     // kept from the previous step are not recomputed.
@@ -58,11 +95,15 @@ class DynamicTree final : public TreeSpeculation {
       if (!grow_level(frontier, config_.tree_width)) break;
     }
     target_process(verify_depth_);
-    finish_step(verify(/*multi_candidate=*/false), emitted);
+    const TreeVerdict verdict = verify(/*multi_candidate=*/false);
+    if (policy_) policy_->observe(path_ranks(verdict, RankAcceptance::kRanks));
+    finish_step(verdict, emitted);
   }
 
  private:
   int verify_depth_ = 0;
+  // Set when the shape is chosen as it runs.
+  std::optional<TreeShapePolicy> policy_;
 };
 
 Candidate dynamic_shape(int depth, int branch, int width) {
@@ -101,9 +142,7 @@ StrategyInfo dyntree_strategy() {
   return {.name = "dyntree",
           .summary = "PipeDec's dynamic tree: grown level by level, pruned to the matched subtree",
           .needs_draft = true,
-          .options = {tree_depth_option(), tree_branch_option(),
-                      option_field("--tree-width", "tree_width", "W", "nodes kept per level",
-                                   &StrategyConfig::tree_width),
+          .options = {tree_depth_option(), tree_branch_option(), tree_width_option(),
                       tree_verify_depth_option(), lossy_typical_option()},
           .variant_key = "",
           .served = true,

@@ -210,9 +210,7 @@ StrategyInfo pipedec_strategy() {
               "PipeDec: dynamic-tree levels pipelined through the target (MPI stages "
               "under mpirun), pruned as the oldest level completes",
           .needs_draft = true,
-          .options = {tree_depth_option(), tree_branch_option(),
-                      option_field("--tree-width", "tree_width", "W", "nodes kept per level",
-                                   &StrategyConfig::tree_width)},
+          .options = {tree_depth_option(), tree_branch_option(), tree_width_option()},
           .variant_key = "",
           .roles = {StrategyRole::generate_pipeline_drafted},
           .plan_shapes =

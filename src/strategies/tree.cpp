@@ -4,11 +4,13 @@
 // target checks the whole tree in one forward with the tree attention mask.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "decode/registry.h"
 #include "decode/tree_speculation.h"
 #include "sample/sampler.h"
+#include "strategies/tree_sizing.h"
 #include "tuning/cost_family.h"
 
 namespace parspec {
@@ -17,9 +19,18 @@ namespace {
 
 class StaticTree final : public TreeSpeculation {
  public:
-  explicit StaticTree(const StrategyConfig& config) : TreeSpeculation(config) {
-    check(config_.tree_depth >= 1 && config_.tree_depth <= 16, "--tree-depth must be 1..16");
-    check(config_.tree_branch >= 1 && config_.tree_branch <= 16, "--tree-branch must be 1..16");
+  explicit StaticTree(const StrategyConfig& config)
+      : TreeSpeculation(config, sizes_tree_as_it_runs(config)) {
+    check(config_.tree_depth >= 0 && config_.tree_depth <= 16, "--tree-depth must be 1..16");
+    check(config_.tree_branch >= 0 && config_.tree_branch <= 16, "--tree-branch must be 1..16");
+    if (sizes_tree_as_it_runs(config_)) {
+      check(config_.tree_branch <= kMaxTreeBranch, "--tree-branch ", config_.tree_branch,
+            " without --tree-depth: the shapes chosen as it runs have at most ", kMaxTreeBranch,
+            " children per node");
+      policy_.emplace(measure_tree_costs(*target_, *drafter_),
+                      tree_shape_candidates(/*dynamic=*/false, config_.tree_branch, 0));
+      return;
+    }
     int64_t nodes = 0, level = 1;
     for (int d = 0; d < config_.tree_depth; ++d) nodes += (level *= config_.tree_branch);
     check(nodes <= 4096, "a static tree of branch ", config_.tree_branch, " and depth ",
@@ -28,11 +39,32 @@ class StaticTree final : public TreeSpeculation {
   }
 
   std::string name() const override { return "tree"; }
+  std::vector<std::string> notes() const override {
+    return policy_ ? std::vector<std::string>{policy_->describe("tree")}
+                   : std::vector<std::string>{};
+  }
 
  protected:
-  int spec_budget() const override { return n_nodes_ + 2 * config_.tree_depth + 4; }
+  int spec_budget() const override {
+    return policy_ ? kMaxTreeNodes + 2 * kMaxTreeDepth + 4 : n_nodes_ + 2 * config_.tree_depth + 4;
+  }
+
+  void reset() override {
+    TreeSpeculation::reset();
+    if (policy_) policy_->reset();
+  }
 
   void step(std::vector<int32_t>& emitted) override {
+    if (policy_) {
+      const TreeShape shape = policy_->next();
+      if (shape.depth == 0) {
+        const TreeVerdict verdict = verify_root_only();
+        policy_->observe(path_ranks(verdict, RankAcceptance::kRanks));
+        return finish_step(verdict, emitted);
+      }
+      config_.tree_depth = shape.depth;
+      config_.tree_branch = shape.branch;
+    }
     draft_root();
     std::vector<int32_t> frontier = {0};
     for (int depth = 1; depth <= config_.tree_depth; ++depth) {
@@ -47,7 +79,9 @@ class StaticTree final : public TreeSpeculation {
       frontier = std::move(level);
     }
     target_process(config_.tree_depth);
-    finish_step(verify(/*multi_candidate=*/true), emitted);
+    const TreeVerdict verdict = verify(/*multi_candidate=*/true);
+    if (policy_) policy_->observe(path_ranks(verdict, RankAcceptance::kRanks));
+    finish_step(verdict, emitted);
   }
 
  private:
@@ -69,6 +103,8 @@ class StaticTree final : public TreeSpeculation {
   }
 
   int n_nodes_ = 0;
+  // Set when the shape is chosen as it runs.
+  std::optional<TreeShapePolicy> policy_;
 };
 
 Candidate full_shape(int depth, int branch) {

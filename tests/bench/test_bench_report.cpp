@@ -485,14 +485,16 @@ std::string read_file(const std::string& path) {
 }
 
 // The command on two tiny random models: the draft is the target itself, so
-// every draft token is accepted and every output must equal ar's.
+// every draft token is accepted and every output must equal ar's (the tree's
+// shape given: chosen as it ran, a drafter as dear as the target takes plain
+// steps).
 TEST(BenchReport, CommandWritesEveryReport) {
   TempDir dir;
   RandomModelSpec spec;
   const std::string model = testing_support::write_model(dir, "m.gguf", spec);
   write_file(dir.file("p.jsonl"), "{\"prompt\": \"def f(x):\"}\n{\"prompt\": \"Q: 2 + 3?\"}\n");
   const std::string command = std::string(PARSPEC_BINARY) + " bench -m " + model + " -md " + model +
-                              " --strategies sd,ar,tree -n 6 -t 1 --warmup 2 --prompts " +
+                              " --strategies sd,ar,tree:d2c2 -n 6 -t 1 --warmup 2 --prompts " +
                               dir.file("p.jsonl") + ",code --max-prompts 2 --json " +
                               dir.file("r.json") + " --md " + dir.file("r.md") + " --svg " +
                               dir.file("r.svg") + " > " + dir.file("stdout.txt") + " 2>&1";
@@ -500,7 +502,7 @@ TEST(BenchReport, CommandWritesEveryReport) {
 
   const auto json = nlohmann::json::parse(read_file(dir.file("r.json")));
   EXPECT_EQ(json["config"]["n"], 6);
-  EXPECT_EQ(json["config"]["strategies"], (std::vector<std::string>{"sd", "ar", "tree"}));
+  EXPECT_EQ(json["config"]["strategies"], (std::vector<std::string>{"sd", "ar", "tree:d2c2"}));
   EXPECT_TRUE(json["exactness_checked"].get<bool>());
   EXPECT_TRUE(json["mismatches"].empty());
   // 3 strategies × (p, code, all).

@@ -213,9 +213,7 @@ StrategyInfo easyspec_strategy() {
                                "draft tokens per step (γ; the maximum when adaptive; never more "
                                "than the tokens still to generate)",
                                &StrategyConfig::draft_max),
-                  tree_depth_option(),
-                  option_field("--tree-width", "tree_width", "W", "nodes kept per level",
-                               &StrategyConfig::tree_width)},
+                  tree_depth_option(), tree_width_option()},
       .variant_key = "draft_max",
       .drafts_on_ranks = true,
       .simulation_refusal =

@@ -1,0 +1,108 @@
+#pragma once
+// Tree shapes from measured costs, for `tree` and `dyntree` when no shape is
+// given. A tree pays only where verifying its nodes costs little more than
+// one token: on a GPU up to a tile of rows, on a CPU hardly ever. So the
+// shape is the one the cost model of `tune` (predict_tree_step) forecasts
+// fastest from this machine's forward curve of the target T(n) and of the
+// drafter D(n), timed at start-up on the strategy's own sides, and from the
+// acceptance of the drafter's ranks seen so far in the request; a plain step
+// (the target's own next token) where no tree beats it.
+#include <array>
+#include <string>
+#include <vector>
+
+#include "decode/sides.h"
+#include "model/forward_timing.h"
+#include "tuning/cost_model.h"
+
+namespace parspec {
+
+// depth 0: a plain step. branch 1: a chain. width 0: a full tree.
+struct TreeShape {
+  int depth = 0, branch = 1, width = 0;
+  bool operator==(const TreeShape&) const = default;
+  std::string label() const;  // "plain", "d3c2", "d4c2w3"
+};
+
+struct TreeCosts {
+  ForwardCurve target;  // T(n), n = 1..kMaxTreeNodes + 1
+  ForwardCurve draft;   // D(n), n = 1..kMaxTreeNodes
+  double node_ms = 0;   // each drafted node beyond the forwards
+};
+
+// What a drafted node costs beyond the forwards: its distribution over the
+// vocabulary (a softmax) and the choice of its top children, timed at start-up
+// on a row of the drafter's vocabulary.
+double measure_node_ms(int n_vocab);
+
+// T(n) and D(n) at n = 1, 2, 4, 8, 9, 16, 17 (once each after a warm-up, the
+// faster of two at n = 1; interpolated between: a GPU's steps come at tiles of
+// 8 rows), timed on the sides as they will run (their cells dropped and meters
+// emptied), and the node's cost.
+TreeCosts measure_tree_costs(Target& target, Drafter& drafter);
+
+// How often the target's token is the drafter's rank-r token at tree depth d,
+// over the request's steps so far, from a prior worth a few steps.
+class RankAcceptance {
+ public:
+  static constexpr int kRanks = kMaxTreeBranch;
+  RankAcceptance() { reset(); }
+  void reset();
+  // The target's token at `depth` (1-based) was the drafter's rank `rank`
+  // (kRanks or more: none of the ranks a tree would draft).
+  void observe(int depth, int rank);
+  // P(rank r at depth d), d in 1..kMaxTreeDepth.
+  double share(int depth, int rank) const;
+
+ private:
+  std::array<std::array<double, kRanks + 1>, kMaxTreeDepth> counts_{};
+};
+
+// The shapes a strategy may take: full trees of c = 1..kMaxTreeBranch (tree),
+// or the grown trees of dyntree (c = 1..3, w = 1..kMaxTreeBranch), each at most
+// kMaxTreeNodes nodes and kMaxTreeDepth deep; `branch`/`width` > 0 keep only
+// shapes with that value.
+std::vector<TreeShape> tree_shape_candidates(bool dynamic, int branch, int width);
+
+struct ShapeForecast {
+  TreeShape shape;
+  double tokens_per_step = 1, ms_per_step = 0;
+  double tokens_per_ms() const { return ms_per_step > 0 ? tokens_per_step / ms_per_step : 0; }
+};
+
+// One step of `shape` (a plain step: one token per T(1)).
+ShapeForecast forecast_tree_step(const TreeCosts& costs, const RankAcceptance& acceptance,
+                                 const TreeShape& shape);
+// The fastest of `candidates` (none: a plain step).
+ShapeForecast fastest_tree_shape(const TreeCosts& costs, const RankAcceptance& acceptance,
+                                 const std::vector<TreeShape>& candidates);
+
+// The shape of each step of a request: the fastest forecast at the acceptance
+// seen so far, a plain step unless a tree beats it by 5% (what the forecast
+// leaves out). While plain, every 16th step is the best tree, so that the
+// acceptance keeps being observed. Only start-up timings and the request's
+// own tokens decide, so two runs of a request with one seed take the same
+// shapes in one process.
+class TreeShapePolicy {
+ public:
+  TreeShapePolicy(TreeCosts costs, std::vector<TreeShape> candidates);
+  void reset();  // a new request: the prior again
+  TreeShape next();
+  // After a step: the drafter's rank of the target's token at depths 1, 2, ...
+  // as far as the step drafted below the path.
+  void observe(const std::vector<int>& ranks);
+  const TreeCosts& costs() const { return costs_; }
+  // The start-up line: what was timed and the first step's shape.
+  std::string describe(const std::string& strategy) const;
+
+ private:
+  // The fastest forecast at `acceptance`; plain unless a tree beats it by 5%.
+  ShapeForecast choose(const RankAcceptance& acceptance) const;
+
+  TreeCosts costs_;
+  std::vector<TreeShape> candidates_;
+  RankAcceptance acceptance_;
+  int plain_steps_ = 0;
+};
+
+}  // namespace parspec

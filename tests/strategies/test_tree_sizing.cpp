@@ -1,0 +1,214 @@
+// Tree shapes chosen from measured costs (strategies/tree_sizing.h), and
+// `tree`/`dyntree` choosing them as they run.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/error.h"
+#include "decode/strategy.h"
+#include "strategies/tree_sizing.h"
+#include "test_helpers.h"
+#include "tuning/cost_family.h"
+
+namespace parspec {
+namespace {
+
+// T(n) = t1 + slope·(n − 1) for n = 1..17, D(n) = d1 for every n.
+TreeCosts costs_of(double t1, double slope, double d1) {
+  TreeCosts c;
+  for (int n : {1, 17}) c.target.points.emplace_back(n, t1 + slope * (n - 1));
+  for (int n : {1, 16}) c.draft.points.emplace_back(n, d1);
+  return c;
+}
+
+int nodes_of(const TreeShape& s) {
+  return tree_nodes(tree_level_sizes({"tree", 0, s.depth, s.branch, s.width}));
+}
+
+TEST(TreeSizing, CandidatesStayWithinTheNodeBudgetAndThePinnedFlags) {
+  const std::vector<TreeShape> full = tree_shape_candidates(false, 0, 0);
+  std::set<int> branches;
+  for (const TreeShape& s : full) {
+    EXPECT_GE(s.depth, 1);
+    EXPECT_LE(s.depth, kMaxTreeDepth);
+    EXPECT_EQ(s.width, 0);
+    EXPECT_LE(nodes_of(s), kMaxTreeNodes) << s.label();
+    branches.insert(s.branch);
+  }
+  EXPECT_EQ(branches, (std::set<int>{1, 2, 3, 4}));
+  // Chains up to the deepest tree, the widest level of 4 below the root.
+  EXPECT_NE(std::find(full.begin(), full.end(), TreeShape{8, 1, 0}), full.end());
+  EXPECT_NE(std::find(full.begin(), full.end(), TreeShape{1, 4, 0}), full.end());
+  EXPECT_EQ(std::find(full.begin(), full.end(), TreeShape{3, 3, 0}), full.end());  // 39 nodes
+
+  for (const TreeShape& s : tree_shape_candidates(false, 2, 0)) EXPECT_EQ(s.branch, 2);
+  const std::vector<TreeShape> grown = tree_shape_candidates(true, 0, 3);
+  ASSERT_FALSE(grown.empty());
+  for (const TreeShape& s : grown) {
+    EXPECT_EQ(s.width, 3);
+    EXPECT_GE(s.branch, 2);
+    EXPECT_LE(nodes_of(s), kMaxTreeNodes) << s.label();
+  }
+  const std::vector<TreeShape> dynamic = tree_shape_candidates(true, 0, 0);
+  EXPECT_NE(std::find(dynamic.begin(), dynamic.end(), TreeShape{4, 2, 3}), dynamic.end());
+  EXPECT_NE(std::find(dynamic.begin(), dynamic.end(), TreeShape{5, 1, 1}), dynamic.end());
+}
+
+TEST(TreeSizing, RankSharesStartAtThePriorAndFollowTheObservations) {
+  RankAcceptance a;
+  double total = 0;
+  for (int r = 0; r <= RankAcceptance::kRanks; ++r) total += a.share(1, r);
+  EXPECT_NEAR(total, 1.0, 1e-12);
+  const double prior = a.share(2, 0);
+  EXPECT_GT(prior, 0.3);
+  for (int i = 0; i < 50; ++i) a.observe(2, 1);
+  EXPECT_GT(a.share(2, 1), 0.8);
+  EXPECT_LT(a.share(2, 0), prior / 4);
+  EXPECT_DOUBLE_EQ(a.share(1, 0), prior);  // other depths keep theirs
+  a.observe(2, 99);                        // past the ranks a tree drafts
+  EXPECT_GT(a.share(2, RankAcceptance::kRanks), a.share(1, RankAcceptance::kRanks) / 9);
+  a.reset();
+  EXPECT_DOUBLE_EQ(a.share(2, 0), prior);
+  EXPECT_THROW(a.share(kMaxTreeDepth + 1, 0), Error);
+}
+
+TEST(TreeSizing, FlatVerificationTakesATreeAndLinearVerificationPlainSteps) {
+  RankAcceptance prior;
+  // A GPU-like target: 17 rows cost about one; a cheap drafter.
+  const ShapeForecast flat =
+      fastest_tree_shape(costs_of(10, 0.01, 0.5), prior, tree_shape_candidates(false, 0, 0));
+  EXPECT_GT(flat.shape.depth, 1);
+  EXPECT_GT(flat.shape.branch, 1);  // the rank-1 children pay for their free rows
+  EXPECT_GT(flat.tokens_per_step, 2);
+  // A compute-bound target (every row costs a token's forward): nothing pays.
+  const ShapeForecast linear =
+      fastest_tree_shape(costs_of(10, 10, 0.5), prior, tree_shape_candidates(false, 0, 0));
+  EXPECT_EQ(linear.shape.depth, 0);
+  EXPECT_DOUBLE_EQ(linear.tokens_per_step, 1);
+  EXPECT_DOUBLE_EQ(linear.ms_per_step, 10);
+  // In between, a chain: extra rows cost a little, the second rank rarely pays.
+  RankAcceptance sure;
+  for (int d = 1; d <= kMaxTreeDepth; ++d)
+    for (int i = 0; i < 200; ++i) sure.observe(d, 0);
+  const ShapeForecast chain =
+      fastest_tree_shape(costs_of(10, 1, 0.5), sure, tree_shape_candidates(false, 0, 0));
+  EXPECT_EQ(chain.shape.branch, 1);
+  EXPECT_GT(chain.shape.depth, 2);
+}
+
+TEST(TreeSizing, TheNodeCostWeighsOnBushyTrees) {
+  RankAcceptance prior;
+  TreeCosts cheap = costs_of(10, 0.01, 0.5);
+  TreeCosts dear = cheap;
+  dear.node_ms = 2;
+  const std::vector<TreeShape> candidates = tree_shape_candidates(false, 0, 0);
+  const ShapeForecast a = fastest_tree_shape(cheap, prior, candidates);
+  const ShapeForecast b = fastest_tree_shape(dear, prior, candidates);
+  EXPECT_LT(nodes_of(b.shape), nodes_of(a.shape)) << a.shape.label() << " " << b.shape.label();
+}
+
+TEST(TreeSizing, ThePolicyFallsBackToPlainStepsAndProbesEverySixteenth) {
+  TreeShapePolicy policy(costs_of(10, 0.2, 0.5), tree_shape_candidates(false, 0, 0));
+  const TreeShape first = policy.next();
+  EXPECT_GT(first.depth, 0) << first.label();
+  // The target never takes the drafter's tokens: plain steps, with a tree
+  // every 16th step to keep watching.
+  for (int i = 0; i < 40; ++i) policy.observe({RankAcceptance::kRanks});
+  std::vector<int> tree_steps;
+  for (int step = 1; step <= 48; ++step)
+    if (policy.next().depth > 0) tree_steps.push_back(step);
+  EXPECT_EQ(tree_steps, (std::vector<int>{16, 32, 48}));
+  // A new request starts from the prior again.
+  policy.reset();
+  EXPECT_EQ(policy.next(), first);
+  EXPECT_NE(policy.describe("tree").find("--tree-depth N fixes it"), std::string::npos);
+}
+
+std::vector<int32_t> tree_test_prompt(int i) {
+  std::vector<int32_t> p = {256};
+  for (int j = 0; j <= i % 5; ++j) p.push_back((i * 37 + j * 11 + 5) % 256);
+  return p;
+}
+
+class TreeStrategiesSizedAsTheyRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pair_ = testing_support::make_model_pair(dir_, "llama", DType::F32, DType::Q4_0, 300, 11);
+    base_.target = pair_.target;
+    base_.draft = pair_.draft;
+    base_.target_worker = &worker_;
+    base_.ctx_size = 128;
+  }
+  std::vector<int32_t> ar_tokens(const GenerationRequest& req) {
+    StrategyConfig c = base_;
+    c.name = "ar";
+    return make_strategy(c)->generate(req).tokens;
+  }
+
+  testing_support::TempDir dir_;
+  testing_support::ModelPair pair_;
+  Worker worker_{1};
+  StrategyConfig base_;
+};
+
+TEST_F(TreeStrategiesSizedAsTheyRun, GreedyEqualsArAndASeedRepeatsItself) {
+  for (const std::string name : {"tree", "dyntree"}) {
+    StrategyConfig c = base_;
+    c.name = name;
+    auto strategy = make_strategy(c);
+    ASSERT_EQ(strategy->notes().size(), 1u) << name;
+    EXPECT_NE(strategy->notes()[0].find("chosen step by step"), std::string::npos)
+        << strategy->notes()[0];
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest req;
+      req.prompt = tree_test_prompt(i);
+      req.n_predict = 24;
+      req.sampling.temp = 0;
+      EXPECT_EQ(strategy->generate(req).tokens, ar_tokens(req)) << name << " prompt " << i;
+    }
+    GenerationRequest req;
+    req.prompt = tree_test_prompt(1);
+    req.n_predict = 24;
+    req.sampling.temp = 1.0f;
+    req.sampling.seed = 99;
+    const std::vector<int32_t> first = strategy->generate(req).tokens;
+    EXPECT_EQ(strategy->generate(req).tokens, first) << name;
+  }
+}
+
+TEST_F(TreeStrategiesSizedAsTheyRun, AGivenDepthOrNoTimingKeepsAFixedShape) {
+  for (const std::string name : {"tree", "dyntree"}) {
+    StrategyConfig c = base_;
+    c.name = name;
+    c.tree_depth = 2;
+    EXPECT_TRUE(make_strategy(c)->notes().empty()) << name;
+    c.tree_depth = 0;
+    c.time_sides_at_start = false;  // as under serve and simulate: depth 4, 2 children
+    auto fixed = make_strategy(c);
+    EXPECT_TRUE(fixed->notes().empty()) << name;
+    GenerationRequest req;
+    req.prompt = tree_test_prompt(2);
+    req.n_predict = 12;
+    req.sampling.temp = 0;
+    const GenerationResult got = fixed->generate(req);
+    EXPECT_EQ(got.tokens, ar_tokens(req)) << name;
+    EXPECT_GT(got.stats.drafted, 0) << name;
+  }
+  StrategyConfig c = base_;
+  c.name = "dyntree";
+  c.options["tree_verify_depth"] = 2;
+  try {
+    make_strategy(c);
+    ADD_FAILURE() << "--tree-verify-depth without --tree-depth was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--tree-verify-depth needs --tree-depth"),
+              std::string::npos)
+        << e.what();
+  }
+  c.options.clear();
+  c.tree_branch = 5;
+  EXPECT_THROW(make_strategy(c), Error);
+}
+
+}  // namespace
+}  // namespace parspec
