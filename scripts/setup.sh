@@ -41,9 +41,9 @@ echo
 echo "setup: the zoo inflated to a memory-bound 1B-class target and 100M-class drafter (Q8_0)"
 bash bench/make_pairs.sh q8_0
 # One prompt of each set, 32 tokens: enough for a stable ranking on this pair in about a
-# minute; auto tunes itself first (a few minutes, cached for later runs). tree (its default
-# shape) and ppd verify many tokens per step: beside the zoo's table they show what that
-# costs on a memory-bound model.
+# minute; auto tunes itself first (a few minutes, cached for later runs). tree and ppd size
+# their trees from this machine's forward times: beside the zoo's table they show what
+# verifying several tokens per step is worth on a memory-bound model.
 echo
 echo "setup: ar and the strategies that can win, on the inflated pair"
 ./build/parspec bench -m out/zoo-target-1b-q8_0.gguf -md out/zoo-draft-100m-q8_0.gguf \
