@@ -10,6 +10,7 @@
 #include "kernels/isa.h"
 #include "model/gguf.h"
 #include "model/model_config.h"
+#include "strategies/ppd/ppd_prompts.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -17,10 +18,38 @@
 
 namespace parspec {
 
+namespace {
+
+// A PPD side file (general.architecture "ppd"): its prompt tokens and how
+// well they guessed on held-out text, checked as `ppd` would load it.
+void describe_ppd_side_file(const std::string& path, const GgufFile& file) {
+  const PpdPrompts p = PpdPrompts::load(path);
+  std::printf("%s\n", path.c_str());
+  std::printf("  architecture   ppd (prompt tokens for --strategy ppd)%s%s\n",
+              file.has("general.name") ? "  name: " : "",
+              file.get_string("general.name", "").c_str());
+  std::printf("  base model     %s\n", file.get_string("ppd.base.name", "not recorded").c_str());
+  std::printf("  prompt tokens  %d x %d ensemble tokens, %d wide, %s mask\n", p.prompt_tokens,
+              p.ensemble_tokens, p.n_embd, file.get_string("ppd.mask", "ensemble").c_str());
+  for (const char* key : {"ppd.accuracy.top1", "ppd.accuracy.top5"}) {
+    if (!file.has(key)) continue;
+    std::printf("  %-14s", key + 4);
+    for (float a : file.get_float_array(key)) std::printf(" %.3f", a);
+    std::printf("  (by distance)\n");
+  }
+  if (p.rank_accuracy.empty()) std::printf("  rank accuracy  not measured\n");
+  std::printf("  size           %llu bytes\n", static_cast<unsigned long long>(p.file_bytes));
+}
+
+}  // namespace
+
 int cmd_info(int argc, char** argv) {
   std::vector<std::string> files;
   bool show_tensors = false;
-  ArgParser args("info", "Print architecture, shapes, tensor types and tokenizer of GGUF models.");
+  ArgParser args(
+      "info",
+      "Print architecture, shapes, tensor types and tokenizer of GGUF models (and what a PPD "
+      "side file holds).");
   args.positional("MODEL.gguf", &files, 16, "model files to describe");
   args.flag("--tensors", &show_tensors, "also list every tensor");
   if (!args.parse(argc, argv)) return 0;
@@ -32,6 +61,10 @@ int cmd_info(int argc, char** argv) {
   const std::string gpu = gpu_reason.empty() ? device_label(0) : "none: " + gpu_reason;
   for (const std::string& path : files) {
     auto file = GgufFile::open(path);
+    if (file->get_string("general.architecture", "") == "ppd") {
+      describe_ppd_side_file(path, *file);
+      continue;
+    }
     const ModelConfig c = ModelConfig::from_gguf(*file);
     uint64_t n_params = 0, n_bytes = 0;
     std::map<std::string, int> type_counts;

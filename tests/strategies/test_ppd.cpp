@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "cli_helpers.h"
 #include "core/error.h"
 #include "decode/strategy.h"
 #include "model/inflate.h"
@@ -48,6 +49,15 @@ TEST(PpdPrompts, LoadsWhatWasWrittenAndRejectsOtherFiles) {
   write_random_ppd_prompts(dir.file("wide.ppd.gguf"), 128, 3, 1, 5);
   EXPECT_THROW(PpdPrompts::load(dir.file("wide.ppd.gguf")).check_fits(*pair.target), Error);
   EXPECT_EQ(ppd_side_file_for("models/target.gguf"), "models/target.ppd.gguf");
+}
+
+TEST(PpdPrompts, InfoDescribesASideFile) {
+  TempDir dir;
+  write_random_ppd_prompts(dir.file("p.ppd.gguf"), 64, 3, 2, 5);
+  const auto r = testing_support::run_parspec("info " + dir.file("p.ppd.gguf"), true);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("architecture   ppd"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("3 x 2 ensemble tokens, 64 wide"), std::string::npos) << r.output;
 }
 
 TEST(PpdPrompts, InputEmbeddingOfATokensOwnRowChangesNothing) {
