@@ -210,16 +210,24 @@ void TreeShapePolicy::observe(const std::vector<int>& ranks) {
 std::string TreeShapePolicy::describe(const std::string& strategy) const {
   const RankAcceptance prior;
   const ShapeForecast plain = forecast_tree_step(costs_, prior, TreeShape{});
-  const ShapeForecast best = choose(prior);
-  char line[512];
+  ShapeForecast best_tree{};
+  for (const TreeShape& shape : candidates_) {
+    const ShapeForecast f = forecast_tree_step(costs_, prior, shape);
+    if (best_tree.shape.depth == 0 || f.tokens_per_ms() > best_tree.tokens_per_ms()) best_tree = f;
+  }
+  const bool tree_first = choose(prior).shape.depth > 0;
+  char line[640];
   std::snprintf(line, sizeof line,
                 "%s: the shape is chosen step by step from this machine's forward times "
                 "(target L(1) %.3f ms, L(9) %.3f ms, L(17) %.3f ms; draft D(1) %.3f ms, D(16) "
-                "%.3f ms; %.3f ms a node) and the acceptance so far: at the prior acceptance %s "
-                "(%.2f tokens a step, %.0f tok/s against %.0f plain); --tree-depth N fixes it",
+                "%.3f ms; %.3f ms a node) and the acceptance so far; at the prior acceptance "
+                "the best shape, %s, forecasts %.2f tokens a step, %.0f tok/s against %.0f "
+                "plain, so it starts with %s (--tree-depth N fixes the shape)",
                 strategy.c_str(), costs_.target.at(1), costs_.target.at(9), costs_.target.at(17),
-                costs_.draft.at(1), costs_.draft.at(16), costs_.node_ms, best.shape.label().c_str(),
-                best.tokens_per_step, 1000 * best.tokens_per_ms(), 1000 * plain.tokens_per_ms());
+                costs_.draft.at(1), costs_.draft.at(16), costs_.node_ms,
+                best_tree.shape.label().c_str(), best_tree.tokens_per_step,
+                1000 * best_tree.tokens_per_ms(), 1000 * plain.tokens_per_ms(),
+                tree_first ? "that shape" : "plain steps (a tree every 16th)");
   return line;
 }
 

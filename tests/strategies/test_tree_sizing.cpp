@@ -121,7 +121,13 @@ TEST(TreeSizing, ThePolicyFallsBackToPlainStepsAndProbesEverySixteenth) {
   // A new request starts from the prior again.
   policy.reset();
   EXPECT_EQ(policy.next(), first);
-  EXPECT_NE(policy.describe("tree").find("--tree-depth N fixes it"), std::string::npos);
+  const std::string note = policy.describe("tree");
+  EXPECT_NE(note.find("the best shape, " + first.label() + ","), std::string::npos) << note;
+  EXPECT_NE(note.find("so it starts with that shape"), std::string::npos) << note;
+  // Where no tree pays, the line says it starts with plain steps.
+  const TreeShapePolicy compute_bound(costs_of(10, 10, 0.5), tree_shape_candidates(false, 0, 0));
+  EXPECT_NE(compute_bound.describe("tree").find("so it starts with plain steps"), std::string::npos)
+      << compute_bound.describe("tree");
 }
 
 std::vector<int32_t> tree_test_prompt(int i) {
