@@ -31,19 +31,20 @@ OUT=${OUT:-out/cosine-domains}
 mkdir -p "$OUT"
 common=(-m "$TARGET" -n "$N" -t "$THREADS" --draft-max "$K" --prompts code,prose,math,config,chat)
 pool=(--drafters "$DRAFTERS")
+every_node=(--tree-budget 0)  # the trees as drafted (the default sizes them by this machine's L(n))
 
 if [[ -z "${TABLE_ONLY:-}" ]]; then
   for d in ${DRAFTERS//,/ }; do
     name=$(basename "$d" .gguf)
     "$PARSPEC" bench "${common[@]}" --strategies ar,sd -md "$d" --json "$OUT/sd-$name.json" >/dev/null
   done
-  "$PARSPEC" bench "${common[@]}" "${pool[@]}" --strategies ar,specinfer,cosine --route 0 \
-    --json "$OUT/pool-all.json" >/dev/null
-  "$PARSPEC" bench "${common[@]}" "${pool[@]}" --strategies ar,cosine --route "$ROUTE" \
-    --json "$OUT/cosine-route.json" >/dev/null
+  "$PARSPEC" bench "${common[@]}" "${pool[@]}" "${every_node[@]}" --strategies ar,specinfer,cosine \
+    --route 0 --json "$OUT/pool-all.json" >/dev/null
+  "$PARSPEC" bench "${common[@]}" "${pool[@]}" "${every_node[@]}" --strategies ar,cosine \
+    --route "$ROUTE" --json "$OUT/cosine-route.json" >/dev/null
   for r in ${TOP2_ROUTES//,/ }; do
-    "$PARSPEC" bench "${common[@]}" "${pool[@]}" --strategies ar,cosine --route "$r" --fusion-top 2 \
-      --json "$OUT/cosine-route$r-top2.json" >/dev/null
+    "$PARSPEC" bench "${common[@]}" "${pool[@]}" "${every_node[@]}" --strategies ar,cosine \
+      --route "$r" --fusion-top 2 --json "$OUT/cosine-route$r-top2.json" >/dev/null
   done
 fi
 if [[ -z "${BUDGET:-}" ]]; then

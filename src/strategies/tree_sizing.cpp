@@ -23,15 +23,24 @@ constexpr double kPriorSteps = 8;
 
 // Timed sizes: both ends of a GPU's tiles of 8 rows, and the small sizes
 // chains and narrow trees take; between them T(n) is interpolated.
-constexpr std::array<int, 7> kTimedSizes = {1, 2, 4, 8, 9, 16, 17};
+std::vector<int> timed_sizes(int max_n) {
+  std::vector<int> sizes;
+  for (int n : {1, 2, 4}) sizes.push_back(n);
+  for (int n = 8; n < max_n + 8; n += 8) {
+    sizes.push_back(n);
+    sizes.push_back(n + 1);
+  }
+  while (!sizes.empty() && sizes.back() > max_n) sizes.pop_back();
+  if (sizes.back() != max_n) sizes.push_back(max_n);
+  return sizes;
+}
 
 // One timing per size after a warm-up, and the faster of two at n = 1, which
-// every shape is weighed against: a start-up that a few tree steps repay.
+// every shape is weighed against: a start-up that a few steps repay.
 ForwardCurve time_curve(const std::function<double(int)>& forward_ms, int max_n) {
   ForwardCurve curve;
   forward_ms(1);  // warm-up
-  for (int n : kTimedSizes) {
-    if (n > max_n) break;
+  for (int n : timed_sizes(max_n)) {
     double ms = forward_ms(n);
     if (n == 1) ms = std::min(ms, forward_ms(1));
     curve.points.emplace_back(n, ms);
@@ -88,17 +97,38 @@ double measure_node_ms(int n_vocab) {
   return sink >= 0 ? fastest : 0;
 }
 
+ForwardCurve time_target_curve(Target& target, int max_n) {
+  check(max_n >= 1, "time_target_curve: max_n must be positive");
+  ForwardCurve curve;
+  {
+    TargetTimer timer(target, max_n);
+    curve = time_curve([&](int n) { return timer.forward_ms(n); }, max_n);
+  }
+  target.take_meter();
+  return curve;
+}
+
+double time_draft_forward(Drafter& drafter) {
+  double fastest = 0;
+  {
+    DrafterTimer timer(drafter, 1);
+    timer.forward_ms(1);  // warm-up
+    for (int run = 0; run < 3; ++run) {
+      const double ms = timer.forward_ms(1);
+      fastest = run == 0 ? ms : std::min(fastest, ms);
+    }
+  }
+  drafter.take_meter();
+  return fastest;
+}
+
 TreeCosts measure_tree_costs(Target& target, Drafter& drafter) {
   TreeCosts costs;
-  {
-    TargetTimer timer(target, kMaxTreeNodes + 1);
-    costs.target = time_curve([&](int n) { return timer.forward_ms(n); }, kMaxTreeNodes + 1);
-  }
+  costs.target = time_target_curve(target, kMaxTreeNodes + 1);
   {
     DrafterTimer timer(drafter, kMaxTreeNodes);
     costs.draft = time_curve([&](int n) { return timer.forward_ms(n); }, kMaxTreeNodes);
   }
-  target.take_meter();
   drafter.take_meter();
   costs.node_ms = measure_node_ms(drafter.n_vocab());
   return costs;
@@ -165,6 +195,18 @@ ShapeForecast fastest_tree_shape(const TreeCosts& costs, const RankAcceptance& a
     const Prediction p = predict_tree_step(m, as_candidate(shape));
     const ShapeForecast f{shape, p.tokens_per_step, p.ms_per_step};
     if (f.tokens_per_ms() > best.tokens_per_ms()) best = f;
+  }
+  return best;
+}
+
+int fastest_node_budget(const std::vector<double>& sorted_acceptance, double drafting_ms,
+                        const ForwardCurve& verify, int max_rows) {
+  int best = 0;
+  double expected = 1, best_rate = 1 / (drafting_ms + verify.at(1));
+  for (size_t b = 1; b <= sorted_acceptance.size() && static_cast<int>(b) < max_rows; ++b) {
+    expected += sorted_acceptance[b - 1];
+    const double rate = expected / (drafting_ms + verify.at(static_cast<int>(b) + 1));
+    if (rate > best_rate) best = static_cast<int>(b), best_rate = rate;
   }
   return best;
 }

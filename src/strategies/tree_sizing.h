@@ -30,6 +30,15 @@ struct TreeCosts {
   double node_ms = 0;   // each drafted node beyond the forwards
 };
 
+// T(n) of a target side at n = 1, 2, 4, 8, 9, 16, 17, 24, 25, 32, 33, ... up to
+// max_n (once each after a warm-up, the faster of two at n = 1; both ends of
+// a GPU's tiles of 8 rows, interpolated between); its cells are dropped and
+// its meter emptied.
+ForwardCurve time_target_curve(Target& target, int max_n);
+// One forward of a drafter side over one token (the faster of three after a
+// warm-up); its cells are dropped and its meter emptied.
+double time_draft_forward(Drafter& drafter);
+
 // What a drafted node costs beyond the forwards: its distribution over the
 // vocabulary (a softmax) and the choice of its top children, timed at start-up
 // on a row of the drafter's vocabulary.
@@ -76,6 +85,13 @@ ShapeForecast forecast_tree_step(const TreeCosts& costs, const RankAcceptance& a
 // The fastest of `candidates` (none: a plain step).
 ShapeForecast fastest_tree_shape(const TreeCosts& costs, const RankAcceptance& acceptance,
                                  const std::vector<TreeShape>& candidates);
+
+// The count B of drafted nodes to verify that makes a step fastest: the
+// nodes' chances of being accepted (their path acceptance, highest first)
+// give 1 + their sum over the first B tokens a step, for `drafting_ms` (spent
+// already) + T(B + 1); B = 0 verifies the root alone. At most max_rows − 1.
+int fastest_node_budget(const std::vector<double>& sorted_acceptance, double drafting_ms,
+                        const ForwardCurve& verify, int max_rows);
 
 // The shape of each step of a request: the fastest forecast at the acceptance
 // seen so far, a plain step unless a tree beats it by 5% (what the forecast

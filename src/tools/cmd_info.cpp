@@ -61,7 +61,7 @@ int cmd_info(int argc, char** argv) {
   const std::string gpu = gpu_reason.empty() ? device_label(0) : "none: " + gpu_reason;
   for (const std::string& path : files) {
     auto file = GgufFile::open(path);
-    if (file->get_string("general.architecture", "") == "ppd") {
+    if (is_ppd_side_file(*file)) {
       describe_ppd_side_file(path, *file);
       continue;
     }

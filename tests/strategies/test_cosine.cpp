@@ -289,6 +289,7 @@ TEST(PoolStrategies, RoutingLearnsWhichDrafterAgreesWithTheTarget) {
   c.ctx_size = 160;
   c.options["route"] = 1;
   c.options["route_exploit"] = 0.0f;
+  c.options["tree_budget"] = 0;  // every drafted node verified
   GenerationRequest req;
   req.prompt = {256, 70, 71};
   req.n_predict = 120;

@@ -130,6 +130,23 @@ TEST(TreeSizing, ThePolicyFallsBackToPlainStepsAndProbesEverySixteenth) {
       << compute_bound.describe("tree");
 }
 
+TEST(TreeSizing, TheNodeBudgetGrowsWhileARowCostsLessThanItsChance) {
+  const std::vector<double> chances = {0.9, 0.8, 0.5, 0.3, 0.1, 0.05};
+  // Flat to 4 rows, then each row a whole step: the first three nodes pay.
+  ForwardCurve gpu;
+  gpu.points = {{1, 10}, {4, 10}, {8, 50}};
+  EXPECT_EQ(fastest_node_budget(chances, 1, gpu, 8), 3);
+  // Each row half a step: only nodes likelier than about one half pay.
+  ForwardCurve cpu;
+  cpu.points = {{1, 10}, {8, 45}};
+  EXPECT_EQ(fastest_node_budget(chances, 0, cpu, 8), 2);
+  // Drafting already spent makes the rows cheaper beside the step.
+  EXPECT_GT(fastest_node_budget(chances, 100, cpu, 8), 2);
+  // Nothing likely: the root alone; never more rows than were timed.
+  EXPECT_EQ(fastest_node_budget({0.01, 0.01}, 0, cpu, 8), 0);
+  EXPECT_EQ(fastest_node_budget(chances, 0, gpu, 3), 2);
+}
+
 std::vector<int32_t> tree_test_prompt(int i) {
   std::vector<int32_t> p = {256};
   for (int j = 0; j <= i % 5; ++j) p.push_back((i * 37 + j * 11 + 5) % 256);

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -29,6 +30,7 @@
 #include "sample/sampler.h"
 #include "strategies/pool/drafter_pool.h"
 #include "strategies/pool/routing.h"
+#include "strategies/tree_sizing.h"
 
 namespace parspec {
 
@@ -73,8 +75,10 @@ StrategyOption gamma_max_option() {
 StrategyOption tree_budget_option() {
   return option_entry("--tree-budget", "tree_budget", "N",
                       "draft tree nodes verified per step: the N most likely accepted, "
-                      "estimated from the acceptance measured so far (0: every drafted node)",
-                      0);
+                      "estimated from the acceptance measured so far (0: every drafted node; "
+                      "-1: each step the count this machine's forward times, timed at start-up, "
+                      "make fastest; under serve, every node)",
+                      -1);
 }
 
 StrategyOption fusion_top_option() {
@@ -104,9 +108,17 @@ class PoolSpeculation final : public DecodeStrategy {
     gamma_max_ = option_value<int>(config_, gamma_max_option());
     check(gamma_max_ >= 0, "--gamma-max must not be negative");
     tree_budget_ = option_value<int>(config_, tree_budget_option());
-    check(tree_budget_ >= 0, "--tree-budget must not be negative");
+    check(tree_budget_ >= -1,
+          "--tree-budget must be -1 (sized as it runs), 0 (every node) or a "
+          "node count");
     fusion_top_ = option_value<int>(config_, fusion_top_option());
     check(fusion_top_ >= 1 && fusion_top_ <= 8, "--fusion-top must be 1..8");
+    if (tree_budget_ < 0) {
+      if (config_.time_sides_at_start)
+        time_sides();
+      else
+        tree_budget_ = 0;
+    }
   }
 
   std::string name() const override { return cosine_ ? "cosine" : "specinfer"; }
@@ -114,8 +126,20 @@ class PoolSpeculation final : public DecodeStrategy {
   std::vector<std::string> notes() const override {
     std::string names;
     for (int i = 0; i < pool_.size(); ++i) names += (i ? ", " : "") + pool_.name(i);
-    return {name() + ": " + std::to_string(pool_.size()) + " drafters (" + names + ")" +
-            (pool_.concurrent() ? ", drafting concurrently on their own workers" : "")};
+    std::vector<std::string> out = {
+        name() + ": " + std::to_string(pool_.size()) + " drafters (" + names + ")" +
+        (pool_.concurrent() ? ", drafting concurrently on their own workers" : "")};
+    if (tree_budget_ < 0) {
+      char line[320];
+      std::snprintf(line, sizeof line,
+                    "%s: the nodes verified each step are as many as this machine's forward times "
+                    "make fastest (target L(1) %.3f ms, L(%d) %.3f ms; a drafter forward %.3f ms; "
+                    "--tree-budget N fixes them)",
+                    name().c_str(), verify_curve_.at(1), max_rows_, verify_curve_.at(max_rows_),
+                    draft_forward_ms_.empty() ? 0.0 : draft_forward_ms_.front());
+      out.push_back(line);
+    }
+    return out;
   }
 
  protected:
@@ -131,6 +155,7 @@ class PoolSpeculation final : public DecodeStrategy {
     for (int i = 0; i < pool_.size(); ++i)
       pool_.member(i).begin(config_.ctx_size + spec_budget() + 2);
     routing_.reset();
+    sized_steps_ = 0;
     route_rng_.reseed(sampling_.seed ^ 0x636f73696e65ULL);
     use_.assign(pool_.size(), {});
     for (int i = 0; i < pool_.size(); ++i) use_[i].name = pool_.name(i);
@@ -247,7 +272,7 @@ class PoolSpeculation final : public DecodeStrategy {
       });
     }
     stats_->t_draft_ms += draft_watch.elapsed_ms();
-    select_tree();
+    select_tree(depth);
 
     const TreeVerdict verdict = verify_tree(root_pos);
     for (int32_t node : verdict.path) emitted.push_back(tokens_[node]);
@@ -380,22 +405,30 @@ class PoolSpeculation final : public DecodeStrategy {
   }
 
   // Tree selection (CoSine, section 4.2: "a suitable quantity and quality of
-  // tokens are then selected for the verification server"): with --tree-budget
-  // B, the B nodes of highest estimated path acceptance (the product of the
-  // estimates from the root) are kept. A child's product never exceeds its
-  // parent's and parents come first, so the kept nodes form a tree.
-  void select_tree() {
+  // tokens are then selected for the verification server"): the B nodes of
+  // highest estimated path acceptance (the product of the estimates from the
+  // root) are kept. A child's product never exceeds its parent's and parents
+  // come first, so the kept nodes form a tree. B is --tree-budget, or, sized as
+  // it runs, the B that makes the step's tokens per millisecond highest:
+  // (1 + the kept nodes' path acceptance) over the step's drafting (its depth
+  // times the routed drafters' forward, timed at start-up) and T(B + 1).
+  void select_tree(int depth) {
     const size_t n = tokens_.size();
-    if (tree_budget_ <= 0 || n - 1 <= static_cast<size_t>(tree_budget_)) return;
+    if (tree_budget_ == 0 || n - 1 <= static_cast<size_t>(std::max(tree_budget_, 0))) return;
     std::vector<double> path(n, 1.0);
     for (size_t i = 1; i < n; ++i) path[i] = path[parents_[i]] * acceptance_estimate(i);
     std::vector<int32_t> order(n - 1);
     for (size_t i = 1; i < n; ++i) order[i - 1] = static_cast<int32_t>(i);
     std::stable_sort(order.begin(), order.end(),
                      [&](int32_t a, int32_t b) { return path[a] > path[b]; });
+    // Sized as it runs, every 16th step verifies every node: what is pruned
+    // is never offered, so only such steps can raise a low estimate.
+    if (tree_budget_ < 0 && ++sized_steps_ % 16 == 0) return;
+    const int budget = tree_budget_ > 0 ? tree_budget_ : sized_budget(path, order, depth);
+    if (n - 1 <= static_cast<size_t>(budget)) return;
     std::vector<uint8_t> keep(n, 0);
     keep[0] = 1;
-    for (int k = 0; k < tree_budget_; ++k) keep[order[k]] = 1;
+    for (int k = 0; k < budget; ++k) keep[order[k]] = 1;
     std::vector<int32_t> new_index(n, -1);
     std::vector<int32_t> tokens, parents, depths;
     std::vector<float> confidence;
@@ -506,14 +539,41 @@ class PoolSpeculation final : public DecodeStrategy {
     routing_.observe_acceptance(static_cast<int>(emitted.size()));
   }
 
+  // What sizing the verified tree as it runs weighs: the target's forward
+  // curve up to the most nodes a step drafts, and each drafter's forward.
+  void time_sides() {
+    max_rows_ = std::min(spec_budget(), 64);
+    verify_curve_ = time_target_curve(*target_, max_rows_);
+    for (int i = 0; i < pool_.size(); ++i)
+      draft_forward_ms_.push_back(time_draft_forward(pool_.member(i)));
+  }
+
+  // The budget with the most tokens per millisecond (fastest_node_budget);
+  // `order`: the nodes by path acceptance, highest first.
+  int sized_budget(const std::vector<double>& path, const std::vector<int32_t>& order,
+                   int depth) const {
+    double iteration_ms = 0;
+    for (const Member& m : members_) {
+      const double d = draft_forward_ms_[m.index];
+      iteration_ms = pool_.concurrent() ? std::max(iteration_ms, d) : iteration_ms + d;
+    }
+    std::vector<double> sorted;
+    for (int32_t node : order) sorted.push_back(path[node]);
+    return fastest_node_budget(sorted, depth * iteration_ms, verify_curve_, max_rows_);
+  }
+
   const bool cosine_;
   DrafterPool pool_;
   RoutingPolicy routing_;
   Rng route_rng_;
   int route_ = 2;
   int gamma_max_ = 0;
-  int tree_budget_ = 0;
+  int tree_budget_ = 0;  // -1: sized as it runs (verify_curve_, draft_forward_ms_)
   int fusion_top_ = 1;
+  ForwardCurve verify_curve_;
+  int max_rows_ = 1;                      // the rows verify_curve_ reaches
+  std::vector<double> draft_forward_ms_;  // per pool member
+  int sized_steps_ = 0;                   // this request's steps with a sized budget
   std::vector<GenerationStats::DrafterUse> use_;
   // This step's draft tree: node 0 is the root (cur); parents before children.
   std::vector<int32_t> tokens_, parents_, depths_;

@@ -22,7 +22,7 @@ PpdPrompts PpdPrompts::load(const std::string& path) {
   const auto bad = [&](const auto&... why) {
     fail(path, ": not a usable PPD side file: ", why...);
   };
-  if (file->get_string("general.architecture", "") != "ppd")
+  if (!is_ppd_side_file(*file))
     bad("general.architecture is not 'ppd' (models/zoo/ppd_train.py writes these files)");
   PpdPrompts p;
   p.path = path;
@@ -84,6 +84,10 @@ std::vector<int32_t> PpdPrompts::append_rows(Batch& batch, int32_t token, int32_
     }
   }
   return rows;
+}
+
+bool is_ppd_side_file(const GgufFile& file) {
+  return file.get_string("general.architecture", "") == "ppd";
 }
 
 std::string ppd_side_file_for(const std::string& model_path) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "model/gguf.h"
 #include "model/model.h"
 
 namespace parspec {
@@ -56,6 +57,9 @@ struct PpdPrompts {
     return mean;
   }
 };
+
+// Whether a GGUF file is a PPD side file (its general.architecture).
+bool is_ppd_side_file(const GgufFile& file);
 
 // The side file's conventional name beside a model: "dir/x.gguf" -> "dir/x.ppd.gguf".
 std::string ppd_side_file_for(const std::string& model_path);
