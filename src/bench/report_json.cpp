@@ -65,6 +65,7 @@ ojson report_json(const BenchReport& report) {
         {"mismatch", report.exactness_checked ? ojson(r.mismatches) : ojson(nullptr)},
         {"checked_runs", r.checked},
     });
+    if (!r.total.step_shapes.empty()) results.back()["step_shapes"] = r.total.step_shapes;
   }
   ojson mismatches = ojson::array();
   for (const Mismatch& x : report.mismatches) {

@@ -45,6 +45,7 @@ GenerationStats& GenerationStats::operator+=(const GenerationStats& other) {
   experts_touched += other.experts_touched;
   per_position += other.per_position;
   if (other.draft_window != 0) draft_window = other.draft_window;
+  for (const auto& [shape, steps] : other.step_shapes) step_shapes[shape] += steps;
   for (const DrafterUse& use : other.drafter_use) {
     const auto same_name = [&](const DrafterUse& u) { return u.name == use.name; };
     const auto it = std::find_if(drafter_use.begin(), drafter_use.end(), same_name);
@@ -78,6 +79,7 @@ nlohmann::json GenerationStats::to_json() const {
       {"t_verify_ms", t_verify_ms},
       {"draft_window", draft_window},
   };
+  if (!step_shapes.empty()) j["step_shapes"] = step_shapes;
   if (expert_layer_passes > 0) j["experts_per_forward"] = experts_per_forward();
   return j;
 }

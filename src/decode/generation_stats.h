@@ -3,6 +3,7 @@
 // names and definitions of bench/README.md, shared by every output that shows
 // them (`generate --json`, the server's timings and metrics, bench reports).
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ struct GenerationStats {
   int64_t experts_touched = 0;
   PositionAcceptance per_position;
   int draft_window = 0;  // pearl: the window γ it ran with (measured or --pearl-window)
+  // tree, dyntree with the shape chosen as they run: steps per shape ("d3c2",
+  // "d4c2w3", "plain"); empty otherwise.
+  std::map<std::string, int64_t> step_shapes;
   // cosine, specinfer: what each drafter of the pool did (empty for the others).
   struct DrafterUse {
     std::string name;
@@ -71,8 +75,8 @@ struct GenerationStats {
   // The counts, times and rates under their metric names: n_prompt, n_gen,
   // t_prompt_ms, t_gen_ms, tok_per_s, prompt_tok_per_s, drafted, accepted, tau,
   // alpha, verify_steps, target_forwards, draft_forwards, t_draft_ms,
-  // t_verify_ms, draft_window, and experts_per_forward for a mixture-of-experts
-  // target. Outputs add their own fields beside them.
+  // t_verify_ms, draft_window, step_shapes where there are any, and
+  // experts_per_forward for a mixture-of-experts target. Outputs add their own fields beside them.
   nlohmann::json to_json() const;
 };
 

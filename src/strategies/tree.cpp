@@ -57,6 +57,7 @@ class StaticTree final : public TreeSpeculation {
   void step(std::vector<int32_t>& emitted) override {
     if (policy_) {
       const TreeShape shape = policy_->next();
+      ++stats_->step_shapes[shape.label()];
       if (shape.depth == 0) {
         const TreeVerdict verdict = verify_root_only();
         policy_->observe(path_ranks(verdict, RankAcceptance::kRanks));

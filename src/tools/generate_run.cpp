@@ -86,6 +86,12 @@ void print_speed(const std::string& strategy, const std::string& rest, const Gen
                  strategy.c_str(), static_cast<long long>(st.drafted),
                  static_cast<long long>(st.accepted), st.alpha(), st.tau(), st.t_draft_ms,
                  st.t_verify_ms);
+  if (!st.step_shapes.empty()) {
+    std::string shapes;
+    for (const auto& [shape, steps] : st.step_shapes)
+      shapes += (shapes.empty() ? "" : ", ") + shape + " " + std::to_string(steps);
+    std::fprintf(stderr, "steps by tree shape: %s\n", shapes.c_str());
+  }
 }
 
 // The prompt text from -p (escapes processed unless --no-escape) or -f. A

@@ -187,7 +187,12 @@ TEST_F(TreeStrategiesSizedAsTheyRun, GreedyEqualsArAndASeedRepeatsItself) {
       req.prompt = tree_test_prompt(i);
       req.n_predict = 24;
       req.sampling.temp = 0;
-      EXPECT_EQ(strategy->generate(req).tokens, ar_tokens(req)) << name << " prompt " << i;
+      const GenerationResult got = strategy->generate(req);
+      EXPECT_EQ(got.tokens, ar_tokens(req)) << name << " prompt " << i;
+      // Every step took one shape, plain or a tree, and says which.
+      int64_t steps = 0;
+      for (const auto& [shape, count] : got.stats.step_shapes) steps += count;
+      EXPECT_EQ(steps, got.stats.verify_steps) << name;
     }
     GenerationRequest req;
     req.prompt = tree_test_prompt(1);
@@ -216,6 +221,7 @@ TEST_F(TreeStrategiesSizedAsTheyRun, AGivenDepthOrNoTimingKeepsAFixedShape) {
     const GenerationResult got = fixed->generate(req);
     EXPECT_EQ(got.tokens, ar_tokens(req)) << name;
     EXPECT_GT(got.stats.drafted, 0) << name;
+    EXPECT_TRUE(got.stats.step_shapes.empty()) << name;
   }
   StrategyConfig c = base_;
   c.name = "dyntree";
