@@ -8,7 +8,6 @@
 // subtree below the matched token, which keeps its KV cells in the draft
 // cache and is reused by the next step.
 #include <algorithm>
-#include <optional>
 
 #include "core/error.h"
 #include "decode/registry.h"
@@ -27,22 +26,14 @@ StrategyOption tree_verify_depth_option() {
                       0);
 }
 
-class DynamicTree final : public TreeSpeculation {
+class DynamicTree final : public SizedTreeSpeculation {
  public:
   explicit DynamicTree(const StrategyConfig& config)
-      : TreeSpeculation(config, sizes_tree_as_it_runs(config)) {
+      : SizedTreeSpeculation(config, /*dynamic=*/true) {
     const int verify_depth = option_value<int>(config_, tree_verify_depth_option());
     check(verify_depth >= 0, "--tree-verify-depth must not be negative");
-    if (sizes_tree_as_it_runs(config_)) {
-      check(config_.tree_branch >= 0 && config_.tree_branch <= 3 && config_.tree_width >= 0 &&
-                config_.tree_width <= kMaxTreeBranch,
-            "without --tree-depth, the shapes chosen as it runs have at most 3 children per node "
-            "(--tree-branch) and ",
-            kMaxTreeBranch, " nodes per level (--tree-width)");
+    if (sized()) {
       check(verify_depth == 0, "--tree-verify-depth needs --tree-depth");
-      policy_.emplace(
-          measure_tree_costs(*target_, *drafter_),
-          tree_shape_candidates(/*dynamic=*/true, config_.tree_branch, config_.tree_width));
       return;
     }
     check_dynamic_tree_flags();
@@ -51,32 +42,19 @@ class DynamicTree final : public TreeSpeculation {
   }
 
   std::string name() const override { return "dyntree"; }
-  std::vector<std::string> notes() const override {
-    return policy_ ? std::vector<std::string>{policy_->describe("dyntree")}
-                   : std::vector<std::string>{};
-  }
+  std::vector<std::string> notes() const override { return sizing_notes(); }
 
  protected:
   int spec_budget() const override {
-    const int depth = policy_ ? kMaxTreeDepth : config_.tree_depth;
-    const int width = policy_ ? kMaxTreeBranch : config_.tree_width;
+    const int depth = sized() ? kMaxTreeDepth : config_.tree_depth;
+    const int width = sized() ? kMaxTreeBranch : config_.tree_width;
     return 2 * (depth * width + depth + 4);
   }
 
-  void reset() override {
-    TreeSpeculation::reset();
-    if (policy_) policy_->reset();
-  }
-
   void step(std::vector<int32_t>& emitted) override {
-    if (policy_) {
-      const TreeShape shape = policy_->next();
-      ++stats_->step_shapes[shape.label()];
-      if (shape.depth == 0) {
-        const TreeVerdict verdict = verify_root_only();
-        policy_->observe(path_ranks(verdict, RankAcceptance::kRanks));
-        return finish_step(verdict, emitted);
-      }
+    if (sized()) {
+      const TreeShape shape = begin_sized_step(emitted);
+      if (shape.depth == 0) return;
       config_.tree_depth = verify_depth_ = shape.depth;
       config_.tree_branch = shape.branch;
       config_.tree_width = shape.width;
@@ -96,15 +74,11 @@ class DynamicTree final : public TreeSpeculation {
       if (!grow_level(frontier, config_.tree_width)) break;
     }
     target_process(verify_depth_);
-    const TreeVerdict verdict = verify(/*multi_candidate=*/false);
-    if (policy_) policy_->observe(path_ranks(verdict, RankAcceptance::kRanks));
-    finish_step(verdict, emitted);
+    end_step(verify(/*multi_candidate=*/false), emitted);
   }
 
  private:
   int verify_depth_ = 0;
-  // Set when the shape is chosen as it runs.
-  std::optional<TreeShapePolicy> policy_;
 };
 
 Candidate dynamic_shape(int depth, int branch, int width) {

@@ -4,7 +4,6 @@
 // target checks the whole tree in one forward with the tree attention mask.
 #include <algorithm>
 #include <cmath>
-#include <optional>
 
 #include "core/error.h"
 #include "decode/registry.h"
@@ -17,20 +16,13 @@ namespace parspec {
 
 namespace {
 
-class StaticTree final : public TreeSpeculation {
+class StaticTree final : public SizedTreeSpeculation {
  public:
   explicit StaticTree(const StrategyConfig& config)
-      : TreeSpeculation(config, sizes_tree_as_it_runs(config)) {
+      : SizedTreeSpeculation(config, /*dynamic=*/false) {
     check(config_.tree_depth >= 0 && config_.tree_depth <= 16, "--tree-depth must be 1..16");
     check(config_.tree_branch >= 0 && config_.tree_branch <= 16, "--tree-branch must be 1..16");
-    if (sizes_tree_as_it_runs(config_)) {
-      check(config_.tree_branch <= kMaxTreeBranch, "--tree-branch ", config_.tree_branch,
-            " without --tree-depth: the shapes chosen as it runs have at most ", kMaxTreeBranch,
-            " children per node");
-      policy_.emplace(measure_tree_costs(*target_, *drafter_),
-                      tree_shape_candidates(/*dynamic=*/false, config_.tree_branch, 0));
-      return;
-    }
+    if (sized()) return;
     int64_t nodes = 0, level = 1;
     for (int d = 0; d < config_.tree_depth; ++d) nodes += (level *= config_.tree_branch);
     check(nodes <= 4096, "a static tree of branch ", config_.tree_branch, " and depth ",
@@ -39,30 +31,17 @@ class StaticTree final : public TreeSpeculation {
   }
 
   std::string name() const override { return "tree"; }
-  std::vector<std::string> notes() const override {
-    return policy_ ? std::vector<std::string>{policy_->describe("tree")}
-                   : std::vector<std::string>{};
-  }
+  std::vector<std::string> notes() const override { return sizing_notes(); }
 
  protected:
   int spec_budget() const override {
-    return policy_ ? kMaxTreeNodes + 2 * kMaxTreeDepth + 4 : n_nodes_ + 2 * config_.tree_depth + 4;
-  }
-
-  void reset() override {
-    TreeSpeculation::reset();
-    if (policy_) policy_->reset();
+    return sized() ? kMaxTreeNodes + 2 * kMaxTreeDepth + 4 : n_nodes_ + 2 * config_.tree_depth + 4;
   }
 
   void step(std::vector<int32_t>& emitted) override {
-    if (policy_) {
-      const TreeShape shape = policy_->next();
-      ++stats_->step_shapes[shape.label()];
-      if (shape.depth == 0) {
-        const TreeVerdict verdict = verify_root_only();
-        policy_->observe(path_ranks(verdict, RankAcceptance::kRanks));
-        return finish_step(verdict, emitted);
-      }
+    if (sized()) {
+      const TreeShape shape = begin_sized_step(emitted);
+      if (shape.depth == 0) return;
       config_.tree_depth = shape.depth;
       config_.tree_branch = shape.branch;
     }
@@ -80,9 +59,7 @@ class StaticTree final : public TreeSpeculation {
       frontier = std::move(level);
     }
     target_process(config_.tree_depth);
-    const TreeVerdict verdict = verify(/*multi_candidate=*/true);
-    if (policy_) policy_->observe(path_ranks(verdict, RankAcceptance::kRanks));
-    finish_step(verdict, emitted);
+    end_step(verify(/*multi_candidate=*/true), emitted);
   }
 
  private:
@@ -104,8 +81,6 @@ class StaticTree final : public TreeSpeculation {
   }
 
   int n_nodes_ = 0;
-  // Set when the shape is chosen as it runs.
-  std::optional<TreeShapePolicy> policy_;
 };
 
 Candidate full_shape(int depth, int branch) {

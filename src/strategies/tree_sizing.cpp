@@ -273,4 +273,39 @@ std::string TreeShapePolicy::describe(const std::string& strategy) const {
   return line;
 }
 
+SizedTreeSpeculation::SizedTreeSpeculation(const StrategyConfig& config, bool dynamic)
+    : TreeSpeculation(config, sizes_tree_as_it_runs(config)) {
+  if (!sizes_tree_as_it_runs(config_)) return;
+  const int max_branch = dynamic ? 3 : kMaxTreeBranch;
+  check(config_.tree_branch >= 0 && config_.tree_branch <= max_branch &&
+            (!dynamic || (config_.tree_width >= 0 && config_.tree_width <= kMaxTreeBranch)),
+        "without --tree-depth, the shapes chosen as it runs have at most ", max_branch,
+        " children per node (--tree-branch)",
+        dynamic ? " and " + std::to_string(kMaxTreeBranch) + " nodes per level (--tree-width)"
+                : std::string());
+  policy_.emplace(measure_tree_costs(*target_, *drafter_),
+                  tree_shape_candidates(dynamic, config_.tree_branch, config_.tree_width));
+}
+
+std::vector<std::string> SizedTreeSpeculation::sizing_notes() const {
+  return policy_ ? std::vector<std::string>{policy_->describe(name())} : std::vector<std::string>{};
+}
+
+void SizedTreeSpeculation::reset() {
+  TreeSpeculation::reset();
+  if (policy_) policy_->reset();
+}
+
+TreeShape SizedTreeSpeculation::begin_sized_step(std::vector<int32_t>& emitted) {
+  const TreeShape shape = policy_->next();
+  ++stats_->step_shapes[shape.label()];
+  if (shape.depth == 0) end_step(verify_root_only(), emitted);
+  return shape;
+}
+
+void SizedTreeSpeculation::end_step(const TreeVerdict& verdict, std::vector<int32_t>& emitted) {
+  if (policy_) policy_->observe(path_ranks(verdict, RankAcceptance::kRanks));
+  finish_step(verdict, emitted);
+}
+
 }  // namespace parspec

@@ -8,10 +8,12 @@
 // acceptance of the drafter's ranks seen so far in the request; a plain step
 // (the target's own next token) where no tree beats it.
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "decode/sides.h"
+#include "decode/tree_speculation.h"
 #include "model/forward_timing.h"
 #include "tuning/cost_model.h"
 
@@ -119,6 +121,27 @@ class TreeShapePolicy {
   std::vector<TreeShape> candidates_;
   RankAcceptance acceptance_;
   int plain_steps_ = 0;
+};
+
+// A tree strategy that, with no depth given (sizes_tree_as_it_runs), takes
+// its shapes from a TreeShapePolicy timed on its own sides at start-up.
+class SizedTreeSpeculation : public TreeSpeculation {
+ protected:
+  // `dynamic`: dyntree's grown shapes, else full trees; the flags given pin
+  // the branching and width of the candidates.
+  SizedTreeSpeculation(const StrategyConfig& config, bool dynamic);
+
+  bool sized() const { return policy_.has_value(); }
+  std::vector<std::string> sizing_notes() const;
+  void reset() override;
+  // The step's shape (counted in the statistics). A plain one is taken here:
+  // the step is then over and depth 0 is returned.
+  TreeShape begin_sized_step(std::vector<int32_t>& emitted);
+  // Learns from the verdict, then finish_step.
+  void end_step(const TreeVerdict& verdict, std::vector<int32_t>& emitted);
+
+ private:
+  std::optional<TreeShapePolicy> policy_;
 };
 
 }  // namespace parspec
