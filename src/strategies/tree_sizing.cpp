@@ -35,8 +35,10 @@ std::vector<int> timed_sizes(int max_n) {
   return sizes;
 }
 
-// One timing per size after a warm-up, and the faster of two at n = 1, which
-// every shape is weighed against: a start-up that a few steps repay.
+// One timing per size after a warm-up, and at n = 1, which every shape is
+// weighed against, the fastest of two before the others and one after them
+// (the first forwards after a long prompt's prefill run slow): a start-up
+// that a few steps repay.
 ForwardCurve time_curve(const std::function<double(int)>& forward_ms, int max_n) {
   ForwardCurve curve;
   forward_ms(1);  // warm-up
@@ -45,6 +47,7 @@ ForwardCurve time_curve(const std::function<double(int)>& forward_ms, int max_n)
     if (n == 1) ms = std::min(ms, forward_ms(1));
     curve.points.emplace_back(n, ms);
   }
+  curve.points.front().second = std::min(curve.points.front().second, forward_ms(1));
   return curve;
 }
 
@@ -106,6 +109,43 @@ ForwardCurve time_target_curve(Target& target, int max_n) {
   }
   target.take_meter();
   return curve;
+}
+
+// Tokens of a timed forward over n: varied by run so no two runs are alike.
+std::vector<int32_t> timing_tokens(int n, int run, int n_vocab) {
+  std::vector<int32_t> tokens(n);
+  for (int i = 0; i < n; ++i) tokens[i] = (i * 7919 + run * 104729 + 13) % n_vocab;
+  return tokens;
+}
+
+ForwardCurve time_target_curve_here(Target& target, int max_n) {
+  check(max_n >= 1, "time_target_curve_here: max_n must be positive");
+  int run = 0;
+  return time_curve(
+      [&](int n) {
+        const std::vector<int32_t> tokens = timing_tokens(n, run++, target.n_vocab());
+        const Stopwatch watch;
+        target.forward(chain_batch(target.n_committed(), tokens, true));
+        const double ms = watch.elapsed_ms();
+        target.commit({}, {});
+        return ms;
+      },
+      max_n);
+}
+
+ForwardCurve time_draft_curve_here(Drafter& drafter, int max_n) {
+  check(max_n >= 1, "time_draft_curve_here: max_n must be positive");
+  int run = 0;
+  return time_curve(
+      [&](int n) {
+        const std::vector<int32_t> tokens = timing_tokens(n, run++, drafter.n_vocab());
+        const Stopwatch watch;
+        drafter.propose(chain_batch(drafter.n_seen(), tokens, true));
+        const double ms = watch.elapsed_ms();
+        drafter.accept({}, {});
+        return ms;
+      },
+      max_n);
 }
 
 double time_draft_forward(Drafter& drafter) {
@@ -219,12 +259,22 @@ TreeShapePolicy::TreeShapePolicy(TreeCosts costs, std::vector<TreeShape> candida
 void TreeShapePolicy::reset() {
   acceptance_.reset();
   plain_steps_ = 0;
+  request_curves_.reset();
+}
+
+TreeCosts TreeShapePolicy::step_costs() const {
+  if (!request_curves_) return costs_;
+  TreeCosts costs = costs_;
+  costs.target = request_curves_->first;
+  costs.draft = request_curves_->second;
+  return costs;
 }
 
 ShapeForecast TreeShapePolicy::choose(const RankAcceptance& acceptance) const {
   constexpr double kMargin = 0.05;
-  const ShapeForecast plain = forecast_tree_step(costs_, acceptance, TreeShape{});
-  const ShapeForecast best = fastest_tree_shape(costs_, acceptance, candidates_);
+  const TreeCosts costs = step_costs();
+  const ShapeForecast plain = forecast_tree_step(costs, acceptance, TreeShape{});
+  const ShapeForecast best = fastest_tree_shape(costs, acceptance, candidates_);
   return best.tokens_per_ms() >= (1 + kMargin) * plain.tokens_per_ms() ? best : plain;
 }
 
@@ -237,9 +287,10 @@ TreeShape TreeShapePolicy::next() {
   }
   if (++plain_steps_ % kProbeEvery != 0) return chosen;
   // The probe: the best tree, however it compares with a plain step.
+  const TreeCosts costs = step_costs();
   ShapeForecast probe{};
   for (const TreeShape& shape : candidates_) {
-    const ShapeForecast f = forecast_tree_step(costs_, acceptance_, shape);
+    const ShapeForecast f = forecast_tree_step(costs, acceptance_, shape);
     if (probe.shape.depth == 0 || f.tokens_per_ms() > probe.tokens_per_ms()) probe = f;
   }
   return probe.shape;
@@ -294,6 +345,22 @@ std::vector<std::string> SizedTreeSpeculation::sizing_notes() const {
 void SizedTreeSpeculation::reset() {
   TreeSpeculation::reset();
   if (policy_) policy_->reset();
+}
+
+void SizedTreeSpeculation::prefill() {
+  TreeSpeculation::prefill();
+  const int context = static_cast<int>(seq_.size());
+  if (!policy_ || context < kLongContext) return;
+  int bucket = kLongContext;
+  while (bucket * 2 <= context) bucket *= 2;
+  auto it = long_context_curves_.find(bucket);
+  if (it == long_context_curves_.end()) {
+    ForwardCurve target = time_target_curve_here(*target_, kMaxTreeNodes + 1);
+    ForwardCurve draft = time_draft_curve_here(*drafter_, kMaxTreeNodes);
+    it = long_context_curves_.emplace(bucket, std::make_pair(std::move(target), std::move(draft)))
+             .first;
+  }
+  policy_->use_request_curves(it->second.first, it->second.second);
 }
 
 TreeShape SizedTreeSpeculation::begin_sized_step(std::vector<int32_t>& emitted) {

@@ -8,8 +8,10 @@
 // acceptance of the drafter's ranks seen so far in the request; a plain step
 // (the target's own next token) where no tree beats it.
 #include <array>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "decode/sides.h"
@@ -37,6 +39,12 @@ struct TreeCosts {
 // a GPU's tiles of 8 rows, interpolated between); its cells are dropped and
 // its meter emptied.
 ForwardCurve time_target_curve(Target& target, int max_n);
+// The same on the context the target holds now (a request's prompt): the
+// timed rows are speculative cells after it, dropped again; the meter keeps
+// them (the caller's prefill accounting drops it).
+ForwardCurve time_target_curve_here(Target& target, int max_n);
+// D(n) the same way on the context a drafter holds now.
+ForwardCurve time_draft_curve_here(Drafter& drafter, int max_n);
 // One forward of a drafter side over one token (the faster of three after a
 // warm-up); its cells are dropped and its meter emptied.
 double time_draft_forward(Drafter& drafter);
@@ -104,7 +112,11 @@ int fastest_node_budget(const std::vector<double>& sorted_acceptance, double dra
 class TreeShapePolicy {
  public:
   TreeShapePolicy(TreeCosts costs, std::vector<TreeShape> candidates);
-  void reset();  // a new request: the prior again
+  void reset();  // a new request: the prior again, the start-up T(n)
+  // This request's T(n) and D(n), timed on its own context (a long prompt).
+  void use_request_curves(ForwardCurve target, ForwardCurve draft) {
+    request_curves_ = std::make_pair(std::move(target), std::move(draft));
+  }
   TreeShape next();
   // After a step: the drafter's rank of the target's token at depths 1, 2, ...
   // as far as the step drafted below the path.
@@ -117,7 +129,11 @@ class TreeShapePolicy {
   // The fastest forecast at `acceptance`; plain unless a tree beats it by 5%.
   ShapeForecast choose(const RankAcceptance& acceptance) const;
 
+  // The costs a step is weighed with: the start-up ones, or this request's curves.
+  TreeCosts step_costs() const;
+
   TreeCosts costs_;
+  std::optional<std::pair<ForwardCurve, ForwardCurve>> request_curves_;
   std::vector<TreeShape> candidates_;
   RankAcceptance acceptance_;
   int plain_steps_ = 0;
@@ -134,6 +150,12 @@ class SizedTreeSpeculation : public TreeSpeculation {
   bool sized() const { return policy_.has_value(); }
   std::vector<std::string> sizing_notes() const;
   void reset() override;
+  // After a prompt of kLongContext tokens or more, T(n) and D(n) are timed
+  // again on that context (once per power of two of prompt length in a
+  // process): a row's attention over a long cache is what the start-up
+  // timing, on a short one, leaves out.
+  void prefill() override;
+  static constexpr int kLongContext = 512;
   // The step's shape (counted in the statistics). A plain one is taken here:
   // the step is then over and depth 0 is returned.
   TreeShape begin_sized_step(std::vector<int32_t>& emitted);
@@ -142,6 +164,8 @@ class SizedTreeSpeculation : public TreeSpeculation {
 
  private:
   std::optional<TreeShapePolicy> policy_;
+  // T(n) and D(n) by the prompt's power of two.
+  std::map<int, std::pair<ForwardCurve, ForwardCurve>> long_context_curves_;
 };
 
 }  // namespace parspec

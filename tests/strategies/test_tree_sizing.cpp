@@ -204,6 +204,33 @@ TEST_F(TreeStrategiesSizedAsTheyRun, GreedyEqualsArAndASeedRepeatsItself) {
   }
 }
 
+// After a long prompt the curves are timed again on its context, with cells
+// after the prompt that must leave no trace: the output is still ar's, and a
+// seeded request repeats itself (the curves are kept per prompt length).
+TEST_F(TreeStrategiesSizedAsTheyRun, ALongPromptIsTimedOnItsOwnContext) {
+  std::vector<int32_t> prompt = {256};
+  for (int i = 0; i < 600; ++i) prompt.push_back((i * 37 + 11) % 256);
+  for (const std::string name : {"tree", "dyntree"}) {
+    StrategyConfig c = base_;
+    c.name = name;
+    c.ctx_size = 700;
+    auto strategy = make_strategy(c);
+    GenerationRequest req;
+    req.prompt = prompt;
+    req.n_predict = 24;
+    req.sampling.temp = 0;
+    StrategyConfig ar = c;
+    ar.name = "ar";
+    const GenerationResult got = strategy->generate(req);
+    EXPECT_EQ(got.tokens, make_strategy(ar)->generate(req).tokens) << name;
+    EXPECT_EQ(got.stats.n_gen, 24) << name;
+    req.sampling.temp = 1.0f;
+    req.sampling.seed = 7;
+    const std::vector<int32_t> first = strategy->generate(req).tokens;
+    EXPECT_EQ(strategy->generate(req).tokens, first) << name;
+  }
+}
+
 TEST_F(TreeStrategiesSizedAsTheyRun, AGivenDepthOrNoTimingKeepsAFixedShape) {
   for (const std::string name : {"tree", "dyntree"}) {
     StrategyConfig c = base_;
