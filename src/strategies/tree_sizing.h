@@ -35,9 +35,9 @@ struct TreeCosts {
 };
 
 // T(n) of a target side at n = 1, 2, 4, 8, 9, 16, 17, 24, 25, 32, 33, ... up to
-// max_n (once each after a warm-up, the faster of two at n = 1; both ends of
-// a GPU's tiles of 8 rows, interpolated between); its cells are dropped and
-// its meter emptied.
+// max_n (once each after a warm-up, the fastest of three at n = 1; both ends
+// of a GPU's tiles of 8 rows, interpolated between); its cells are dropped
+// and its meter emptied.
 ForwardCurve time_target_curve(Target& target, int max_n);
 // The same on the context the target holds now (a request's prompt): the
 // timed rows are speculative cells after it, dropped again; the meter keeps
@@ -54,10 +54,9 @@ double time_draft_forward(Drafter& drafter);
 // on a row of the drafter's vocabulary.
 double measure_node_ms(int n_vocab);
 
-// T(n) and D(n) at n = 1, 2, 4, 8, 9, 16, 17 (once each after a warm-up, the
-// faster of two at n = 1; interpolated between: a GPU's steps come at tiles of
-// 8 rows), timed on the sides as they will run (their cells dropped and meters
-// emptied), and the node's cost.
+// T(n) and D(n) at n = 1, 2, 4, 8, 9, 16, 17 (as time_target_curve), timed on
+// the sides as they will run (their cells dropped and meters emptied), and
+// the node's cost.
 TreeCosts measure_tree_costs(Target& target, Drafter& drafter);
 
 // How often the target's token is the drafter's rank-r token at tree depth d,
@@ -106,9 +105,9 @@ int fastest_node_budget(const std::vector<double>& sorted_acceptance, double dra
 // The shape of each step of a request: the fastest forecast at the acceptance
 // seen so far, a plain step unless a tree beats it by 5% (what the forecast
 // leaves out). While plain, every 16th step is the best tree, so that the
-// acceptance keeps being observed. Only start-up timings and the request's
-// own tokens decide, so two runs of a request with one seed take the same
-// shapes in one process.
+// acceptance keeps being observed. Only timings kept for the process (at
+// start-up, and per prompt length) and the request's own tokens decide, so
+// two runs of a request with one seed take the same shapes in one process.
 class TreeShapePolicy {
  public:
   TreeShapePolicy(TreeCosts costs, std::vector<TreeShape> candidates);
@@ -121,7 +120,6 @@ class TreeShapePolicy {
   // After a step: the drafter's rank of the target's token at depths 1, 2, ...
   // as far as the step drafted below the path.
   void observe(const std::vector<int>& ranks);
-  const TreeCosts& costs() const { return costs_; }
   // The start-up line: what was timed and the first step's shape.
   std::string describe(const std::string& strategy) const;
 
