@@ -111,41 +111,16 @@ ForwardCurve time_target_curve(Target& target, int max_n) {
   return curve;
 }
 
-// Tokens of a timed forward over n: varied by run so no two runs are alike.
-std::vector<int32_t> timing_tokens(int n, int run, int n_vocab) {
-  std::vector<int32_t> tokens(n);
-  for (int i = 0; i < n; ++i) tokens[i] = (i * 7919 + run * 104729 + 13) % n_vocab;
-  return tokens;
-}
-
 ForwardCurve time_target_curve_here(Target& target, int max_n) {
   check(max_n >= 1, "time_target_curve_here: max_n must be positive");
-  int run = 0;
-  return time_curve(
-      [&](int n) {
-        const std::vector<int32_t> tokens = timing_tokens(n, run++, target.n_vocab());
-        const Stopwatch watch;
-        target.forward(chain_batch(target.n_committed(), tokens, true));
-        const double ms = watch.elapsed_ms();
-        target.commit({}, {});
-        return ms;
-      },
-      max_n);
+  TargetTimer timer(target, OnCurrentContext{});
+  return time_curve([&](int n) { return timer.forward_ms(n); }, max_n);
 }
 
 ForwardCurve time_draft_curve_here(Drafter& drafter, int max_n) {
   check(max_n >= 1, "time_draft_curve_here: max_n must be positive");
-  int run = 0;
-  return time_curve(
-      [&](int n) {
-        const std::vector<int32_t> tokens = timing_tokens(n, run++, drafter.n_vocab());
-        const Stopwatch watch;
-        drafter.propose(chain_batch(drafter.n_seen(), tokens, true));
-        const double ms = watch.elapsed_ms();
-        drafter.accept({}, {});
-        return ms;
-      },
-      max_n);
+  DrafterTimer timer(drafter, OnCurrentContext{});
+  return time_curve([&](int n) { return timer.forward_ms(n); }, max_n);
 }
 
 double time_draft_forward(Drafter& drafter) {

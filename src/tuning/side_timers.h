@@ -9,11 +9,16 @@
 
 namespace parspec {
 
+// Timing on the context a side holds now (a request's prompt) rather than a
+// short one of its own: the timed rows are speculative cells after it.
+struct OnCurrentContext {};
+
 class TargetTimer {
  public:
   // Fills the committed context; forwards of up to max_n tokens fit after it.
   // `tally`: where a mixture-of-experts target counts the experts it runs.
   TargetTimer(Target& target, int max_n, const ExpertTally* tally = nullptr);
+  explicit TargetTimer(Target& target, OnCurrentContext) : target_(target), tally_(nullptr) {}
   // Milliseconds of one forward over n tokens.
   double forward_ms(int n);
   // Distinct experts per layer the last timed forward touched (a mixture-of-experts target).
@@ -30,6 +35,7 @@ class TargetTimer {
 class DrafterTimer {
  public:
   DrafterTimer(Drafter& drafter, int max_n);
+  explicit DrafterTimer(Drafter& drafter, OnCurrentContext) : drafter_(drafter) {}
   double forward_ms(int n);
 
  private:
