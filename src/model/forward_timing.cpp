@@ -49,6 +49,14 @@ double median_forward_ms(const Model& model, ForwardExecutor& executor, KvCache&
   return median(std::move(times));
 }
 
+std::vector<double> sorted_times(const std::function<double()>& timed, int warmup, int runs) {
+  for (int i = 0; i < warmup; ++i) timed();
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) times.push_back(timed());
+  std::sort(times.begin(), times.end());
+  return times;
+}
+
 double ForwardCurve::at(int n) const {
   check(!points.empty(), "ForwardCurve: no forward times measured");
   if (points.size() == 1 || n <= points.front().first) return points.front().second;

@@ -1,6 +1,7 @@
 #pragma once
 // Timing of forward passes, for the benchmarks and for strategies that size
 // themselves from measured speeds (PEARL's window, PPD's budget).
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,9 @@ double now_ms(TimeBase base);
 // The median of measurements (of an even count, the upper of the two middle
 // values); v must not be empty.
 double median(std::vector<double> v);
+
+// What `timed` returns (ms) over `runs` calls after `warmup` uncounted ones, sorted.
+std::vector<double> sorted_times(const std::function<double()>& timed, int warmup, int runs);
 
 // Median wall time (ms) of one forward over a chain of n_tokens on top of the
 // committed context of `kv`, after `warmup` unmeasured runs; each run's cells

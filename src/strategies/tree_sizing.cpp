@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -20,36 +19,6 @@ namespace {
 constexpr std::array<double, RankAcceptance::kRanks + 1> kPriorShares = {0.60, 0.15, 0.06, 0.03,
                                                                          0.16};
 constexpr double kPriorSteps = 8;
-
-// Timed sizes: both ends of a GPU's tiles of 8 rows, and the small sizes
-// chains and narrow trees take; between them T(n) is interpolated.
-std::vector<int> timed_sizes(int max_n) {
-  std::vector<int> sizes;
-  for (int n : {1, 2, 4}) sizes.push_back(n);
-  for (int n = 8; n < max_n + 8; n += 8) {
-    sizes.push_back(n);
-    sizes.push_back(n + 1);
-  }
-  while (!sizes.empty() && sizes.back() > max_n) sizes.pop_back();
-  if (sizes.back() != max_n) sizes.push_back(max_n);
-  return sizes;
-}
-
-// One timing per size after a warm-up, and at n = 1, which every shape is
-// weighed against, the fastest of two before the others and one after them
-// (the first forwards after a long prompt's prefill run slow): a start-up
-// that a few steps repay.
-ForwardCurve time_curve(const std::function<double(int)>& forward_ms, int max_n) {
-  ForwardCurve curve;
-  forward_ms(1);  // warm-up
-  for (int n : timed_sizes(max_n)) {
-    double ms = forward_ms(n);
-    if (n == 1) ms = std::min(ms, forward_ms(1));
-    curve.points.emplace_back(n, ms);
-  }
-  curve.points.front().second = std::min(curve.points.front().second, forward_ms(1));
-  return curve;
-}
 
 Candidate as_candidate(const TreeShape& s) {
   return {"tree", 0, s.depth, s.branch, s.width};
@@ -88,63 +57,23 @@ std::string TreeShape::label() const {
 double measure_node_ms(int n_vocab) {
   std::vector<float> logits(n_vocab);
   for (int i = 0; i < n_vocab; ++i) logits[i] = static_cast<float>((i * 7919) % 1013) / 97.0f;
-  double fastest = 0;
   int32_t sink = 0;
-  for (int run = 0; run < 3; ++run) {
-    const Stopwatch watch;
-    const std::vector<float> dist = softmax(logits.data(), n_vocab);
-    sink += top_c(dist, kMaxTreeBranch).front();
-    const double ms = watch.elapsed_ms();
-    fastest = run == 0 ? ms : std::min(fastest, ms);
-  }
+  const double fastest = sorted_times(
+                             [&] {
+                               const Stopwatch watch;
+                               const std::vector<float> dist = softmax(logits.data(), n_vocab);
+                               sink += top_c(dist, kMaxTreeBranch).front();
+                               return watch.elapsed_ms();
+                             },
+                             0, 3)
+                             .front();
   return sink >= 0 ? fastest : 0;
-}
-
-ForwardCurve time_target_curve(Target& target, int max_n) {
-  check(max_n >= 1, "time_target_curve: max_n must be positive");
-  ForwardCurve curve;
-  {
-    TargetTimer timer(target, max_n);
-    curve = time_curve([&](int n) { return timer.forward_ms(n); }, max_n);
-  }
-  target.take_meter();
-  return curve;
-}
-
-ForwardCurve time_target_curve_here(Target& target, int max_n) {
-  check(max_n >= 1, "time_target_curve_here: max_n must be positive");
-  TargetTimer timer(target, OnCurrentContext{});
-  return time_curve([&](int n) { return timer.forward_ms(n); }, max_n);
-}
-
-ForwardCurve time_draft_curve_here(Drafter& drafter, int max_n) {
-  check(max_n >= 1, "time_draft_curve_here: max_n must be positive");
-  DrafterTimer timer(drafter, OnCurrentContext{});
-  return time_curve([&](int n) { return timer.forward_ms(n); }, max_n);
-}
-
-double time_draft_forward(Drafter& drafter) {
-  double fastest = 0;
-  {
-    DrafterTimer timer(drafter, 1);
-    timer.forward_ms(1);  // warm-up
-    for (int run = 0; run < 3; ++run) {
-      const double ms = timer.forward_ms(1);
-      fastest = run == 0 ? ms : std::min(fastest, ms);
-    }
-  }
-  drafter.take_meter();
-  return fastest;
 }
 
 TreeCosts measure_tree_costs(Target& target, Drafter& drafter) {
   TreeCosts costs;
   costs.target = time_target_curve(target, kMaxTreeNodes + 1);
-  {
-    DrafterTimer timer(drafter, kMaxTreeNodes);
-    costs.draft = time_curve([&](int n) { return timer.forward_ms(n); }, kMaxTreeNodes);
-  }
-  drafter.take_meter();
+  costs.draft = time_draft_curve(drafter, kMaxTreeNodes);
   costs.node_ms = measure_node_ms(drafter.n_vocab());
   return costs;
 }
@@ -202,16 +131,25 @@ ShapeForecast forecast_tree_step(const TreeCosts& costs, const RankAcceptance& a
   return f;
 }
 
-ShapeForecast fastest_tree_shape(const TreeCosts& costs, const RankAcceptance& acceptance,
-                                 const std::vector<TreeShape>& candidates) {
+ShapeForecast best_tree_shape(const TreeCosts& costs, const RankAcceptance& acceptance,
+                              const std::vector<TreeShape>& candidates) {
+  check(!candidates.empty(), "tree shapes: no candidate shape");
   const CostMeasurements m = measurements(costs, acceptance);
-  ShapeForecast best = forecast_tree_step(costs, acceptance, TreeShape{});
+  ShapeForecast best{};
   for (const TreeShape& shape : candidates) {
     const Prediction p = predict_tree_step(m, as_candidate(shape));
     const ShapeForecast f{shape, p.tokens_per_step, p.ms_per_step};
-    if (f.tokens_per_ms() > best.tokens_per_ms()) best = f;
+    if (best.shape.depth == 0 || f.tokens_per_ms() > best.tokens_per_ms()) best = f;
   }
   return best;
+}
+
+ShapeForecast fastest_tree_shape(const TreeCosts& costs, const RankAcceptance& acceptance,
+                                 const std::vector<TreeShape>& candidates) {
+  const ShapeForecast plain = forecast_tree_step(costs, acceptance, TreeShape{});
+  if (candidates.empty()) return plain;
+  const ShapeForecast best = best_tree_shape(costs, acceptance, candidates);
+  return best.tokens_per_ms() > plain.tokens_per_ms() ? best : plain;
 }
 
 int fastest_node_budget(const std::vector<double>& sorted_acceptance, double drafting_ms,
@@ -234,22 +172,19 @@ TreeShapePolicy::TreeShapePolicy(TreeCosts costs, std::vector<TreeShape> candida
 void TreeShapePolicy::reset() {
   acceptance_.reset();
   plain_steps_ = 0;
-  request_curves_.reset();
+  request_costs_.reset();
 }
 
-TreeCosts TreeShapePolicy::step_costs() const {
-  if (!request_curves_) return costs_;
-  TreeCosts costs = costs_;
-  costs.target = request_curves_->first;
-  costs.draft = request_curves_->second;
-  return costs;
+void TreeShapePolicy::use_request_curves(const ForwardCurve& target, const ForwardCurve& draft) {
+  request_costs_ = costs_;
+  request_costs_->target = target;
+  request_costs_->draft = draft;
 }
 
 ShapeForecast TreeShapePolicy::choose(const RankAcceptance& acceptance) const {
   constexpr double kMargin = 0.05;
-  const TreeCosts costs = step_costs();
-  const ShapeForecast plain = forecast_tree_step(costs, acceptance, TreeShape{});
-  const ShapeForecast best = fastest_tree_shape(costs, acceptance, candidates_);
+  const ShapeForecast plain = forecast_tree_step(step_costs(), acceptance, TreeShape{});
+  const ShapeForecast best = best_tree_shape(step_costs(), acceptance, candidates_);
   return best.tokens_per_ms() >= (1 + kMargin) * plain.tokens_per_ms() ? best : plain;
 }
 
@@ -262,13 +197,7 @@ TreeShape TreeShapePolicy::next() {
   }
   if (++plain_steps_ % kProbeEvery != 0) return chosen;
   // The probe: the best tree, however it compares with a plain step.
-  const TreeCosts costs = step_costs();
-  ShapeForecast probe{};
-  for (const TreeShape& shape : candidates_) {
-    const ShapeForecast f = forecast_tree_step(costs, acceptance_, shape);
-    if (probe.shape.depth == 0 || f.tokens_per_ms() > probe.tokens_per_ms()) probe = f;
-  }
-  return probe.shape;
+  return best_tree_shape(step_costs(), acceptance_, candidates_).shape;
 }
 
 void TreeShapePolicy::observe(const std::vector<int>& ranks) {
@@ -278,11 +207,7 @@ void TreeShapePolicy::observe(const std::vector<int>& ranks) {
 std::string TreeShapePolicy::describe(const std::string& strategy) const {
   const RankAcceptance prior;
   const ShapeForecast plain = forecast_tree_step(costs_, prior, TreeShape{});
-  ShapeForecast best_tree{};
-  for (const TreeShape& shape : candidates_) {
-    const ShapeForecast f = forecast_tree_step(costs_, prior, shape);
-    if (best_tree.shape.depth == 0 || f.tokens_per_ms() > best_tree.tokens_per_ms()) best_tree = f;
-  }
+  const ShapeForecast best_tree = best_tree_shape(costs_, prior, candidates_);
   const bool tree_first = choose(prior).shape.depth > 0;
   char line[640];
   std::snprintf(line, sizeof line,

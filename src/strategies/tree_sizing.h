@@ -11,7 +11,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "decode/sides.h"
@@ -34,29 +33,13 @@ struct TreeCosts {
   double node_ms = 0;   // each drafted node beyond the forwards
 };
 
-// T(n) of a target side at n = 1, 2, 4, 8, 9, 16, 17, 24, 25, 32, 33, ... up to
-// max_n (once each after a warm-up, the fastest of three at n = 1; both ends
-// of a GPU's tiles of 8 rows, interpolated between); its cells are dropped
-// and its meter emptied.
-ForwardCurve time_target_curve(Target& target, int max_n);
-// The same on the context the target holds now (a request's prompt): the
-// timed rows are speculative cells after it, dropped again; the meter keeps
-// them (the caller's prefill accounting drops it).
-ForwardCurve time_target_curve_here(Target& target, int max_n);
-// D(n) the same way on the context a drafter holds now.
-ForwardCurve time_draft_curve_here(Drafter& drafter, int max_n);
-// One forward of a drafter side over one token (the faster of three after a
-// warm-up); its cells are dropped and its meter emptied.
-double time_draft_forward(Drafter& drafter);
-
 // What a drafted node costs beyond the forwards: its distribution over the
 // vocabulary (a softmax) and the choice of its top children, timed at start-up
 // on a row of the drafter's vocabulary.
 double measure_node_ms(int n_vocab);
 
-// T(n) and D(n) at n = 1, 2, 4, 8, 9, 16, 17 (as time_target_curve), timed on
-// the sides as they will run (their cells dropped and meters emptied), and
-// the node's cost.
+// T(n) and D(n) up to 17 and 16 (tuning/side_timers.h), timed on the sides as
+// they will run (their cells dropped and meters emptied), and the node's cost.
 TreeCosts measure_tree_costs(Target& target, Drafter& drafter);
 
 // How often the target's token is the drafter's rank-r token at tree depth d,
@@ -91,7 +74,11 @@ struct ShapeForecast {
 // One step of `shape` (a plain step: one token per T(1)).
 ShapeForecast forecast_tree_step(const TreeCosts& costs, const RankAcceptance& acceptance,
                                  const TreeShape& shape);
-// The fastest of `candidates` (none: a plain step).
+// The fastest of `candidates`, however it compares with a plain step
+// (`candidates` must not be empty).
+ShapeForecast best_tree_shape(const TreeCosts& costs, const RankAcceptance& acceptance,
+                              const std::vector<TreeShape>& candidates);
+// The fastest of `candidates` and a plain step.
 ShapeForecast fastest_tree_shape(const TreeCosts& costs, const RankAcceptance& acceptance,
                                  const std::vector<TreeShape>& candidates);
 
@@ -113,9 +100,7 @@ class TreeShapePolicy {
   TreeShapePolicy(TreeCosts costs, std::vector<TreeShape> candidates);
   void reset();  // a new request: the prior again, the start-up T(n)
   // This request's T(n) and D(n), timed on its own context (a long prompt).
-  void use_request_curves(ForwardCurve target, ForwardCurve draft) {
-    request_curves_ = std::make_pair(std::move(target), std::move(draft));
-  }
+  void use_request_curves(const ForwardCurve& target, const ForwardCurve& draft);
   TreeShape next();
   // After a step: the drafter's rank of the target's token at depths 1, 2, ...
   // as far as the step drafted below the path.
@@ -127,11 +112,11 @@ class TreeShapePolicy {
   // The fastest forecast at `acceptance`; plain unless a tree beats it by 5%.
   ShapeForecast choose(const RankAcceptance& acceptance) const;
 
-  // The costs a step is weighed with: the start-up ones, or this request's curves.
-  TreeCosts step_costs() const;
+  // The costs a step is weighed with: the start-up ones, or this request's.
+  const TreeCosts& step_costs() const { return request_costs_ ? *request_costs_ : costs_; }
 
   TreeCosts costs_;
-  std::optional<std::pair<ForwardCurve, ForwardCurve>> request_curves_;
+  std::optional<TreeCosts> request_costs_;
   std::vector<TreeShape> candidates_;
   RankAcceptance acceptance_;
   int plain_steps_ = 0;

@@ -1,7 +1,9 @@
 #include "tuning/side_timers.h"
 
+#include <algorithm>
 #include <vector>
 
+#include "core/error.h"
 #include "core/timer.h"
 
 namespace parspec {
@@ -61,6 +63,75 @@ double DrafterTimer::forward_ms(int n) {
   const double ms = watch.elapsed_ms();
   drafter_.accept({}, {});
   return ms;
+}
+
+namespace {
+
+std::vector<int> curve_sizes(int max_n) {
+  std::vector<int> sizes = {1, 2, 4};
+  for (int n = 8; n < max_n + 8; n += 8) {
+    sizes.push_back(n);
+    sizes.push_back(n + 1);
+  }
+  while (!sizes.empty() && sizes.back() > max_n) sizes.pop_back();
+  if (sizes.back() != max_n) sizes.push_back(max_n);
+  return sizes;
+}
+
+template <class Timer>
+ForwardCurve time_curve(Timer& timer, int max_n) {
+  check(max_n >= 1, "a forward curve needs max_n >= 1");
+  ForwardCurve curve;
+  timer.forward_ms(1);  // warm-up
+  for (int n : curve_sizes(max_n)) {
+    double ms = timer.forward_ms(n);
+    if (n == 1) ms = std::min(ms, timer.forward_ms(1));
+    curve.points.emplace_back(n, ms);
+  }
+  curve.points.front().second = std::min(curve.points.front().second, timer.forward_ms(1));
+  return curve;
+}
+
+// time_curve on a short context of the side's own, its meter emptied after.
+template <class Timer, class Side>
+ForwardCurve time_fresh_curve(Side& side, int max_n) {
+  ForwardCurve curve;
+  {
+    Timer timer(side, max_n);
+    curve = time_curve(timer, max_n);
+  }
+  side.take_meter();
+  return curve;
+}
+
+}  // namespace
+
+ForwardCurve time_target_curve(Target& target, int max_n) {
+  return time_fresh_curve<TargetTimer>(target, max_n);
+}
+
+ForwardCurve time_target_curve_here(Target& target, int max_n) {
+  TargetTimer timer(target, OnCurrentContext{});
+  return time_curve(timer, max_n);
+}
+
+ForwardCurve time_draft_curve(Drafter& drafter, int max_n) {
+  return time_fresh_curve<DrafterTimer>(drafter, max_n);
+}
+
+ForwardCurve time_draft_curve_here(Drafter& drafter, int max_n) {
+  DrafterTimer timer(drafter, OnCurrentContext{});
+  return time_curve(timer, max_n);
+}
+
+double time_draft_forward(Drafter& drafter) {
+  double fastest = 0;
+  {
+    DrafterTimer timer(drafter, 1);
+    fastest = sorted_times([&] { return timer.forward_ms(1); }, 1, 3).front();
+  }
+  drafter.take_meter();
+  return fastest;
 }
 
 }  // namespace parspec

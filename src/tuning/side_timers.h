@@ -5,6 +5,7 @@
 // every row, each forward's cells dropped afterwards. Through the sides, so a
 // side on a GPU or behind a pipeline of MPI ranks is timed as it runs.
 #include "decode/sides.h"
+#include "model/forward_timing.h"
 #include "model/moe.h"
 
 namespace parspec {
@@ -42,5 +43,21 @@ class DrafterTimer {
   Drafter& drafter_;
   int run_ = 0;
 };
+
+// Forward curves for the strategies that size their trees as they run: T(n)
+// at n = 1, 2, 4, 8, 9, 16, 17, 24, 25, ... up to max_n (both ends of a GPU's
+// tiles of 8 rows, interpolated between), once each after a warm-up, and at
+// n = 1, which everything is weighed against, the fastest of two before the
+// others and one after them (the first forwards after a long prompt's prefill
+// run slow). On a short context of the side's own (its cells dropped and its
+// meter emptied afterwards), or on the context it holds now (the timed rows
+// are speculative cells after it, dropped again; the meter keeps them).
+ForwardCurve time_target_curve(Target& target, int max_n);
+ForwardCurve time_target_curve_here(Target& target, int max_n);
+ForwardCurve time_draft_curve(Drafter& drafter, int max_n);
+ForwardCurve time_draft_curve_here(Drafter& drafter, int max_n);
+// One forward of a drafter side over one token: the fastest of three after a
+// warm-up, on a short context of its own (cells dropped, meter emptied).
+double time_draft_forward(Drafter& drafter);
 
 }  // namespace parspec

@@ -10,7 +10,7 @@
 #include "core/threads.h"
 #include "decode/strategy.h"
 #include "model/model.h"
-#include "stats_helpers.h"
+#include "sampling_exactness.h"
 #include "strategies/cosine/cosine.h"
 #include "strategies/pool/routing.h"
 #include "test_helpers.h"
@@ -18,7 +18,6 @@
 namespace parspec {
 namespace {
 
-using testing_support::chi_square_two_sample;
 using testing_support::make_model_pair;
 using testing_support::ModelPair;
 using testing_support::TempDir;
@@ -317,30 +316,16 @@ TEST(PoolStrategies, SampledOutputMatchesTheTargetDistribution) {
   const SamplingParams params = testing_support::untruncated_sampling(1.5f);
   auto histograms = [&](StrategyConfig c) {
     c.ctx_size = 64;
-    auto strategy = make_strategy(c);
-    std::vector<std::map<int32_t, int64_t>> hist(3);
-    GenerationRequest req;
-    req.prompt = {256, 84, 104};
-    req.n_predict = 3;
-    req.sampling = params;
-    for (int r = 0; r < 2500; ++r) {
-      req.sampling.seed = 1000003ull * r + 17;
-      const auto tokens = strategy->generate(req).tokens;
-      for (size_t i = 0; i < tokens.size() && i < 3; ++i) ++hist[i][tokens[i]];
-    }
-    return hist;
+    return testing_support::sample_histograms(c, 2500, params);
   };
   const auto reference = histograms(pool.config("ar", worker));
   for (const char* name : {"cosine", "specinfer"}) {
     StrategyConfig c = pool.config(name, worker);
     c.options["route"] = 2;
     if (c.name == "cosine") c.options["fusion_top"] = 2;
-    const auto got = histograms(c);
-    for (size_t pos = 0; pos < got.size(); ++pos) {
-      const auto r = chi_square_two_sample(got[pos], reference[pos]);
-      EXPECT_FALSE(r.rejects()) << name << " position " << pos << ": chi-square " << r.statistic
-                                << " with " << r.df << " df";
-    }
+    std::string why;
+    EXPECT_TRUE(testing_support::same_distribution(histograms(c), reference, &why))
+        << name << " " << why;
   }
 }
 

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "decode/strategy.h"
 #include "model/model.h"
+#include "random_pair_test.h"
 #include "stats_helpers.h"
 #include "strategies/pearl/pearl_engine.h"
 #include "strategies/pearl/pearl_window.h"
@@ -614,11 +615,7 @@ TEST(PearlEngine, SampledOutputFollowsTheTargetDistributionInEveryMode) {
 // ---------------------------------------------------------------------------
 // The strategy on random models.
 
-std::vector<int32_t> test_prompt(int i) {
-  std::vector<int32_t> p = {256};
-  for (int j = 0; j <= i % 5; ++j) p.push_back((i * 37 + j * 11 + 5) % 256);
-  return p;
-}
+using testing_support::short_prompt;
 
 // ---------------------------------------------------------------------------
 // The window from measured costs.
@@ -671,33 +668,14 @@ TEST(PearlWindow, DearerVerificationSharedHardwareAndLowAcceptanceShortenIt) {
   EXPECT_EQ(fastest_window(costs_with({{1, 10.0}, {2, 20.0}}, 2.0, 1.0, 5), 0.2), 1);
 }
 
-class PearlStrategy : public ::testing::Test {
- protected:
-  void SetUp() override {
-    pair_ = testing_support::make_model_pair(dir_, "llama", DType::F32, DType::Q4_0, 300, 11);
-    base_.target = pair_.target;
-    base_.draft = pair_.draft;
-    base_.target_worker = &target_worker_;
-    base_.ctx_size = 128;
-  }
-  std::vector<int32_t> ar_tokens(const GenerationRequest& req) {
-    StrategyConfig c = base_;
-    c.name = "ar";
-    return make_strategy(c)->generate(req).tokens;
-  }
-
-  TempDir dir_;
-  testing_support::ModelPair pair_;
-  Worker target_worker_{1};
-  StrategyConfig base_;
-};
+using PearlStrategy = testing_support::RandomPairStrategyTest;
 
 TEST_F(PearlStrategy, GreedyOutputEqualsArInEveryModeWindowAndPlacement) {
   Worker draft_worker(1);
   int64_t accepted = 0, drafted = 0;
   for (int i = 0; i < 4; ++i) {
     GenerationRequest req;
-    req.prompt = test_prompt(i);
+    req.prompt = short_prompt(i);
     req.n_predict = 20;
     req.sampling.temp = 0;
     const std::vector<int32_t> expected = ar_tokens(req);
@@ -745,7 +723,7 @@ TEST_F(PearlStrategy, ChoosesTheWindowAsItRunsWhenNoneIsGiven) {
       << pearl->notes()[0];
   for (int i = 0; i < 3; ++i) {
     GenerationRequest req;
-    req.prompt = test_prompt(i);
+    req.prompt = short_prompt(i);
     req.n_predict = 24;
     req.sampling.temp = 0;
     const GenerationResult got = pearl->generate(req);
@@ -755,7 +733,7 @@ TEST_F(PearlStrategy, ChoosesTheWindowAsItRunsWhenNoneIsGiven) {
   }
   // Sampled: the same seed gives the same tokens, windows and all.
   GenerationRequest req;
-  req.prompt = test_prompt(1);
+  req.prompt = short_prompt(1);
   req.n_predict = 24;
   req.sampling.temp = 1.0f;
   req.sampling.seed = 99;
@@ -769,7 +747,7 @@ TEST_F(PearlStrategy, SampledRunsAreReproducibleAndStopAtStopTokens) {
   c.options["pearl_window"] = 4;
   auto pearl = make_strategy(c);
   GenerationRequest req;
-  req.prompt = test_prompt(1);
+  req.prompt = short_prompt(1);
   req.n_predict = 30;
   req.sampling.temp = 1.0f;
   req.sampling.seed = 1234;
@@ -800,7 +778,7 @@ TEST_F(PearlStrategy, RunsWithBothModelsPinnedToOneCore) {
   c.target_worker = &pinned;
   c.draft_worker = &pinned;
   GenerationRequest req;
-  req.prompt = test_prompt(2);
+  req.prompt = short_prompt(2);
   req.n_predict = 16;
   req.sampling.temp = 0;
   const auto expected = ar_tokens(req);

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "decode/strategy.h"
+#include "random_pair_test.h"
 #include "strategies/tree_sizing.h"
 #include "test_helpers.h"
 #include "tuning/cost_family.h"
@@ -147,32 +148,8 @@ TEST(TreeSizing, TheNodeBudgetGrowsWhileARowCostsLessThanItsChance) {
   EXPECT_EQ(fastest_node_budget(chances, 0, gpu, 3), 2);
 }
 
-std::vector<int32_t> tree_test_prompt(int i) {
-  std::vector<int32_t> p = {256};
-  for (int j = 0; j <= i % 5; ++j) p.push_back((i * 37 + j * 11 + 5) % 256);
-  return p;
-}
-
-class TreeStrategiesSizedAsTheyRun : public ::testing::Test {
- protected:
-  void SetUp() override {
-    pair_ = testing_support::make_model_pair(dir_, "llama", DType::F32, DType::Q4_0, 300, 11);
-    base_.target = pair_.target;
-    base_.draft = pair_.draft;
-    base_.target_worker = &worker_;
-    base_.ctx_size = 128;
-  }
-  std::vector<int32_t> ar_tokens(const GenerationRequest& req) {
-    StrategyConfig c = base_;
-    c.name = "ar";
-    return make_strategy(c)->generate(req).tokens;
-  }
-
-  testing_support::TempDir dir_;
-  testing_support::ModelPair pair_;
-  Worker worker_{1};
-  StrategyConfig base_;
-};
+using testing_support::short_prompt;
+using TreeStrategiesSizedAsTheyRun = testing_support::RandomPairStrategyTest;
 
 TEST_F(TreeStrategiesSizedAsTheyRun, GreedyEqualsArAndASeedRepeatsItself) {
   for (const std::string name : {"tree", "dyntree"}) {
@@ -184,7 +161,7 @@ TEST_F(TreeStrategiesSizedAsTheyRun, GreedyEqualsArAndASeedRepeatsItself) {
         << strategy->notes()[0];
     for (int i = 0; i < 3; ++i) {
       GenerationRequest req;
-      req.prompt = tree_test_prompt(i);
+      req.prompt = short_prompt(i);
       req.n_predict = 24;
       req.sampling.temp = 0;
       const GenerationResult got = strategy->generate(req);
@@ -195,7 +172,7 @@ TEST_F(TreeStrategiesSizedAsTheyRun, GreedyEqualsArAndASeedRepeatsItself) {
       EXPECT_EQ(steps, got.stats.verify_steps) << name;
     }
     GenerationRequest req;
-    req.prompt = tree_test_prompt(1);
+    req.prompt = short_prompt(1);
     req.n_predict = 24;
     req.sampling.temp = 1.0f;
     req.sampling.seed = 99;
@@ -219,10 +196,8 @@ TEST_F(TreeStrategiesSizedAsTheyRun, ALongPromptIsTimedOnItsOwnContext) {
     req.prompt = prompt;
     req.n_predict = 24;
     req.sampling.temp = 0;
-    StrategyConfig ar = c;
-    ar.name = "ar";
     const GenerationResult got = strategy->generate(req);
-    EXPECT_EQ(got.tokens, make_strategy(ar)->generate(req).tokens) << name;
+    EXPECT_EQ(got.tokens, ar_tokens(req, c)) << name;
     EXPECT_EQ(got.stats.n_gen, 24) << name;
     req.sampling.temp = 1.0f;
     req.sampling.seed = 7;
@@ -242,7 +217,7 @@ TEST_F(TreeStrategiesSizedAsTheyRun, AGivenDepthOrNoTimingKeepsAFixedShape) {
     auto fixed = make_strategy(c);
     EXPECT_TRUE(fixed->notes().empty()) << name;
     GenerationRequest req;
-    req.prompt = tree_test_prompt(2);
+    req.prompt = short_prompt(2);
     req.n_predict = 12;
     req.sampling.temp = 0;
     const GenerationResult got = fixed->generate(req);

@@ -31,6 +31,7 @@
 #include "strategies/pool/drafter_pool.h"
 #include "strategies/pool/routing.h"
 #include "strategies/tree_sizing.h"
+#include "tuning/side_timers.h"
 
 namespace parspec {
 

@@ -71,15 +71,6 @@ struct WindowMeasurement {
   std::string where;  // how the sides ran, for the note: "" (this CPU), a GPU, a pipeline
 };
 
-// `runs` times that `timed` returns after `warmup` calls, sorted.
-std::vector<double> sorted_ms(const std::function<double()>& timed, int warmup, int runs) {
-  for (int i = 0; i < warmup; ++i) timed();
-  std::vector<double> times;
-  for (int i = 0; i < runs; ++i) times.push_back(timed());
-  std::sort(times.begin(), times.end());
-  return times;
-}
-
 // The costs timed on the strategy's own sides, as it will run them: on this
 // CPU's workers, on a GPU, or through a pipeline of MPI ranks (messages and
 // stages included); the drafter on `runner`'s thread when both run at once,
@@ -94,9 +85,9 @@ WindowMeasurement measure_window(Target& target, Drafter& drafter, TaskRunner& r
   };
   const auto draft_ms = [&] { return draft_timer.forward_ms(1); };
   WindowMeasurement m;
-  const std::vector<double> one = sorted_ms(target_ms(1), kWarmup, kRuns);
+  const std::vector<double> one = sorted_times(target_ms(1), kWarmup, kRuns);
   m.t_target_ms = one[kRuns / 2];
-  m.t_draft_ms = sorted_ms(draft_ms, kWarmup, kRuns)[kRuns / 2];
+  m.t_draft_ms = sorted_times(draft_ms, kWarmup, kRuns)[kRuns / 2];
   m.ratio = m.t_draft_ms > 0 ? m.t_target_ms / m.t_draft_ms : 1.0;
   m.rule_window =
       static_cast<int>(std::clamp(std::lround(m.ratio), 1L, static_cast<long>(kMaxWindow)));
@@ -105,7 +96,7 @@ WindowMeasurement measure_window(Target& target, Drafter& drafter, TaskRunner& r
   costs.max_window = m.rule_window;
   costs.target.points = {{1, one.front()}};  // the curve: each point the fastest of its runs
   for (int n = std::min(3, m.rule_window + 1);; n = std::min(2 * n - 1, m.rule_window + 1)) {
-    costs.target.points.emplace_back(n, sorted_ms(target_ms(n), 1, kCurveRuns).front());
+    costs.target.points.emplace_back(n, sorted_times(target_ms(n), 1, kCurveRuns).front());
     if (n >= m.rule_window + 1) break;
   }
   // A short window's round with both sides at once, against each alone.
@@ -120,7 +111,7 @@ WindowMeasurement measure_window(Target& target, Drafter& drafter, TaskRunner& r
     runner.wait();
     return watch.elapsed_ms();
   };
-  const double together = sorted_ms(both, 1, kCurveRuns).front();
+  const double together = sorted_times(both, 1, kCurveRuns).front();
   const double shorter = std::min(verifying, drafting);
   costs.overlap_cost =
       shorter > 0 ? std::clamp((together - std::max(verifying, drafting)) / shorter, 0.0, 4.0)

@@ -50,12 +50,9 @@ int hardware_aware_budget(Target& target, const RankAccuracy& accuracy, int ense
   constexpr int kMaxBudget = 16, kRuns = 3;
   TargetTimer timer(target, kMaxBudget);
   ForwardCurve curve;
-  for (int n : {1, 2, 3, 4, 6, 8, 12, 16}) {
-    timer.forward_ms(n);  // warm-up
-    std::vector<double> times;
-    for (int run = 0; run < kRuns; ++run) times.push_back(timer.forward_ms(n));
-    curve.points.emplace_back(n, median(std::move(times)));
-  }
+  for (int n : {1, 2, 3, 4, 6, 8, 12, 16})
+    curve.points.emplace_back(
+        n, sorted_times([&] { return timer.forward_ms(n); }, 1, kRuns)[kRuns / 2]);
   target.take_meter();
   std::vector<double> latency(kMaxBudget);
   for (int n = 1; n <= kMaxBudget; ++n) latency[n - 1] = curve.at(n);
