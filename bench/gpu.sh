@@ -15,9 +15,9 @@
 #      its trees; the 8B-class F16 target) while llama.cpp builds, then with the drafter on the CPU (-ngld 0); then
 #      per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
 #      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode without
-#      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) and with programmatic dependent launches
-#      (PARSPEC_CUDA_PDL=1) for the 100M drafter and the 8B Q4_0, and
-#      with the variants not yet the default; llama.cpp's
+#      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) and without programmatic dependent launches
+#      (PARSPEC_CUDA_PDL=0) for the 100M drafter and the 8B Q4_0, and
+#      with the kernel variants; llama.cpp's
 #      llama-speculative-simple (--draft-max 4, 8, 16) on the strategies' files and prompts;
 #      serve on the device under 1, 4 and 16 concurrent streams (bench/loadgen.py), ar and sd;
 #      the GPU time of a forward by kernel group (PARSPEC_CUDA_PROFILE=1);
@@ -188,18 +188,16 @@ if [[ $mode == run && ${SKIP_TRANSFORMERS:-0} != 1 ]] && python3 -c "import torc
 fi
 
 # The environment of a kernel variant: tensor-cores (the defaults), warp (the
-# dp4a warp matmul for every row count), mma (the tensor cores also for one
-# row), block-major (the tensor-core kernel's activations laid out block-major),
-# half-tensor-cores (F16/BF16 weights on the tensor cores), opt-in (the kernels not
-# yet the default: the one-row matmul's way up to 4 rows, tiled attention, a prefill
-# in one launch per matmul, block-major activations, programmatic dependent
-# launches, F16/BF16 weights on the tensor cores).
+# dp4a warp matmul for every row count), mma (the tensor cores also for 1 to 4
+# rows), row-major (the tensor-core kernel's activations row after row),
+# half-warp (F16/BF16 weights on the warp kernel), opt-in (the kernels not yet
+# the default: tiled attention, a prefill in one launch per matmul).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
-    block-major) echo "PARSPEC_CUDA_ACTIVATIONS=block-major" ;;
-    half-tensor-cores) echo "PARSPEC_CUDA_HALF_MATMUL=tensor-cores" ;;
-    opt-in) echo "PARSPEC_CUDA_MATMUL=rows PARSPEC_CUDA_ATTENTION=tiled PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_ACTIVATIONS=block-major PARSPEC_CUDA_PDL=1 PARSPEC_CUDA_HALF_MATMUL=tensor-cores" ;;
+    row-major) echo "PARSPEC_CUDA_ACTIVATIONS=row-major" ;;
+    half-warp) echo "PARSPEC_CUDA_HALF_MATMUL=warp" ;;
+    opt-in) echo "PARSPEC_CUDA_ATTENTION=tiled PARSPEC_CUDA_PREFILL=one-launch" ;;
   esac
 }
 
@@ -419,7 +417,7 @@ if [[ $mode == run ]]; then
 fi
 
 # The 8B-class F16 target with the same drafter: its verification runs the F16
-# matmuls (the warp kernel, then the tensor cores).
+# matmuls on the tensor cores.
 f16_target=$(model_path 8b-f16 models/target.gguf)
 if [[ $mode == run && -f $f16_target ]]; then
   f16_pair=(-m "$f16_target" -md "${pair[3]}")
@@ -428,16 +426,9 @@ if [[ $mode == run && -f $f16_target ]]; then
     --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-f16.md" \
     --json "$out/strategies-f16.json" >"$out/strategies-f16.txt" 2>&1 ||
     echo "parspec bench (F16 target) failed or timed out: see $out/strategies-f16.txt"
-  step "parspec bench, 8B-class F16 target with $(kernel_env half-tensor-cores): ar,sd,dyntree"
-  budgeted 120 env $(kernel_env half-tensor-cores) "$bin_parspec" bench "${f16_pair[@]}" "${device[@]}" \
-    --strategies ar,sd,dyntree --prompts code,prose --max-prompts 3 -n 64 -t 2 \
-    --md "$out/strategies-f16-half.md" --json "$out/strategies-f16-half.json" \
-    >"$out/strategies-f16-half.txt" 2>&1 ||
-    echo "parspec bench (F16 target, tensor cores) failed or timed out: see $out/strategies-f16-half.txt"
 fi
 
-# The short prompts with the kernels not yet the default (block-major
-# activations above all: verification's matmuls); below, with the drafter on
+# The short prompts with the kernels not yet the default (tiled attention); below, with the drafter on
 # the host's CPU cores while the GPU verifies (-ngld 0; PEARL's case across devices).
 opt_in_set=ar,sd,tree,dyntree
 step "parspec bench with $(kernel_env opt-in): $opt_in_set"
@@ -490,14 +481,14 @@ if [[ -f $profile_file ]]; then
 fi
 
 # What the CUDA graphs bring (decode and L(8) of the two extremes launched kernel by
-# kernel), and what programmatic dependent launches bring (PARSPEC_CUDA_PDL=1: each
-# kernel launched while the one before it finishes), on the same two models.
+# kernel), and what programmatic dependent launches bring (PARSPEC_CUDA_PDL=0: each
+# kernel launched only after the one before it), on the same two models.
 if [[ $mode == dry ]]; then graph_rows=(zoo-draft); else graph_rows=(100m-f16 8b-q4_0); fi
 for name in "${graph_rows[@]}"; do
   file=$(model_path "$name" models/draft.gguf)
   [[ -f $file ]] || continue
   for setting in "nographs PARSPEC_CUDA_GRAPHS=0 without graphs" \
-    "pdl PARSPEC_CUDA_PDL=1 with dependent launches"; do
+    "nopdl PARSPEC_CUDA_PDL=0 without dependent launches"; do
     read -r suffix variable what <<<"$setting"
     step "parspec bench-forward $name $what"
     budgeted 60 env "$variable" "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
@@ -506,15 +497,15 @@ for name in "${graph_rows[@]}"; do
   done
 done
 
-# What the variants not yet the default bring, per weight type: on Q8_0/Q4_0
-# block-major activations and all the opt-in kernels (the warp kernel and the tensor
-# cores for single rows were measured before: docs/performance-gpu.md); on F16 the
-# tensor cores, against the warp kernel.
+# What the variants bring, per weight type: on Q8_0/Q4_0 row-major activations and
+# the opt-in kernels (the warp kernel and the tensor cores for single rows were
+# measured before: docs/performance-gpu.md); on F16 the warp kernel, against the
+# tensor cores.
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(block-major opt-in) || variants=() ;;
-    *f16*) variants=(half-tensor-cores) ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(row-major opt-in) || variants=() ;;
+    *f16*) variants=(half-warp) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
@@ -637,12 +628,13 @@ for name in rows:
     curves.append((name, lat))
 graph_rows = [(n, load(os.path.join(out, f"parspec-{n}-nographs.json")),
                load(os.path.join(out, f"parspec-{n}.json")),
-               load(os.path.join(out, f"parspec-{n}-pdl.json"))) for n in rows]
+               load(os.path.join(out, f"parspec-{n}-nopdl.json"))) for n in rows]
 graph_rows = [(n, off, on, pdl) for n, off, on, pdl in graph_rows if off and on]
 if graph_rows:
     print()
-    print("| model | decode tok/s with CUDA graphs | without | with graphs and dependent launches "
-          "| L(8) ms with graphs | without | with graphs and dependent launches |")
+    print("| model | decode tok/s with CUDA graphs and dependent launches | without graphs "
+          "| graphs without dependent launches "
+          "| L(8) ms with both | without graphs | graphs without dependent launches |")
     print("|---|---|---|---|---|---|---|")
     for n, off, on, pdl in graph_rows:
         a, b = on["results"][0], off["results"][0]
@@ -654,7 +646,7 @@ if graph_rows:
 warp_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-mma.json")),
               load(os.path.join(out, f"parspec-{n}-warp.json")),
-              load(os.path.join(out, f"parspec-{n}-block-major.json")),
+              load(os.path.join(out, f"parspec-{n}-row-major.json")),
               load(os.path.join(out, f"parspec-{n}-opt-in.json"))) for n in rows]
 warp_rows = [r for r in warp_rows if r[1] and any(r[2:])]
 if warp_rows:
@@ -662,13 +654,12 @@ if warp_rows:
     print("| model | matmul | decode tok/s | L(1) ms | L(4) ms | L(8) ms | L(32) ms | L(64) ms "
           "| pp512 tok/s |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for n, default, mma, warp, block_major, few in warp_rows:
-        for label, res in (("default (one-row kernel, tensor cores for more)", default),
+    for n, default, mma, warp, row_major, few in warp_rows:
+        for label, res in (("default (one-row kernel's way up to 4 rows, tensor cores for more)",
+                            default),
                            ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
-                           ("block-major activations", block_major),
-                           ("opt-in: rows up to 4, tiled attention, one-launch prefill, "
-                            "block-major activations, dependent launches, F16 on tensor cores",
-                            few)):
+                           ("row-major activations", row_major),
+                           ("opt-in: tiled attention, one-launch prefill", few)):
             if res is None:
                 continue
             r = res["results"][0]
@@ -679,17 +670,17 @@ if warp_rows:
                   f"| {fmt(lat.get('64'), 2)} "
                   f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
 half_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
-              load(os.path.join(out, f"parspec-{n}-half-tensor-cores.json"))) for n in rows]
+              load(os.path.join(out, f"parspec-{n}-half-warp.json"))) for n in rows]
 half_rows = [r for r in half_rows if r[1] and r[2]]
 if half_rows:
     print()
-    print("F16 weights: the warp kernel (default) against the tensor cores "
-          "(PARSPEC_CUDA_HALF_MATMUL=tensor-cores):")
+    print("F16 weights: the tensor cores (default) against the warp kernel "
+          "(PARSPEC_CUDA_HALF_MATMUL=warp):")
     print()
     print("| model | matmul | decode tok/s | L(1) ms | L(8) ms | L(32) ms | L(64) ms | pp512 tok/s |")
     print("|---|---|---|---|---|---|---|---|")
     for n, default, half in half_rows:
-        for label, res in (("warp (default)", default), ("tensor cores", half)):
+        for label, res in (("tensor cores (default)", default), ("warp", half)):
             r = res["results"][0]
             lat = r["latency_ms"]
             pp = lat.get("512")
@@ -718,7 +709,7 @@ if easyspec_runs:
               f"| {fmt(sd.get('speedup'), 2)} |")
 for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-ppd-tuned.md",
            "strategies-long.md", "strategies-long-opt-in.md", "strategies-opt-in.md",
-           "strategies-cpu-draft.md", "strategies-f16.md", "strategies-f16-half.md"):
+           "strategies-cpu-draft.md", "strategies-f16.md"):
     path = os.path.join(out, md)
     if os.path.exists(path):
         print()
@@ -798,12 +789,8 @@ def pp_ratio(name, variant=""):
     return 512 / lat["512"] * 1000 / pp if "512" in lat and pp else None
 for name in ("8b-q4_0", "8b-q8_0", "8b-f16", "1b-f16", "100m-f16"):
     goal(f"pp512 × llama.cpp, {name}", pp_ratio(name), 0.7)
-    if name.endswith("f16"):
-        goal(f"pp512 × llama.cpp, {name}, F16 on tensor cores",
-             pp_ratio(name, "-half-tensor-cores"), 0.7)
-for variant, label in (("", "default"), ("-block-major", "block-major")):
-    goal(f"L(8)/L(1), 8b-q4_0, {label}", lat_ratio("8b-q4_0", 8, variant), 1.15, higher=False)
-    goal(f"L(32)/L(1), 8b-q4_0, {label}", lat_ratio("8b-q4_0", 32, variant), 1.5, higher=False)
+goal("L(8)/L(1), 8b-q4_0", lat_ratio("8b-q4_0", 8), 1.15, higher=False)
+goal("L(32)/L(1), 8b-q4_0", lat_ratio("8b-q4_0", 32), 1.5, higher=False)
 speed = lambda k: strategy_rows[k]["speedup"] if k in strategy_rows else None
 goal("auto × ar", speed("auto"), 2.0)
 if os.path.exists(spec) and "auto" in strategy_rows:

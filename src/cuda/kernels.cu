@@ -27,7 +27,7 @@ static_assert(kAttnKeys == kAttnThreads, "attention scores one key per thread");
 constexpr int kMaxHeadDim = 256;
 constexpr int kNormThreads = 256;
 
-// Programmatic dependent launch (sm_90 and later, PARSPEC_CUDA_PDL=1): a
+// Programmatic dependent launch (sm_90 and later; PARSPEC_CUDA_PDL=0 turns it off): a
 // kernel is launched while the one before it on its stream finishes, and its
 // blocks wait here, before they read or write anything, until that kernel has
 // completed and its writes are visible. Each kernel lets the next one launch
@@ -178,10 +178,10 @@ __device__ int64_t q8_block_index(int64_t row, int64_t b, int64_t n, int64_t nb,
 }
 
 // One block per row: h += residual (when given), out = h / sqrt(mean(h²) + eps)
-// · w, and out quantized to Q8_0 when q is given. The sum of squares is
-// reduced by the first kNormThreads threads (each over elements i, i +
-// kNormThreads, ..., then a fixed tree); all kNormBlock threads then write
-// and quantize the row.
+// · w, and out quantized to Q8_0 when q is given. For rows wider than
+// add_rmsnorm_wide_kernel takes: the sum of squares is reduced by the first
+// kNormThreads threads (each over elements i, i + kNormThreads, ..., then a
+// fixed tree); all kNormBlock threads then write and quantize the row.
 constexpr int kNormBlock = 1024;
 __global__ void __launch_bounds__(kNormBlock)
     add_rmsnorm_kernel(float* h, const float* residual, const float* w, int dim, float eps,
@@ -222,6 +222,67 @@ __global__ void __launch_bounds__(kNormBlock)
   }
 }
 
+// add_rmsnorm_kernel's computation for rows of up to kNormBlock ·
+// kWideNormPerThread values, with the whole block busy and no load waiting on
+// another (a row's loads in one round trip): thread t holds elements t, t + kNormBlock,
+// ... of the row in registers, all loaded up front; the sum of squares is
+// each thread's own in order, then each warp's by butterfly, then the warps'
+// sums, each warp adding them by the same butterfly. Warp w's lanes hold
+// blocks w, w + 32, ... of 32 values, which it quantizes from its registers.
+// One block per row and fixed steps, so a row's bits do not depend on the
+// batch.
+constexpr int kWideNormPerThread = 8;  // rows of up to 8192 values
+__global__ void __launch_bounds__(kNormBlock)
+    add_rmsnorm_wide_kernel(float* h, const float* __restrict__ residual,
+                            const float* __restrict__ w, int dim, float eps, float* out, int8_t* q,
+                            float* scales, bool block_major) {
+  begin_kernel();
+  __shared__ float warp_sums[kNormBlock / kWarp];
+  const int64_t row = blockIdx.x;
+  float* hr = h + row * dim;
+  float* yr = out + row * dim;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  float x[kWideNormPerThread], r[kWideNormPerThread], g[kWideNormPerThread];
+#pragma unroll
+  for (int k = 0; k < kWideNormPerThread; ++k) {
+    const int i = threadIdx.x + k * kNormBlock;
+    x[k] = i < dim ? hr[i] : 0.0f;
+    r[k] = residual != nullptr && i < dim ? residual[row * dim + i] : 0.0f;
+    g[k] = i < dim ? w[i] : 0.0f;
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kWideNormPerThread; ++k) {
+    const int i = threadIdx.x + k * kNormBlock;
+    if (i >= dim) continue;
+    if (residual != nullptr) {
+      x[k] = __fadd_rn(x[k], r[k]);
+      hr[i] = x[k];
+    }
+    s = __fmaf_rn(x[k], x[k], s);
+  }
+  s = warp_sum(s);
+  if (lane == 0) warp_sums[warp] = s;
+  __syncthreads();
+  const float total = warp_sum(warp_sums[lane]);  // kNormBlock / kWarp == kWarp
+  const float mean = __fdiv_rn(total, static_cast<float>(dim));
+  const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  const int n_blocks = dim / 32;
+#pragma unroll
+  for (int k = 0; k < kWideNormPerThread; ++k) {
+    const int i = threadIdx.x + k * kNormBlock;
+    if (i >= dim) continue;  // the whole warp (dim is a multiple of 32)
+    const float y = __fmul_rn(__fmul_rn(x[k], scale), g[k]);
+    yr[i] = y;
+    if (q != nullptr) {
+      const int b = i / 32;
+      const int64_t at = q8_block_index(row, b, gridDim.x, n_blocks, block_major);
+      quantize_block(y, lane, q + at * 32, scales + at);
+    }
+  }
+}
+static_assert(kNormBlock / kWarp == kWarp, "the warps' sums are one warp's lanes");
+
 // One warp per block of 32 values, one lane per value; n rows of nb blocks.
 __global__ void quantize_q8_kernel(const float* x, int n, int nb, int8_t* q, float* scales,
                                    bool block_major) {
@@ -233,17 +294,31 @@ __global__ void quantize_q8_kernel(const float* x, int n, int nb, int8_t* q, flo
   quantize_block(x[block * 32 + lane], lane, q + at * 32, scales + at);
 }
 
-// Eight 32-bit words of a Q8_0/Q4_0 weight block: its 32 values as int8, in order.
+// A Q8_0/Q4_0 weight block's quants as loaded (32 or 16 bytes, the second
+// word unused for Q4_0), unpacked by unpack_raw_block into int8 values.
 template <WeightKind kKind>
-__device__ void load_block_q(const DeviceMatrix& w, int64_t block, int (&out)[8]) {
+struct RawBlock {
+  int4 a, b;
+};
+template <WeightKind kKind>
+__device__ RawBlock<kKind> load_raw_block(const DeviceMatrix& w, int64_t block) {
+  RawBlock<kKind> raw;
   if constexpr (kKind == WeightKind::kQ8_0) {
     const int4* src = reinterpret_cast<const int4*>(static_cast<const int8_t*>(w.q) + block * 32);
-    const int4 a = src[0], b = src[1];
-    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
-    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+    raw.a = src[0];
+    raw.b = src[1];
   } else {
-    const int4 p = *reinterpret_cast<const int4*>(static_cast<const uint8_t*>(w.q) + block * 16);
-    const int words[4] = {p.x, p.y, p.z, p.w};
+    raw.a = *reinterpret_cast<const int4*>(static_cast<const uint8_t*>(w.q) + block * 16);
+  }
+  return raw;
+}
+template <WeightKind kKind>
+__device__ void unpack_raw_block(const RawBlock<kKind>& raw, int (&out)[8]) {
+  if constexpr (kKind == WeightKind::kQ8_0) {
+    out[0] = raw.a.x, out[1] = raw.a.y, out[2] = raw.a.z, out[3] = raw.a.w;
+    out[4] = raw.b.x, out[5] = raw.b.y, out[6] = raw.b.z, out[7] = raw.b.w;
+  } else {
+    const int words[4] = {raw.a.x, raw.a.y, raw.a.z, raw.a.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       out[i] = static_cast<int>(__vsub4(words[i] & 0x0F0F0F0F, 0x08080808));
@@ -251,6 +326,12 @@ __device__ void load_block_q(const DeviceMatrix& w, int64_t block, int (&out)[8]
           __vsub4((static_cast<unsigned>(words[i]) >> 4) & 0x0F0F0F0F, 0x08080808));
     }
   }
+}
+
+// Eight 32-bit words of a Q8_0/Q4_0 weight block: its 32 values as int8, in order.
+template <WeightKind kKind>
+__device__ void load_block_q(const DeviceMatrix& w, int64_t block, int (&out)[8]) {
+  unpack_raw_block<kKind>(load_raw_block<kKind>(w, block), out);
 }
 
 // The exact integer dot product of a block's 32 weight quants (eight words)
@@ -570,8 +651,8 @@ void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, 
            n, n_total, m_first);
 }
 
-// The tensor-core path for F16/BF16 weights (PARSPEC_CUDA_HALF_MATMUL=tensor-cores;
-// matmul_f_kernel otherwise). A block computes kMmaRows weight rows for every
+// The tensor-core path for F16/BF16 weights (the default; PARSPEC_CUDA_HALF_MATMUL=warp
+// selects matmul_f_kernel). A block computes kMmaRows weight rows for every
 // activation row of the launch, in slices of 8·kTiles rows: its kMmaWarps
 // warps split K in chunks of 32 (warp w takes chunks w, w + kMmaWarps, ...),
 // and for each chunk and tile of 8 activation rows two 16×8×16 mma.sync take
@@ -683,10 +764,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
   }
 }
 
-// PARSPEC_CUDA_HALF_MATMUL=tensor-cores: F16/BF16 weights of a width that is a
-// multiple of 32 go through matmul_half_mma_kernel at every row count.
+// F16/BF16 weights of a width that is a multiple of 32 go through
+// matmul_half_mma_kernel at every row count, unless PARSPEC_CUDA_HALF_MATMUL=warp.
 bool half_tensor_cores(int64_t n_in) {
-  static const bool wanted = env_is("PARSPEC_CUDA_HALF_MATMUL", "tensor-cores");
+  static const bool wanted = !env_is("PARSPEC_CUDA_HALF_MATMUL", "warp");
   return wanted && n_in % 32 == 0;
 }
 
@@ -722,6 +803,7 @@ __device__ float half_warp_sum_in_order(float v, int lane) {
 }
 
 constexpr int kGemvThreads = kMmaRows * 16;
+constexpr int kGemvPrefetch = 8;  // weight blocks per lane requested before the row is staged
 static_assert(kMmaWarps == 16, "the one-row kernel mirrors 16 K-splitting warps");
 
 template <WeightKind kKind>
@@ -734,19 +816,43 @@ __global__ void __launch_bounds__(kGemvThreads)
   int64_t row0;
   if (!block_tile(g, w, y, row0)) return;  // the same for the whole block
   const int64_t nb = w.n_in / 32;
+  const int lane = threadIdx.x % kWarp, v = threadIdx.x % 16;
+  const int64_t row = row0 + threadIdx.x / 16;
+  const bool has_row = row < w.n_out;
+  const __half* scales = static_cast<const __half*>(w.scales) + row * nb;
+  // The lane's first kGemvPrefetch weight blocks are requested before the
+  // activation row is staged, so that their loads overlap it (the blocks are
+  // still summed in the same order).
+  RawBlock<kKind> first[kGemvPrefetch];
+  __half first_scale[kGemvPrefetch];
+#pragma unroll
+  for (int p = 0; p < kGemvPrefetch; ++p) {
+    const int64_t b = v + 16 * p;
+    if (has_row && b < nb) {
+      first[p] = load_raw_block<kKind>(w, row * nb + b);
+      first_scale[p] = scales[b];
+    }
+  }
   int8_t* xs = reinterpret_cast<int8_t*>(gemv_shared);
   float* ds = reinterpret_cast<float*>(xs + nb * 32);
   for (int64_t i = threadIdx.x; i < nb * 2; i += kGemvThreads)
     gemv_shared[i] = reinterpret_cast<const int4*>(xq)[i];
   for (int64_t i = threadIdx.x; i < nb; i += kGemvThreads) ds[i] = xd[i];
   __syncthreads();
-  const int lane = threadIdx.x % kWarp, v = threadIdx.x % 16;
-  const int64_t row = row0 + threadIdx.x / 16;
   float acc = 0.0f;
-  if (row < w.n_out) {
-    const __half* scales = static_cast<const __half*>(w.scales) + row * nb;
-#pragma unroll 4
-    for (int64_t b = v; b < nb; b += 16) {
+  if (has_row) {
+#pragma unroll
+    for (int p = 0; p < kGemvPrefetch; ++p) {
+      const int64_t b = v + 16 * p;
+      if (b >= nb) break;
+      int wq[8];
+      unpack_raw_block<kKind>(first[p], wq);
+      const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
+      const int sum = block_dot_s8(wq, x4[0], x4[1]);
+      acc = __fmaf_rn(__fmul_rn(__half2float(first_scale[p]), ds[b]), static_cast<float>(sum), acc);
+    }
+#pragma unroll 8
+    for (int64_t b = v + 16 * kGemvPrefetch; b < nb; b += 16) {
       int wq[8];
       load_block_q<kKind>(w, row * nb + b, wq);
       const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
@@ -866,17 +972,13 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, 
 }
 
 // PARSPEC_CUDA_MATMUL: "warp" (the dp4a warp kernel for every row count),
-// "mma" (the tensor-core kernel also for one row), "rows" (the one-row
-// kernel's way also for 2 to 4 rows), default: the tensor-core kernel, and the
-// one-row kernel for a single row.
+// "mma" (the tensor-core kernel for every row count); default: the one-row
+// kernel for one row, its way for 2 to 4 rows, the tensor-core kernel for more.
 bool tensor_core_matmul_wanted() {
   return !env_is("PARSPEC_CUDA_MATMUL", "warp");
 }
-bool one_row_matmul_wanted() {
-  return !env_is("PARSPEC_CUDA_MATMUL", "mma");
-}
 bool few_rows_matmul_wanted() {
-  return env_is("PARSPEC_CUDA_MATMUL", "rows");
+  return !env_is("PARSPEC_CUDA_MATMUL", "mma");
 }
 
 // The kernel that multiplies n rows of Q8_0 activations of width n_in by
@@ -885,20 +987,20 @@ bool few_rows_matmul_wanted() {
 enum class QuantizedKernel { kWarp, kRows, kOneRow, kTensorCores };
 QuantizedKernel quantized_kernel(int n, int64_t n_in) {
   static const bool tensor_cores = tensor_core_matmul_wanted();
-  static const bool one_row = one_row_matmul_wanted();
   static const bool few_rows = few_rows_matmul_wanted();
   if (!tensor_cores) return QuantizedKernel::kWarp;
   if (few_rows && n >= 2 && n <= kRowsKernelMaxRows) return QuantizedKernel::kRows;
-  if (one_row && n == 1 && gemv_shared_bytes(n_in) <= kGemvMaxShared)
+  if (few_rows && n == 1 && gemv_shared_bytes(n_in) <= kGemvMaxShared)
     return QuantizedKernel::kOneRow;
   return QuantizedKernel::kTensorCores;
 }
 
-// PARSPEC_CUDA_ACTIVATIONS=block-major: the activations that the tensor-core
-// kernel reads are written block-major (q8_block_index), so that each load of
-// its B fragments reads contiguous bytes instead of 8 rows' scattered words.
+// The activations that the tensor-core kernel reads are written block-major
+// (q8_block_index), so that each load of its B fragments reads contiguous bytes
+// instead of 8 rows' scattered words; PARSPEC_CUDA_ACTIVATIONS=row-major keeps
+// them row after row.
 bool block_major_activations(int n, int64_t n_in) {
-  static const bool wanted = env_is("PARSPEC_CUDA_ACTIVATIONS", "block-major");
+  static const bool wanted = !env_is("PARSPEC_CUDA_ACTIVATIONS", "row-major");
   return wanted && quantized_kernel(n, n_in) == QuantizedKernel::kTensorCores;
 }
 
@@ -1242,6 +1344,161 @@ __device__ int32_t key_slot(const AttentionRow& r, const int32_t* spec_slots, in
                                    : spec_slots[r.spec_offset + (key_index - r.n_committed)];
 }
 
+// Floats of the per-head kernel's stage: a part of a chunk's keys (or values)
+// in rows padded by one float, so that thread j reads key j's row without bank
+// conflicts (128 keys of a head of 64).
+constexpr int kAttnStageFloats = kAttnKeys * 65;
+
+// Keys per stage for a head dimension: the largest power of two whose padded
+// rows fit kAttnStageFloats, at most a chunk.
+__device__ int attention_stage_keys(int hd) {
+  int keys = kAttnKeys;
+  while (keys > 1 && keys * (hd + 1) > kAttnStageFloats) keys /= 2;
+  return keys;
+}
+
+// Rows [j_begin, j_end) of the chunk's keys (or values) from the cache into
+// `stage`, row jj - j_begin at jj's slot: every load of a pass is issued
+// before any is stored, so that a stage costs about one trip to memory.
+__device__ void stage_kv_rows(const float* layer_base, int kv_dim, const int32_t* slot_s,
+                              int j_begin, int j_end, int hd, float* stage) {
+  if (hd % 4 != 0) {  // rows not in float4s: one float at a time
+    for (int idx = threadIdx.x; idx < (j_end - j_begin) * hd; idx += kAttnThreads) {
+      const int jj = j_begin + idx / hd, d = idx % hd;
+      stage[(idx / hd) * (hd + 1) + d] = layer_base[static_cast<int64_t>(slot_s[jj]) * kv_dim + d];
+    }
+    return;
+  }
+  constexpr int kLoads = 8;  // float4 loads in flight per thread and pass
+  const int hd4 = hd / 4, total = (j_end - j_begin) * hd4;
+  for (int base = 0; base < total; base += kAttnThreads * kLoads) {
+    float4 r[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int idx = base + u * kAttnThreads + static_cast<int>(threadIdx.x);
+      if (idx < total) {
+        const int jj = j_begin + idx / hd4, c = idx % hd4;
+        r[u] = *reinterpret_cast<const float4*>(layer_base +
+                                                static_cast<int64_t>(slot_s[jj]) * kv_dim + 4 * c);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int idx = base + u * kAttnThreads + static_cast<int>(threadIdx.x);
+      if (idx < total) {
+        float* dst = stage + (idx / hd4) * (hd + 1) + 4 * (idx % hd4);
+        dst[0] = r[u].x, dst[1] = r[u].y, dst[2] = r[u].z, dst[3] = r[u].w;
+      }
+    }
+  }
+}
+
+// attention_split_kernel's steps with the keys, then the values, staged in
+// shared memory (a whole chunk for heads of up to 64, else in parts), each part
+// read from the cache in one round of loads: far fewer waits on memory per
+// block, but its 37 KB of shared memory leave room for fewer blocks per SM, so
+// launch_attention takes it for a few rows only. The same bits.
+__global__ void attention_split_staged_kernel(const float* q, const AttentionRow* rows,
+                                              const int32_t* spec_slots, int layer, HeadShape s,
+                                              float scale, float* partial) {
+  begin_kernel();
+  __shared__ float q_s[kMaxHeadDim];
+  __shared__ float o_s[kMaxHeadDim];
+  __shared__ float part_s[kMaxHeadDim];
+  __shared__ float p_s[kAttnKeys];
+  __shared__ int32_t slot_s[kAttnKeys];
+  __shared__ float reduce_s[kAttnThreads / kWarp];
+  __shared__ float stage[kAttnStageFloats];
+
+  const int row = blockIdx.x, head = blockIdx.y, split = blockIdx.z;
+  const AttentionRow r = rows[row];
+  const int n_keys = r.n_committed + r.spec_count;
+  // Splits past the row's chunks have nothing to do, and the combine skips them.
+  if (split * kAttnKeys >= n_keys) return;
+  const int hd = s.head_dim, q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
+  const int kv_head = head / (s.n_head / s.n_head_kv);
+  const float* k_layer = r.k + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
+  const float* v_layer = r.v + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
+  // Output dimensions a thread sums: `parts` runs of keys per dimension when
+  // the head is narrower than the block, else one run and strided dimensions.
+  const int parts = hd < kAttnThreads ? kAttnThreads / hd : 1;
+  const int stage_keys = attention_stage_keys(hd);  // a multiple of parts
+
+  for (int i = threadIdx.x; i < hd; i += kAttnThreads) {
+    q_s[i] = q[static_cast<int64_t>(row) * q_dim + head * hd + i];
+    o_s[i] = 0.0f;
+  }
+  float m_run = -INFINITY, l_run = 0.0f;
+  for (int c = split; c * kAttnKeys < n_keys; c += kAttentionSplits) {
+    const int j0 = c * kAttnKeys, len = min(kAttnKeys, n_keys - j0);
+    __syncthreads();  // q_s is written; the previous chunk's stage, p_s and slot_s are read
+    const int j = threadIdx.x;
+    if (j < len) slot_s[j] = key_slot(r, spec_slots, j0 + j);
+    float sc = -INFINITY;
+    for (int s0 = 0; s0 < len; s0 += stage_keys) {
+      const int s1 = min(len, s0 + stage_keys);
+      __syncthreads();  // slot_s is written; the stage's last keys are read
+      stage_kv_rows(k_layer, kv_dim, slot_s, s0, s1, hd, stage);
+      __syncthreads();
+      if (j >= s0 && j < s1) {
+        const float* key = stage + (j - s0) * (hd + 1);
+        float dot = 0.0f;
+        for (int d = 0; d < hd; ++d) dot = __fmaf_rn(q_s[d], key[d], dot);
+        sc = __fmul_rn(dot, scale);
+      }
+    }
+    const float m_new = fmaxf(m_run, attention_block_reduce<true>(sc, reduce_s));
+    const float p = j < len ? expf(__fsub_rn(sc, m_new)) : 0.0f;
+    p_s[j] = p;
+    // The reduction's barriers also publish p_s and end the scores' reads of the stage.
+    const float l_chunk = attention_block_reduce<false>(p, reduce_s);
+    const float alpha = expf(__fsub_rn(m_run, m_new));  // 0 for the first chunk
+    l_run = __fadd_rn(__fmul_rn(l_run, alpha), l_chunk);
+    m_run = m_new;
+    float acc[kMaxHeadDim / kAttnThreads > 0 ? kMaxHeadDim / kAttnThreads : 1];
+    constexpr int kAccs = sizeof(acc) / sizeof(acc[0]);
+#pragma unroll
+    for (int a = 0; a < kAccs; ++a) acc[a] = 0.0f;
+    for (int s0 = 0; s0 < len; s0 += stage_keys) {
+      const int s1 = min(len, s0 + stage_keys);
+      if (s0 > 0) __syncthreads();  // the stage's values are read
+      stage_kv_rows(v_layer, kv_dim, slot_s, s0, s1, hd, stage);
+      __syncthreads();
+#pragma unroll
+      for (int a = 0; a < kAccs; ++a) {
+        const int e = threadIdx.x + a * kAttnThreads;
+        if (e >= hd * parts) break;
+        const int d = e % hd, part = e / hd;
+        float sum = acc[a];
+        // Keys jj ≡ part (mod parts) of [s0, s1), in order; s0 is a multiple of parts.
+        for (int jj = s0 + part; jj < s1; jj += parts)
+          sum = __fmaf_rn(p_s[jj], stage[(jj - s0) * (hd + 1) + d], sum);
+        acc[a] = sum;
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < kAccs; ++a) {
+      const int e = threadIdx.x + a * kAttnThreads;
+      if (e < hd * parts) part_s[e] = acc[a];
+    }
+    __syncthreads();  // part_s is written
+    for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
+      float sum = part_s[d];
+      for (int part = 1; part < parts; ++part) sum = __fadd_rn(sum, part_s[part * hd + d]);
+      o_s[d] = __fadd_rn(__fmul_rn(o_s[d], alpha), sum);
+    }
+  }
+  // Each o_s[d] was last written by the thread that stores it.
+  float* out =
+      partial +
+      ((static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits + split) * (hd + 2);
+  for (int d = threadIdx.x; d < hd; d += kAttnThreads) out[d] = o_s[d];
+  if (threadIdx.x == 0) {
+    out[hd] = m_run;
+    out[hd + 1] = l_run;
+  }
+}
+
 // Split attention (flash decoding with fixed boundaries): a row's keys fall in
 // chunks of kAttnKeys by their index in the row's key list, and split z of
 // kAttentionSplits takes chunks z, z + kAttentionSplits, ... One block per
@@ -1254,7 +1511,7 @@ __device__ int32_t key_slot(const AttentionRow& r, const int32_t* spec_slots, in
 // Every step depends on the row's key list and the constants alone, so a
 // row's result is the same alone, in a chain, in a tree or beside other rows;
 // the work spreads over kAttentionSplits blocks per head, so a long cache is
-// read by the whole GPU.
+// read by the whole GPU. The grouped, tiled and staged kernels give the same bits.
 __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
                                        const int32_t* spec_slots, int layer, HeadShape s,
                                        float scale, float* partial) {
@@ -1742,6 +1999,7 @@ __global__ void __launch_bounds__(kTiledWarps* kWarp)
 // One block per (row, head): the splits that had keys, merged in split order.
 // With q given (head_dim a multiple of 32), the head's output is then
 // quantized to Q8_0 as launch_quantize_q8 would quantize the row.
+static_assert(kAttnThreads >= kAttentionSplits, "a thread per split reads its max and sum");
 __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
                                          const float* partial, float* out, int8_t* q, float* scales,
                                          bool block_major) {
@@ -1753,20 +2011,29 @@ __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
   const int used = min(chunks, kAttentionSplits);
   const float* base =
       partial + (static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits * (hd + 2);
-  float m = -INFINITY;
-  for (int z = 0; z < used; ++z) m = fmaxf(m, base[z * (hd + 2) + hd]);
-  float total = 0.0f;
-  for (int z = 0; z < used; ++z) {
-    const float* pz = base + z * (hd + 2);
-    total = __fadd_rn(total, __fmul_rn(pz[hd + 1], expf(__fsub_rn(pz[hd], m))));
+  // Each split's max and sum are read once, all at the same time, and its
+  // weight exp(m_z - m) computed once.
+  __shared__ float weight_s[kAttentionSplits], sum_s[kAttentionSplits], max_s[kAttentionSplits];
+  if (threadIdx.x < used) {
+    max_s[threadIdx.x] = base[threadIdx.x * (hd + 2) + hd];
+    sum_s[threadIdx.x] = base[threadIdx.x * (hd + 2) + hd + 1];
   }
+  __syncthreads();
+  float m = -INFINITY;
+  for (int z = 0; z < used; ++z) m = fmaxf(m, max_s[z]);
+  if (threadIdx.x < used) weight_s[threadIdx.x] = expf(__fsub_rn(max_s[threadIdx.x], m));
+  __syncthreads();
+  float total = 0.0f;
+  for (int z = 0; z < used; ++z) total = __fadd_rn(total, __fmul_rn(sum_s[z], weight_s[z]));
   float* o = out + static_cast<int64_t>(row) * s.n_head * hd + head * hd;
   for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
+    float part[kAttentionSplits];
+#pragma unroll
+    for (int z = 0; z < kAttentionSplits; ++z) part[z] = z < used ? base[z * (hd + 2) + d] : 0.0f;
     float acc = 0.0f;
-    for (int z = 0; z < used; ++z) {
-      const float* pz = base + z * (hd + 2);
-      acc = __fadd_rn(acc, __fmul_rn(pz[d], expf(__fsub_rn(pz[hd], m))));
-    }
+#pragma unroll
+    for (int z = 0; z < kAttentionSplits; ++z)
+      if (z < used) acc = __fadd_rn(acc, __fmul_rn(part[z], weight_s[z]));
     o[d] = __fdiv_rn(acc, total);
   }
   if (q == nullptr) return;
@@ -1872,7 +2139,11 @@ void launch_embed(const DeviceMatrix& embedding, const int32_t* tokens, int n, f
 
 void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
                         float* out, int8_t* q, float* scales, cudaStream_t stream) {
-  if (n > 0)
+  if (n <= 0) return;
+  if (dim <= kNormBlock * kWideNormPerThread)
+    launch(add_rmsnorm_wide_kernel, n, kNormBlock, 0, stream, h, residual, w, dim, eps, out, q,
+           scales, block_major_activations(n, dim));
+  else
     launch(add_rmsnorm_kernel, n, kNormBlock, 0, stream, h, residual, w, dim, eps, out, q, scales,
            block_major_activations(n, dim));
 }
@@ -1961,7 +2232,7 @@ void launch_bias_rope_store(float* q, float* k, float* v, const float* bq, const
 
 void prepare_launches() {
   static const bool on = [] {
-    if (!env_is("PARSPEC_CUDA_PDL", "1")) return false;
+    if (env_is("PARSPEC_CUDA_PDL", "0")) return false;
     int device = 0, major = 0;
     return cudaGetDevice(&device) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
@@ -1994,6 +2265,12 @@ void prepare_attention(AttentionKernel kernel) {
     tiled_shared_limit = static_cast<size_t>(dynamic);
 }
 
+// Rows up to which the per-head attention stages its keys and values. On an H200
+// (8B-class Q4_0, 64 heads) staging was faster for 1 to 8 rows after 64 cached
+// tokens and for 1 row after 3000, slower for 8 rows after 3000 and for 16 rows
+// or more (a 512-token prefill took 13% longer).
+constexpr int kStagedAttentionMaxRows = 4;
+
 bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
                       int layer, HeadShape shape, float scale, AttentionKernel kernel,
                       float* partial, float* out, int8_t* out_q, float* out_scales,
@@ -2011,6 +2288,9 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
     const int per_kv = shape.n_head / shape.n_head_kv;
     const int groups = shape.n_head_kv * ((per_kv + kAttnGroup - 1) / kAttnGroup);
     launch(attention_split_grouped_kernel, dim3(n, groups, kAttentionSplits), kAttnThreads, 0,
+           stream, q, rows, spec_slots, layer, shape, scale, partial);
+  } else if (n <= kStagedAttentionMaxRows) {
+    launch(attention_split_staged_kernel, dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0,
            stream, q, rows, spec_slots, layer, shape, scale, partial);
   } else {
     launch(attention_split_kernel, dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0, stream,
