@@ -190,14 +190,16 @@ fi
 # The environment of a kernel variant: tensor-cores (the defaults), warp (the
 # dp4a warp matmul for every row count), mma (the tensor cores also for 1 to 4
 # rows), row-major (the tensor-core kernel's activations row after row),
-# half-warp (F16/BF16 weights on the warp kernel), opt-in (the kernels not yet
-# the default: tiled attention, a prefill in one launch per matmul).
+# half-warp (F16/BF16 weights on the warp kernel), pipelined (the tensor-core
+# kernel's loads of four blocks issued before their mmas), opt-in (the kernels not
+# yet the default: tiled attention, a prefill in one launch per matmul, pipelined).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
     row-major) echo "PARSPEC_CUDA_ACTIVATIONS=row-major" ;;
     half-warp) echo "PARSPEC_CUDA_HALF_MATMUL=warp" ;;
-    opt-in) echo "PARSPEC_CUDA_ATTENTION=tiled PARSPEC_CUDA_PREFILL=one-launch" ;;
+    pipelined) echo "PARSPEC_CUDA_MMA=pipelined" ;;
+    opt-in) echo "PARSPEC_CUDA_ATTENTION=tiled PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_MMA=pipelined" ;;
   esac
 }
 
@@ -479,6 +481,20 @@ if [[ -f $profile_file ]]; then
       2>"$out/profile-$rows-$context.txt" || echo "profile $rows/$context failed"
   done
 fi
+# Kernel by kernel, where Nsight Compute is installed: the time and DRAM bytes of
+# each kernel of one forward (about 326 launches on this model) of 1 and of 8 rows:
+# the third forward of the run (a decode step) and the sixth (the first of 8 rows,
+# after the prefill and four decode steps).
+if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
+  for shape in "1 652" "8 1630"; do
+    read -r rows skip <<<"$shape"
+    step "Nsight Compute: the kernels of a forward of $rows row(s)"
+    budgeted 60 env PARSPEC_CUDA_GRAPHS=0 ncu --clock-control none --csv --print-units base \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip "$skip" --launch-count 326 \
+      "$bin_parspec" bench-forward -m "$profile_file" "${device[@]}" -t 2 -b "$rows" -r 1 \
+      --decode-tokens 2 --context 64 >"$out/ncu-$rows.csv" 2>/dev/null || echo "ncu $rows failed"
+  done
+fi
 
 # What the CUDA graphs bring (decode and L(8) of the two extremes launched kernel by
 # kernel), and what programmatic dependent launches bring (PARSPEC_CUDA_PDL=0: each
@@ -504,7 +520,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(row-major opt-in) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(pipelined row-major opt-in) || variants=() ;;
     *f16*) variants=(half-warp) ;;
     *) variants=() ;;
   esac
@@ -575,7 +591,7 @@ fi
 
 step "summary"
 python3 - "$out" "${table[@]}" <<'EOF' | tee "$out/summary.md"
-import json, os, sys
+import csv, json, os, re, sys
 out, rows = sys.argv[1], [r.split()[0] for r in sys.argv[2:]]
 def load(path):
     try:
@@ -647,6 +663,7 @@ warp_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-mma.json")),
               load(os.path.join(out, f"parspec-{n}-warp.json")),
               load(os.path.join(out, f"parspec-{n}-row-major.json")),
+              load(os.path.join(out, f"parspec-{n}-pipelined.json")),
               load(os.path.join(out, f"parspec-{n}-opt-in.json"))) for n in rows]
 warp_rows = [r for r in warp_rows if r[1] and any(r[2:])]
 if warp_rows:
@@ -654,12 +671,13 @@ if warp_rows:
     print("| model | matmul | decode tok/s | L(1) ms | L(4) ms | L(8) ms | L(32) ms | L(64) ms "
           "| pp512 tok/s |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for n, default, mma, warp, row_major, few in warp_rows:
+    for n, default, mma, warp, row_major, pipelined, few in warp_rows:
         for label, res in (("default (one-row kernel's way up to 4 rows, tensor cores for more)",
                             default),
                            ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
                            ("row-major activations", row_major),
-                           ("opt-in: tiled attention, one-launch prefill", few)):
+                           ("tensor cores, four blocks' loads before their mmas", pipelined),
+                           ("opt-in: tiled attention, one-launch prefill, pipelined", few)):
             if res is None:
                 continue
             r = res["results"][0]
@@ -727,6 +745,32 @@ for shape in ("1-64", "8-64", "1-3000"):
             print("```")
             print("\n".join(lines))
             print("```")
+for rows in ("1", "8"):
+    path = os.path.join(out, f"ncu-{rows}.csv")
+    if not os.path.exists(path):
+        continue
+    kernels = {}
+    for rec in csv.DictReader(l for l in open(path) if l.startswith('"')):
+        k = kernels.setdefault(rec["ID"], {"name": rec["Kernel Name"], "grid": rec["Grid Size"]})
+        k[rec["Metric Name"]] = float(rec["Metric Value"].replace(",", ""))
+    groups = {}
+    for k in kernels.values():
+        name = re.sub(r"\(.*", "", k["name"]).replace("(anonymous namespace)::", "")
+        name = name.replace("unnamed>::", "").replace("void ", "")
+        g = groups.setdefault((name, k["grid"]), [0, 0.0, 0.0])
+        g[0] += 1
+        g[1] += k.get("gpu__time_duration.sum", 0.0)
+        g[2] += k.get("dram__bytes_read.sum", 0.0)
+    if groups:
+        total = sum(g[1] for g in groups.values())
+        print()
+        print(f"Nsight Compute, 8B-class Q4_0, the kernels of one forward of {rows} row(s) after 64 "
+              f"tokens (no graphs; {len(kernels)} launches, {total / 1e3:.0f} µs of kernel time):")
+        print()
+        print("| kernel | grid | launches | µs each | GB/s from DRAM |")
+        print("|---|---|---|---|---|")
+        for (name, grid), (n, ns, b) in sorted(groups.items(), key=lambda x: -x[1][1]):
+            print(f"| {name} | {grid} | {n} | {ns / n / 1e3:.2f} | {b / ns if ns else 0:.0f} |")
 for strategy in ("ar", "sd"):
     path = os.path.join(out, f"serve-load-{strategy}.txt")
     if os.path.exists(path):

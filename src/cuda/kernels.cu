@@ -522,8 +522,11 @@ __device__ bool block_tile(const MatmulGroup& g, DeviceMatrix& w, float*& y, int
 
 // kBlockMajor: the activations are block-major (q8_block_index) over n_total
 // rows, of which this launch takes M_all from m_first; otherwise row after
-// row from xq_all (n_total and m_first unused).
-template <WeightKind kKind, int kTiles, bool kBlockMajor>
+// row from xq_all (n_total and m_first unused). kPipelined (block-major only,
+// PARSPEC_CUDA_MMA=pipelined): where a tile has all 16 rows and a warp's blocks
+// come in whole groups of four, a group's loads are all issued before its first
+// mma, in code without branches between them (the same steps in the same order).
+template <WeightKind kKind, int kTiles, bool kBlockMajor, bool kPipelined = false>
 // One activation tile: registers for two blocks per SM (the decode step).
 __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     matmul_mma_kernel(MatmulGroup g, const int8_t* xq_all, const float* xd_all, int M_all,
@@ -599,7 +602,52 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     // Several blocks' loads in flight per warp, fewer when many activation tiles
     // hold registers: a decode step is bound by how much memory is being read at
     // once. Unrolling keeps each sum's order.
-    if constexpr (kBlockMajor) {
+    const bool whole_groups = nb % (4 * kMmaWarps) == 0 && row_b < w.n_out;
+    if (kPipelined && kBlockMajor && whole_groups) {
+      for (int64_t b0 = warp; b0 < nb; b0 += 4 * kMmaWarps) {
+        const int64_t bt = b0 + static_cast<int64_t>(t) * kMmaWarps;
+        const __half sa = scales[row_a * nb + bt], sb = scales[row_b * nb + bt];
+        int a[4][4];
+        int bf[4][kTiles][2];
+        float dx[4][kTiles][2];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int64_t b = b0 + static_cast<int64_t>(j) * kMmaWarps;
+          load_a_fragment<kKind, true>(w, row_a, nb, b, t, a[j]);
+#pragma unroll
+          for (int i = 0; i < kTiles; ++i) {
+            const int m_b = 8 * i + gid, m0 = 8 * i + 2 * t;
+            const int2 src =
+                m_b < M
+                    ? *reinterpret_cast<const int2*>(xq + (b * n_total + m_at + m_b) * 32 + 8 * t)
+                    : make_int2(0, 0);
+            bf[j][i][0] = src.x;
+            bf[j][i][1] = src.y;
+            const int64_t d0 = b * n_total + m_at + m0;
+            dx[j][i][0] = m0 < M ? xd[d0] : 0.0f;
+            dx[j][i][1] = m0 + 1 < M ? xd[d0 + 1] : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float dw_a = __shfl_sync(0xffffffffu, __half2float(sa), gid * 4 + j);
+          const float dw_b = __shfl_sync(0xffffffffu, __half2float(sb), gid * 4 + j);
+#pragma unroll
+          for (int i = 0; i < kTiles; ++i) {
+            int c[4] = {0, 0, 0, 0};
+            mma_s8(c, a[j], bf[j][i]);
+            acc[i][0] =
+                __fmaf_rn(__fmul_rn(dw_a, dx[j][i][0]), static_cast<float>(c[0]), acc[i][0]);
+            acc[i][1] =
+                __fmaf_rn(__fmul_rn(dw_a, dx[j][i][1]), static_cast<float>(c[1]), acc[i][1]);
+            acc[i][2] =
+                __fmaf_rn(__fmul_rn(dw_b, dx[j][i][0]), static_cast<float>(c[2]), acc[i][2]);
+            acc[i][3] =
+                __fmaf_rn(__fmul_rn(dw_b, dx[j][i][1]), static_cast<float>(c[3]), acc[i][3]);
+          }
+        }
+      }
+    } else if constexpr (kBlockMajor) {
       // The weight scales of four steps in one load: lane t reads its row's
       // scale for the group's step t (the four are 32 bytes apart), and each
       // step takes it from that lane.
@@ -643,7 +691,11 @@ template <WeightKind kKind, int kTiles>
 void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, bool block_major,
                 int n_total, int m_first, cudaStream_t stream) {
   const int tiles = weight_row_tiles(g);
-  if (block_major)
+  static const bool pipelined = env_is("PARSPEC_CUDA_MMA", "pipelined");
+  if (block_major && pipelined)
+    launch(matmul_mma_kernel<kKind, kTiles, true, true>, tiles, kMmaWarps * kWarp, 0, stream, g, xq,
+           xd, n, n_total, m_first);
+  else if (block_major)
     launch(matmul_mma_kernel<kKind, kTiles, true>, tiles, kMmaWarps * kWarp, 0, stream, g, xq, xd,
            n, n_total, m_first);
   else
@@ -885,11 +937,8 @@ __global__ void __launch_bounds__(kGemvThreads)
   for (int r = 0; r < kR; ++r) acc[r] = 0.0f;
   if (row < w.n_out) {
     const __half* scales = static_cast<const __half*>(w.scales) + row * nb;
-#pragma unroll 2
-    for (int64_t b = v; b < nb; b += 16) {
-      int wq[8];
-      load_block_q<kKind>(w, row * nb + b, wq);
-      const float dw = __half2float(scales[b]);
+    // Block b's products for every row, added in block order.
+    auto step = [&](int64_t b, const int(&wq)[8], float dw) {
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
         if (r >= M) break;  // M is the same on every lane
@@ -898,6 +947,32 @@ __global__ void __launch_bounds__(kGemvThreads)
         const int sum = block_dot_s8(wq, __ldg(x4), __ldg(x4 + 1));
         acc[r] = __fmaf_rn(__fmul_rn(dw, __ldg(xd + xb)), static_cast<float>(sum), acc[r]);
       }
+    };
+    // The lane's first kGemvPrefetch weight blocks are all requested before
+    // any is used, as in matmul_gemv_kernel.
+    RawBlock<kKind> first[kGemvPrefetch];
+    __half first_scale[kGemvPrefetch];
+#pragma unroll
+    for (int p = 0; p < kGemvPrefetch; ++p) {
+      const int64_t b = v + 16 * p;
+      if (b < nb) {
+        first[p] = load_raw_block<kKind>(w, row * nb + b);
+        first_scale[p] = scales[b];
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kGemvPrefetch; ++p) {
+      const int64_t b = v + 16 * p;
+      if (b >= nb) break;
+      int wq[8];
+      unpack_raw_block<kKind>(first[p], wq);
+      step(b, wq, __half2float(first_scale[p]));
+    }
+#pragma unroll 4
+    for (int64_t b = v + 16 * kGemvPrefetch; b < nb; b += 16) {
+      int wq[8];
+      load_block_q<kKind>(w, row * nb + b, wq);
+      step(b, wq, __half2float(scales[b]));
     }
   }
 #pragma unroll
