@@ -192,14 +192,16 @@ fi
 # rows), row-major (the tensor-core kernel's activations row after row),
 # half-warp (F16/BF16 weights on the warp kernel), pipelined (the tensor-core
 # kernel's loads of four blocks issued before their mmas), opt-in (the kernels not
-# yet the default: tiled attention, a prefill in one launch per matmul, pipelined).
+# yet the default: grouped attention, attention splits merged by their last block, a
+# prefill in one launch per matmul, pipelined).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
     row-major) echo "PARSPEC_CUDA_ACTIVATIONS=row-major" ;;
     half-warp) echo "PARSPEC_CUDA_HALF_MATMUL=warp" ;;
     pipelined) echo "PARSPEC_CUDA_MMA=pipelined" ;;
-    opt-in) echo "PARSPEC_CUDA_ATTENTION=tiled PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_MMA=pipelined" ;;
+    in-split) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split" ;;
+    opt-in) echo "PARSPEC_CUDA_ATTENTION=grouped PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_MMA=pipelined" ;;
   esac
 }
 
@@ -392,7 +394,7 @@ step "parspec bench on the long prompt: $long"
 budgeted 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$long" \
   --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 --md "$out/strategies-long.md" --json "$out/strategies-long.json" \
   >"$out/strategies-long.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-long.txt"
-# The same with the kernels not yet the default (tiled attention above all).
+# The same with the kernels not yet the default (grouped attention above all).
 step "parspec bench on the long prompt with $(kernel_env opt-in): $long"
 budgeted 150 env $(kernel_env opt-in) "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
   --strategies "$long" --prompts "$out/long.jsonl" -n 64 -c 4096 --ignore-eos -t 2 \
@@ -430,7 +432,7 @@ if [[ $mode == run && -f $f16_target ]]; then
     echo "parspec bench (F16 target) failed or timed out: see $out/strategies-f16.txt"
 fi
 
-# The short prompts with the kernels not yet the default (tiled attention); below, with the drafter on
+# The short prompts with the kernels not yet the default; below, with the drafter on
 # the host's CPU cores while the GPU verifies (-ngld 0; PEARL's case across devices).
 opt_in_set=ar,sd,tree,dyntree
 step "parspec bench with $(kernel_env opt-in): $opt_in_set"
@@ -520,7 +522,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(pipelined row-major opt-in) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(pipelined in-split row-major opt-in) || variants=() ;;
     *f16*) variants=(half-warp) ;;
     *) variants=() ;;
   esac
@@ -664,6 +666,7 @@ warp_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-warp.json")),
               load(os.path.join(out, f"parspec-{n}-row-major.json")),
               load(os.path.join(out, f"parspec-{n}-pipelined.json")),
+              load(os.path.join(out, f"parspec-{n}-in-split.json")),
               load(os.path.join(out, f"parspec-{n}-opt-in.json"))) for n in rows]
 warp_rows = [r for r in warp_rows if r[1] and any(r[2:])]
 if warp_rows:
@@ -671,13 +674,15 @@ if warp_rows:
     print("| model | matmul | decode tok/s | L(1) ms | L(4) ms | L(8) ms | L(32) ms | L(64) ms "
           "| pp512 tok/s |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for n, default, mma, warp, row_major, pipelined, few in warp_rows:
+    for n, default, mma, warp, row_major, pipelined, in_split, few in warp_rows:
         for label, res in (("default (one-row kernel's way up to 4 rows, tensor cores for more)",
                             default),
                            ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
                            ("row-major activations", row_major),
                            ("tensor cores, four blocks' loads before their mmas", pipelined),
-                           ("opt-in: tiled attention, one-launch prefill, pipelined", few)):
+                           ("attention splits merged by their last block", in_split),
+                           ("opt-in: grouped attention, in-split merge, one-launch prefill, "
+                            "pipelined", few)):
             if res is None:
                 continue
             r = res["results"][0]

@@ -101,8 +101,9 @@ class DeviceBuffer {
   }
 
   // At least `bytes`; `what` names the memory in an out-of-memory error.
-  void reserve(size_t bytes, const char* what) {
-    if (bytes <= bytes_) return;
+  // Returns whether the memory was allocated anew.
+  bool reserve(size_t bytes, const char* what) {
+    if (bytes <= bytes_) return false;
     if (data_ != nullptr) {
       cudaFree(data_);
       data_ = nullptr;
@@ -119,6 +120,7 @@ class DeviceBuffer {
     }
     cuda_check(status, what);
     bytes_ = bytes;
+    return true;
   }
 
  private:
@@ -417,6 +419,9 @@ struct PassInputs {
 struct Workspace {
   DeviceBuffer hidden, xn, q, k, v, att, att_partial, o, gate, up, xq, xd, xk_q, xk_d, xk_bsums,
       selected, out_norm, logits, rope_angles;
+  // Per (row, head): how many of its attention splits have finished, where the
+  // splits merge themselves (fused_attention_merge_wanted); zeros between passes.
+  DeviceBuffer att_split_counters;
   cudaStream_t stream = nullptr;  // where the kernels on this workspace go
 
   void reserve_rows(const ModelConfig& c, int rows) {
@@ -443,6 +448,15 @@ struct Workspace {
     reserve<float>(out_norm, n * c.n_embd, "activations");
     reserve<float>(logits, n * c.n_vocab, "logits");
     reserve<float>(rope_angles, n * std::max(c.rope_dims, 2), "activations");
+    if (fused_attention_merge_wanted()) {
+      const size_t bytes = n * static_cast<size_t>(c.n_head) * sizeof(int32_t);
+      // Zeroed before any kernel can use them, whichever stream that is.
+      if (att_split_counters.reserve(bytes, "activations")) {
+        cuda_check(cudaMemsetAsync(att_split_counters.get(), 0, bytes, stream),
+                   "cudaMemsetAsync (attention counters)");
+        cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (attention counters)");
+      }
+    }
   }
 
   Q8KActivations xk() { return {xk_q.as<int8_t>(), xk_d.as<float>(), xk_bsums.as<int16_t>()}; }
@@ -1194,9 +1208,10 @@ class CudaExecutor final : public ForwardExecutor {
     profile_.mark("rope + KV store", stream);
     // The wo input quantized by the attention's last kernel where it can.
     int8_t* xq = quantized_input(ws, {&w.wo});
-    const bool quantized = launch_attention(
-        q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(), attention_,
-        ws.att_partial.as<float>(), att, xq, ws.xd.as<float>(), stream);
+    const bool quantized =
+        launch_attention(q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(),
+                         attention_, ws.att_partial.as<float>(), att, xq, ws.xd.as<float>(),
+                         ws.att_split_counters.as<int32_t>(), stream);
     profile_.mark("attention", stream);
     if (xq != nullptr && !quantized) {
       launch_quantize_q8(att, n, c.q_dim(), xq, ws.xd.as<float>(), stream);

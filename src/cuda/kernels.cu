@@ -1419,16 +1419,110 @@ __device__ int32_t key_slot(const AttentionRow& r, const int32_t* spec_slots, in
                                    : spec_slots[r.spec_offset + (key_index - r.n_committed)];
 }
 
+// Where the merged attention goes: the output rows (row-major), their Q8_0
+// quantization when q is given (block-major or not), and, when split_counters
+// is given, a counter per (row, head) that the per-head kernels use to merge
+// their splits themselves (zeros before a launch, zeros after).
+struct AttentionMerge {
+  float* out = nullptr;
+  int8_t* q = nullptr;
+  float* scales = nullptr;
+  bool block_major = false;
+  int32_t* split_counters = nullptr;
+};
+
+// The splits of (row, head) that had keys, merged in split order by one block
+// of kAttnThreads, into the head's part of `out` (row-major, n_rows rows). With q
+// given (head_dim a multiple of 32), the head's output is then quantized to
+// Q8_0 as launch_quantize_q8 would quantize the row. The partial results are
+// read past the L1 cache: other blocks wrote them.
+static_assert(kAttnThreads >= kAttentionSplits, "a thread per split reads its max and sum");
+__device__ void merge_head_splits(const AttentionRow& r, int row, int head, int n_rows,
+                                  const HeadShape& s, const float* partial,
+                                  const AttentionMerge& m) {
+  const int hd = s.head_dim;
+  const int n_keys = r.n_committed + r.spec_count;
+  const int chunks = (n_keys + kAttnKeys - 1) / kAttnKeys;
+  const int used = min(chunks, kAttentionSplits);
+  const float* base =
+      partial + (static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits * (hd + 2);
+  // Each split's max and sum are read once, all at the same time, and its
+  // weight exp(m_z - m) computed once.
+  __shared__ float weight_s[kAttentionSplits], sum_s[kAttentionSplits], max_s[kAttentionSplits];
+  if (threadIdx.x < used) {
+    max_s[threadIdx.x] = __ldcg(base + threadIdx.x * (hd + 2) + hd);
+    sum_s[threadIdx.x] = __ldcg(base + threadIdx.x * (hd + 2) + hd + 1);
+  }
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int z = 0; z < used; ++z) mx = fmaxf(mx, max_s[z]);
+  if (threadIdx.x < used) weight_s[threadIdx.x] = expf(__fsub_rn(max_s[threadIdx.x], mx));
+  __syncthreads();
+  float total = 0.0f;
+  for (int z = 0; z < used; ++z) total = __fadd_rn(total, __fmul_rn(sum_s[z], weight_s[z]));
+  float* o = m.out + static_cast<int64_t>(row) * s.n_head * hd + head * hd;
+  for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
+    float part[kAttentionSplits];
+#pragma unroll
+    for (int z = 0; z < kAttentionSplits; ++z)
+      part[z] = z < used ? __ldcg(base + z * (hd + 2) + d) : 0.0f;
+    float acc = 0.0f;
+#pragma unroll
+    for (int z = 0; z < kAttentionSplits; ++z)
+      if (z < used) acc = __fadd_rn(acc, __fmul_rn(part[z], weight_s[z]));
+    o[d] = __fdiv_rn(acc, total);
+  }
+  if (m.q == nullptr) return;
+  __syncthreads();  // the head's outputs are written
+  const int lane = threadIdx.x % kWarp, nb = s.n_head * hd / 32;
+  for (int b = threadIdx.x / kWarp; b < hd / 32; b += kAttnThreads / kWarp) {
+    const int64_t at = q8_block_index(row, head * (hd / 32) + b, n_rows, nb, m.block_major);
+    quantize_block(o[b * 32 + lane], lane, m.q + at * 32, m.scales + at);
+  }
+}
+
+// One block per (row, head): merge_head_splits.
+__global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
+                                         const float* partial, AttentionMerge m) {
+  begin_kernel();
+  const AttentionRow r = rows[blockIdx.x];
+  merge_head_splits(r, blockIdx.x, blockIdx.y, gridDim.x, s, partial, m);
+}
+
+// The end of a per-head split block when m.split_counters is given
+// (PARSPEC_CUDA_ATTENTION_MERGE=in-split): the split's partial result is
+// written; the last of the head's splits to finish merges them
+// (merge_head_splits, the same bits as attention_combine_kernel) and leaves
+// the counter at zero for the next launch.
+__device__ void merge_if_last_split(const AttentionRow& r, int row, int head, const HeadShape& s,
+                                    const float* partial, const AttentionMerge& m) {
+  if (m.split_counters == nullptr) return;
+  __shared__ bool last_s;
+  __threadfence();  // this block's partial result is visible to the merging block
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int n_keys = r.n_committed + r.spec_count;
+    const int used = min((n_keys + kAttnKeys - 1) / kAttnKeys, kAttentionSplits);
+    int32_t* counter = m.split_counters + static_cast<int64_t>(row) * s.n_head + head;
+    last_s = atomicAdd(counter, 1) == used - 1;
+    if (last_s) *counter = 0;
+  }
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();
+  merge_head_splits(r, row, head, gridDim.x, s, partial, m);
+}
+
 // Floats of the per-head kernel's stage: a part of a chunk's keys (or values)
 // in rows padded by one float, so that thread j reads key j's row without bank
 // conflicts (128 keys of a head of 64).
 constexpr int kAttnStageFloats = kAttnKeys * 65;
 
 // Keys per stage for a head dimension: the largest power of two whose padded
-// rows fit kAttnStageFloats, at most a chunk.
-__device__ int attention_stage_keys(int hd) {
+// rows fit a stage of `floats`, at most a chunk.
+__device__ int attention_stage_keys(int hd, int floats = kAttnStageFloats) {
   int keys = kAttnKeys;
-  while (keys > 1 && keys * (hd + 1) > kAttnStageFloats) keys /= 2;
+  while (keys > 1 && keys * (hd + 1) > floats) keys /= 2;
   return keys;
 }
 
@@ -1475,7 +1569,7 @@ __device__ void stage_kv_rows(const float* layer_base, int kv_dim, const int32_t
 // launch_attention takes it for a few rows only. The same bits.
 __global__ void attention_split_staged_kernel(const float* q, const AttentionRow* rows,
                                               const int32_t* spec_slots, int layer, HeadShape s,
-                                              float scale, float* partial) {
+                                              float scale, float* partial, AttentionMerge merge) {
   begin_kernel();
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float o_s[kMaxHeadDim];
@@ -1572,6 +1666,7 @@ __global__ void attention_split_staged_kernel(const float* q, const AttentionRow
     out[hd] = m_run;
     out[hd + 1] = l_run;
   }
+  merge_if_last_split(r, row, head, s, partial, merge);
 }
 
 // Split attention (flash decoding with fixed boundaries): a row's keys fall in
@@ -1589,7 +1684,7 @@ __global__ void attention_split_staged_kernel(const float* q, const AttentionRow
 // read by the whole GPU. The grouped, tiled and staged kernels give the same bits.
 __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
                                        const int32_t* spec_slots, int layer, HeadShape s,
-                                       float scale, float* partial) {
+                                       float scale, float* partial, AttentionMerge merge) {
   begin_kernel();
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float o_s[kMaxHeadDim];
@@ -1674,6 +1769,7 @@ __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
     out[hd] = m_run;
     out[hd + 1] = l_run;
   }
+  merge_if_last_split(r, row, head, s, partial, merge);
 }
 
 // attention_block_reduce for kG values at once, each the same as alone: per
@@ -1704,10 +1800,15 @@ __device__ void attention_block_reduce_group(float (&v)[kG], int count,
 
 // attention_split_kernel for the query heads that share a KV head (up to
 // kAttnGroup of them per block): each key and value is read once for all of
-// them instead of once per head, and every (row, head) takes exactly the steps
-// it takes there, so the bits are the same. One block per (row, KV head and
-// group of its query heads, split).
+// them instead of once per head, staged in shared memory as
+// attention_split_staged_kernel stages them, and every (row, head) takes
+// exactly the steps it takes there, so the bits are the same. One block per
+// (row, KV head and group of its query heads, split).
 constexpr int kAttnGroup = 8;
+
+// The grouped kernel's stage: half the per-head kernel's, so that its shared
+// memory stays within 48 KB beside the group's queries and outputs.
+constexpr int kAttnGroupStageFloats = kAttnStageFloats / 2;
 
 __global__ void attention_split_grouped_kernel(const float* q, const AttentionRow* rows,
                                                const int32_t* spec_slots, int layer, HeadShape s,
@@ -1719,6 +1820,7 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
   __shared__ float p_s[kAttnGroup][kAttnKeys];
   __shared__ int32_t slot_s[kAttnKeys];
   __shared__ float reduce_s[kAttnGroup][kAttnThreads / kWarp];
+  __shared__ float stage[kAttnGroupStageFloats];
 
   const int row = blockIdx.x, split = blockIdx.z;
   const AttentionRow r = rows[row];
@@ -1733,7 +1835,8 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
   const float* k_layer = r.k + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
   const float* v_layer = r.v + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
   const int parts = hd < kAttnThreads ? kAttnThreads / hd : 1;
-  const bool vector_loads = hd % 4 == 0;
+  const int stage_keys = attention_stage_keys(hd, kAttnGroupStageFloats);  // a multiple of parts
+  constexpr int kAccs = kMaxHeadDim / kAttnThreads;
 
   for (int g = 0; g < heads; ++g)
     for (int i = threadIdx.x; i < hd; i += kAttnThreads) {
@@ -1745,42 +1848,31 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
   for (int g = 0; g < kAttnGroup; ++g) m_run[g] = -INFINITY, l_run[g] = 0.0f;
   for (int c = split; c * kAttnKeys < n_keys; c += kAttentionSplits) {
     const int j0 = c * kAttnKeys, len = min(kAttnKeys, n_keys - j0);
-    __syncthreads();  // q_s is written; the previous chunk's p_s and slot_s are read
+    __syncthreads();  // q_s is written; the previous chunk's stage, p_s and slot_s are read
     const int j = threadIdx.x;
+    if (j < len) slot_s[j] = key_slot(r, spec_slots, j0 + j);
     float sc[kAttnGroup];
 #pragma unroll
     for (int g = 0; g < kAttnGroup; ++g) sc[g] = -INFINITY;
-    if (j < len) {
-      const int32_t slot = key_slot(r, spec_slots, j0 + j);
-      slot_s[j] = slot;
-      const float* key = k_layer + static_cast<int64_t>(slot) * kv_dim;
-      float dot[kAttnGroup];
+    for (int s0 = 0; s0 < len; s0 += stage_keys) {
+      const int s1 = min(len, s0 + stage_keys);
+      __syncthreads();  // slot_s is written; the stage's last keys are read
+      stage_kv_rows(k_layer, kv_dim, slot_s, s0, s1, hd, stage);
+      __syncthreads();
+      if (j >= s0 && j < s1) {
+        const float* key = stage + (j - s0) * (hd + 1);
+        float dot[kAttnGroup];
 #pragma unroll
-      for (int g = 0; g < kAttnGroup; ++g) dot[g] = 0.0f;
-      if (vector_loads) {
-// Unrolled so that several loads of the key are in flight; the sum stays in order.
-#pragma unroll 8
-        for (int d = 0; d < hd; d += 4) {
-          const float4 k4 = *reinterpret_cast<const float4*>(key + d);
-#pragma unroll
-          for (int g = 0; g < kAttnGroup; ++g) {
-            if (g >= heads) break;
-            dot[g] = __fmaf_rn(q_s[g][d], k4.x, dot[g]);
-            dot[g] = __fmaf_rn(q_s[g][d + 1], k4.y, dot[g]);
-            dot[g] = __fmaf_rn(q_s[g][d + 2], k4.z, dot[g]);
-            dot[g] = __fmaf_rn(q_s[g][d + 3], k4.w, dot[g]);
-          }
-        }
-      } else {
+        for (int g = 0; g < kAttnGroup; ++g) dot[g] = 0.0f;
         for (int d = 0; d < hd; ++d) {
           const float kd = key[d];
 #pragma unroll
           for (int g = 0; g < kAttnGroup; ++g)
             if (g < heads) dot[g] = __fmaf_rn(q_s[g][d], kd, dot[g]);
         }
-      }
 #pragma unroll
-      for (int g = 0; g < kAttnGroup; ++g) sc[g] = __fmul_rn(dot[g], scale);
+        for (int g = 0; g < kAttnGroup; ++g) sc[g] = __fmul_rn(dot[g], scale);
+      }
     }
     float m_new[kAttnGroup];
 #pragma unroll
@@ -1793,7 +1885,7 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
       p[g] = j < len ? expf(__fsub_rn(sc[g], m_new[g])) : 0.0f;
       if (g < heads) p_s[g][j] = p[g];
     }
-    // The reduction's barriers also publish p_s and slot_s.
+    // The reduction's barriers also publish p_s and end the scores' reads of the stage.
     attention_block_reduce_group<false>(p, heads, reduce_s);
     float alpha[kAttnGroup];
 #pragma unroll
@@ -1802,20 +1894,37 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
       l_run[g] = __fadd_rn(__fmul_rn(l_run[g], alpha[g]), p[g]);
       m_run[g] = m_new[g];
     }
-    for (int e = threadIdx.x; e < hd * parts; e += kAttnThreads) {
-      const int d = e % hd, part = e / hd;
-      float acc[kAttnGroup];
+    float acc[kAccs][kAttnGroup];
 #pragma unroll
-      for (int g = 0; g < kAttnGroup; ++g) acc[g] = 0.0f;
-      for (int jj = part; jj < len; jj += parts) {
-        const float value = v_layer[static_cast<int64_t>(slot_s[jj]) * kv_dim + d];
+    for (int a = 0; a < kAccs; ++a)
 #pragma unroll
-        for (int g = 0; g < kAttnGroup; ++g)
-          if (g < heads) acc[g] = __fmaf_rn(p_s[g][jj], value, acc[g]);
+      for (int g = 0; g < kAttnGroup; ++g) acc[a][g] = 0.0f;
+    for (int s0 = 0; s0 < len; s0 += stage_keys) {
+      const int s1 = min(len, s0 + stage_keys);
+      if (s0 > 0) __syncthreads();  // the stage's values are read
+      stage_kv_rows(v_layer, kv_dim, slot_s, s0, s1, hd, stage);
+      __syncthreads();
+#pragma unroll
+      for (int a = 0; a < kAccs; ++a) {
+        const int e = threadIdx.x + a * kAttnThreads;
+        if (e >= hd * parts) break;
+        const int d = e % hd, part = e / hd;
+        // Keys jj ≡ part (mod parts) of [s0, s1), in order; s0 is a multiple of parts.
+        for (int jj = s0 + part; jj < s1; jj += parts) {
+          const float value = stage[(jj - s0) * (hd + 1) + d];
+#pragma unroll
+          for (int g = 0; g < kAttnGroup; ++g)
+            if (g < heads) acc[a][g] = __fmaf_rn(p_s[g][jj], value, acc[a][g]);
+        }
       }
+    }
+#pragma unroll
+    for (int a = 0; a < kAccs; ++a) {
+      const int e = threadIdx.x + a * kAttnThreads;
+      if (e >= hd * parts) break;
 #pragma unroll
       for (int g = 0; g < kAttnGroup; ++g)
-        if (g < heads) part_s[g][e] = acc[g];
+        if (g < heads) part_s[g][e] = acc[a][g];
     }
     __syncthreads();  // part_s is written
     for (int d = threadIdx.x; d < hd; d += kAttnThreads)
@@ -2071,55 +2180,6 @@ __global__ void __launch_bounds__(kTiledWarps* kWarp)
   }
 }
 
-// One block per (row, head): the splits that had keys, merged in split order.
-// With q given (head_dim a multiple of 32), the head's output is then
-// quantized to Q8_0 as launch_quantize_q8 would quantize the row.
-static_assert(kAttnThreads >= kAttentionSplits, "a thread per split reads its max and sum");
-__global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
-                                         const float* partial, float* out, int8_t* q, float* scales,
-                                         bool block_major) {
-  begin_kernel();
-  const int row = blockIdx.x, head = blockIdx.y, hd = s.head_dim;
-  const AttentionRow r = rows[row];
-  const int n_keys = r.n_committed + r.spec_count;
-  const int chunks = (n_keys + kAttnKeys - 1) / kAttnKeys;
-  const int used = min(chunks, kAttentionSplits);
-  const float* base =
-      partial + (static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits * (hd + 2);
-  // Each split's max and sum are read once, all at the same time, and its
-  // weight exp(m_z - m) computed once.
-  __shared__ float weight_s[kAttentionSplits], sum_s[kAttentionSplits], max_s[kAttentionSplits];
-  if (threadIdx.x < used) {
-    max_s[threadIdx.x] = base[threadIdx.x * (hd + 2) + hd];
-    sum_s[threadIdx.x] = base[threadIdx.x * (hd + 2) + hd + 1];
-  }
-  __syncthreads();
-  float m = -INFINITY;
-  for (int z = 0; z < used; ++z) m = fmaxf(m, max_s[z]);
-  if (threadIdx.x < used) weight_s[threadIdx.x] = expf(__fsub_rn(max_s[threadIdx.x], m));
-  __syncthreads();
-  float total = 0.0f;
-  for (int z = 0; z < used; ++z) total = __fadd_rn(total, __fmul_rn(sum_s[z], weight_s[z]));
-  float* o = out + static_cast<int64_t>(row) * s.n_head * hd + head * hd;
-  for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
-    float part[kAttentionSplits];
-#pragma unroll
-    for (int z = 0; z < kAttentionSplits; ++z) part[z] = z < used ? base[z * (hd + 2) + d] : 0.0f;
-    float acc = 0.0f;
-#pragma unroll
-    for (int z = 0; z < kAttentionSplits; ++z)
-      if (z < used) acc = __fadd_rn(acc, __fmul_rn(part[z], weight_s[z]));
-    o[d] = __fdiv_rn(acc, total);
-  }
-  if (q == nullptr) return;
-  __syncthreads();  // the head's outputs are written
-  const int lane = threadIdx.x % kWarp, nb = s.n_head * hd / 32;
-  for (int b = threadIdx.x / kWarp; b < hd / 32; b += kAttnThreads / kWarp) {
-    const int64_t at = q8_block_index(row, head * (hd / 32) + b, gridDim.x, nb, block_major);
-    quantize_block(o[b * 32 + lane], lane, q + at * 32, scales + at);
-  }
-}
-
 // gate = silu(gate) · up, with silu(g) = g·σ(g) and σ from an exponential of
 // −|g| (never overflows); quantized to Q8_0 when q is given. Blocks of
 // (row, 256 values): one warp per 32 values, so a row spreads over the GPU.
@@ -2346,12 +2406,23 @@ void prepare_attention(AttentionKernel kernel) {
 // or more (a 512-token prefill took 13% longer).
 constexpr int kStagedAttentionMaxRows = 4;
 
+bool fused_attention_merge_wanted() {
+  static const bool wanted = env_is("PARSPEC_CUDA_ATTENTION_MERGE", "in-split");
+  return wanted;
+}
+
 bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
                       int layer, HeadShape shape, float scale, AttentionKernel kernel,
                       float* partial, float* out, int8_t* out_q, float* out_scales,
-                      cudaStream_t stream) {
+                      int32_t* split_counters, cudaStream_t stream) {
   if (shape.head_dim % 32 != 0) out_q = nullptr;  // the caller quantizes the rows
   if (n == 0) return out_q != nullptr;
+  const int q_dim = shape.n_head * shape.head_dim;
+  AttentionMerge merge;
+  merge.out = out;
+  merge.q = out_q;
+  merge.scales = out_scales;
+  merge.block_major = out_q != nullptr && block_major_activations(n, q_dim);
   const size_t tiled_bytes = tiled_shared_bytes(shape.head_dim);
   if (kernel == AttentionKernel::kTiled && tiled_bytes <= tiled_shared_limit) {
     const TiledShape t = tiled_shape(shape);
@@ -2364,16 +2435,21 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
     const int groups = shape.n_head_kv * ((per_kv + kAttnGroup - 1) / kAttnGroup);
     launch(attention_split_grouped_kernel, dim3(n, groups, kAttentionSplits), kAttnThreads, 0,
            stream, q, rows, spec_slots, layer, shape, scale, partial);
-  } else if (n <= kStagedAttentionMaxRows) {
-    launch(attention_split_staged_kernel, dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0,
-           stream, q, rows, spec_slots, layer, shape, scale, partial);
   } else {
-    launch(attention_split_kernel, dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0, stream,
-           q, rows, spec_slots, layer, shape, scale, partial);
+    // The per-head kernels merge their splits themselves where counters are given.
+    AttentionMerge in_split = merge;
+    in_split.split_counters = split_counters;
+    const dim3 grid(n, shape.n_head, kAttentionSplits);
+    if (n <= kStagedAttentionMaxRows)
+      launch(attention_split_staged_kernel, grid, kAttnThreads, 0, stream, q, rows, spec_slots,
+             layer, shape, scale, partial, in_split);
+    else
+      launch(attention_split_kernel, grid, kAttnThreads, 0, stream, q, rows, spec_slots, layer,
+             shape, scale, partial, in_split);
+    if (split_counters != nullptr) return out_q != nullptr;
   }
-  const int q_dim = shape.n_head * shape.head_dim;
   launch(attention_combine_kernel, dim3(n, shape.n_head), kAttnThreads, 0, stream, rows, shape,
-         partial, out, out_q, out_scales, out_q != nullptr && block_major_activations(n, q_dim));
+         partial, merge);
   return out_q != nullptr;
 }
 

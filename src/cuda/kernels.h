@@ -136,10 +136,15 @@ constexpr int kAttentionSplits = 16;
 inline int64_t attention_partial_floats(int64_t n, int n_head, int head_dim) {
   return n * n_head * kAttentionSplits * (head_dim + 2);
 }
+// split_counters (n × n_head int32, zeros before the launch and after it, or
+// null): the per-head kernel's last split of each (row, head) merges the
+// splits itself instead of a second kernel (the same bits), when
+// fused_attention_merge_wanted() says so (PARSPEC_CUDA_ATTENTION_MERGE=in-split).
 bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
                       int layer, HeadShape shape, float scale, AttentionKernel kernel,
                       float* partial, float* out, int8_t* out_q, float* out_scales,
-                      cudaStream_t stream);
+                      int32_t* split_counters, cudaStream_t stream);
+bool fused_attention_merge_wanted();
 // Sets up `kernel` on the current device (the tiled kernel's shared memory);
 // before any graph capture, as it changes a kernel's attributes.
 void prepare_attention(AttentionKernel kernel);
