@@ -37,7 +37,9 @@
 # SKIP_TESTS=1, SKIP_LLAMA=1, SKIP_MODELS=1 (reuse MODELS), SKIP_TRANSFORMERS=1, JOBS (build
 # jobs, default nproc), BUDGET_S (no measurement starts after this many seconds, default 510;
 # the summary lists what was skipped),
-# GPU_MODELS (the models to make and measure, by the names below; default: all but 8b-q4_k).
+# GPU_MODELS (the models to make and measure, by the names below; default: all but 8b-q4_k),
+# GPU_FOCUS=kernels (tests, then per model decode, L(n), prefill, the kernel variants and
+# llama-bench, the profile and Nsight Compute: no strategies, no server under load).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -191,7 +193,8 @@ fi
 # dp4a warp matmul for every row count), mma (the tensor cores also for 1 to 4
 # rows), row-major (the tensor-core kernel's activations row after row),
 # half-warp (F16/BF16 weights on the warp kernel), pipelined (the tensor-core
-# kernel's loads of four blocks issued before their mmas), opt-in (the kernels not
+# kernel's loads of four blocks issued before their mmas), mma-pipelined (that for
+# every row count), in-split (attention splits merged by their last block), opt-in (the kernels not
 # yet the default: grouped attention, attention splits merged by their last block, a
 # prefill in one launch per matmul, pipelined).
 kernel_env() {
@@ -200,6 +203,7 @@ kernel_env() {
     row-major) echo "PARSPEC_CUDA_ACTIVATIONS=row-major" ;;
     half-warp) echo "PARSPEC_CUDA_HALF_MATMUL=warp" ;;
     pipelined) echo "PARSPEC_CUDA_MMA=pipelined" ;;
+    mma-pipelined) echo "PARSPEC_CUDA_MATMUL=mma PARSPEC_CUDA_MMA=pipelined" ;;
     in-split) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split" ;;
     opt-in) echo "PARSPEC_CUDA_ATTENTION=grouped PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_MMA=pipelined" ;;
   esac
@@ -329,6 +333,9 @@ model_path() {  # name source
   if [[ $mode == dry ]]; then echo "$2"; else echo "$models/$1.gguf"; fi
 }
 
+# GPU_FOCUS=kernels leaves out the strategies, llama.cpp's speculation and the server
+# under load: the kernels' figures alone, in a few minutes.
+if [[ ${GPU_FOCUS:-all} != kernels ]]; then
 # Strategies on the GPU against ar (greedy, the bench fails if one differs), while
 # llama.cpp builds (each table's speedups are against ar in the same bench): the
 # 8B-class Q4_0 target with the 100M-class drafter, or the zoo pair in a dry run.
@@ -441,6 +448,8 @@ budgeted 120 env $(kernel_env opt-in) "$bin_parspec" bench "${pair[@]}" "${devic
   --md "$out/strategies-opt-in.md" --json "$out/strategies-opt-in.json" >"$out/strategies-opt-in.txt" 2>&1 ||
   echo "parspec bench failed or timed out: see $out/strategies-opt-in.txt"
 
+fi
+
 if [[ -n $llama_pid ]]; then
   step "waiting for the llama.cpp build"
   wait "$llama_pid" || { echo "llama.cpp build failed: see $out/llama_build.log"; llama_bin=""; }
@@ -449,11 +458,13 @@ fi
 # The drafter on the CPU after the build, while the host's cores are idle.
 cpu_draft_set=ar,sd,pearl
 [[ $mode == dry ]] && cpu_draft_set=ar,sd
-step "parspec bench with the drafter on the CPU (-ngld 0): $cpu_draft_set"
-budgeted 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" -ngld 0 --strategies "$cpu_draft_set" \
-  --prompts code,prose --max-prompts 2 -n 48 -t "$(nproc)" --md "$out/strategies-cpu-draft.md" --json "$out/strategies-cpu-draft.json" \
-  >"$out/strategies-cpu-draft.txt" 2>&1 ||
-  echo "parspec bench failed or timed out: see $out/strategies-cpu-draft.txt"
+if [[ ${GPU_FOCUS:-all} != kernels ]]; then
+  step "parspec bench with the drafter on the CPU (-ngld 0): $cpu_draft_set"
+  budgeted 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" -ngld 0 --strategies "$cpu_draft_set" \
+    --prompts code,prose --max-prompts 2 -n 48 -t "$(nproc)" --md "$out/strategies-cpu-draft.md" \
+    --json "$out/strategies-cpu-draft.json" >"$out/strategies-cpu-draft.txt" 2>&1 ||
+    echo "parspec bench failed or timed out: see $out/strategies-cpu-draft.txt"
+fi
 
 for row in "${table[@]}"; do
   read -r name src _ <<<"$row"
@@ -522,7 +533,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(pipelined in-split row-major opt-in) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(pipelined mma-pipelined in-split row-major opt-in) || variants=() ;;
     *f16*) variants=(half-warp) ;;
     *) variants=() ;;
   esac
@@ -538,7 +549,7 @@ done
 # llama.cpp's speculative decoding on the same files and prompts (greedy, one
 # process per prompt and --draft-max; its "decoded N tokens in S seconds").
 spec_bin=$models/llama.cpp/build/bin/llama-speculative-simple
-if [[ $mode == run && -x $spec_bin ]]; then
+if [[ $mode == run && -x $spec_bin && ${GPU_FOCUS:-all} != kernels ]]; then
   step "llama-speculative-simple --draft-max 4, 8, 16"
   : >"$out/llama-speculative.tsv"
   for set in code prose; do
@@ -558,7 +569,7 @@ fi
 
 # The server on the device under load (bench/loadgen.py, closed loop: 1, 4 and 16
 # clients back to back, 64 tokens each), ar and sd on the strategies' pair.
-if [[ $mode == run ]]; then
+if [[ $mode == run && ${GPU_FOCUS:-all} != kernels ]]; then
   for strategy in ar sd; do
     (($(date +%s) - start < budget)) || { echo "skipped, past the time budget: serve load ($strategy)" | tee -a "$out/skipped.txt"; continue; }
     step "serve -ngl 99 --strategy $strategy under 1, 4, 16 concurrent streams"
@@ -666,6 +677,7 @@ warp_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-warp.json")),
               load(os.path.join(out, f"parspec-{n}-row-major.json")),
               load(os.path.join(out, f"parspec-{n}-pipelined.json")),
+              load(os.path.join(out, f"parspec-{n}-mma-pipelined.json")),
               load(os.path.join(out, f"parspec-{n}-in-split.json")),
               load(os.path.join(out, f"parspec-{n}-opt-in.json"))) for n in rows]
 warp_rows = [r for r in warp_rows if r[1] and any(r[2:])]
@@ -674,12 +686,13 @@ if warp_rows:
     print("| model | matmul | decode tok/s | L(1) ms | L(4) ms | L(8) ms | L(32) ms | L(64) ms "
           "| pp512 tok/s |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for n, default, mma, warp, row_major, pipelined, in_split, few in warp_rows:
+    for n, default, mma, warp, row_major, pipelined, mma_pipelined, in_split, few in warp_rows:
         for label, res in (("default (one-row kernel's way up to 4 rows, tensor cores for more)",
                             default),
                            ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
                            ("row-major activations", row_major),
                            ("tensor cores, four blocks' loads before their mmas", pipelined),
+                           ("the same for every row count", mma_pipelined),
                            ("attention splits merged by their last block", in_split),
                            ("opt-in: grouped attention, in-split merge, one-launch prefill, "
                             "pipelined", few)):
