@@ -856,6 +856,53 @@ __device__ float half_warp_sum_in_order(float v, int lane) {
 
 constexpr int kGemvThreads = kMmaRows * 16;
 constexpr int kGemvPrefetch = 8;  // weight blocks per lane requested before the row is staged
+
+// A half-warp lane's first kGemvPrefetch weight blocks of a row (blocks v,
+// v + 16, ...) and their scales, requested together so that their loads
+// overlap, then used in block order.
+template <WeightKind kKind>
+struct FirstBlocks {
+  RawBlock<kKind> raw[kGemvPrefetch];
+  __half scale[kGemvPrefetch];
+
+  __device__ void load(const DeviceMatrix& w, const __half* row_scales, int64_t row, int64_t nb,
+                       int v) {
+#pragma unroll
+    for (int p = 0; p < kGemvPrefetch; ++p) {
+      const int64_t b = v + 16 * p;
+      if (b < nb) {
+        raw[p] = load_raw_block<kKind>(w, row * nb + b);
+        scale[p] = row_scales[b];
+      }
+    }
+  }
+  // step(b, its 32 values as int8 in eight words, its scale) for each of the
+  // blocks below nb, in order.
+  template <class Step>
+  __device__ void each(int64_t nb, int v, Step&& step) const {
+#pragma unroll
+    for (int p = 0; p < kGemvPrefetch; ++p) {
+      const int64_t b = v + 16 * p;
+      if (b >= nb) break;
+      int wq[8];
+      unpack_raw_block<kKind>(raw[p], wq);
+      step(b, wq, __half2float(scale[p]));
+    }
+  }
+};
+
+// step(b, values, scale) for the lane's blocks after the first kGemvPrefetch,
+// each loaded as the loop comes to it (kUnroll of them in flight).
+template <WeightKind kKind, int kUnroll, class Step>
+__device__ void each_later_block(const DeviceMatrix& w, const __half* row_scales, int64_t row,
+                                 int64_t nb, int v, Step&& step) {
+#pragma unroll kUnroll
+  for (int64_t b = v + 16 * kGemvPrefetch; b < nb; b += 16) {
+    int wq[8];
+    load_block_q<kKind>(w, row * nb + b, wq);
+    step(b, wq, __half2float(row_scales[b]));
+  }
+}
 static_assert(kMmaWarps == 16, "the one-row kernel mirrors 16 K-splitting warps");
 
 template <WeightKind kKind>
@@ -872,19 +919,11 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int64_t row = row0 + threadIdx.x / 16;
   const bool has_row = row < w.n_out;
   const __half* scales = static_cast<const __half*>(w.scales) + row * nb;
-  // The lane's first kGemvPrefetch weight blocks are requested before the
-  // activation row is staged, so that their loads overlap it (the blocks are
-  // still summed in the same order).
-  RawBlock<kKind> first[kGemvPrefetch];
-  __half first_scale[kGemvPrefetch];
-#pragma unroll
-  for (int p = 0; p < kGemvPrefetch; ++p) {
-    const int64_t b = v + 16 * p;
-    if (has_row && b < nb) {
-      first[p] = load_raw_block<kKind>(w, row * nb + b);
-      first_scale[p] = scales[b];
-    }
-  }
+  // The lane's first weight blocks are requested before the activation row
+  // is staged, so that their loads overlap it (the blocks are still summed in
+  // the same order).
+  FirstBlocks<kKind> first;
+  if (has_row) first.load(w, scales, row, nb, v);
   int8_t* xs = reinterpret_cast<int8_t*>(gemv_shared);
   float* ds = reinterpret_cast<float*>(xs + nb * 32);
   for (int64_t i = threadIdx.x; i < nb * 2; i += kGemvThreads)
@@ -893,24 +932,14 @@ __global__ void __launch_bounds__(kGemvThreads)
   __syncthreads();
   float acc = 0.0f;
   if (has_row) {
-#pragma unroll
-    for (int p = 0; p < kGemvPrefetch; ++p) {
-      const int64_t b = v + 16 * p;
-      if (b >= nb) break;
-      int wq[8];
-      unpack_raw_block<kKind>(first[p], wq);
+    // Block b's product, added in block order.
+    auto step = [&](int64_t b, const int(&wq)[8], float dw) {
       const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
       const int sum = block_dot_s8(wq, x4[0], x4[1]);
-      acc = __fmaf_rn(__fmul_rn(__half2float(first_scale[p]), ds[b]), static_cast<float>(sum), acc);
-    }
-#pragma unroll 8
-    for (int64_t b = v + 16 * kGemvPrefetch; b < nb; b += 16) {
-      int wq[8];
-      load_block_q<kKind>(w, row * nb + b, wq);
-      const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
-      const int sum = block_dot_s8(wq, x4[0], x4[1]);
-      acc = __fmaf_rn(__fmul_rn(__half2float(scales[b]), ds[b]), static_cast<float>(sum), acc);
-    }
+      acc = __fmaf_rn(__fmul_rn(dw, ds[b]), static_cast<float>(sum), acc);
+    };
+    first.each(nb, v, step);
+    each_later_block<kKind, 8>(w, scales, row, nb, v, step);
   }
   // Every lane takes part in the shuffles, also those past the last row.
   const float total = half_warp_sum_in_order(acc, lane);
@@ -948,32 +977,11 @@ __global__ void __launch_bounds__(kGemvThreads)
         acc[r] = __fmaf_rn(__fmul_rn(dw, __ldg(xd + xb)), static_cast<float>(sum), acc[r]);
       }
     };
-    // The lane's first kGemvPrefetch weight blocks are all requested before
-    // any is used, as in matmul_gemv_kernel.
-    RawBlock<kKind> first[kGemvPrefetch];
-    __half first_scale[kGemvPrefetch];
-#pragma unroll
-    for (int p = 0; p < kGemvPrefetch; ++p) {
-      const int64_t b = v + 16 * p;
-      if (b < nb) {
-        first[p] = load_raw_block<kKind>(w, row * nb + b);
-        first_scale[p] = scales[b];
-      }
-    }
-#pragma unroll
-    for (int p = 0; p < kGemvPrefetch; ++p) {
-      const int64_t b = v + 16 * p;
-      if (b >= nb) break;
-      int wq[8];
-      unpack_raw_block<kKind>(first[p], wq);
-      step(b, wq, __half2float(first_scale[p]));
-    }
-#pragma unroll 4
-    for (int64_t b = v + 16 * kGemvPrefetch; b < nb; b += 16) {
-      int wq[8];
-      load_block_q<kKind>(w, row * nb + b, wq);
-      step(b, wq, __half2float(scales[b]));
-    }
+    // The lane's first weight blocks are all requested before any is used.
+    FirstBlocks<kKind> first;
+    first.load(w, scales, row, nb, v);
+    first.each(nb, v, step);
+    each_later_block<kKind, 4>(w, scales, row, nb, v, step);
   }
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
@@ -1489,14 +1497,13 @@ __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
   merge_head_splits(r, blockIdx.x, blockIdx.y, gridDim.x, s, partial, m);
 }
 
-// The end of a per-head split block when m.split_counters is given
+// The end of a per-head split block when merging in the split
 // (PARSPEC_CUDA_ATTENTION_MERGE=in-split): the split's partial result is
 // written; the last of the head's splits to finish merges them
 // (merge_head_splits, the same bits as attention_combine_kernel) and leaves
 // the counter at zero for the next launch.
 __device__ void merge_if_last_split(const AttentionRow& r, int row, int head, const HeadShape& s,
                                     const float* partial, const AttentionMerge& m) {
-  if (m.split_counters == nullptr) return;
   __shared__ bool last_s;
   __threadfence();  // this block's partial result is visible to the merging block
   __syncthreads();
@@ -1511,6 +1518,77 @@ __device__ void merge_if_last_split(const AttentionRow& r, int row, int head, co
   if (!last_s) return;
   __threadfence();
   merge_head_splits(r, row, head, gridDim.x, s, partial, m);
+}
+
+// Where a per-head block finds its head's keys and values in the cache, and
+// `parts`: the runs of keys per output dimension when the head is narrower
+// than the block (else one run and strided dimensions).
+struct HeadKeys {
+  const float* k;
+  const float* v;
+  int kv_dim, parts;
+};
+__device__ HeadKeys head_keys(const AttentionRow& r, int layer, const HeadShape& s, int head) {
+  const int hd = s.head_dim, kv_dim = s.n_head_kv * hd;
+  const int kv_head = head / (s.n_head / s.n_head_kv);
+  HeadKeys h;
+  h.k = r.k + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
+  h.v = r.v + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
+  h.kv_dim = kv_dim;
+  h.parts = hd < kAttnThreads ? kAttnThreads / hd : 1;
+  return h;
+}
+
+// The head's query into q_s, and o_s zeroed.
+__device__ void load_query_head(const float* q, int row, int head, const HeadShape& s, float* q_s,
+                                float* o_s) {
+  const int hd = s.head_dim;
+  for (int i = threadIdx.x; i < hd; i += kAttnThreads) {
+    q_s[i] = q[static_cast<int64_t>(row) * s.n_head * hd + head * hd + i];
+    o_s[i] = 0.0f;
+  }
+}
+
+// A chunk's step of the online softmax: this thread's key score sc (valid:
+// the key exists), the chunk's maximum and sum by the fixed block
+// reductions, p_s[thread] its probability against the new maximum; returns
+// the factor that rescales what the earlier chunks summed. The reductions'
+// barriers also publish p_s.
+__device__ float online_softmax_chunk(float sc, bool valid, float* p_s, float* reduce_s,
+                                      float& m_run, float& l_run) {
+  const float m_new = fmaxf(m_run, attention_block_reduce<true>(sc, reduce_s));
+  const float p = valid ? expf(__fsub_rn(sc, m_new)) : 0.0f;
+  p_s[threadIdx.x] = p;
+  const float l_chunk = attention_block_reduce<false>(p, reduce_s);
+  const float alpha = expf(__fsub_rn(m_run, m_new));  // 0 for the first chunk
+  l_run = __fadd_rn(__fmul_rn(l_run, alpha), l_chunk);
+  m_run = m_new;
+  return alpha;
+}
+
+// o = o · alpha + the chunk's sum per dimension (its `parts` runs added in order).
+__device__ void fold_chunk_into_output(const float* part_s, float* o_s, int hd, int parts,
+                                       float alpha) {
+  for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
+    float sum = part_s[d];
+    for (int part = 1; part < parts; ++part) sum = __fadd_rn(sum, part_s[part * hd + d]);
+    o_s[d] = __fadd_rn(__fmul_rn(o_s[d], alpha), sum);
+  }
+}
+
+// The split's unnormalized output, running max and sum, for the merge. Each
+// o_s[d] was last written by the thread that stores it.
+__device__ void store_split_result(float* partial, int row, int head, int split, const HeadShape& s,
+                                   const float* o_s, float m_run, float l_run) {
+  const int hd = s.head_dim;
+  float* out =
+      partial +
+      ((static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits + split) * (hd + 2);
+  for (int d = threadIdx.x; d < hd; d += kAttnThreads) out[d] = o_s[d];
+  if (threadIdx.x == 0) {
+    out[hd] = m_run;
+    out[hd + 1] = l_run;
+  }
 }
 
 // Floats of the per-head kernel's stage: a part of a chunk's keys (or values)
@@ -1562,111 +1640,32 @@ __device__ void stage_kv_rows(const float* layer_base, int kv_dim, const int32_t
   }
 }
 
-// attention_split_kernel's steps with the keys, then the values, staged in
-// shared memory (a whole chunk for heads of up to 64, else in parts), each part
-// read from the cache in one round of loads: far fewer waits on memory per
-// block, but its 37 KB of shared memory leave room for fewer blocks per SM, so
-// launch_attention takes it for a few rows only. The same bits.
-__global__ void attention_split_staged_kernel(const float* q, const AttentionRow* rows,
-                                              const int32_t* spec_slots, int layer, HeadShape s,
-                                              float scale, float* partial, AttentionMerge merge) {
-  begin_kernel();
-  __shared__ float q_s[kMaxHeadDim];
-  __shared__ float o_s[kMaxHeadDim];
-  __shared__ float part_s[kMaxHeadDim];
-  __shared__ float p_s[kAttnKeys];
-  __shared__ int32_t slot_s[kAttnKeys];
-  __shared__ float reduce_s[kAttnThreads / kWarp];
-  __shared__ float stage[kAttnStageFloats];
+// f(a, e) for each output e = threadIdx.x + a · kAttnThreads of a per-head
+// block that is below hd · parts: output dimension e % hd, run e / hd of the
+// keys (those ≡ run mod parts).
+template <class F>
+__device__ void each_output_run(int hd, int parts, F&& f) {
+#pragma unroll
+  for (int a = 0; a < kMaxHeadDim / kAttnThreads; ++a) {
+    const int e = threadIdx.x + a * kAttnThreads;
+    if (e >= hd * parts) break;
+    f(a, e);
+  }
+}
 
-  const int row = blockIdx.x, head = blockIdx.y, split = blockIdx.z;
-  const AttentionRow r = rows[row];
-  const int n_keys = r.n_committed + r.spec_count;
-  // Splits past the row's chunks have nothing to do, and the combine skips them.
-  if (split * kAttnKeys >= n_keys) return;
-  const int hd = s.head_dim, q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
-  const int kv_head = head / (s.n_head / s.n_head_kv);
-  const float* k_layer = r.k + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
-  const float* v_layer = r.v + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
-  // Output dimensions a thread sums: `parts` runs of keys per dimension when
-  // the head is narrower than the block, else one run and strided dimensions.
-  const int parts = hd < kAttnThreads ? kAttnThreads / hd : 1;
-  const int stage_keys = attention_stage_keys(hd);  // a multiple of parts
-
-  for (int i = threadIdx.x; i < hd; i += kAttnThreads) {
-    q_s[i] = q[static_cast<int64_t>(row) * q_dim + head * hd + i];
-    o_s[i] = 0.0f;
+// The chunk's values staged part after part (each part of stage_keys keys, a
+// multiple of parts): f(s0, s1) once part [s0, s1) is in `stage`. The block's
+// barriers before the first part must already order the stage's earlier reads.
+template <class F>
+__device__ void each_value_stage(const float* v_layer, int kv_dim, const int32_t* slot_s, int len,
+                                 int stage_keys, int hd, float* stage, F&& f) {
+  for (int s0 = 0; s0 < len; s0 += stage_keys) {
+    const int s1 = min(len, s0 + stage_keys);
+    if (s0 > 0) __syncthreads();  // the stage's values are read
+    stage_kv_rows(v_layer, kv_dim, slot_s, s0, s1, hd, stage);
+    __syncthreads();
+    f(s0, s1);
   }
-  float m_run = -INFINITY, l_run = 0.0f;
-  for (int c = split; c * kAttnKeys < n_keys; c += kAttentionSplits) {
-    const int j0 = c * kAttnKeys, len = min(kAttnKeys, n_keys - j0);
-    __syncthreads();  // q_s is written; the previous chunk's stage, p_s and slot_s are read
-    const int j = threadIdx.x;
-    if (j < len) slot_s[j] = key_slot(r, spec_slots, j0 + j);
-    float sc = -INFINITY;
-    for (int s0 = 0; s0 < len; s0 += stage_keys) {
-      const int s1 = min(len, s0 + stage_keys);
-      __syncthreads();  // slot_s is written; the stage's last keys are read
-      stage_kv_rows(k_layer, kv_dim, slot_s, s0, s1, hd, stage);
-      __syncthreads();
-      if (j >= s0 && j < s1) {
-        const float* key = stage + (j - s0) * (hd + 1);
-        float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot = __fmaf_rn(q_s[d], key[d], dot);
-        sc = __fmul_rn(dot, scale);
-      }
-    }
-    const float m_new = fmaxf(m_run, attention_block_reduce<true>(sc, reduce_s));
-    const float p = j < len ? expf(__fsub_rn(sc, m_new)) : 0.0f;
-    p_s[j] = p;
-    // The reduction's barriers also publish p_s and end the scores' reads of the stage.
-    const float l_chunk = attention_block_reduce<false>(p, reduce_s);
-    const float alpha = expf(__fsub_rn(m_run, m_new));  // 0 for the first chunk
-    l_run = __fadd_rn(__fmul_rn(l_run, alpha), l_chunk);
-    m_run = m_new;
-    float acc[kMaxHeadDim / kAttnThreads > 0 ? kMaxHeadDim / kAttnThreads : 1];
-    constexpr int kAccs = sizeof(acc) / sizeof(acc[0]);
-#pragma unroll
-    for (int a = 0; a < kAccs; ++a) acc[a] = 0.0f;
-    for (int s0 = 0; s0 < len; s0 += stage_keys) {
-      const int s1 = min(len, s0 + stage_keys);
-      if (s0 > 0) __syncthreads();  // the stage's values are read
-      stage_kv_rows(v_layer, kv_dim, slot_s, s0, s1, hd, stage);
-      __syncthreads();
-#pragma unroll
-      for (int a = 0; a < kAccs; ++a) {
-        const int e = threadIdx.x + a * kAttnThreads;
-        if (e >= hd * parts) break;
-        const int d = e % hd, part = e / hd;
-        float sum = acc[a];
-        // Keys jj ≡ part (mod parts) of [s0, s1), in order; s0 is a multiple of parts.
-        for (int jj = s0 + part; jj < s1; jj += parts)
-          sum = __fmaf_rn(p_s[jj], stage[(jj - s0) * (hd + 1) + d], sum);
-        acc[a] = sum;
-      }
-    }
-#pragma unroll
-    for (int a = 0; a < kAccs; ++a) {
-      const int e = threadIdx.x + a * kAttnThreads;
-      if (e < hd * parts) part_s[e] = acc[a];
-    }
-    __syncthreads();  // part_s is written
-    for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
-      float sum = part_s[d];
-      for (int part = 1; part < parts; ++part) sum = __fadd_rn(sum, part_s[part * hd + d]);
-      o_s[d] = __fadd_rn(__fmul_rn(o_s[d], alpha), sum);
-    }
-  }
-  // Each o_s[d] was last written by the thread that stores it.
-  float* out =
-      partial +
-      ((static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits + split) * (hd + 2);
-  for (int d = threadIdx.x; d < hd; d += kAttnThreads) out[d] = o_s[d];
-  if (threadIdx.x == 0) {
-    out[hd] = m_run;
-    out[hd + 1] = l_run;
-  }
-  merge_if_last_split(r, row, head, s, partial, merge);
 }
 
 // Split attention (flash decoding with fixed boundaries): a row's keys fall in
@@ -1681,7 +1680,15 @@ __global__ void attention_split_staged_kernel(const float* q, const AttentionRow
 // Every step depends on the row's key list and the constants alone, so a
 // row's result is the same alone, in a chain, in a tree or beside other rows;
 // the work spreads over kAttentionSplits blocks per head, so a long cache is
-// read by the whole GPU. The grouped, tiled and staged kernels give the same bits.
+// read by the whole GPU. kStaged: the keys, then the values, are staged in
+// shared memory (a whole chunk for heads of up to 64, else in parts), each part
+// read from the cache in one round of loads: far fewer waits on memory per
+// block, but its 37 KB of shared memory leave room for fewer blocks per SM, so
+// launch_attention stages for a few rows only. Otherwise each thread reads its
+// key and its values where they lie. The grouped and tiled kernels, and either
+// way here, give the same bits. kMergeInSplit: merge_if_last_split (a template
+// parameter, so that its registers weigh on that variant alone).
+template <bool kStaged, bool kMergeInSplit>
 __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
                                        const int32_t* spec_slots, int layer, HeadShape s,
                                        float scale, float* partial, AttentionMerge merge) {
@@ -1692,37 +1699,43 @@ __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
   __shared__ float p_s[kAttnKeys];
   __shared__ int32_t slot_s[kAttnKeys];
   __shared__ float reduce_s[kAttnThreads / kWarp];
+  __shared__ float stage[kStaged ? kAttnStageFloats : 1];
 
   const int row = blockIdx.x, head = blockIdx.y, split = blockIdx.z;
   const AttentionRow r = rows[row];
   const int n_keys = r.n_committed + r.spec_count;
-  // Splits past the row's chunks have nothing to do, and the combine skips them.
+  // Splits past the row's chunks have nothing to do, and the merge skips them.
   if (split * kAttnKeys >= n_keys) return;
-  const int hd = s.head_dim, q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
-  const int kv_head = head / (s.n_head / s.n_head_kv);
-  const float* k_layer = r.k + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
-  const float* v_layer = r.v + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
-  // Output dimensions a thread sums: `parts` runs of keys per dimension when
-  // the head is narrower than the block, else one run and strided dimensions.
-  const int parts = hd < kAttnThreads ? kAttnThreads / hd : 1;
-  const bool vector_loads = hd % 4 == 0;
+  const HeadKeys h = head_keys(r, layer, s, head);
+  const int hd = s.head_dim, kv_dim = h.kv_dim, parts = h.parts;
+  const int stage_keys = attention_stage_keys(hd);  // a multiple of parts
+  constexpr int kAccs = kMaxHeadDim / kAttnThreads;
 
-  for (int i = threadIdx.x; i < hd; i += kAttnThreads) {
-    q_s[i] = q[static_cast<int64_t>(row) * q_dim + head * hd + i];
-    o_s[i] = 0.0f;
-  }
+  load_query_head(q, row, head, s, q_s, o_s);
   float m_run = -INFINITY, l_run = 0.0f;
   for (int c = split; c * kAttnKeys < n_keys; c += kAttentionSplits) {
     const int j0 = c * kAttnKeys, len = min(kAttnKeys, n_keys - j0);
-    __syncthreads();  // q_s is written; the previous chunk's p_s and slot_s are read
+    __syncthreads();  // q_s is written; the previous chunk's stage, p_s and slot_s are read
     const int j = threadIdx.x;
+    if (j < len) slot_s[j] = key_slot(r, spec_slots, j0 + j);
     float sc = -INFINITY;
-    if (j < len) {
-      const int32_t slot = key_slot(r, spec_slots, j0 + j);
-      slot_s[j] = slot;
-      const float* key = k_layer + static_cast<int64_t>(slot) * kv_dim;
+    if constexpr (kStaged) {
+      for (int s0 = 0; s0 < len; s0 += stage_keys) {
+        const int s1 = min(len, s0 + stage_keys);
+        __syncthreads();  // slot_s is written; the stage's last keys are read
+        stage_kv_rows(h.k, kv_dim, slot_s, s0, s1, hd, stage);
+        __syncthreads();
+        if (j >= s0 && j < s1) {
+          const float* key = stage + (j - s0) * (hd + 1);
+          float dot = 0.0f;
+          for (int d = 0; d < hd; ++d) dot = __fmaf_rn(q_s[d], key[d], dot);
+          sc = __fmul_rn(dot, scale);
+        }
+      }
+    } else if (j < len) {
+      const float* key = h.k + static_cast<int64_t>(slot_s[j]) * kv_dim;
       float dot = 0.0f;
-      if (vector_loads) {
+      if (hd % 4 == 0) {
 // Unrolled so that several loads of the key are in flight; the sum stays in order.
 #pragma unroll 8
         for (int d = 0; d < hd; d += 4) {
@@ -1737,39 +1750,38 @@ __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
       }
       sc = __fmul_rn(dot, scale);
     }
-    const float m_new = fmaxf(m_run, attention_block_reduce<true>(sc, reduce_s));
-    const float p = j < len ? expf(__fsub_rn(sc, m_new)) : 0.0f;
-    p_s[j] = p;
-    // The reduction's barriers also publish p_s and slot_s.
-    const float l_chunk = attention_block_reduce<false>(p, reduce_s);
-    const float alpha = expf(__fsub_rn(m_run, m_new));  // 0 for the first chunk
-    l_run = __fadd_rn(__fmul_rn(l_run, alpha), l_chunk);
-    m_run = m_new;
-    for (int e = threadIdx.x; e < hd * parts; e += kAttnThreads) {
-      const int d = e % hd, part = e / hd;
-      float acc = 0.0f;
+    // Its barriers also end the scores' reads of the stage and publish slot_s.
+    const float alpha = online_softmax_chunk(sc, j < len, p_s, reduce_s, m_run, l_run);
+    // Output dimension e % hd, run e / hd: keys jj ≡ run (mod parts) in order.
+    float acc[kAccs];
+#pragma unroll
+    for (int a = 0; a < kAccs; ++a) acc[a] = 0.0f;
+    if constexpr (kStaged) {
+      each_value_stage(h.v, kv_dim, slot_s, len, stage_keys, hd, stage, [&](int s0, int s1) {
+        each_output_run(hd, parts, [&](int a, int e) {
+          const int d = e % hd;
+          float sum = acc[a];
+          for (int jj = s0 + e / hd; jj < s1; jj += parts)
+            sum = __fmaf_rn(p_s[jj], stage[(jj - s0) * (hd + 1) + d], sum);
+          acc[a] = sum;
+        });
+      });
+    } else {
+      each_output_run(hd, parts, [&](int a, int e) {
+        const int d = e % hd;
+        float sum = 0.0f;
 #pragma unroll 8
-      for (int jj = part; jj < len; jj += parts)
-        acc = __fmaf_rn(p_s[jj], v_layer[static_cast<int64_t>(slot_s[jj]) * kv_dim + d], acc);
-      part_s[e] = acc;
+        for (int jj = e / hd; jj < len; jj += parts)
+          sum = __fmaf_rn(p_s[jj], h.v[static_cast<int64_t>(slot_s[jj]) * kv_dim + d], sum);
+        acc[a] = sum;
+      });
     }
+    each_output_run(hd, parts, [&](int a, int e) { part_s[e] = acc[a]; });
     __syncthreads();  // part_s is written
-    for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
-      float sum = part_s[d];
-      for (int part = 1; part < parts; ++part) sum = __fadd_rn(sum, part_s[part * hd + d]);
-      o_s[d] = __fadd_rn(__fmul_rn(o_s[d], alpha), sum);
-    }
+    fold_chunk_into_output(part_s, o_s, hd, parts, alpha);
   }
-  // Each o_s[d] was last written by the thread that stores it.
-  float* out =
-      partial +
-      ((static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits + split) * (hd + 2);
-  for (int d = threadIdx.x; d < hd; d += kAttnThreads) out[d] = o_s[d];
-  if (threadIdx.x == 0) {
-    out[hd] = m_run;
-    out[hd + 1] = l_run;
-  }
-  merge_if_last_split(r, row, head, s, partial, merge);
+  store_split_result(partial, row, head, split, s, o_s, m_run, l_run);
+  if constexpr (kMergeInSplit) merge_if_last_split(r, row, head, s, partial, merge);
 }
 
 // attention_block_reduce for kG values at once, each the same as alone: per
@@ -1801,7 +1813,7 @@ __device__ void attention_block_reduce_group(float (&v)[kG], int count,
 // attention_split_kernel for the query heads that share a KV head (up to
 // kAttnGroup of them per block): each key and value is read once for all of
 // them instead of once per head, staged in shared memory as
-// attention_split_staged_kernel stages them, and every (row, head) takes
+// attention_split_kernel<true> stages them, and every (row, head) takes
 // exactly the steps it takes there, so the bits are the same. One block per
 // (row, KV head and group of its query heads, split).
 constexpr int kAttnGroup = 8;
@@ -1899,33 +1911,22 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
     for (int a = 0; a < kAccs; ++a)
 #pragma unroll
       for (int g = 0; g < kAttnGroup; ++g) acc[a][g] = 0.0f;
-    for (int s0 = 0; s0 < len; s0 += stage_keys) {
-      const int s1 = min(len, s0 + stage_keys);
-      if (s0 > 0) __syncthreads();  // the stage's values are read
-      stage_kv_rows(v_layer, kv_dim, slot_s, s0, s1, hd, stage);
-      __syncthreads();
-#pragma unroll
-      for (int a = 0; a < kAccs; ++a) {
-        const int e = threadIdx.x + a * kAttnThreads;
-        if (e >= hd * parts) break;
-        const int d = e % hd, part = e / hd;
-        // Keys jj ≡ part (mod parts) of [s0, s1), in order; s0 is a multiple of parts.
-        for (int jj = s0 + part; jj < s1; jj += parts) {
+    each_value_stage(v_layer, kv_dim, slot_s, len, stage_keys, hd, stage, [&](int s0, int s1) {
+      each_output_run(hd, parts, [&](int a, int e) {
+        const int d = e % hd;
+        for (int jj = s0 + e / hd; jj < s1; jj += parts) {
           const float value = stage[(jj - s0) * (hd + 1) + d];
 #pragma unroll
           for (int g = 0; g < kAttnGroup; ++g)
             if (g < heads) acc[a][g] = __fmaf_rn(p_s[g][jj], value, acc[a][g]);
         }
-      }
-    }
-#pragma unroll
-    for (int a = 0; a < kAccs; ++a) {
-      const int e = threadIdx.x + a * kAttnThreads;
-      if (e >= hd * parts) break;
+      });
+    });
+    each_output_run(hd, parts, [&](int a, int e) {
 #pragma unroll
       for (int g = 0; g < kAttnGroup; ++g)
         if (g < heads) part_s[g][e] = acc[a][g];
-    }
+    });
     __syncthreads();  // part_s is written
     for (int d = threadIdx.x; d < hd; d += kAttnThreads)
       for (int g = 0; g < heads; ++g) {
@@ -2440,12 +2441,13 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
     AttentionMerge in_split = merge;
     in_split.split_counters = split_counters;
     const dim3 grid(n, shape.n_head, kAttentionSplits);
-    if (n <= kStagedAttentionMaxRows)
-      launch(attention_split_staged_kernel, grid, kAttnThreads, 0, stream, q, rows, spec_slots,
-             layer, shape, scale, partial, in_split);
-    else
-      launch(attention_split_kernel, grid, kAttnThreads, 0, stream, q, rows, spec_slots, layer,
-             shape, scale, partial, in_split);
+    const bool staged = n <= kStagedAttentionMaxRows;
+    auto* kernel =
+        split_counters != nullptr
+            ? (staged ? attention_split_kernel<true, true> : attention_split_kernel<false, true>)
+            : (staged ? attention_split_kernel<true, false> : attention_split_kernel<false, false>);
+    launch(kernel, grid, kAttnThreads, 0, stream, q, rows, spec_slots, layer, shape, scale, partial,
+           in_split);
     if (split_counters != nullptr) return out_q != nullptr;
   }
   launch(attention_combine_kernel, dim3(n, shape.n_head), kAttnThreads, 0, stream, rows, shape,
