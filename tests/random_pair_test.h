@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "decode/strategy.h"
@@ -17,6 +18,17 @@ inline std::vector<int32_t> short_prompt(int i) {
   std::vector<int32_t> p = {256};
   for (int j = 0; j <= i % 5; ++j) p.push_back((i * 37 + j * 11 + 5) % 256);
   return p;
+}
+
+// A sampled request (short_prompt(1), seed 99) gives the same tokens twice.
+inline void expect_seed_repeats(Strategy& strategy, const std::string& label = "") {
+  GenerationRequest req;
+  req.prompt = short_prompt(1);
+  req.n_predict = 24;
+  req.sampling.temp = 1.0f;
+  req.sampling.seed = 99;
+  const std::vector<int32_t> first = strategy.generate(req).tokens;
+  EXPECT_EQ(strategy.generate(req).tokens, first) << label;
 }
 
 class RandomPairStrategyTest : public ::testing::Test {

@@ -22,6 +22,7 @@
 #include "strategies/pearl/pearl_engine.h"
 #include "strategies/pearl/pearl_window.h"
 #include "test_helpers.h"
+#include "tuning/cost_model.h"
 
 namespace parspec {
 namespace {
@@ -615,6 +616,7 @@ TEST(PearlEngine, SampledOutputFollowsTheTargetDistributionInEveryMode) {
 // ---------------------------------------------------------------------------
 // The strategy on random models.
 
+using testing_support::expect_seed_repeats;
 using testing_support::short_prompt;
 
 // ---------------------------------------------------------------------------
@@ -674,10 +676,7 @@ TEST_F(PearlStrategy, GreedyOutputEqualsArInEveryModeWindowAndPlacement) {
   Worker draft_worker(1);
   int64_t accepted = 0, drafted = 0;
   for (int i = 0; i < 4; ++i) {
-    GenerationRequest req;
-    req.prompt = short_prompt(i);
-    req.n_predict = 20;
-    req.sampling.temp = 0;
+    const GenerationRequest req = greedy_request(short_prompt(i), 20);
     const std::vector<int32_t> expected = ar_tokens(req);
     for (const bool pre : {true, false})
       for (const bool post : {true, false})
@@ -722,23 +721,14 @@ TEST_F(PearlStrategy, ChoosesTheWindowAsItRunsWhenNoneIsGiven) {
   EXPECT_NE(pearl->notes()[0].find("the window follows the acceptance"), std::string::npos)
       << pearl->notes()[0];
   for (int i = 0; i < 3; ++i) {
-    GenerationRequest req;
-    req.prompt = short_prompt(i);
-    req.n_predict = 24;
-    req.sampling.temp = 0;
+    const GenerationRequest req = greedy_request(short_prompt(i), 24);
     const GenerationResult got = pearl->generate(req);
     EXPECT_EQ(got.tokens, ar_tokens(req));
     EXPECT_GE(got.stats.draft_window, 1);
     EXPECT_LE(got.stats.draft_window, 64);
   }
   // Sampled: the same seed gives the same tokens, windows and all.
-  GenerationRequest req;
-  req.prompt = short_prompt(1);
-  req.n_predict = 24;
-  req.sampling.temp = 1.0f;
-  req.sampling.seed = 99;
-  const std::vector<int32_t> first = pearl->generate(req).tokens;
-  EXPECT_EQ(pearl->generate(req).tokens, first);
+  expect_seed_repeats(*pearl);
 }
 
 TEST_F(PearlStrategy, SampledRunsAreReproducibleAndStopAtStopTokens) {

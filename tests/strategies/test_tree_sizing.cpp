@@ -10,6 +10,7 @@
 #include "strategies/tree_sizing.h"
 #include "test_helpers.h"
 #include "tuning/cost_family.h"
+#include "tuning/cost_model.h"
 
 namespace parspec {
 namespace {
@@ -148,6 +149,7 @@ TEST(TreeSizing, TheNodeBudgetGrowsWhileARowCostsLessThanItsChance) {
   EXPECT_EQ(fastest_node_budget(chances, 0, gpu, 3), 2);
 }
 
+using testing_support::expect_seed_repeats;
 using testing_support::short_prompt;
 using TreeStrategiesSizedAsTheyRun = testing_support::RandomPairStrategyTest;
 
@@ -160,10 +162,7 @@ TEST_F(TreeStrategiesSizedAsTheyRun, GreedyEqualsArAndASeedRepeatsItself) {
     EXPECT_NE(strategy->notes()[0].find("chosen step by step"), std::string::npos)
         << strategy->notes()[0];
     for (int i = 0; i < 3; ++i) {
-      GenerationRequest req;
-      req.prompt = short_prompt(i);
-      req.n_predict = 24;
-      req.sampling.temp = 0;
+      const GenerationRequest req = greedy_request(short_prompt(i), 24);
       const GenerationResult got = strategy->generate(req);
       EXPECT_EQ(got.tokens, ar_tokens(req)) << name << " prompt " << i;
       // Every step took one shape, plain or a tree, and says which.
@@ -171,13 +170,7 @@ TEST_F(TreeStrategiesSizedAsTheyRun, GreedyEqualsArAndASeedRepeatsItself) {
       for (const auto& [shape, count] : got.stats.step_shapes) steps += count;
       EXPECT_EQ(steps, got.stats.verify_steps) << name;
     }
-    GenerationRequest req;
-    req.prompt = short_prompt(1);
-    req.n_predict = 24;
-    req.sampling.temp = 1.0f;
-    req.sampling.seed = 99;
-    const std::vector<int32_t> first = strategy->generate(req).tokens;
-    EXPECT_EQ(strategy->generate(req).tokens, first) << name;
+    expect_seed_repeats(*strategy, name);
   }
 }
 
