@@ -296,13 +296,12 @@ __global__ void quantize_q8_kernel(const float* x, int n, int nb, int8_t* q, flo
 
 // A Q8_0/Q4_0 weight block's quants as loaded (32 or 16 bytes, the second
 // word unused for Q4_0), unpacked by unpack_raw_block into int8 values.
-template <WeightKind kKind>
 struct RawBlock {
   int4 a, b;
 };
 template <WeightKind kKind>
-__device__ RawBlock<kKind> load_raw_block(const DeviceMatrix& w, int64_t block) {
-  RawBlock<kKind> raw;
+__device__ RawBlock load_raw_block(const DeviceMatrix& w, int64_t block) {
+  RawBlock raw;
   if constexpr (kKind == WeightKind::kQ8_0) {
     const int4* src = reinterpret_cast<const int4*>(static_cast<const int8_t*>(w.q) + block * 32);
     raw.a = src[0];
@@ -313,7 +312,7 @@ __device__ RawBlock<kKind> load_raw_block(const DeviceMatrix& w, int64_t block) 
   return raw;
 }
 template <WeightKind kKind>
-__device__ void unpack_raw_block(const RawBlock<kKind>& raw, int (&out)[8]) {
+__device__ void unpack_raw_block(const RawBlock& raw, int (&out)[8]) {
   if constexpr (kKind == WeightKind::kQ8_0) {
     out[0] = raw.a.x, out[1] = raw.a.y, out[2] = raw.a.z, out[3] = raw.a.w;
     out[4] = raw.b.x, out[5] = raw.b.y, out[6] = raw.b.z, out[7] = raw.b.w;
@@ -862,7 +861,7 @@ constexpr int kGemvPrefetch = 8;  // weight blocks per lane requested before the
 // overlap, then used in block order.
 template <WeightKind kKind>
 struct FirstBlocks {
-  RawBlock<kKind> raw[kGemvPrefetch];
+  RawBlock raw[kGemvPrefetch];
   __half scale[kGemvPrefetch];
 
   __device__ void load(const DeviceMatrix& w, const __half* row_scales, int64_t row, int64_t nb,
@@ -1427,6 +1426,12 @@ __device__ int32_t key_slot(const AttentionRow& r, const int32_t* spec_slots, in
                                    : spec_slots[r.spec_offset + (key_index - r.n_committed)];
 }
 
+// How many of a row's kAttentionSplits splits have keys (chunks of kAttnKeys).
+__device__ int splits_with_keys(const AttentionRow& r) {
+  const int n_keys = r.n_committed + r.spec_count;
+  return min((n_keys + kAttnKeys - 1) / kAttnKeys, kAttentionSplits);
+}
+
 // Where the merged attention goes: the output rows (row-major), their Q8_0
 // quantization when q is given (block-major or not), and, when split_counters
 // is given, a counter per (row, head) that the per-head kernels use to merge
@@ -1449,9 +1454,7 @@ __device__ void merge_head_splits(const AttentionRow& r, int row, int head, int 
                                   const HeadShape& s, const float* partial,
                                   const AttentionMerge& m) {
   const int hd = s.head_dim;
-  const int n_keys = r.n_committed + r.spec_count;
-  const int chunks = (n_keys + kAttnKeys - 1) / kAttnKeys;
-  const int used = min(chunks, kAttentionSplits);
+  const int used = splits_with_keys(r);
   const float* base =
       partial + (static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits * (hd + 2);
   // Each split's max and sum are read once, all at the same time, and its
@@ -1508,8 +1511,7 @@ __device__ void merge_if_last_split(const AttentionRow& r, int row, int head, co
   __threadfence();  // this block's partial result is visible to the merging block
   __syncthreads();
   if (threadIdx.x == 0) {
-    const int n_keys = r.n_committed + r.spec_count;
-    const int used = min((n_keys + kAttnKeys - 1) / kAttnKeys, kAttentionSplits);
+    const int used = splits_with_keys(r);
     int32_t* counter = m.split_counters + static_cast<int64_t>(row) * s.n_head + head;
     last_s = atomicAdd(counter, 1) == used - 1;
     if (last_s) *counter = 0;
@@ -1653,16 +1655,18 @@ __device__ void each_output_run(int hd, int parts, F&& f) {
   }
 }
 
-// The chunk's values staged part after part (each part of stage_keys keys, a
-// multiple of parts): f(s0, s1) once part [s0, s1) is in `stage`. The block's
-// barriers before the first part must already order the stage's earlier reads.
+// A chunk's keys or values staged part after part (each part of stage_keys
+// keys, a multiple of parts): f(s0, s1) once part [s0, s1) is in `stage`. A
+// barrier comes before each part (it orders the stage's earlier reads, and
+// slot_s's writes), before the first only with barrier_first (without it, the
+// block's barriers since must already do so).
 template <class F>
-__device__ void each_value_stage(const float* v_layer, int kv_dim, const int32_t* slot_s, int len,
-                                 int stage_keys, int hd, float* stage, F&& f) {
+__device__ void each_stage(const float* layer_base, int kv_dim, const int32_t* slot_s, int len,
+                           int stage_keys, int hd, float* stage, bool barrier_first, F&& f) {
   for (int s0 = 0; s0 < len; s0 += stage_keys) {
     const int s1 = min(len, s0 + stage_keys);
-    if (s0 > 0) __syncthreads();  // the stage's values are read
-    stage_kv_rows(v_layer, kv_dim, slot_s, s0, s1, hd, stage);
+    if (s0 > 0 || barrier_first) __syncthreads();
+    stage_kv_rows(layer_base, kv_dim, slot_s, s0, s1, hd, stage);
     __syncthreads();
     f(s0, s1);
   }
@@ -1720,18 +1724,13 @@ __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
     if (j < len) slot_s[j] = key_slot(r, spec_slots, j0 + j);
     float sc = -INFINITY;
     if constexpr (kStaged) {
-      for (int s0 = 0; s0 < len; s0 += stage_keys) {
-        const int s1 = min(len, s0 + stage_keys);
-        __syncthreads();  // slot_s is written; the stage's last keys are read
-        stage_kv_rows(h.k, kv_dim, slot_s, s0, s1, hd, stage);
-        __syncthreads();
-        if (j >= s0 && j < s1) {
-          const float* key = stage + (j - s0) * (hd + 1);
-          float dot = 0.0f;
-          for (int d = 0; d < hd; ++d) dot = __fmaf_rn(q_s[d], key[d], dot);
-          sc = __fmul_rn(dot, scale);
-        }
-      }
+      each_stage(h.k, kv_dim, slot_s, len, stage_keys, hd, stage, true, [&](int s0, int s1) {
+        if (j < s0 || j >= s1) return;
+        const float* key = stage + (j - s0) * (hd + 1);
+        float dot = 0.0f;
+        for (int d = 0; d < hd; ++d) dot = __fmaf_rn(q_s[d], key[d], dot);
+        sc = __fmul_rn(dot, scale);
+      });
     } else if (j < len) {
       const float* key = h.k + static_cast<int64_t>(slot_s[j]) * kv_dim;
       float dot = 0.0f;
@@ -1757,7 +1756,7 @@ __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
 #pragma unroll
     for (int a = 0; a < kAccs; ++a) acc[a] = 0.0f;
     if constexpr (kStaged) {
-      each_value_stage(h.v, kv_dim, slot_s, len, stage_keys, hd, stage, [&](int s0, int s1) {
+      each_stage(h.v, kv_dim, slot_s, len, stage_keys, hd, stage, false, [&](int s0, int s1) {
         each_output_run(hd, parts, [&](int a, int e) {
           const int d = e % hd;
           float sum = acc[a];
@@ -1844,9 +1843,8 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
   const int kv_head = blockIdx.y / groups_per_kv;
   const int head0 = kv_head * per_kv + (blockIdx.y % groups_per_kv) * kAttnGroup;
   const int heads = min(kAttnGroup, kv_head * per_kv + per_kv - head0);
-  const float* k_layer = r.k + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
-  const float* v_layer = r.v + kv_row(r, layer, 0, kv_dim) + kv_head * hd;
-  const int parts = hd < kAttnThreads ? kAttnThreads / hd : 1;
+  const HeadKeys h = head_keys(r, layer, s, head0);  // the KV head's keys and values
+  const int parts = h.parts;
   const int stage_keys = attention_stage_keys(hd, kAttnGroupStageFloats);  // a multiple of parts
   constexpr int kAccs = kMaxHeadDim / kAttnThreads;
 
@@ -1866,26 +1864,21 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
     float sc[kAttnGroup];
 #pragma unroll
     for (int g = 0; g < kAttnGroup; ++g) sc[g] = -INFINITY;
-    for (int s0 = 0; s0 < len; s0 += stage_keys) {
-      const int s1 = min(len, s0 + stage_keys);
-      __syncthreads();  // slot_s is written; the stage's last keys are read
-      stage_kv_rows(k_layer, kv_dim, slot_s, s0, s1, hd, stage);
-      __syncthreads();
-      if (j >= s0 && j < s1) {
-        const float* key = stage + (j - s0) * (hd + 1);
-        float dot[kAttnGroup];
+    each_stage(h.k, kv_dim, slot_s, len, stage_keys, hd, stage, true, [&](int s0, int s1) {
+      if (j < s0 || j >= s1) return;
+      const float* key = stage + (j - s0) * (hd + 1);
+      float dot[kAttnGroup];
 #pragma unroll
-        for (int g = 0; g < kAttnGroup; ++g) dot[g] = 0.0f;
-        for (int d = 0; d < hd; ++d) {
-          const float kd = key[d];
+      for (int g = 0; g < kAttnGroup; ++g) dot[g] = 0.0f;
+      for (int d = 0; d < hd; ++d) {
+        const float kd = key[d];
 #pragma unroll
-          for (int g = 0; g < kAttnGroup; ++g)
-            if (g < heads) dot[g] = __fmaf_rn(q_s[g][d], kd, dot[g]);
-        }
-#pragma unroll
-        for (int g = 0; g < kAttnGroup; ++g) sc[g] = __fmul_rn(dot[g], scale);
+        for (int g = 0; g < kAttnGroup; ++g)
+          if (g < heads) dot[g] = __fmaf_rn(q_s[g][d], kd, dot[g]);
       }
-    }
+#pragma unroll
+      for (int g = 0; g < kAttnGroup; ++g) sc[g] = __fmul_rn(dot[g], scale);
+    });
     float m_new[kAttnGroup];
 #pragma unroll
     for (int g = 0; g < kAttnGroup; ++g) m_new[g] = sc[g];
@@ -1911,7 +1904,7 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
     for (int a = 0; a < kAccs; ++a)
 #pragma unroll
       for (int g = 0; g < kAttnGroup; ++g) acc[a][g] = 0.0f;
-    each_value_stage(v_layer, kv_dim, slot_s, len, stage_keys, hd, stage, [&](int s0, int s1) {
+    each_stage(h.v, kv_dim, slot_s, len, stage_keys, hd, stage, false, [&](int s0, int s1) {
       each_output_run(hd, parts, [&](int a, int e) {
         const int d = e % hd;
         for (int jj = s0 + e / hd; jj < s1; jj += parts) {
