@@ -197,7 +197,12 @@ fi
 # every row count), in-split (attention splits merged by their last block), grouped
 # (a KV head's query heads in one attention block), opt-in (the kernels not yet the
 # default that keep the per-head attention: in-split, a prefill in one launch per
-# matmul, pipelined; the tests run every attention kernel anyway).
+# matmul, pipelined; the tests run every attention kernel anyway), stream (the
+# tensor-core kernel's operands streamed into shared memory by cp.async, from 5
+# rows), mma-stream (that for every row count), paired (two lanes a chain in the
+# one-row kernel where a matrix has few rows), paired-all (that for every matrix),
+# streamed (stream and paired-all together: the tests compare their bits with the
+# rows kernel's).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
@@ -208,6 +213,11 @@ kernel_env() {
     in-split) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split" ;;
     grouped) echo "PARSPEC_CUDA_ATTENTION=grouped" ;;
     opt-in) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_MMA=pipelined" ;;
+    stream) echo "PARSPEC_CUDA_MMA=stream" ;;
+    mma-stream) echo "PARSPEC_CUDA_MATMUL=mma PARSPEC_CUDA_MMA=stream" ;;
+    paired) echo "PARSPEC_CUDA_GEMV=paired" ;;
+    paired-all) echo "PARSPEC_CUDA_GEMV=paired-all" ;;
+    streamed) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all" ;;
   esac
 }
 
@@ -215,13 +225,15 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   step "GPU tests"
   if [[ -x $bin_tests ]]; then
     passed() { grep -q '^\[  PASSED' "$1" && ! grep -q '^\[  FAILED' "$1"; }
-    for kernel in tensor-cores warp opt-in; do
+    for kernel in tensor-cores warp opt-in streamed; do
       log=$out/tests.txt
       [[ $kernel != tensor-cores ]] && log=$out/tests-$kernel.txt
       # The strategies' tests run every strategy: give them the time, but not forever;
       # the sampling test (distributions, not kernels) with the default kernels only.
       filter=()
       [[ $kernel != tensor-cores ]] && filter=(--gtest_filter=-CudaSampling.*)
+      # The newest kernels: the tests of the kernels themselves.
+      [[ $kernel == streamed ]] && filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaVsCpu.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
@@ -528,14 +540,14 @@ for name in "${graph_rows[@]}"; do
   done
 done
 
-# What the variants bring, per weight type: on Q8_0/Q4_0 row-major activations and
-# the opt-in kernels (the warp kernel and the tensor cores for single rows were
-# measured before: docs/performance-gpu.md); on F16 the warp kernel, against the
-# tensor cores.
+# What the variants bring, per weight type: on Q8_0/Q4_0 the kernels not yet the
+# default (the warp kernel, the tensor cores for single rows and row-major
+# activations were measured before: docs/performance-gpu.md); on F16 the warp
+# kernel, against the tensor cores.
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(pipelined mma-pipelined in-split row-major opt-in) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(stream mma-stream paired paired-all pipelined mma-pipelined in-split opt-in) || variants=() ;;
     *f16*) variants=(half-warp) ;;
     *) variants=() ;;
   esac
@@ -674,37 +686,37 @@ if graph_rows:
               f"| {fmt(c['decode_tok_per_s'] if c else None)} "
               f"| {fmt(a['latency_ms'].get('8'), 2)} | {fmt(b['latency_ms'].get('8'), 2)} "
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
-warp_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
-              load(os.path.join(out, f"parspec-{n}-mma.json")),
-              load(os.path.join(out, f"parspec-{n}-warp.json")),
-              load(os.path.join(out, f"parspec-{n}-row-major.json")),
-              load(os.path.join(out, f"parspec-{n}-pipelined.json")),
-              load(os.path.join(out, f"parspec-{n}-mma-pipelined.json")),
-              load(os.path.join(out, f"parspec-{n}-in-split.json")),
-              load(os.path.join(out, f"parspec-{n}-opt-in.json"))) for n in rows]
-warp_rows = [r for r in warp_rows if r[1] and any(r[2:])]
+variant_labels = [
+    ("", "default (one-row kernel's way up to 4 rows, tensor cores for more)"),
+    ("-mma", "tensor cores for every row count"), ("-warp", "warp (dp4a)"),
+    ("-row-major", "row-major activations"),
+    ("-stream", "tensor cores, operands streamed by cp.async (from 5 rows)"),
+    ("-mma-stream", "the same for every row count"),
+    ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
+    ("-paired-all", "the same for every matrix"),
+    ("-pipelined", "tensor cores, four blocks' loads before their mmas"),
+    ("-mma-pipelined", "the same for every row count"),
+    ("-in-split", "attention splits merged by their last block"),
+    ("-opt-in", "opt-in: in-split merge, one-launch prefill, pipelined"),
+]
+warp_rows = [(n, [(label, load(os.path.join(out, f"parspec-{n}{suffix}.json")))
+                  for suffix, label in variant_labels]) for n in rows]
+warp_rows = [r for r in warp_rows if r[1][0][1] and any(res for _, res in r[1][1:])]
 if warp_rows:
     print()
-    print("| model | matmul | decode tok/s | L(1) ms | L(4) ms | L(8) ms | L(32) ms | L(64) ms "
-          "| pp512 tok/s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for n, default, mma, warp, row_major, pipelined, mma_pipelined, in_split, few in warp_rows:
-        for label, res in (("default (one-row kernel's way up to 4 rows, tensor cores for more)",
-                            default),
-                           ("tensor cores for every row count", mma), ("warp (dp4a)", warp),
-                           ("row-major activations", row_major),
-                           ("tensor cores, four blocks' loads before their mmas", pipelined),
-                           ("the same for every row count", mma_pipelined),
-                           ("attention splits merged by their last block", in_split),
-                           ("opt-in: in-split merge, one-launch prefill, pipelined", few)):
+    print("| model | matmul | decode tok/s | L(1) ms | L(4) ms | L(8) ms | L(16) ms | L(32) ms "
+          "| L(64) ms | pp512 tok/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n, results in warp_rows:
+        for label, res in results:
             if res is None:
                 continue
             r = res["results"][0]
             lat = r["latency_ms"]
             pp = lat.get("512")
             print(f"| {n} | {label} | {r['decode_tok_per_s']:.1f} | {fmt(lat.get('1'), 2)} "
-                  f"| {fmt(lat.get('4'), 2)} | {fmt(lat.get('8'), 2)} | {fmt(lat.get('32'), 2)} "
-                  f"| {fmt(lat.get('64'), 2)} "
+                  f"| {fmt(lat.get('4'), 2)} | {fmt(lat.get('8'), 2)} | {fmt(lat.get('16'), 2)} "
+                  f"| {fmt(lat.get('32'), 2)} | {fmt(lat.get('64'), 2)} "
                   f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
 half_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-half-warp.json"))) for n in rows]

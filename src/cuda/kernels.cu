@@ -702,6 +702,255 @@ void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, 
            n, n_total, m_first);
 }
 
+// PARSPEC_CUDA_MMA=stream: the tensor-core matmul with its operands streamed
+// into shared memory by cp.async, several rounds ahead of the mmas, so that
+// the loads in flight do not depend on how the compiler schedules them or on
+// the registers they would take. A round is 16 consecutive K blocks of the
+// block's 16 weight rows (each row's 16 blocks are one contiguous run) with
+// the activations and scales they meet. Warp w takes the blocks of chains w
+// and w + 8 (block b belongs to chain b mod 16); each chain adds its blocks'
+// products in block order with the tensor-core kernel's expression, and the
+// 16 chains' sums are then added in chain order, as that kernel adds its 16
+// warps'. So every value has the same bits as there.
+constexpr int kStreamWarps = 8;
+constexpr int kStreamThreads = kStreamWarps * kWarp;
+constexpr int kStreamChains = 16;  // the K-splitting warps of the tensor-core kernel
+constexpr int kStreamStages = 4;   // rounds in shared memory: one computed, the rest loading
+static_assert(kStreamChains == kMmaWarps && kStreamChains == 2 * kStreamWarps,
+              "a warp takes two of the tensor-core kernel's chains");
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// 16 (or 4) bytes from global to shared memory, zeros where `valid` is false.
+__device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void copy_async_4(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(shared_address(dst)), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Until at most `kPending` of this thread's groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+#endif
+}
+
+// The shared-memory layout of one round. Rows of quants are padded so that
+// the 8 rows a warp reads at once fall in different banks.
+template <WeightKind kKind, int kTiles>
+struct StreamStage {
+  static constexpr int kQuantBytes = kKind == WeightKind::kQ8_0 ? 32 : 16;
+  static constexpr int kQuantRow = 17 * kQuantBytes;
+  static constexpr int kScaleRow = 36;      // 16 halves, padded to 9 words
+  static constexpr int kRows = 8 * kTiles;  // activation rows
+  static constexpr int kQuants = kMmaRows * kQuantRow;
+  static constexpr int kScales = kMmaRows * kScaleRow;
+  static constexpr int kActs = 16 * kRows * 32;
+  static constexpr int kActScales = 16 * kRows * 4;
+  static constexpr int kBytes = kQuants + kScales + kActs + kActScales;
+  static constexpr int kAllBytes = kStreamStages * kBytes;
+  // The 16 chains' sums of every (row, activation row), after the last round.
+  static constexpr int kPartialBytes = kStreamChains * kMmaRows * kRows * 4;
+  static_assert(kAllBytes >= kPartialBytes, "the sums reuse the stages' memory");
+  static_assert(kQuants % 16 == 0 && kScales % 16 == 0 && kActs % 16 == 0, "16-byte copies");
+};
+
+template <WeightKind kKind, int kTiles>
+__global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
+    matmul_stream_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M, int n_total,
+                         int m_first) {
+  using Stage = StreamStage<kKind, kTiles>;
+  constexpr int R = Stage::kRows;
+  begin_kernel();
+  extern __shared__ int4 stream_shared[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(stream_shared);
+  DeviceMatrix w;
+  float* y;
+  int64_t tile_row0;
+  if (!block_tile(g, w, y, tile_row0)) return;  // the same for the whole block
+  const int64_t nb = w.n_in / 32;
+  const int rounds = static_cast<int>((nb + 15) / 16);
+  const uint8_t* wq = static_cast<const uint8_t*>(w.q);
+  const __half* ws = static_cast<const __half*>(w.scales);
+
+  // Round `round`'s operands into stage `s`, zeros where a row or block is past the end.
+  auto issue = [&](int s, int round) {
+    uint8_t* base = smem + s * Stage::kBytes;
+    const int64_t b0 = static_cast<int64_t>(round) * 16;
+    constexpr int kChunksPerRow = 16 * Stage::kQuantBytes / 16;
+#pragma unroll 1
+    for (int e = threadIdx.x; e < kMmaRows * kChunksPerRow; e += kStreamThreads) {
+      const int r = e / kChunksPerRow, chunk = e % kChunksPerRow;
+      const int64_t row = tile_row0 + r;
+      const int64_t b = b0 + chunk * 16 / Stage::kQuantBytes;
+      const bool valid = row < w.n_out && b < nb;
+      const uint8_t* src = valid ? wq + (row * nb + b0) * Stage::kQuantBytes + chunk * 16 : wq;
+      copy_async_16(base + r * Stage::kQuantRow + chunk * 16, src, valid);
+    }
+    uint8_t* scales = base + Stage::kQuants;
+#pragma unroll 1
+    for (int e = threadIdx.x; e < kMmaRows * 8; e += kStreamThreads) {
+      const int r = e / 8, pair = e % 8;
+      const int64_t row = tile_row0 + r, b = b0 + 2 * pair;
+      const bool valid = row < w.n_out && b < nb;  // nb is even: b + 1 < nb too
+      copy_async_4(scales + r * Stage::kScaleRow + 4 * pair, valid ? ws + row * nb + b : ws, valid);
+    }
+    uint8_t* acts = scales + Stage::kScales;
+#pragma unroll 1
+    for (int e = threadIdx.x; e < 16 * R * 2; e += kStreamThreads) {
+      const int c = e / (2 * R), m = e / 2 % R, half = e % 2;
+      const int64_t b = b0 + c;
+      const bool valid = m < M && b < nb;
+      const int8_t* src = valid ? xq + (b * n_total + m_first + m) * 32 + 16 * half : xq;
+      copy_async_16(acts + (c * R + m) * 32 + 16 * half, src, valid);
+    }
+    uint8_t* act_scales = acts + Stage::kActs;
+#pragma unroll 1
+    for (int e = threadIdx.x; e < 16 * R; e += kStreamThreads) {
+      const int c = e / R, m = e % R;
+      const int64_t b = b0 + c;
+      const bool valid = m < M && b < nb;
+      copy_async_4(act_scales + (c * R + m) * 4, valid ? xd + b * n_total + m_first + m : xd,
+                   valid);
+    }
+  };
+
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int gid = lane / 4, t = lane % 4;
+  float acc[2][kTiles][4];
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) acc[k][i][0] = acc[k][i][1] = acc[k][i][2] = acc[k][i][3] = 0;
+
+  // Chain `chain`'s block of round `round` from stage `s`: the mma per
+  // activation tile and the products added, as matmul_mma_kernel's step.
+  auto step = [&](int s, int round, int k) {
+    const int c = warp + 8 * k;  // the chain, and the block's place in the round
+    if (static_cast<int64_t>(round) * 16 + c >= nb) return;  // the same on every lane
+    const uint8_t* base = smem + s * Stage::kBytes;
+    int a[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* block = base + (gid + 8 * h) * Stage::kQuantRow + c * Stage::kQuantBytes;
+      if constexpr (kKind == WeightKind::kQ8_0) {
+        const int2 src = *reinterpret_cast<const int2*>(block + 8 * t);
+        a[h] = src.x;
+        a[2 + h] = src.y;
+      } else {
+        const uint2 src = *reinterpret_cast<const uint2*>(block + 8 * (t & 1));
+        const int shift = 4 * (t >> 1);
+        a[h] = static_cast<int>(__vsub4((src.x >> shift) & 0x0F0F0F0Fu, 0x08080808u));
+        a[2 + h] = static_cast<int>(__vsub4((src.y >> shift) & 0x0F0F0F0Fu, 0x08080808u));
+      }
+    }
+    const __half* scales = reinterpret_cast<const __half*>(base + Stage::kQuants);
+    const float dw_a = __half2float(scales[gid * (Stage::kScaleRow / 2) + c]);
+    const float dw_b = __half2float(scales[(gid + 8) * (Stage::kScaleRow / 2) + c]);
+    const uint8_t* acts = base + Stage::kQuants + Stage::kScales;
+    const float* act_scales = reinterpret_cast<const float*>(acts + Stage::kActs);
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const int2 src = *reinterpret_cast<const int2*>(acts + (c * R + 8 * i + gid) * 32 + 8 * t);
+      const int bf[2] = {src.x, src.y};
+      int cs[4] = {0, 0, 0, 0};
+      mma_s8(cs, a, bf);
+      const int m0 = 8 * i + 2 * t;
+      const float2 dx = *reinterpret_cast<const float2*>(act_scales + c * R + m0);
+      acc[k][i][0] = __fmaf_rn(__fmul_rn(dw_a, dx.x), static_cast<float>(cs[0]), acc[k][i][0]);
+      acc[k][i][1] = __fmaf_rn(__fmul_rn(dw_a, dx.y), static_cast<float>(cs[1]), acc[k][i][1]);
+      acc[k][i][2] = __fmaf_rn(__fmul_rn(dw_b, dx.x), static_cast<float>(cs[2]), acc[k][i][2]);
+      acc[k][i][3] = __fmaf_rn(__fmul_rn(dw_b, dx.y), static_cast<float>(cs[3]), acc[k][i][3]);
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kStreamStages - 1; ++s) {
+    if (s < rounds) issue(s, s);
+    copy_async_commit();
+  }
+  for (int round = 0; round < rounds; ++round) {
+    copy_async_wait<kStreamStages - 2>();  // this thread's copies of `round` have landed
+    __syncthreads();  // everyone's have, and the stage refilled below is no longer read
+    const int ahead = round + kStreamStages - 1;
+    if (ahead < rounds) issue(ahead % kStreamStages, ahead);
+    copy_async_commit();
+    step(round % kStreamStages, round, 0);
+    step(round % kStreamStages, round, 1);
+  }
+  copy_async_wait<0>();
+  __syncthreads();  // the stages' memory now holds the chains' sums
+
+  float(*partial)[kMmaRows][R] = reinterpret_cast<float(*)[kMmaRows][R]>(smem);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int c = warp + 8 * k;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const int m0 = 8 * i + 2 * t;
+      partial[c][gid][m0] = acc[k][i][0];
+      partial[c][gid][m0 + 1] = acc[k][i][1];
+      partial[c][gid + 8][m0] = acc[k][i][2];
+      partial[c][gid + 8][m0 + 1] = acc[k][i][3];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kMmaRows * R; e += kStreamThreads) {
+    const int r = e / R, m = e % R;
+    const int64_t row = tile_row0 + r;
+    if (m >= M || row >= w.n_out) continue;
+    float total = partial[0][r][m];
+#pragma unroll
+    for (int c = 1; c < kStreamChains; ++c) total = __fadd_rn(total, partial[c][r][m]);
+    y[static_cast<int64_t>(m) * w.n_out + row] = total;
+  }
+}
+
+// PARSPEC_CUDA_MMA=stream asks for matmul_stream_kernel.
+bool streamed_matmul_wanted() {
+  return env_is("PARSPEC_CUDA_MMA", "stream");
+}
+
+// matmul_stream_kernel over one slice of up to 8 · kTiles rows, when its scales
+// can be copied in pairs (an even number of blocks a row) and its stages fit
+// in this device's shared memory; false where it did not launch.
+template <WeightKind kKind, int kTiles>
+bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, int n_total,
+                   int m_first, cudaStream_t stream) {
+  using Stage = StreamStage<kKind, kTiles>;
+  static const bool fits = [] {
+    if (cudaFuncSetAttribute(matmul_stream_kernel<kKind, kTiles>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             Stage::kAllBytes) == cudaSuccess)
+      return true;
+    (void)cudaGetLastError();  // the other kernel runs instead: not an error of the pass
+    return false;
+  }();
+  if (!fits || (g.w[0].n_in / 32) % 2 != 0) return false;
+  launch(matmul_stream_kernel<kKind, kTiles>, weight_row_tiles(g), kStreamThreads, Stage::kAllBytes,
+         stream, g, xq, xd, n, n_total, m_first);
+  return true;
+}
+
 // The tensor-core path for F16/BF16 weights (the default; PARSPEC_CUDA_HALF_MATMUL=warp
 // selects matmul_f_kernel). A block computes kMmaRows weight rows for every
 // activation row of the launch, in slices of 8·kTiles rows: its kMmaWarps
@@ -856,19 +1105,19 @@ __device__ float half_warp_sum_in_order(float v, int lane) {
 constexpr int kGemvThreads = kMmaRows * 16;
 constexpr int kGemvPrefetch = 8;  // weight blocks per lane requested before the row is staged
 
-// A half-warp lane's first kGemvPrefetch weight blocks of a row (blocks v,
-// v + 16, ...) and their scales, requested together so that their loads
-// overlap, then used in block order.
-template <WeightKind kKind>
+// A lane's first kGemvPrefetch weight blocks of a row (blocks first,
+// first + stride, ...: a half-warp lane's are v, v + 16, ...) and their scales,
+// requested together so that their loads overlap, then used in block order.
+template <WeightKind kKind, int kCount = kGemvPrefetch>
 struct FirstBlocks {
-  RawBlock raw[kGemvPrefetch];
-  __half scale[kGemvPrefetch];
+  RawBlock raw[kCount];
+  __half scale[kCount];
 
   __device__ void load(const DeviceMatrix& w, const __half* row_scales, int64_t row, int64_t nb,
-                       int v) {
+                       int64_t first, int stride) {
 #pragma unroll
-    for (int p = 0; p < kGemvPrefetch; ++p) {
-      const int64_t b = v + 16 * p;
+    for (int p = 0; p < kCount; ++p) {
+      const int64_t b = first + stride * p;
       if (b < nb) {
         raw[p] = load_raw_block<kKind>(w, row * nb + b);
         scale[p] = row_scales[b];
@@ -878,10 +1127,10 @@ struct FirstBlocks {
   // step(b, its 32 values as int8 in eight words, its scale) for each of the
   // blocks below nb, in order.
   template <class Step>
-  __device__ void each(int64_t nb, int v, Step&& step) const {
+  __device__ void each(int64_t nb, int64_t first, int stride, Step&& step) const {
 #pragma unroll
-    for (int p = 0; p < kGemvPrefetch; ++p) {
-      const int64_t b = v + 16 * p;
+    for (int p = 0; p < kCount; ++p) {
+      const int64_t b = first + stride * p;
       if (b >= nb) break;
       int wq[8];
       unpack_raw_block<kKind>(raw[p], wq);
@@ -894,9 +1143,9 @@ struct FirstBlocks {
 // each loaded as the loop comes to it (kUnroll of them in flight).
 template <WeightKind kKind, int kUnroll, class Step>
 __device__ void each_later_block(const DeviceMatrix& w, const __half* row_scales, int64_t row,
-                                 int64_t nb, int v, Step&& step) {
+                                 int64_t nb, int64_t first, int stride, Step&& step) {
 #pragma unroll kUnroll
-  for (int64_t b = v + 16 * kGemvPrefetch; b < nb; b += 16) {
+  for (int64_t b = first + stride * kGemvPrefetch; b < nb; b += stride) {
     int wq[8];
     load_block_q<kKind>(w, row * nb + b, wq);
     step(b, wq, __half2float(row_scales[b]));
@@ -922,7 +1171,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   // is staged, so that their loads overlap it (the blocks are still summed in
   // the same order).
   FirstBlocks<kKind> first;
-  if (has_row) first.load(w, scales, row, nb, v);
+  if (has_row) first.load(w, scales, row, nb, v, 16);
   int8_t* xs = reinterpret_cast<int8_t*>(gemv_shared);
   float* ds = reinterpret_cast<float*>(xs + nb * 32);
   for (int64_t i = threadIdx.x; i < nb * 2; i += kGemvThreads)
@@ -937,8 +1186,8 @@ __global__ void __launch_bounds__(kGemvThreads)
       const int sum = block_dot_s8(wq, x4[0], x4[1]);
       acc = __fmaf_rn(__fmul_rn(dw, ds[b]), static_cast<float>(sum), acc);
     };
-    first.each(nb, v, step);
-    each_later_block<kKind, 8>(w, scales, row, nb, v, step);
+    first.each(nb, v, 16, step);
+    each_later_block<kKind, 8>(w, scales, row, nb, v, 16, step);
   }
   // Every lane takes part in the shuffles, also those past the last row.
   const float total = half_warp_sum_in_order(acc, lane);
@@ -978,9 +1227,9 @@ __global__ void __launch_bounds__(kGemvThreads)
     };
     // The lane's first weight blocks are all requested before any is used.
     FirstBlocks<kKind> first;
-    first.load(w, scales, row, nb, v);
-    first.each(nb, v, step);
-    each_later_block<kKind, 4>(w, scales, row, nb, v, step);
+    first.load(w, scales, row, nb, v, 16);
+    first.each(nb, v, 16, step);
+    each_later_block<kKind, 4>(w, scales, row, nb, v, 16, step);
   }
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
@@ -988,6 +1237,88 @@ __global__ void __launch_bounds__(kGemvThreads)
     const float total = half_warp_sum_in_order(acc[r], lane);
     if (v == 0 && row < w.n_out) y[static_cast<int64_t>(r) * w.n_out + row] = total;
   }
+}
+
+// PARSPEC_CUDA_GEMV=paired: one row as matmul_gemv_kernel computes it, with
+// twice the lanes loading its weights. Each weight row is a warp: chain v's
+// blocks v, v + 16, v + 32, ... alternate between lanes v and v + 16, and lane
+// v + 16 hands each of its products (the scale product and the exact integer
+// sum) to lane v, which adds them into the chain in block order. The sums are
+// the same; twice as many weight loads are in flight where a matrix has too
+// few rows to fill the GPU with half-warps (wo, down).
+constexpr int kPairedThreads = kMmaRows * kWarp;
+constexpr int kPairedPrefetch = kGemvPrefetch / 2;  // a lane's: the chain's are twice that
+
+template <WeightKind kKind>
+__global__ void __launch_bounds__(kPairedThreads, 2)
+    matmul_gemv_paired_kernel(MatmulGroup g, const int8_t* xq, const float* xd) {
+  begin_kernel();
+  extern __shared__ int4 gemv_shared[];
+  DeviceMatrix w;
+  float* y;
+  int64_t row0;
+  if (!block_tile(g, w, y, row0)) return;  // the same for the whole block
+  const int64_t nb = w.n_in / 32;
+  const int lane = threadIdx.x % kWarp, v = lane % 16, parity = lane / 16;
+  const int64_t row = row0 + threadIdx.x / kWarp;
+  const bool has_row = row < w.n_out;
+  const __half* scales = static_cast<const __half*>(w.scales) + (has_row ? row : 0) * nb;
+  // The j-th block of chain v, v + 16j, is this lane's where j % 2 == parity.
+  const int64_t first = v + 16 * parity;
+  FirstBlocks<kKind, kPairedPrefetch> early;
+  if (has_row) early.load(w, scales, row, nb, first, 32);
+  int8_t* xs = reinterpret_cast<int8_t*>(gemv_shared);
+  float* ds = reinterpret_cast<float*>(xs + nb * 32);
+  for (int64_t i = threadIdx.x; i < nb * 2; i += kPairedThreads)
+    gemv_shared[i] = reinterpret_cast<const int4*>(xq)[i];
+  for (int64_t i = threadIdx.x; i < nb; i += kPairedThreads) ds[i] = xd[i];
+  __syncthreads();
+
+  float acc = 0.0f;
+  // This lane's product of block b, then both lanes' added by lane v in block
+  // order (every lane of the warp takes part in the shuffles).
+  auto fold = [&](bool ok, float x, float c) {
+    const float x_odd = __shfl_down_sync(0xffffffffu, x, 16);
+    const float c_odd = __shfl_down_sync(0xffffffffu, c, 16);
+    const int ok_odd = __shfl_down_sync(0xffffffffu, ok ? 1 : 0, 16);
+    if (parity == 0) {
+      if (ok) acc = __fmaf_rn(x, c, acc);
+      if (ok_odd) acc = __fmaf_rn(x_odd, c_odd, acc);
+    }
+  };
+  auto product = [&](int64_t b, const int(&wq)[8], float dw, float& x, float& c) {
+    const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
+    c = static_cast<float>(block_dot_s8(wq, x4[0], x4[1]));
+    x = __fmul_rn(dw, ds[b]);
+  };
+  const int64_t pairs = (nb + 31) / 32;  // of chain 0, the longest: the same on every lane
+#pragma unroll
+  for (int p = 0; p < kPairedPrefetch; ++p) {
+    if (p >= pairs) break;
+    const int64_t b = first + 32 * p;
+    const bool ok = has_row && b < nb;
+    float x = 0.0f, c = 0.0f;
+    if (ok) {
+      int wq[8];
+      unpack_raw_block<kKind>(early.raw[p], wq);
+      product(b, wq, __half2float(early.scale[p]), x, c);
+    }
+    fold(ok, x, c);
+  }
+#pragma unroll 2
+  for (int64_t p = kPairedPrefetch; p < pairs; ++p) {
+    const int64_t b = first + 32 * p;
+    const bool ok = has_row && b < nb;
+    float x = 0.0f, c = 0.0f;
+    if (ok) {
+      int wq[8];
+      load_block_q<kKind>(w, row * nb + b, wq);
+      product(b, wq, __half2float(scales[b]), x, c);
+    }
+    fold(ok, x, c);
+  }
+  const float total = half_warp_sum_in_order(acc, lane);
+  if (lane == 0 && has_row) y[row] = total;
 }
 
 constexpr int kRowsKernelMaxRows = 4;
@@ -1009,9 +1340,37 @@ size_t gemv_shared_bytes(int64_t n_in) {
 }
 constexpr size_t kGemvMaxShared = 48 * 1024;  // without opting in to more
 
+// PARSPEC_CUDA_GEMV: "paired" runs matmul_gemv_paired_kernel where the
+// half-warp kernel would leave an SM fewer than 32 warps (under 4 blocks of
+// 16 rows per SM), "paired-all" for every one-row matmul.
+enum class PairedGemv { kNever, kSmallGrids, kAlways };
+PairedGemv paired_gemv_wanted() {
+  if (env_is("PARSPEC_CUDA_GEMV", "paired")) return PairedGemv::kSmallGrids;
+  if (env_is("PARSPEC_CUDA_GEMV", "paired-all")) return PairedGemv::kAlways;
+  return PairedGemv::kNever;
+}
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
 template <WeightKind kKind>
 void launch_gemv(const MatmulGroup& g, const int8_t* xq, const float* xd, cudaStream_t stream) {
   const int tiles = weight_row_tiles(g);
+  static const PairedGemv paired = paired_gemv_wanted();
+  if (paired == PairedGemv::kAlways ||
+      (paired == PairedGemv::kSmallGrids && tiles < 4 * multiprocessors()))
+    return launch(matmul_gemv_paired_kernel<kKind>, tiles, kPairedThreads,
+                  gemv_shared_bytes(g.w[0].n_in), stream, g, xq, xd);
   launch(matmul_gemv_kernel<kKind>, tiles, kGemvThreads, gemv_shared_bytes(g.w[0].n_in), stream, g,
          xq, xd);
 }
@@ -1030,7 +1389,7 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, 
                        cudaStream_t stream) {
   const int64_t nb = g.w[0].n_in / 32;
   constexpr int kSlice = 8 * kMmaMaxTiles;
-  static const bool one_launch = one_launch_prefill_wanted();
+  static const bool one_launch = one_launch_prefill_wanted() && !streamed_matmul_wanted();
   if (one_launch && n > kSlice)
     return launch_mma<kKind, kMmaMaxTiles>(g, xq, xd, n, block_major, n, 0, stream);
   for (int m0 = 0; m0 < n; m0 += kSlice) {
@@ -1039,6 +1398,14 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, 
     for (int i = 0; i < g.count; ++i) slice.y[i] = g.y[i] + static_cast<int64_t>(m0) * g.w[i].n_out;
     const int8_t* q = block_major ? xq : xq + static_cast<int64_t>(m0) * nb * 32;
     const float* d = block_major ? xd : xd + static_cast<int64_t>(m0) * nb;
+    static const bool streamed = streamed_matmul_wanted();
+    if (streamed && block_major) {
+      const int tiles = (rows + 7) / 8;
+      if (tiles == 1   ? launch_stream<kKind, 1>(slice, q, d, rows, n, m0, stream)
+          : tiles == 2 ? launch_stream<kKind, 2>(slice, q, d, rows, n, m0, stream)
+                       : launch_stream<kKind, 4>(slice, q, d, rows, n, m0, stream))
+        continue;
+    }
     switch ((rows + 7) / 8) {
       case 1:
         launch_mma<kKind, 1>(slice, q, d, rows, block_major, n, m0, stream);
