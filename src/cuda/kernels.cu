@@ -776,7 +776,7 @@ struct StreamStage {
 
 template <WeightKind kKind, int kTiles>
 __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
-    matmul_stream_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M, int n_total,
+    matmul_stream_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M_all, int n_total,
                          int m_first) {
   using Stage = StreamStage<kKind, kTiles>;
   constexpr int R = Stage::kRows;
@@ -784,13 +784,16 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
   extern __shared__ int4 stream_shared[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(stream_shared);
   DeviceMatrix w;
-  float* y;
+  float* y_all;
   int64_t tile_row0;
-  if (!block_tile(g, w, y, tile_row0)) return;  // the same for the whole block
+  if (!block_tile(g, w, y_all, tile_row0)) return;  // the same for the whole block
   const int64_t nb = w.n_in / 32;
   const int rounds = static_cast<int>((nb + 15) / 16);
   const uint8_t* wq = static_cast<const uint8_t*>(w.q);
   const __half* ws = static_cast<const __half*>(w.scales);
+  // The slice of activation rows being computed: M rows from row `first` of n_total.
+  int M = 0;
+  int64_t first = 0;
 
   // Round `round`'s operands into stage `s`, zeros where a row or block is past the end.
   auto issue = [&](int s, int round) {
@@ -820,7 +823,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
       const int c = e / (2 * R), m = e / 2 % R, half = e % 2;
       const int64_t b = b0 + c;
       const bool valid = m < M && b < nb;
-      const int8_t* src = valid ? xq + (b * n_total + m_first + m) * 32 + 16 * half : xq;
+      const int8_t* src = valid ? xq + (b * n_total + first + m) * 32 + 16 * half : xq;
       copy_async_16(acts + (c * R + m) * 32 + 16 * half, src, valid);
     }
     uint8_t* act_scales = acts + Stage::kActs;
@@ -829,18 +832,13 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
       const int c = e / R, m = e % R;
       const int64_t b = b0 + c;
       const bool valid = m < M && b < nb;
-      copy_async_4(act_scales + (c * R + m) * 4, valid ? xd + b * n_total + m_first + m : xd,
-                   valid);
+      copy_async_4(act_scales + (c * R + m) * 4, valid ? xd + b * n_total + first + m : xd, valid);
     }
   };
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
   float acc[2][kTiles][4];
-#pragma unroll
-  for (int k = 0; k < 2; ++k)
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) acc[k][i][0] = acc[k][i][1] = acc[k][i][2] = acc[k][i][3] = 0;
 
   // Chain `chain`'s block of round `round` from stage `s`: the mma per
   // activation tile and the products added, as matmul_mma_kernel's step.
@@ -883,45 +881,60 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
     }
   };
 
+  // More than R rows (a prefill) go through in slices of R, one after another,
+  // each with exactly the steps of a launch of its own; the block's weights
+  // are then read again from the L2 cache rather than from memory.
+  for (int m_base = 0; m_base < M_all; m_base += R) {
+    M = min(R, M_all - m_base);
+    first = static_cast<int64_t>(m_first) + m_base;
+    float* y = y_all + static_cast<int64_t>(m_base) * w.n_out;
+    if (m_base > 0) __syncthreads();  // the previous slice's sums are read
 #pragma unroll
-  for (int s = 0; s < kStreamStages - 1; ++s) {
-    if (s < rounds) issue(s, s);
-    copy_async_commit();
-  }
-  for (int round = 0; round < rounds; ++round) {
-    copy_async_wait<kStreamStages - 2>();  // this thread's copies of `round` have landed
-    __syncthreads();  // everyone's have, and the stage refilled below is no longer read
-    const int ahead = round + kStreamStages - 1;
-    if (ahead < rounds) issue(ahead % kStreamStages, ahead);
-    copy_async_commit();
-    step(round % kStreamStages, round, 0);
-    step(round % kStreamStages, round, 1);
-  }
-  copy_async_wait<0>();
-  __syncthreads();  // the stages' memory now holds the chains' sums
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i)
+        acc[k][i][0] = acc[k][i][1] = acc[k][i][2] = acc[k][i][3] = 0;
 
-  float(*partial)[kMmaRows][R] = reinterpret_cast<float(*)[kMmaRows][R]>(smem);
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const int c = warp + 8 * k;
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) {
-      const int m0 = 8 * i + 2 * t;
-      partial[c][gid][m0] = acc[k][i][0];
-      partial[c][gid][m0 + 1] = acc[k][i][1];
-      partial[c][gid + 8][m0] = acc[k][i][2];
-      partial[c][gid + 8][m0 + 1] = acc[k][i][3];
+    for (int s = 0; s < kStreamStages - 1; ++s) {
+      if (s < rounds) issue(s, s);
+      copy_async_commit();
     }
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < kMmaRows * R; e += kStreamThreads) {
-    const int r = e / R, m = e % R;
-    const int64_t row = tile_row0 + r;
-    if (m >= M || row >= w.n_out) continue;
-    float total = partial[0][r][m];
+    for (int round = 0; round < rounds; ++round) {
+      copy_async_wait<kStreamStages - 2>();  // this thread's copies of `round` have landed
+      __syncthreads();  // everyone's have, and the stage refilled below is no longer read
+      const int ahead = round + kStreamStages - 1;
+      if (ahead < rounds) issue(ahead % kStreamStages, ahead);
+      copy_async_commit();
+      step(round % kStreamStages, round, 0);
+      step(round % kStreamStages, round, 1);
+    }
+    copy_async_wait<0>();
+    __syncthreads();  // the stages' memory now holds the chains' sums
+
+    float(*partial)[kMmaRows][R] = reinterpret_cast<float(*)[kMmaRows][R]>(smem);
 #pragma unroll
-    for (int c = 1; c < kStreamChains; ++c) total = __fadd_rn(total, partial[c][r][m]);
-    y[static_cast<int64_t>(m) * w.n_out + row] = total;
+    for (int k = 0; k < 2; ++k) {
+      const int c = warp + 8 * k;
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        const int m0 = 8 * i + 2 * t;
+        partial[c][gid][m0] = acc[k][i][0];
+        partial[c][gid][m0 + 1] = acc[k][i][1];
+        partial[c][gid + 8][m0] = acc[k][i][2];
+        partial[c][gid + 8][m0 + 1] = acc[k][i][3];
+      }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < kMmaRows * R; e += kStreamThreads) {
+      const int r = e / R, m = e % R;
+      const int64_t row = tile_row0 + r;
+      if (m >= M || row >= w.n_out) continue;
+      float total = partial[0][r][m];
+#pragma unroll
+      for (int c = 1; c < kStreamChains; ++c) total = __fadd_rn(total, partial[c][r][m]);
+      y[static_cast<int64_t>(m) * w.n_out + row] = total;
+    }
   }
 }
 
@@ -930,7 +943,7 @@ bool streamed_matmul_wanted() {
   return env_is("PARSPEC_CUDA_MMA", "stream");
 }
 
-// matmul_stream_kernel over one slice of up to 8 · kTiles rows, when its scales
+// matmul_stream_kernel over n rows (slices of 8 · kTiles), when its scales
 // can be copied in pairs (an even number of blocks a row) and its stages fit
 // in this device's shared memory; false where it did not launch.
 template <WeightKind kKind, int kTiles>
@@ -1389,7 +1402,12 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, 
                        cudaStream_t stream) {
   const int64_t nb = g.w[0].n_in / 32;
   constexpr int kSlice = 8 * kMmaMaxTiles;
-  static const bool one_launch = one_launch_prefill_wanted() && !streamed_matmul_wanted();
+  // The streamed kernel takes a prefill's slices in one launch.
+  static const bool streamed = streamed_matmul_wanted();
+  if (streamed && block_major && n > kSlice &&
+      launch_stream<kKind, kMmaMaxTiles>(g, xq, xd, n, n, 0, stream))
+    return;
+  static const bool one_launch = one_launch_prefill_wanted();
   if (one_launch && n > kSlice)
     return launch_mma<kKind, kMmaMaxTiles>(g, xq, xd, n, block_major, n, 0, stream);
   for (int m0 = 0; m0 < n; m0 += kSlice) {
@@ -1398,7 +1416,6 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, 
     for (int i = 0; i < g.count; ++i) slice.y[i] = g.y[i] + static_cast<int64_t>(m0) * g.w[i].n_out;
     const int8_t* q = block_major ? xq : xq + static_cast<int64_t>(m0) * nb * 32;
     const float* d = block_major ? xd : xd + static_cast<int64_t>(m0) * nb;
-    static const bool streamed = streamed_matmul_wanted();
     if (streamed && block_major) {
       const int tiles = (rows + 7) / 8;
       if (tiles == 1   ? launch_stream<kKind, 1>(slice, q, d, rows, n, m0, stream)
