@@ -943,6 +943,21 @@ bool streamed_matmul_wanted() {
   return env_is("PARSPEC_CUDA_MMA", "stream");
 }
 
+// Whether matmul_stream_kernel<kKind, kTiles> has its shared memory on this
+// process's device (prepare_launches asks for it, before any graph capture).
+template <WeightKind kKind, int kTiles>
+bool stream_kernel_ready = false;
+
+template <WeightKind kKind, int kTiles>
+void prepare_stream_kernel() {
+  stream_kernel_ready<kKind, kTiles> =
+      cudaFuncSetAttribute(matmul_stream_kernel<kKind, kTiles>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           StreamStage<kKind, kTiles>::kAllBytes) == cudaSuccess;
+  // A device with less shared memory runs the other kernel: not an error of a pass.
+  if (!stream_kernel_ready<kKind, kTiles>) (void)cudaGetLastError();
+}
+
 // matmul_stream_kernel over n rows (slices of 8 · kTiles), when its scales
 // can be copied in pairs (an even number of blocks a row) and its stages fit
 // in this device's shared memory; false where it did not launch.
@@ -950,15 +965,7 @@ template <WeightKind kKind, int kTiles>
 bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, int n_total,
                    int m_first, cudaStream_t stream) {
   using Stage = StreamStage<kKind, kTiles>;
-  static const bool fits = [] {
-    if (cudaFuncSetAttribute(matmul_stream_kernel<kKind, kTiles>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Stage::kAllBytes) == cudaSuccess)
-      return true;
-    (void)cudaGetLastError();  // the other kernel runs instead: not an error of the pass
-    return false;
-  }();
-  if (!fits || (g.w[0].n_in / 32) % 2 != 0) return false;
+  if (!stream_kernel_ready<kKind, kTiles> || (g.w[0].n_in / 32) % 2 != 0) return false;
   launch(matmul_stream_kernel<kKind, kTiles>, weight_row_tiles(g), kStreamThreads, Stage::kAllBytes,
          stream, g, xq, xd, n, n_total, m_first);
   return true;
@@ -2753,6 +2760,14 @@ void prepare_launches() {
            major >= 9;
   }();
   dependent_launch = on;
+  if (streamed_matmul_wanted()) {
+    prepare_stream_kernel<WeightKind::kQ8_0, 1>();
+    prepare_stream_kernel<WeightKind::kQ8_0, 2>();
+    prepare_stream_kernel<WeightKind::kQ8_0, kMmaMaxTiles>();
+    prepare_stream_kernel<WeightKind::kQ4_0, 1>();
+    prepare_stream_kernel<WeightKind::kQ4_0, 2>();
+    prepare_stream_kernel<WeightKind::kQ4_0, kMmaMaxTiles>();
+  }
 }
 
 namespace {
