@@ -201,8 +201,9 @@ fi
 # tensor-core kernel's operands streamed into shared memory by cp.async, from 5
 # rows), mma-stream (that for every row count), paired (two lanes a chain in the
 # one-row kernel where a matrix has few rows), paired-all (that for every matrix),
-# streamed (stream and paired-all together: the tests compare their bits with the
-# rows kernel's).
+# fused (gate, up and SwiGLU in one kernel: F16/BF16 weights, and one row of
+# Q8_0/Q4_0), newest (stream, paired-all and fused together: the tests compare
+# their bits with those of the kernels they stand in for).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
@@ -217,7 +218,8 @@ kernel_env() {
     mma-stream) echo "PARSPEC_CUDA_MATMUL=mma PARSPEC_CUDA_MMA=stream" ;;
     paired) echo "PARSPEC_CUDA_GEMV=paired" ;;
     paired-all) echo "PARSPEC_CUDA_GEMV=paired-all" ;;
-    streamed) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all" ;;
+    fused) echo "PARSPEC_CUDA_FUSE=swiglu" ;;
+    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=swiglu" ;;
   esac
 }
 
@@ -225,7 +227,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   step "GPU tests"
   if [[ -x $bin_tests ]]; then
     passed() { grep -q '^\[  PASSED' "$1" && ! grep -q '^\[  FAILED' "$1"; }
-    for kernel in tensor-cores warp opt-in streamed; do
+    for kernel in tensor-cores warp opt-in newest; do
       log=$out/tests.txt
       [[ $kernel != tensor-cores ]] && log=$out/tests-$kernel.txt
       # The strategies' tests run every strategy: give them the time, but not forever;
@@ -233,7 +235,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       filter=()
       [[ $kernel != tensor-cores ]] && filter=(--gtest_filter=-CudaSampling.*)
       # The newest kernels: the tests of the kernels themselves.
-      [[ $kernel == streamed ]] && filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaVsCpu.*')
+      [[ $kernel == newest ]] && filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaVsCpu.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
@@ -547,8 +549,8 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(stream mma-stream paired paired-all pipelined mma-pipelined in-split opt-in) || variants=() ;;
-    *f16*) variants=(half-warp) ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(stream mma-stream fused paired paired-all in-split pipelined mma-pipelined opt-in) || variants=() ;;
+    *f16*) variants=(fused in-split half-warp) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
@@ -687,13 +689,14 @@ if graph_rows:
               f"| {fmt(a['latency_ms'].get('8'), 2)} | {fmt(b['latency_ms'].get('8'), 2)} "
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 variant_labels = [
-    ("", "default (one-row kernel's way up to 4 rows, tensor cores for more)"),
+    ("", "default"),
     ("-mma", "tensor cores for every row count"), ("-warp", "warp (dp4a)"),
     ("-row-major", "row-major activations"),
     ("-stream", "tensor cores, operands streamed by cp.async (from 5 rows)"),
     ("-mma-stream", "the same for every row count"),
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),
+    ("-fused", "gate, up and SwiGLU in one kernel"),
     ("-pipelined", "tensor cores, four blocks' loads before their mmas"),
     ("-mma-pipelined", "the same for every row count"),
     ("-in-split", "attention splits merged by their last block"),

@@ -1234,6 +1234,31 @@ class CudaExecutor final : public ForwardExecutor {
     launch_add_rmsnorm(h, residual, w.ffn_norm, n, c.n_embd, c.rms_eps, xn,
                        quantized_input(ws, {&w.w_gate, &w.w_up}), ws.xd.as<float>(), stream);
     profile_.mark("add + norm (MLP)", stream);
+    if (fused_swiglu_wanted()) {
+      // The down matmul's quantized input goes where `up` would be (it never
+      // leaves the fused kernel): its own input must not be overwritten.
+      int8_t* q_down = nullptr;
+      float* d_down = nullptr;
+      if (takes_quantized_input(w.w_down.kind)) {
+        q_down = ws.up.as<int8_t>();
+        d_down = reinterpret_cast<float*>(q_down + static_cast<size_t>(n) * c.n_ff);
+      }
+      if (launch_gate_up_swiglu(w.w_gate, w.w_up, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n,
+                                gate, q_down, d_down, stream)) {
+        profile_.mark("gate/up matmul + SwiGLU", stream);
+        MatmulGroup down;
+        down.count = 1;
+        down.w[0] = w.w_down;
+        down.y[0] = ws.o.as<float>();
+        if (q_down != nullptr)
+          launch_matmul_group(down, gate, q_down, d_down, ws.xk(), n, stream);
+        else
+          matmul_group(ws, down, gate, n);
+        profile_.mark("down matmul", stream);
+        cuda_check(cudaGetLastError(), "the MLP block");
+        return;
+      }
+    }
     MatmulGroup gate_up;
     gate_up.count = 2;
     gate_up.w[0] = w.w_gate, gate_up.w[1] = w.w_up;

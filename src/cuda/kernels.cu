@@ -427,6 +427,15 @@ __device__ void mma_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
 #endif
 }
 
+// silu(g) · u, with silu(g) = g·σ(g) and σ from an exponential of −|g|
+// (never overflows): the one expression of SwiGLU, wherever it is computed.
+__device__ __forceinline__ float swiglu_value(float g, float u) {
+  const float t = expf(-fabsf(g));
+  const float sigma =
+      g >= 0.0f ? __fdiv_rn(1.0f, __fadd_rn(1.0f, t)) : __fdiv_rn(t, __fadd_rn(1.0f, t));
+  return __fmul_rn(__fmul_rn(g, sigma), u);
+}
+
 // The end of a tensor-core matmul block: each warp's accumulators (C
 // fragments of kTiles tiles: rows gid and gid + 8, activation rows 8i + 2t
 // and 8i + 2t + 1) through shared memory, then each (row, activation row)
@@ -453,6 +462,36 @@ __device__ __forceinline__ void add_warp_sums(const float (&acc)[kTiles][4],
 #pragma unroll
     for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial_s[v][r][m]);
     y[static_cast<int64_t>(m) * n_out + row] = total;
+  }
+}
+
+// add_warp_sums for a block of 8 gate rows (the mma's rows 0..7) and their 8
+// up rows (8..15): each output's two sums, added in warp order as there, go
+// through swiglu_value into y at the gate row.
+template <int kTiles>
+__device__ __forceinline__ void add_gated_warp_sums(
+    const float (&acc)[kTiles][4], float (&partial_s)[kMmaWarps][kMmaRows][8 * kTiles], int warp,
+    int gid, int t, int64_t out0, int64_t n_out, int M, float* y) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const int m0 = 8 * i + 2 * t;
+    partial_s[warp][gid][m0] = acc[i][0];
+    partial_s[warp][gid][m0 + 1] = acc[i][1];
+    partial_s[warp][gid + 8][m0] = acc[i][2];
+    partial_s[warp][gid + 8][m0 + 1] = acc[i][3];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < (kMmaRows / 2) * 8 * kTiles; e += kMmaWarps * kWarp) {
+    const int r = e / (8 * kTiles), m = e % (8 * kTiles);
+    const int64_t out = out0 + r;
+    if (m >= M || out >= n_out) continue;
+    float gate = partial_s[0][r][m], up = partial_s[0][r + 8][m];
+#pragma unroll
+    for (int v = 1; v < kMmaWarps; ++v) {
+      gate = __fadd_rn(gate, partial_s[v][r][m]);
+      up = __fadd_rn(up, partial_s[v][r + 8][m]);
+    }
+    y[static_cast<int64_t>(m) * n_out + out] = swiglu_value(gate, up);
   }
 }
 
@@ -1020,7 +1059,11 @@ __device__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
   }
 }
 
-template <WeightKind kKind, int kTiles>
+// kGated (PARSPEC_CUDA_FUSE=swiglu): g holds gate and up, and a block's 16
+// rows are 8 rows of each with the same outputs (gate rows in the mma's rows
+// 0..7, up rows in 8..15); the block writes swiglu_value of each pair to
+// gate's output instead of the two. Each row's sums are the same either way.
+template <WeightKind kKind, int kTiles, bool kGated = false>
 __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     matmul_half_mma_kernel(MatmulGroup g, const float* x_all, int M_all) {
   begin_kernel();
@@ -1028,12 +1071,20 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
   DeviceMatrix w;
   float* y_all;
   int64_t tile_row0;
-  if (!block_tile(g, w, y_all, tile_row0)) return;  // the same for the whole block
+  if constexpr (kGated) {
+    w = g.w[0];
+    y_all = g.y[0];
+    tile_row0 = static_cast<int64_t>(blockIdx.x) * (kMmaRows / 2);
+  } else if (!block_tile(g, w, y_all, tile_row0)) {
+    return;  // the same for the whole block
+  }
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
   const int64_t n_in = w.n_in, chunks = n_in / 32;
-  const int64_t row_a = tile_row0 + gid, row_b = row_a + 8;
+  // The mma's rows gid and gid + 8: two rows of w, or a gate row and its up row.
+  const int64_t row_a = tile_row0 + gid, row_b = kGated ? row_a : row_a + 8;
   const uint16_t* wq = static_cast<const uint16_t*>(w.q);
+  const uint16_t* wq_b = static_cast<const uint16_t*>(kGated ? g.w[1].q : w.q);
 
   for (int m_base = 0; m_base < M_all; m_base += 8 * kTiles) {
     const int M = min(8 * kTiles, M_all - m_base);
@@ -1056,7 +1107,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
       const uint4 pa =
           row_a < w.n_out ? *reinterpret_cast<const uint4*>(wq + row_a * n_in + k0) : zero;
       const uint4 pb =
-          row_b < w.n_out ? *reinterpret_cast<const uint4*>(wq + row_b * n_in + k0) : zero;
+          row_b < w.n_out ? *reinterpret_cast<const uint4*>(wq_b + row_b * n_in + k0) : zero;
       const unsigned a1[4] = {pa.x, pb.x, pa.y, pb.y};
       const unsigned a2[4] = {pa.z, pb.z, pa.w, pb.w};
 #pragma unroll
@@ -1080,7 +1131,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
         mma_half<kKind>(acc[i], a2, lo2);
       }
     }
-    add_warp_sums<kTiles>(acc, partial_s, warp, gid, t, tile_row0, w.n_out, M, y);
+    if constexpr (kGated)
+      add_gated_warp_sums<kTiles>(acc, partial_s, warp, gid, t, tile_row0, w.n_out, M, y);
+    else
+      add_warp_sums<kTiles>(acc, partial_s, warp, gid, t, tile_row0, w.n_out, M, y);
   }
 }
 
@@ -1159,13 +1213,13 @@ struct FirstBlocks {
   }
 };
 
-// step(b, values, scale) for the lane's blocks after the first kGemvPrefetch,
-// each loaded as the loop comes to it (kUnroll of them in flight).
-template <WeightKind kKind, int kUnroll, class Step>
+// step(b, values, scale) for the lane's blocks after the first kFirst, each
+// loaded as the loop comes to it (kUnroll of them in flight).
+template <WeightKind kKind, int kUnroll, int kFirst = kGemvPrefetch, class Step>
 __device__ void each_later_block(const DeviceMatrix& w, const __half* row_scales, int64_t row,
                                  int64_t nb, int64_t first, int stride, Step&& step) {
 #pragma unroll kUnroll
-  for (int64_t b = first + stride * kGemvPrefetch; b < nb; b += stride) {
+  for (int64_t b = first + stride * kFirst; b < nb; b += stride) {
     int wq[8];
     load_block_q<kKind>(w, row * nb + b, wq);
     step(b, wq, __half2float(row_scales[b]));
@@ -1339,6 +1393,70 @@ __global__ void __launch_bounds__(kPairedThreads, 2)
   }
   const float total = half_warp_sum_in_order(acc, lane);
   if (lane == 0 && has_row) y[row] = total;
+}
+
+// PARSPEC_CUDA_FUSE=swiglu, one row of Q8_0/Q4_0 gate and up weights: each
+// of a block's 32 half-warps computes one output's gate row and up row as
+// matmul_gemv_kernel computes a row, then swiglu_value of the two, written to
+// gate's output and, with q, quantized as swiglu_kernel does (the block's 32
+// outputs are one Q8_0 block of the next matmul's input).
+constexpr int kGatedOutputs = 32;
+constexpr int kGatedThreads = kGatedOutputs * 16;
+constexpr int kGatedPrefetch = kGemvPrefetch / 2;  // per row: the lane has two
+
+template <WeightKind kKind>
+__global__ void __launch_bounds__(kGatedThreads)
+    matmul_gemv_gated_kernel(DeviceMatrix gate_w, DeviceMatrix up_w, const int8_t* xq,
+                             const float* xd, float* gate_out, int8_t* q, float* scales) {
+  begin_kernel();
+  extern __shared__ int4 gemv_shared[];
+  __shared__ float values_s[kGatedOutputs];
+  const int64_t nb = gate_w.n_in / 32;
+  const int lane = threadIdx.x % kWarp, v = threadIdx.x % 16, h = threadIdx.x / 16;
+  const int64_t out = static_cast<int64_t>(blockIdx.x) * kGatedOutputs + h;
+  const bool has_row = out < gate_w.n_out;
+  const int64_t row = has_row ? out : 0;
+  const __half* gate_scales = static_cast<const __half*>(gate_w.scales) + row * nb;
+  const __half* up_scales = static_cast<const __half*>(up_w.scales) + row * nb;
+  FirstBlocks<kKind, kGatedPrefetch> first_gate, first_up;
+  if (has_row) {
+    first_gate.load(gate_w, gate_scales, row, nb, v, 16);
+    first_up.load(up_w, up_scales, row, nb, v, 16);
+  }
+  int8_t* xs = reinterpret_cast<int8_t*>(gemv_shared);
+  float* ds = reinterpret_cast<float*>(xs + nb * 32);
+  for (int64_t i = threadIdx.x; i < nb * 2; i += kGatedThreads)
+    gemv_shared[i] = reinterpret_cast<const int4*>(xq)[i];
+  for (int64_t i = threadIdx.x; i < nb; i += kGatedThreads) ds[i] = xd[i];
+  __syncthreads();
+  float acc_gate = 0.0f, acc_up = 0.0f;
+  if (has_row) {
+    // Block b's product, added in block order, as in matmul_gemv_kernel.
+    auto product = [&](int64_t b, const int(&wq)[8], float dw, float& acc) {
+      const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
+      const int sum = block_dot_s8(wq, x4[0], x4[1]);
+      acc = __fmaf_rn(__fmul_rn(dw, ds[b]), static_cast<float>(sum), acc);
+    };
+    auto gate_step = [&](int64_t b, const int(&wq)[8], float dw) { product(b, wq, dw, acc_gate); };
+    auto up_step = [&](int64_t b, const int(&wq)[8], float dw) { product(b, wq, dw, acc_up); };
+    first_gate.each(nb, v, 16, gate_step);
+    each_later_block<kKind, 4, kGatedPrefetch>(gate_w, gate_scales, row, nb, v, 16, gate_step);
+    first_up.each(nb, v, 16, up_step);
+    each_later_block<kKind, 4, kGatedPrefetch>(up_w, up_scales, row, nb, v, 16, up_step);
+  }
+  // Every lane takes part in the shuffles, also those past the last row.
+  const float gate_total = half_warp_sum_in_order(acc_gate, lane);
+  const float up_total = half_warp_sum_in_order(acc_up, lane);
+  if (v == 0) {
+    const float value = has_row ? swiglu_value(gate_total, up_total) : 0.0f;
+    values_s[h] = value;
+    if (has_row) gate_out[out] = value;
+  }
+  if (q == nullptr) return;  // the same for the whole block
+  __syncthreads();
+  if (threadIdx.x < kWarp)
+    quantize_block(values_s[lane], lane, q + static_cast<int64_t>(blockIdx.x) * 32,
+                   scales + blockIdx.x);
 }
 
 constexpr int kRowsKernelMaxRows = 4;
@@ -2565,9 +2683,8 @@ __global__ void __launch_bounds__(kTiledWarps* kWarp)
   }
 }
 
-// gate = silu(gate) · up, with silu(g) = g·σ(g) and σ from an exponential of
-// −|g| (never overflows); quantized to Q8_0 when q is given. Blocks of
-// (row, 256 values): one warp per 32 values, so a row spreads over the GPU.
+// gate = silu(gate) · up (swiglu_value), quantized to Q8_0 when q is given.
+// Blocks of (row, 256 values): one warp per 32 values, so a row spreads over the GPU.
 __global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, float* scales,
                               bool block_major) {
   begin_kernel();
@@ -2578,11 +2695,7 @@ __global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, 
   const int64_t e = row * dim + base + lane;
   float value = 0.0f;
   if (base + lane < dim) {
-    const float g = gate[e];
-    const float t = expf(-fabsf(g));
-    const float sigma =
-        g >= 0.0f ? __fdiv_rn(1.0f, __fadd_rn(1.0f, t)) : __fdiv_rn(t, __fadd_rn(1.0f, t));
-    value = __fmul_rn(__fmul_rn(g, sigma), up[e]);
+    value = swiglu_value(gate[e], up[e]);
     gate[e] = value;
   }
   if (q != nullptr) {  // dim is a multiple of 32 then: every lane holds a value
@@ -2845,6 +2958,59 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
   launch(attention_combine_kernel, dim3(n, shape.n_head), kAttnThreads, 0, stream, rows, shape,
          partial, merge);
   return out_q != nullptr;
+}
+
+bool fused_swiglu_wanted() {
+  static const bool wanted = env_is("PARSPEC_CUDA_FUSE", "swiglu");
+  return wanted;
+}
+
+bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x,
+                           const int8_t* xq, const float* xd, int n, float* gate_out, int8_t* q,
+                           float* scales, cudaStream_t stream) {
+  if (n <= 0 || gate.kind != up.kind || gate.n_in != up.n_in || gate.n_out != up.n_out)
+    return false;
+  if (q != nullptr && gate.n_out % 32 != 0) return false;
+  const int64_t tiles = (gate.n_out + kMmaRows / 2 - 1) / (kMmaRows / 2);
+  MatmulGroup g;
+  g.count = 2;
+  g.w[0] = gate, g.w[1] = up;
+  g.y[0] = gate_out;
+  switch (gate.kind) {
+    case WeightKind::kF16:
+    case WeightKind::kBF16: {
+      // The output stays in f32: a next matmul of these types reads it so.
+      if (q != nullptr || !half_tensor_cores(gate.n_in)) return false;
+      const bool f16 = gate.kind == WeightKind::kF16;
+      const int slices = (n + 7) / 8;
+      const int block = kMmaWarps * kWarp;
+      if (slices == 1)
+        launch(f16 ? matmul_half_mma_kernel<WeightKind::kF16, 1, true>
+                   : matmul_half_mma_kernel<WeightKind::kBF16, 1, true>,
+               tiles, block, 0, stream, g, x, n);
+      else if (slices == 2)
+        launch(f16 ? matmul_half_mma_kernel<WeightKind::kF16, 2, true>
+                   : matmul_half_mma_kernel<WeightKind::kBF16, 2, true>,
+               tiles, block, 0, stream, g, x, n);
+      else
+        launch(f16 ? matmul_half_mma_kernel<WeightKind::kF16, kMmaMaxTiles, true>
+                   : matmul_half_mma_kernel<WeightKind::kBF16, kMmaMaxTiles, true>,
+               tiles, block, 0, stream, g, x, n);
+      return true;
+    }
+    case WeightKind::kQ8_0:
+    case WeightKind::kQ4_0: {
+      if (n != 1 || quantized_kernel(1, gate.n_in) != QuantizedKernel::kOneRow) return false;
+      const int blocks = static_cast<int>((gate.n_out + kGatedOutputs - 1) / kGatedOutputs);
+      launch(gate.kind == WeightKind::kQ8_0 ? matmul_gemv_gated_kernel<WeightKind::kQ8_0>
+                                            : matmul_gemv_gated_kernel<WeightKind::kQ4_0>,
+             blocks, kGatedThreads, gemv_shared_bytes(gate.n_in), stream, gate, up, xq, xd,
+             gate_out, q, scales);
+      return true;
+    }
+    default:
+      return false;
+  }
 }
 
 void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,

@@ -154,6 +154,15 @@ void prepare_attention(AttentionKernel kernel);
 // result quantized to Q8_0 (dim a multiple of 32).
 void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
                    cudaStream_t stream);
+// PARSPEC_CUDA_FUSE=swiglu: gate and up in one launch that writes only
+// gate_out = silu(x · gateᵀ) · (x · upᵀ), the values launch_matmul_group and
+// launch_swiglu give, and with q not null those quantized to Q8_0 (q and
+// scales must not overlap xq and xd). Where no fused kernel takes these
+// weights and rows it launches nothing and returns false.
+bool fused_swiglu_wanted();
+bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x,
+                           const int8_t* xq, const float* xd, int n, float* gate_out, int8_t* q,
+                           float* scales, cudaStream_t stream);
 // y += x.
 void launch_add(float* y, const float* x, int64_t count, cudaStream_t stream);
 // dst[i] = src[index[i]], rows of `dim` floats.
