@@ -879,7 +879,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
   const int gid = lane / 4, t = lane % 4;
   float acc[2][kTiles][4];
 
-  // Chain `chain`'s block of round `round` from stage `s`: the mma per
+  // The block of chain warp + 8k in round `round`, from stage `s`: the mma per
   // activation tile and the products added, as matmul_mma_kernel's step.
   auto step = [&](int s, int round, int k) {
     const int c = warp + 8 * k;  // the chain, and the block's place in the round
