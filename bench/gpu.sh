@@ -203,7 +203,8 @@ fi
 # one-row kernel where a matrix has few rows), paired-all (that for every matrix),
 # fused (gate, up and SwiGLU in one kernel: F16/BF16 weights, and one row of
 # Q8_0/Q4_0), newest (stream, paired-all and fused together: the tests compare
-# their bits with those of the kernels they stand in for).
+# their bits with those of the kernels they stand in for), candidates (stream,
+# paired, fused and in-split: what would become the default together).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
@@ -220,6 +221,7 @@ kernel_env() {
     paired-all) echo "PARSPEC_CUDA_GEMV=paired-all" ;;
     fused) echo "PARSPEC_CUDA_FUSE=swiglu" ;;
     newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=swiglu" ;;
+    candidates) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_FUSE=swiglu PARSPEC_CUDA_ATTENTION_MERGE=in-split" ;;
   esac
 }
 
@@ -375,6 +377,14 @@ budgeted 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$mor
   --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-more.md" --json "$out/strategies-more.json" \
   >"$out/strategies-more.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-more.txt"
 
+# PEARL with the drafter's stream at the target's priority (by default a drafter
+# beside its target on the GPU goes first): what the priority brings while both run.
+step "parspec bench with PARSPEC_CUDA_DRAFT_PRIORITY=normal: ar,pearl"
+budgeted 90 env PARSPEC_CUDA_DRAFT_PRIORITY=normal "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
+  --strategies ar,pearl --prompts code,prose --max-prompts 3 -n 64 -t 2 \
+  --md "$out/strategies-pearl-normal.md" --json "$out/strategies-pearl-normal.json" \
+  >"$out/strategies-pearl-normal.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-pearl-normal.txt"
+
 # EasySpec's drafting time per step with layer groups of N = 1 and 2 (the goal:
 # N = 2 at most 0.7× N = 1, α within 7%), sd with the same drafter and γ beside it.
 for n in 1 2; do
@@ -457,12 +467,12 @@ fi
 
 # The short prompts with the kernels not yet the default; below, with the drafter on
 # the host's CPU cores while the GPU verifies (-ngld 0; PEARL's case across devices).
-opt_in_set=ar,sd,tree,dyntree
-step "parspec bench with $(kernel_env opt-in): $opt_in_set"
-budgeted 120 env $(kernel_env opt-in) "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
+opt_in_set=ar,sd,tree,dyntree,pearl
+step "parspec bench with $(kernel_env candidates): $opt_in_set"
+budgeted 120 env $(kernel_env candidates) "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
   --strategies "$opt_in_set" --prompts code,prose --max-prompts 3 -n 64 -t 2 \
-  --md "$out/strategies-opt-in.md" --json "$out/strategies-opt-in.json" >"$out/strategies-opt-in.txt" 2>&1 ||
-  echo "parspec bench failed or timed out: see $out/strategies-opt-in.txt"
+  --md "$out/strategies-candidates.md" --json "$out/strategies-candidates.json" >"$out/strategies-candidates.txt" 2>&1 ||
+  echo "parspec bench failed or timed out: see $out/strategies-candidates.txt"
 
 fi
 
@@ -549,8 +559,8 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(stream mma-stream fused paired paired-all in-split pipelined mma-pipelined opt-in) || variants=() ;;
-    *f16*) variants=(fused in-split half-warp) ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates stream mma-stream fused paired paired-all in-split pipelined mma-pipelined opt-in) || variants=() ;;
+    *f16*) variants=(candidates fused in-split half-warp) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
@@ -690,6 +700,7 @@ if graph_rows:
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 variant_labels = [
     ("", "default"),
+    ("-candidates", "candidates: stream, paired, fused, in-split"),
     ("-mma", "tensor cores for every row count"), ("-warp", "warp (dp4a)"),
     ("-row-major", "row-major activations"),
     ("-stream", "tensor cores, operands streamed by cp.async (from 5 rows)"),
@@ -759,12 +770,22 @@ if easyspec_runs:
         print(f"| {n} | {e['t_draft_ms']:.2f} | {e['t_verify_ms']:.2f} | {e['alpha']:.3f} | {e['tau']:.2f} "
               f"| {e['speedup']:.2f} | {fmt(sd.get('t_draft_ms'), 2)} | {fmt(sd.get('alpha'), 3)} "
               f"| {fmt(sd.get('speedup'), 2)} |")
-for md in ("strategies.md", "strategies-more.md", "strategies-auto.md", "strategies-ppd-tuned.md",
-           "strategies-long.md", "strategies-long-grouped.md", "strategies-opt-in.md",
-           "strategies-cpu-draft.md", "strategies-f16.md"):
+for md, title in (("strategies.md", ""), ("strategies-more.md", ""), ("strategies-auto.md", ""),
+                  ("strategies-ppd-tuned.md", "ppd with the trees tune --ppd sized"),
+                  ("strategies-long.md", "A prompt of over 2000 tokens"),
+                  ("strategies-long-grouped.md", "The same with PARSPEC_CUDA_ATTENTION=grouped"),
+                  ("strategies-candidates.md",
+                   "With the candidate kernels (stream, paired, fused, in-split)"),
+                  ("strategies-cpu-draft.md", "The drafter on the CPU (-ngld 0)"),
+                  ("strategies-f16.md", "The 8B-class F16 target"),
+                  ("strategies-pearl-normal.md",
+                   "PEARL with the drafter's stream at normal priority (PARSPEC_CUDA_DRAFT_PRIORITY=normal)")):
     path = os.path.join(out, md)
     if os.path.exists(path):
         print()
+        if title:
+            print(f"**{title}**")
+            print()
         print(open(path).read().strip())
 for shape in ("1-64", "8-64", "1-3000"):
     path = os.path.join(out, f"profile-{shape}.txt")

@@ -41,8 +41,13 @@ double copy_bandwidth_gbs(int device, size_t bytes);
 // F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K weights; other types fail with a message), and
 // every KvCache it runs gets its rows in device memory (KvCache::attach_store).
 // One job at a time, as CpuExecutor. Throws Error with the reason where no
-// device can be used.
-std::unique_ptr<ForwardExecutor> make_executor(int device = 0);
+// device can be used. kFirst: its kernels are scheduled ahead of those of
+// kNormal executors on the same device (a drafter beside its target, whose
+// short launches would otherwise queue behind the target's; the results are
+// the same bits either way; PARSPEC_CUDA_DRAFT_PRIORITY=normal turns it off).
+enum class StreamPriority { kNormal, kFirst };
+std::unique_ptr<ForwardExecutor> make_executor(int device = 0,
+                                               StreamPriority priority = StreamPriority::kNormal);
 
 // Uploads `model` to the executor's device now (not at the first forward),
 // so that an out-of-memory error comes before a request starts. `executor`

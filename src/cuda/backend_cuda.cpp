@@ -43,6 +43,7 @@ std::string gib(uint64_t bytes) {
 // that it outlives whichever of them goes last.
 struct DeviceContext {
   int device = 0;
+  int priority = 0;  // of every stream below (the runtime's: lower goes first)
   cudaStream_t stream = nullptr;
   // Streams beside `stream` for work that may overlap (a layer group's
   // attention blocks): `fork` recorded on `stream` starts them, each joins
@@ -51,9 +52,21 @@ struct DeviceContext {
   std::vector<cudaEvent_t> joins;
   cudaEvent_t fork = nullptr;
 
-  explicit DeviceContext(int d) : device(d) {
+  DeviceContext(int d, StreamPriority first) : device(d) {
     cuda_check(cudaSetDevice(device), "cudaSetDevice");
-    cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (first == StreamPriority::kFirst && !env_is("PARSPEC_CUDA_DRAFT_PRIORITY", "normal")) {
+      int least = 0, greatest = 0;
+      cuda_check(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+                 "cudaDeviceGetStreamPriorityRange");
+      priority = greatest;
+    }
+    stream = new_stream();
+  }
+  cudaStream_t new_stream() const {
+    cudaStream_t s = nullptr;
+    cuda_check(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority),
+               "cudaStreamCreate");
+    return s;
   }
   ~DeviceContext() {
     if (stream != nullptr) {
@@ -68,9 +81,7 @@ struct DeviceContext {
     if (fork == nullptr)
       cuda_check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
     while (side.size() < count) {
-      cudaStream_t s = nullptr;
-      cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-      side.push_back(s);
+      side.push_back(new_stream());
       cudaEvent_t e = nullptr;
       cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
       joins.push_back(e);
@@ -678,8 +689,8 @@ class KernelProfile {
 
 class CudaExecutor final : public ForwardExecutor {
  public:
-  explicit CudaExecutor(int device)
-      : context_(std::make_shared<DeviceContext>(device)),
+  CudaExecutor(int device, StreamPriority priority)
+      : context_(std::make_shared<DeviceContext>(device, priority)),
         graphs_(graphs_wanted()),
         attention_(attention_wanted()) {
     eager_.stream = context_->stream;
@@ -1389,10 +1400,10 @@ double copy_bandwidth_gbs(int device, size_t bytes) {
   return 2.0 * static_cast<double>(bytes) / (best_ms * 1e6);
 }
 
-std::unique_ptr<ForwardExecutor> make_executor(int device) {
+std::unique_ptr<ForwardExecutor> make_executor(int device, StreamPriority priority) {
   const std::string reason = unavailable_reason(device);
   check(reason.empty(), "--device cuda: ", reason);
-  return std::make_unique<CudaExecutor>(device);
+  return std::make_unique<CudaExecutor>(device, priority);
 }
 
 void upload(ForwardExecutor& executor, const Model& model) {

@@ -32,7 +32,7 @@ double copy_bandwidth_gbs(int, size_t) {
   fail(kNotBuilt);
 }
 
-std::unique_ptr<ForwardExecutor> make_executor(int) {
+std::unique_ptr<ForwardExecutor> make_executor(int, StreamPriority) {
   fail(kNotBuilt);
 }
 

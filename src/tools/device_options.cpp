@@ -110,7 +110,11 @@ void DeviceSides::init(const DeviceOptions& options, const Model& target, const 
     std::fprintf(stderr, "target model on %s\n", device_label(target_device).c_str());
   }
   if (draft != nullptr && draft_device >= 0) {
-    draft_executor = cuda::make_executor(draft_device);
+    // Beside the target on its GPU, the drafter's short kernels go first
+    // (strategies that draft while the target verifies).
+    draft_executor = cuda::make_executor(draft_device, draft_device == target_device
+                                                           ? cuda::StreamPriority::kFirst
+                                                           : cuda::StreamPriority::kNormal);
     cuda::upload(*draft_executor, *draft);
     std::fprintf(stderr, "draft model on %s\n", device_label(draft_device).c_str());
   }
