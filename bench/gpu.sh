@@ -490,6 +490,12 @@ if [[ ${GPU_FOCUS:-all} != kernels ]]; then
     --prompts code,prose --max-prompts 2 -n 48 -t "$(nproc)" --md "$out/strategies-cpu-draft.md" \
     --json "$out/strategies-cpu-draft.json" >"$out/strategies-cpu-draft.txt" 2>&1 ||
     echo "parspec bench failed or timed out: see $out/strategies-cpu-draft.txt"
+  # tune with both models on the GPU and no -ngld: it also tunes the drafter on
+  # the CPU and says which placement runs its choice faster.
+  step "parspec tune (the drafter on the GPU and on the CPU)"
+  budgeted 150 "$bin_parspec" tune "${pair[@]}" "${device[@]}" -t "$(nproc)" --measure 0 \
+    --cache-dir "$out/tune-cache" >"$out/tune-placement.txt" 2>&1 ||
+    echo "parspec tune failed or timed out: see $out/tune-placement.txt"
 fi
 
 for row in "${table[@]}"; do
@@ -787,6 +793,17 @@ for md, title in (("strategies.md", ""), ("strategies-more.md", ""), ("strategie
             print(f"**{title}**")
             print()
         print(open(path).read().strip())
+placement = os.path.join(out, "tune-placement.txt")
+if os.path.exists(placement):
+    lines = [l.rstrip() for l in open(placement)]
+    start = next((i for i, l in enumerate(lines) if l.startswith("drafter placement")), None)
+    if start is not None:
+        print()
+        print("`parspec tune` with both models on the GPU and no -ngld:")
+        print()
+        print("```")
+        print("\n".join(lines[start:start + 4]))
+        print("```")
 for shape in ("1-64", "8-64", "1-3000"):
     path = os.path.join(out, f"profile-{shape}.txt")
     if os.path.exists(path):

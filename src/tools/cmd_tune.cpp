@@ -40,7 +40,10 @@ bool parse_tune_args(int argc, char** argv, TuneArgs& a) {
                  "(γ 1..8), pearl (window 1..8) and tree and dyntree shapes whose node count fits "
                  "the measured L(n), run the best predicted ones and ar for real, and print the "
                  "choice of --strategy auto and the best predicted configuration of each family "
-                 "(line 'tuned:'). Measurements are cached per model files, CPU, GPU and threads.");
+                 "(line 'tuned:'). Measurements are cached per model files, CPU, GPU and threads. "
+                 "With both models on a GPU and no -ngld, the drafter is tuned on the CPU cores "
+                 "too (idle while the GPU verifies), and tune says which placement runs its "
+                 "choice faster (-ngld 0 or -ngld 99 pins one and tunes only that).");
   args.option("-m,--model", &a.model_path, "FILE", "target model (GGUF)");
   args.option("-md,--model-draft", &a.draft_path, "FILE", "draft model (GGUF)");
   args.option("-t,--threads", &a.n_threads, "N", "threads of the target model");
@@ -280,6 +283,34 @@ int tune_ppd(const TuneArgs& a, std::shared_ptr<const Model> target, const Devic
   return 0;
 }
 
+// The drafter on the CPU cores beside the target on its GPU: `on_gpu` with a
+// CPU copy of the draft model and the ordinary drafter on the workers, tuned
+// (its own cache entry), then each placement's choice run on the calibration
+// prompts, one after the other, and the faster one named.
+void compare_draft_placements(const TuneArgs& a, const DeviceSides& sides,
+                              const StrategyConfig& on_gpu, const Tuning& gpu_tuning,
+                              const TuneOptions& options) {
+  StrategyConfig on_cpu = on_gpu;
+  on_cpu.draft = load_model(a.draft_path, WeightLoading::kAuto);
+  on_cpu.make_drafter = nullptr;
+  on_cpu.draft_executor = nullptr;
+  on_cpu.device = "target on " + device_label(sides.target_device) + ", draft on cpu";
+  std::fprintf(stderr, "tune: the drafter on the CPU (-ngld 0) too\n");
+  const Tuning cpu_tuning = tune(on_cpu, options);
+  const auto prompts = calibration_prompts(*on_gpu.target);
+  const Candidate gpu_choice = gpu_tuning.choice.chosen, cpu_choice = cpu_tuning.choice.chosen;
+  const double gpu_tps = measure_candidates(on_gpu, {gpu_choice}, prompts, a.n_predict).at(0);
+  const double cpu_tps = measure_candidates(on_cpu, {cpu_choice}, prompts, a.n_predict).at(0);
+  std::printf(
+      "\ndrafter placement (no -ngld: both tuned, each choice run on the calibration "
+      "prompts):\n");
+  std::printf("  draft on the GPU: %-16s %8.1f tok/s\n", gpu_choice.label().c_str(), gpu_tps);
+  std::printf("  draft on the CPU: %-16s %8.1f tok/s (its choice with -ngld 0)\n",
+              cpu_choice.label().c_str(), cpu_tps);
+  std::printf("placement: %s\n", cpu_tps > gpu_tps ? "the CPU: run with -ngld 0"
+                                                   : "the GPU: keep the drafter beside the target");
+}
+
 }  // namespace
 
 int cmd_tune(int argc, char** argv) {
@@ -360,6 +391,9 @@ int cmd_tune(int argc, char** argv) {
   std::printf("tuned:");
   for (const Candidate& c : best_of_families(ranked)) std::printf(" %s", c.label().c_str());
   std::printf("\n");
+  if (sides.target_device >= 0 && sides.draft_device == sides.target_device &&
+      a.devices.gpu_layers_draft < 0)
+    compare_draft_placements(a, sides, base, t, options);
   return 0;
 }
 
