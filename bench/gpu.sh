@@ -200,7 +200,8 @@ fi
 # default that keep the per-head attention: in-split, a prefill in one launch per
 # matmul, pipelined; the tests run every attention kernel anyway), stream (the
 # tensor-core kernel's operands streamed into shared memory by cp.async, from 5
-# rows), mma-stream (that for every row count), paired (two lanes a chain in the
+# rows), mma-stream (that for every row count), stream-wide (that with 32 weight
+# rows a block, each round's activations serving twice the rows), paired (two lanes a chain in the
 # one-row kernel where a matrix has few rows), paired-all (that for every matrix),
 # fused (gate, up and SwiGLU in one kernel: F16/BF16 weights, and one row of
 # Q8_0/Q4_0), newest (stream, paired-all and fused together: the tests compare
@@ -218,6 +219,7 @@ kernel_env() {
     opt-in) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_MMA=pipelined" ;;
     stream) echo "PARSPEC_CUDA_MMA=stream" ;;
     mma-stream) echo "PARSPEC_CUDA_MATMUL=mma PARSPEC_CUDA_MMA=stream" ;;
+    stream-wide) echo "PARSPEC_CUDA_MMA=stream-wide" ;;
     paired) echo "PARSPEC_CUDA_GEMV=paired" ;;
     paired-all) echo "PARSPEC_CUDA_GEMV=paired-all" ;;
     fused) echo "PARSPEC_CUDA_FUSE=swiglu" ;;
@@ -233,7 +235,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    kernels=(tensor-cores opt-in newest)
+    kernels=(tensor-cores opt-in newest stream-wide)
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -241,7 +243,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       # The strategies' tests run every strategy: give them the time, but not forever.
       filter=()
       [[ $kernel == warp ]] && filter=(--gtest_filter=-CudaSampling.*)
-      [[ $kernel == opt-in || $kernel == newest ]] &&
+      [[ $kernel == opt-in || $kernel == newest || $kernel == stream-wide ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
@@ -571,7 +573,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates stream mma-stream fused paired paired-all in-split pipelined mma-pipelined opt-in) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates stream stream-wide mma-stream fused paired paired-all in-split pipelined mma-pipelined opt-in) || variants=() ;;
     *f16*) variants=(candidates fused in-split half-warp) ;;
     *) variants=() ;;
   esac
@@ -716,7 +718,8 @@ variant_labels = [
     ("-mma", "tensor cores for every row count"), ("-warp", "warp (dp4a)"),
     ("-row-major", "row-major activations"),
     ("-stream", "tensor cores, operands streamed by cp.async (from 5 rows)"),
-    ("-mma-stream", "the same for every row count"),
+    ("-stream-wide", "the same with 32 weight rows a block"),
+    ("-mma-stream", "tensor cores streamed for every row count"),
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),
     ("-fused", "gate, up and SwiGLU in one kernel"),

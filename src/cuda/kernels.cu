@@ -542,19 +542,21 @@ __device__ void load_a_fragment(const DeviceMatrix& w, int64_t row0, int64_t nb,
   }
 }
 
-// The 16-row tile of a group that this block computes: its matrix, output and first row.
-__device__ bool block_tile(const MatmulGroup& g, DeviceMatrix& w, float*& y, int64_t& row0) {
+// The tile of `rows` weight rows of a group that this block computes: its
+// matrix, output and first row.
+__device__ bool block_tile(const MatmulGroup& g, DeviceMatrix& w, float*& y, int64_t& row0,
+                           int rows = kMmaRows) {
   int64_t tile = blockIdx.x;
   int part = 0;
   while (part + 1 < g.count) {
-    const int64_t tiles = (g.w[part].n_out + kMmaRows - 1) / kMmaRows;
+    const int64_t tiles = (g.w[part].n_out + rows - 1) / rows;
     if (tile < tiles) break;
     tile -= tiles;
     ++part;
   }
   w = part == 0 ? g.w[0] : part == 1 ? g.w[1] : g.w[2];
   y = part == 0 ? g.y[0] : part == 1 ? g.y[1] : g.y[2];
-  row0 = tile * kMmaRows;
+  row0 = tile * rows;
   return row0 < w.n_out;
 }
 
@@ -716,10 +718,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
   }
 }
 
-// Thread blocks of kMmaRows weight rows that a group's matrices make.
-int weight_row_tiles(const MatmulGroup& g) {
+// Thread blocks of `rows` weight rows that a group's matrices make.
+int weight_row_tiles(const MatmulGroup& g, int rows = kMmaRows) {
   int64_t tiles = 0;
-  for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + kMmaRows - 1) / kMmaRows;
+  for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + rows - 1) / rows;
   return static_cast<int>(tiles);
 }
 
@@ -793,39 +795,43 @@ __device__ __forceinline__ void copy_async_wait() {
 #endif
 }
 
-// The shared-memory layout of one round. Rows of quants are padded so that
-// the 8 rows a warp reads at once fall in different banks.
-template <WeightKind kKind, int kTiles>
+// The shared-memory layout of one round of kW tiles of 16 weight rows. Rows of
+// quants are padded so that the 8 rows a warp reads at once fall in different banks.
+template <WeightKind kKind, int kTiles, int kW>
 struct StreamStage {
   static constexpr int kQuantBytes = kKind == WeightKind::kQ8_0 ? 32 : 16;
   static constexpr int kQuantRow = 17 * kQuantBytes;
-  static constexpr int kScaleRow = 36;      // 16 halves, padded to 9 words
+  static constexpr int kScaleRow = 36;  // 16 halves, padded to 9 words
+  static constexpr int kWeightRows = kMmaRows * kW;
   static constexpr int kRows = 8 * kTiles;  // activation rows
-  static constexpr int kQuants = kMmaRows * kQuantRow;
-  static constexpr int kScales = kMmaRows * kScaleRow;
+  static constexpr int kQuants = kWeightRows * kQuantRow;
+  static constexpr int kScales = kWeightRows * kScaleRow;
   static constexpr int kActs = 16 * kRows * 32;
   static constexpr int kActScales = 16 * kRows * 4;
   static constexpr int kBytes = kQuants + kScales + kActs + kActScales;
   static constexpr int kAllBytes = kStreamStages * kBytes;
   // The 16 chains' sums of every (row, activation row), after the last round.
-  static constexpr int kPartialBytes = kStreamChains * kMmaRows * kRows * 4;
+  static constexpr int kPartialBytes = kStreamChains * kWeightRows * kRows * 4;
   static_assert(kAllBytes >= kPartialBytes, "the sums reuse the stages' memory");
   static_assert(kQuants % 16 == 0 && kScales % 16 == 0 && kActs % 16 == 0, "16-byte copies");
 };
 
-template <WeightKind kKind, int kTiles>
+// kW (PARSPEC_CUDA_MMA=stream-wide: 2) tiles of 16 weight rows per block: each
+// round's activations, read from the L2 cache, then serve kW times the rows.
+template <WeightKind kKind, int kTiles, int kW>
 __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
     matmul_stream_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M_all, int n_total,
                          int m_first) {
-  using Stage = StreamStage<kKind, kTiles>;
-  constexpr int R = Stage::kRows;
+  using Stage = StreamStage<kKind, kTiles, kW>;
+  constexpr int R = Stage::kRows, kWeightRows = Stage::kWeightRows;
   begin_kernel();
   extern __shared__ int4 stream_shared[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(stream_shared);
   DeviceMatrix w;
   float* y_all;
   int64_t tile_row0;
-  if (!block_tile(g, w, y_all, tile_row0)) return;  // the same for the whole block
+  // The same for the whole block.
+  if (!block_tile(g, w, y_all, tile_row0, kWeightRows)) return;
   const int64_t nb = w.n_in / 32;
   const int rounds = static_cast<int>((nb + 15) / 16);
   const uint8_t* wq = static_cast<const uint8_t*>(w.q);
@@ -840,7 +846,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
     const int64_t b0 = static_cast<int64_t>(round) * 16;
     constexpr int kChunksPerRow = 16 * Stage::kQuantBytes / 16;
 #pragma unroll 1
-    for (int e = threadIdx.x; e < kMmaRows * kChunksPerRow; e += kStreamThreads) {
+    for (int e = threadIdx.x; e < kWeightRows * kChunksPerRow; e += kStreamThreads) {
       const int r = e / kChunksPerRow, chunk = e % kChunksPerRow;
       const int64_t row = tile_row0 + r;
       const int64_t b = b0 + chunk * 16 / Stage::kQuantBytes;
@@ -850,7 +856,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
     }
     uint8_t* scales = base + Stage::kQuants;
 #pragma unroll 1
-    for (int e = threadIdx.x; e < kMmaRows * 8; e += kStreamThreads) {
+    for (int e = threadIdx.x; e < kWeightRows * 8; e += kStreamThreads) {
       const int r = e / 8, pair = e % 8;
       const int64_t row = tile_row0 + r, b = b0 + 2 * pair;
       const bool valid = row < w.n_out && b < nb;  // nb is even: b + 1 < nb too
@@ -877,46 +883,57 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
-  float acc[2][kTiles][4];
+  float acc[2][kW][kTiles][4];
 
-  // The block of chain warp + 8k in round `round`, from stage `s`: the mma per
-  // activation tile and the products added, as matmul_mma_kernel's step.
+  // The block of chain warp + 8k in round `round`, from stage `s`: for each
+  // tile of weight rows and of activation rows, the mma and the products
+  // added, as matmul_mma_kernel's step.
   auto step = [&](int s, int round, int k) {
     const int c = warp + 8 * k;  // the chain, and the block's place in the round
     if (static_cast<int64_t>(round) * 16 + c >= nb) return;  // the same on every lane
     const uint8_t* base = smem + s * Stage::kBytes;
-    int a[4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* block = base + (gid + 8 * h) * Stage::kQuantRow + c * Stage::kQuantBytes;
-      if constexpr (kKind == WeightKind::kQ8_0) {
-        const int2 src = *reinterpret_cast<const int2*>(block + 8 * t);
-        a[h] = src.x;
-        a[2 + h] = src.y;
-      } else {
-        const uint2 src = *reinterpret_cast<const uint2*>(block + 8 * (t & 1));
-        const int shift = 4 * (t >> 1);
-        a[h] = static_cast<int>(__vsub4((src.x >> shift) & 0x0F0F0F0Fu, 0x08080808u));
-        a[2 + h] = static_cast<int>(__vsub4((src.y >> shift) & 0x0F0F0F0Fu, 0x08080808u));
-      }
-    }
-    const __half* scales = reinterpret_cast<const __half*>(base + Stage::kQuants);
-    const float dw_a = __half2float(scales[gid * (Stage::kScaleRow / 2) + c]);
-    const float dw_b = __half2float(scales[(gid + 8) * (Stage::kScaleRow / 2) + c]);
     const uint8_t* acts = base + Stage::kQuants + Stage::kScales;
     const float* act_scales = reinterpret_cast<const float*>(acts + Stage::kActs);
+    int bf[kTiles][2];
+    float2 dx[kTiles];
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
       const int2 src = *reinterpret_cast<const int2*>(acts + (c * R + 8 * i + gid) * 32 + 8 * t);
-      const int bf[2] = {src.x, src.y};
-      int cs[4] = {0, 0, 0, 0};
-      mma_s8(cs, a, bf);
-      const int m0 = 8 * i + 2 * t;
-      const float2 dx = *reinterpret_cast<const float2*>(act_scales + c * R + m0);
-      acc[k][i][0] = __fmaf_rn(__fmul_rn(dw_a, dx.x), static_cast<float>(cs[0]), acc[k][i][0]);
-      acc[k][i][1] = __fmaf_rn(__fmul_rn(dw_a, dx.y), static_cast<float>(cs[1]), acc[k][i][1]);
-      acc[k][i][2] = __fmaf_rn(__fmul_rn(dw_b, dx.x), static_cast<float>(cs[2]), acc[k][i][2]);
-      acc[k][i][3] = __fmaf_rn(__fmul_rn(dw_b, dx.y), static_cast<float>(cs[3]), acc[k][i][3]);
+      bf[i][0] = src.x;
+      bf[i][1] = src.y;
+      dx[i] = *reinterpret_cast<const float2*>(act_scales + c * R + 8 * i + 2 * t);
+    }
+    const __half* scales = reinterpret_cast<const __half*>(base + Stage::kQuants);
+#pragma unroll
+    for (int j = 0; j < kW; ++j) {
+      int a[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* block =
+            base + (16 * j + gid + 8 * h) * Stage::kQuantRow + c * Stage::kQuantBytes;
+        if constexpr (kKind == WeightKind::kQ8_0) {
+          const int2 src = *reinterpret_cast<const int2*>(block + 8 * t);
+          a[h] = src.x;
+          a[2 + h] = src.y;
+        } else {
+          const uint2 src = *reinterpret_cast<const uint2*>(block + 8 * (t & 1));
+          const int shift = 4 * (t >> 1);
+          a[h] = static_cast<int>(__vsub4((src.x >> shift) & 0x0F0F0F0Fu, 0x08080808u));
+          a[2 + h] = static_cast<int>(__vsub4((src.y >> shift) & 0x0F0F0F0Fu, 0x08080808u));
+        }
+      }
+      const float dw_a = __half2float(scales[(16 * j + gid) * (Stage::kScaleRow / 2) + c]);
+      const float dw_b = __half2float(scales[(16 * j + gid + 8) * (Stage::kScaleRow / 2) + c]);
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        int cs[4] = {0, 0, 0, 0};
+        mma_s8(cs, a, bf[i]);
+        float(&o)[4] = acc[k][j][i];
+        o[0] = __fmaf_rn(__fmul_rn(dw_a, dx[i].x), static_cast<float>(cs[0]), o[0]);
+        o[1] = __fmaf_rn(__fmul_rn(dw_a, dx[i].y), static_cast<float>(cs[1]), o[1]);
+        o[2] = __fmaf_rn(__fmul_rn(dw_b, dx[i].x), static_cast<float>(cs[2]), o[2]);
+        o[3] = __fmaf_rn(__fmul_rn(dw_b, dx[i].y), static_cast<float>(cs[3]), o[3]);
+      }
     }
   };
 
@@ -931,8 +948,10 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
 #pragma unroll
     for (int k = 0; k < 2; ++k)
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i)
-        acc[k][i][0] = acc[k][i][1] = acc[k][i][2] = acc[k][i][3] = 0;
+      for (int j = 0; j < kW; ++j)
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i)
+          acc[k][j][i][0] = acc[k][j][i][1] = acc[k][j][i][2] = acc[k][j][i][3] = 0.0f;
 
 #pragma unroll
     for (int s = 0; s < kStreamStages - 1; ++s) {
@@ -951,21 +970,23 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
     copy_async_wait<0>();
     __syncthreads();  // the stages' memory now holds the chains' sums
 
-    float(*partial)[kMmaRows][R] = reinterpret_cast<float(*)[kMmaRows][R]>(smem);
+    float(*partial)[kWeightRows][R] = reinterpret_cast<float(*)[kWeightRows][R]>(smem);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int c = warp + 8 * k;
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i) {
-        const int m0 = 8 * i + 2 * t;
-        partial[c][gid][m0] = acc[k][i][0];
-        partial[c][gid][m0 + 1] = acc[k][i][1];
-        partial[c][gid + 8][m0] = acc[k][i][2];
-        partial[c][gid + 8][m0 + 1] = acc[k][i][3];
-      }
+      for (int j = 0; j < kW; ++j)
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i) {
+          const int m0 = 8 * i + 2 * t, r = 16 * j + gid;
+          partial[c][r][m0] = acc[k][j][i][0];
+          partial[c][r][m0 + 1] = acc[k][j][i][1];
+          partial[c][r + 8][m0] = acc[k][j][i][2];
+          partial[c][r + 8][m0 + 1] = acc[k][j][i][3];
+        }
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < kMmaRows * R; e += kStreamThreads) {
+    for (int e = threadIdx.x; e < kWeightRows * R; e += kStreamThreads) {
       const int r = e / R, m = e % R;
       const int64_t row = tile_row0 + r;
       if (m >= M || row >= w.n_out) continue;
@@ -977,37 +998,58 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
   }
 }
 
-// PARSPEC_CUDA_MMA=stream asks for matmul_stream_kernel.
-bool streamed_matmul_wanted() {
-  return env_is("PARSPEC_CUDA_MMA", "stream");
+// The tiles of 16 weight rows per block of matmul_stream_kernel that
+// PARSPEC_CUDA_MMA asks for: 1 (=stream), 2 (=stream-wide), 0 (neither).
+int streamed_weight_tiles() {
+  static const int tiles = env_is("PARSPEC_CUDA_MMA", "stream")        ? 1
+                           : env_is("PARSPEC_CUDA_MMA", "stream-wide") ? 2
+                                                                       : 0;
+  return tiles;
 }
 
-// Whether matmul_stream_kernel<kKind, kTiles> has its shared memory on this
-// process's device (prepare_launches asks for it, before any graph capture).
-template <WeightKind kKind, int kTiles>
+// Whether matmul_stream_kernel<kKind, kTiles, kW> has its shared memory on
+// this process's device (prepare_launches asks for it, before any graph capture).
+template <WeightKind kKind, int kTiles, int kW>
 bool stream_kernel_ready = false;
 
-template <WeightKind kKind, int kTiles>
+template <WeightKind kKind, int kTiles, int kW>
 void prepare_stream_kernel() {
-  stream_kernel_ready<kKind, kTiles> =
-      cudaFuncSetAttribute(matmul_stream_kernel<kKind, kTiles>,
+  stream_kernel_ready<kKind, kTiles, kW> =
+      cudaFuncSetAttribute(matmul_stream_kernel<kKind, kTiles, kW>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           StreamStage<kKind, kTiles>::kAllBytes) == cudaSuccess;
+                           StreamStage<kKind, kTiles, kW>::kAllBytes) == cudaSuccess;
   // A device with less shared memory runs the other kernel: not an error of a pass.
-  if (!stream_kernel_ready<kKind, kTiles>) (void)cudaGetLastError();
+  if (!stream_kernel_ready<kKind, kTiles, kW>) (void)cudaGetLastError();
+}
+
+template <int kW>
+void prepare_stream_kernels() {
+  prepare_stream_kernel<WeightKind::kQ8_0, 1, kW>();
+  prepare_stream_kernel<WeightKind::kQ8_0, 2, kW>();
+  prepare_stream_kernel<WeightKind::kQ8_0, kMmaMaxTiles, kW>();
+  prepare_stream_kernel<WeightKind::kQ4_0, 1, kW>();
+  prepare_stream_kernel<WeightKind::kQ4_0, 2, kW>();
+  prepare_stream_kernel<WeightKind::kQ4_0, kMmaMaxTiles, kW>();
 }
 
 // matmul_stream_kernel over n rows (slices of 8 · kTiles), when its scales
 // can be copied in pairs (an even number of blocks a row) and its stages fit
 // in this device's shared memory; false where it did not launch.
+template <WeightKind kKind, int kTiles, int kW>
+bool launch_stream_tiles(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
+                         int n_total, int m_first, cudaStream_t stream) {
+  using Stage = StreamStage<kKind, kTiles, kW>;
+  if (!stream_kernel_ready<kKind, kTiles, kW> || (g.w[0].n_in / 32) % 2 != 0) return false;
+  launch(matmul_stream_kernel<kKind, kTiles, kW>, weight_row_tiles(g, Stage::kWeightRows),
+         kStreamThreads, Stage::kAllBytes, stream, g, xq, xd, n, n_total, m_first);
+  return true;
+}
 template <WeightKind kKind, int kTiles>
 bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, int n_total,
                    int m_first, cudaStream_t stream) {
-  using Stage = StreamStage<kKind, kTiles>;
-  if (!stream_kernel_ready<kKind, kTiles> || (g.w[0].n_in / 32) % 2 != 0) return false;
-  launch(matmul_stream_kernel<kKind, kTiles>, weight_row_tiles(g), kStreamThreads, Stage::kAllBytes,
-         stream, g, xq, xd, n, n_total, m_first);
-  return true;
+  return streamed_weight_tiles() == 2
+             ? launch_stream_tiles<kKind, kTiles, 2>(g, xq, xd, n, n_total, m_first, stream)
+             : launch_stream_tiles<kKind, kTiles, 1>(g, xq, xd, n, n_total, m_first, stream);
 }
 
 // The tensor-core path for F16/BF16 weights (the default; PARSPEC_CUDA_HALF_MATMUL=warp
@@ -1528,7 +1570,7 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, 
   const int64_t nb = g.w[0].n_in / 32;
   constexpr int kSlice = 8 * kMmaMaxTiles;
   // The streamed kernel takes a prefill's slices in one launch.
-  static const bool streamed = streamed_matmul_wanted();
+  static const bool streamed = streamed_weight_tiles() > 0;
   if (streamed && block_major && n > kSlice &&
       launch_stream<kKind, kMmaMaxTiles>(g, xq, xd, n, n, 0, stream))
     return;
@@ -2873,14 +2915,8 @@ void prepare_launches() {
            major >= 9;
   }();
   dependent_launch = on;
-  if (streamed_matmul_wanted()) {
-    prepare_stream_kernel<WeightKind::kQ8_0, 1>();
-    prepare_stream_kernel<WeightKind::kQ8_0, 2>();
-    prepare_stream_kernel<WeightKind::kQ8_0, kMmaMaxTiles>();
-    prepare_stream_kernel<WeightKind::kQ4_0, 1>();
-    prepare_stream_kernel<WeightKind::kQ4_0, 2>();
-    prepare_stream_kernel<WeightKind::kQ4_0, kMmaMaxTiles>();
-  }
+  if (streamed_weight_tiles() == 1) prepare_stream_kernels<1>();
+  if (streamed_weight_tiles() == 2) prepare_stream_kernels<2>();
 }
 
 namespace {
