@@ -566,21 +566,20 @@ for name in "${graph_rows[@]}"; do
   done
 done
 
-# What the variants bring, per weight type: on Q8_0/Q4_0 the kernels not yet the
-# default (the warp kernel, the tensor cores for single rows and row-major
-# activations were measured before: docs/performance-gpu.md); on F16 the warp
-# kernel, against the tensor cores.
+# What the kernels not yet the default bring, per weight type (the warp kernels,
+# the tensor cores for single rows, row-major activations and the one-launch
+# prefill were measured before: docs/performance-gpu.md).
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates stream stream-wide mma-stream fused paired paired-all in-split pipelined mma-pipelined opt-in) || variants=() ;;
-    *f16*) variants=(candidates fused in-split half-warp) ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates stream stream-wide mma-stream fused paired paired-all in-split pipelined) || variants=() ;;
+    *f16*) variants=(candidates fused in-split) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
     step "parspec bench-forward $name with $(kernel_env "$variant")"
     budgeted 90 env $(kernel_env "$variant") "$bin_parspec" bench-forward \
-      -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
+      -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,4,8,16,32,"$prefill" \
       -r "$repeat" --decode-tokens "$decode" --context 64 \
       --json "$out/parspec-$name-$variant.json" >/dev/null 2>&1 || echo "$name $variant failed"
   done
