@@ -73,8 +73,11 @@ if [[ $mode == prepare ]]; then
   grep -Eq '^PARSPEC_CUDA_ARCHS:[A-Z]*=(.*;)?90a?(;|$)' build/CMakeCache.txt ||
     { echo "build/ has no sm_90 code for an H100/H200: configure with -DPARSPEC_CUDA_ARCHS=90a" >&2; exit 1; }
   mkdir -p "$bin/lib"
+  rm -f "$bin/parspec" "$bin/test_cuda_backend"
   cp build/parspec build/tests/test_cuda_backend "$bin/"
   strip "$bin/parspec" "$bin/test_cuda_backend"
+  # Compressed, they take a third of what may travel (the run unpacks them).
+  gzip -f "$bin/parspec" "$bin/test_cuda_backend"
   # The one shared library of the build that the GPU machine lacks.
   cp /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$bin/lib/"
   if [[ -n "${LLAMA_CPP_SRC:-}" ]]; then
@@ -100,6 +103,12 @@ if [[ $mode == dry ]]; then
   repeat=1
   decode=4
 else
+  # The binaries as --prepare left them, compressed: unpacked beside them.
+  for b in parspec test_cuda_backend; do
+    if [[ -f $bin/$b.gz && ! -x $bin/$b ]]; then
+      gzip -dc "$bin/$b.gz" >"$bin/$b" && chmod +x "$bin/$b"
+    fi
+  done
   bin_parspec=$bin/parspec
   bin_tests=$bin/test_cuda_backend
   export LD_LIBRARY_PATH="$PWD/$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
