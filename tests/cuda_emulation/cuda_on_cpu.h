@@ -1,0 +1,199 @@
+#pragma once
+// Just enough of CUDA, on the CPU, to run some of the backend's kernels as
+// their source has them (extract_kernels.py copies them out of
+// src/cuda/kernels.cu): a block's threads are std::threads, __syncthreads is a
+// barrier of the block, and the warp-wide operations (shuffles, the int8
+// tensor-core mma) a barrier of the warp around an exchange of the lanes'
+// values. cp.async copies at once. Floating-point steps keep the kernels'
+// rounding (one rounding each; fused multiply-adds by std::fma), so a kernel
+// gives here the bits it gives on a GPU, up to library functions such as expf.
+// What this cannot check: timing, memory ordering between blocks, anything
+// that depends on the hardware's scheduling.
+#include <cuda_fp16.h>
+#include <vector_types.h>
+
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "cuda/kernels.h"
+
+namespace parspec::cuda::emulated {
+
+struct Index {
+  unsigned x = 0;
+};
+inline thread_local Index thread_index, block_index;
+
+// The running block's barriers and exchange buffers.
+struct BlockState {
+  explicit BlockState(int threads) : block(threads) {
+    for (int w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
+    exchange.resize(threads / 32);
+  }
+  std::barrier<> block;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  struct Lanes {
+    uint32_t words[32][6];
+  };
+  std::vector<Lanes> exchange;
+  std::vector<uint8_t> dynamic_shared, static_shared;
+};
+inline BlockState* running = nullptr;
+
+template <class T>
+T* dynamic_shared() {
+  return reinterpret_cast<T*>(running->dynamic_shared.data());
+}
+template <class T>
+T* static_shared() {
+  return reinterpret_cast<T*>(running->static_shared.data());
+}
+
+inline void sync_block() {
+  running->block.arrive_and_wait();
+}
+
+// The lanes of the calling thread's warp: each posts `count` words, all wait,
+// then `read` looks at every lane's, all wait again.
+template <class Read>
+void exchange_in_warp(const uint32_t* mine, int count, Read&& read) {
+  const int lane = static_cast<int>(thread_index.x % 32),
+            warp = static_cast<int>(thread_index.x / 32);
+  std::memcpy(running->exchange[warp].words[lane], mine, count * sizeof(uint32_t));
+  running->warps[warp]->arrive_and_wait();
+  read(running->exchange[warp].words, lane);
+  running->warps[warp]->arrive_and_wait();
+}
+
+// kind 0: from lane `arg`; 1: from lane + arg (own value past the warp); 2: from lane ^ arg.
+template <class T>
+T shuffle(T v, int kind, int arg) {
+  static_assert(sizeof(T) == 4);
+  uint32_t word;
+  std::memcpy(&word, &v, 4);
+  uint32_t got = 0;
+  exchange_in_warp(&word, 1, [&](const uint32_t(*lanes)[6], int lane) {
+    int from = lane;
+    if (kind == 0) from = arg;
+    if (kind == 1 && lane + arg < 32) from = lane + arg;
+    if (kind == 2) from = lane ^ arg;
+    got = lanes[from & 31][0];
+  });
+  T out;
+  std::memcpy(&out, &got, 4);
+  return out;
+}
+
+// mma.sync.m16n8k32 s8 with PTX's fragment layout: lane (g = lane / 4, t =
+// lane % 4) holds A's row g in a[0] (K 4t..4t+3) and a[2] (K 16 + 4t..), row
+// g + 8 in a[1] and a[3]; B's column g in b[0] (K 4t..) and b[1] (K 16 + 4t..);
+// C's (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) in c[0..3].
+inline void mma_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
+  uint32_t mine[6];
+  for (int i = 0; i < 4; ++i) mine[i] = static_cast<uint32_t>(a[i]);
+  for (int i = 0; i < 2; ++i) mine[4 + i] = static_cast<uint32_t>(b[i]);
+  exchange_in_warp(mine, 6, [&](const uint32_t(*lanes)[6], int lane) {
+    auto byte = [](uint32_t word, int k) {
+      return static_cast<int8_t>((word >> (8 * (k % 4))) & 0xFF);
+    };
+    auto a_at = [&](int row, int k) {
+      return byte(lanes[(row % 8) * 4 + (k % 16) / 4][(k / 16) * 2 + row / 8], k);
+    };
+    auto b_at = [&](int k, int col) { return byte(lanes[col * 4 + (k % 16) / 4][4 + k / 16], k); };
+    const int g = lane / 4, t = lane % 4;
+    const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int i = 0; i < 4; ++i) {
+      int sum = 0;
+      for (int k = 0; k < 32; ++k) sum += a_at(rows[i], k) * b_at(k, cols[i]);
+      c[i] += sum;
+    }
+  });
+}
+
+inline void copy_async_16(void* dst, const void* src, bool valid) {
+  if (valid)
+    std::memcpy(dst, src, 16);
+  else
+    std::memset(dst, 0, 16);
+}
+inline void copy_async_4(void* dst, const void* src, bool valid) {
+  if (valid)
+    std::memcpy(dst, src, 4);
+  else
+    std::memset(dst, 0, 4);
+}
+inline void copy_async_commit() {}
+template <int kPending>
+void copy_async_wait() {}
+
+// One rounding per step, never contracted into a fused multiply-add.
+inline float mul_rn(float a, float b) {
+  volatile float r = a * b;
+  return r;
+}
+inline float add_rn(float a, float b) {
+  volatile float r = a + b;
+  return r;
+}
+inline float div_rn(float a, float b) {
+  volatile float r = a / b;
+  return r;
+}
+inline unsigned sub4(unsigned a, unsigned b) {
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i)
+    r |= ((((a >> (8 * i)) & 0xFFu) - ((b >> (8 * i)) & 0xFFu)) & 0xFFu) << (8 * i);
+  return r;
+}
+inline int dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; ++i)
+    c += static_cast<int8_t>((a >> (8 * i)) & 0xFF) * static_cast<int8_t>((b >> (8 * i)) & 0xFF);
+  return c;
+}
+
+// Runs `body` as `blocks` blocks of `threads` threads, one block after another,
+// each with `shared` bytes of dynamic shared memory (filled with garbage first,
+// as a GPU's is) and 1 KiB of static shared memory.
+template <class Body>
+void run_grid(int blocks, int threads, size_t shared, Body&& body) {
+  for (int b = 0; b < blocks; ++b) {
+    BlockState state(threads);
+    state.dynamic_shared.assign(shared, 0xAB);
+    state.static_shared.assign(1024, 0xAB);
+    running = &state;
+    std::vector<std::thread> lanes;
+    lanes.reserve(threads);
+    for (int t = 0; t < threads; ++t)
+      lanes.emplace_back([&body, t, b] {
+        thread_index.x = static_cast<unsigned>(t);
+        block_index.x = static_cast<unsigned>(b);
+        body();
+      });
+    for (std::thread& lane : lanes) lane.join();
+    running = nullptr;
+  }
+}
+
+}  // namespace parspec::cuda::emulated
+
+// The CUDA names the kernels' text uses.
+#define threadIdx parspec::cuda::emulated::thread_index
+#define blockIdx parspec::cuda::emulated::block_index
+#define __syncthreads() parspec::cuda::emulated::sync_block()
+#define __shfl_sync(mask, v, lane) parspec::cuda::emulated::shuffle(v, 0, lane)
+#define __shfl_down_sync(mask, v, delta) parspec::cuda::emulated::shuffle(v, 1, delta)
+#define __shfl_xor_sync(mask, v, bits) parspec::cuda::emulated::shuffle(v, 2, bits)
+#define __fmaf_rn(a, b, c) std::fma(a, b, c)
+#define __fmul_rn(a, b) parspec::cuda::emulated::mul_rn(a, b)
+#define __fadd_rn(a, b) parspec::cuda::emulated::add_rn(a, b)
+#define __fdiv_rn(a, b) parspec::cuda::emulated::div_rn(a, b)
+#define __vsub4(a, b) parspec::cuda::emulated::sub4(a, b)
+#define __dp4a(a, b, c) parspec::cuda::emulated::dp4a(a, b, c)
+#define __ldg(p) (*(p))
+using std::min;

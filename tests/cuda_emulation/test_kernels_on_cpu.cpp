@@ -1,0 +1,217 @@
+// The CUDA backend's matmul kernels run on the CPU (cuda_on_cpu.h) against
+// the numerics contract they share (docs/design.md, "GPU numerics"): per
+// (activation row, weight row), 16 chains of K blocks (chain c: blocks c,
+// c + 16, ...), each adding scale · exact integer sum in block order by fused
+// multiply-add, then the chains added in order. A kernel that reads or places
+// one operand wrongly fails here, on any machine, before a GPU runs it; the GPU
+// tests then check the hardware's side.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "emulated_kernels.h"
+
+namespace parspec::cuda::emulated {
+namespace {
+
+// A Q8_0/Q4_0 matrix as the backend uploads it: values and scales apart.
+struct Weights {
+  DeviceMatrix matrix;
+  std::vector<uint8_t> values;
+  std::vector<__half> scales;
+
+  Weights(WeightKind kind, int64_t n_in, int64_t n_out, std::mt19937& rng) {
+    const int64_t nb = n_in / 32;
+    const int block_bytes = kind == WeightKind::kQ8_0 ? 32 : 16;
+    values.resize(static_cast<size_t>(n_out * nb * block_bytes));
+    for (uint8_t& b : values) b = static_cast<uint8_t>(rng() & 0xFF);
+    if (kind == WeightKind::kQ8_0)
+      for (uint8_t& b : values)
+        if (b == 0x80) b = 0x81;  // Q8_0 quants lie in [-127, 127]
+    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+    for (int64_t i = 0; i < n_out * nb; ++i) scales.push_back(__float2half(scale(rng)));
+    matrix.kind = kind;
+    matrix.n_in = n_in;
+    matrix.n_out = n_out;
+    matrix.q = values.data();
+    matrix.scales = scales.data();
+  }
+  int value(int64_t row, int64_t block, int e) const {
+    const int64_t at = row * (matrix.n_in / 32) + block;
+    if (matrix.kind == WeightKind::kQ8_0) return static_cast<int8_t>(values[at * 32 + e]);
+    const uint8_t byte = values[at * 16 + e % 16];
+    return (e < 16 ? byte & 0xF : byte >> 4) - 8;
+  }
+  float scale(int64_t row, int64_t block) const {
+    return __half2float(scales[row * (matrix.n_in / 32) + block]);
+  }
+};
+
+// Q8_0 activations: `rows` rows of nb blocks, at index q8_block_index(row, b).
+struct Activations {
+  std::vector<int8_t> values;
+  std::vector<float> scales;
+  Activations(int64_t nb, int rows, std::mt19937& rng) {
+    values.resize(static_cast<size_t>(nb * rows * 32));
+    for (int8_t& v : values) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+    std::uniform_real_distribution<float> scale(0.001f, 0.1f);
+    for (int64_t i = 0; i < nb * rows; ++i) scales.push_back(scale(rng));
+  }
+};
+
+// The contract's value of weight row `row` against activation block index
+// at(b) for each block b.
+template <class At>
+float contract_value(const Weights& w, int64_t row, const Activations& x, At&& at) {
+  const int64_t nb = w.matrix.n_in / 32;
+  float chains[16] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t xb = at(b);
+    int sum = 0;
+    for (int e = 0; e < 32; ++e) sum += w.value(row, b, e) * x.values[xb * 32 + e];
+    chains[b % 16] =
+        std::fma(mul_rn(w.scale(row, b), x.scales[xb]), static_cast<float>(sum), chains[b % 16]);
+  }
+  float total = chains[0];
+  for (int c = 1; c < 16; ++c) total = add_rn(total, chains[c]);
+  return total;
+}
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+// matmul_stream_kernel over a group of matrices (outs: their rows) and M
+// activation rows from m_first of n_total, block-major.
+template <WeightKind kKind, int kTiles, int kW>
+void check_streamed(int64_t n_in, std::vector<int64_t> outs, int M, int n_total, int m_first,
+                    unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", tiles " +
+               std::to_string(kTiles) + ", weight tiles " + std::to_string(kW));
+  std::mt19937 rng(seed);
+  const int64_t nb = n_in / 32;
+  std::vector<Weights> weights;
+  for (int64_t n_out : outs) weights.emplace_back(kKind, n_in, n_out, rng);
+  const Activations x(nb, n_total, rng);
+  MatmulGroup group;
+  group.count = static_cast<int>(outs.size());
+  std::vector<std::vector<float>> y;
+  for (size_t i = 0; i < outs.size(); ++i) y.emplace_back(static_cast<size_t>(M * outs[i]), -7.0f);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    group.w[i] = weights[i].matrix;
+    group.y[i] = y[i].data();
+  }
+  using Stage = StreamStage<kKind, kTiles, kW>;
+  int blocks = 0;
+  for (int64_t n_out : outs)
+    blocks += static_cast<int>((n_out + Stage::kWeightRows - 1) / Stage::kWeightRows);
+  run_grid(blocks, kStreamThreads, Stage::kAllBytes, [&] {
+    matmul_stream_kernel<kKind, kTiles, kW>(group, x.values.data(), x.scales.data(), M, n_total,
+                                            m_first);
+  });
+  int wrong = 0;
+  for (size_t p = 0; p < outs.size(); ++p)
+    for (int m = 0; m < M; ++m)
+      for (int64_t row = 0; row < outs[p]; ++row) {
+        const float want = contract_value(weights[p], row, x,
+                                          [&](int64_t b) { return b * n_total + m_first + m; });
+        const float got = y[p][static_cast<size_t>(m * outs[p] + row)];
+        if (!same_bits(got, want) && ++wrong <= 3)
+          ADD_FAILURE() << "matrix " << p << ", activation row " << m << ", weight row " << row
+                        << ": " << got << " instead of " << want;
+      }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(CudaKernelsOnCpu, StreamedMatmulGivesTheContractsBits) {
+  // Widths below a round of 16 blocks and across several, groups whose
+  // matrices end inside a tile, slices of a prefill, rows from the middle of
+  // a block-major batch.
+  check_streamed<WeightKind::kQ4_0, 1, 1>(128, {40}, 5, 5, 0, 1);
+  check_streamed<WeightKind::kQ8_0, 1, 1>(256, {24, 16}, 8, 8, 0, 2);
+  check_streamed<WeightKind::kQ4_0, 1, 1>(1280, {33}, 1, 3, 2, 3);
+  check_streamed<WeightKind::kQ4_0, 2, 1>(640, {20, 8, 12}, 13, 20, 4, 4);
+  check_streamed<WeightKind::kQ8_0, 4, 1>(192, {17}, 70, 72, 1, 5);
+  check_streamed<WeightKind::kQ4_0, 1, 2>(128, {40}, 7, 7, 0, 6);
+  check_streamed<WeightKind::kQ8_0, 2, 2>(1088, {50, 16}, 16, 16, 0, 7);
+  check_streamed<WeightKind::kQ4_0, 4, 2>(576, {33}, 40, 45, 5, 8);
+}
+
+// One activation row through matmul_gemv_kernel (the default one-row kernel).
+template <WeightKind kKind>
+std::vector<float> one_row(const Weights& w, const Activations& x) {
+  std::vector<float> y(static_cast<size_t>(w.matrix.n_out), -7.0f);
+  MatmulGroup group;
+  group.count = 1;
+  group.w[0] = w.matrix;
+  group.y[0] = y.data();
+  const int64_t n_in = w.matrix.n_in;
+  run_grid(static_cast<int>((w.matrix.n_out + 15) / 16), kGemvThreads,
+           static_cast<size_t>(n_in + n_in / 32 * 4),
+           [&] { matmul_gemv_kernel<kKind>(group, x.values.data(), x.scales.data()); });
+  return y;
+}
+
+template <WeightKind kKind>
+void check_one_row_kernels(int64_t n_in, int64_t n_out, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out));
+  std::mt19937 rng(seed);
+  const int64_t nb = n_in / 32;
+  const Weights gate(kKind, n_in, n_out, rng), up(kKind, n_in, n_out, rng);
+  const Activations x(nb, 1, rng);
+  const std::vector<float> g = one_row<kKind>(gate, x), u = one_row<kKind>(up, x);
+  for (int64_t row = 0; row < n_out; ++row) {
+    const float want = contract_value(gate, row, x, [](int64_t b) { return b; });
+    ASSERT_TRUE(same_bits(g[row], want)) << "one-row kernel, row " << row;
+  }
+
+  // Two lanes a chain: the one-row kernel's bits.
+  std::vector<float> paired(static_cast<size_t>(n_out), -7.0f);
+  MatmulGroup group;
+  group.count = 1;
+  group.w[0] = gate.matrix;
+  group.y[0] = paired.data();
+  run_grid(static_cast<int>((n_out + 15) / 16), kPairedThreads, static_cast<size_t>(n_in + nb * 4),
+           [&] { matmul_gemv_paired_kernel<kKind>(group, x.values.data(), x.scales.data()); });
+  for (int64_t row = 0; row < n_out; ++row)
+    ASSERT_TRUE(same_bits(paired[row], g[row])) << "paired kernel, row " << row;
+
+  // Gate, up and SwiGLU in one kernel: SwiGLU of the one-row kernel's values,
+  // quantized as swiglu_kernel quantizes them.
+  const bool quantize = n_out % 32 == 0;
+  std::vector<float> out(static_cast<size_t>(n_out), -7.0f);
+  std::vector<int8_t> q(static_cast<size_t>(n_out), 99);
+  std::vector<float> d(static_cast<size_t>(n_out / 32 + 1), -1.0f);
+  run_grid(
+      static_cast<int>((n_out + 31) / 32), kGatedThreads, static_cast<size_t>(n_in + nb * 4), [&] {
+        matmul_gemv_gated_kernel<kKind>(gate.matrix, up.matrix, x.values.data(), x.scales.data(),
+                                        out.data(), quantize ? q.data() : nullptr, d.data());
+      });
+  for (int64_t row = 0; row < n_out; ++row)
+    ASSERT_TRUE(same_bits(out[row], swiglu_value(g[row], u[row]))) << "gated kernel, row " << row;
+  if (!quantize) return;
+  for (int64_t b = 0; b < n_out / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(out[b * 32 + i]));
+    const float scale = __half2float(__float2half_rn(div_rn(amax, 127.0f)));
+    ASSERT_TRUE(same_bits(d[b], scale)) << "gated kernel, scale of block " << b;
+    for (int i = 0; i < 32; ++i) {
+      const float v = scale != 0.0f ? std::rint(div_rn(out[b * 32 + i], scale)) : 0.0f;
+      ASSERT_EQ(q[b * 32 + i], static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f)))
+          << "gated kernel, quant " << b * 32 + i;
+    }
+  }
+}
+
+TEST(CudaKernelsOnCpu, OneRowKernelsGiveTheContractsBits) {
+  check_one_row_kernels<WeightKind::kQ4_0>(128, 64, 1);
+  check_one_row_kernels<WeightKind::kQ8_0>(128, 40, 2);
+  check_one_row_kernels<WeightKind::kQ4_0>(1280, 96, 3);
+  check_one_row_kernels<WeightKind::kQ8_0>(3072, 33, 4);
+  check_one_row_kernels<WeightKind::kQ4_0>(96, 48, 5);
+}
+
+}  // namespace
+}  // namespace parspec::cuda::emulated
