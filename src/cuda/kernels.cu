@@ -642,7 +642,8 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     // Several blocks' loads in flight per warp, fewer when many activation tiles
     // hold registers: a decode step is bound by how much memory is being read at
     // once. Unrolling keeps each sum's order.
-    const bool whole_groups = nb % (4 * kMmaWarps) == 0 && row_b < w.n_out;
+    // The same on every lane: mma.sync and the shuffles need the whole warp.
+    const bool whole_groups = nb % (4 * kMmaWarps) == 0 && tile_row0 + kMmaRows <= w.n_out;
     if (kPipelined && kBlockMajor && whole_groups) {
       for (int64_t b0 = warp; b0 < nb; b0 += 4 * kMmaWarps) {
         const int64_t bt = b0 + static_cast<int64_t>(t) * kMmaWarps;

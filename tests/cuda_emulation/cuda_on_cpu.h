@@ -13,6 +13,7 @@
 #include <vector_types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -40,11 +41,15 @@ struct BlockState {
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   struct Lanes {
     uint32_t words[32][6];
+    int line[32];  // of the call each lane is in
   };
   std::vector<Lanes> exchange;
   std::vector<uint8_t> dynamic_shared, static_shared;
 };
 inline BlockState* running = nullptr;
+// Warp-wide operations the lanes of a warp reached from different calls (a
+// divergent warp: undefined on a GPU).
+inline std::atomic<int> divergent_calls{0};
 
 template <class T>
 T* dynamic_shared() {
@@ -60,25 +65,30 @@ inline void sync_block() {
 }
 
 // The lanes of the calling thread's warp: each posts `count` words, all wait,
-// then `read` looks at every lane's, all wait again.
+// then `read` looks at every lane's, all wait again. `line`: the call's, which
+// every lane must share.
 template <class Read>
-void exchange_in_warp(const uint32_t* mine, int count, Read&& read) {
+void exchange_in_warp(const uint32_t* mine, int count, int line, Read&& read) {
   const int lane = static_cast<int>(thread_index.x % 32),
             warp = static_cast<int>(thread_index.x / 32);
   std::memcpy(running->exchange[warp].words[lane], mine, count * sizeof(uint32_t));
+  running->exchange[warp].line[lane] = line;
   running->warps[warp]->arrive_and_wait();
+  if (lane == 0)
+    for (int other = 1; other < 32; ++other)
+      if (running->exchange[warp].line[other] != line) ++divergent_calls;
   read(running->exchange[warp].words, lane);
   running->warps[warp]->arrive_and_wait();
 }
 
 // kind 0: from lane `arg`; 1: from lane + arg (own value past the warp); 2: from lane ^ arg.
 template <class T>
-T shuffle(T v, int kind, int arg) {
+T shuffle(T v, int kind, int arg, int line) {
   static_assert(sizeof(T) == 4);
   uint32_t word;
   std::memcpy(&word, &v, 4);
   uint32_t got = 0;
-  exchange_in_warp(&word, 1, [&](const uint32_t(*lanes)[6], int lane) {
+  exchange_in_warp(&word, 1, line, [&](const uint32_t(*lanes)[6], int lane) {
     int from = lane;
     if (kind == 0) from = arg;
     if (kind == 1 && lane + arg < 32) from = lane + arg;
@@ -94,11 +104,11 @@ T shuffle(T v, int kind, int arg) {
 // lane % 4) holds A's row g in a[0] (K 4t..4t+3) and a[2] (K 16 + 4t..), row
 // g + 8 in a[1] and a[3]; B's column g in b[0] (K 4t..) and b[1] (K 16 + 4t..);
 // C's (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) in c[0..3].
-inline void mma_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
+inline void mma_s8_at(int (&c)[4], const int (&a)[4], const int (&b)[2], int line) {
   uint32_t mine[6];
   for (int i = 0; i < 4; ++i) mine[i] = static_cast<uint32_t>(a[i]);
   for (int i = 0; i < 2; ++i) mine[4 + i] = static_cast<uint32_t>(b[i]);
-  exchange_in_warp(mine, 6, [&](const uint32_t(*lanes)[6], int lane) {
+  exchange_in_warp(mine, 6, line, [&](const uint32_t(*lanes)[6], int lane) {
     auto byte = [](uint32_t word, int k) {
       return static_cast<int8_t>((word >> (8 * (k % 4))) & 0xFF);
     };
@@ -159,13 +169,13 @@ inline int dp4a(int a, int b, int c) {
 
 // Runs `body` as `blocks` blocks of `threads` threads, one block after another,
 // each with `shared` bytes of dynamic shared memory (filled with garbage first,
-// as a GPU's is) and 1 KiB of static shared memory.
+// as a GPU's is) and 64 KiB of static shared memory.
 template <class Body>
 void run_grid(int blocks, int threads, size_t shared, Body&& body) {
   for (int b = 0; b < blocks; ++b) {
     BlockState state(threads);
     state.dynamic_shared.assign(shared, 0xAB);
-    state.static_shared.assign(1024, 0xAB);
+    state.static_shared.assign(64 * 1024, 0xAB);
     running = &state;
     std::vector<std::thread> lanes;
     lanes.reserve(threads);
@@ -186,9 +196,10 @@ void run_grid(int blocks, int threads, size_t shared, Body&& body) {
 #define threadIdx parspec::cuda::emulated::thread_index
 #define blockIdx parspec::cuda::emulated::block_index
 #define __syncthreads() parspec::cuda::emulated::sync_block()
-#define __shfl_sync(mask, v, lane) parspec::cuda::emulated::shuffle(v, 0, lane)
-#define __shfl_down_sync(mask, v, delta) parspec::cuda::emulated::shuffle(v, 1, delta)
-#define __shfl_xor_sync(mask, v, bits) parspec::cuda::emulated::shuffle(v, 2, bits)
+#define __shfl_sync(mask, v, lane) parspec::cuda::emulated::shuffle(v, 0, lane, __LINE__)
+#define __shfl_down_sync(mask, v, delta) parspec::cuda::emulated::shuffle(v, 1, delta, __LINE__)
+#define __shfl_xor_sync(mask, v, bits) parspec::cuda::emulated::shuffle(v, 2, bits, __LINE__)
+#define mma_s8(c, a, b) parspec::cuda::emulated::mma_s8_at(c, a, b, __LINE__)
 #define __fmaf_rn(a, b, c) std::fma(a, b, c)
 #define __fmul_rn(a, b) parspec::cuda::emulated::mul_rn(a, b)
 #define __fadd_rn(a, b) parspec::cuda::emulated::add_rn(a, b)

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/ usr / bin / env python3
 """Copies kernels of src/cuda/kernels.cu into a C++ header that the host compiler
 builds against cuda_on_cpu.h: the kernels' own text, with the CUDA keywords the
 CPU does not know taken out. Usage: extract_kernels.py KERNELS_CU OUTPUT_H"""
@@ -37,12 +37,16 @@ pieces = [
           "    matmul_gemv_paired_kernel("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kGatedThreads)\n"
           "    matmul_gemv_gated_kernel("),
+    piece("template <int kTiles>\n__device__ __forceinline__ void add_warp_sums("),
+    piece("template <WeightKind kKind, bool kWide>\n__device__ void load_a_fragment("),
+    piece("template <WeightKind kKind, int kTiles, bool kBlockMajor, bool kPipelined = false>\n"
+          "// One activation tile"),
     piece("template <WeightKind kKind, int kTiles, int kW>\nstruct StreamStage {", "\n};\n"),
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
           "__global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)\n"
           "    matmul_stream_kernel("),
 ]
-# The constants they use, as kernels.cu defines them.
+#The constants they use, as kernels.cu defines them.
 constants = []
 for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps", "kStreamThreads",
              "kStreamChains", "kStreamStages", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
@@ -54,12 +58,17 @@ for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps", "
 
 text = "\n".join(pieces)
 text = re.sub(r"__global__ void __launch_bounds__\([^\n]*\)\n\s*", "void ", text)
+text = text.replace("// One activation tile: registers for two blocks per SM (the decode step).\n", "")
 text = text.replace("__device__ __forceinline__ ", "").replace("__device__ ", "")
 text = text.replace("begin_kernel();", "")
-text = re.sub(r"^\s*#pragma unroll.*\n", "", text, flags=re.M)  # code generation only
+#Unrolling is code generation only; a constant named there stays used.
+text = re.sub(r"^(\s*)#pragma unroll ([A-Za-z_]\w*)\s*\n", r"\1(void)\2;\n", text, flags=re.M)
+text = re.sub(r"^\s*#pragma unroll.*\n", "", text, flags=re.M)
 text = text.replace("extern __shared__ int4 gemv_shared[];", "int4* gemv_shared = dynamic_shared<int4>();")
 text = text.replace("extern __shared__ int4 stream_shared[];", "int4* stream_shared = dynamic_shared<int4>();")
 text = text.replace("__shared__ float values_s[kGatedOutputs];", "float* values_s = static_shared<float>();")
+text = text.replace("__shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];",
+                    "auto& partial_s = *static_shared<float[kMmaWarps][kMmaRows][8 * kTiles]>();")
 if "__shared__" in text or "__global__" in text:
     sys.exit("extract_kernels.py: a CUDA keyword is left; teach it the new one")
 

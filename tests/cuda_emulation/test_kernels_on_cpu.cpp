@@ -83,6 +83,15 @@ bool same_bits(float a, float b) {
   return std::memcmp(&a, &b, sizeof a) == 0;
 }
 
+// run_grid, and no warp reached a warp-wide operation from two places.
+template <class Body>
+void run(int blocks, int threads, size_t shared, Body&& body) {
+  divergent_calls = 0;
+  run_grid(blocks, threads, shared, std::forward<Body>(body));
+  EXPECT_EQ(divergent_calls.load(), 0)
+      << "lanes of a warp met at a shuffle or mma from different calls";
+}
+
 // matmul_stream_kernel over a group of matrices (outs: their rows) and M
 // activation rows from m_first of n_total, block-major.
 template <WeightKind kKind, int kTiles, int kW>
@@ -107,7 +116,7 @@ void check_streamed(int64_t n_in, std::vector<int64_t> outs, int M, int n_total,
   int blocks = 0;
   for (int64_t n_out : outs)
     blocks += static_cast<int>((n_out + Stage::kWeightRows - 1) / Stage::kWeightRows);
-  run_grid(blocks, kStreamThreads, Stage::kAllBytes, [&] {
+  run(blocks, kStreamThreads, Stage::kAllBytes, [&] {
     matmul_stream_kernel<kKind, kTiles, kW>(group, x.values.data(), x.scales.data(), M, n_total,
                                             m_first);
   });
@@ -139,6 +148,61 @@ TEST(CudaKernelsOnCpu, StreamedMatmulGivesTheContractsBits) {
   check_streamed<WeightKind::kQ4_0, 4, 2>(576, {33}, 40, 45, 5, 8);
 }
 
+// matmul_mma_kernel (the tensor-core kernel for 5 rows and more) over M rows
+// from m_first of n_total: block-major activations (with or without the
+// pipelined loads), or row after row from m_first.
+template <WeightKind kKind, int kTiles, bool kBlockMajor, bool kPipelined>
+void check_tensor_cores(int64_t n_in, std::vector<int64_t> outs, int M, int n_total, int m_first,
+                        unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", tiles " +
+               std::to_string(kTiles) + (kBlockMajor ? ", block-major" : ", row-major") +
+               (kPipelined ? ", pipelined" : ""));
+  std::mt19937 rng(seed);
+  const int64_t nb = n_in / 32;
+  std::vector<Weights> weights;
+  for (int64_t n_out : outs) weights.emplace_back(kKind, n_in, n_out, rng);
+  const Activations x(nb, n_total, rng);
+  MatmulGroup group;
+  group.count = static_cast<int>(outs.size());
+  std::vector<std::vector<float>> y;
+  for (size_t i = 0; i < outs.size(); ++i) y.emplace_back(static_cast<size_t>(M * outs[i]), -7.0f);
+  int blocks = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    group.w[i] = weights[i].matrix;
+    group.y[i] = y[i].data();
+    blocks += static_cast<int>((outs[i] + 15) / 16);
+  }
+  // Row-major: the launch's rows start at m_first.
+  const int8_t* xq = x.values.data() + (kBlockMajor ? 0 : m_first * nb * 32);
+  const float* xd = x.scales.data() + (kBlockMajor ? 0 : m_first * nb);
+  run(blocks, kMmaWarps * kWarp, 0, [&] {
+    matmul_mma_kernel<kKind, kTiles, kBlockMajor, kPipelined>(group, xq, xd, M, n_total, m_first);
+  });
+  int wrong = 0;
+  for (size_t p = 0; p < outs.size(); ++p)
+    for (int m = 0; m < M; ++m)
+      for (int64_t row = 0; row < outs[p]; ++row) {
+        const float want = contract_value(weights[p], row, x, [&](int64_t b) {
+          return kBlockMajor ? b * n_total + m_first + m : (m_first + m) * nb + b;
+        });
+        const float got = y[p][static_cast<size_t>(m * outs[p] + row)];
+        if (!same_bits(got, want) && ++wrong <= 3)
+          ADD_FAILURE() << "matrix " << p << ", activation row " << m << ", weight row " << row
+                        << ": " << got << " instead of " << want;
+      }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(CudaKernelsOnCpu, TensorCoreMatmulGivesTheContractsBits) {
+  check_tensor_cores<WeightKind::kQ4_0, 1, true, false>(128, {40}, 6, 6, 0, 1);
+  check_tensor_cores<WeightKind::kQ8_0, 2, true, false>(640, {20, 16}, 13, 16, 2, 2);
+  check_tensor_cores<WeightKind::kQ4_0, 4, false, false>(192, {17}, 40, 45, 3, 3);
+  // The pipelined loads where a tile has all 16 rows and nb is a multiple of 64,
+  // the other steps in the tile where the matrix ends (the same for every lane).
+  check_tensor_cores<WeightKind::kQ4_0, 1, true, true>(2048, {43}, 8, 8, 0, 4);
+  check_tensor_cores<WeightKind::kQ8_0, 4, true, true>(2048, {32}, 30, 33, 3, 5);
+}
+
 // One activation row through matmul_gemv_kernel (the default one-row kernel).
 template <WeightKind kKind>
 std::vector<float> one_row(const Weights& w, const Activations& x) {
@@ -148,9 +212,9 @@ std::vector<float> one_row(const Weights& w, const Activations& x) {
   group.w[0] = w.matrix;
   group.y[0] = y.data();
   const int64_t n_in = w.matrix.n_in;
-  run_grid(static_cast<int>((w.matrix.n_out + 15) / 16), kGemvThreads,
-           static_cast<size_t>(n_in + n_in / 32 * 4),
-           [&] { matmul_gemv_kernel<kKind>(group, x.values.data(), x.scales.data()); });
+  run(static_cast<int>((w.matrix.n_out + 15) / 16), kGemvThreads,
+      static_cast<size_t>(n_in + n_in / 32 * 4),
+      [&] { matmul_gemv_kernel<kKind>(group, x.values.data(), x.scales.data()); });
   return y;
 }
 
@@ -173,8 +237,8 @@ void check_one_row_kernels(int64_t n_in, int64_t n_out, unsigned seed) {
   group.count = 1;
   group.w[0] = gate.matrix;
   group.y[0] = paired.data();
-  run_grid(static_cast<int>((n_out + 15) / 16), kPairedThreads, static_cast<size_t>(n_in + nb * 4),
-           [&] { matmul_gemv_paired_kernel<kKind>(group, x.values.data(), x.scales.data()); });
+  run(static_cast<int>((n_out + 15) / 16), kPairedThreads, static_cast<size_t>(n_in + nb * 4),
+      [&] { matmul_gemv_paired_kernel<kKind>(group, x.values.data(), x.scales.data()); });
   for (int64_t row = 0; row < n_out; ++row)
     ASSERT_TRUE(same_bits(paired[row], g[row])) << "paired kernel, row " << row;
 
@@ -184,11 +248,10 @@ void check_one_row_kernels(int64_t n_in, int64_t n_out, unsigned seed) {
   std::vector<float> out(static_cast<size_t>(n_out), -7.0f);
   std::vector<int8_t> q(static_cast<size_t>(n_out), 99);
   std::vector<float> d(static_cast<size_t>(n_out / 32 + 1), -1.0f);
-  run_grid(
-      static_cast<int>((n_out + 31) / 32), kGatedThreads, static_cast<size_t>(n_in + nb * 4), [&] {
-        matmul_gemv_gated_kernel<kKind>(gate.matrix, up.matrix, x.values.data(), x.scales.data(),
-                                        out.data(), quantize ? q.data() : nullptr, d.data());
-      });
+  run(static_cast<int>((n_out + 31) / 32), kGatedThreads, static_cast<size_t>(n_in + nb * 4), [&] {
+    matmul_gemv_gated_kernel<kKind>(gate.matrix, up.matrix, x.values.data(), x.scales.data(),
+                                    out.data(), quantize ? q.data() : nullptr, d.data());
+  });
   for (int64_t row = 0; row < n_out; ++row)
     ASSERT_TRUE(same_bits(out[row], swiglu_value(g[row], u[row]))) << "gated kernel, row " << row;
   if (!quantize) return;
