@@ -9,6 +9,7 @@
 // gives here the bits it gives on a GPU, up to library functions such as expf.
 // What this cannot check: timing, memory ordering between blocks, anything
 // that depends on the hardware's scheduling.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <vector_types.h>
 
@@ -126,6 +127,42 @@ inline void mma_s8_at(int (&c)[4], const int (&a)[4], const int (&b)[2], int lin
   });
 }
 
+// mma.sync.m16n8k16 with f16 or bf16 inputs and f32 accumulators, PTX's
+// layout: lane (g, t) holds A's row g, K 2t and 2t + 1 in a[0] and K 8 + 2t..
+// in a[2], row g + 8 in a[1] and a[3]; B's column g, K 2t.. in b[0] and K 8 +
+// 2t.. in b[1]; C as for the int8 mma. The hardware's order of the f32 sums
+// is its own: here they are added in K order, so kernels compare with each
+// other here, not with a GPU's bits.
+inline float half_bits_to_float(uint16_t bits, bool bf16) {
+  if (bf16) {
+    const uint32_t word = static_cast<uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &word, 4);
+    return f;
+  }
+  __half_raw raw;
+  raw.x = bits;
+  return __half2float(__half(raw));
+}
+template <WeightKind kKind>
+void mma_half(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  exchange_in_warp(mine, 6, -1, [&](const uint32_t(*lanes)[6], int lane) {
+    const bool bf16 = kKind == WeightKind::kBF16;
+    auto half_at = [&](uint32_t word, int k) {
+      return half_bits_to_float(static_cast<uint16_t>(word >> (16 * (k % 2))), bf16);
+    };
+    auto a_at = [&](int row, int k) {
+      return half_at(lanes[(row % 8) * 4 + (k % 8) / 2][(k / 8) * 2 + row / 8], k);
+    };
+    auto b_at = [&](int k, int col) { return half_at(lanes[col * 4 + (k % 8) / 2][4 + k / 8], k); };
+    const int g = lane / 4, t = lane % 4;
+    const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int i = 0; i < 4; ++i)
+      for (int k = 0; k < 16; ++k) c[i] = std::fma(a_at(rows[i], k), b_at(k, cols[i]), c[i]);
+  });
+}
+
 inline void copy_async_16(void* dst, const void* src, bool valid) {
   if (valid)
     std::memcpy(dst, src, 16);
@@ -149,6 +186,10 @@ inline float mul_rn(float a, float b) {
 }
 inline float add_rn(float a, float b) {
   volatile float r = a + b;
+  return r;
+}
+inline float sub_rn(float a, float b) {
+  volatile float r = a - b;
   return r;
 }
 inline float div_rn(float a, float b) {
@@ -204,6 +245,7 @@ void run_grid(int blocks, int threads, size_t shared, Body&& body) {
 #define __fmul_rn(a, b) parspec::cuda::emulated::mul_rn(a, b)
 #define __fadd_rn(a, b) parspec::cuda::emulated::add_rn(a, b)
 #define __fdiv_rn(a, b) parspec::cuda::emulated::div_rn(a, b)
+#define __fsub_rn(a, b) parspec::cuda::emulated::sub_rn(a, b)
 #define __vsub4(a, b) parspec::cuda::emulated::sub4(a, b)
 #define __dp4a(a, b, c) parspec::cuda::emulated::dp4a(a, b, c)
 #define __ldg(p) (*(p))

@@ -41,6 +41,11 @@ pieces = [
     piece("template <WeightKind kKind, bool kWide>\n__device__ void load_a_fragment("),
     piece("template <WeightKind kKind, int kTiles, bool kBlockMajor, bool kPipelined = false>\n"
           "// One activation tile"),
+    piece("template <WeightKind kKind>\n__device__ void split_pair("),
+    piece("template <int kTiles>\n__device__ __forceinline__ void add_gated_warp_sums("),
+    piece("template <WeightKind kKind, int kTiles, bool kGated = false>\n"
+          "__global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)\n"
+          "    matmul_half_mma_kernel("),
     piece("template <WeightKind kKind, int kTiles, int kW>\nstruct StreamStage {", "\n};\n"),
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
           "__global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)\n"

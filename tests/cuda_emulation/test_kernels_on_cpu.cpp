@@ -203,6 +203,80 @@ TEST(CudaKernelsOnCpu, TensorCoreMatmulGivesTheContractsBits) {
   check_tensor_cores<WeightKind::kQ8_0, 4, true, true>(2048, {32}, 30, 33, 3, 5);
 }
 
+// F16/BF16 gate and up: the gated tensor-core kernel (8 rows of each matrix a
+// block, PARSPEC_CUDA_FUSE=swiglu) gives SwiGLU of what the kernel gives for
+// the two matrices as a group, whatever the hardware's order of an mma's sums
+// (emulated here in one fixed order for both).
+template <WeightKind kKind, int kTiles>
+void check_gated_half(int64_t n_in, int64_t n_out, int M, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out) + ", M " +
+               std::to_string(M));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  auto half_bits = [&](float f) {
+    if (kKind == WeightKind::kBF16) {
+      const __nv_bfloat16 h = __float2bfloat16(f);
+      uint16_t bits;
+      std::memcpy(&bits, &h, 2);
+      return bits;
+    }
+    const __half h = __float2half(f);
+    uint16_t bits;
+    std::memcpy(&bits, &h, 2);
+    return bits;
+  };
+  std::vector<uint16_t> gate(static_cast<size_t>(n_in * n_out)), up(gate.size());
+  for (uint16_t& w : gate) w = half_bits(value(rng) * 0.1f);
+  for (uint16_t& w : up) w = half_bits(value(rng) * 0.1f);
+  std::vector<float> x(static_cast<size_t>(M * n_in));
+  for (float& v : x) v = value(rng);
+  auto matrix = [&](const std::vector<uint16_t>& w) {
+    DeviceMatrix m;
+    m.kind = kKind;
+    m.n_in = n_in;
+    m.n_out = n_out;
+    m.q = w.data();
+    return m;
+  };
+  std::vector<float> y_gate(static_cast<size_t>(M * n_out), -7.0f), y_up(y_gate.size(), -7.0f);
+  MatmulGroup group;
+  group.count = 2;
+  group.w[0] = matrix(gate);
+  group.w[1] = matrix(up);
+  group.y[0] = y_gate.data();
+  group.y[1] = y_up.data();
+  run(static_cast<int>(2 * ((n_out + 15) / 16)), kMmaWarps * kWarp, 0,
+      [&] { matmul_half_mma_kernel<kKind, kTiles>(group, x.data(), M); });
+  // The group's values are the products (the two halves of each activation
+  // keep about twice a half's precision).
+  for (int m = 0; m < M; ++m)
+    for (int64_t row = 0; row < n_out; ++row) {
+      double want = 0.0;
+      for (int64_t i = 0; i < n_in; ++i)
+        want += static_cast<double>(
+                    half_bits_to_float(gate[row * n_in + i], kKind == WeightKind::kBF16)) *
+                x[m * n_in + i];
+      ASSERT_NEAR(y_gate[m * n_out + row], want, 1e-4) << "activation row " << m << ", row " << row;
+    }
+  std::vector<float> fused(y_gate.size(), -7.0f);
+  group.y[0] = fused.data();
+  group.y[1] = nullptr;
+  run(static_cast<int>((n_out + 7) / 8), kMmaWarps * kWarp, 0,
+      [&] { matmul_half_mma_kernel<kKind, kTiles, true>(group, x.data(), M); });
+  for (int m = 0; m < M; ++m)
+    for (int64_t row = 0; row < n_out; ++row) {
+      const size_t at = static_cast<size_t>(m * n_out + row);
+      ASSERT_TRUE(same_bits(fused[at], swiglu_value(y_gate[at], y_up[at])))
+          << "activation row " << m << ", output " << row;
+    }
+}
+
+TEST(CudaKernelsOnCpu, GatedHalfMatmulGivesSwiGluOfTheGroupsValues) {
+  check_gated_half<WeightKind::kF16, 1>(128, 40, 3, 1);
+  check_gated_half<WeightKind::kBF16, 2>(256, 24, 11, 2);
+  check_gated_half<WeightKind::kF16, 4>(96, 20, 40, 3);
+}
+
 // One activation row through matmul_gemv_kernel (the default one-row kernel).
 template <WeightKind kKind>
 std::vector<float> one_row(const Weights& w, const Activations& x) {
