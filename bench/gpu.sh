@@ -210,7 +210,8 @@ fi
 # matmul, pipelined; the tests run every attention kernel anyway), stream (the
 # tensor-core kernel's operands streamed into shared memory by cp.async, from 5
 # rows), mma-stream (that for every row count), stream-wide (that with 32 weight
-# rows a block, each round's activations serving twice the rows), paired (two lanes a chain in the
+# rows a block where the grid stays large, each round's activations serving twice
+# the rows; stream-wide-all: everywhere, for the tests), paired (two lanes a chain in the
 # one-row kernel where a matrix has few rows), paired-all (that for every matrix),
 # fused (gate, up and SwiGLU in one kernel: F16/BF16 weights, and one row of
 # Q8_0/Q4_0), newest (stream, paired-all and fused together: the tests compare
@@ -229,6 +230,7 @@ kernel_env() {
     stream) echo "PARSPEC_CUDA_MMA=stream" ;;
     mma-stream) echo "PARSPEC_CUDA_MATMUL=mma PARSPEC_CUDA_MMA=stream" ;;
     stream-wide) echo "PARSPEC_CUDA_MMA=stream-wide" ;;
+    stream-wide-all) echo "PARSPEC_CUDA_MMA=stream-wide-all" ;;
     paired) echo "PARSPEC_CUDA_GEMV=paired" ;;
     paired-all) echo "PARSPEC_CUDA_GEMV=paired-all" ;;
     fused) echo "PARSPEC_CUDA_FUSE=swiglu" ;;
@@ -244,7 +246,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    kernels=(tensor-cores opt-in newest stream-wide)
+    kernels=(tensor-cores opt-in newest stream-wide-all)
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -252,7 +254,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       # The strategies' tests run every strategy: give them the time, but not forever.
       filter=()
       [[ $kernel == warp ]] && filter=(--gtest_filter=-CudaSampling.*)
-      [[ $kernel == opt-in || $kernel == newest || $kernel == stream-wide ]] &&
+      [[ $kernel == opt-in || $kernel == newest || $kernel == stream-wide-all ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
@@ -726,7 +728,7 @@ variant_labels = [
     ("-mma", "tensor cores for every row count"), ("-warp", "warp (dp4a)"),
     ("-row-major", "row-major activations"),
     ("-stream", "tensor cores, operands streamed by cp.async (from 5 rows)"),
-    ("-stream-wide", "the same with 32 weight rows a block"),
+    ("-stream-wide", "the same with 32 weight rows a block where the grid stays large"),
     ("-mma-stream", "tensor cores streamed for every row count"),
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),

@@ -999,12 +999,14 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
   }
 }
 
-// The tiles of 16 weight rows per block of matmul_stream_kernel that
-// PARSPEC_CUDA_MMA asks for: 1 (=stream), 2 (=stream-wide), 0 (neither).
+// Which matmul_stream_kernel PARSPEC_CUDA_MMA asks for: 1 (=stream: 16 weight
+// rows a block), 2 (=stream-wide: 32 where the grid stays large enough), 3
+// (=stream-wide-all: 32 always, for the tests), 0 (none).
 int streamed_weight_tiles() {
-  static const int tiles = env_is("PARSPEC_CUDA_MMA", "stream")        ? 1
-                           : env_is("PARSPEC_CUDA_MMA", "stream-wide") ? 2
-                                                                       : 0;
+  static const int tiles = env_is("PARSPEC_CUDA_MMA", "stream")            ? 1
+                           : env_is("PARSPEC_CUDA_MMA", "stream-wide")     ? 2
+                           : env_is("PARSPEC_CUDA_MMA", "stream-wide-all") ? 3
+                                                                           : 0;
   return tiles;
 }
 
@@ -1045,12 +1047,30 @@ bool launch_stream_tiles(const MatmulGroup& g, const int8_t* xq, const float* xd
          kStreamThreads, Stage::kAllBytes, stream, g, xq, xd, n, n_total, m_first);
   return true;
 }
+// The device's streaming multiprocessors (0 where it cannot say).
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+// =stream-wide takes 32 weight rows a block where that still gives every SM
+// two blocks (gate/up, q/k/v of large models), 16 elsewhere (wo, down).
 template <WeightKind kKind, int kTiles>
 bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, int n_total,
                    int m_first, cudaStream_t stream) {
-  return streamed_weight_tiles() == 2
-             ? launch_stream_tiles<kKind, kTiles, 2>(g, xq, xd, n, n_total, m_first, stream)
-             : launch_stream_tiles<kKind, kTiles, 1>(g, xq, xd, n, n_total, m_first, stream);
+  const int mode = streamed_weight_tiles();
+  const bool wide =
+      mode == 3 || (mode == 2 && weight_row_tiles(g, 2 * kMmaRows) >= 2 * multiprocessors());
+  return wide ? launch_stream_tiles<kKind, kTiles, 2>(g, xq, xd, n, n_total, m_first, stream)
+              : launch_stream_tiles<kKind, kTiles, 1>(g, xq, xd, n, n_total, m_first, stream);
 }
 
 // The tensor-core path for F16/BF16 weights (the default; PARSPEC_CUDA_HALF_MATMUL=warp
@@ -1529,19 +1549,6 @@ PairedGemv paired_gemv_wanted() {
   if (env_is("PARSPEC_CUDA_GEMV", "paired")) return PairedGemv::kSmallGrids;
   if (env_is("PARSPEC_CUDA_GEMV", "paired-all")) return PairedGemv::kAlways;
   return PairedGemv::kNever;
-}
-
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    return n;
-  }();
-  return count;
 }
 
 template <WeightKind kKind>
@@ -2916,8 +2923,8 @@ void prepare_launches() {
            major >= 9;
   }();
   dependent_launch = on;
-  if (streamed_weight_tiles() == 1) prepare_stream_kernels<1>();
-  if (streamed_weight_tiles() == 2) prepare_stream_kernels<2>();
+  if (streamed_weight_tiles() > 0) prepare_stream_kernels<1>();
+  if (streamed_weight_tiles() >= 2) prepare_stream_kernels<2>();
 }
 
 namespace {
