@@ -436,6 +436,22 @@ __device__ __forceinline__ float swiglu_value(float g, float u) {
   return __fmul_rn(__fmul_rn(g, sigma), u);
 }
 
+// A warp's C fragments of kTiles tiles (rows gid and gid + 8, activation
+// rows 8i + 2t and 8i + 2t + 1) into its slice of partial_s.
+template <int kTiles>
+__device__ __forceinline__ void store_warp_accumulators(
+    const float (&acc)[kTiles][4], float (&partial_s)[kMmaWarps][kMmaRows][8 * kTiles], int warp,
+    int gid, int t) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const int m0 = 8 * i + 2 * t;
+    partial_s[warp][gid][m0] = acc[i][0];
+    partial_s[warp][gid][m0 + 1] = acc[i][1];
+    partial_s[warp][gid + 8][m0] = acc[i][2];
+    partial_s[warp][gid + 8][m0 + 1] = acc[i][3];
+  }
+}
+
 // The end of a tensor-core matmul block: each warp's accumulators (C
 // fragments of kTiles tiles: rows gid and gid + 8, activation rows 8i + 2t
 // and 8i + 2t + 1) through shared memory, then each (row, activation row)
@@ -445,14 +461,7 @@ __device__ __forceinline__ void add_warp_sums(const float (&acc)[kTiles][4],
                                               float (&partial_s)[kMmaWarps][kMmaRows][8 * kTiles],
                                               int warp, int gid, int t, int64_t tile_row0,
                                               int64_t n_out, int M, float* y) {
-#pragma unroll
-  for (int i = 0; i < kTiles; ++i) {
-    const int m0 = 8 * i + 2 * t;
-    partial_s[warp][gid][m0] = acc[i][0];
-    partial_s[warp][gid][m0 + 1] = acc[i][1];
-    partial_s[warp][gid + 8][m0] = acc[i][2];
-    partial_s[warp][gid + 8][m0 + 1] = acc[i][3];
-  }
+  store_warp_accumulators<kTiles>(acc, partial_s, warp, gid, t);
   __syncthreads();
   for (int e = threadIdx.x; e < kMmaRows * 8 * kTiles; e += kMmaWarps * kWarp) {
     const int r = e / (8 * kTiles), m = e % (8 * kTiles);
@@ -472,14 +481,7 @@ template <int kTiles>
 __device__ __forceinline__ void add_gated_warp_sums(
     const float (&acc)[kTiles][4], float (&partial_s)[kMmaWarps][kMmaRows][8 * kTiles], int warp,
     int gid, int t, int64_t out0, int64_t n_out, int M, float* y) {
-#pragma unroll
-  for (int i = 0; i < kTiles; ++i) {
-    const int m0 = 8 * i + 2 * t;
-    partial_s[warp][gid][m0] = acc[i][0];
-    partial_s[warp][gid][m0 + 1] = acc[i][1];
-    partial_s[warp][gid + 8][m0] = acc[i][2];
-    partial_s[warp][gid + 8][m0 + 1] = acc[i][3];
-  }
+  store_warp_accumulators<kTiles>(acc, partial_s, warp, gid, t);
   __syncthreads();
   for (int e = threadIdx.x; e < (kMmaRows / 2) * 8 * kTiles; e += kMmaWarps * kWarp) {
     const int r = e / (8 * kTiles), m = e % (8 * kTiles);

@@ -37,6 +37,7 @@ pieces = [
           "    matmul_gemv_paired_kernel("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kGatedThreads)\n"
           "    matmul_gemv_gated_kernel("),
+    piece("template <int kTiles>\n__device__ __forceinline__ void store_warp_accumulators("),
     piece("template <int kTiles>\n__device__ __forceinline__ void add_warp_sums("),
     piece("template <WeightKind kKind, bool kWide>\n__device__ void load_a_fragment("),
     piece("template <WeightKind kKind, int kTiles, bool kBlockMajor, bool kPipelined = false>\n"

@@ -92,46 +92,74 @@ void run(int blocks, int threads, size_t shared, Body&& body) {
       << "lanes of a warp met at a shuffle or mma from different calls";
 }
 
-// matmul_stream_kernel over a group of matrices (outs: their rows) and M
-// activation rows from m_first of n_total, block-major.
+// A group of Q8_0/Q4_0 matrices (`outs`: their rows) of width n_in, n_total
+// activation rows, and the group's outputs for M of them.
+struct GroupProblem {
+  std::vector<int64_t> outs;
+  int M;
+  std::mt19937 rng;
+  std::vector<Weights> weights;
+  Activations x;
+  std::vector<std::vector<float>> y;
+  MatmulGroup group;
+
+  GroupProblem(WeightKind kind, int64_t n_in, std::vector<int64_t> outs_, int M_, int n_total,
+               unsigned seed)
+      : outs(std::move(outs_)),
+        M(M_),
+        rng(seed),
+        weights(make_weights(kind, n_in)),
+        x(n_in / 32, n_total, rng) {
+    group.count = static_cast<int>(outs.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      y.emplace_back(static_cast<size_t>(M * outs[i]), -7.0f);
+      group.w[i] = weights[i].matrix;
+      group.y[i] = y[i].data();
+    }
+  }
+  std::vector<Weights> make_weights(WeightKind kind, int64_t n_in) {
+    std::vector<Weights> w;
+    for (int64_t n_out : outs) w.emplace_back(kind, n_in, n_out, rng);
+    return w;
+  }
+  // Blocks of `rows` weight rows the group makes.
+  int blocks(int rows) const {
+    int count = 0;
+    for (int64_t n_out : outs) count += static_cast<int>((n_out + rows - 1) / rows);
+    return count;
+  }
+  // Every output has the contract's bits; at(m, b): the index of activation
+  // row m's block b.
+  template <class At>
+  void expect_contract(At&& at) const {
+    int wrong = 0;
+    for (size_t p = 0; p < outs.size(); ++p)
+      for (int m = 0; m < M; ++m)
+        for (int64_t row = 0; row < outs[p]; ++row) {
+          const float want =
+              contract_value(weights[p], row, x, [&](int64_t b) { return at(m, b); });
+          const float got = y[p][static_cast<size_t>(m * outs[p] + row)];
+          if (!same_bits(got, want) && ++wrong <= 3)
+            ADD_FAILURE() << "matrix " << p << ", activation row " << m << ", weight row " << row
+                          << ": " << got << " instead of " << want;
+        }
+    EXPECT_EQ(wrong, 0);
+  }
+};
+
+// matmul_stream_kernel over M activation rows from m_first of n_total, block-major.
 template <WeightKind kKind, int kTiles, int kW>
 void check_streamed(int64_t n_in, std::vector<int64_t> outs, int M, int n_total, int m_first,
                     unsigned seed) {
   SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", tiles " +
                std::to_string(kTiles) + ", weight tiles " + std::to_string(kW));
-  std::mt19937 rng(seed);
-  const int64_t nb = n_in / 32;
-  std::vector<Weights> weights;
-  for (int64_t n_out : outs) weights.emplace_back(kKind, n_in, n_out, rng);
-  const Activations x(nb, n_total, rng);
-  MatmulGroup group;
-  group.count = static_cast<int>(outs.size());
-  std::vector<std::vector<float>> y;
-  for (size_t i = 0; i < outs.size(); ++i) y.emplace_back(static_cast<size_t>(M * outs[i]), -7.0f);
-  for (size_t i = 0; i < outs.size(); ++i) {
-    group.w[i] = weights[i].matrix;
-    group.y[i] = y[i].data();
-  }
+  GroupProblem p(kKind, n_in, std::move(outs), M, n_total, seed);
   using Stage = StreamStage<kKind, kTiles, kW>;
-  int blocks = 0;
-  for (int64_t n_out : outs)
-    blocks += static_cast<int>((n_out + Stage::kWeightRows - 1) / Stage::kWeightRows);
-  run(blocks, kStreamThreads, Stage::kAllBytes, [&] {
-    matmul_stream_kernel<kKind, kTiles, kW>(group, x.values.data(), x.scales.data(), M, n_total,
-                                            m_first);
+  run(p.blocks(Stage::kWeightRows), kStreamThreads, Stage::kAllBytes, [&] {
+    matmul_stream_kernel<kKind, kTiles, kW>(p.group, p.x.values.data(), p.x.scales.data(), M,
+                                            n_total, m_first);
   });
-  int wrong = 0;
-  for (size_t p = 0; p < outs.size(); ++p)
-    for (int m = 0; m < M; ++m)
-      for (int64_t row = 0; row < outs[p]; ++row) {
-        const float want = contract_value(weights[p], row, x,
-                                          [&](int64_t b) { return b * n_total + m_first + m; });
-        const float got = y[p][static_cast<size_t>(m * outs[p] + row)];
-        if (!same_bits(got, want) && ++wrong <= 3)
-          ADD_FAILURE() << "matrix " << p << ", activation row " << m << ", weight row " << row
-                        << ": " << got << " instead of " << want;
-      }
-  EXPECT_EQ(wrong, 0);
+  p.expect_contract([&](int m, int64_t b) { return b * n_total + m_first + m; });
 }
 
 TEST(CudaKernelsOnCpu, StreamedMatmulGivesTheContractsBits) {
@@ -157,40 +185,17 @@ void check_tensor_cores(int64_t n_in, std::vector<int64_t> outs, int M, int n_to
   SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", tiles " +
                std::to_string(kTiles) + (kBlockMajor ? ", block-major" : ", row-major") +
                (kPipelined ? ", pipelined" : ""));
-  std::mt19937 rng(seed);
+  GroupProblem p(kKind, n_in, std::move(outs), M, n_total, seed);
   const int64_t nb = n_in / 32;
-  std::vector<Weights> weights;
-  for (int64_t n_out : outs) weights.emplace_back(kKind, n_in, n_out, rng);
-  const Activations x(nb, n_total, rng);
-  MatmulGroup group;
-  group.count = static_cast<int>(outs.size());
-  std::vector<std::vector<float>> y;
-  for (size_t i = 0; i < outs.size(); ++i) y.emplace_back(static_cast<size_t>(M * outs[i]), -7.0f);
-  int blocks = 0;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    group.w[i] = weights[i].matrix;
-    group.y[i] = y[i].data();
-    blocks += static_cast<int>((outs[i] + 15) / 16);
-  }
   // Row-major: the launch's rows start at m_first.
-  const int8_t* xq = x.values.data() + (kBlockMajor ? 0 : m_first * nb * 32);
-  const float* xd = x.scales.data() + (kBlockMajor ? 0 : m_first * nb);
-  run(blocks, kMmaWarps * kWarp, 0, [&] {
-    matmul_mma_kernel<kKind, kTiles, kBlockMajor, kPipelined>(group, xq, xd, M, n_total, m_first);
+  const int8_t* xq = p.x.values.data() + (kBlockMajor ? 0 : m_first * nb * 32);
+  const float* xd = p.x.scales.data() + (kBlockMajor ? 0 : m_first * nb);
+  run(p.blocks(kMmaRows), kMmaWarps * kWarp, 0, [&] {
+    matmul_mma_kernel<kKind, kTiles, kBlockMajor, kPipelined>(p.group, xq, xd, M, n_total, m_first);
   });
-  int wrong = 0;
-  for (size_t p = 0; p < outs.size(); ++p)
-    for (int m = 0; m < M; ++m)
-      for (int64_t row = 0; row < outs[p]; ++row) {
-        const float want = contract_value(weights[p], row, x, [&](int64_t b) {
-          return kBlockMajor ? b * n_total + m_first + m : (m_first + m) * nb + b;
-        });
-        const float got = y[p][static_cast<size_t>(m * outs[p] + row)];
-        if (!same_bits(got, want) && ++wrong <= 3)
-          ADD_FAILURE() << "matrix " << p << ", activation row " << m << ", weight row " << row
-                        << ": " << got << " instead of " << want;
-      }
-  EXPECT_EQ(wrong, 0);
+  p.expect_contract([&](int m, int64_t b) {
+    return kBlockMajor ? b * n_total + m_first + m : (m_first + m) * nb + b;
+  });
 }
 
 TEST(CudaKernelsOnCpu, TensorCoreMatmulGivesTheContractsBits) {
