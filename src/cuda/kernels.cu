@@ -1244,6 +1244,21 @@ __device__ float half_warp_sum_in_order(float v, int lane) {
 constexpr int kGemvThreads = kMmaRows * 16;
 constexpr int kGemvPrefetch = 8;  // weight blocks per lane requested before the row is staged
 
+// The one-row kernels' activation row (nb blocks of quants, then their
+// scales) staged in shared memory by the block's `threads` threads; xs and ds
+// point at the staged quants and scales.
+__device__ void stage_activation_row(int4* shared, const int8_t* xq, const float* xd, int64_t nb,
+                                     int threads, const int8_t*& xs, const float*& ds) {
+  int8_t* quants = reinterpret_cast<int8_t*>(shared);
+  float* scales = reinterpret_cast<float*>(quants + nb * 32);
+  for (int64_t i = threadIdx.x; i < nb * 2; i += threads)
+    shared[i] = reinterpret_cast<const int4*>(xq)[i];
+  for (int64_t i = threadIdx.x; i < nb; i += threads) scales[i] = xd[i];
+  __syncthreads();
+  xs = quants;
+  ds = scales;
+}
+
 // A lane's first kGemvPrefetch weight blocks of a row (blocks first,
 // first + stride, ...: a half-warp lane's are v, v + 16, ...) and their scales,
 // requested together so that their loads overlap, then used in block order.
@@ -1311,12 +1326,9 @@ __global__ void __launch_bounds__(kGemvThreads)
   // the same order).
   FirstBlocks<kKind> first;
   if (has_row) first.load(w, scales, row, nb, v, 16);
-  int8_t* xs = reinterpret_cast<int8_t*>(gemv_shared);
-  float* ds = reinterpret_cast<float*>(xs + nb * 32);
-  for (int64_t i = threadIdx.x; i < nb * 2; i += kGemvThreads)
-    gemv_shared[i] = reinterpret_cast<const int4*>(xq)[i];
-  for (int64_t i = threadIdx.x; i < nb; i += kGemvThreads) ds[i] = xd[i];
-  __syncthreads();
+  const int8_t* xs;
+  const float* ds;
+  stage_activation_row(gemv_shared, xq, xd, nb, kGemvThreads, xs, ds);
   float acc = 0.0f;
   if (has_row) {
     // Block b's product, added in block order.
@@ -1406,12 +1418,9 @@ __global__ void __launch_bounds__(kPairedThreads, 2)
   const int64_t first = v + 16 * parity;
   FirstBlocks<kKind, kPairedPrefetch> early;
   if (has_row) early.load(w, scales, row, nb, first, 32);
-  int8_t* xs = reinterpret_cast<int8_t*>(gemv_shared);
-  float* ds = reinterpret_cast<float*>(xs + nb * 32);
-  for (int64_t i = threadIdx.x; i < nb * 2; i += kPairedThreads)
-    gemv_shared[i] = reinterpret_cast<const int4*>(xq)[i];
-  for (int64_t i = threadIdx.x; i < nb; i += kPairedThreads) ds[i] = xd[i];
-  __syncthreads();
+  const int8_t* xs;
+  const float* ds;
+  stage_activation_row(gemv_shared, xq, xd, nb, kPairedThreads, xs, ds);
 
   float acc = 0.0f;
   // This lane's product of block b, then both lanes' added by lane v in block
@@ -1488,12 +1497,9 @@ __global__ void __launch_bounds__(kGatedThreads)
     first_gate.load(gate_w, gate_scales, row, nb, v, 16);
     first_up.load(up_w, up_scales, row, nb, v, 16);
   }
-  int8_t* xs = reinterpret_cast<int8_t*>(gemv_shared);
-  float* ds = reinterpret_cast<float*>(xs + nb * 32);
-  for (int64_t i = threadIdx.x; i < nb * 2; i += kGatedThreads)
-    gemv_shared[i] = reinterpret_cast<const int4*>(xq)[i];
-  for (int64_t i = threadIdx.x; i < nb; i += kGatedThreads) ds[i] = xd[i];
-  __syncthreads();
+  const int8_t* xs;
+  const float* ds;
+  stage_activation_row(gemv_shared, xq, xd, nb, kGatedThreads, xs, ds);
   float acc_gate = 0.0f, acc_up = 0.0f;
   if (has_row) {
     // Block b's product, added in block order, as in matmul_gemv_kernel.

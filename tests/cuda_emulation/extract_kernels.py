@@ -28,6 +28,7 @@ pieces = [
     piece("__device__ __forceinline__ float swiglu_value("),
     piece("__device__ bool block_tile("),
     piece("__device__ float half_warp_sum_in_order("),
+    piece("__device__ void stage_activation_row("),
     piece("template <WeightKind kKind, int kCount = kGemvPrefetch>\nstruct FirstBlocks {", "\n};\n"),
     piece("template <WeightKind kKind, int kUnroll, int kFirst = kGemvPrefetch, class Step>\n"
           "__device__ void each_later_block("),
