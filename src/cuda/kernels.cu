@@ -766,21 +766,19 @@ static_assert(kStreamChains == kMmaWarps && kStreamChains == 2 * kStreamWarps,
 __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
-// 16 (or 4) bytes from global to shared memory, zeros where `valid` is false.
-__device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
+// kBytes (16 or 4) from global to shared memory, zeros where `valid` is false.
+template <int kBytes>
+__device__ __forceinline__ void copy_async(void* dst, const void* src, bool valid) {
+  static_assert(kBytes == 16 || kBytes == 4, "cp.async copies 16 bytes (.cg) or 4 (.ca)");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void copy_async_4(void* dst, const void* src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(shared_address(dst)), "l"(src),
-               "r"(valid ? 4 : 0)
-               : "memory");
+  if constexpr (kBytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)),
+                 "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(shared_address(dst)),
+                 "l"(src), "r"(valid ? 4 : 0)
+                 : "memory");
 #else
   __trap();
 #endif
@@ -855,7 +853,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
       const int64_t b = b0 + chunk * 16 / Stage::kQuantBytes;
       const bool valid = row < w.n_out && b < nb;
       const uint8_t* src = valid ? wq + (row * nb + b0) * Stage::kQuantBytes + chunk * 16 : wq;
-      copy_async_16(base + r * Stage::kQuantRow + chunk * 16, src, valid);
+      copy_async<16>(base + r * Stage::kQuantRow + chunk * 16, src, valid);
     }
     uint8_t* scales = base + Stage::kQuants;
 #pragma unroll 1
@@ -863,7 +861,8 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
       const int r = e / 8, pair = e % 8;
       const int64_t row = tile_row0 + r, b = b0 + 2 * pair;
       const bool valid = row < w.n_out && b < nb;  // nb is even: b + 1 < nb too
-      copy_async_4(scales + r * Stage::kScaleRow + 4 * pair, valid ? ws + row * nb + b : ws, valid);
+      copy_async<4>(scales + r * Stage::kScaleRow + 4 * pair, valid ? ws + row * nb + b : ws,
+                    valid);
     }
     uint8_t* acts = scales + Stage::kScales;
 #pragma unroll 1
@@ -872,7 +871,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
       const int64_t b = b0 + c;
       const bool valid = m < M && b < nb;
       const int8_t* src = valid ? xq + (b * n_total + first + m) * 32 + 16 * half : xq;
-      copy_async_16(acts + (c * R + m) * 32 + 16 * half, src, valid);
+      copy_async<16>(acts + (c * R + m) * 32 + 16 * half, src, valid);
     }
     uint8_t* act_scales = acts + Stage::kActs;
 #pragma unroll 1
@@ -880,7 +879,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
       const int c = e / R, m = e % R;
       const int64_t b = b0 + c;
       const bool valid = m < M && b < nb;
-      copy_async_4(act_scales + (c * R + m) * 4, valid ? xd + b * n_total + first + m : xd, valid);
+      copy_async<4>(act_scales + (c * R + m) * 4, valid ? xd + b * n_total + first + m : xd, valid);
     }
   };
 

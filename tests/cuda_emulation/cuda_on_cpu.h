@@ -163,17 +163,12 @@ void mma_half(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   });
 }
 
-inline void copy_async_16(void* dst, const void* src, bool valid) {
+template <int kBytes>
+void copy_async(void* dst, const void* src, bool valid) {
   if (valid)
-    std::memcpy(dst, src, 16);
+    std::memcpy(dst, src, kBytes);
   else
-    std::memset(dst, 0, 16);
-}
-inline void copy_async_4(void* dst, const void* src, bool valid) {
-  if (valid)
-    std::memcpy(dst, src, 4);
-  else
-    std::memset(dst, 0, 4);
+    std::memset(dst, 0, kBytes);
 }
 inline void copy_async_commit() {}
 template <int kPending>
