@@ -757,6 +757,23 @@ if warp_rows:
                   f"| {fmt(lat.get('4'), 2)} | {fmt(lat.get('8'), 2)} | {fmt(lat.get('16'), 2)} "
                   f"| {fmt(lat.get('32'), 2)} | {fmt(lat.get('64'), 2)} "
                   f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
+    # Each variant against the default of the same run: what promoting it would bring
+    # (decode and prefill: > 1 is faster; L(n): < 1 is faster).
+    print()
+    print("| model | variant | decode × default | L(1) × | L(8) × | L(32) × | L(512) × |")
+    print("|---|---|---|---|---|---|---|")
+    for n, results in warp_rows:
+        base = results[0][1]["results"][0]
+        for label, res in results[1:]:
+            if res is None:
+                continue
+            r = res["results"][0]
+            ratio = lambda key: (r["latency_ms"].get(key) / base["latency_ms"][key]
+                                 if r["latency_ms"].get(key) and base["latency_ms"].get(key)
+                                 else None)
+            print(f"| {n} | {label} | {r['decode_tok_per_s'] / base['decode_tok_per_s']:.3f} "
+                  f"| {fmt(ratio('1'), 3)} | {fmt(ratio('8'), 3)} | {fmt(ratio('32'), 3)} "
+                  f"| {fmt(ratio('512'), 3)} |")
 half_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-half-warp.json"))) for n in rows]
 half_rows = [r for r in half_rows if r[1] and r[2]]
