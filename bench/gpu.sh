@@ -213,8 +213,8 @@ fi
 # rows a block where the grid stays large, each round's activations serving twice
 # the rows; stream-wide-all: everywhere, for the tests), paired (two lanes a chain in the
 # one-row kernel where a matrix has few rows), paired-all (that for every matrix),
-# fused (gate, up and SwiGLU in one kernel: F16/BF16 weights, and one row of
-# Q8_0/Q4_0), newest (stream, paired-all and fused together: the tests compare
+# fused (gate, up and SwiGLU in one kernel, and q, k, v with RoPE and the KV
+# store in one: F16/BF16 weights, and one row of Q8_0/Q4_0), newest (stream, paired-all and fused together: the tests compare
 # their bits with those of the kernels they stand in for), candidates (stream,
 # paired, fused and in-split: what would become the default together).
 kernel_env() {
@@ -233,9 +233,9 @@ kernel_env() {
     stream-wide-all) echo "PARSPEC_CUDA_MMA=stream-wide-all" ;;
     paired) echo "PARSPEC_CUDA_GEMV=paired" ;;
     paired-all) echo "PARSPEC_CUDA_GEMV=paired-all" ;;
-    fused) echo "PARSPEC_CUDA_FUSE=swiglu" ;;
-    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=swiglu" ;;
-    candidates) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_FUSE=swiglu PARSPEC_CUDA_ATTENTION_MERGE=in-split" ;;
+    fused) echo "PARSPEC_CUDA_FUSE=all" ;;
+    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all" ;;
+    candidates) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ATTENTION_MERGE=in-split" ;;
   esac
 }
 
@@ -732,7 +732,7 @@ variant_labels = [
     ("-mma-stream", "tensor cores streamed for every row count"),
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),
-    ("-fused", "gate, up and SwiGLU in one kernel"),
+    ("-fused", "gate/up with SwiGLU, and q/k/v with RoPE and the KV store, in one kernel each"),
     ("-pipelined", "tensor cores, four blocks' loads before their mmas"),
     ("-mma-pipelined", "the same for every row count"),
     ("-in-split", "attention splits merged by their last block"),

@@ -1206,17 +1206,23 @@ class CudaExecutor final : public ForwardExecutor {
     launch_add_rmsnorm(h, residual, w.attn_norm, n, c.n_embd, c.rms_eps, xn,
                        quantized_input(ws, {&w.wq, &w.wk, &w.wv}), ws.xd.as<float>(), stream);
     profile_.mark("add + norm (attention)", stream);
-    MatmulGroup qkv;
-    qkv.count = 3;
-    qkv.w[0] = w.wq, qkv.w[1] = w.wk, qkv.w[2] = w.wv;
-    qkv.y[0] = q, qkv.y[1] = k, qkv.y[2] = v;
-    matmul_group(ws, qkv, xn, n);
-    profile_.mark("q/k/v matmul", stream);
     const HeadShape shape{c.n_head, c.n_head_kv, c.head_dim, c.rope_dims,
                           c.rope_style == RopeStyle::kNeox};
-    launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.rope_angles, in.rows, layer, n, shape,
-                           stream);
-    profile_.mark("rope + KV store", stream);
+    if (fused_rope_wanted() &&
+        launch_qkv_rope(w.wq, w.wk, w.wv, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, q, w.bq,
+                        w.bk, w.bv, in.rope_angles, in.rows, layer, shape, stream)) {
+      profile_.mark("q/k/v matmul + rope + KV store", stream);
+    } else {
+      MatmulGroup qkv;
+      qkv.count = 3;
+      qkv.w[0] = w.wq, qkv.w[1] = w.wk, qkv.w[2] = w.wv;
+      qkv.y[0] = q, qkv.y[1] = k, qkv.y[2] = v;
+      matmul_group(ws, qkv, xn, n);
+      profile_.mark("q/k/v matmul", stream);
+      launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.rope_angles, in.rows, layer, n, shape,
+                             stream);
+      profile_.mark("rope + KV store", stream);
+    }
     // The wo input quantized by the attention's last kernel where it can.
     int8_t* xq = quantized_input(ws, {&w.wo});
     const bool quantized =

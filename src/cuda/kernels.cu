@@ -399,6 +399,88 @@ __global__ void matmul_q_kernel(MatmulGroup g, const int8_t* xq, const float* xd
   }
 }
 
+__device__ int64_t kv_row(const AttentionRow& r, int layer, int32_t slot, int kv_dim);
+
+// The tile of `rows` weight rows of a group that this block computes, with
+// the index of its matrix in the group and the tile's index in that matrix.
+__device__ bool block_tile_of_part(const MatmulGroup& g, int rows, DeviceMatrix& w, float*& y,
+                                   int& part, int64_t& tile) {
+  tile = blockIdx.x;
+  part = 0;
+  while (part + 1 < g.count) {
+    const int64_t tiles = (g.w[part].n_out + rows - 1) / rows;
+    if (tile < tiles) break;
+    tile -= tiles;
+    ++part;
+  }
+  w = part == 0 ? g.w[0] : part == 1 ? g.w[1] : g.w[2];
+  y = part == 0 ? g.y[0] : part == 1 ? g.y[1] : g.y[2];
+  return tile * rows < w.n_out;
+}
+
+// PARSPEC_CUDA_FUSE=rope: q, k and v as one matmul whose blocks add the
+// biases, rotate q and k and write k and v to the rows' cache slots, as
+// launch_bias_rope_store does after the matmul (the same steps per value).
+// A block then holds both values of each rotated pair: with neox rotation a
+// tile of q or k takes 8 rows of a head's first half and their partners in
+// the second half; otherwise (and for v) 16 consecutive rows.
+struct QkvStore {
+  const float *bias_q = nullptr, *bias_k = nullptr, *bias_v = nullptr;  // null: none
+  const float2* angles = nullptr;  // cos and sin per (pass row, pair): launch_rope_angles'
+  const AttentionRow* rows = nullptr;
+  float* q = nullptr;  // the rotated q rows
+  int layer = 0;
+  HeadShape shape;
+};
+
+// The output row of matrix `part` (0 q, 1 k, 2 v) that row r (0..15) of its
+// tile `tile` holds.
+__device__ int64_t qkv_tile_row(const HeadShape& s, int part, int64_t tile, int r) {
+  if (!s.neox || part == 2) return 16 * tile + r;
+  const int per_head = s.head_dim / 16;
+  const int64_t head = tile / per_head;
+  const int in_head = static_cast<int>(tile % per_head);
+  return head * s.head_dim + (r < 8 ? 8 * in_head + r : s.head_dim / 2 + 8 * in_head + r - 8);
+}
+
+// The tile's values vals[r * stride + m] (its 16 rows, M activation rows from
+// pass row m_first) with biases, rotated (q, k) and stored (q to st.q, k and v
+// to the cache), by `threads` threads.
+__device__ void store_qkv_tile(const QkvStore& st, int part, int64_t tile, int64_t n_out,
+                               const float* vals, int stride, int M, int m_first, int threads) {
+  const HeadShape& s = st.shape;
+  // Chosen, not indexed: an array indexed at run time would be copied to local memory.
+  const float* bias = part == 0 ? st.bias_q : part == 1 ? st.bias_k : st.bias_v;
+  for (int e = threadIdx.x; e < 16 * M; e += threads) {
+    const int r = e / M, m = e % M;
+    const int64_t j = qkv_tile_row(s, part, tile, r);
+    if (j >= n_out) continue;
+    const int row = m_first + m;
+    float x = vals[r * stride + m];
+    if (bias != nullptr) x = __fadd_rn(x, bias[j]);
+    if (part < 2) {
+      const int rp = s.neox ? r ^ 8 : r ^ 1;  // the tile row of the pair's other value
+      const int64_t jp = qkv_tile_row(s, part, tile, rp);
+      float xp = vals[rp * stride + m];
+      if (bias != nullptr) xp = __fadd_rn(xp, bias[jp]);
+      const int i = static_cast<int>(j % s.head_dim);
+      const bool first = s.neox ? i < s.head_dim / 2 : i % 2 == 0;
+      const int pair = s.neox ? (first ? i : i - s.head_dim / 2) : i / 2;
+      const float2 angle = st.angles[static_cast<int64_t>(row) * (s.rope_dims / 2) + pair];
+      const float x0 = first ? x : xp, x1 = first ? xp : x;
+      x = first ? __fsub_rn(__fmul_rn(x0, angle.x), __fmul_rn(x1, angle.y))
+                : __fadd_rn(__fmul_rn(x0, angle.y), __fmul_rn(x1, angle.x));
+    }
+    if (part == 0) {
+      st.q[static_cast<int64_t>(row) * s.n_head * s.head_dim + j] = x;
+    } else {
+      const AttentionRow r_row = st.rows[row];
+      const int kv_dim = s.n_head_kv * s.head_dim;
+      (part == 1 ? r_row.k : r_row.v)[kv_row(r_row, st.layer, r_row.write_slot, kv_dim) + j] = x;
+    }
+  }
+}
+
 // The tensor-core path for Q8_0/Q4_0 weights (the default; PARSPEC_CUDA_MATMUL=warp
 // selects matmul_q_kernel above). A thread block computes kMmaRows weight rows for
 // every activation row of the launch: its kMmaWarps warps split the K blocks (warp w
@@ -1123,22 +1205,32 @@ __device__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
   }
 }
 
-// kGated (PARSPEC_CUDA_FUSE=swiglu): g holds gate and up, and a block's 16
-// rows are 8 rows of each with the same outputs (gate rows in the mma's rows
-// 0..7, up rows in 8..15); the block writes swiglu_value of each pair to
-// gate's output instead of the two. Each row's sums are the same either way.
-template <WeightKind kKind, int kTiles, bool kGated = false>
+// What a matmul_half_mma_kernel block does with its sums: write them
+// (kPlain); kGated (PARSPEC_CUDA_FUSE=swiglu): g holds gate and up, a block's
+// 16 rows are 8 rows of each with the same outputs (gate rows in the mma's
+// rows 0..7, up rows in 8..15), and it writes swiglu_value of each pair to
+// gate's output; kQkv (PARSPEC_CUDA_FUSE=rope): g holds q, k and v, a block's
+// rows are a tile as qkv_tile_row says, and store_qkv_tile takes its sums.
+// Each row's sums are the same in every one.
+enum class HalfEpilogue { kPlain, kGated, kQkv };
+
+template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain>
 __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
-    matmul_half_mma_kernel(MatmulGroup g, const float* x_all, int M_all) {
+    matmul_half_mma_kernel(MatmulGroup g, const float* x_all, int M_all, QkvStore st) {
+  constexpr bool kGated = kEpilogue == HalfEpilogue::kGated;
+  constexpr bool kQkv = kEpilogue == HalfEpilogue::kQkv;
   begin_kernel();
   __shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];
   DeviceMatrix w;
   float* y_all;
-  int64_t tile_row0;
+  int64_t tile_row0 = 0, tile = 0;
+  int part = 0;
   if constexpr (kGated) {
     w = g.w[0];
     y_all = g.y[0];
     tile_row0 = static_cast<int64_t>(blockIdx.x) * (kMmaRows / 2);
+  } else if constexpr (kQkv) {
+    if (!block_tile_of_part(g, kMmaRows, w, y_all, part, tile)) return;  // the whole block
   } else if (!block_tile(g, w, y_all, tile_row0)) {
     return;  // the same for the whole block
   }
@@ -1146,7 +1238,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
   const int gid = lane / 4, t = lane % 4;
   const int64_t n_in = w.n_in, chunks = n_in / 32;
   // The mma's rows gid and gid + 8: two rows of w, or a gate row and its up row.
-  const int64_t row_a = tile_row0 + gid, row_b = kGated ? row_a : row_a + 8;
+  const int64_t row_a = kQkv ? qkv_tile_row(st.shape, part, tile, gid) : tile_row0 + gid;
+  const int64_t row_b = kGated ? row_a
+                        : kQkv ? qkv_tile_row(st.shape, part, tile, gid + 8)
+                               : row_a + 8;
   const uint16_t* wq = static_cast<const uint16_t*>(w.q);
   const uint16_t* wq_b = static_cast<const uint16_t*>(kGated ? g.w[1].q : w.q);
 
@@ -1195,10 +1290,27 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
         mma_half<kKind>(acc[i], a2, lo2);
       }
     }
-    if constexpr (kGated)
+    if constexpr (kGated) {
       add_gated_warp_sums<kTiles>(acc, partial_s, warp, gid, t, tile_row0, w.n_out, M, y);
-    else
+    } else if constexpr (kQkv) {
+      // Each (row, activation row)'s sum in warp order, as add_warp_sums adds
+      // it, into warp 0's place (each thread reads and writes its own), then
+      // the tile's biases, rotations and stores.
+      store_warp_accumulators<kTiles>(acc, partial_s, warp, gid, t);
+      __syncthreads();
+      for (int e = threadIdx.x; e < kMmaRows * 8 * kTiles; e += kMmaWarps * kWarp) {
+        const int r = e / (8 * kTiles), m = e % (8 * kTiles);
+        float total = partial_s[0][r][m];
+#pragma unroll
+        for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial_s[v][r][m]);
+        partial_s[0][r][m] = total;
+      }
+      __syncthreads();
+      store_qkv_tile(st, part, tile, w.n_out, &partial_s[0][0][0], 8 * kTiles, M, m_base,
+                     kMmaWarps * kWarp);
+    } else {
       add_warp_sums<kTiles>(acc, partial_s, warp, gid, t, tile_row0, w.n_out, M, y);
+    }
   }
 }
 
@@ -1209,17 +1321,22 @@ bool half_tensor_cores(int64_t n_in) {
   return wanted && n_in % 32 == 0;
 }
 
-template <WeightKind kKind>
-void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t stream) {
-  const int tiles = weight_row_tiles(g);
+// matmul_half_mma_kernel over `tiles` blocks (-1: a plain group's).
+template <WeightKind kKind, HalfEpilogue kEpilogue = HalfEpilogue::kPlain>
+void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t stream,
+                     int tiles = -1, const QkvStore& st = {}) {
+  if (tiles < 0) tiles = weight_row_tiles(g);
+  constexpr int kThreads = kMmaWarps * kWarp;
   switch ((n + 7) / 8) {
     case 1:
-      return launch(matmul_half_mma_kernel<kKind, 1>, tiles, kMmaWarps * kWarp, 0, stream, g, x, n);
+      return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue>, tiles, kThreads, 0, stream, g, x,
+                    n, st);
     case 2:
-      return launch(matmul_half_mma_kernel<kKind, 2>, tiles, kMmaWarps * kWarp, 0, stream, g, x, n);
+      return launch(matmul_half_mma_kernel<kKind, 2, kEpilogue>, tiles, kThreads, 0, stream, g, x,
+                    n, st);
     default:  // more than 16 rows: slices of 32 in one launch
-      return launch(matmul_half_mma_kernel<kKind, kMmaMaxTiles>, tiles, kMmaWarps * kWarp, 0,
-                    stream, g, x, n);
+      return launch(matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue>, tiles, kThreads, 0,
+                    stream, g, x, n, st);
   }
 }
 
@@ -1306,18 +1423,24 @@ __device__ void each_later_block(const DeviceMatrix& w, const __half* row_scales
 }
 static_assert(kMmaWarps == 16, "the one-row kernel mirrors 16 K-splitting warps");
 
-template <WeightKind kKind>
+// kQkv (PARSPEC_CUDA_FUSE=rope): g holds q, k and v, the block's rows are a
+// tile as qkv_tile_row says, and store_qkv_tile takes the sums.
+template <WeightKind kKind, bool kQkv = false>
 __global__ void __launch_bounds__(kGemvThreads)
-    matmul_gemv_kernel(MatmulGroup g, const int8_t* xq, const float* xd) {
+    matmul_gemv_kernel(MatmulGroup g, const int8_t* xq, const float* xd, QkvStore st) {
   begin_kernel();
   extern __shared__ int4 gemv_shared[];
   DeviceMatrix w;
   float* y;
-  int64_t row0;
-  if (!block_tile(g, w, y, row0)) return;  // the same for the whole block
+  int64_t row0 = 0, tile = 0;
+  int part = 0;
+  // The same for the whole block.
+  if (kQkv ? !block_tile_of_part(g, kMmaRows, w, y, part, tile) : !block_tile(g, w, y, row0))
+    return;
   const int64_t nb = w.n_in / 32;
   const int lane = threadIdx.x % kWarp, v = threadIdx.x % 16;
-  const int64_t row = row0 + threadIdx.x / 16;
+  const int64_t row =
+      kQkv ? qkv_tile_row(st.shape, part, tile, threadIdx.x / 16) : row0 + threadIdx.x / 16;
   const bool has_row = row < w.n_out;
   const __half* scales = static_cast<const __half*>(w.scales) + row * nb;
   // The lane's first weight blocks are requested before the activation row
@@ -1341,7 +1464,14 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
   // Every lane takes part in the shuffles, also those past the last row.
   const float total = half_warp_sum_in_order(acc, lane);
-  if (v == 0 && row < w.n_out) y[row] = total;
+  if constexpr (kQkv) {
+    __shared__ float tile_s[kMmaRows];
+    if (v == 0) tile_s[threadIdx.x / 16] = total;
+    __syncthreads();
+    store_qkv_tile(st, part, tile, w.n_out, tile_s, 1, 1, 0, kGemvThreads);
+  } else if (v == 0 && row < w.n_out) {
+    y[row] = total;
+  }
 }
 
 // Two to kR activation rows (a short verification) the same way: each
@@ -1567,7 +1697,7 @@ void launch_gemv(const MatmulGroup& g, const int8_t* xq, const float* xd, cudaSt
     return launch(matmul_gemv_paired_kernel<kKind>, tiles, kPairedThreads,
                   gemv_shared_bytes(g.w[0].n_in), stream, g, xq, xd);
   launch(matmul_gemv_kernel<kKind>, tiles, kGemvThreads, gemv_shared_bytes(g.w[0].n_in), stream, g,
-         xq, xd);
+         xq, xd, QkvStore{});
 }
 
 // PARSPEC_CUDA_PREFILL=one-launch: more rows than one launch of the
@@ -3011,8 +3141,57 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
   return out_q != nullptr;
 }
 
+bool fused_rope_wanted() {
+  static const bool wanted =
+      env_is("PARSPEC_CUDA_FUSE", "rope") || env_is("PARSPEC_CUDA_FUSE", "all");
+  return wanted;
+}
+
+bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const DeviceMatrix& wv,
+                     const float* x, const int8_t* xq, const float* xd, int n, float* q,
+                     const float* bq, const float* bk, const float* bv, const float* angles,
+                     const AttentionRow* rows, int layer, HeadShape shape, cudaStream_t stream) {
+  const int hd = shape.head_dim;
+  const bool fits = n > 0 && wk.kind == wq.kind && wv.kind == wq.kind && wk.n_in == wq.n_in &&
+                    wv.n_in == wq.n_in && shape.rope_dims == hd && hd % 16 == 0 &&
+                    wq.n_out == int64_t{shape.n_head} * hd &&
+                    wk.n_out == int64_t{shape.n_head_kv} * hd && wv.n_out == wk.n_out;
+  if (!fits) return false;
+  MatmulGroup g;
+  g.count = 3;
+  g.w[0] = wq, g.w[1] = wk, g.w[2] = wv;
+  QkvStore st;
+  st.bias_q = bq, st.bias_k = bk, st.bias_v = bv;
+  st.angles = reinterpret_cast<const float2*>(angles);
+  st.rows = rows;
+  st.q = q;
+  st.layer = layer;
+  st.shape = shape;
+  const int tiles = weight_row_tiles(g);
+  switch (wq.kind) {
+    case WeightKind::kF16:
+      if (!half_tensor_cores(wq.n_in)) return false;
+      launch_half_mma<WeightKind::kF16, HalfEpilogue::kQkv>(g, x, n, stream, tiles, st);
+      return true;
+    case WeightKind::kBF16:
+      if (!half_tensor_cores(wq.n_in)) return false;
+      launch_half_mma<WeightKind::kBF16, HalfEpilogue::kQkv>(g, x, n, stream, tiles, st);
+      return true;
+    case WeightKind::kQ8_0:
+    case WeightKind::kQ4_0:
+      if (n != 1 || quantized_kernel(1, wq.n_in) != QuantizedKernel::kOneRow) return false;
+      launch(wq.kind == WeightKind::kQ8_0 ? matmul_gemv_kernel<WeightKind::kQ8_0, true>
+                                          : matmul_gemv_kernel<WeightKind::kQ4_0, true>,
+             tiles, kGemvThreads, gemv_shared_bytes(wq.n_in), stream, g, xq, xd, st);
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool fused_swiglu_wanted() {
-  static const bool wanted = env_is("PARSPEC_CUDA_FUSE", "swiglu");
+  static const bool wanted =
+      env_is("PARSPEC_CUDA_FUSE", "swiglu") || env_is("PARSPEC_CUDA_FUSE", "all");
   return wanted;
 }
 
@@ -3022,7 +3201,7 @@ bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, con
   if (n <= 0 || gate.kind != up.kind || gate.n_in != up.n_in || gate.n_out != up.n_out)
     return false;
   if (q != nullptr && gate.n_out % 32 != 0) return false;
-  const int64_t tiles = (gate.n_out + kMmaRows / 2 - 1) / (kMmaRows / 2);
+  const int tiles = static_cast<int>((gate.n_out + kMmaRows / 2 - 1) / (kMmaRows / 2));
   MatmulGroup g;
   g.count = 2;
   g.w[0] = gate, g.w[1] = up;
@@ -3032,21 +3211,10 @@ bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, con
     case WeightKind::kBF16: {
       // The output stays in f32: a next matmul of these types reads it so.
       if (q != nullptr || !half_tensor_cores(gate.n_in)) return false;
-      const bool f16 = gate.kind == WeightKind::kF16;
-      const int slices = (n + 7) / 8;
-      const int block = kMmaWarps * kWarp;
-      if (slices == 1)
-        launch(f16 ? matmul_half_mma_kernel<WeightKind::kF16, 1, true>
-                   : matmul_half_mma_kernel<WeightKind::kBF16, 1, true>,
-               tiles, block, 0, stream, g, x, n);
-      else if (slices == 2)
-        launch(f16 ? matmul_half_mma_kernel<WeightKind::kF16, 2, true>
-                   : matmul_half_mma_kernel<WeightKind::kBF16, 2, true>,
-               tiles, block, 0, stream, g, x, n);
+      if (gate.kind == WeightKind::kF16)
+        launch_half_mma<WeightKind::kF16, HalfEpilogue::kGated>(g, x, n, stream, tiles);
       else
-        launch(f16 ? matmul_half_mma_kernel<WeightKind::kF16, kMmaMaxTiles, true>
-                   : matmul_half_mma_kernel<WeightKind::kBF16, kMmaMaxTiles, true>,
-               tiles, block, 0, stream, g, x, n);
+        launch_half_mma<WeightKind::kBF16, HalfEpilogue::kGated>(g, x, n, stream, tiles);
       return true;
     }
     case WeightKind::kQ8_0:

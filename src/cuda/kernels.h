@@ -154,7 +154,18 @@ void prepare_attention(AttentionKernel kernel);
 // result quantized to Q8_0 (dim a multiple of 32).
 void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
                    cudaStream_t stream);
-// PARSPEC_CUDA_FUSE=swiglu: gate and up in one launch that writes only
+// PARSPEC_CUDA_FUSE=rope (or =all): q, k and v = x · w[i]ᵀ in one launch
+// that also does launch_bias_rope_store's work with the same steps (biases
+// added, q and k rotated by `angles`, q into `q`, k and v to each row's cache
+// slot of `layer`), for F16/BF16 weights and one row of Q8_0/Q4_0, where
+// every dimension of a head is rotated. Elsewhere it launches nothing and
+// returns false.
+bool fused_rope_wanted();
+bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const DeviceMatrix& wv,
+                     const float* x, const int8_t* xq, const float* xd, int n, float* q,
+                     const float* bq, const float* bk, const float* bv, const float* angles,
+                     const AttentionRow* rows, int layer, HeadShape shape, cudaStream_t stream);
+// PARSPEC_CUDA_FUSE=swiglu (or =all): gate and up in one launch that writes only
 // gate_out = silu(x · gateᵀ) · (x · upᵀ), the values launch_matmul_group and
 // launch_swiglu give, and with q not null those quantized to Q8_0 (q and
 // scales must not overlap xq and xd). Where no fused kernel takes these

@@ -12,7 +12,8 @@ def piece(start, end="\n}\n"):
     """From the line that starts with `start` to the first `end` after it."""
     at = source.find(start)
     if at < 0:
-        sys.exit(f"extract_kernels.py: '{start.splitlines()[0]}' is no longer in {sys.argv[1]}: "
+        shown = start.replace("\n", " ")
+        sys.exit(f"extract_kernels.py: '{shown}' is no longer in {sys.argv[1]}: "
                  "update tests/cuda_emulation/extract_kernels.py")
     return source[at:source.index(end, at) + len(end)]
 
@@ -32,7 +33,12 @@ pieces = [
     piece("template <WeightKind kKind, int kCount = kGemvPrefetch>\nstruct FirstBlocks {", "\n};\n"),
     piece("template <WeightKind kKind, int kUnroll, int kFirst = kGemvPrefetch, class Step>\n"
           "__device__ void each_later_block("),
-    piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kGemvThreads)\n"
+    piece("__device__ int64_t kv_row(const AttentionRow& r, int layer, int32_t slot, int kv_dim) {"),
+    piece("__device__ bool block_tile_of_part("),
+    piece("struct QkvStore {", "\n};\n"),
+    piece("__device__ int64_t qkv_tile_row("),
+    piece("__device__ void store_qkv_tile("),
+    piece("template <WeightKind kKind, bool kQkv = false>\n__global__ void __launch_bounds__(kGemvThreads)\n"
           "    matmul_gemv_kernel("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kPairedThreads, 2)\n"
           "    matmul_gemv_paired_kernel("),
@@ -45,7 +51,8 @@ pieces = [
           "// One activation tile"),
     piece("template <WeightKind kKind>\n__device__ void split_pair("),
     piece("template <int kTiles>\n__device__ __forceinline__ void add_gated_warp_sums("),
-    piece("template <WeightKind kKind, int kTiles, bool kGated = false>\n"
+    piece("enum class HalfEpilogue {", "\n"),
+    piece("template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain>\n"
           "__global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)\n"
           "    matmul_half_mma_kernel("),
     piece("template <WeightKind kKind, int kTiles, int kW>\nstruct StreamStage {", "\n};\n"),
@@ -74,6 +81,7 @@ text = re.sub(r"^\s*#pragma unroll.*\n", "", text, flags=re.M)
 text = text.replace("extern __shared__ int4 gemv_shared[];", "int4* gemv_shared = dynamic_shared<int4>();")
 text = text.replace("extern __shared__ int4 stream_shared[];", "int4* stream_shared = dynamic_shared<int4>();")
 text = text.replace("__shared__ float values_s[kGatedOutputs];", "float* values_s = static_shared<float>();")
+text = text.replace("__shared__ float tile_s[kMmaRows];", "float* tile_s = static_shared<float>();")
 text = text.replace("__shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];",
                     "auto& partial_s = *static_shared<float[kMmaWarps][kMmaRows][8 * kTiles]>();")
 if "__shared__" in text or "__global__" in text:

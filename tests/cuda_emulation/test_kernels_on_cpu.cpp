@@ -251,7 +251,7 @@ void check_gated_half(int64_t n_in, int64_t n_out, int M, unsigned seed) {
   group.y[0] = y_gate.data();
   group.y[1] = y_up.data();
   run(static_cast<int>(2 * ((n_out + 15) / 16)), kMmaWarps * kWarp, 0,
-      [&] { matmul_half_mma_kernel<kKind, kTiles>(group, x.data(), M); });
+      [&] { matmul_half_mma_kernel<kKind, kTiles>(group, x.data(), M, QkvStore{}); });
   // The group's values are the products (the two halves of each activation
   // keep about twice a half's precision).
   for (int m = 0; m < M; ++m)
@@ -266,8 +266,9 @@ void check_gated_half(int64_t n_in, int64_t n_out, int M, unsigned seed) {
   std::vector<float> fused(y_gate.size(), -7.0f);
   group.y[0] = fused.data();
   group.y[1] = nullptr;
-  run(static_cast<int>((n_out + 7) / 8), kMmaWarps * kWarp, 0,
-      [&] { matmul_half_mma_kernel<kKind, kTiles, true>(group, x.data(), M); });
+  run(static_cast<int>((n_out + 7) / 8), kMmaWarps * kWarp, 0, [&] {
+    matmul_half_mma_kernel<kKind, kTiles, HalfEpilogue::kGated>(group, x.data(), M, QkvStore{});
+  });
   for (int m = 0; m < M; ++m)
     for (int64_t row = 0; row < n_out; ++row) {
       const size_t at = static_cast<size_t>(m * n_out + row);
@@ -293,7 +294,7 @@ std::vector<float> one_row(const Weights& w, const Activations& x) {
   const int64_t n_in = w.matrix.n_in;
   run(static_cast<int>((w.matrix.n_out + 15) / 16), kGemvThreads,
       static_cast<size_t>(n_in + n_in / 32 * 4),
-      [&] { matmul_gemv_kernel<kKind>(group, x.values.data(), x.scales.data()); });
+      [&] { matmul_gemv_kernel<kKind>(group, x.values.data(), x.scales.data(), QkvStore{}); });
   return y;
 }
 
@@ -353,6 +354,194 @@ TEST(CudaKernelsOnCpu, OneRowKernelsGiveTheContractsBits) {
   check_one_row_kernels<WeightKind::kQ4_0>(1280, 96, 3);
   check_one_row_kernels<WeightKind::kQ8_0>(3072, 33, 4);
   check_one_row_kernels<WeightKind::kQ4_0>(96, 48, 5);
+}
+
+// What launch_bias_rope_store makes of q, k and v rows (n rows, as the
+// matmul wrote them): the biases added, q and k rotated, q in place, k and v
+// into each row's cache slot. The reference for the fused q/k/v kernels.
+struct QkvCase {
+  HeadShape shape;
+  int n = 0, layer = 1, capacity = 41;    // prime: the rows' slots below are distinct
+  std::vector<float> bq, bk, bv, angles;  // biases (empty: none); cos, sin per (row, pair)
+  std::vector<AttentionRow> rows;
+  std::vector<float> cache_k, cache_v;
+
+  QkvCase(bool neox, bool biases, int rows_, std::mt19937& rng) : n(rows_) {
+    shape = HeadShape{4, 2, 32, 32, neox};
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    if (biases) {
+      for (int i = 0; i < 4 * 32; ++i) bq.push_back(u(rng));
+      for (int i = 0; i < 2 * 32; ++i) bk.push_back(u(rng));
+      for (int i = 0; i < 2 * 32; ++i) bv.push_back(u(rng));
+    }
+    for (int i = 0; i < n * 16; ++i) {
+      const float a = u(rng) * 3.0f;
+      angles.push_back(std::cos(a));
+      angles.push_back(std::sin(a));
+    }
+    const int kv_dim = 2 * 32;
+    cache_k.assign(static_cast<size_t>(2 * capacity * kv_dim), -7.0f);
+    cache_v = cache_k;
+    for (int i = 0; i < n; ++i) {
+      AttentionRow r;
+      r.k = cache_k.data();
+      r.v = cache_v.data();
+      r.layer_first = 0;
+      r.capacity = capacity;
+      r.write_slot = (3 * i + 1) % capacity;
+      rows.push_back(r);
+    }
+  }
+  QkvStore store(float* q) const {
+    QkvStore st;
+    st.bias_q = bq.empty() ? nullptr : bq.data();
+    st.bias_k = bk.empty() ? nullptr : bk.data();
+    st.bias_v = bv.empty() ? nullptr : bv.data();
+    st.angles = reinterpret_cast<const float2*>(angles.data());
+    st.rows = rows.data();
+    st.q = q;
+    st.layer = layer;
+    st.shape = shape;
+    return st;
+  }
+  // q, k, v as a matmul wrote them (row-major, n rows) to the expected q and caches.
+  void reference(std::vector<float> q, std::vector<float> kk, std::vector<float> v,
+                 std::vector<float>& q_out, std::vector<float>& k_cache,
+                 std::vector<float>& v_cache) const {
+    const int hd = shape.head_dim, n_pairs = shape.rope_dims / 2;
+    auto add_bias = [](std::vector<float>& x, const std::vector<float>& b, int width) {
+      if (b.empty()) return;
+      for (size_t i = 0; i < x.size(); ++i) x[i] = add_rn(x[i], b[i % width]);
+    };
+    add_bias(q, bq, 4 * hd);
+    add_bias(kk, bk, 2 * hd);
+    add_bias(v, bv, 2 * hd);
+    auto rotate = [&](std::vector<float>& x, int heads) {
+      for (int row = 0; row < n; ++row)
+        for (int h = 0; h < heads; ++h) {
+          float* head = &x[static_cast<size_t>((row * heads + h) * hd)];
+          for (int i = 0; i < n_pairs; ++i) {
+            const float c = angles[2 * (row * n_pairs + i)],
+                        s = angles[2 * (row * n_pairs + i) + 1];
+            const int a = shape.neox ? i : 2 * i, b = shape.neox ? i + n_pairs : 2 * i + 1;
+            const float x0 = head[a], x1 = head[b];
+            head[a] = sub_rn(mul_rn(x0, c), mul_rn(x1, s));
+            head[b] = add_rn(mul_rn(x0, s), mul_rn(x1, c));
+          }
+        }
+    };
+    rotate(q, 4);
+    rotate(kk, 2);
+    q_out = q;
+    k_cache = cache_k;
+    v_cache = cache_v;
+    const int kv_dim = 2 * hd;
+    for (int row = 0; row < n; ++row) {
+      const int64_t at = (static_cast<int64_t>(layer) * capacity + rows[row].write_slot) * kv_dim;
+      for (int j = 0; j < kv_dim; ++j) {
+        k_cache[at + j] = kk[row * kv_dim + j];
+        v_cache[at + j] = v[row * kv_dim + j];
+      }
+    }
+  }
+};
+
+void expect_same(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_TRUE(same_bits(got[i], want[i]))
+        << what << " " << i << ": " << got[i] << " instead of " << want[i];
+}
+
+// F16/BF16 q, k and v through the q/k/v tensor-core kernel (PARSPEC_CUDA_FUSE=rope)
+// against the plain kernel followed by the bias, RoPE and store steps.
+template <WeightKind kKind, int kTiles>
+void check_qkv_half(bool neox, bool biases, int M, unsigned seed) {
+  SCOPED_TRACE(std::string(neox ? "neox" : "adjacent pairs") + (biases ? ", biases" : "") + ", M " +
+               std::to_string(M));
+  std::mt19937 rng(seed);
+  QkvCase qc(neox, biases, M, rng);
+  const int64_t n_in = 64;
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<std::vector<uint16_t>> w(3);
+  const int64_t outs[3] = {4 * 32, 2 * 32, 2 * 32};
+  for (int i = 0; i < 3; ++i)
+    for (int64_t e = 0; e < outs[i] * n_in; ++e) {
+      const __half h = __float2half(u(rng) * 0.2f);
+      uint16_t bits;
+      std::memcpy(&bits, &h, 2);
+      if (kKind == WeightKind::kBF16) {
+        const __nv_bfloat16 b = __float2bfloat16(u(rng) * 0.2f);
+        std::memcpy(&bits, &b, 2);
+      }
+      w[i].push_back(bits);
+    }
+  std::vector<float> x(static_cast<size_t>(M * n_in));
+  for (float& v : x) v = u(rng);
+  MatmulGroup group;
+  group.count = 3;
+  std::vector<std::vector<float>> y(3);
+  int blocks = 0;
+  for (int i = 0; i < 3; ++i) {
+    group.w[i].kind = kKind;
+    group.w[i].n_in = n_in;
+    group.w[i].n_out = outs[i];
+    group.w[i].q = w[i].data();
+    y[i].assign(static_cast<size_t>(M * outs[i]), -7.0f);
+    group.y[i] = y[i].data();
+    blocks += static_cast<int>(outs[i] / 16);
+  }
+  run(blocks, kMmaWarps * kWarp, 0,
+      [&] { matmul_half_mma_kernel<kKind, kTiles>(group, x.data(), M, QkvStore{}); });
+  std::vector<float> want_q, want_k, want_v;
+  qc.reference(y[0], y[1], y[2], want_q, want_k, want_v);
+  std::vector<float> q(y[0].size(), -7.0f);
+  const QkvStore st = qc.store(q.data());
+  run(blocks, kMmaWarps * kWarp, 0,
+      [&] { matmul_half_mma_kernel<kKind, kTiles, HalfEpilogue::kQkv>(group, x.data(), M, st); });
+  expect_same(q, want_q, "q");
+  expect_same(qc.cache_k, want_k, "k cache");
+  expect_same(qc.cache_v, want_v, "v cache");
+}
+
+TEST(CudaKernelsOnCpu, QkvHalfMatmulDoesTheBiasRopeAndStoreSteps) {
+  check_qkv_half<WeightKind::kF16, 1>(false, false, 3, 1);
+  check_qkv_half<WeightKind::kF16, 1>(true, true, 5, 2);
+  check_qkv_half<WeightKind::kBF16, 4>(true, false, 37, 3);
+  check_qkv_half<WeightKind::kF16, 2>(false, true, 12, 4);
+}
+
+// One row of Q8_0/Q4_0 q, k and v through the one-row kernel's q/k/v form.
+template <WeightKind kKind>
+void check_qkv_one_row(bool neox, bool biases, unsigned seed) {
+  SCOPED_TRACE(std::string(neox ? "neox" : "adjacent pairs") + (biases ? ", biases" : ""));
+  std::mt19937 rng(seed);
+  QkvCase qc(neox, biases, 1, rng);
+  const int64_t n_in = 256;
+  const Weights wq(kKind, n_in, 4 * 32, rng), wk(kKind, n_in, 2 * 32, rng),
+      wv(kKind, n_in, 2 * 32, rng);
+  const Activations x(n_in / 32, 1, rng);
+  std::vector<float> want_q, want_k, want_v;
+  qc.reference(one_row<kKind>(wq, x), one_row<kKind>(wk, x), one_row<kKind>(wv, x), want_q, want_k,
+               want_v);
+  MatmulGroup group;
+  group.count = 3;
+  group.w[0] = wq.matrix;
+  group.w[1] = wk.matrix;
+  group.w[2] = wv.matrix;
+  std::vector<float> q(4 * 32, -7.0f);
+  const QkvStore st = qc.store(q.data());
+  run(8 + 4 + 4, kGemvThreads, static_cast<size_t>(n_in + n_in / 32 * 4),
+      [&] { matmul_gemv_kernel<kKind, true>(group, x.values.data(), x.scales.data(), st); });
+  expect_same(q, want_q, "q");
+  expect_same(qc.cache_k, want_k, "k cache");
+  expect_same(qc.cache_v, want_v, "v cache");
+}
+
+TEST(CudaKernelsOnCpu, QkvOneRowMatmulDoesTheBiasRopeAndStoreSteps) {
+  check_qkv_one_row<WeightKind::kQ4_0>(false, true, 1);
+  check_qkv_one_row<WeightKind::kQ8_0>(true, false, 2);
+  check_qkv_one_row<WeightKind::kQ4_0>(true, true, 3);
 }
 
 }  // namespace
