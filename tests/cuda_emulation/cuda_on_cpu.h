@@ -19,7 +19,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,9 +31,10 @@
 namespace parspec::cuda::emulated {
 
 struct Index {
-  unsigned x = 0;
+  unsigned x = 0, y = 0, z = 0;
 };
 inline thread_local Index thread_index, block_index;
+inline Index grid_size;
 
 // The running block's barriers and exchange buffers.
 struct BlockState {
@@ -46,6 +50,9 @@ struct BlockState {
   };
   std::vector<Lanes> exchange;
   std::vector<uint8_t> dynamic_shared, static_shared;
+  // The kernels' own __shared__ declarations, by source line and name.
+  std::mutex arrays_mutex;
+  std::map<std::pair<int, std::string>, std::vector<uint8_t>> arrays;
 };
 inline BlockState* running = nullptr;
 // Warp-wide operations the lanes of a warp reached from different calls (a
@@ -59,6 +66,16 @@ T* dynamic_shared() {
 template <class T>
 T* static_shared() {
   return reinterpret_cast<T*>(running->static_shared.data());
+}
+
+// The block's array of a __shared__ declaration (T may be an array type),
+// made by the first thread to reach it, garbage-filled as a GPU's would be.
+template <class T>
+T* shared_array(int line, const char* name) {
+  std::lock_guard<std::mutex> lock(running->arrays_mutex);
+  std::vector<uint8_t>& bytes = running->arrays[{line, name}];
+  if (bytes.empty()) bytes.assign(sizeof(T), 0xAB);
+  return reinterpret_cast<T*>(bytes.data());
 }
 
 inline void sync_block() {
@@ -203,11 +220,17 @@ inline int dp4a(int a, int b, int c) {
   return c;
 }
 
-// Runs `body` as `blocks` blocks of `threads` threads, one block after another,
+inline int32_t atomic_add(int32_t* p, int32_t v) {
+  return std::atomic_ref<int32_t>(*p).fetch_add(v);
+}
+
+// Runs `body` as the blocks of `grid` (x fastest), `threads` threads each, one block after another,
 // each with `shared` bytes of dynamic shared memory (filled with garbage first,
 // as a GPU's is) and 64 KiB of static shared memory.
 template <class Body>
-void run_grid(int blocks, int threads, size_t shared, Body&& body) {
+void run_grid(dim3 grid, int threads, size_t shared, Body&& body) {
+  grid_size = {grid.x, grid.y, grid.z};
+  const int blocks = static_cast<int>(grid.x * grid.y * grid.z);
   for (int b = 0; b < blocks; ++b) {
     BlockState state(threads);
     state.dynamic_shared.assign(shared, 0xAB);
@@ -216,9 +239,11 @@ void run_grid(int blocks, int threads, size_t shared, Body&& body) {
     std::vector<std::thread> lanes;
     lanes.reserve(threads);
     for (int t = 0; t < threads; ++t)
-      lanes.emplace_back([&body, t, b] {
+      lanes.emplace_back([&body, t, b, grid] {
         thread_index.x = static_cast<unsigned>(t);
-        block_index.x = static_cast<unsigned>(b);
+        block_index.x = static_cast<unsigned>(b) % grid.x;
+        block_index.y = static_cast<unsigned>(b) / grid.x % grid.y;
+        block_index.z = static_cast<unsigned>(b) / (grid.x * grid.y);
         body();
       });
     for (std::thread& lane : lanes) lane.join();
@@ -244,4 +269,8 @@ void run_grid(int blocks, int threads, size_t shared, Body&& body) {
 #define __vsub4(a, b) parspec::cuda::emulated::sub4(a, b)
 #define __dp4a(a, b, c) parspec::cuda::emulated::dp4a(a, b, c)
 #define __ldg(p) (*(p))
+#define __ldcg(p) (*(p))
+#define gridDim parspec::cuda::emulated::grid_size
+#define atomicAdd(p, v) parspec::cuda::emulated::atomic_add(p, v)
+#define __threadfence() std::atomic_thread_fence(std::memory_order_seq_cst)
 using std::min;

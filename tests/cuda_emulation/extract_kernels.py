@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Copies kernels of src/cuda/kernels.cu into a C++ header that the host compiler
 builds against cuda_on_cpu.h: the kernels' own text, with the CUDA keywords the
 CPU does not know taken out. Usage: extract_kernels.py KERNELS_CU OUTPUT_H"""
@@ -19,7 +19,9 @@ def piece(start, end="\n}\n"):
 
 
 pieces = [
+    piece("__device__ float warp_sum(float v) {"),
     piece("__device__ float warp_max(float v) {"),
+    piece("__device__ int64_t q8_block_index("),
     piece("__device__ void quantize_block(float v, int lane, int8_t* q, float* scale) {"),
     piece("struct RawBlock {", "\n};\n"),
     piece("template <WeightKind kKind>\n__device__ RawBlock load_raw_block("),
@@ -60,11 +62,19 @@ pieces = [
           "__global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)\n"
           "    matmul_stream_kernel("),
 ]
-#The constants they use, as kernels.cu defines them.
+# Attention: everything from the block reduction to the grouped kernel.
+attention_start = "template <bool kMax>\n__device__ float attention_block_reduce("
+attention_end = "// Tiled attention:"
+if attention_start not in source or attention_end not in source:
+    sys.exit("extract_kernels.py: the attention kernels moved: update extract_kernels.py")
+pieces.append(source[source.index(attention_start):source.index(attention_end)])
+
+# The constants they use, as kernels.cu defines them.
 constants = []
 for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps", "kStreamThreads",
              "kStreamChains", "kStreamStages", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
-             "kPairedPrefetch", "kGatedOutputs", "kGatedThreads", "kGatedPrefetch"):
+             "kPairedPrefetch", "kGatedOutputs", "kGatedThreads", "kGatedPrefetch",
+             "kAttnThreads", "kAttnKeys", "kMaxHeadDim"):
     match = re.search(r"^constexpr int " + name + r" = [^;]*;", source, re.M)
     if not match:
         sys.exit(f"extract_kernels.py: no constexpr {name} in {sys.argv[1]}")
@@ -72,10 +82,11 @@ for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps", "
 
 text = "\n".join(pieces)
 text = re.sub(r"__global__ void __launch_bounds__\([^\n]*\)\n\s*", "void ", text)
+text = text.replace("__global__ void ", "void ")
 text = text.replace("// One activation tile: registers for two blocks per SM (the decode step).\n", "")
 text = text.replace("__device__ __forceinline__ ", "").replace("__device__ ", "")
 text = text.replace("begin_kernel();", "")
-#Unrolling is code generation only; a constant named there stays used.
+# Unrolling is code generation only; a constant named there stays used.
 text = re.sub(r"^(\s*)#pragma unroll ([A-Za-z_]\w*)\s*\n", r"\1(void)\2;\n", text, flags=re.M)
 text = re.sub(r"^\s*#pragma unroll.*\n", "", text, flags=re.M)
 text = text.replace("extern __shared__ int4 gemv_shared[];", "int4* gemv_shared = dynamic_shared<int4>();")
@@ -84,6 +95,21 @@ text = text.replace("__shared__ float values_s[kGatedOutputs];", "float* values_
 text = text.replace("__shared__ float tile_s[kMmaRows];", "float* tile_s = static_shared<float>();")
 text = text.replace("__shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];",
                     "auto& partial_s = *static_shared<float[kMmaWarps][kMmaRows][8 * kTiles]>();")
+
+
+def shared_declaration(match):
+    """__shared__ T a[N], b[M][K], c; as references to the block's arrays of
+    those declarations (one per source line and name)."""
+    indent, type_name, declarators = match.group(1), match.group(2), match.group(3)
+    out = []
+    for d in re.split(r",\s*(?![^\[]*\])", declarators):
+        name = re.match(r"\w+", d).group(0)
+        dims = d[len(name):]
+        out.append(f'{indent}auto& {name} = *shared_array<{type_name}{dims}>(__LINE__, "{name}");')
+    return "\n".join(out)
+
+
+text = re.sub(r"^(\s*)__shared__ (\w+) ([^;]+);", shared_declaration, text, flags=re.M)
 if "__shared__" in text or "__global__" in text:
     sys.exit("extract_kernels.py: a CUDA keyword is left; teach it the new one")
 

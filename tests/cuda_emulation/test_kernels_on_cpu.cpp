@@ -85,7 +85,7 @@ bool same_bits(float a, float b) {
 
 // run_grid, and no warp reached a warp-wide operation from two places.
 template <class Body>
-void run(int blocks, int threads, size_t shared, Body&& body) {
+void run(dim3 blocks, int threads, size_t shared, Body&& body) {
   divergent_calls = 0;
   run_grid(blocks, threads, shared, std::forward<Body>(body));
   EXPECT_EQ(divergent_calls.load(), 0)
@@ -542,6 +542,132 @@ TEST(CudaKernelsOnCpu, QkvOneRowMatmulDoesTheBiasRopeAndStoreSteps) {
   check_qkv_one_row<WeightKind::kQ4_0>(false, true, 1);
   check_qkv_one_row<WeightKind::kQ8_0>(true, false, 2);
   check_qkv_one_row<WeightKind::kQ4_0>(true, true, 3);
+}
+
+// Attention over a cache of committed keys and each row's speculative cells:
+// every kernel (per head, its keys read in place or staged; merged by a second
+// kernel or by the last split to finish; grouped per KV head) gives the same
+// bits, and those are softmax attention up to float rounding.
+struct AttentionCase {
+  HeadShape shape;
+  int n, layer = 1, capacity;
+  float scale;
+  std::vector<float> cache_k, cache_v, q;
+  std::vector<AttentionRow> rows;
+  std::vector<int32_t> spec_slots;
+
+  AttentionCase(int n_rows, int committed, int head_dim, unsigned seed)
+      : shape{4, 2, head_dim, head_dim, false}, n(n_rows), capacity(committed + 2 * n_rows) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int kv_dim = shape.n_head_kv * head_dim;
+    cache_k.resize(static_cast<size_t>(2 * capacity * kv_dim));
+    for (float& x : cache_k) x = u(rng);
+    cache_v = cache_k;
+    for (float& x : cache_v) x = u(rng);
+    q.resize(static_cast<size_t>(n * shape.n_head * head_dim));
+    for (float& x : q) x = u(rng);
+    scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    // Row i: the committed keys, then cells committed..committed+i (a chain).
+    for (int i = 0; i < n; ++i) {
+      AttentionRow r;
+      r.k = cache_k.data();
+      r.v = cache_v.data();
+      r.layer_first = 0;
+      r.capacity = capacity;
+      r.n_committed = committed;
+      r.spec_offset = static_cast<int32_t>(spec_slots.size());
+      r.spec_count = i + 1;
+      for (int c = 0; c <= i; ++c) spec_slots.push_back(committed + c);
+      rows.push_back(r);
+    }
+  }
+
+  // kStaged, kMergeInSplit: attention_split_kernel's; grouped: the grouped kernel.
+  template <bool kStaged, bool kMergeInSplit>
+  std::vector<float> run_per_head() {
+    std::vector<float> partial(
+        static_cast<size_t>(attention_partial_floats(n, shape.n_head, shape.head_dim)), -7.0f);
+    std::vector<float> out(q.size(), -7.0f);
+    std::vector<int32_t> counters(static_cast<size_t>(n * shape.n_head), 0);
+    AttentionMerge merge;
+    merge.out = out.data();
+    merge.split_counters = kMergeInSplit ? counters.data() : nullptr;
+    run(dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0, [&] {
+      attention_split_kernel<kStaged, kMergeInSplit>(q.data(), rows.data(), spec_slots.data(),
+                                                     layer, shape, scale, partial.data(), merge);
+    });
+    if (!kMergeInSplit) combine(partial, merge);
+    for (int32_t c : counters) EXPECT_EQ(c, 0) << "the split counters are left at zero";
+    return out;
+  }
+  std::vector<float> run_grouped() {
+    std::vector<float> partial(
+        static_cast<size_t>(attention_partial_floats(n, shape.n_head, shape.head_dim)), -7.0f);
+    std::vector<float> out(q.size(), -7.0f);
+    AttentionMerge merge;
+    merge.out = out.data();
+    run(dim3(n, shape.n_head_kv, kAttentionSplits), kAttnThreads, 0, [&] {
+      attention_split_grouped_kernel(q.data(), rows.data(), spec_slots.data(), layer, shape, scale,
+                                     partial.data());
+    });
+    combine(partial, merge);
+    return out;
+  }
+  void combine(const std::vector<float>& partial, const AttentionMerge& merge) {
+    run(dim3(n, shape.n_head), kAttnThreads, 0,
+        [&] { attention_combine_kernel(rows.data(), shape, partial.data(), merge); });
+  }
+  // Softmax attention in double.
+  double reference(int row, int head, int d) const {
+    const int hd = shape.head_dim, kv_dim = shape.n_head_kv * hd;
+    const int kv_head = head / (shape.n_head / shape.n_head_kv);
+    std::vector<int> slots;
+    for (int s = 0; s < rows[row].n_committed; ++s) slots.push_back(s);
+    for (int c = 0; c < rows[row].spec_count; ++c)
+      slots.push_back(spec_slots[rows[row].spec_offset + c]);
+    std::vector<double> scores;
+    double mx = -1e300;
+    for (int slot : slots) {
+      const float* key =
+          &cache_k[(static_cast<size_t>(layer) * capacity + slot) * kv_dim + kv_head * hd];
+      double dot = 0;
+      for (int i = 0; i < hd; ++i) dot += double(q[(row * shape.n_head + head) * hd + i]) * key[i];
+      scores.push_back(dot * scale);
+      mx = std::max(mx, scores.back());
+    }
+    double total = 0, acc = 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const double w = std::exp(scores[i] - mx);
+      total += w;
+      acc +=
+          w *
+          cache_v[(static_cast<size_t>(layer) * capacity + slots[i]) * kv_dim + kv_head * hd + d];
+    }
+    return acc / total;
+  }
+};
+
+void check_attention(int n, int committed, int head_dim, unsigned seed) {
+  SCOPED_TRACE(std::to_string(n) + " rows after " + std::to_string(committed) + " keys, head " +
+               std::to_string(head_dim));
+  AttentionCase a(n, committed, head_dim, seed);
+  const std::vector<float> direct = a.run_per_head<false, false>();
+  for (int row = 0; row < n; ++row)
+    for (int head = 0; head < a.shape.n_head; ++head)
+      for (int d = 0; d < head_dim; ++d)
+        ASSERT_NEAR(direct[(row * a.shape.n_head + head) * head_dim + d], a.reference(row, head, d),
+                    1e-5)
+            << "row " << row << ", head " << head << ", dimension " << d;
+  expect_same(a.run_per_head<true, false>(), direct, "staged");
+  expect_same(a.run_per_head<false, true>(), direct, "merged in the split");
+  expect_same(a.run_per_head<true, true>(), direct, "staged, merged in the split");
+  expect_same(a.run_grouped(), direct, "grouped");
+}
+
+TEST(CudaKernelsOnCpu, AttentionKernelsGiveTheSameBits) {
+  check_attention(3, 300, 64, 1);  // three chunks of keys: three splits
+  check_attention(2, 40, 32, 2);   // a head narrower than the block
 }
 
 }  // namespace
