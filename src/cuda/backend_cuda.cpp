@@ -810,7 +810,7 @@ class CudaExecutor final : public ForwardExecutor {
     eager_.reserve_rows(c, n);
     float* h = upload_hidden(hidden, static_cast<size_t>(n) * c.n_embd);
     float* o = eager_.o.as<float>();
-    attention_part(c, dm, eager_, in, layer, n, h, nullptr, o);
+    attention_part(c, dm, eager_, in, layer, n, h, nullptr, o, probe != nullptr);
     if (probe != nullptr) {
       probe->q.resize(static_cast<size_t>(n) * c.q_dim());
       probe->k.resize(static_cast<size_t>(n) * c.kv_dim());
@@ -1192,8 +1192,11 @@ class CudaExecutor final : public ForwardExecutor {
 
   // h += residual (when given), then attention(norm(h)) of one layer into
   // `out` and the rows' k and v into their caches.
+  // keep_qkv: q, k and v stay in the workspace's buffers (for an AttentionProbe),
+  // so the q/k/v matmul is not fused with RoPE and the KV store.
   void attention_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& pass,
-                      int layer, int n, float* h, const float* residual, float* out) {
+                      int layer, int n, float* h, const float* residual, float* out,
+                      bool keep_qkv = false) {
     check(ws.stream != nullptr, "a workspace without a stream");
     const PassInputs in = with_rope_angles(c, dm, ws, pass, n);
     const DeviceLayer& w = dm.layers.at(layer);
@@ -1208,7 +1211,7 @@ class CudaExecutor final : public ForwardExecutor {
     profile_.mark("add + norm (attention)", stream);
     const HeadShape shape{c.n_head, c.n_head_kv, c.head_dim, c.rope_dims,
                           c.rope_style == RopeStyle::kNeox};
-    if (fused_rope_wanted() &&
+    if (fused_rope_wanted() && !keep_qkv &&
         launch_qkv_rope(w.wq, w.wk, w.wv, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, q, w.bq,
                         w.bk, w.bv, in.rope_angles, in.rows, layer, shape, stream)) {
       profile_.mark("q/k/v matmul + rope + KV store", stream);
