@@ -937,13 +937,16 @@ class CudaExecutor final : public ForwardExecutor {
 
   // The matrices of one launch on x: K-quant weights take x quantized to Q8_K
   // first (Q8_0 activations come quantized from the kernel that wrote x).
-  void matmul_group(Workspace& ws, const MatmulGroup& group, const float* x, int n) {
+  // xq, xd: where x's Q8_0 form is (null: the workspace's buffers).
+  void matmul_group(Workspace& ws, const MatmulGroup& group, const float* x, int n,
+                    const int8_t* xq = nullptr, const float* xd = nullptr) {
     for (int i = 0; i < group.count; ++i)
       if (takes_q8k_input(group.w[i].kind)) {
         launch_quantize_q8k(x, n, static_cast<int>(group.w[i].n_in), ws.xk(), ws.stream);
         break;
       }
-    launch_matmul_group(group, x, ws.xq.as<int8_t>(), ws.xd.as<float>(), ws.xk(), n, ws.stream);
+    launch_matmul_group(group, x, xq != nullptr ? xq : ws.xq.as<int8_t>(),
+                        xd != nullptr ? xd : ws.xd.as<float>(), ws.xk(), n, ws.stream);
   }
 
   void matmul(Workspace& ws, const DeviceMatrix& w, const float* x, int n, float* y) {
@@ -1254,40 +1257,37 @@ class CudaExecutor final : public ForwardExecutor {
     launch_add_rmsnorm(h, residual, w.ffn_norm, n, c.n_embd, c.rms_eps, xn,
                        quantized_input(ws, {&w.w_gate, &w.w_up}), ws.xd.as<float>(), stream);
     profile_.mark("add + norm (MLP)", stream);
+    // The down matmul's quantized input: where the SwiGLU kernel writes it, or
+    // where `up` would be when the fused kernel writes it (`up` never leaves
+    // that kernel, and the kernel's own input must not be overwritten).
+    int8_t* q_down = ws.xq.as<int8_t>();
+    float* d_down = ws.xd.as<float>();
+    bool fused = false;
     if (fused_swiglu_wanted()) {
-      // The down matmul's quantized input goes where `up` would be (it never
-      // leaves the fused kernel): its own input must not be overwritten.
-      int8_t* q_down = nullptr;
-      float* d_down = nullptr;
-      if (takes_quantized_input(w.w_down.kind)) {
-        q_down = ws.up.as<int8_t>();
-        d_down = reinterpret_cast<float*>(q_down + static_cast<size_t>(n) * c.n_ff);
-      }
-      if (launch_gate_up_swiglu(w.w_gate, w.w_up, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n,
-                                gate, q_down, d_down, stream)) {
-        profile_.mark("gate/up matmul + SwiGLU", stream);
-        MatmulGroup down;
-        down.count = 1;
-        down.w[0] = w.w_down;
-        down.y[0] = ws.o.as<float>();
-        if (q_down != nullptr)
-          launch_matmul_group(down, gate, q_down, d_down, ws.xk(), n, stream);
-        else
-          matmul_group(ws, down, gate, n);
-        profile_.mark("down matmul", stream);
-        cuda_check(cudaGetLastError(), "the MLP block");
-        return;
-      }
+      int8_t* q = takes_quantized_input(w.w_down.kind) ? ws.up.as<int8_t>() : nullptr;
+      float* d =
+          q != nullptr ? reinterpret_cast<float*>(q + static_cast<size_t>(n) * c.n_ff) : nullptr;
+      fused = launch_gate_up_swiglu(w.w_gate, w.w_up, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n,
+                                    gate, q, d, stream);
+      if (fused && q != nullptr) q_down = q, d_down = d;
+      if (fused) profile_.mark("gate/up matmul + SwiGLU", stream);
     }
-    MatmulGroup gate_up;
-    gate_up.count = 2;
-    gate_up.w[0] = w.w_gate, gate_up.w[1] = w.w_up;
-    gate_up.y[0] = gate, gate_up.y[1] = up;
-    matmul_group(ws, gate_up, xn, n);
-    profile_.mark("gate/up matmul", stream);
-    launch_swiglu(gate, up, n, c.n_ff, quantized_input(ws, {&w.w_down}), ws.xd.as<float>(), stream);
-    profile_.mark("SwiGLU", stream);
-    matmul(ws, w.w_down, gate, n, ws.o.as<float>());
+    if (!fused) {
+      MatmulGroup gate_up;
+      gate_up.count = 2;
+      gate_up.w[0] = w.w_gate, gate_up.w[1] = w.w_up;
+      gate_up.y[0] = gate, gate_up.y[1] = up;
+      matmul_group(ws, gate_up, xn, n);
+      profile_.mark("gate/up matmul", stream);
+      launch_swiglu(gate, up, n, c.n_ff, quantized_input(ws, {&w.w_down}), ws.xd.as<float>(),
+                    stream);
+      profile_.mark("SwiGLU", stream);
+    }
+    MatmulGroup down;
+    down.count = 1;
+    down.w[0] = w.w_down;
+    down.y[0] = ws.o.as<float>();
+    matmul_group(ws, down, gate, n, q_down, d_down);
     profile_.mark("down matmul", stream);
     cuda_check(cudaGetLastError(), "the MLP block");
   }
