@@ -25,9 +25,9 @@ bool env_is(const char* name, std::string_view value);
 // Reads PARSPEC_CUDA_PDL once per process: unless it is "0", kernels are
 // launched as programmatic dependent launches where the device has them
 // (compute capability 9.0 and later), each overlapping the end of the one
-// before it; the results are the same bits either way. Also gives the kernels
-// that need more shared memory than the default theirs on the current device.
-// Before any graph capture.
+// before it; the results are the same bits either way. Also raises, on the
+// current device, the shared-memory limit of the kernels that need more than
+// the default. Before any graph capture.
 void prepare_launches();
 
 enum class WeightKind : int { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ6_K };
