@@ -630,18 +630,11 @@ __device__ void load_a_fragment(const DeviceMatrix& w, int64_t row0, int64_t nb,
 // matrix, output and first row.
 __device__ bool block_tile(const MatmulGroup& g, DeviceMatrix& w, float*& y, int64_t& row0,
                            int rows = kMmaRows) {
-  int64_t tile = blockIdx.x;
   int part = 0;
-  while (part + 1 < g.count) {
-    const int64_t tiles = (g.w[part].n_out + rows - 1) / rows;
-    if (tile < tiles) break;
-    tile -= tiles;
-    ++part;
-  }
-  w = part == 0 ? g.w[0] : part == 1 ? g.w[1] : g.w[2];
-  y = part == 0 ? g.y[0] : part == 1 ? g.y[1] : g.y[2];
+  int64_t tile = 0;
+  const bool has_rows = block_tile_of_part(g, rows, w, y, part, tile);
   row0 = tile * rows;
-  return row0 < w.n_out;
+  return has_rows;
 }
 
 // kBlockMajor: the activations are block-major (q8_block_index) over n_total

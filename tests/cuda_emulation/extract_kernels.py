@@ -29,6 +29,7 @@ pieces = [
     piece("template <WeightKind kKind>\n__device__ void load_block_q("),
     piece("__device__ int block_dot_s8("),
     piece("__device__ __forceinline__ float swiglu_value("),
+    piece("__device__ bool block_tile_of_part("),
     piece("__device__ bool block_tile("),
     piece("__device__ float half_warp_sum_in_order("),
     piece("__device__ void stage_activation_row("),
@@ -36,7 +37,6 @@ pieces = [
     piece("template <WeightKind kKind, int kUnroll, int kFirst = kGemvPrefetch, class Step>\n"
           "__device__ void each_later_block("),
     piece("__device__ int64_t kv_row(const AttentionRow& r, int layer, int32_t slot, int kv_dim) {"),
-    piece("__device__ bool block_tile_of_part("),
     piece("struct QkvStore {", "\n};\n"),
     piece("__device__ int64_t qkv_tile_row("),
     piece("__device__ void store_qkv_tile("),

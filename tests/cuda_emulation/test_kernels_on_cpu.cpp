@@ -356,6 +356,16 @@ TEST(CudaKernelsOnCpu, OneRowKernelsGiveTheContractsBits) {
   check_one_row_kernels<WeightKind::kQ4_0>(96, 48, 5);
 }
 
+// A row's view of a cache of `capacity` cells per layer, from layer 0.
+AttentionRow cache_row(std::vector<float>& k, std::vector<float>& v, int capacity) {
+  AttentionRow r;
+  r.k = k.data();
+  r.v = v.data();
+  r.layer_first = 0;
+  r.capacity = capacity;
+  return r;
+}
+
 // What launch_bias_rope_store makes of q, k and v rows (n rows, as the
 // matmul wrote them): the biases added, q and k rotated, q in place, k and v
 // into each row's cache slot. The reference for the fused q/k/v kernels.
@@ -383,11 +393,7 @@ struct QkvCase {
     cache_k.assign(static_cast<size_t>(2 * capacity * kv_dim), -7.0f);
     cache_v = cache_k;
     for (int i = 0; i < n; ++i) {
-      AttentionRow r;
-      r.k = cache_k.data();
-      r.v = cache_v.data();
-      r.layer_first = 0;
-      r.capacity = capacity;
+      AttentionRow r = cache_row(cache_k, cache_v, capacity);
       r.write_slot = (3 * i + 1) % capacity;
       rows.push_back(r);
     }
@@ -570,11 +576,7 @@ struct AttentionCase {
     scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
     // Row i: the committed keys, then cells committed..committed+i (a chain).
     for (int i = 0; i < n; ++i) {
-      AttentionRow r;
-      r.k = cache_k.data();
-      r.v = cache_v.data();
-      r.layer_first = 0;
-      r.capacity = capacity;
+      AttentionRow r = cache_row(cache_k, cache_v, capacity);
       r.n_committed = committed;
       r.spec_offset = static_cast<int32_t>(spec_slots.size());
       r.spec_count = i + 1;
