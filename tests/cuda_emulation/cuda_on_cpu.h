@@ -224,31 +224,40 @@ inline int32_t atomic_add(int32_t* p, int32_t v) {
   return std::atomic_ref<int32_t>(*p).fetch_add(v);
 }
 
-// Runs `body` as the blocks of `grid` (x fastest), `threads` threads each, one block after another,
-// each with `shared` bytes of dynamic shared memory (filled with garbage first,
-// as a GPU's is) and 64 KiB of static shared memory.
+// Runs `body` as the blocks of `grid` (x fastest), `threads` threads each, one
+// block after another, each with `shared` bytes of dynamic shared memory and
+// 64 KiB of static shared memory, garbage-filled before every block as a GPU's
+// would be. The same `threads` threads run every block.
 template <class Body>
 void run_grid(dim3 grid, int threads, size_t shared, Body&& body) {
   grid_size = {grid.x, grid.y, grid.z};
-  const int blocks = static_cast<int>(grid.x * grid.y * grid.z);
-  for (int b = 0; b < blocks; ++b) {
-    BlockState state(threads);
+  const unsigned blocks = grid.x * grid.y * grid.z;
+  BlockState state(threads);
+  auto fresh_memory = [&] {
     state.dynamic_shared.assign(shared, 0xAB);
     state.static_shared.assign(64 * 1024, 0xAB);
-    running = &state;
-    std::vector<std::thread> lanes;
-    lanes.reserve(threads);
-    for (int t = 0; t < threads; ++t)
-      lanes.emplace_back([&body, t, b, grid] {
-        thread_index.x = static_cast<unsigned>(t);
-        block_index.x = static_cast<unsigned>(b) % grid.x;
-        block_index.y = static_cast<unsigned>(b) / grid.x % grid.y;
-        block_index.z = static_cast<unsigned>(b) / (grid.x * grid.y);
+    state.arrays.clear();
+  };
+  fresh_memory();
+  running = &state;
+  std::barrier<> between_blocks(threads);
+  std::vector<std::thread> lanes;
+  lanes.reserve(threads);
+  for (int t = 0; t < threads; ++t)
+    lanes.emplace_back([&, t] {
+      thread_index.x = static_cast<unsigned>(t);
+      for (unsigned b = 0; b < blocks; ++b) {
+        block_index.x = b % grid.x;
+        block_index.y = b / grid.x % grid.y;
+        block_index.z = b / (grid.x * grid.y);
         body();
-      });
-    for (std::thread& lane : lanes) lane.join();
-    running = nullptr;
-  }
+        between_blocks.arrive_and_wait();  // every thread is done with block b
+        if (t == 0) fresh_memory();
+        between_blocks.arrive_and_wait();
+      }
+    });
+  for (std::thread& lane : lanes) lane.join();
+  running = nullptr;
 }
 
 }  // namespace parspec::cuda::emulated
