@@ -518,6 +518,16 @@ __device__ __forceinline__ float swiglu_value(float g, float u) {
   return __fmul_rn(__fmul_rn(g, sigma), u);
 }
 
+// The kMmaWarps partial sums partial[0..][r][m] added in order: how every
+// tensor-core matmul (and the kernels with its bits) ends a value.
+template <class Partials>
+__device__ __forceinline__ float sum_in_warp_order(const Partials& partial, int r, int m) {
+  float total = partial[0][r][m];
+#pragma unroll
+  for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial[v][r][m]);
+  return total;
+}
+
 // A warp's C fragments of kTiles tiles (rows gid and gid + 8, activation
 // rows 8i + 2t and 8i + 2t + 1) into its slice of partial_s.
 template <int kTiles>
@@ -549,10 +559,7 @@ __device__ __forceinline__ void add_warp_sums(const float (&acc)[kTiles][4],
     const int r = e / (8 * kTiles), m = e % (8 * kTiles);
     const int64_t row = tile_row0 + r;
     if (m >= M || row >= n_out) continue;
-    float total = partial_s[0][r][m];
-#pragma unroll
-    for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial_s[v][r][m]);
-    y[static_cast<int64_t>(m) * n_out + row] = total;
+    y[static_cast<int64_t>(m) * n_out + row] = sum_in_warp_order(partial_s, r, m);
   }
 }
 
@@ -569,13 +576,27 @@ __device__ __forceinline__ void add_gated_warp_sums(
     const int r = e / (8 * kTiles), m = e % (8 * kTiles);
     const int64_t out = out0 + r;
     if (m >= M || out >= n_out) continue;
-    float gate = partial_s[0][r][m], up = partial_s[0][r + 8][m];
-#pragma unroll
-    for (int v = 1; v < kMmaWarps; ++v) {
-      gate = __fadd_rn(gate, partial_s[v][r][m]);
-      up = __fadd_rn(up, partial_s[v][r + 8][m]);
-    }
-    y[static_cast<int64_t>(m) * n_out + out] = swiglu_value(gate, up);
+    y[static_cast<int64_t>(m) * n_out + out] =
+        swiglu_value(sum_in_warp_order(partial_s, r, m), sum_in_warp_order(partial_s, r + 8, m));
+  }
+}
+
+// In the wide order (block-major activations, B read 8 contiguous bytes a
+// lane), lane t's two A words of one weight block: its elements 8t..8t+3 in
+// `lo` and 8t+4..8t+7 in `hi`, as int8. For Q4_0, elements 8t.. are the low
+// nibbles of bytes 8t.. for t < 2, the high nibbles of bytes 8(t - 2).. after
+// (byte j holds element j low and j + 16 high).
+template <WeightKind kKind>
+__device__ __forceinline__ void wide_a_words(const uint8_t* block, int t, int& lo, int& hi) {
+  if constexpr (kKind == WeightKind::kQ8_0) {
+    const int2 src = *reinterpret_cast<const int2*>(block + 8 * t);
+    lo = src.x;
+    hi = src.y;
+  } else {
+    const uint2 src = *reinterpret_cast<const uint2*>(block + 8 * (t & 1));
+    const int shift = 4 * (t >> 1);
+    lo = static_cast<int>(__vsub4((src.x >> shift) & 0x0F0F0F0Fu, 0x08080808u));
+    hi = static_cast<int>(__vsub4((src.y >> shift) & 0x0F0F0F0Fu, 0x08080808u));
   }
 }
 
@@ -596,32 +617,21 @@ __device__ void load_a_fragment(const DeviceMatrix& w, int64_t row0, int64_t nb,
       a[h] = a[2 + h] = 0;
       continue;
     }
-    if constexpr (kKind == WeightKind::kQ8_0) {
-      const int8_t* block = static_cast<const int8_t*>(w.q) + (row * nb + b) * 32;
-      if constexpr (kWide) {
-        const int2 src = *reinterpret_cast<const int2*>(block + 8 * t);
-        a[h] = src.x;
-        a[2 + h] = src.y;
-      } else {
-        const int* src = reinterpret_cast<const int*>(block);
-        a[h] = src[t];
-        a[2 + h] = src[4 + t];
-      }
+    if constexpr (kWide) {
+      const int64_t block_bytes = kKind == WeightKind::kQ8_0 ? 32 : 16;
+      wide_a_words<kKind>(static_cast<const uint8_t*>(w.q) + (row * nb + b) * block_bytes, t, a[h],
+                          a[2 + h]);
+    } else if constexpr (kKind == WeightKind::kQ8_0) {
+      const int* src =
+          reinterpret_cast<const int*>(static_cast<const int8_t*>(w.q) + (row * nb + b) * 32);
+      a[h] = src[t];
+      a[2 + h] = src[4 + t];
     } else {
       // Byte j of a Q4_0 block holds element j (low nibble) and j + 16 (high).
       const uint8_t* block = static_cast<const uint8_t*>(w.q) + (row * nb + b) * 16;
-      if constexpr (kWide) {
-        // Elements 8t.. are the low nibbles of bytes 8t.. for t < 2, the high
-        // nibbles of bytes 8(t - 2).. after.
-        const uint2 src = *reinterpret_cast<const uint2*>(block + 8 * (t & 1));
-        const int shift = 4 * (t >> 1);
-        a[h] = static_cast<int>(__vsub4((src.x >> shift) & 0x0F0F0F0Fu, 0x08080808u));
-        a[2 + h] = static_cast<int>(__vsub4((src.y >> shift) & 0x0F0F0F0Fu, 0x08080808u));
-      } else {
-        const unsigned word = *reinterpret_cast<const unsigned*>(block + 4 * t);
-        a[h] = static_cast<int>(__vsub4(word & 0x0F0F0F0Fu, 0x08080808u));
-        a[2 + h] = static_cast<int>(__vsub4((word >> 4) & 0x0F0F0F0Fu, 0x08080808u));
-      }
+      const unsigned word = *reinterpret_cast<const unsigned*>(block + 4 * t);
+      a[h] = static_cast<int>(__vsub4(word & 0x0F0F0F0Fu, 0x08080808u));
+      a[2 + h] = static_cast<int>(__vsub4((word >> 4) & 0x0F0F0F0Fu, 0x08080808u));
     }
   }
 }
@@ -986,18 +996,9 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
       int a[4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint8_t* block =
-            base + (16 * j + gid + 8 * h) * Stage::kQuantRow + c * Stage::kQuantBytes;
-        if constexpr (kKind == WeightKind::kQ8_0) {
-          const int2 src = *reinterpret_cast<const int2*>(block + 8 * t);
-          a[h] = src.x;
-          a[2 + h] = src.y;
-        } else {
-          const uint2 src = *reinterpret_cast<const uint2*>(block + 8 * (t & 1));
-          const int shift = 4 * (t >> 1);
-          a[h] = static_cast<int>(__vsub4((src.x >> shift) & 0x0F0F0F0Fu, 0x08080808u));
-          a[2 + h] = static_cast<int>(__vsub4((src.y >> shift) & 0x0F0F0F0Fu, 0x08080808u));
-        }
+        wide_a_words<kKind>(
+            base + (16 * j + gid + 8 * h) * Stage::kQuantRow + c * Stage::kQuantBytes, t, a[h],
+            a[2 + h]);
       }
       const float dw_a = __half2float(scales[(16 * j + gid) * (Stage::kScaleRow / 2) + c]);
       const float dw_b = __half2float(scales[(16 * j + gid + 8) * (Stage::kScaleRow / 2) + c]);
@@ -1067,10 +1068,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
       const int r = e / R, m = e % R;
       const int64_t row = tile_row0 + r;
       if (m >= M || row >= w.n_out) continue;
-      float total = partial[0][r][m];
-#pragma unroll
-      for (int c = 1; c < kStreamChains; ++c) total = __fadd_rn(total, partial[c][r][m]);
-      y[static_cast<int64_t>(m) * w.n_out + row] = total;
+      y[static_cast<int64_t>(m) * w.n_out + row] = sum_in_warp_order(partial, r, m);
     }
   }
 }
@@ -1293,10 +1291,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
       __syncthreads();
       for (int e = threadIdx.x; e < kMmaRows * 8 * kTiles; e += kMmaWarps * kWarp) {
         const int r = e / (8 * kTiles), m = e % (8 * kTiles);
-        float total = partial_s[0][r][m];
-#pragma unroll
-        for (int v = 1; v < kMmaWarps; ++v) total = __fadd_rn(total, partial_s[v][r][m]);
-        partial_s[0][r][m] = total;
+        partial_s[0][r][m] = sum_in_warp_order(partial_s, r, m);
       }
       __syncthreads();
       store_qkv_tile(st, part, tile, w.n_out, &partial_s[0][0][0], 8 * kTiles, M, m_base,
