@@ -211,12 +211,17 @@ fi
 # tensor-core kernel's operands streamed into shared memory by cp.async, from 5
 # rows), mma-stream (that for every row count), stream-wide (that with 32 weight
 # rows a block where the grid stays large, each round's activations serving twice
-# the rows; stream-wide-all: everywhere, for the tests), paired (two lanes a chain in the
+# the rows), widest (that everywhere, and the few-rows kernel with 4 weight rows a
+# lane everywhere: for the tests), rows-wide (2 to 8 rows on the one-row kernel's
+# way, each lane taking 2 or 4 weight rows; rows-wide4: 4 everywhere), paired (two lanes a chain in the
 # one-row kernel where a matrix has few rows), paired-all (that for every matrix),
 # fused (gate, up and SwiGLU in one kernel, and q, k, v with RoPE and the KV
-# store in one: F16/BF16 weights, and one row of Q8_0/Q4_0), newest (stream, paired-all and fused together: the tests compare
-# their bits with those of the kernels they stand in for), candidates (stream,
-# paired, fused and in-split: what would become the default together).
+# store in one: F16/BF16 weights, and one row of Q8_0/Q4_0), fused-norm (one row of
+# Q8_0/Q4_0: RMSNorm done by the matmuls after it, the residual adds by wo and down),
+# newest (stream, paired-all, all three fusions and rows-wide with 2 weight rows a
+# lane together: the tests compare their bits with those of the kernels they stand
+# in for), candidates (stream, paired, all three fusions, rows-wide and in-split:
+# what would become the default together).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
@@ -230,12 +235,15 @@ kernel_env() {
     stream) echo "PARSPEC_CUDA_MMA=stream" ;;
     mma-stream) echo "PARSPEC_CUDA_MATMUL=mma PARSPEC_CUDA_MMA=stream" ;;
     stream-wide) echo "PARSPEC_CUDA_MMA=stream-wide" ;;
-    stream-wide-all) echo "PARSPEC_CUDA_MMA=stream-wide-all" ;;
+    widest) echo "PARSPEC_CUDA_MMA=stream-wide-all PARSPEC_CUDA_ROWS=wide4" ;;
+    rows-wide) echo "PARSPEC_CUDA_ROWS=wide" ;;
+    rows-wide4) echo "PARSPEC_CUDA_ROWS=wide4" ;;
     paired) echo "PARSPEC_CUDA_GEMV=paired" ;;
     paired-all) echo "PARSPEC_CUDA_GEMV=paired-all" ;;
-    fused) echo "PARSPEC_CUDA_FUSE=all" ;;
-    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all" ;;
-    candidates) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ATTENTION_MERGE=in-split" ;;
+    fused) echo "PARSPEC_CUDA_FUSE=swiglu,rope" ;;
+    fused-norm) echo "PARSPEC_CUDA_FUSE=norm" ;;
+    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2" ;;
+    candidates) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide PARSPEC_CUDA_ATTENTION_MERGE=in-split" ;;
   esac
 }
 
@@ -246,7 +254,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    kernels=(tensor-cores opt-in newest stream-wide-all)
+    kernels=(tensor-cores opt-in newest widest)
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -254,7 +262,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       # The strategies' tests run every strategy: give them the time, but not forever.
       filter=()
       [[ $kernel == warp ]] && filter=(--gtest_filter=-CudaSampling.*)
-      [[ $kernel == opt-in || $kernel == newest || $kernel == stream-wide-all ]] &&
+      [[ $kernel == opt-in || $kernel == newest || $kernel == widest ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
@@ -583,14 +591,14 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates stream stream-wide mma-stream fused paired paired-all in-split pipelined) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates rows-wide rows-wide4 stream stream-wide mma-stream fused fused-norm paired paired-all in-split pipelined) || variants=() ;;
     *f16*) variants=(candidates fused in-split) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
     step "parspec bench-forward $name with $(kernel_env "$variant")"
     budgeted 90 env $(kernel_env "$variant") "$bin_parspec" bench-forward \
-      -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,4,8,16,32,"$prefill" \
+      -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,"$prefill" \
       -r "$repeat" --decode-tokens "$decode" --context 64 \
       --json "$out/parspec-$name-$variant.json" >/dev/null 2>&1 || echo "$name $variant failed"
   done
@@ -724,7 +732,9 @@ if graph_rows:
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 variant_labels = [
     ("", "default"),
-    ("-candidates", "candidates: stream, paired, fused, in-split"),
+    ("-candidates", "candidates: stream, paired, fused, rows-wide, in-split"),
+    ("-rows-wide", "2 to 8 rows on the one-row kernel's way, 2 or 4 weight rows a lane"),
+    ("-rows-wide4", "the same with 4 weight rows a lane everywhere"),
     ("-mma", "tensor cores for every row count"), ("-warp", "warp (dp4a)"),
     ("-row-major", "row-major activations"),
     ("-stream", "tensor cores, operands streamed by cp.async (from 5 rows)"),
@@ -733,6 +743,7 @@ variant_labels = [
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),
     ("-fused", "gate/up with SwiGLU, and q/k/v with RoPE and the KV store, in one kernel each"),
+    ("-fused-norm", "one row: RMSNorm in the matmuls after it, residual adds in those before"),
     ("-pipelined", "tensor cores, four blocks' loads before their mmas"),
     ("-mma-pipelined", "the same for every row count"),
     ("-in-split", "attention splits merged by their last block"),
@@ -743,9 +754,9 @@ warp_rows = [(n, [(label, load(os.path.join(out, f"parspec-{n}{suffix}.json")))
 warp_rows = [r for r in warp_rows if r[1][0][1] and any(res for _, res in r[1][1:])]
 if warp_rows:
     print()
-    print("| model | matmul | decode tok/s | L(1) ms | L(4) ms | L(8) ms | L(16) ms | L(32) ms "
-          "| L(64) ms | pp512 tok/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | matmul | decode tok/s | L(1) ms | L(2) ms | L(4) ms | L(8) ms | L(16) ms "
+          "| L(32) ms | L(64) ms | pp512 tok/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n, results in warp_rows:
         for label, res in results:
             if res is None:
@@ -754,14 +765,15 @@ if warp_rows:
             lat = r["latency_ms"]
             pp = lat.get("512")
             print(f"| {n} | {label} | {r['decode_tok_per_s']:.1f} | {fmt(lat.get('1'), 2)} "
-                  f"| {fmt(lat.get('4'), 2)} | {fmt(lat.get('8'), 2)} | {fmt(lat.get('16'), 2)} "
+                  f"| {fmt(lat.get('2'), 2)} | {fmt(lat.get('4'), 2)} | {fmt(lat.get('8'), 2)} | {fmt(lat.get('16'), 2)} "
                   f"| {fmt(lat.get('32'), 2)} | {fmt(lat.get('64'), 2)} "
                   f"| {fmt(512 / pp * 1000 if pp else None, 0)} |")
     # Each variant against the default of the same run: what promoting it would bring
     # (decode and prefill: > 1 is faster; L(n): < 1 is faster).
     print()
-    print("| model | variant | decode × default | L(1) × | L(8) × | L(32) × | L(512) × |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | variant | decode × default | L(1) × | L(2) × | L(4) × | L(8) × | L(32) × "
+          "| L(512) × |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n, results in warp_rows:
         base = results[0][1]["results"][0]
         for label, res in results[1:]:
@@ -772,7 +784,8 @@ if warp_rows:
                                  if r["latency_ms"].get(key) and base["latency_ms"].get(key)
                                  else None)
             print(f"| {n} | {label} | {r['decode_tok_per_s'] / base['decode_tok_per_s']:.3f} "
-                  f"| {fmt(ratio('1'), 3)} | {fmt(ratio('8'), 3)} | {fmt(ratio('32'), 3)} "
+                  f"| {fmt(ratio('1'), 3)} | {fmt(ratio('2'), 3)} | {fmt(ratio('4'), 3)} "
+                  f"| {fmt(ratio('8'), 3)} | {fmt(ratio('32'), 3)} "
                   f"| {fmt(ratio('512'), 3)} |")
 half_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-half-warp.json"))) for n in rows]

@@ -1008,14 +1008,57 @@ class CudaExecutor final : public ForwardExecutor {
   void run_layers(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& pass,
                   int n, int first, int last, float* h) {
     const PassInputs in = with_rope_angles(c, dm, ws, pass, n);
+    // PARSPEC_CUDA_FUSE=norm: every residual is added into h as it is made.
+    const bool fuse_norm = fused_norm_wanted() && n == 1;
     for (int l = first; l < last; ++l) {
+      if (fuse_norm) {
+        attention_part(c, dm, ws, in, l, n, h, nullptr, ws.o.as<float>(), false, true);
+        mlp_part(c, dm, ws, l, n, h, nullptr, true);
+        continue;
+      }
       attention_part(c, dm, ws, in, l, n, h, l > first ? ws.o.as<float>() : nullptr,
                      ws.o.as<float>());
       mlp_part(c, dm, ws, l, n, h, ws.o.as<float>());
     }
-    if (last > first)
+    if (last > first && !fuse_norm) {
       launch_add(h, ws.o.as<float>(), static_cast<int64_t>(n) * c.n_embd, ws.stream);
-    profile_.mark("add (last MLP)", ws.stream);
+      profile_.mark("add (last MLP)", ws.stream);
+    }
+  }
+
+  // A matmul whose output goes into the residual stream: added into h by
+  // the matmul itself where its kernel can (fuse_norm), else written to
+  // `out` and, with fuse_norm, added to h by a kernel of its own.
+  void residual_matmul(Workspace& ws, const DeviceMatrix& w, const float* x, int n, float* out,
+                       float* h, bool fuse_norm, const int8_t* xq = nullptr,
+                       const float* xd = nullptr) {
+    MatmulGroup group;
+    group.count = 1;
+    group.w[0] = w;
+    group.y[0] = out;
+    if (fuse_norm && one_row_fusable(w, n)) {
+      group.y[0] = h;
+      group.accumulate = true;
+      matmul_group(ws, group, x, n, xq, xd);
+      return;
+    }
+    matmul_group(ws, group, x, n, xq, xd);
+    if (fuse_norm) launch_add(h, out, static_cast<int64_t>(n) * w.n_out, ws.stream);
+  }
+
+  // The input norm of matrices that normalize it themselves (fuse_norm and
+  // every one of them on the one-row kernels), or {} after running the norm
+  // kernel into ws.xn (and ws.xq where they take Q8_0).
+  RowNorm input_norm(const ModelConfig& c, Workspace& ws, float* h, const float* residual,
+                     const float* weight, int n, bool fuse_norm,
+                     std::initializer_list<const DeviceMatrix*> matrices, const char* what) {
+    bool fusable = fuse_norm && residual == nullptr;
+    for (const DeviceMatrix* m : matrices) fusable = fusable && one_row_fusable(*m, n);
+    if (fusable) return RowNorm{h, weight, c.rms_eps};
+    launch_add_rmsnorm(h, residual, weight, n, c.n_embd, c.rms_eps, ws.xn.as<float>(),
+                       quantized_input(ws, matrices), ws.xd.as<float>(), ws.stream);
+    profile_.mark(what, ws.stream);
+    return RowNorm{};
   }
 
   // Every layer over the rows in ws.hidden (in layer groups when `ends` are
@@ -1197,9 +1240,12 @@ class CudaExecutor final : public ForwardExecutor {
   // `out` and the rows' k and v into their caches.
   // keep_qkv: q, k and v stay in the workspace's buffers (for an AttentionProbe),
   // so the q/k/v matmul is not fused with RoPE and the KV store.
+  // fuse_norm (PARSPEC_CUDA_FUSE=norm, no residual): the attention's output is
+  // added into h (`out`: scratch), and the q/k/v matmul normalizes h itself
+  // where its kernels can.
   void attention_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& pass,
                       int layer, int n, float* h, const float* residual, float* out,
-                      bool keep_qkv = false) {
+                      bool keep_qkv = false, bool fuse_norm = false) {
     check(ws.stream != nullptr, "a workspace without a stream");
     const PassInputs in = with_rope_angles(c, dm, ws, pass, n);
     const DeviceLayer& w = dm.layers.at(layer);
@@ -1209,20 +1255,20 @@ class CudaExecutor final : public ForwardExecutor {
     float* k = ws.k.as<float>();
     float* v = ws.v.as<float>();
     float* att = ws.att.as<float>();
-    launch_add_rmsnorm(h, residual, w.attn_norm, n, c.n_embd, c.rms_eps, xn,
-                       quantized_input(ws, {&w.wq, &w.wk, &w.wv}), ws.xd.as<float>(), stream);
-    profile_.mark("add + norm (attention)", stream);
+    const RowNorm norm = input_norm(c, ws, h, residual, w.attn_norm, n, fuse_norm && !keep_qkv,
+                                    {&w.wq, &w.wk, &w.wv}, "add + norm (attention)");
     const HeadShape shape{c.n_head, c.n_head_kv, c.head_dim, c.rope_dims,
                           c.rope_style == RopeStyle::kNeox};
     if (fused_rope_wanted() && !keep_qkv &&
         launch_qkv_rope(w.wq, w.wk, w.wv, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, q, w.bq,
-                        w.bk, w.bv, in.rope_angles, in.rows, layer, shape, stream)) {
+                        w.bk, w.bv, in.rope_angles, in.rows, layer, shape, stream, norm)) {
       profile_.mark("q/k/v matmul + rope + KV store", stream);
     } else {
       MatmulGroup qkv;
       qkv.count = 3;
       qkv.w[0] = w.wq, qkv.w[1] = w.wk, qkv.w[2] = w.wv;
       qkv.y[0] = q, qkv.y[1] = k, qkv.y[2] = v;
+      qkv.norm = norm;
       matmul_group(ws, qkv, xn, n);
       profile_.mark("q/k/v matmul", stream);
       launch_bias_rope_store(q, k, v, w.bq, w.bk, w.bv, in.rope_angles, in.rows, layer, n, shape,
@@ -1240,23 +1286,23 @@ class CudaExecutor final : public ForwardExecutor {
       launch_quantize_q8(att, n, c.q_dim(), xq, ws.xd.as<float>(), stream);
       profile_.mark("quantize (wo input)", stream);
     }
-    matmul(ws, w.wo, att, n, out);
+    residual_matmul(ws, w.wo, att, n, out, h, fuse_norm);
     profile_.mark("wo matmul", stream);
     cuda_check(cudaGetLastError(), "the attention block");
   }
 
   // h += residual (when given), then mlp(norm(h)) of one layer into ws.o (not
-  // added to h: the caller adds it, or the next norm does).
+  // added to h: the caller adds it, or the next norm does). fuse_norm (no
+  // residual): as attention_part's, the output added into h.
   void mlp_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, int layer, int n, float* h,
-                const float* residual) {
+                const float* residual, bool fuse_norm = false) {
     const DeviceLayer& w = dm.layers.at(layer);
     cudaStream_t stream = ws.stream;
     float* xn = ws.xn.as<float>();
     float* gate = ws.gate.as<float>();
     float* up = ws.up.as<float>();
-    launch_add_rmsnorm(h, residual, w.ffn_norm, n, c.n_embd, c.rms_eps, xn,
-                       quantized_input(ws, {&w.w_gate, &w.w_up}), ws.xd.as<float>(), stream);
-    profile_.mark("add + norm (MLP)", stream);
+    const RowNorm norm = input_norm(c, ws, h, residual, w.ffn_norm, n, fuse_norm,
+                                    {&w.w_gate, &w.w_up}, "add + norm (MLP)");
     // The down matmul's quantized input: where the SwiGLU kernel writes it, or
     // where `up` would be when the fused kernel writes it (`up` never leaves
     // that kernel, and the kernel's own input must not be overwritten).
@@ -1268,7 +1314,7 @@ class CudaExecutor final : public ForwardExecutor {
       float* d =
           q != nullptr ? reinterpret_cast<float*>(q + static_cast<size_t>(n) * c.n_ff) : nullptr;
       fused = launch_gate_up_swiglu(w.w_gate, w.w_up, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n,
-                                    gate, q, d, stream);
+                                    gate, q, d, stream, norm);
       if (fused && q != nullptr) q_down = q, d_down = d;
       if (fused) profile_.mark("gate/up matmul + SwiGLU", stream);
     }
@@ -1277,17 +1323,14 @@ class CudaExecutor final : public ForwardExecutor {
       gate_up.count = 2;
       gate_up.w[0] = w.w_gate, gate_up.w[1] = w.w_up;
       gate_up.y[0] = gate, gate_up.y[1] = up;
+      gate_up.norm = norm;
       matmul_group(ws, gate_up, xn, n);
       profile_.mark("gate/up matmul", stream);
       launch_swiglu(gate, up, n, c.n_ff, quantized_input(ws, {&w.w_down}), ws.xd.as<float>(),
                     stream);
       profile_.mark("SwiGLU", stream);
     }
-    MatmulGroup down;
-    down.count = 1;
-    down.w[0] = w.w_down;
-    down.y[0] = ws.o.as<float>();
-    matmul_group(ws, down, gate, n, q_down, d_down);
+    residual_matmul(ws, w.w_down, gate, n, ws.o.as<float>(), h, fuse_norm, q_down, d_down);
     profile_.mark("down matmul", stream);
     cuda_check(cudaGetLastError(), "the MLP block");
   }
@@ -1295,10 +1338,18 @@ class CudaExecutor final : public ForwardExecutor {
   const float* logits_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, float* h, int n) {
     float* xn = ws.out_norm.as<float>();
     float* logits = ws.logits.as<float>();
-    launch_add_rmsnorm(h, nullptr, dm.output_norm, n, c.n_embd, c.rms_eps, xn,
-                       quantized_input(ws, {&dm.output}), ws.xd.as<float>(), ws.stream);
-    profile_.mark("output norm", ws.stream);
-    matmul(ws, dm.output, xn, n, logits);
+    MatmulGroup head;
+    head.count = 1;
+    head.w[0] = dm.output;
+    head.y[0] = logits;
+    if (fused_norm_wanted() && one_row_fusable(dm.output, n)) {
+      head.norm = RowNorm{h, dm.output_norm, c.rms_eps};
+    } else {
+      launch_add_rmsnorm(h, nullptr, dm.output_norm, n, c.n_embd, c.rms_eps, xn,
+                         quantized_input(ws, {&dm.output}), ws.xd.as<float>(), ws.stream);
+      profile_.mark("output norm", ws.stream);
+    }
+    matmul_group(ws, head, xn, n);
     profile_.mark("output matmul", ws.stream);
     cuda_check(cudaGetLastError(), "the output layer");
     last_logits_ = logits;

@@ -1363,6 +1363,59 @@ __device__ void stage_activation_row(int4* shared, const int8_t* xq, const float
   ds = scales;
 }
 
+// 1 / sqrt(mean(h²) + eps) over a row of dim values, as add_rmsnorm_wide_kernel
+// computes it (without a residual), its 1024 threads' steps taken by the
+// block's `threads` threads between them (thread t those of t, t + threads,
+// ...). Every thread of the block must call it.
+__device__ float normalized_row_scale(const float* h, int dim, float eps, int threads) {
+  __shared__ float warp_sums[kNormBlock / kWarp];
+  const int lane = threadIdx.x % kWarp;
+  for (int t = threadIdx.x; t < kNormBlock; t += threads) {  // the same count on every thread
+    float s = 0.0f;
+    for (int k = 0; k < kWideNormPerThread; ++k) {
+      const int i = t + k * kNormBlock;
+      if (i >= dim) break;
+      s = __fmaf_rn(h[i], h[i], s);
+    }
+    s = warp_sum(s);
+    if (lane == 0) warp_sums[t / kWarp] = s;
+  }
+  __syncthreads();
+  const float total = warp_sum(warp_sums[lane]);  // kNormBlock / kWarp == kWarp
+  const float mean = __fdiv_rn(total, static_cast<float>(dim));
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+// The one-row kernels' activation row normalized from norm.h (PARSPEC_CUDA_FUSE=norm):
+// add_rmsnorm_wide_kernel's values, quantized as it quantizes them, into
+// shared memory as stage_activation_row lays a row out.
+__device__ void stage_normalized_row(int4* shared, const RowNorm& norm, int64_t nb, int threads,
+                                     const int8_t*& xs, const float*& ds) {
+  int8_t* quants = reinterpret_cast<int8_t*>(shared);
+  float* scales = reinterpret_cast<float*>(quants + nb * 32);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const float scale = normalized_row_scale(norm.h, static_cast<int>(nb * 32), norm.eps, threads);
+  for (int64_t b = warp; b < nb; b += threads / kWarp) {
+    const int64_t i = b * 32 + lane;
+    const float y = __fmul_rn(__fmul_rn(norm.h[i], scale), norm.weight[i]);
+    quantize_block(y, lane, quants + b * 32, scales + b);
+  }
+  __syncthreads();
+  xs = quants;
+  ds = scales;
+}
+
+// The one-row kernels' input: normalized from norm.h where it is set, else
+// the quantized row xq, xd. The same for the whole block.
+__device__ void stage_input_row(int4* shared, const RowNorm& norm, const int8_t* xq,
+                                const float* xd, int64_t nb, int threads, const int8_t*& xs,
+                                const float*& ds) {
+  if (norm.h != nullptr)
+    stage_normalized_row(shared, norm, nb, threads, xs, ds);
+  else
+    stage_activation_row(shared, xq, xd, nb, threads, xs, ds);
+}
+
 // A lane's first kGemvPrefetch weight blocks of a row (blocks first,
 // first + stride, ...: a half-warp lane's are v, v + 16, ...) and their scales,
 // requested together so that their loads overlap, then used in block order.
@@ -1438,7 +1491,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   if (has_row) first.load(w, scales, row, nb, v, 16);
   const int8_t* xs;
   const float* ds;
-  stage_activation_row(gemv_shared, xq, xd, nb, kGemvThreads, xs, ds);
+  stage_input_row(gemv_shared, g.norm, xq, xd, nb, kGemvThreads, xs, ds);
   float acc = 0.0f;
   if (has_row) {
     // Block b's product, added in block order.
@@ -1458,7 +1511,7 @@ __global__ void __launch_bounds__(kGemvThreads)
     __syncthreads();
     store_qkv_tile(st, part, tile, w.n_out, tile_s, 1, 1, 0, kGemvThreads);
   } else if (v == 0 && row < w.n_out) {
-    y[row] = total;
+    y[row] = g.accumulate ? __fadd_rn(y[row], total) : total;
   }
 }
 
@@ -1507,6 +1560,99 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
+// PARSPEC_CUDA_ROWS=wide: two to kR activation rows as matmul_rows_kernel
+// computes them, with each half-warp lane taking kW weight rows of its tile
+// (half-warp h: rows h, h + 16/kW, ...), so that every activation block it
+// reads from L1 serves kW weight rows instead of one: at 4 rows the
+// per-weight-row kernel reads 8 bytes of activations for each byte of Q4_0
+// weights. A lane keeps the next kDepth steps' weight blocks in flight. The
+// chains' sums meet in shared memory, where one thread per output adds them
+// in chain order, as half_warp_sum_in_order does.
+template <WeightKind kKind, int kR, int kW>
+__global__ void __launch_bounds__(kGemvThreads / kW)
+    matmul_rows_wide_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
+  begin_kernel();
+  constexpr int kHalfWarps = 16 / kW, kThreads = kHalfWarps * 16;
+  constexpr int kDepth = 8 / kW;  // steps of the lane's blocks loaded ahead
+  static_assert(kHalfWarps * kW == kMmaRows, "a tile's rows split evenly over the half-warps");
+  __shared__ float chains_s[kR][kMmaRows][17];  // 17: a row's chains in different banks
+  DeviceMatrix w;
+  float* y;
+  int64_t row0;
+  if (!block_tile(g, w, y, row0)) return;  // the same for the whole block
+  const int64_t nb = w.n_in / 32;
+  const int v = threadIdx.x % 16, h = threadIdx.x / 16;
+  // Rows past the matrix load its last row instead; their sums are not stored.
+  const __half* scales[kW];
+  int64_t rows[kW];
+#pragma unroll
+  for (int j = 0; j < kW; ++j) {
+    const int64_t row = row0 + h + kHalfWarps * j;
+    rows[j] = row < w.n_out ? row : w.n_out - 1;
+    scales[j] = static_cast<const __half*>(w.scales) + rows[j] * nb;
+  }
+  float acc[kR][kW];
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int j = 0; j < kW; ++j) acc[r][j] = 0.0f;
+  // A ring of the lane's next kDepth steps (blocks b, b + 16, ...), each step
+  // the block of every one of its kW rows.
+  RawBlock raw[kDepth][kW];
+  __half scale[kDepth][kW];
+  auto load_step = [&](int slot, int64_t b) {
+    if (b >= nb) return;
+#pragma unroll
+    for (int j = 0; j < kW; ++j) {
+      raw[slot][j] = load_raw_block<kKind>(w, rows[j] * nb + b);
+      scale[slot][j] = scales[j][b];
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kDepth; ++s) load_step(s, v + 16 * s);
+  for (int64_t b0 = v; b0 < nb; b0 += 16 * kDepth) {
+#pragma unroll
+    for (int s = 0; s < kDepth; ++s) {
+      const int64_t b = b0 + 16 * s;
+      if (b >= nb) break;
+      int wq[kW][8];
+      float dw[kW];
+#pragma unroll
+      for (int j = 0; j < kW; ++j) {
+        unpack_raw_block<kKind>(raw[s][j], wq[j]);
+        dw[j] = __half2float(scale[s][j]);
+      }
+      load_step(s, b + 16 * kDepth);  // the slot is free again
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if (r >= M) break;  // M is the same on every lane
+        const int64_t xb = static_cast<int64_t>(r) * nb + b;
+        const int4* x4 = reinterpret_cast<const int4*>(xq + xb * 32);
+        const int4 a = __ldg(x4), c = __ldg(x4 + 1);
+        const float dx = __ldg(xd + xb);
+#pragma unroll
+        for (int j = 0; j < kW; ++j) {
+          const int sum = block_dot_s8(wq[j], a, c);
+          acc[r][j] = __fmaf_rn(__fmul_rn(dw[j], dx), static_cast<float>(sum), acc[r][j]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int j = 0; j < kW; ++j) chains_s[r][h + kHalfWarps * j][v] = acc[r][j];
+  __syncthreads();
+  for (int o = threadIdx.x; o < kR * kMmaRows; o += kThreads) {
+    const int r = o / kMmaRows, t = o % kMmaRows;
+    const int64_t row = row0 + t;
+    if (r >= M || row >= w.n_out) continue;
+    float total = chains_s[r][t][0];
+    for (int c = 1; c < 16; ++c) total = __fadd_rn(total, chains_s[r][t][c]);
+    y[static_cast<int64_t>(r) * w.n_out + row] = total;
+  }
+}
+
 // PARSPEC_CUDA_GEMV=paired: one row as matmul_gemv_kernel computes it, with
 // twice the lanes loading its weights. Each weight row is a warp: chain v's
 // blocks v, v + 16, v + 32, ... alternate between lanes v and v + 16, and lane
@@ -1537,7 +1683,7 @@ __global__ void __launch_bounds__(kPairedThreads, 2)
   if (has_row) early.load(w, scales, row, nb, first, 32);
   const int8_t* xs;
   const float* ds;
-  stage_activation_row(gemv_shared, xq, xd, nb, kPairedThreads, xs, ds);
+  stage_input_row(gemv_shared, g.norm, xq, xd, nb, kPairedThreads, xs, ds);
 
   float acc = 0.0f;
   // This lane's product of block b, then both lanes' added by lane v in block
@@ -1583,7 +1729,7 @@ __global__ void __launch_bounds__(kPairedThreads, 2)
     fold(ok, x, c);
   }
   const float total = half_warp_sum_in_order(acc, lane);
-  if (lane == 0 && has_row) y[row] = total;
+  if (lane == 0 && has_row) y[row] = g.accumulate ? __fadd_rn(y[row], total) : total;
 }
 
 // PARSPEC_CUDA_FUSE=swiglu, one row of Q8_0/Q4_0 gate and up weights: each
@@ -1598,7 +1744,8 @@ constexpr int kGatedPrefetch = kGemvPrefetch / 2;  // per row: the lane has two
 template <WeightKind kKind>
 __global__ void __launch_bounds__(kGatedThreads)
     matmul_gemv_gated_kernel(DeviceMatrix gate_w, DeviceMatrix up_w, const int8_t* xq,
-                             const float* xd, float* gate_out, int8_t* q, float* scales) {
+                             const float* xd, float* gate_out, int8_t* q, float* scales,
+                             RowNorm norm) {
   begin_kernel();
   extern __shared__ int4 gemv_shared[];
   __shared__ float values_s[kGatedOutputs];
@@ -1616,7 +1763,7 @@ __global__ void __launch_bounds__(kGatedThreads)
   }
   const int8_t* xs;
   const float* ds;
-  stage_activation_row(gemv_shared, xq, xd, nb, kGatedThreads, xs, ds);
+  stage_input_row(gemv_shared, norm, xq, xd, nb, kGatedThreads, xs, ds);
   float acc_gate = 0.0f, acc_up = 0.0f;
   if (has_row) {
     // Block b's product, added in block order, as in matmul_gemv_kernel.
@@ -1648,11 +1795,45 @@ __global__ void __launch_bounds__(kGatedThreads)
 }
 
 constexpr int kRowsKernelMaxRows = 4;
+constexpr int kWideRowsMaxRows = 8;
+
+// PARSPEC_CUDA_ROWS: "wide" runs matmul_rows_wide_kernel for 2 to
+// kWideRowsMaxRows rows, with 4 weight rows a lane where the grid gives
+// every SM at least 4 tiles and 2 elsewhere; "wide2" and "wide4" fix that
+// number (the tests run both everywhere).
+int wide_rows_wanted() {
+  static const int wanted = env_is("PARSPEC_CUDA_ROWS", "wide")    ? 1
+                            : env_is("PARSPEC_CUDA_ROWS", "wide2") ? 2
+                            : env_is("PARSPEC_CUDA_ROWS", "wide4") ? 4
+                                                                   : 0;
+  return wanted;
+}
+int rows_kernel_max_rows() {
+  return wide_rows_wanted() ? kWideRowsMaxRows : kRowsKernelMaxRows;
+}
+
+template <WeightKind kKind, int kW>
+void launch_rows_wide(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, int tiles,
+                      cudaStream_t stream) {
+  constexpr int kThreads = kGemvThreads / kW;
+  if (n <= 2)
+    launch(matmul_rows_wide_kernel<kKind, 2, kW>, tiles, kThreads, 0, stream, g, xq, xd, n);
+  else if (n <= 4)
+    launch(matmul_rows_wide_kernel<kKind, 4, kW>, tiles, kThreads, 0, stream, g, xq, xd, n);
+  else
+    launch(matmul_rows_wide_kernel<kKind, kWideRowsMaxRows, kW>, tiles, kThreads, 0, stream, g, xq,
+           xd, n);
+}
 
 template <WeightKind kKind>
 void launch_rows(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
                  cudaStream_t stream) {
   const int tiles = weight_row_tiles(g);
+  if (const int wide = wide_rows_wanted()) {
+    if (wide == 4 || (wide == 1 && tiles >= 4 * multiprocessors()))
+      return launch_rows_wide<kKind, 4>(g, xq, xd, n, tiles, stream);
+    return launch_rows_wide<kKind, 2>(g, xq, xd, n, tiles, stream);
+  }
   if (n <= 2)
     launch(matmul_rows_kernel<kKind, 2>, tiles, kGemvThreads, 0, stream, g, xq, xd, n);
   else
@@ -1755,7 +1936,7 @@ QuantizedKernel quantized_kernel(int n, int64_t n_in) {
   static const bool tensor_cores = tensor_core_matmul_wanted();
   static const bool few_rows = few_rows_matmul_wanted();
   if (!tensor_cores) return QuantizedKernel::kWarp;
-  if (few_rows && n >= 2 && n <= kRowsKernelMaxRows) return QuantizedKernel::kRows;
+  if (few_rows && n >= 2 && n <= rows_kernel_max_rows()) return QuantizedKernel::kRows;
   if (few_rows && n == 1 && gemv_shared_bytes(n_in) <= kGemvMaxShared)
     return QuantizedKernel::kOneRow;
   return QuantizedKernel::kTensorCores;
@@ -2980,8 +3161,15 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
   for (int i = 1; i < group.count; ++i)
     uniform &= group.w[i].kind == group.w[0].kind && group.w[i].n_in == group.w[0].n_in;
   if (!uniform) {
-    for (int i = 0; i < group.count; ++i)
-      launch_matmul(group.w[i], x, xq, xd, xk, n, group.y[i], stream);
+    for (int i = 0; i < group.count; ++i) {
+      MatmulGroup one;
+      one.w[0] = group.w[i];
+      one.y[0] = group.y[i];
+      one.count = 1;
+      one.norm = group.norm;
+      one.accumulate = group.accumulate;
+      launch_matmul_group(one, x, xq, xd, xk, n, stream);
+    }
     return;
   }
   const MatmulInputs in{x, xq, xd, xk};
@@ -3129,25 +3317,41 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
   return out_q != nullptr;
 }
 
+// PARSPEC_CUDA_FUSE: "all", or a comma-separated list of swiglu, rope and norm.
+bool fusion_wanted(std::string_view fusion) {
+  const char* env = std::getenv("PARSPEC_CUDA_FUSE");
+  if (env == nullptr) return false;
+  std::string_view list(env);
+  if (list == "all") return true;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    if (list.substr(0, comma) == fusion) return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
 bool fused_rope_wanted() {
-  static const bool wanted =
-      env_is("PARSPEC_CUDA_FUSE", "rope") || env_is("PARSPEC_CUDA_FUSE", "all");
+  static const bool wanted = fusion_wanted("rope");
   return wanted;
 }
 
 bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const DeviceMatrix& wv,
                      const float* x, const int8_t* xq, const float* xd, int n, float* q,
                      const float* bq, const float* bk, const float* bv, const float* angles,
-                     const AttentionRow* rows, int layer, HeadShape shape, cudaStream_t stream) {
+                     const AttentionRow* rows, int layer, HeadShape shape, cudaStream_t stream,
+                     const RowNorm& norm) {
   const int hd = shape.head_dim;
   const bool fits = n > 0 && wk.kind == wq.kind && wv.kind == wq.kind && wk.n_in == wq.n_in &&
                     wv.n_in == wq.n_in && shape.rope_dims == hd && hd % 16 == 0 &&
                     wq.n_out == int64_t{shape.n_head} * hd &&
                     wk.n_out == int64_t{shape.n_head_kv} * hd && wv.n_out == wk.n_out;
-  if (!fits) return false;
+  if (!fits || (norm.h != nullptr && !one_row_fusable(wq, n))) return false;
   MatmulGroup g;
   g.count = 3;
   g.w[0] = wq, g.w[1] = wk, g.w[2] = wv;
+  g.norm = norm;
   QkvStore st;
   st.bias_q = bq, st.bias_k = bk, st.bias_v = bv;
   st.angles = reinterpret_cast<const float2*>(angles);
@@ -3178,16 +3382,27 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
 }
 
 bool fused_swiglu_wanted() {
-  static const bool wanted =
-      env_is("PARSPEC_CUDA_FUSE", "swiglu") || env_is("PARSPEC_CUDA_FUSE", "all");
+  static const bool wanted = fusion_wanted("swiglu");
   return wanted;
+}
+
+bool fused_norm_wanted() {
+  static const bool wanted = fusion_wanted("norm");
+  return wanted;
+}
+
+bool one_row_fusable(const DeviceMatrix& w, int n) {
+  return n == 1 && takes_quantized_input(w.kind) && w.n_in % 32 == 0 &&
+         w.n_in <= kNormBlock * kWideNormPerThread &&
+         quantized_kernel(1, w.n_in) == QuantizedKernel::kOneRow;
 }
 
 bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x,
                            const int8_t* xq, const float* xd, int n, float* gate_out, int8_t* q,
-                           float* scales, cudaStream_t stream) {
+                           float* scales, cudaStream_t stream, const RowNorm& norm) {
   if (n <= 0 || gate.kind != up.kind || gate.n_in != up.n_in || gate.n_out != up.n_out)
     return false;
+  if (norm.h != nullptr && !one_row_fusable(gate, n)) return false;
   if (q != nullptr && gate.n_out % 32 != 0) return false;
   const int tiles = static_cast<int>((gate.n_out + kMmaRows / 2 - 1) / (kMmaRows / 2));
   MatmulGroup g;
@@ -3212,7 +3427,7 @@ bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, con
       launch(gate.kind == WeightKind::kQ8_0 ? matmul_gemv_gated_kernel<WeightKind::kQ8_0>
                                             : matmul_gemv_gated_kernel<WeightKind::kQ4_0>,
              blocks, kGatedThreads, gemv_shared_bytes(gate.n_in), stream, gate, up, xq, xd,
-             gate_out, q, scales);
+             gate_out, q, scales, norm);
       return true;
     }
     default:

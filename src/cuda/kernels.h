@@ -104,15 +104,33 @@ void launch_quantize_q8k(const float* x, int n, int dim, const Q8KActivations& o
 // the quantized x (xq, xd) for Q8_0/Q4_0, from xk for Q4_K/Q6_K.
 void launch_matmul(const DeviceMatrix& w, const float* x, const int8_t* xq, const float* xd,
                    const Q8KActivations& xk, int n, float* y, cudaStream_t stream);
+// PARSPEC_CUDA_FUSE=norm: the input of a one-row matmul normalized by the
+// matmul's own blocks, h / sqrt(mean(h²) + eps) · weight quantized to Q8_0:
+// the values launch_add_rmsnorm (without a residual) gives its next matmul.
+struct RowNorm {
+  const float* h = nullptr;  // null: the input comes as xq and xd
+  const float* weight = nullptr;
+  float eps = 0.0f;
+};
+
 // Up to three matrices of one kind and width applied to the same input (q, k
 // and v; gate and up) in one launch: y[i] = x · w[i]ᵀ, each output computed
-// exactly as launch_matmul computes it.
+// exactly as launch_matmul computes it. `norm` and `accumulate` (y[i] +=
+// x · w[i]ᵀ, the sum launch_add would give) only where one_row_fusable says.
 struct MatmulGroup {
   static constexpr int kMax = 3;
   DeviceMatrix w[kMax];
   float* y[kMax] = {};
   int count = 0;
+  RowNorm norm;
+  bool accumulate = false;
 };
+// PARSPEC_CUDA_FUSE=norm (or =all): whether passes fuse RMSNorm into the
+// matmuls after it and the residual adds into the matmuls before it.
+bool fused_norm_wanted();
+// Whether n rows of input to weights w go through the one-row kernels, which
+// take a RowNorm input and accumulate into their outputs.
+bool one_row_fusable(const DeviceMatrix& w, int n);
 void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t* xq,
                          const float* xd, const Q8KActivations& xk, int n, cudaStream_t stream);
 
@@ -161,10 +179,13 @@ void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, floa
 // every dimension of a head is rotated. Elsewhere it launches nothing and
 // returns false.
 bool fused_rope_wanted();
+// With norm.h set (one_row_fusable weights only) the input is normalized as
+// RowNorm says instead of read from xq and xd.
 bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const DeviceMatrix& wv,
                      const float* x, const int8_t* xq, const float* xd, int n, float* q,
                      const float* bq, const float* bk, const float* bv, const float* angles,
-                     const AttentionRow* rows, int layer, HeadShape shape, cudaStream_t stream);
+                     const AttentionRow* rows, int layer, HeadShape shape, cudaStream_t stream,
+                     const RowNorm& norm = {});
 // PARSPEC_CUDA_FUSE=swiglu (or =all): gate and up in one launch that writes only
 // gate_out = silu(x · gateᵀ) · (x · upᵀ), the values launch_matmul_group and
 // launch_swiglu give, and with q not null those quantized to Q8_0 (q and
@@ -173,7 +194,7 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
 bool fused_swiglu_wanted();
 bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x,
                            const int8_t* xq, const float* xd, int n, float* gate_out, int8_t* q,
-                           float* scales, cudaStream_t stream);
+                           float* scales, cudaStream_t stream, const RowNorm& norm = {});
 // y += x.
 void launch_add(float* y, const float* x, int64_t count, cudaStream_t stream);
 // dst[i] = src[index[i]], rows of `dim` floats.

@@ -275,6 +275,7 @@ void run_grid(dim3 grid, int threads, size_t shared, Body&& body) {
 #define __fadd_rn(a, b) parspec::cuda::emulated::add_rn(a, b)
 #define __fdiv_rn(a, b) parspec::cuda::emulated::div_rn(a, b)
 #define __fsub_rn(a, b) parspec::cuda::emulated::sub_rn(a, b)
+#define __fsqrt_rn(a) std::sqrt(a)
 #define __vsub4(a, b) parspec::cuda::emulated::sub4(a, b)
 #define __dp4a(a, b, c) parspec::cuda::emulated::dp4a(a, b, c)
 #define __ldg(p) (*(p))

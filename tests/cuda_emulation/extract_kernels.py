@@ -33,6 +33,10 @@ pieces = [
     piece("__device__ bool block_tile("),
     piece("__device__ float half_warp_sum_in_order("),
     piece("__device__ void stage_activation_row("),
+    piece("__device__ float normalized_row_scale("),
+    piece("__device__ void stage_normalized_row("),
+    piece("__device__ void stage_input_row("),
+    piece("__global__ void __launch_bounds__(kNormBlock)\n    add_rmsnorm_wide_kernel("),
     piece("template <WeightKind kKind, int kCount = kGemvPrefetch>\nstruct FirstBlocks {", "\n};\n"),
     piece("template <WeightKind kKind, int kUnroll, int kFirst = kGemvPrefetch, class Step>\n"
           "__device__ void each_later_block("),
@@ -42,6 +46,10 @@ pieces = [
     piece("__device__ void store_qkv_tile("),
     piece("template <WeightKind kKind, bool kQkv = false>\n__global__ void __launch_bounds__(kGemvThreads)\n"
           "    matmul_gemv_kernel("),
+    piece("template <WeightKind kKind, int kR>\n__global__ void __launch_bounds__(kGemvThreads)\n"
+          "    matmul_rows_kernel("),
+    piece("template <WeightKind kKind, int kR, int kW>\n"
+          "__global__ void __launch_bounds__(kGemvThreads / kW)\n    matmul_rows_wide_kernel("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kPairedThreads, 2)\n"
           "    matmul_gemv_paired_kernel("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kGatedThreads)\n"
@@ -76,7 +84,8 @@ constants = []
 for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps", "kStreamThreads",
              "kStreamChains", "kStreamStages", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
              "kPairedPrefetch", "kGatedOutputs", "kGatedThreads", "kGatedPrefetch",
-             "kAttnThreads", "kAttnKeys", "kMaxHeadDim"):
+             "kAttnThreads", "kAttnKeys", "kMaxHeadDim", "kNormThreads", "kNormBlock",
+             "kWideNormPerThread"):
     match = re.search(r"^constexpr int " + name + r" = [^;]*;", source, re.M)
     if not match:
         sys.exit(f"extract_kernels.py: no constexpr {name} in {sys.argv[1]}")

@@ -283,6 +283,45 @@ TEST(CudaKernelsOnCpu, GatedHalfMatmulGivesSwiGluOfTheGroupsValues) {
   check_gated_half<WeightKind::kF16, 4>(96, 20, 40, 3);
 }
 
+// Two to eight activation rows, row after row, through the few-rows kernels:
+// matmul_rows_kernel (up to 4) and matmul_rows_wide_kernel with 2 and 4
+// weight rows a lane.
+template <WeightKind kKind, int kR, int kW>
+void check_wide_rows(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", kR " +
+               std::to_string(kR) + ", weight rows a lane " + std::to_string(kW));
+  GroupProblem p(kKind, n_in, std::move(outs), M, M, seed);
+  run(p.blocks(kMmaRows), kGemvThreads / kW, 0, [&] {
+    matmul_rows_wide_kernel<kKind, kR, kW>(p.group, p.x.values.data(), p.x.scales.data(), M);
+  });
+  const int64_t nb = n_in / 32;
+  p.expect_contract([&](int m, int64_t b) { return m * nb + b; });
+}
+
+template <WeightKind kKind, int kR>
+void check_rows(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", kR " +
+               std::to_string(kR));
+  GroupProblem p(kKind, n_in, std::move(outs), M, M, seed);
+  run(p.blocks(kMmaRows), kGemvThreads, 0,
+      [&] { matmul_rows_kernel<kKind, kR>(p.group, p.x.values.data(), p.x.scales.data(), M); });
+  const int64_t nb = n_in / 32;
+  p.expect_contract([&](int m, int64_t b) { return m * nb + b; });
+}
+
+TEST(CudaKernelsOnCpu, FewRowsKernelsGiveTheContractsBits) {
+  check_rows<WeightKind::kQ4_0, 2>(256, {40}, 2, 1);
+  check_rows<WeightKind::kQ8_0, 4>(1280, {16, 8, 33}, 3, 2);
+  // Partial tiles, groups, fewer rows than the kernel takes, K not a multiple
+  // of a lane's blocks in flight.
+  check_wide_rows<WeightKind::kQ4_0, 2, 4>(256, {40}, 2, 3);
+  check_wide_rows<WeightKind::kQ4_0, 4, 2>(1280, {16, 8, 33}, 3, 4);
+  check_wide_rows<WeightKind::kQ8_0, 4, 4>(96, {24, 50}, 4, 5);
+  check_wide_rows<WeightKind::kQ8_0, 8, 2>(3072, {20}, 5, 6);
+  check_wide_rows<WeightKind::kQ4_0, 8, 4>(1024 + 32 * 7, {64, 17}, 8, 7);
+  check_wide_rows<WeightKind::kQ4_0, 2, 2>(32, {5}, 2, 8);
+}
+
 // One activation row through matmul_gemv_kernel (the default one-row kernel).
 template <WeightKind kKind>
 std::vector<float> one_row(const Weights& w, const Activations& x) {
@@ -330,7 +369,7 @@ void check_one_row_kernels(int64_t n_in, int64_t n_out, unsigned seed) {
   std::vector<float> d(static_cast<size_t>(n_out / 32 + 1), -1.0f);
   run(static_cast<int>((n_out + 31) / 32), kGatedThreads, static_cast<size_t>(n_in + nb * 4), [&] {
     matmul_gemv_gated_kernel<kKind>(gate.matrix, up.matrix, x.values.data(), x.scales.data(),
-                                    out.data(), quantize ? q.data() : nullptr, d.data());
+                                    out.data(), quantize ? q.data() : nullptr, d.data(), RowNorm{});
   });
   for (int64_t row = 0; row < n_out; ++row)
     ASSERT_TRUE(same_bits(out[row], swiglu_value(g[row], u[row]))) << "gated kernel, row " << row;
@@ -346,6 +385,114 @@ void check_one_row_kernels(int64_t n_in, int64_t n_out, unsigned seed) {
           << "gated kernel, quant " << b * 32 + i;
     }
   }
+}
+
+// PARSPEC_CUDA_FUSE=norm: the one-row kernels normalizing h themselves give
+// the bits they give on add_rmsnorm_wide_kernel's quantized output, and with
+// `accumulate` they add their values to y as launch_add would.
+template <WeightKind kKind>
+void check_normed_input(int64_t n_in, int64_t n_out, int trials, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out));
+  std::mt19937 rng(seed);
+  const int64_t nb = n_in / 32;
+  const float eps = 1e-5f;
+  const Weights gate(kKind, n_in, n_out, rng), up(kKind, n_in, n_out, rng);
+  std::vector<float> h(static_cast<size_t>(n_in)), norm_weight(static_cast<size_t>(n_in));
+  std::normal_distribution<float> value(0.0f, 2.0f), gain(1.0f, 0.2f);
+  for (float& v : h) v = value(rng);
+  for (float& v : norm_weight) v = gain(rng);
+  // The norm kernel's output, as the next matmul reads it.
+  Activations x(nb, 1, rng);
+  std::vector<float> normalized(static_cast<size_t>(n_in));
+  run(1, kNormBlock, 0, [&] {
+    add_rmsnorm_wide_kernel(h.data(), nullptr, norm_weight.data(), static_cast<int>(n_in), eps,
+                            normalized.data(), x.values.data(), x.scales.data(), false);
+  });
+  // The scale, as the blocks of each one-row kernel compute it: over this row
+  // and more (a step done in another order changes it only now and then).
+  for (int trial = 0; trial < trials; ++trial) {
+    std::vector<float> row(h), want_row(static_cast<size_t>(n_in));
+    std::vector<int8_t> unused_q(static_cast<size_t>(n_in));
+    std::vector<float> unused_d(static_cast<size_t>(nb));
+    if (trial > 0) {
+      std::uniform_real_distribution<float> magnitude(0.01f, 100.0f);
+      const float m = magnitude(rng);
+      for (float& v : row) v = value(rng) * m;
+      run(1, kNormBlock, 0, [&] {
+        add_rmsnorm_wide_kernel(row.data(), nullptr, norm_weight.data(), static_cast<int>(n_in),
+                                eps, want_row.data(), unused_q.data(), unused_d.data(), false);
+      });
+    } else {
+      want_row = normalized;
+    }
+    for (const int threads : {kGemvThreads, kPairedThreads}) {
+      float scale = 0.0f;
+      run(1, threads, 0, [&] {
+        const float s = normalized_row_scale(row.data(), static_cast<int>(n_in), eps, threads);
+        if (threadIdx.x == 0) scale = s;
+      });
+      for (int64_t i = 0; i < n_in; ++i)
+        ASSERT_TRUE(same_bits(mul_rn(mul_rn(row[i], scale), norm_weight[i]), want_row[i]))
+            << "row " << trial << ", " << threads << " threads, value " << i;
+    }
+  }
+  const std::vector<float> want = one_row<kKind>(gate, x), want_up = one_row<kKind>(up, x);
+  const RowNorm norm{h.data(), norm_weight.data(), eps};
+  const int tiles = static_cast<int>((n_out + 15) / 16);
+  const size_t shared = static_cast<size_t>(n_in + nb * 4);
+
+  std::vector<float> y(static_cast<size_t>(n_out), -7.0f), paired(y);
+  MatmulGroup group;
+  group.count = 1;
+  group.w[0] = gate.matrix;
+  group.y[0] = y.data();
+  group.norm = norm;
+  run(tiles, kGemvThreads, shared,
+      [&] { matmul_gemv_kernel<kKind>(group, nullptr, nullptr, QkvStore{}); });
+  group.y[0] = paired.data();
+  run(tiles, kPairedThreads, shared,
+      [&] { matmul_gemv_paired_kernel<kKind>(group, nullptr, nullptr); });
+  for (int64_t row = 0; row < n_out; ++row) {
+    ASSERT_TRUE(same_bits(y[row], want[row])) << "one-row kernel, row " << row;
+    ASSERT_TRUE(same_bits(paired[row], want[row])) << "paired kernel, row " << row;
+  }
+
+  // The gated kernel normalizing its input: SwiGLU of the values above.
+  std::vector<float> out(static_cast<size_t>(n_out), -7.0f);
+  run(static_cast<int>((n_out + 31) / 32), kGatedThreads, shared, [&] {
+    matmul_gemv_gated_kernel<kKind>(gate.matrix, up.matrix, nullptr, nullptr, out.data(), nullptr,
+                                    nullptr, norm);
+  });
+  for (int64_t row = 0; row < n_out; ++row)
+    ASSERT_TRUE(same_bits(out[row], swiglu_value(want[row], want_up[row])))
+        << "gated kernel, row " << row;
+
+  // Accumulating into y: y + the kernel's value, in both one-row kernels.
+  std::vector<float> base(static_cast<size_t>(n_out));
+  for (float& v : base) v = value(rng);
+  for (const bool two_lanes : {false, true}) {
+    std::vector<float> sum(base);
+    MatmulGroup add;
+    add.count = 1;
+    add.w[0] = gate.matrix;
+    add.y[0] = sum.data();
+    add.accumulate = true;
+    if (two_lanes)
+      run(tiles, kPairedThreads, shared,
+          [&] { matmul_gemv_paired_kernel<kKind>(add, x.values.data(), x.scales.data()); });
+    else
+      run(tiles, kGemvThreads, shared,
+          [&] { matmul_gemv_kernel<kKind>(add, x.values.data(), x.scales.data(), QkvStore{}); });
+    for (int64_t row = 0; row < n_out; ++row)
+      ASSERT_TRUE(same_bits(sum[row], add_rn(base[row], want[row])))
+          << (two_lanes ? "paired" : "one-row") << " kernel accumulating, row " << row;
+  }
+}
+
+TEST(CudaKernelsOnCpu, OneRowKernelsNormalizeTheirInputAsTheNormKernelDoes) {
+  check_normed_input<WeightKind::kQ4_0>(4096, 40, 12, 1);  // every norm thread: 4 values
+  check_normed_input<WeightKind::kQ8_0>(1280, 33, 6, 2);   // past dim for most threads
+  check_normed_input<WeightKind::kQ4_0>(96, 16, 1, 3);
 }
 
 TEST(CudaKernelsOnCpu, OneRowKernelsGiveTheContractsBits) {
