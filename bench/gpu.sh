@@ -216,8 +216,8 @@ fi
 # way, each lane taking 2 or 4 weight rows; rows-wide4: 4 everywhere), paired (two lanes a chain in the
 # one-row kernel where a matrix has few rows), paired-all (that for every matrix),
 # fused (gate, up and SwiGLU in one kernel, and q, k, v with RoPE and the KV
-# store in one: F16/BF16 weights, and one row of Q8_0/Q4_0), fused-norm (one row of
-# Q8_0/Q4_0: RMSNorm done by the matmuls after it, the residual adds by wo and down),
+# store in one: F16/BF16 weights, and one row of Q8_0/Q4_0), fused-norm (one row:
+# RMSNorm done by the matmuls after it, the residual adds by wo and down),
 # newest (stream, paired-all, all three fusions and rows-wide with 2 weight rows a
 # lane together: the tests compare their bits with those of the kernels they stand
 # in for), candidates (stream, paired, all three fusions, rows-wide and in-split:
@@ -592,7 +592,7 @@ for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
     *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates rows-wide rows-wide4 stream stream-wide mma-stream fused fused-norm paired paired-all in-split pipelined) || variants=() ;;
-    *f16*) variants=(candidates fused in-split) ;;
+    *f16*) variants=(candidates fused fused-norm in-split) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do

@@ -283,6 +283,36 @@ __global__ void __launch_bounds__(kNormBlock)
 }
 static_assert(kNormBlock / kWarp == kWarp, "the warps' sums are one warp's lanes");
 
+// 1 / sqrt(mean(h²) + eps) over a row of dim values, as add_rmsnorm_wide_kernel
+// computes it (without a residual), its 1024 threads' steps taken by the
+// block's `threads` threads between them (thread t those of t, t + threads,
+// ...). Every thread of the block must call it.
+__device__ float normalized_row_scale(const float* h, int dim, float eps, int threads) {
+  __shared__ float warp_sums[kNormBlock / kWarp];
+  const int lane = threadIdx.x % kWarp;
+  for (int t = threadIdx.x; t < kNormBlock; t += threads) {  // the same count on every thread
+    float s = 0.0f;
+    for (int k = 0; k < kWideNormPerThread; ++k) {
+      const int i = t + k * kNormBlock;
+      if (i >= dim) break;
+      s = __fmaf_rn(h[i], h[i], s);
+    }
+    s = warp_sum(s);
+    if (lane == 0) warp_sums[t / kWarp] = s;
+  }
+  __syncthreads();
+  const float total = warp_sum(warp_sums[lane]);  // kNormBlock / kWarp == kWarp
+  const float mean = __fdiv_rn(total, static_cast<float>(dim));
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+// x · scale · gain per value, as add_rmsnorm_wide_kernel writes a row.
+__device__ float4 normalized4(float4 x, float scale, float4 gain) {
+  return make_float4(
+      __fmul_rn(__fmul_rn(x.x, scale), gain.x), __fmul_rn(__fmul_rn(x.y, scale), gain.y),
+      __fmul_rn(__fmul_rn(x.z, scale), gain.z), __fmul_rn(__fmul_rn(x.w, scale), gain.w));
+}
+
 // One warp per block of 32 values, one lane per value; n rows of nb blocks.
 __global__ void quantize_q8_kernel(const float* x, int n, int nb, int8_t* q, float* scales,
                                    bool block_major) {
@@ -552,14 +582,17 @@ template <int kTiles>
 __device__ __forceinline__ void add_warp_sums(const float (&acc)[kTiles][4],
                                               float (&partial_s)[kMmaWarps][kMmaRows][8 * kTiles],
                                               int warp, int gid, int t, int64_t tile_row0,
-                                              int64_t n_out, int M, float* y) {
+                                              int64_t n_out, int M, float* y,
+                                              bool accumulate = false) {
   store_warp_accumulators<kTiles>(acc, partial_s, warp, gid, t);
   __syncthreads();
   for (int e = threadIdx.x; e < kMmaRows * 8 * kTiles; e += kMmaWarps * kWarp) {
     const int r = e / (8 * kTiles), m = e % (8 * kTiles);
     const int64_t row = tile_row0 + r;
     if (m >= M || row >= n_out) continue;
-    y[static_cast<int64_t>(m) * n_out + row] = sum_in_warp_order(partial_s, r, m);
+    const float sum = sum_in_warp_order(partial_s, r, m);
+    float& out = y[static_cast<int64_t>(m) * n_out + row];
+    out = accumulate ? __fadd_rn(out, sum) : sum;  // accumulate: y += x · wᵀ, as launch_add adds
   }
 }
 
@@ -1205,9 +1238,13 @@ __device__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
 // Each row's sums are the same in every one.
 enum class HalfEpilogue { kPlain, kGated, kQkv };
 
-template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain>
+// kNormed (PARSPEC_CUDA_FUSE=norm, one row): the row is g.norm.h, normalized
+// on its way in with add_rmsnorm_wide_kernel's steps (x_all unused).
+template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain,
+          bool kNormed = false>
 __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     matmul_half_mma_kernel(MatmulGroup g, const float* x_all, int M_all, QkvStore st) {
+  static_assert(!kNormed || kTiles == 1, "a normalized input is one row");
   constexpr bool kGated = kEpilogue == HalfEpilogue::kGated;
   constexpr bool kQkv = kEpilogue == HalfEpilogue::kQkv;
   begin_kernel();
@@ -1235,6 +1272,12 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
                                : row_a + 8;
   const uint16_t* wq = static_cast<const uint16_t*>(w.q);
   const uint16_t* wq_b = static_cast<const uint16_t*>(kGated ? g.w[1].q : w.q);
+  float norm_scale = 0.0f;
+  if constexpr (kNormed) {
+    x_all = g.norm.h;
+    norm_scale =
+        normalized_row_scale(g.norm.h, static_cast<int>(n_in), g.norm.eps, kMmaWarps * kWarp);
+  }
 
   for (int m_base = 0; m_base < M_all; m_base += 8 * kTiles) {
     const int M = min(8 * kTiles, M_all - m_base);
@@ -1269,6 +1312,11 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
               reinterpret_cast<const float4*>(x + static_cast<int64_t>(m) * n_in + k0);
           u = src[0];
           v = src[1];
+          if constexpr (kNormed) {
+            const float4* gain = reinterpret_cast<const float4*>(g.norm.weight + k0);
+            u = normalized4(u, norm_scale, gain[0]);
+            v = normalized4(v, norm_scale, gain[1]);
+          }
         }
         unsigned hi1[2], lo1[2], hi2[2], lo2[2];
         split_pair<kKind>(u.x, u.y, hi1[0], lo1[0]);
@@ -1297,7 +1345,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
       store_qkv_tile(st, part, tile, w.n_out, &partial_s[0][0][0], 8 * kTiles, M, m_base,
                      kMmaWarps * kWarp);
     } else {
-      add_warp_sums<kTiles>(acc, partial_s, warp, gid, t, tile_row0, w.n_out, M, y);
+      add_warp_sums<kTiles>(acc, partial_s, warp, gid, t, tile_row0, w.n_out, M, y, g.accumulate);
     }
   }
 }
@@ -1315,6 +1363,9 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
                      int tiles = -1, const QkvStore& st = {}) {
   if (tiles < 0) tiles = weight_row_tiles(g);
   constexpr int kThreads = kMmaWarps * kWarp;
+  if (g.norm.h != nullptr)  // one row (one_row_fusable)
+    return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, true>, tiles, kThreads, 0, stream, g,
+                  x, n, st);
   switch ((n + 7) / 8) {
     case 1:
       return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue>, tiles, kThreads, 0, stream, g, x,
@@ -1361,29 +1412,6 @@ __device__ void stage_activation_row(int4* shared, const int8_t* xq, const float
   __syncthreads();
   xs = quants;
   ds = scales;
-}
-
-// 1 / sqrt(mean(h²) + eps) over a row of dim values, as add_rmsnorm_wide_kernel
-// computes it (without a residual), its 1024 threads' steps taken by the
-// block's `threads` threads between them (thread t those of t, t + threads,
-// ...). Every thread of the block must call it.
-__device__ float normalized_row_scale(const float* h, int dim, float eps, int threads) {
-  __shared__ float warp_sums[kNormBlock / kWarp];
-  const int lane = threadIdx.x % kWarp;
-  for (int t = threadIdx.x; t < kNormBlock; t += threads) {  // the same count on every thread
-    float s = 0.0f;
-    for (int k = 0; k < kWideNormPerThread; ++k) {
-      const int i = t + k * kNormBlock;
-      if (i >= dim) break;
-      s = __fmaf_rn(h[i], h[i], s);
-    }
-    s = warp_sum(s);
-    if (lane == 0) warp_sums[t / kWarp] = s;
-  }
-  __syncthreads();
-  const float total = warp_sum(warp_sums[lane]);  // kNormBlock / kWarp == kWarp
-  const float mean = __fdiv_rn(total, static_cast<float>(dim));
-  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 }
 
 // The one-row kernels' activation row normalized from norm.h (PARSPEC_CUDA_FUSE=norm):
@@ -3392,9 +3420,9 @@ bool fused_norm_wanted() {
 }
 
 bool one_row_fusable(const DeviceMatrix& w, int n) {
-  return n == 1 && takes_quantized_input(w.kind) && w.n_in % 32 == 0 &&
-         w.n_in <= kNormBlock * kWideNormPerThread &&
-         quantized_kernel(1, w.n_in) == QuantizedKernel::kOneRow;
+  if (n != 1 || w.n_in % 32 != 0 || w.n_in > kNormBlock * kWideNormPerThread) return false;
+  if (w.kind == WeightKind::kF16 || w.kind == WeightKind::kBF16) return half_tensor_cores(w.n_in);
+  return takes_quantized_input(w.kind) && quantized_kernel(1, w.n_in) == QuantizedKernel::kOneRow;
 }
 
 bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x,
@@ -3409,6 +3437,7 @@ bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, con
   g.count = 2;
   g.w[0] = gate, g.w[1] = up;
   g.y[0] = gate_out;
+  g.norm = norm;
   switch (gate.kind) {
     case WeightKind::kF16:
     case WeightKind::kBF16: {

@@ -34,6 +34,7 @@ pieces = [
     piece("__device__ float half_warp_sum_in_order("),
     piece("__device__ void stage_activation_row("),
     piece("__device__ float normalized_row_scale("),
+    piece("__device__ float4 normalized4("),
     piece("__device__ void stage_normalized_row("),
     piece("__device__ void stage_input_row("),
     piece("__global__ void __launch_bounds__(kNormBlock)\n    add_rmsnorm_wide_kernel("),
@@ -64,7 +65,8 @@ pieces = [
     piece("template <WeightKind kKind>\n__device__ void split_pair("),
     piece("template <int kTiles>\n__device__ __forceinline__ void add_gated_warp_sums("),
     piece("enum class HalfEpilogue {", "\n"),
-    piece("template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain>\n"
+    piece("template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain,\n"
+          "          bool kNormed = false>\n"
           "__global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)\n"
           "    matmul_half_mma_kernel("),
     piece("template <WeightKind kKind, int kTiles, int kW>\nstruct StreamStage {", "\n};\n"),

@@ -283,6 +283,89 @@ TEST(CudaKernelsOnCpu, GatedHalfMatmulGivesSwiGluOfTheGroupsValues) {
   check_gated_half<WeightKind::kF16, 4>(96, 20, 40, 3);
 }
 
+// PARSPEC_CUDA_FUSE=norm on F16/BF16 weights: the tensor-core kernel
+// normalizing h itself gives the bits it gives on add_rmsnorm_wide_kernel's
+// row, for a plain and a gated group, and with `accumulate` adds its values to
+// y as launch_add would.
+template <WeightKind kKind>
+void check_normed_half(int64_t n_in, int64_t n_out, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> value(0.0f, 2.0f), gain(1.0f, 0.2f);
+  auto half_bits = [&](float f) {
+    uint16_t bits;
+    if (kKind == WeightKind::kBF16) {
+      const __nv_bfloat16 h = __float2bfloat16(f);
+      std::memcpy(&bits, &h, 2);
+    } else {
+      const __half h = __float2half(f);
+      std::memcpy(&bits, &h, 2);
+    }
+    return bits;
+  };
+  std::vector<uint16_t> gate(static_cast<size_t>(n_in * n_out)), up(gate.size());
+  for (uint16_t& w : gate) w = half_bits(value(rng) * 0.05f);
+  for (uint16_t& w : up) w = half_bits(value(rng) * 0.05f);
+  auto matrix = [&](const std::vector<uint16_t>& w) {
+    DeviceMatrix m;
+    m.kind = kKind;
+    m.n_in = n_in;
+    m.n_out = n_out;
+    m.q = w.data();
+    return m;
+  };
+  const float eps = 1e-6f;
+  std::vector<float> h(static_cast<size_t>(n_in)), norm_weight(h.size()), normalized(h.size());
+  for (float& v : h) v = value(rng);
+  for (float& v : norm_weight) v = gain(rng);
+  run(1, kNormBlock, 0, [&] {
+    add_rmsnorm_wide_kernel(h.data(), nullptr, norm_weight.data(), static_cast<int>(n_in), eps,
+                            normalized.data(), nullptr, nullptr, false);
+  });
+  const int threads = kMmaWarps * kWarp;
+  for (const bool gated : {false, true}) {
+    MatmulGroup group;
+    group.count = gated ? 2 : 1;
+    group.w[0] = matrix(gate);
+    group.w[1] = matrix(up);
+    const int blocks = static_cast<int>(gated ? 2 * ((n_out + 15) / 16) : (n_out + 15) / 16);
+    std::vector<float> want(static_cast<size_t>(n_out), -7.0f), got(want);
+    group.y[0] = want.data();
+    auto launch = [&](bool normed) {
+      if (gated && normed)
+        matmul_half_mma_kernel<kKind, 1, HalfEpilogue::kGated, true>(group, nullptr, 1, {});
+      else if (gated)
+        matmul_half_mma_kernel<kKind, 1, HalfEpilogue::kGated>(group, normalized.data(), 1, {});
+      else if (normed)
+        matmul_half_mma_kernel<kKind, 1, HalfEpilogue::kPlain, true>(group, nullptr, 1, {});
+      else
+        matmul_half_mma_kernel<kKind, 1>(group, normalized.data(), 1, {});
+    };
+    run(blocks, threads, 0, [&] { launch(false); });
+    group.y[0] = got.data();
+    group.norm = RowNorm{h.data(), norm_weight.data(), eps};
+    run(blocks, threads, 0, [&] { launch(true); });
+    for (int64_t row = 0; row < n_out; ++row)
+      ASSERT_TRUE(same_bits(got[row], want[row])) << (gated ? "gated" : "plain") << ", row " << row;
+    if (gated) continue;
+    // Accumulating into y.
+    std::vector<float> sum(static_cast<size_t>(n_out));
+    for (float& v : sum) v = value(rng);
+    const std::vector<float> base(sum);
+    group.y[0] = sum.data();
+    group.norm = RowNorm{};
+    group.accumulate = true;
+    run(blocks, threads, 0, [&] { launch(false); });
+    for (int64_t row = 0; row < n_out; ++row)
+      ASSERT_TRUE(same_bits(sum[row], add_rn(base[row], want[row]))) << "accumulating, row " << row;
+  }
+}
+
+TEST(CudaKernelsOnCpu, HalfMatmulNormalizesItsInputAsTheNormKernelDoes) {
+  check_normed_half<WeightKind::kF16>(1024, 40, 1);
+  check_normed_half<WeightKind::kBF16>(1280, 24, 2);
+}
+
 // Two to eight activation rows, row after row, through the few-rows kernels:
 // matmul_rows_kernel (up to 4) and matmul_rows_wide_kernel with 2 and 4
 // weight rows a lane.
