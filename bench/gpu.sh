@@ -591,7 +591,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates rows-wide rows-wide4 stream stream-wide mma-stream fused fused-norm paired paired-all in-split pipelined) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates rows-wide fused-norm stream fused paired in-split stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(candidates fused fused-norm in-split) ;;
     *) variants=() ;;
   esac
