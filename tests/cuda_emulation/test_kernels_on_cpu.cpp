@@ -208,6 +208,33 @@ TEST(CudaKernelsOnCpu, TensorCoreMatmulGivesTheContractsBits) {
   check_tensor_cores<WeightKind::kQ8_0, 4, true, true>(2048, {32}, 30, 33, 3, 5);
 }
 
+// An F16/BF16 matrix of n_out rows of n_in values drawn from `value`, as
+// the backend uploads it.
+template <WeightKind kKind>
+struct HalfWeights {
+  std::vector<uint16_t> bits;
+  DeviceMatrix matrix;
+
+  template <class Value>
+  HalfWeights(int64_t n_in, int64_t n_out, Value&& value) {
+    bits.resize(static_cast<size_t>(n_in * n_out));
+    for (uint16_t& b : bits) {
+      const float f = value();
+      if constexpr (kKind == WeightKind::kBF16) {
+        const __nv_bfloat16 h = __float2bfloat16(f);
+        std::memcpy(&b, &h, 2);
+      } else {
+        const __half h = __float2half(f);
+        std::memcpy(&b, &h, 2);
+      }
+    }
+    matrix.kind = kKind;
+    matrix.n_in = n_in;
+    matrix.n_out = n_out;
+    matrix.q = bits.data();
+  }
+};
+
 // F16/BF16 gate and up: the gated tensor-core kernel (8 rows of each matrix a
 // block, PARSPEC_CUDA_FUSE=swiglu) gives SwiGLU of what the kernel gives for
 // the two matrices as a group, whatever the hardware's order of an mma's sums
@@ -218,36 +245,15 @@ void check_gated_half(int64_t n_in, int64_t n_out, int M, unsigned seed) {
                std::to_string(M));
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  auto half_bits = [&](float f) {
-    if (kKind == WeightKind::kBF16) {
-      const __nv_bfloat16 h = __float2bfloat16(f);
-      uint16_t bits;
-      std::memcpy(&bits, &h, 2);
-      return bits;
-    }
-    const __half h = __float2half(f);
-    uint16_t bits;
-    std::memcpy(&bits, &h, 2);
-    return bits;
-  };
-  std::vector<uint16_t> gate(static_cast<size_t>(n_in * n_out)), up(gate.size());
-  for (uint16_t& w : gate) w = half_bits(value(rng) * 0.1f);
-  for (uint16_t& w : up) w = half_bits(value(rng) * 0.1f);
+  auto weight = [&] { return value(rng) * 0.1f; };
+  const HalfWeights<kKind> gate(n_in, n_out, weight), up(n_in, n_out, weight);
   std::vector<float> x(static_cast<size_t>(M * n_in));
   for (float& v : x) v = value(rng);
-  auto matrix = [&](const std::vector<uint16_t>& w) {
-    DeviceMatrix m;
-    m.kind = kKind;
-    m.n_in = n_in;
-    m.n_out = n_out;
-    m.q = w.data();
-    return m;
-  };
   std::vector<float> y_gate(static_cast<size_t>(M * n_out), -7.0f), y_up(y_gate.size(), -7.0f);
   MatmulGroup group;
   group.count = 2;
-  group.w[0] = matrix(gate);
-  group.w[1] = matrix(up);
+  group.w[0] = gate.matrix;
+  group.w[1] = up.matrix;
   group.y[0] = y_gate.data();
   group.y[1] = y_up.data();
   run(static_cast<int>(2 * ((n_out + 15) / 16)), kMmaWarps * kWarp, 0,
@@ -259,7 +265,7 @@ void check_gated_half(int64_t n_in, int64_t n_out, int M, unsigned seed) {
       double want = 0.0;
       for (int64_t i = 0; i < n_in; ++i)
         want += static_cast<double>(
-                    half_bits_to_float(gate[row * n_in + i], kKind == WeightKind::kBF16)) *
+                    half_bits_to_float(gate.bits[row * n_in + i], kKind == WeightKind::kBF16)) *
                 x[m * n_in + i];
       ASSERT_NEAR(y_gate[m * n_out + row], want, 1e-4) << "activation row " << m << ", row " << row;
     }
@@ -292,28 +298,8 @@ void check_normed_half(int64_t n_in, int64_t n_out, unsigned seed) {
   SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out));
   std::mt19937 rng(seed);
   std::normal_distribution<float> value(0.0f, 2.0f), gain(1.0f, 0.2f);
-  auto half_bits = [&](float f) {
-    uint16_t bits;
-    if (kKind == WeightKind::kBF16) {
-      const __nv_bfloat16 h = __float2bfloat16(f);
-      std::memcpy(&bits, &h, 2);
-    } else {
-      const __half h = __float2half(f);
-      std::memcpy(&bits, &h, 2);
-    }
-    return bits;
-  };
-  std::vector<uint16_t> gate(static_cast<size_t>(n_in * n_out)), up(gate.size());
-  for (uint16_t& w : gate) w = half_bits(value(rng) * 0.05f);
-  for (uint16_t& w : up) w = half_bits(value(rng) * 0.05f);
-  auto matrix = [&](const std::vector<uint16_t>& w) {
-    DeviceMatrix m;
-    m.kind = kKind;
-    m.n_in = n_in;
-    m.n_out = n_out;
-    m.q = w.data();
-    return m;
-  };
+  auto weight = [&] { return value(rng) * 0.05f; };
+  const HalfWeights<kKind> gate(n_in, n_out, weight), up(n_in, n_out, weight);
   const float eps = 1e-6f;
   std::vector<float> h(static_cast<size_t>(n_in)), norm_weight(h.size()), normalized(h.size());
   for (float& v : h) v = value(rng);
@@ -326,8 +312,8 @@ void check_normed_half(int64_t n_in, int64_t n_out, unsigned seed) {
   for (const bool gated : {false, true}) {
     MatmulGroup group;
     group.count = gated ? 2 : 1;
-    group.w[0] = matrix(gate);
-    group.w[1] = matrix(up);
+    group.w[0] = gate.matrix;
+    group.w[1] = up.matrix;
     const int blocks = static_cast<int>(gated ? 2 * ((n_out + 15) / 16) : (n_out + 15) / 16);
     std::vector<float> want(static_cast<size_t>(n_out), -7.0f), got(want);
     group.y[0] = want.data();
