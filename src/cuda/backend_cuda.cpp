@@ -949,14 +949,6 @@ class CudaExecutor final : public ForwardExecutor {
                         xd != nullptr ? xd : ws.xd.as<float>(), ws.xk(), n, ws.stream);
   }
 
-  void matmul(Workspace& ws, const DeviceMatrix& w, const float* x, int n, float* y) {
-    MatmulGroup group;
-    group.w[0] = w;
-    group.y[0] = y;
-    group.count = 1;
-    matmul_group(ws, group, x, n);
-  }
-
   // Embedding, every layer and the logits of the `wanted` rows; returns them (device memory).
   // A pass's layers and logits: every layer in order, or as the layer groups
   // `ends` of layer-parallel drafting say (forward_layer_groups).
@@ -1010,15 +1002,11 @@ class CudaExecutor final : public ForwardExecutor {
     const PassInputs in = with_rope_angles(c, dm, ws, pass, n);
     // PARSPEC_CUDA_FUSE=norm: every residual is added into h as it is made.
     const bool fuse_norm = fused_norm_wanted() && n == 1;
+    float* o = ws.o.as<float>();
     for (int l = first; l < last; ++l) {
-      if (fuse_norm) {
-        attention_part(c, dm, ws, in, l, n, h, nullptr, ws.o.as<float>(), false, true);
-        mlp_part(c, dm, ws, l, n, h, nullptr, true);
-        continue;
-      }
-      attention_part(c, dm, ws, in, l, n, h, l > first ? ws.o.as<float>() : nullptr,
-                     ws.o.as<float>());
-      mlp_part(c, dm, ws, l, n, h, ws.o.as<float>());
+      attention_part(c, dm, ws, in, l, n, h, fuse_norm || l == first ? nullptr : o, o, false,
+                     fuse_norm);
+      mlp_part(c, dm, ws, l, n, h, fuse_norm ? nullptr : o, fuse_norm);
     }
     if (last > first && !fuse_norm) {
       launch_add(h, ws.o.as<float>(), static_cast<int64_t>(n) * c.n_embd, ws.stream);
@@ -1032,30 +1020,27 @@ class CudaExecutor final : public ForwardExecutor {
   void residual_matmul(Workspace& ws, const DeviceMatrix& w, const float* x, int n, float* out,
                        float* h, bool fuse_norm, const int8_t* xq = nullptr,
                        const float* xd = nullptr) {
+    const bool into_h = fuse_norm && one_row_fusable(w, n);
     MatmulGroup group;
     group.count = 1;
     group.w[0] = w;
-    group.y[0] = out;
-    if (fuse_norm && one_row_fusable(w, n)) {
-      group.y[0] = h;
-      group.accumulate = true;
-      matmul_group(ws, group, x, n, xq, xd);
-      return;
-    }
+    group.y[0] = into_h ? h : out;
+    group.accumulate = into_h;
     matmul_group(ws, group, x, n, xq, xd);
-    if (fuse_norm) launch_add(h, out, static_cast<int64_t>(n) * w.n_out, ws.stream);
+    if (fuse_norm && !into_h) launch_add(h, out, static_cast<int64_t>(n) * w.n_out, ws.stream);
   }
 
   // The input norm of matrices that normalize it themselves (fuse_norm and
   // every one of them on the one-row kernels), or {} after running the norm
-  // kernel into ws.xn (and ws.xq where they take Q8_0).
+  // kernel into xn (and ws.xq where they take Q8_0).
   RowNorm input_norm(const ModelConfig& c, Workspace& ws, float* h, const float* residual,
                      const float* weight, int n, bool fuse_norm,
-                     std::initializer_list<const DeviceMatrix*> matrices, const char* what) {
+                     std::initializer_list<const DeviceMatrix*> matrices, const char* what,
+                     float* xn) {
     bool fusable = fuse_norm && residual == nullptr;
     for (const DeviceMatrix* m : matrices) fusable = fusable && one_row_fusable(*m, n);
     if (fusable) return RowNorm{h, weight, c.rms_eps};
-    launch_add_rmsnorm(h, residual, weight, n, c.n_embd, c.rms_eps, ws.xn.as<float>(),
+    launch_add_rmsnorm(h, residual, weight, n, c.n_embd, c.rms_eps, xn,
                        quantized_input(ws, matrices), ws.xd.as<float>(), ws.stream);
     profile_.mark(what, ws.stream);
     return RowNorm{};
@@ -1256,7 +1241,7 @@ class CudaExecutor final : public ForwardExecutor {
     float* v = ws.v.as<float>();
     float* att = ws.att.as<float>();
     const RowNorm norm = input_norm(c, ws, h, residual, w.attn_norm, n, fuse_norm && !keep_qkv,
-                                    {&w.wq, &w.wk, &w.wv}, "add + norm (attention)");
+                                    {&w.wq, &w.wk, &w.wv}, "add + norm (attention)", xn);
     const HeadShape shape{c.n_head, c.n_head_kv, c.head_dim, c.rope_dims,
                           c.rope_style == RopeStyle::kNeox};
     if (fused_rope_wanted() && !keep_qkv &&
@@ -1302,7 +1287,7 @@ class CudaExecutor final : public ForwardExecutor {
     float* gate = ws.gate.as<float>();
     float* up = ws.up.as<float>();
     const RowNorm norm = input_norm(c, ws, h, residual, w.ffn_norm, n, fuse_norm,
-                                    {&w.w_gate, &w.w_up}, "add + norm (MLP)");
+                                    {&w.w_gate, &w.w_up}, "add + norm (MLP)", xn);
     // The down matmul's quantized input: where the SwiGLU kernel writes it, or
     // where `up` would be when the fused kernel writes it (`up` never leaves
     // that kernel, and the kernel's own input must not be overwritten).
@@ -1342,13 +1327,8 @@ class CudaExecutor final : public ForwardExecutor {
     head.count = 1;
     head.w[0] = dm.output;
     head.y[0] = logits;
-    if (fused_norm_wanted() && one_row_fusable(dm.output, n)) {
-      head.norm = RowNorm{h, dm.output_norm, c.rms_eps};
-    } else {
-      launch_add_rmsnorm(h, nullptr, dm.output_norm, n, c.n_embd, c.rms_eps, xn,
-                         quantized_input(ws, {&dm.output}), ws.xd.as<float>(), ws.stream);
-      profile_.mark("output norm", ws.stream);
-    }
+    head.norm = input_norm(c, ws, h, nullptr, dm.output_norm, n, fused_norm_wanted(), {&dm.output},
+                           "output norm", xn);
     matmul_group(ws, head, xn, n);
     profile_.mark("output matmul", ws.stream);
     cuda_check(cudaGetLastError(), "the output layer");

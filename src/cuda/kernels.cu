@@ -1595,7 +1595,7 @@ __global__ void __launch_bounds__(kGemvThreads)
 // per-weight-row kernel reads 8 bytes of activations for each byte of Q4_0
 // weights. A lane keeps the next kDepth steps' weight blocks in flight. The
 // chains' sums meet in shared memory, where one thread per output adds them
-// in chain order, as half_warp_sum_in_order does.
+// in chain order (sum_in_warp_order), as half_warp_sum_in_order does.
 template <WeightKind kKind, int kR, int kW>
 __global__ void __launch_bounds__(kGemvThreads / kW)
     matmul_rows_wide_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
@@ -1603,7 +1603,8 @@ __global__ void __launch_bounds__(kGemvThreads / kW)
   constexpr int kHalfWarps = 16 / kW, kThreads = kHalfWarps * 16;
   constexpr int kDepth = 8 / kW;  // steps of the lane's blocks loaded ahead
   static_assert(kHalfWarps * kW == kMmaRows, "a tile's rows split evenly over the half-warps");
-  __shared__ float chains_s[kR][kMmaRows][17];  // 17: a row's chains in different banks
+  // (chain, tile row, activation row); kR + 1: at most 2 chains' writes share a bank.
+  __shared__ float chains_s[kMmaWarps][kMmaRows][kR + 1];
   DeviceMatrix w;
   float* y;
   int64_t row0;
@@ -1669,15 +1670,13 @@ __global__ void __launch_bounds__(kGemvThreads / kW)
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
-    for (int j = 0; j < kW; ++j) chains_s[r][h + kHalfWarps * j][v] = acc[r][j];
+    for (int j = 0; j < kW; ++j) chains_s[v][h + kHalfWarps * j][r] = acc[r][j];
   __syncthreads();
   for (int o = threadIdx.x; o < kR * kMmaRows; o += kThreads) {
     const int r = o / kMmaRows, t = o % kMmaRows;
     const int64_t row = row0 + t;
     if (r >= M || row >= w.n_out) continue;
-    float total = chains_s[r][t][0];
-    for (int c = 1; c < 16; ++c) total = __fadd_rn(total, chains_s[r][t][c]);
-    y[static_cast<int64_t>(r) * w.n_out + row] = total;
+    y[static_cast<int64_t>(r) * w.n_out + row] = sum_in_warp_order(chains_s, t, r);
   }
 }
 
@@ -3190,12 +3189,10 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
     uniform &= group.w[i].kind == group.w[0].kind && group.w[i].n_in == group.w[0].n_in;
   if (!uniform) {
     for (int i = 0; i < group.count; ++i) {
-      MatmulGroup one;
+      MatmulGroup one = group;  // its input and output mode too
       one.w[0] = group.w[i];
       one.y[0] = group.y[i];
       one.count = 1;
-      one.norm = group.norm;
-      one.accumulate = group.accumulate;
       launch_matmul_group(one, x, xq, xd, xk, n, stream);
     }
     return;

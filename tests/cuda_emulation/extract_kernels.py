@@ -47,6 +47,7 @@ pieces = [
     piece("__device__ void store_qkv_tile("),
     piece("template <WeightKind kKind, bool kQkv = false>\n__global__ void __launch_bounds__(kGemvThreads)\n"
           "    matmul_gemv_kernel("),
+    piece("template <class Partials>\n__device__ __forceinline__ float sum_in_warp_order("),
     piece("template <WeightKind kKind, int kR>\n__global__ void __launch_bounds__(kGemvThreads)\n"
           "    matmul_rows_kernel("),
     piece("template <WeightKind kKind, int kR, int kW>\n"
@@ -55,7 +56,6 @@ pieces = [
           "    matmul_gemv_paired_kernel("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kGatedThreads)\n"
           "    matmul_gemv_gated_kernel("),
-    piece("template <class Partials>\n__device__ __forceinline__ float sum_in_warp_order("),
     piece("template <WeightKind kKind>\n__device__ __forceinline__ void wide_a_words("),
     piece("template <int kTiles>\n__device__ __forceinline__ void store_warp_accumulators("),
     piece("template <int kTiles>\n__device__ __forceinline__ void add_warp_sums("),

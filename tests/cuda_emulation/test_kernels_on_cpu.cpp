@@ -352,30 +352,31 @@ TEST(CudaKernelsOnCpu, HalfMatmulNormalizesItsInputAsTheNormKernelDoes) {
   check_normed_half<WeightKind::kBF16>(1280, 24, 2);
 }
 
-// Two to eight activation rows, row after row, through the few-rows kernels:
-// matmul_rows_kernel (up to 4) and matmul_rows_wide_kernel with 2 and 4
-// weight rows a lane.
-template <WeightKind kKind, int kR, int kW>
-void check_wide_rows(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
-  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", kR " +
-               std::to_string(kR) + ", weight rows a lane " + std::to_string(kW));
-  GroupProblem p(kKind, n_in, std::move(outs), M, M, seed);
-  run(p.blocks(kMmaRows), kGemvThreads / kW, 0, [&] {
-    matmul_rows_wide_kernel<kKind, kR, kW>(p.group, p.x.values.data(), p.x.scales.data(), M);
-  });
+// Two to eight activation rows, row after row, through a few-rows kernel:
+// matmul_rows_kernel (up to 4, `threads` kGemvThreads) or
+// matmul_rows_wide_kernel (2 or 4 weight rows a lane, kGemvThreads / kW).
+template <class Kernel>
+void check_few_rows(WeightKind kind, int64_t n_in, std::vector<int64_t> outs, int M, int threads,
+                    unsigned seed, Kernel&& kernel) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", threads " +
+               std::to_string(threads));
+  GroupProblem p(kind, n_in, std::move(outs), M, M, seed);
+  run(p.blocks(kMmaRows), threads, 0,
+      [&] { kernel(p.group, p.x.values.data(), p.x.scales.data(), M); });
   const int64_t nb = n_in / 32;
   p.expect_contract([&](int m, int64_t b) { return m * nb + b; });
 }
 
 template <WeightKind kKind, int kR>
 void check_rows(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
-  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", kR " +
-               std::to_string(kR));
-  GroupProblem p(kKind, n_in, std::move(outs), M, M, seed);
-  run(p.blocks(kMmaRows), kGemvThreads, 0,
-      [&] { matmul_rows_kernel<kKind, kR>(p.group, p.x.values.data(), p.x.scales.data(), M); });
-  const int64_t nb = n_in / 32;
-  p.expect_contract([&](int m, int64_t b) { return m * nb + b; });
+  check_few_rows(kKind, n_in, std::move(outs), M, kGemvThreads, seed,
+                 matmul_rows_kernel<kKind, kR>);
+}
+
+template <WeightKind kKind, int kR, int kW>
+void check_wide_rows(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
+  check_few_rows(kKind, n_in, std::move(outs), M, kGemvThreads / kW, seed,
+                 matmul_rows_wide_kernel<kKind, kR, kW>);
 }
 
 TEST(CudaKernelsOnCpu, FewRowsKernelsGiveTheContractsBits) {
