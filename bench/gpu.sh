@@ -218,10 +218,12 @@ fi
 # fused (gate, up and SwiGLU in one kernel, and q, k, v with RoPE and the KV
 # store in one: F16/BF16 weights, and one row of Q8_0/Q4_0), fused-norm (one row:
 # RMSNorm done by the matmuls after it, the residual adds by wo and down),
-# newest (stream, paired-all, all three fusions and rows-wide with 2 weight rows a
-# lane together: the tests compare their bits with those of the kernels they stand
-# in for), candidates (stream, paired, all three fusions, rows-wide and in-split:
-# what would become the default together).
+# newest (stream, paired-all, all three fusions, rows-wide with 2 weight rows a lane
+# and prefill-tiles together: the tests compare their bits with those of the kernels
+# they stand in for), prefill-tiles (launches of more than 32 rows in tiles of 64 weight rows ×
+# 64 activation rows a block, Q8_0/Q4_0/F16/BF16), candidates (stream, paired, all
+# three fusions, rows-wide, in-split and prefill-tiles: what would become the
+# default together).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
@@ -242,8 +244,9 @@ kernel_env() {
     paired-all) echo "PARSPEC_CUDA_GEMV=paired-all" ;;
     fused) echo "PARSPEC_CUDA_FUSE=swiglu,rope" ;;
     fused-norm) echo "PARSPEC_CUDA_FUSE=norm" ;;
-    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2" ;;
-    candidates) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide PARSPEC_CUDA_ATTENTION_MERGE=in-split" ;;
+    prefill-tiles) echo "PARSPEC_CUDA_PREFILL=tiled" ;;
+    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled" ;;
+    candidates) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_PREFILL=tiled" ;;
   esac
 }
 
@@ -591,8 +594,8 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates rows-wide fused-norm stream fused paired in-split stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
-    *f16*) variants=(candidates fused fused-norm in-split) ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefill-tiles rows-wide fused-norm stream fused paired in-split stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *f16*) variants=(candidates prefill-tiles fused fused-norm in-split) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
@@ -732,7 +735,8 @@ if graph_rows:
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 variant_labels = [
     ("", "default"),
-    ("-candidates", "candidates: stream, paired, fused, rows-wide, in-split"),
+    ("-candidates", "candidates: stream, paired, fused, rows-wide, in-split, prefill tiles"),
+    ("-prefill-tiles", "more than 32 rows in tiles of 64 × 64 a block"),
     ("-rows-wide", "2 to 8 rows on the one-row kernel's way, 2 or 4 weight rows a lane"),
     ("-rows-wide4", "the same with 4 weight rows a lane everywhere"),
     ("-mma", "tensor cores for every row count"), ("-warp", "warp (dp4a)"),

@@ -431,11 +431,12 @@ __global__ void matmul_q_kernel(MatmulGroup g, const int8_t* xq, const float* xd
 
 __device__ int64_t kv_row(const AttentionRow& r, int layer, int32_t slot, int kv_dim);
 
-// The tile of `rows` weight rows of a group that this block computes, with
-// the index of its matrix in the group and the tile's index in that matrix.
-__device__ bool block_tile_of_part(const MatmulGroup& g, int rows, DeviceMatrix& w, float*& y,
-                                   int& part, int64_t& tile) {
-  tile = blockIdx.x;
+// Tile `index` of `rows` weight rows over a group's matrices, one matrix
+// after another: its matrix, output, the matrix's index in the group and the
+// tile's index in that matrix.
+__device__ bool tile_of_part(const MatmulGroup& g, int rows, int64_t index, DeviceMatrix& w,
+                             float*& y, int& part, int64_t& tile) {
+  tile = index;
   part = 0;
   while (part + 1 < g.count) {
     const int64_t tiles = (g.w[part].n_out + rows - 1) / rows;
@@ -446,6 +447,12 @@ __device__ bool block_tile_of_part(const MatmulGroup& g, int rows, DeviceMatrix&
   w = part == 0 ? g.w[0] : part == 1 ? g.w[1] : g.w[2];
   y = part == 0 ? g.y[0] : part == 1 ? g.y[1] : g.y[2];
   return tile * rows < w.n_out;
+}
+
+// The tile of `rows` weight rows of a group that this block computes.
+__device__ bool block_tile_of_part(const MatmulGroup& g, int rows, DeviceMatrix& w, float*& y,
+                                   int& part, int64_t& tile) {
+  return tile_of_part(g, rows, blockIdx.x, w, y, part, tile);
 }
 
 // PARSPEC_CUDA_FUSE=rope: q, k and v as one matmul whose blocks add the
@@ -1180,6 +1187,249 @@ bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int 
               : launch_stream_tiles<kKind, kTiles, 1>(g, xq, xd, n, n_total, m_first, stream);
 }
 
+// PARSPEC_CUDA_PREFILL=tiled: a prefill's Q8_0/Q4_0 matmul in tiles of 64
+// weight rows × 64 activation rows a block, so that every weight and
+// activation block copied into shared memory serves 64 outputs' mmas instead
+// of the tensor-core kernel's 8 or 16. The tensor-core kernel's order is kept
+// per output: its 16 warps' chains (chain c: K blocks c, c + 16, ...) become
+// one after another here, each block's product added into the chain's sum by
+// the same fused multiply-add, and each chain's sum, once its last block is
+// in, added to the total in chain order as add_warp_sums adds the warps'. A
+// block's K blocks arrive in that chain-major order, several ahead by cp.async.
+constexpr int kPrefillRows = 64;  // weight rows per block: two warps of 32
+constexpr int kPrefillCols = 64;  // activation rows per block: two warps of 32
+constexpr int kPrefillWarps = 4;
+constexpr int kPrefillThreads = kPrefillWarps * kWarp;
+constexpr int kPrefillStages = 6;  // K blocks in shared memory: one computed, the rest loading
+static_assert(kPrefillRows == 64 && kPrefillCols == 64 && kPrefillWarps == 4,
+              "2 × 2 warps of 2 × 4 mma tiles");
+
+// The shared-memory layout of one K block of a tile: its weight quants (row r
+// at r · kQuantBytes), the aligned pair of half scales that holds each row's
+// (blocks b & ~1 and b | 1), the activation rows' quants (row m at 32 m) and
+// scales.
+template <WeightKind kKind>
+struct PrefillStage {
+  static constexpr int kQuantBytes = kKind == WeightKind::kQ8_0 ? 32 : 16;
+  static constexpr int kQuants = kPrefillRows * kQuantBytes;
+  static constexpr int kScales = kPrefillRows * 4;
+  static constexpr int kActs = kPrefillCols * 32;
+  static constexpr int kActScales = kPrefillCols * 4;
+  static constexpr int kBytes = kQuants + kScales + kActs + kActScales;
+  static constexpr int kAllBytes = kPrefillStages * kBytes;
+  static_assert(kQuants % 16 == 0 && kScales % 16 == 0 && kActs % 16 == 0 && kBytes % 16 == 0,
+                "16-byte copies");
+};
+
+// Position p of the chain-major order of nb K blocks (chain 0's blocks 0, 16,
+// ..., then chain 1's, ...): the block, and whether it is its chain's last.
+__device__ __forceinline__ int chain_major_block(int p, int nb, bool& last) {
+  const int q = nb / 16, r = nb % 16, long_chains = r * (q + 1);  // chains c < r have q + 1
+  int c, j;
+  if (p < long_chains) {
+    c = p / (q + 1);
+    j = p % (q + 1);
+    last = j == q;
+  } else {  // q > 0 here
+    c = r + (p - long_chains) / q;
+    j = (p - long_chains) % q;
+    last = j == q - 1;
+  }
+  return c + 16 * j;
+}
+
+// The end of a warp's 32 × 32 outputs of a prefill tile (weight rows from
+// row0, activation rows from col0): chains without blocks (fewer than 16
+// blocks a row) add the tensor-core kernels' zero sums, then each value goes
+// to y.
+__device__ __forceinline__ void store_prefill_tile(float (&total)[2][4][4], int blocks,
+                                                   int64_t row0, int64_t n_out, int col0, int M,
+                                                   int gid, int t, float* y) {
+  for (int c = blocks; c < 16; ++c)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) total[i][j][e] = __fadd_rn(total[i][j][e], 0.0f);
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + 16 * i + gid + 8 * h;
+      if (row >= n_out) continue;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int m = col0 + 8 * j + 2 * t + k;
+          if (m < M) y[static_cast<int64_t>(m) * n_out + row] = total[i][j][2 * h + k];
+        }
+    }
+}
+
+// M activation rows, block-major (block b of row m at b · M + m), an even
+// number of blocks a row. Block i of the grid: weight tile i / col_tiles,
+// activation tile i % col_tiles, so that the blocks that share a weight tile
+// run side by side and read it from memory once.
+template <WeightKind kKind>
+__global__ void __launch_bounds__(kPrefillThreads)
+    matmul_prefill_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
+  using Stage = PrefillStage<kKind>;
+  constexpr int QB = Stage::kQuantBytes;
+  begin_kernel();
+  __shared__ int4 prefill_shared[Stage::kAllBytes / 16];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(prefill_shared);
+  const int col_tiles = (M + kPrefillCols - 1) / kPrefillCols;
+  DeviceMatrix w;
+  float* y;
+  int part = 0;
+  int64_t tile = 0;
+  // The same for the whole block.
+  if (!tile_of_part(g, kPrefillRows, blockIdx.x / col_tiles, w, y, part, tile)) return;
+  const int64_t row0 = tile * kPrefillRows;
+  const int col0 = static_cast<int>(blockIdx.x % col_tiles) * kPrefillCols;
+  const int nb = static_cast<int>(w.n_in / 32);
+  const uint8_t* wq = static_cast<const uint8_t*>(w.q);
+  const __half* ws = static_cast<const __half*>(w.scales);
+
+  // Position p's operands into stage s, zeros past the last weight or activation row.
+  auto issue = [&](int s, int p) {
+    bool last;
+    const int64_t b = chain_major_block(p, nb, last);
+    uint8_t* base = smem + s * Stage::kBytes;
+    constexpr int kRowPieces = QB / 16;
+#pragma unroll
+    for (int e = threadIdx.x; e < kPrefillRows * kRowPieces; e += kPrefillThreads) {
+      const int r = e / kRowPieces, piece = e % kRowPieces;
+      const int64_t row = row0 + r;
+      const bool valid = row < w.n_out;
+      copy_async<16>(base + r * QB + 16 * piece, valid ? wq + (row * nb + b) * QB + 16 * piece : wq,
+                     valid);
+    }
+    uint8_t* scales = base + Stage::kQuants;
+    for (int r = threadIdx.x; r < kPrefillRows; r += kPrefillThreads) {
+      const int64_t row = row0 + r;
+      const bool valid = row < w.n_out;
+      copy_async<4>(scales + 4 * r, valid ? ws + row * nb + (b & ~int64_t{1}) : ws, valid);
+    }
+    uint8_t* acts = scales + Stage::kScales;
+#pragma unroll
+    for (int e = threadIdx.x; e < kPrefillCols * 2; e += kPrefillThreads) {
+      const int m = e / 2, half = e % 2;
+      const bool valid = col0 + m < M;
+      copy_async<16>(acts + 32 * m + 16 * half,
+                     valid ? xq + (b * M + col0 + m) * 32 + 16 * half : xq, valid);
+    }
+    uint8_t* act_scales = acts + Stage::kActs;
+    for (int m = threadIdx.x; m < kPrefillCols; m += kPrefillThreads) {
+      const bool valid = col0 + m < M;
+      copy_async<4>(act_scales + 4 * m, valid ? xd + b * M + col0 + m : xd, valid);
+    }
+  };
+
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int gid = lane / 4, t = lane % 4;
+  const int warp_row = 32 * (warp % 2), warp_col = 32 * (warp / 2);
+  // [weight tile i][activation tile j]: rows warp_row + 16i + gid (+ 8 in
+  // [2], [3]), activation rows warp_col + 8j + 2t (+ 1 in [1], [3]).
+  float chain[2][4][4], total[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) chain[i][j][e] = total[i][j][e] = 0.0f;
+  bool first_chain = true;
+
+  // Position p's products from stage s, as matmul_mma_kernel's step adds them.
+  auto compute = [&](int s, int p) {
+    bool last;
+    const int b = chain_major_block(p, nb, last);
+    const uint8_t* base = smem + s * Stage::kBytes;
+    const __half* scales = reinterpret_cast<const __half*>(base + Stage::kQuants);
+    const uint8_t* acts = base + Stage::kQuants + Stage::kScales;
+    const float* act_scales = reinterpret_cast<const float*>(acts + Stage::kActs);
+    int a[2][4];
+    float dw[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = warp_row + 16 * i + gid + 8 * h;
+        wide_a_words<kKind>(base + r * QB, t, a[i][h], a[i][2 + h]);
+        dw[i][h] = __half2float(scales[2 * r + (b & 1)]);
+      }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int col = warp_col + 8 * j;
+      const int2 src = *reinterpret_cast<const int2*>(acts + 32 * (col + gid) + 8 * t);
+      const int bf[2] = {src.x, src.y};
+      const float2 dx = *reinterpret_cast<const float2*>(act_scales + col + 2 * t);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        int cs[4] = {0, 0, 0, 0};
+        mma_s8(cs, a[i], bf);
+        float(&o)[4] = chain[i][j];
+        o[0] = __fmaf_rn(__fmul_rn(dw[i][0], dx.x), static_cast<float>(cs[0]), o[0]);
+        o[1] = __fmaf_rn(__fmul_rn(dw[i][0], dx.y), static_cast<float>(cs[1]), o[1]);
+        o[2] = __fmaf_rn(__fmul_rn(dw[i][1], dx.x), static_cast<float>(cs[2]), o[2]);
+        o[3] = __fmaf_rn(__fmul_rn(dw[i][1], dx.y), static_cast<float>(cs[3]), o[3]);
+      }
+    }
+    if (last) {  // the same on every thread
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            total[i][j][e] =
+                first_chain ? chain[i][j][e] : __fadd_rn(total[i][j][e], chain[i][j][e]);
+            chain[i][j][e] = 0.0f;
+          }
+      first_chain = false;
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kPrefillStages - 1; ++s) {
+    if (s < nb) issue(s, s);
+    copy_async_commit();
+  }
+  for (int p = 0; p < nb; ++p) {
+    copy_async_wait<kPrefillStages - 2>();  // this thread's copies of position p have landed
+    __syncthreads();  // everyone's have, and the stage refilled below is no longer read
+    const int ahead = p + kPrefillStages - 1;
+    if (ahead < nb) issue(ahead % kPrefillStages, ahead);
+    copy_async_commit();
+    compute(p % kPrefillStages, p);
+  }
+  copy_async_wait<0>();
+  store_prefill_tile(total, nb, row0 + warp_row, w.n_out, col0 + warp_col, M, gid, t, y);
+}
+
+// Whether PARSPEC_CUDA_PREFILL=tiled asks for the prefill tiles
+// (matmul_prefill_kernel, matmul_half_prefill_kernel) for n rows: more than one
+// launch of the tensor-core kernel takes. The fused kernels then leave such
+// launches to the plain ones, which the tiles serve.
+bool prefill_tiles_take(int n) {
+  static const bool wanted = env_is("PARSPEC_CUDA_PREFILL", "tiled");
+  return wanted && n > 8 * kMmaMaxTiles;
+}
+
+// matmul_prefill_kernel over n block-major rows where its scales can be copied
+// in pairs (an even number of blocks a row); false where it did not launch.
+template <WeightKind kKind>
+bool launch_prefill_tiles(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
+                          cudaStream_t stream) {
+  if ((g.w[0].n_in / 32) % 2 != 0) return false;
+  const int col_tiles = (n + kPrefillCols - 1) / kPrefillCols;
+  launch(matmul_prefill_kernel<kKind>, weight_row_tiles(g, kPrefillRows) * col_tiles,
+         kPrefillThreads, 0, stream, g, xq, xd, n);
+  return true;
+}
+
 // The tensor-core path for F16/BF16 weights (the default; PARSPEC_CUDA_HALF_MATMUL=warp
 // selects matmul_f_kernel). A block computes kMmaRows weight rows for every
 // activation row of the launch, in slices of 8·kTiles rows: its kMmaWarps
@@ -1350,6 +1600,149 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
   }
 }
 
+// PARSPEC_CUDA_PREFILL=tiled for F16/BF16 weights: matmul_half_mma_kernel's
+// arithmetic in tiles of 64 weight rows × 64 activation rows a block, as
+// matmul_prefill_kernel does for Q8_0/Q4_0. Its 16 warps' chains (chain c:
+// chunks c, c + 16, ... of 32 elements) run one after another, each chunk's
+// four mmas (first half hi, lo, second half hi, lo) adding into the chain's
+// accumulator with the same operands in the same K positions, and each
+// chain's sum, once its last chunk is in, is added to the total in chain
+// order as add_warp_sums adds the warps'.
+constexpr int kHalfPrefillStages = 3;  // chunks in shared memory: one computed, two loading
+
+// One chunk of a tile in shared memory: 64 weight rows of 32 halves, then 64
+// activation rows of 32 floats, padded to 36 so that the 8 rows a warp reads
+// at once fall in different banks.
+struct HalfPrefillStage {
+  static constexpr int kWeightRow = 64;  // bytes
+  static constexpr int kActRow = 36 * 4;
+  static constexpr int kWeights = kPrefillRows * kWeightRow;
+  static constexpr int kBytes = kWeights + kPrefillCols * kActRow;
+  static constexpr int kAllBytes = kHalfPrefillStages * kBytes;
+  static_assert(kWeights % 16 == 0 && kActRow % 16 == 0, "16-byte copies");
+};
+
+template <WeightKind kKind>
+__global__ void __launch_bounds__(kPrefillThreads)
+    matmul_half_prefill_kernel(MatmulGroup g, const float* x, int M) {
+  using Stage = HalfPrefillStage;
+  begin_kernel();
+  __shared__ int4 half_prefill_shared[Stage::kAllBytes / 16];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(half_prefill_shared);
+  const int col_tiles = (M + kPrefillCols - 1) / kPrefillCols;
+  DeviceMatrix w;
+  float* y;
+  int part = 0;
+  int64_t tile = 0;
+  // The same for the whole block.
+  if (!tile_of_part(g, kPrefillRows, blockIdx.x / col_tiles, w, y, part, tile)) return;
+  const int64_t row0 = tile * kPrefillRows, n_in = w.n_in;
+  const int col0 = static_cast<int>(blockIdx.x % col_tiles) * kPrefillCols;
+  const int chunks = static_cast<int>(n_in / 32);
+  const uint8_t* wq = static_cast<const uint8_t*>(w.q);
+
+  // Position p's operands into stage s, zeros past the last weight or activation row.
+  auto issue = [&](int s, int p) {
+    bool last;
+    const int64_t c = chain_major_block(p, chunks, last);
+    uint8_t* base = smem + s * Stage::kBytes;
+#pragma unroll
+    for (int e = threadIdx.x; e < kPrefillRows * 4; e += kPrefillThreads) {
+      const int r = e / 4, piece = e % 4;
+      const int64_t row = row0 + r;
+      const bool valid = row < w.n_out;
+      copy_async<16>(base + r * Stage::kWeightRow + 16 * piece,
+                     valid ? wq + (row * n_in + c * 32) * 2 + 16 * piece : wq, valid);
+    }
+    uint8_t* acts = base + Stage::kWeights;
+#pragma unroll
+    for (int e = threadIdx.x; e < kPrefillCols * 8; e += kPrefillThreads) {
+      const int m = e / 8, piece = e % 8;
+      const bool valid = col0 + m < M;
+      copy_async<16>(acts + m * Stage::kActRow + 16 * piece,
+                     valid ? x + (col0 + m) * n_in + c * 32 + 4 * piece : x, valid);
+    }
+  };
+
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int gid = lane / 4, t = lane % 4;
+  const int warp_row = 32 * (warp % 2), warp_col = 32 * (warp / 2);
+  // As in matmul_prefill_kernel: [weight tile i][activation tile j].
+  float chain[2][4][4], total[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) chain[i][j][e] = total[i][j][e] = 0.0f;
+  bool first_chain = true;
+
+  // Position p's mmas from stage s, as matmul_half_mma_kernel's chunk step.
+  auto compute = [&](int s, int p) {
+    bool last;
+    (void)chain_major_block(p, chunks, last);
+    const uint8_t* base = smem + s * Stage::kBytes;
+    // Lane (gid, t) holds elements 8t..8t+7 of the chunk, of rows gid and gid + 8.
+    unsigned a1[2][4], a2[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = warp_row + 16 * i + gid;
+      const uint4 pa = *reinterpret_cast<const uint4*>(base + r * Stage::kWeightRow + 16 * t);
+      const uint4 pb = *reinterpret_cast<const uint4*>(base + (r + 8) * Stage::kWeightRow + 16 * t);
+      a1[i][0] = pa.x, a1[i][1] = pb.x, a1[i][2] = pa.y, a1[i][3] = pb.y;
+      a2[i][0] = pa.z, a2[i][1] = pb.z, a2[i][2] = pa.w, a2[i][3] = pb.w;
+    }
+    const uint8_t* acts = base + Stage::kWeights;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4* src = reinterpret_cast<const float4*>(
+          acts + (warp_col + 8 * j + gid) * Stage::kActRow + 32 * t);
+      const float4 u = src[0], v = src[1];
+      unsigned hi1[2], lo1[2], hi2[2], lo2[2];
+      split_pair<kKind>(u.x, u.y, hi1[0], lo1[0]);
+      split_pair<kKind>(u.z, u.w, hi1[1], lo1[1]);
+      split_pair<kKind>(v.x, v.y, hi2[0], lo2[0]);
+      split_pair<kKind>(v.z, v.w, hi2[1], lo2[1]);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mma_half<kKind>(chain[i][j], a1[i], hi1);
+        mma_half<kKind>(chain[i][j], a1[i], lo1);
+        mma_half<kKind>(chain[i][j], a2[i], hi2);
+        mma_half<kKind>(chain[i][j], a2[i], lo2);
+      }
+    }
+    if (last) {  // the same on every thread
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            total[i][j][e] =
+                first_chain ? chain[i][j][e] : __fadd_rn(total[i][j][e], chain[i][j][e]);
+            chain[i][j][e] = 0.0f;
+          }
+      first_chain = false;
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kHalfPrefillStages - 1; ++s) {
+    if (s < chunks) issue(s, s);
+    copy_async_commit();
+  }
+  for (int p = 0; p < chunks; ++p) {
+    copy_async_wait<kHalfPrefillStages - 2>();  // this thread's copies of position p have landed
+    __syncthreads();  // everyone's have, and the stage refilled below is no longer read
+    const int ahead = p + kHalfPrefillStages - 1;
+    if (ahead < chunks) issue(ahead % kHalfPrefillStages, ahead);
+    copy_async_commit();
+    compute(p % kHalfPrefillStages, p);
+  }
+  copy_async_wait<0>();
+  store_prefill_tile(total, chunks, row0 + warp_row, w.n_out, col0 + warp_col, M, gid, t, y);
+}
+
 // F16/BF16 weights of a width that is a multiple of 32 go through
 // matmul_half_mma_kernel at every row count, unless PARSPEC_CUDA_HALF_MATMUL=warp.
 bool half_tensor_cores(int64_t n_in) {
@@ -1363,6 +1756,11 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
                      int tiles = -1, const QkvStore& st = {}) {
   if (tiles < 0) tiles = weight_row_tiles(g);
   constexpr int kThreads = kMmaWarps * kWarp;
+  if (kEpilogue == HalfEpilogue::kPlain && prefill_tiles_take(n) && !g.accumulate) {
+    const int col_tiles = (n + kPrefillCols - 1) / kPrefillCols;
+    return launch(matmul_half_prefill_kernel<kKind>, weight_row_tiles(g, kPrefillRows) * col_tiles,
+                  kPrefillThreads, 0, stream, g, x, n);
+  }
   if (g.norm.h != nullptr)  // one row (one_row_fusable)
     return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, true>, tiles, kThreads, 0, stream, g,
                   x, n, st);
@@ -1914,6 +2312,8 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, 
   static const bool streamed = streamed_weight_tiles() > 0;
   if (streamed && block_major && n > kSlice &&
       launch_stream<kKind, kMmaMaxTiles>(g, xq, xd, n, n, 0, stream))
+    return;
+  if (prefill_tiles_take(n) && block_major && launch_prefill_tiles<kKind>(g, xq, xd, n, stream))
     return;
   static const bool one_launch = one_launch_prefill_wanted();
   if (one_launch && n > kSlice)
@@ -3372,7 +3772,8 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
                     wv.n_in == wq.n_in && shape.rope_dims == hd && hd % 16 == 0 &&
                     wq.n_out == int64_t{shape.n_head} * hd &&
                     wk.n_out == int64_t{shape.n_head_kv} * hd && wv.n_out == wk.n_out;
-  if (!fits || (norm.h != nullptr && !one_row_fusable(wq, n))) return false;
+  if (!fits || (norm.h != nullptr && !one_row_fusable(wq, n)) || prefill_tiles_take(n))
+    return false;
   MatmulGroup g;
   g.count = 3;
   g.w[0] = wq, g.w[1] = wk, g.w[2] = wv;
@@ -3427,7 +3828,7 @@ bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, con
                            float* scales, cudaStream_t stream, const RowNorm& norm) {
   if (n <= 0 || gate.kind != up.kind || gate.n_in != up.n_in || gate.n_out != up.n_out)
     return false;
-  if (norm.h != nullptr && !one_row_fusable(gate, n)) return false;
+  if ((norm.h != nullptr && !one_row_fusable(gate, n)) || prefill_tiles_take(n)) return false;
   if (q != nullptr && gate.n_out % 32 != 0) return false;
   const int tiles = static_cast<int>((gate.n_out + kMmaRows / 2 - 1) / (kMmaRows / 2));
   MatmulGroup g;

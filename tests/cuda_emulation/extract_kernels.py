@@ -29,6 +29,7 @@ pieces = [
     piece("template <WeightKind kKind>\n__device__ void load_block_q("),
     piece("__device__ int block_dot_s8("),
     piece("__device__ __forceinline__ float swiglu_value("),
+    piece("__device__ bool tile_of_part("),
     piece("__device__ bool block_tile_of_part("),
     piece("__device__ bool block_tile("),
     piece("__device__ float half_warp_sum_in_order("),
@@ -73,6 +74,14 @@ pieces = [
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
           "__global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)\n"
           "    matmul_stream_kernel("),
+    piece("template <WeightKind kKind>\nstruct PrefillStage {", "\n};\n"),
+    piece("__device__ __forceinline__ int chain_major_block("),
+    piece("__device__ __forceinline__ void store_prefill_tile("),
+    piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kPrefillThreads)\n"
+          "    matmul_prefill_kernel("),
+    piece("struct HalfPrefillStage {", "\n};\n"),
+    piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kPrefillThreads)\n"
+          "    matmul_half_prefill_kernel("),
 ]
 # Attention: everything from the block reduction to the grouped kernel.
 attention_start = "template <bool kMax>\n__device__ float attention_block_reduce("
@@ -84,7 +93,8 @@ pieces.append(source[source.index(attention_start):source.index(attention_end)])
 # The constants they use, as kernels.cu defines them.
 constants = []
 for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps", "kStreamThreads",
-             "kStreamChains", "kStreamStages", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
+             "kStreamChains", "kStreamStages", "kPrefillRows", "kPrefillCols", "kPrefillWarps",
+             "kPrefillThreads", "kPrefillStages", "kHalfPrefillStages", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
              "kPairedPrefetch", "kGatedOutputs", "kGatedThreads", "kGatedPrefetch",
              "kAttnThreads", "kAttnKeys", "kMaxHeadDim", "kNormThreads", "kNormBlock",
              "kWideNormPerThread"):

@@ -176,6 +176,27 @@ TEST(CudaKernelsOnCpu, StreamedMatmulGivesTheContractsBits) {
   check_streamed<WeightKind::kQ4_0, 4, 2>(576, {33}, 40, 45, 5, 8);
 }
 
+// matmul_prefill_kernel over all M rows of a block-major batch.
+template <WeightKind kKind>
+void check_prefill_tiles(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M));
+  GroupProblem p(kKind, n_in, std::move(outs), M, M, seed);
+  const int col_tiles = (M + kPrefillCols - 1) / kPrefillCols;
+  run(p.blocks(kPrefillRows) * col_tiles, kPrefillThreads, 0,
+      [&] { matmul_prefill_kernel<kKind>(p.group, p.x.values.data(), p.x.scales.data(), M); });
+  p.expect_contract([&](int m, int64_t b) { return b * M + m; });
+}
+
+TEST(CudaKernelsOnCpu, PrefillTilesMatmulGivesTheContractsBits) {
+  // Fewer blocks a row than chains, chains of unequal length, groups whose
+  // matrices end inside a tile, activation rows ending inside a tile.
+  check_prefill_tiles<WeightKind::kQ4_0>(128, {70}, 33, 1);
+  check_prefill_tiles<WeightKind::kQ8_0>(576, {64, 20}, 64, 2);
+  check_prefill_tiles<WeightKind::kQ4_0>(1280, {40, 100, 9}, 100, 3);
+  check_prefill_tiles<WeightKind::kQ8_0>(2112, {65}, 130, 4);
+  check_prefill_tiles<WeightKind::kQ4_0>(192, {128}, 65, 5);
+}
+
 // matmul_mma_kernel (the tensor-core kernel for 5 rows and more) over M rows
 // from m_first of n_total: block-major activations (with or without the
 // pipelined loads), or row after row from m_first.
@@ -287,6 +308,55 @@ TEST(CudaKernelsOnCpu, GatedHalfMatmulGivesSwiGluOfTheGroupsValues) {
   check_gated_half<WeightKind::kF16, 1>(128, 40, 3, 1);
   check_gated_half<WeightKind::kBF16, 2>(256, 24, 11, 2);
   check_gated_half<WeightKind::kF16, 4>(96, 20, 40, 3);
+}
+
+// matmul_half_prefill_kernel over M rows of a group gives the bits that
+// matmul_half_mma_kernel gives them, whatever the hardware's order of an mma's
+// sums (emulated here in one fixed order for both).
+template <WeightKind kKind>
+void check_half_prefill(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  auto weight = [&] { return value(rng) * 0.1f; };
+  std::vector<HalfWeights<kKind>> weights;
+  for (int64_t n_out : outs) weights.emplace_back(n_in, n_out, weight);
+  std::vector<float> x(static_cast<size_t>(M * n_in));
+  for (float& v : x) v = value(rng) * (rng() % 8 == 0 ? 1000.0f : 1.0f);
+  MatmulGroup group;
+  group.count = static_cast<int>(outs.size());
+  std::vector<std::vector<float>> want, got;
+  int tiles16 = 0, tiles64 = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    group.w[i] = weights[i].matrix;
+    want.emplace_back(static_cast<size_t>(M * outs[i]), -7.0f);
+    got.emplace_back(static_cast<size_t>(M * outs[i]), -5.0f);
+    tiles16 += static_cast<int>((outs[i] + 15) / 16);
+    tiles64 += static_cast<int>((outs[i] + kPrefillRows - 1) / kPrefillRows);
+  }
+  for (size_t i = 0; i < outs.size(); ++i) group.y[i] = want[i].data();
+  run(tiles16, kMmaWarps * kWarp, 0,
+      [&] { matmul_half_mma_kernel<kKind, kMmaMaxTiles>(group, x.data(), M, QkvStore{}); });
+  for (size_t i = 0; i < outs.size(); ++i) group.y[i] = got[i].data();
+  const int col_tiles = (M + kPrefillCols - 1) / kPrefillCols;
+  run(tiles64 * col_tiles, kPrefillThreads, 0,
+      [&] { matmul_half_prefill_kernel<kKind>(group, x.data(), M); });
+  for (size_t i = 0; i < outs.size(); ++i) {
+    int wrong = 0;
+    for (size_t e = 0; e < want[i].size(); ++e)
+      if (!same_bits(got[i][e], want[i][e]) && ++wrong <= 3)
+        ADD_FAILURE() << "matrix " << i << ", activation row " << e / outs[i] << ", weight row "
+                      << e % outs[i] << ": " << got[i][e] << " instead of " << want[i][e];
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
+TEST(CudaKernelsOnCpu, HalfPrefillTilesGiveTheTensorCoreKernelsBits) {
+  // Fewer chunks a row than chains, chains of unequal length, groups whose
+  // matrices end inside a tile, activation rows ending inside a tile.
+  check_half_prefill<WeightKind::kF16>(128, {70, 40}, 33, 1);
+  check_half_prefill<WeightKind::kBF16>(576, {64}, 100, 2);
+  check_half_prefill<WeightKind::kF16>(1088, {20, 9}, 65, 3);
 }
 
 // PARSPEC_CUDA_FUSE=norm on F16/BF16 weights: the tensor-core kernel
