@@ -596,6 +596,7 @@ for row in "${table[@]}"; do
   case $args in
     *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefill-tiles rows-wide fused-norm stream fused paired in-split stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(candidates prefill-tiles fused fused-norm in-split) ;;
+    *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do

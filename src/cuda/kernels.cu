@@ -2596,6 +2596,294 @@ __global__ void matmul_k_kernel(MatmulGroup g, Q8KActivations x, int M) {
   }
 }
 
+// 16×8×16 int8 multiply-add: lane (g, t) holds A's row g, K 4t..4t+3 in a[0]
+// and row g + 8's in a[1], B's column g, K 4t..4t+3 in b; C as for mma_s8.
+__device__ void mma_s8_k16(int (&c)[4], const int (&a)[2], int b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+      "{%0, %1, %2, %3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b));
+#else
+  __trap();  // built for sm_80 and later only
+#endif
+}
+
+// PARSPEC_CUDA_PREFILL=tiled for Q4_K/Q6_K weights: matmul_k_kernel's
+// arithmetic in tiles of 64 weight rows × 32 activation rows a block, a warp
+// taking 16 of the rows. Each sub-block's integer sums come from int8 mmas
+// (exact, as the warp kernel's dp4a sums are), scaled and added as integers;
+// each super-block then becomes a float with the warp kernel's expression and
+// is added to its lane group's sum in the same order. The groups (super-blocks
+// k, k + 4, ...) run one after another, and their sums are added as warp_sum's
+// butterfly adds them on lane 0: groups 0 and 2, 1 and 3, then the two pairs.
+constexpr int kKPrefillRows = 64;
+constexpr int kKPrefillCols = 32;
+constexpr int kKPrefillWarps = 4;
+constexpr int kKPrefillThreads = kKPrefillWarps * kWarp;
+static_assert(kKPrefillRows == 16 * kKPrefillWarps && kKPrefillCols == 32,
+              "a warp takes 16 weight rows and 4 tiles of 8 activation rows");
+
+// One super-block of a tile in shared memory (two stages): the weight rows'
+// super-blocks (Q6_K's rows padded to 240 bytes and the activation rows to
+// 272, so that the 8 rows a warp reads at once fall in different banks), the
+// activation rows' quants, their sums of 16 (Q4_K) and their scales.
+template <WeightKind kKind>
+struct KPrefillStage {
+  static constexpr int kBlockBytes = kKind == WeightKind::kQ4_K ? kQ4KBytes : kQ6KStride;
+  static constexpr int kWeightRow = kKind == WeightKind::kQ4_K ? kQ4KBytes : 240;
+  static constexpr int kActRow = kSuperBlock + 16;
+  static constexpr int kWeights = kKPrefillRows * kWeightRow;
+  static constexpr int kActs = kKPrefillCols * kActRow;
+  static constexpr int kSums = kKind == WeightKind::kQ4_K ? kKPrefillCols * 32 : 0;
+  static constexpr int kBytes = kWeights + kActs + kSums + kKPrefillCols * 4;
+  static constexpr int kAllBytes = 2 * kBytes;
+  static_assert(kBlockBytes % 16 == 0 && kWeightRow % 16 == 0 && kActRow % 16 == 0 &&
+                    kWeights % 16 == 0 && kActs % 16 == 0,
+                "16-byte copies");
+};
+
+// Position p of the order in which matmul_k_prefill_kernel takes a row's
+// n_super super-blocks: lane group 0's (0, 4, ...), then group 1's, 2's and
+// 3's. The super-block, its group, and whether it is that group's last.
+__device__ __forceinline__ int k_prefill_block(int p, int n_super, int& group, bool& last) {
+  for (int k = 0; k < 4; ++k) {
+    const int length = n_super / 4 + (k < n_super % 4 ? 1 : 0);
+    if (p < length) {
+      group = k;
+      last = p == length - 1;
+      return k + 4 * p;
+    }
+    p -= length;
+  }
+  group = 3;  // not reached: p < n_super
+  last = true;
+  return 0;
+}
+
+template <WeightKind kKind>
+__global__ void __launch_bounds__(kKPrefillThreads)
+    matmul_k_prefill_kernel(MatmulGroup g, Q8KActivations x, int M) {
+  using Stage = KPrefillStage<kKind>;
+  constexpr bool kQ4 = kKind == WeightKind::kQ4_K;
+  begin_kernel();
+  __shared__ int4 k_prefill_shared[Stage::kAllBytes / 16];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(k_prefill_shared);
+  const int col_tiles = (M + kKPrefillCols - 1) / kKPrefillCols;
+  DeviceMatrix w;
+  float* y;
+  int part = 0;
+  int64_t tile = 0;
+  // The same for the whole block.
+  if (!tile_of_part(g, kKPrefillRows, blockIdx.x / col_tiles, w, y, part, tile)) return;
+  const int64_t row0 = tile * kKPrefillRows;
+  const int col0 = static_cast<int>(blockIdx.x % col_tiles) * kKPrefillCols;
+  const int n_super = static_cast<int>(w.n_in / kSuperBlock);
+  const uint8_t* wq = static_cast<const uint8_t*>(w.q);
+
+  // Position p's operands into stage s, zeros past the last weight or activation row.
+  auto issue = [&](int s, int p) {
+    int group;
+    bool last;
+    const int64_t sb = k_prefill_block(p, n_super, group, last);
+    uint8_t* base = smem + s * Stage::kBytes;
+    constexpr int kPieces = Stage::kBlockBytes / 16;
+    for (int e = threadIdx.x; e < kKPrefillRows * kPieces; e += kKPrefillThreads) {
+      const int r = e / kPieces, piece = e % kPieces;
+      const int64_t row = row0 + r;
+      const bool valid = row < w.n_out;
+      copy_async<16>(base + r * Stage::kWeightRow + 16 * piece,
+                     valid ? wq + (row * n_super + sb) * Stage::kBlockBytes + 16 * piece : wq,
+                     valid);
+    }
+    uint8_t* acts = base + Stage::kWeights;
+    for (int e = threadIdx.x; e < kKPrefillCols * 16; e += kKPrefillThreads) {
+      const int m = e / 16, piece = e % 16;
+      const bool valid = col0 + m < M;
+      const int64_t xb = static_cast<int64_t>(col0 + m) * n_super + sb;
+      copy_async<16>(acts + m * Stage::kActRow + 16 * piece,
+                     valid ? x.q + xb * kSuperBlock + 16 * piece : x.q, valid);
+    }
+    uint8_t* sums = acts + Stage::kActs;
+    if constexpr (kQ4) {
+      for (int e = threadIdx.x; e < kKPrefillCols * 2; e += kKPrefillThreads) {
+        const int m = e / 2, piece = e % 2;
+        const bool valid = col0 + m < M;
+        const int64_t xb = static_cast<int64_t>(col0 + m) * n_super + sb;
+        copy_async<16>(sums + 32 * m + 16 * piece,
+                       valid ? reinterpret_cast<const uint8_t*>(x.bsums + xb * 16) + 16 * piece
+                             : reinterpret_cast<const uint8_t*>(x.bsums),
+                       valid);
+      }
+    }
+    uint8_t* scales = sums + Stage::kSums;
+    for (int m = threadIdx.x; m < kKPrefillCols; m += kKPrefillThreads) {
+      const bool valid = col0 + m < M;
+      const int64_t xb = static_cast<int64_t>(col0 + m) * n_super + sb;
+      copy_async<4>(scales + 4 * m, valid ? x.d + xb : x.d, valid);
+    }
+  };
+
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int gid = lane / 4, t = lane % 4;
+  const int r_a = 16 * warp + gid, r_b = r_a + 8;  // the block's rows of this lane
+  // [activation tile i][e]: rows r_a (e = 0, 1) and r_b (2, 3), activation
+  // rows 8i + 2t (e = 0, 2) and 8i + 2t + 1 (1, 3). `chain`: the running
+  // group's sum; `even`: groups 0 and 2; `odd`: groups 1 and 3.
+  float chain[4][4], even[4][4], odd[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) chain[i][e] = even[i][e] = odd[i][e] = 0.0f;
+
+  // Position p's super-block from stage s, added to the running group's sums
+  // as matmul_k_kernel adds it.
+  auto compute = [&](int s, int p) {
+    int group;
+    bool last;
+    (void)k_prefill_block(p, n_super, group, last);
+    const uint8_t* base = smem + s * Stage::kBytes;
+    const uint8_t* blk_a = base + r_a * Stage::kWeightRow;
+    const uint8_t* blk_b = base + r_b * Stage::kWeightRow;
+    const uint8_t* acts = base + Stage::kWeights;
+    const int16_t* sums = reinterpret_cast<const int16_t*>(acts + Stage::kActs);
+    const float* xds = reinterpret_cast<const float*>(acts + Stage::kActs + Stage::kSums);
+    int qx[4][4], mins[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) qx[i][e] = mins[i][e] = 0;
+#pragma unroll 1
+    for (int j = 0; j < 8; ++j) {  // sub-blocks of 32 values
+      if constexpr (kQ4) {
+        // Lane t takes values 8t..8t+7 of the sub-block, in A and B alike (the
+        // integer sum is the same in any order): its low nibbles for even j,
+        // high for odd.
+        const int shift = 4 * (j % 2);
+        const uint2 wa = *reinterpret_cast<const uint2*>(blk_a + 16 + 32 * (j / 2) + 8 * t);
+        const uint2 wb = *reinterpret_cast<const uint2*>(blk_b + 16 + 32 * (j / 2) + 8 * t);
+        const int a[4] = {static_cast<int>((wa.x >> shift) & 0x0F0F0F0Fu),
+                          static_cast<int>((wb.x >> shift) & 0x0F0F0F0Fu),
+                          static_cast<int>((wa.y >> shift) & 0x0F0F0F0Fu),
+                          static_cast<int>((wb.y >> shift) & 0x0F0F0F0Fu)};
+        int sc_a, mn_a, sc_b, mn_b;
+        q4k_scale_min(blk_a + 4, j, sc_a, mn_a);
+        q4k_scale_min(blk_b + 4, j, sc_b, mn_b);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int2 src = *reinterpret_cast<const int2*>(acts + (8 * i + gid) * Stage::kActRow +
+                                                          32 * j + 8 * t);
+          const int bf[2] = {src.x, src.y};
+          int c[4] = {0, 0, 0, 0};
+          mma_s8(c, a, bf);
+          qx[i][0] += sc_a * c[0];
+          qx[i][1] += sc_a * c[1];
+          qx[i][2] += sc_b * c[2];
+          qx[i][3] += sc_b * c[3];
+          const int16_t* s0 = sums + (8 * i + 2 * t) * 16 + 2 * j;
+          const int16_t* s1 = s0 + 16;
+          const int pair0 = s0[0] + s0[1], pair1 = s1[0] + s1[1];
+          mins[i][0] += mn_a * pair0;
+          mins[i][1] += mn_a * pair1;
+          mins[i][2] += mn_b * pair0;
+          mins[i][3] += mn_b * pair1;
+        }
+      } else {
+        // Values 16h + 4t..16h + 4t + 3 of the sub-block for each half h, as
+        // load_k_part assembles them.
+        const int h = j / 4, quarter = j % 4;
+        const int low_shift = quarter < 2 ? 0 : 4;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int at_low = 64 * h + 32 * (quarter & 1) + 16 * half + 4 * t;
+          const int at_high = 128 + 32 * h + 16 * half + 4 * t;
+          auto word = [&](const uint8_t* blk) {
+            const unsigned nib =
+                (*reinterpret_cast<const unsigned*>(blk + at_low) >> low_shift) & 0x0F0F0F0Fu;
+            const unsigned top =
+                ((*reinterpret_cast<const unsigned*>(blk + at_high) >> (2 * quarter)) & 0x03030303u)
+                << 4;
+            return static_cast<int>(__vsub4(nib | top, 0x20202020u));
+          };
+          const int a[2] = {word(blk_a), word(blk_b)};
+          const int sc_a = static_cast<int8_t>(blk_a[192 + 8 * h + 2 * quarter + half]);
+          const int sc_b = static_cast<int8_t>(blk_b[192 + 8 * h + 2 * quarter + half]);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int bf = *reinterpret_cast<const int*>(acts + (8 * i + gid) * Stage::kActRow +
+                                                         32 * j + 16 * half + 4 * t);
+            int c[4] = {0, 0, 0, 0};
+            mma_s8_k16(c, a, bf);
+            qx[i][0] += sc_a * c[0];
+            qx[i][1] += sc_a * c[1];
+            qx[i][2] += sc_b * c[2];
+            qx[i][3] += sc_b * c[3];
+          }
+        }
+      }
+    }
+    const float dw_a = kQ4 ? half_at(blk_a) : half_at(blk_a + 208);
+    const float dw_b = kQ4 ? half_at(blk_b) : half_at(blk_b + 208);
+    const float dmin_a = kQ4 ? half_at(blk_a + 2) : 0.0f;
+    const float dmin_b = kQ4 ? half_at(blk_b + 2) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float xd = xds[8 * i + 2 * t + (e & 1)];
+        const float dw = e < 2 ? dw_a : dw_b;
+        float value;
+        if constexpr (kQ4) {
+          const float dmin = e < 2 ? dmin_a : dmin_b;
+          value = __fsub_rn(__fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx[i][e])),
+                            __fmul_rn(__fmul_rn(xd, dmin), static_cast<float>(mins[i][e])));
+        } else {
+          value = __fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx[i][e]));
+        }
+        chain[i][e] = __fadd_rn(chain[i][e], value);
+      }
+    if (last) {  // the same on every thread
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (group == 0) even[i][e] = chain[i][e];
+          if (group == 2) even[i][e] = __fadd_rn(even[i][e], chain[i][e]);
+          if (group == 1) odd[i][e] = chain[i][e];
+          if (group == 3) odd[i][e] = __fadd_rn(odd[i][e], chain[i][e]);
+          chain[i][e] = 0.0f;
+        }
+    }
+  };
+
+  issue(0, 0);
+  copy_async_commit();
+  for (int p = 0; p < n_super; ++p) {
+    copy_async_wait<0>();  // this thread's copies of position p have landed
+    __syncthreads();       // everyone's have, and the stage refilled below is no longer read
+    if (p + 1 < n_super) issue((p + 1) % 2, p + 1);
+    copy_async_commit();
+    compute(p % 2, p);
+  }
+  copy_async_wait<0>();
+
+  // Groups without super-blocks (fewer than 4 a row) keep their zeros, as the
+  // warp kernel's lanes do; then warp_sum's steps on lane 0: the two pairs,
+  // and the zeros of the lanes that are not a group's first.
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (n_super < 3) even[i][e] = __fadd_rn(even[i][e], 0.0f);
+      if (n_super < 4) odd[i][e] = __fadd_rn(n_super < 2 ? 0.0f : odd[i][e], 0.0f);
+      float total = __fadd_rn(even[i][e], odd[i][e]);
+      for (int o = 0; o < 3; ++o) total = __fadd_rn(total, 0.0f);
+      const int64_t row = row0 + (e < 2 ? r_a : r_b);
+      const int m = col0 + 8 * i + 2 * t + (e & 1);
+      if (row < w.n_out && m < M) y[static_cast<int64_t>(m) * w.n_out + row] = total;
+    }
+}
+
 // The inputs of one matmul launch, in every form a weight kind takes them.
 struct MatmulInputs {
   const float* x;
@@ -3620,6 +3908,13 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
   if ((kind == WeightKind::kF16 || kind == WeightKind::kBF16) && half_tensor_cores(group.w[0].n_in))
     return kind == WeightKind::kF16 ? launch_half_mma<WeightKind::kF16>(group, x, n, stream)
                                     : launch_half_mma<WeightKind::kBF16>(group, x, n, stream);
+  if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && prefill_tiles_take(n)) {
+    const int blocks =
+        weight_row_tiles(group, kKPrefillRows) * ((n + kKPrefillCols - 1) / kKPrefillCols);
+    return launch(kind == WeightKind::kQ4_K ? matmul_k_prefill_kernel<WeightKind::kQ4_K>
+                                            : matmul_k_prefill_kernel<WeightKind::kQ6_K>,
+                  blocks, kKPrefillThreads, 0, stream, group, xk, n);
+  }
   // A one-row tile for single rows: the same arithmetic per row, fewer registers.
   if (n == 1)
     launch_matmul_tile<1>(group, in, n, stream);

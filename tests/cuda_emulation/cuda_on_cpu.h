@@ -144,6 +144,27 @@ inline void mma_s8_at(int (&c)[4], const int (&a)[4], const int (&b)[2], int lin
   });
 }
 
+// mma.sync.m16n8k16 s8: lane (g, t) holds A's row g, K 4t..4t+3 in a[0] and
+// row g + 8's in a[1], B's column g, K 4t.. in b; C as for the k32 mma.
+inline void mma_s8_k16_at(int (&c)[4], const int (&a)[2], int b, int line) {
+  const uint32_t mine[3] = {static_cast<uint32_t>(a[0]), static_cast<uint32_t>(a[1]),
+                            static_cast<uint32_t>(b)};
+  exchange_in_warp(mine, 3, line, [&](const uint32_t(*lanes)[6], int lane) {
+    auto byte = [](uint32_t word, int k) {
+      return static_cast<int8_t>((word >> (8 * (k % 4))) & 0xFF);
+    };
+    auto a_at = [&](int row, int k) { return byte(lanes[(row % 8) * 4 + k / 4][row / 8], k); };
+    auto b_at = [&](int k, int col) { return byte(lanes[col * 4 + k / 4][2], k); };
+    const int g = lane / 4, t = lane % 4;
+    const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int i = 0; i < 4; ++i) {
+      int sum = 0;
+      for (int k = 0; k < 16; ++k) sum += a_at(rows[i], k) * b_at(k, cols[i]);
+      c[i] += sum;
+    }
+  });
+}
+
 // mma.sync.m16n8k16 with f16 or bf16 inputs and f32 accumulators, PTX's
 // layout: lane (g, t) holds A's row g, K 2t and 2t + 1 in a[0] and K 8 + 2t..
 // in a[2], row g + 8 in a[1] and a[3]; B's column g, K 2t.. in b[0] and K 8 +
@@ -266,10 +287,15 @@ void run_grid(dim3 grid, int threads, size_t shared, Body&& body) {
 #define threadIdx parspec::cuda::emulated::thread_index
 #define blockIdx parspec::cuda::emulated::block_index
 #define __syncthreads() parspec::cuda::emulated::sync_block()
-#define __shfl_sync(mask, v, lane) parspec::cuda::emulated::shuffle(v, 0, lane, __LINE__)
-#define __shfl_down_sync(mask, v, delta) parspec::cuda::emulated::shuffle(v, 1, delta, __LINE__)
-#define __shfl_xor_sync(mask, v, bits) parspec::cuda::emulated::shuffle(v, 2, bits, __LINE__)
+// Every lane of the warp takes part, whatever the mask says.
+#define __shfl_sync(mask, v, lane) \
+  (static_cast<void>(mask), parspec::cuda::emulated::shuffle(v, 0, lane, __LINE__))
+#define __shfl_down_sync(mask, v, delta) \
+  (static_cast<void>(mask), parspec::cuda::emulated::shuffle(v, 1, delta, __LINE__))
+#define __shfl_xor_sync(mask, v, bits) \
+  (static_cast<void>(mask), parspec::cuda::emulated::shuffle(v, 2, bits, __LINE__))
 #define mma_s8(c, a, b) parspec::cuda::emulated::mma_s8_at(c, a, b, __LINE__)
+#define mma_s8_k16(c, a, b) parspec::cuda::emulated::mma_s8_k16_at(c, a, b, __LINE__)
 #define __fmaf_rn(a, b, c) std::fma(a, b, c)
 #define __fmul_rn(a, b) parspec::cuda::emulated::mul_rn(a, b)
 #define __fadd_rn(a, b) parspec::cuda::emulated::add_rn(a, b)

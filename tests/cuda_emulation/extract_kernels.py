@@ -79,6 +79,15 @@ pieces = [
     piece("__device__ __forceinline__ void store_prefill_tile("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kPrefillThreads)\n"
           "    matmul_prefill_kernel("),
+    piece("__device__ float half_at(const uint8_t* p) {"),
+    piece("__device__ void q4k_scale_min("),
+    piece("__device__ bool warp_row("),
+    piece("template <WeightKind kKind>\n__device__ void load_k_part("),
+    piece("template <WeightKind kKind, int kR>\n__global__ void matmul_k_kernel("),
+    piece("template <WeightKind kKind>\nstruct KPrefillStage {", "\n};\n"),
+    piece("__device__ __forceinline__ int k_prefill_block("),
+    piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kKPrefillThreads)\n"
+          "    matmul_k_prefill_kernel("),
     piece("struct HalfPrefillStage {", "\n};\n"),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kPrefillThreads)\n"
           "    matmul_half_prefill_kernel("),
@@ -94,7 +103,8 @@ pieces.append(source[source.index(attention_start):source.index(attention_end)])
 constants = []
 for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps", "kStreamThreads",
              "kStreamChains", "kStreamStages", "kPrefillRows", "kPrefillCols", "kPrefillWarps",
-             "kPrefillThreads", "kPrefillStages", "kHalfPrefillStages", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
+             "kPrefillThreads", "kPrefillStages", "kHalfPrefillStages", "kKPrefillRows",
+             "kKPrefillCols", "kKPrefillWarps", "kKPrefillThreads", "kMatmulWarps", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
              "kPairedPrefetch", "kGatedOutputs", "kGatedThreads", "kGatedPrefetch",
              "kAttnThreads", "kAttnKeys", "kMaxHeadDim", "kNormThreads", "kNormBlock",
              "kWideNormPerThread"):

@@ -197,6 +197,154 @@ TEST(CudaKernelsOnCpu, PrefillTilesMatmulGivesTheContractsBits) {
   check_prefill_tiles<WeightKind::kQ4_0>(192, {128}, 65, 5);
 }
 
+// The warp kernel's value (matmul_k_kernel) of a Q4_K/Q6_K row against one
+// row of Q8_K activations: lane group k's super-blocks k, k + 4, ... each
+// turned into a float and added in order, then warp_sum's butterfly on lane 0
+// (groups 0 and 2, 1 and 3, then the two pairs, then the other lanes' zeros).
+template <WeightKind kKind>
+float k_contract_value(const uint8_t* row, int64_t n_super, const int8_t* q, const float* d,
+                       const int16_t* bsums) {
+  const int stride = kKind == WeightKind::kQ4_K ? kQ4KBytes : kQ6KStride;
+  float acc[4] = {};
+  for (int64_t sb = 0; sb < n_super; ++sb) {
+    const uint8_t* blk = row + sb * stride;
+    const int8_t* xq = q + sb * kSuperBlock;
+    int qx = 0, mins = 0;
+    for (int j = 0; j < 8; ++j) {
+      int sums[2] = {0, 0};
+      for (int e = 0; e < 32; ++e) {
+        int v;
+        if (kKind == WeightKind::kQ4_K) {
+          const uint8_t byte = blk[16 + 32 * (j / 2) + e];
+          v = j % 2 ? byte >> 4 : byte & 15;
+        } else {
+          const int h = j / 4, quarter = j % 4;
+          const int low = (blk[64 * h + 32 * (quarter & 1) + e] >> (quarter < 2 ? 0 : 4)) & 15;
+          const int top = (blk[128 + 32 * h + e] >> (2 * quarter)) & 3;
+          v = (low | top << 4) - 32;
+        }
+        sums[e / 16] += v * xq[32 * j + e];
+      }
+      if (kKind == WeightKind::kQ4_K) {
+        int sc, mn;
+        q4k_scale_min(blk + 4, j, sc, mn);
+        qx += sc * (sums[0] + sums[1]);
+        mins += mn * (bsums[sb * 16 + 2 * j] + bsums[sb * 16 + 2 * j + 1]);
+      } else {
+        const int h = j / 4, quarter = j % 4;
+        qx += static_cast<int8_t>(blk[192 + 8 * h + 2 * quarter]) * sums[0] +
+              static_cast<int8_t>(blk[192 + 8 * h + 2 * quarter + 1]) * sums[1];
+      }
+    }
+    const float xd = d[sb];
+    const float value = kKind == WeightKind::kQ4_K
+                            ? sub_rn(mul_rn(mul_rn(xd, half_at(blk)), static_cast<float>(qx)),
+                                     mul_rn(mul_rn(xd, half_at(blk + 2)), static_cast<float>(mins)))
+                            : mul_rn(mul_rn(xd, half_at(blk + 208)), static_cast<float>(qx));
+    acc[sb % 4] = add_rn(acc[sb % 4], value);
+  }
+  float total = add_rn(add_rn(acc[0], acc[2]), add_rn(acc[1], acc[3]));
+  for (int o = 0; o < 3; ++o) total = add_rn(total, 0.0f);
+  return total;
+}
+
+// matmul_k_prefill_kernel over M rows of Q8_K activations gives, for a group
+// of Q4_K/Q6_K matrices, the warp kernel's bits (k_contract_value; for
+// widths of whole groups of 4 super-blocks also matmul_k_kernel's own, which
+// the emulation cannot run where some of a warp's lanes have left its loop).
+template <WeightKind kKind>
+void check_k_prefill(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M));
+  std::mt19937 rng(seed);
+  const int64_t n_super = n_in / kSuperBlock;
+  const int stride = kKind == WeightKind::kQ4_K ? kQ4KBytes : kQ6KStride;
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  auto put_half = [&](uint8_t* at, float v) {
+    const __half h = __float2half(v);
+    std::memcpy(at, &h, 2);
+  };
+  std::vector<std::vector<uint8_t>> weights;
+  MatmulGroup group;
+  group.count = static_cast<int>(outs.size());
+  int rows = 0, tiles = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(outs[i] * n_super * stride));
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng() & 0xFF);
+    for (int64_t sb = 0; sb < outs[i] * n_super; ++sb) {
+      uint8_t* blk = bytes.data() + sb * stride;
+      put_half(kKind == WeightKind::kQ4_K ? blk : blk + 208, scale(rng));
+      if (kKind == WeightKind::kQ4_K) put_half(blk + 2, scale(rng));
+    }
+    weights.push_back(std::move(bytes));
+    group.w[i].kind = kKind;
+    group.w[i].n_in = n_in;
+    group.w[i].n_out = outs[i];
+    group.w[i].q = weights.back().data();
+    rows += static_cast<int>(outs[i]);
+    tiles += static_cast<int>((outs[i] + kKPrefillRows - 1) / kKPrefillRows);
+  }
+  std::vector<int8_t> q(static_cast<size_t>(M * n_in));
+  for (int8_t& v : q) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  std::vector<float> d(static_cast<size_t>(M * n_super));
+  std::uniform_real_distribution<float> act_scale(0.001f, 0.1f);
+  for (float& v : d) v = act_scale(rng);
+  std::vector<int16_t> bsums(static_cast<size_t>(M * n_in / 16));
+  for (size_t b = 0; b < bsums.size(); ++b) {
+    int sum = 0;
+    for (int e = 0; e < 16; ++e) sum += q[b * 16 + e];
+    bsums[b] = static_cast<int16_t>(sum);
+  }
+  const Q8KActivations x{q.data(), d.data(), bsums.data()};
+  std::vector<std::vector<float>> want, got;
+  for (int64_t n_out : outs) {
+    want.emplace_back(static_cast<size_t>(M * n_out), -7.0f);
+    got.emplace_back(static_cast<size_t>(M * n_out), -5.0f);
+  }
+  for (size_t i = 0; i < outs.size(); ++i)
+    for (int m = 0; m < M; ++m)
+      for (int64_t row = 0; row < outs[i]; ++row)
+        want[i][static_cast<size_t>(m * outs[i] + row)] = k_contract_value<kKind>(
+            weights[i].data() + row * n_super * stride, n_super, q.data() + m * n_in,
+            d.data() + m * n_super, bsums.data() + m * n_super * 16);
+  if (n_super % 4 == 0) {
+    std::vector<std::vector<float>> warp_kernel;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      warp_kernel.emplace_back(want[i].size(), -3.0f);
+      group.y[i] = warp_kernel[i].data();
+    }
+    run((rows + kMatmulWarps - 1) / kMatmulWarps, kMatmulWarps * kWarp, 0,
+        [&] { matmul_k_kernel<kKind, 8>(group, x, M); });
+    for (size_t i = 0; i < outs.size(); ++i)
+      for (size_t e = 0; e < want[i].size(); ++e)
+        ASSERT_TRUE(same_bits(warp_kernel[i][e], want[i][e]))
+            << "the warp kernel's value at " << e << " of matrix " << i << ": " << warp_kernel[i][e]
+            << " instead of " << want[i][e];
+  }
+  for (size_t i = 0; i < outs.size(); ++i) group.y[i] = got[i].data();
+  const int col_tiles = (M + kKPrefillCols - 1) / kKPrefillCols;
+  run(tiles * col_tiles, kKPrefillThreads, 0, [&] { matmul_k_prefill_kernel<kKind>(group, x, M); });
+  for (size_t i = 0; i < outs.size(); ++i) {
+    int wrong = 0;
+    for (size_t e = 0; e < want[i].size(); ++e)
+      if (!same_bits(got[i][e], want[i][e]) && ++wrong <= 3)
+        ADD_FAILURE() << "matrix " << i << ", activation row " << e / outs[i] << ", weight row "
+                      << e % outs[i] << ": " << got[i][e] << " instead of " << want[i][e];
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
+TEST(CudaKernelsOnCpu, KQuantPrefillTilesGiveTheWarpKernelsBits) {
+  // 1 to 3 super-blocks a row (lane groups without any), groups of unequal
+  // length, matrices ending inside a tile, activation rows ending inside one.
+  check_k_prefill<WeightKind::kQ4_K>(256, {70}, 33, 1);
+  check_k_prefill<WeightKind::kQ6_K>(512, {40, 24}, 40, 2);
+  check_k_prefill<WeightKind::kQ4_K>(768, {64}, 64, 3);
+  check_k_prefill<WeightKind::kQ6_K>(1536, {65}, 35, 4);
+  check_k_prefill<WeightKind::kQ4_K>(2304, {20, 9}, 70, 5);
+  check_k_prefill<WeightKind::kQ4_K>(1024, {24}, 40, 6);
+  check_k_prefill<WeightKind::kQ6_K>(2048, {16, 16}, 33, 7);
+}
+
 // matmul_mma_kernel (the tensor-core kernel for 5 rows and more) over M rows
 // from m_first of n_total: block-major activations (with or without the
 // pipelined loads), or row after row from m_first.
