@@ -211,7 +211,8 @@ fi
 # tensor-core kernel's operands streamed into shared memory by cp.async, from 5
 # rows), mma-stream (that for every row count), stream-wide (that with 32 weight
 # rows a block where the grid stays large, each round's activations serving twice
-# the rows), widest (that everywhere, and the few-rows kernel with 4 weight rows a
+# the rows), stream-wide4 (64 weight rows a block, 16 warps, one block an SM: each
+# activation block copied serves four times the rows of =stream), widest (that everywhere, and the few-rows kernel with 4 weight rows a
 # lane everywhere: for the tests), rows-wide (2 to 8 rows on the one-row kernel's
 # way, each lane taking 2 or 4 weight rows; rows-wide4: 4 everywhere), paired (two lanes a chain in the
 # one-row kernel where a matrix has few rows), paired-all (that for every matrix),
@@ -237,6 +238,7 @@ kernel_env() {
     stream) echo "PARSPEC_CUDA_MMA=stream" ;;
     mma-stream) echo "PARSPEC_CUDA_MATMUL=mma PARSPEC_CUDA_MMA=stream" ;;
     stream-wide) echo "PARSPEC_CUDA_MMA=stream-wide" ;;
+    stream-wide4) echo "PARSPEC_CUDA_MMA=stream-wide4" ;;
     widest) echo "PARSPEC_CUDA_MMA=stream-wide-all PARSPEC_CUDA_ROWS=wide4" ;;
     rows-wide) echo "PARSPEC_CUDA_ROWS=wide" ;;
     rows-wide4) echo "PARSPEC_CUDA_ROWS=wide4" ;;
@@ -257,7 +259,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    kernels=(tensor-cores opt-in newest widest)
+    kernels=(tensor-cores opt-in newest widest stream-wide4)
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -267,6 +269,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       [[ $kernel == warp ]] && filter=(--gtest_filter=-CudaSampling.*)
       [[ $kernel == opt-in || $kernel == newest || $kernel == widest ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
+      [[ $kernel == stream-wide4 ]] && filter=(--gtest_filter='CudaBatchInvariance.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
@@ -594,7 +597,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefill-tiles rows-wide fused-norm stream fused paired in-split stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefill-tiles rows-wide fused-norm stream stream-wide4 fused paired in-split stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(candidates prefill-tiles fused fused-norm in-split) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
@@ -744,6 +747,7 @@ variant_labels = [
     ("-row-major", "row-major activations"),
     ("-stream", "tensor cores, operands streamed by cp.async (from 5 rows)"),
     ("-stream-wide", "the same with 32 weight rows a block where the grid stays large"),
+    ("-stream-wide4", "the same with 64 weight rows a block everywhere, one block an SM"),
     ("-mma-stream", "tensor cores streamed for every row count"),
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),

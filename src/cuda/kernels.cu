@@ -877,16 +877,25 @@ void launch_mma(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, 
 // the registers they would take. A round is 16 consecutive K blocks of the
 // block's 16 weight rows (each row's 16 blocks are one contiguous run) with
 // the activations and scales they meet. Warp w takes the blocks of chains w
-// and w + 8 (block b belongs to chain b mod 16); each chain adds its blocks'
+// and w + 8 (block b belongs to chain b mod 16; with 64 weight rows a block,
+// 16 warps one chain each); each chain adds its blocks'
 // products in block order with the tensor-core kernel's expression, and the
 // 16 chains' sums are then added in chain order, as that kernel adds its 16
 // warps'. So every value has the same bits as there.
 constexpr int kStreamWarps = 8;
-constexpr int kStreamThreads = kStreamWarps * kWarp;
 constexpr int kStreamChains = 16;  // the K-splitting warps of the tensor-core kernel
 constexpr int kStreamStages = 4;   // rounds in shared memory: one computed, the rest loading
 static_assert(kStreamChains == kMmaWarps && kStreamChains == 2 * kStreamWarps,
               "a warp takes two of the tensor-core kernel's chains");
+// The warps of a block of kW tiles of 16 weight rows: 8 (two chains each),
+// and 16 (one chain each) for 4 tiles, whose accumulators would not fit twice.
+template <int kW>
+constexpr int kStreamWarpsFor = kW >= 4 ? 2 * kStreamWarps : kStreamWarps;
+// Blocks an SM should hold at once: the registers each thread may take.
+template <int kW, int kTiles>
+constexpr int kStreamMinBlocks = kW >= 4       ? 1
+                                 : kTiles == 1 ? 4
+                                               : 2;
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -942,14 +951,17 @@ struct StreamStage {
   static_assert(kQuants % 16 == 0 && kScales % 16 == 0 && kActs % 16 == 0, "16-byte copies");
 };
 
-// kW (PARSPEC_CUDA_MMA=stream-wide: 2) tiles of 16 weight rows per block: each
-// round's activations, read from the L2 cache, then serve kW times the rows.
+// kW (PARSPEC_CUDA_MMA=stream-wide: 2, =stream-wide4: 4) tiles of 16 weight
+// rows per block: each round's activations, read from the L2 cache, then
+// serve kW times the rows.
 template <WeightKind kKind, int kTiles, int kW>
-__global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
+__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<kW, kTiles>)
     matmul_stream_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M_all, int n_total,
                          int m_first) {
   using Stage = StreamStage<kKind, kTiles, kW>;
   constexpr int R = Stage::kRows, kWeightRows = Stage::kWeightRows;
+  constexpr int kWarps = kStreamWarpsFor<kW>, kThreads = kWarps * kWarp;
+  constexpr int kChainsPerWarp = kStreamChains / kWarps;
   begin_kernel();
   extern __shared__ int4 stream_shared[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(stream_shared);
@@ -972,7 +984,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
     const int64_t b0 = static_cast<int64_t>(round) * 16;
     constexpr int kChunksPerRow = 16 * Stage::kQuantBytes / 16;
 #pragma unroll 1
-    for (int e = threadIdx.x; e < kWeightRows * kChunksPerRow; e += kStreamThreads) {
+    for (int e = threadIdx.x; e < kWeightRows * kChunksPerRow; e += kThreads) {
       const int r = e / kChunksPerRow, chunk = e % kChunksPerRow;
       const int64_t row = tile_row0 + r;
       const int64_t b = b0 + chunk * 16 / Stage::kQuantBytes;
@@ -982,7 +994,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
     }
     uint8_t* scales = base + Stage::kQuants;
 #pragma unroll 1
-    for (int e = threadIdx.x; e < kWeightRows * 8; e += kStreamThreads) {
+    for (int e = threadIdx.x; e < kWeightRows * 8; e += kThreads) {
       const int r = e / 8, pair = e % 8;
       const int64_t row = tile_row0 + r, b = b0 + 2 * pair;
       const bool valid = row < w.n_out && b < nb;  // nb is even: b + 1 < nb too
@@ -991,7 +1003,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
     }
     uint8_t* acts = scales + Stage::kScales;
 #pragma unroll 1
-    for (int e = threadIdx.x; e < 16 * R * 2; e += kStreamThreads) {
+    for (int e = threadIdx.x; e < 16 * R * 2; e += kThreads) {
       const int c = e / (2 * R), m = e / 2 % R, half = e % 2;
       const int64_t b = b0 + c;
       const bool valid = m < M && b < nb;
@@ -1000,7 +1012,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
     }
     uint8_t* act_scales = acts + Stage::kActs;
 #pragma unroll 1
-    for (int e = threadIdx.x; e < 16 * R; e += kStreamThreads) {
+    for (int e = threadIdx.x; e < 16 * R; e += kThreads) {
       const int c = e / R, m = e % R;
       const int64_t b = b0 + c;
       const bool valid = m < M && b < nb;
@@ -1010,13 +1022,13 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
-  float acc[2][kW][kTiles][4];
+  float acc[kChainsPerWarp][kW][kTiles][4];
 
-  // The block of chain warp + 8k in round `round`, from stage `s`: for each
+  // The block of chain warp + kWarps · k in round `round`, from stage `s`: for each
   // tile of weight rows and of activation rows, the mma and the products
   // added, as matmul_mma_kernel's step.
   auto step = [&](int s, int round, int k) {
-    const int c = warp + 8 * k;  // the chain, and the block's place in the round
+    const int c = warp + kWarps * k;  // the chain, and the block's place in the round
     if (static_cast<int64_t>(round) * 16 + c >= nb) return;  // the same on every lane
     const uint8_t* base = smem + s * Stage::kBytes;
     const uint8_t* acts = base + Stage::kQuants + Stage::kScales;
@@ -1064,7 +1076,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
     float* y = y_all + static_cast<int64_t>(m_base) * w.n_out;
     if (m_base > 0) __syncthreads();  // the previous slice's sums are read
 #pragma unroll
-    for (int k = 0; k < 2; ++k)
+    for (int k = 0; k < kChainsPerWarp; ++k)
 #pragma unroll
       for (int j = 0; j < kW; ++j)
 #pragma unroll
@@ -1082,16 +1094,16 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
       const int ahead = round + kStreamStages - 1;
       if (ahead < rounds) issue(ahead % kStreamStages, ahead);
       copy_async_commit();
-      step(round % kStreamStages, round, 0);
-      step(round % kStreamStages, round, 1);
+#pragma unroll
+      for (int k = 0; k < kChainsPerWarp; ++k) step(round % kStreamStages, round, k);
     }
     copy_async_wait<0>();
     __syncthreads();  // the stages' memory now holds the chains' sums
 
     float(*partial)[kWeightRows][R] = reinterpret_cast<float(*)[kWeightRows][R]>(smem);
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int c = warp + 8 * k;
+    for (int k = 0; k < kChainsPerWarp; ++k) {
+      const int c = warp + kWarps * k;
 #pragma unroll
       for (int j = 0; j < kW; ++j)
 #pragma unroll
@@ -1104,7 +1116,7 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
         }
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < kWeightRows * R; e += kStreamThreads) {
+    for (int e = threadIdx.x; e < kWeightRows * R; e += kThreads) {
       const int r = e / R, m = e % R;
       const int64_t row = tile_row0 + r;
       if (m >= M || row >= w.n_out) continue;
@@ -1115,11 +1127,13 @@ __global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)
 
 // Which matmul_stream_kernel PARSPEC_CUDA_MMA asks for: 1 (=stream: 16 weight
 // rows a block), 2 (=stream-wide: 32 where the grid stays large enough), 3
-// (=stream-wide-all: 32 always, for the tests), 0 (none).
+// (=stream-wide-all: 32 always, for the tests), 4 (=stream-wide4: 64 always,
+// one block an SM with many rounds in flight), 0 (none).
 int streamed_weight_tiles() {
   static const int tiles = env_is("PARSPEC_CUDA_MMA", "stream")            ? 1
                            : env_is("PARSPEC_CUDA_MMA", "stream-wide")     ? 2
                            : env_is("PARSPEC_CUDA_MMA", "stream-wide-all") ? 3
+                           : env_is("PARSPEC_CUDA_MMA", "stream-wide4")    ? 4
                                                                            : 0;
   return tiles;
 }
@@ -1158,7 +1172,7 @@ bool launch_stream_tiles(const MatmulGroup& g, const int8_t* xq, const float* xd
   using Stage = StreamStage<kKind, kTiles, kW>;
   if (!stream_kernel_ready<kKind, kTiles, kW> || (g.w[0].n_in / 32) % 2 != 0) return false;
   launch(matmul_stream_kernel<kKind, kTiles, kW>, weight_row_tiles(g, Stage::kWeightRows),
-         kStreamThreads, Stage::kAllBytes, stream, g, xq, xd, n, n_total, m_first);
+         kStreamWarpsFor<kW> * kWarp, Stage::kAllBytes, stream, g, xq, xd, n, n_total, m_first);
   return true;
 }
 // The device's streaming multiprocessors (0 where it cannot say).
@@ -1181,6 +1195,8 @@ template <WeightKind kKind, int kTiles>
 bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, int n_total,
                    int m_first, cudaStream_t stream) {
   const int mode = streamed_weight_tiles();
+  if (mode == 4)
+    return launch_stream_tiles<kKind, kTiles, 4>(g, xq, xd, n, n_total, m_first, stream);
   const bool wide =
       mode == 3 || (mode == 2 && weight_row_tiles(g, 2 * kMmaRows) >= 2 * multiprocessors());
   return wide ? launch_stream_tiles<kKind, kTiles, 2>(g, xq, xd, n, n_total, m_first, stream)
@@ -3957,7 +3973,8 @@ void prepare_launches() {
   }();
   dependent_launch = on;
   if (streamed_weight_tiles() > 0) prepare_stream_kernels<1>();
-  if (streamed_weight_tiles() >= 2) prepare_stream_kernels<2>();
+  if (streamed_weight_tiles() == 2 || streamed_weight_tiles() == 3) prepare_stream_kernels<2>();
+  if (streamed_weight_tiles() == 4) prepare_stream_kernels<4>();
 }
 
 namespace {

@@ -70,9 +70,10 @@ pieces = [
           "          bool kNormed = false>\n"
           "__global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)\n"
           "    matmul_half_mma_kernel("),
+    piece("template <int kW>\nconstexpr int kStreamWarpsFor", ";\n"),
     piece("template <WeightKind kKind, int kTiles, int kW>\nstruct StreamStage {", "\n};\n"),
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
-          "__global__ void __launch_bounds__(kStreamThreads, kTiles == 1 ? 4 : 2)\n"
+          "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<kW, kTiles>)\n"
           "    matmul_stream_kernel("),
     piece("template <WeightKind kKind>\nstruct PrefillStage {", "\n};\n"),
     piece("__device__ __forceinline__ int chain_major_block("),
@@ -101,7 +102,7 @@ pieces.append(source[source.index(attention_start):source.index(attention_end)])
 
 # The constants they use, as kernels.cu defines them.
 constants = []
-for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps", "kStreamThreads",
+for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps",
              "kStreamChains", "kStreamStages", "kPrefillRows", "kPrefillCols", "kPrefillWarps",
              "kPrefillThreads", "kPrefillStages", "kHalfPrefillStages", "kKPrefillRows",
              "kKPrefillCols", "kKPrefillWarps", "kKPrefillThreads", "kMatmulWarps", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",

@@ -155,7 +155,7 @@ void check_streamed(int64_t n_in, std::vector<int64_t> outs, int M, int n_total,
                std::to_string(kTiles) + ", weight tiles " + std::to_string(kW));
   GroupProblem p(kKind, n_in, std::move(outs), M, n_total, seed);
   using Stage = StreamStage<kKind, kTiles, kW>;
-  run(p.blocks(Stage::kWeightRows), kStreamThreads, Stage::kAllBytes, [&] {
+  run(p.blocks(Stage::kWeightRows), kStreamWarpsFor<kW> * kWarp, Stage::kAllBytes, [&] {
     matmul_stream_kernel<kKind, kTiles, kW>(p.group, p.x.values.data(), p.x.scales.data(), M,
                                             n_total, m_first);
   });
@@ -174,6 +174,9 @@ TEST(CudaKernelsOnCpu, StreamedMatmulGivesTheContractsBits) {
   check_streamed<WeightKind::kQ4_0, 1, 2>(128, {40}, 7, 7, 0, 6);
   check_streamed<WeightKind::kQ8_0, 2, 2>(1088, {50, 16}, 16, 16, 0, 7);
   check_streamed<WeightKind::kQ4_0, 4, 2>(576, {33}, 40, 45, 5, 8);
+  check_streamed<WeightKind::kQ8_0, 1, 4>(640, {70}, 6, 6, 0, 9);
+  check_streamed<WeightKind::kQ4_0, 4, 4>(1088, {64, 20}, 29, 33, 2, 10);
+  check_streamed<WeightKind::kQ8_0, 4, 4>(128, {130}, 70, 70, 0, 11);
 }
 
 // matmul_prefill_kernel over all M rows of a block-major batch.
