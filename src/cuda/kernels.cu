@@ -930,6 +930,29 @@ __device__ __forceinline__ void copy_async_wait() {
 #endif
 }
 
+// The cp.async pipeline of the streamed kernels: issue(stage, position) copies
+// a position's operands into one of kStages stages, kStages - 1 positions
+// ahead of compute(stage, position), which takes the positions in order.
+// Every thread of the block calls it; all copies have landed when it returns.
+template <int kStages, class Issue, class Compute>
+__device__ __forceinline__ void each_position_streamed(int count, Issue&& issue,
+                                                       Compute&& compute) {
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < count) issue(s, s);
+    copy_async_commit();
+  }
+  for (int p = 0; p < count; ++p) {
+    copy_async_wait<kStages - 2>();  // this thread's copies of position p have landed
+    __syncthreads();  // everyone's have, and the stage refilled below is no longer read
+    const int ahead = p + kStages - 1;
+    if (ahead < count) issue(ahead % kStages, ahead);
+    copy_async_commit();
+    compute(p % kStages, p);
+  }
+  copy_async_wait<0>();
+}
+
 // The shared-memory layout of one round of kW tiles of 16 weight rows. Rows of
 // quants are padded so that the 8 rows a warp reads at once fall in different banks.
 template <WeightKind kKind, int kTiles, int kW>
@@ -1083,21 +1106,10 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
         for (int i = 0; i < kTiles; ++i)
           acc[k][j][i][0] = acc[k][j][i][1] = acc[k][j][i][2] = acc[k][j][i][3] = 0.0f;
 
+    each_position_streamed<kStreamStages>(rounds, issue, [&](int s, int round) {
 #pragma unroll
-    for (int s = 0; s < kStreamStages - 1; ++s) {
-      if (s < rounds) issue(s, s);
-      copy_async_commit();
-    }
-    for (int round = 0; round < rounds; ++round) {
-      copy_async_wait<kStreamStages - 2>();  // this thread's copies of `round` have landed
-      __syncthreads();  // everyone's have, and the stage refilled below is no longer read
-      const int ahead = round + kStreamStages - 1;
-      if (ahead < rounds) issue(ahead % kStreamStages, ahead);
-      copy_async_commit();
-#pragma unroll
-      for (int k = 0; k < kChainsPerWarp; ++k) step(round % kStreamStages, round, k);
-    }
-    copy_async_wait<0>();
+      for (int k = 0; k < kChainsPerWarp; ++k) step(s, round, k);
+    });
     __syncthreads();  // the stages' memory now holds the chains' sums
 
     float(*partial)[kWeightRows][R] = reinterpret_cast<float(*)[kWeightRows][R]>(smem);
@@ -1254,40 +1266,83 @@ __device__ __forceinline__ int chain_major_block(int p, int nb, bool& last) {
   return c + 16 * j;
 }
 
-// The end of a warp's 32 × 32 outputs of a prefill tile (weight rows from
-// row0, activation rows from col0): chains without blocks (fewer than 16
-// blocks a row) add the tensor-core kernels' zero sums, then each value goes
-// to y.
-__device__ __forceinline__ void store_prefill_tile(float (&total)[2][4][4], int blocks,
-                                                   int64_t row0, int64_t n_out, int col0, int M,
-                                                   int gid, int t, float* y) {
-  for (int c = blocks; c < 16; ++c)
+// A warp's sums of its 32 × 32 outputs of a prefill tile, [weight tile
+// i][activation tile j][e]: weight rows 16i + gid (+ 8 for e = 2, 3) and
+// activation rows 8j + 2t (+ 1 for e = 1, 3) of the warp's; the running
+// chain's, and the total of the chains before it.
+struct PrefillSums {
+  float chain[2][4][4], total[2][4][4];
+  bool first_chain = true;
+
+  __device__ PrefillSums() {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) total[i][j][e] = __fadd_rn(total[i][j][e], 0.0f);
+        for (int e = 0; e < 4; ++e) chain[i][j][e] = total[i][j][e] = 0.0f;
+  }
+  // Once a chain's last block is in: its sums added to the totals in chain
+  // order (the first chain's become them), then zeros.
+  __device__ void close_chain() {
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + 16 * i + gid + 8 * h;
-      if (row >= n_out) continue;
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const int m = col0 + 8 * j + 2 * t + k;
-          if (m < M) y[static_cast<int64_t>(m) * n_out + row] = total[i][j][2 * h + k];
+        for (int e = 0; e < 4; ++e) {
+          total[i][j][e] = first_chain ? chain[i][j][e] : __fadd_rn(total[i][j][e], chain[i][j][e]);
+          chain[i][j][e] = 0.0f;
         }
-    }
+    first_chain = false;
+  }
+  // The end (the warp's outputs from weight row row0 and activation row
+  // col0): chains without blocks (fewer than 16 blocks a row) add the
+  // tensor-core kernels' zero sums, then each value goes to y.
+  __device__ void store(int blocks, int64_t row0, int64_t n_out, int col0, int M, int gid, int t,
+                        float* y) {
+    for (int c = blocks; c < 16; ++c)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) total[i][j][e] = __fadd_rn(total[i][j][e], 0.0f);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int64_t row = row0 + 16 * i + gid + 8 * hh;
+        if (row >= n_out) continue;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            const int m = col0 + 8 * j + 2 * t + k;
+            if (m < M) y[static_cast<int64_t>(m) * n_out + row] = total[i][j][2 * hh + k];
+          }
+      }
+  }
+};
+
+// The tile of kRows weight rows × kCols of M activation rows that this block
+// computes: block i takes weight tile i / col_tiles and activation tile i %
+// col_tiles, so that the blocks that share a weight tile run side by side and
+// read it from memory once. False where the tile has no weight rows.
+template <int kRows, int kCols>
+__device__ bool prefill_tile(const MatmulGroup& g, int M, DeviceMatrix& w, float*& y, int64_t& row0,
+                             int& col0) {
+  const int col_tiles = (M + kCols - 1) / kCols;
+  int part = 0;
+  int64_t tile = 0;
+  if (!tile_of_part(g, kRows, blockIdx.x / col_tiles, w, y, part, tile)) return false;
+  row0 = tile * kRows;
+  col0 = static_cast<int>(blockIdx.x % col_tiles) * kCols;
+  return true;
 }
 
 // M activation rows, block-major (block b of row m at b · M + m), an even
-// number of blocks a row. Block i of the grid: weight tile i / col_tiles,
-// activation tile i % col_tiles, so that the blocks that share a weight tile
-// run side by side and read it from memory once.
+// number of blocks a row.
 template <WeightKind kKind>
 __global__ void __launch_bounds__(kPrefillThreads)
     matmul_prefill_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
@@ -1296,15 +1351,12 @@ __global__ void __launch_bounds__(kPrefillThreads)
   begin_kernel();
   __shared__ int4 prefill_shared[Stage::kAllBytes / 16];
   uint8_t* smem = reinterpret_cast<uint8_t*>(prefill_shared);
-  const int col_tiles = (M + kPrefillCols - 1) / kPrefillCols;
   DeviceMatrix w;
   float* y;
-  int part = 0;
-  int64_t tile = 0;
-  // The same for the whole block.
-  if (!tile_of_part(g, kPrefillRows, blockIdx.x / col_tiles, w, y, part, tile)) return;
-  const int64_t row0 = tile * kPrefillRows;
-  const int col0 = static_cast<int>(blockIdx.x % col_tiles) * kPrefillCols;
+  int64_t row0;
+  int col0;
+  if (!prefill_tile<kPrefillRows, kPrefillCols>(g, M, w, y, row0, col0))
+    return;  // the same for the whole block
   const int nb = static_cast<int>(w.n_in / 32);
   const uint8_t* wq = static_cast<const uint8_t*>(w.q);
   const __half* ws = static_cast<const __half*>(w.scales);
@@ -1347,16 +1399,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
   const int warp_row = 32 * (warp % 2), warp_col = 32 * (warp / 2);
-  // [weight tile i][activation tile j]: rows warp_row + 16i + gid (+ 8 in
-  // [2], [3]), activation rows warp_col + 8j + 2t (+ 1 in [1], [3]).
-  float chain[2][4][4], total[2][4][4];
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) chain[i][j][e] = total[i][j][e] = 0.0f;
-  bool first_chain = true;
+  PrefillSums sums;
 
   // Position p's products from stage s, as matmul_mma_kernel's step adds them.
   auto compute = [&](int s, int p) {
@@ -1386,43 +1429,19 @@ __global__ void __launch_bounds__(kPrefillThreads)
       for (int i = 0; i < 2; ++i) {
         int cs[4] = {0, 0, 0, 0};
         mma_s8(cs, a[i], bf);
-        float(&o)[4] = chain[i][j];
+        float(&o)[4] = sums.chain[i][j];
         o[0] = __fmaf_rn(__fmul_rn(dw[i][0], dx.x), static_cast<float>(cs[0]), o[0]);
         o[1] = __fmaf_rn(__fmul_rn(dw[i][0], dx.y), static_cast<float>(cs[1]), o[1]);
         o[2] = __fmaf_rn(__fmul_rn(dw[i][1], dx.x), static_cast<float>(cs[2]), o[2]);
         o[3] = __fmaf_rn(__fmul_rn(dw[i][1], dx.y), static_cast<float>(cs[3]), o[3]);
       }
     }
-    if (last) {  // the same on every thread
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            total[i][j][e] =
-                first_chain ? chain[i][j][e] : __fadd_rn(total[i][j][e], chain[i][j][e]);
-            chain[i][j][e] = 0.0f;
-          }
-      first_chain = false;
-    }
+    if (last) sums.close_chain();  // the same on every thread
   };
 
-#pragma unroll
-  for (int s = 0; s < kPrefillStages - 1; ++s) {
-    if (s < nb) issue(s, s);
-    copy_async_commit();
-  }
-  for (int p = 0; p < nb; ++p) {
-    copy_async_wait<kPrefillStages - 2>();  // this thread's copies of position p have landed
-    __syncthreads();  // everyone's have, and the stage refilled below is no longer read
-    const int ahead = p + kPrefillStages - 1;
-    if (ahead < nb) issue(ahead % kPrefillStages, ahead);
-    copy_async_commit();
-    compute(p % kPrefillStages, p);
-  }
-  copy_async_wait<0>();
-  store_prefill_tile(total, nb, row0 + warp_row, w.n_out, col0 + warp_col, M, gid, t, y);
+  each_position_streamed<kPrefillStages>(nb, issue, compute);
+
+  sums.store(nb, row0 + warp_row, w.n_out, col0 + warp_col, M, gid, t, y);
 }
 
 // Whether PARSPEC_CUDA_PREFILL=tiled asks for the prefill tiles
@@ -1645,15 +1664,13 @@ __global__ void __launch_bounds__(kPrefillThreads)
   begin_kernel();
   __shared__ int4 half_prefill_shared[Stage::kAllBytes / 16];
   uint8_t* smem = reinterpret_cast<uint8_t*>(half_prefill_shared);
-  const int col_tiles = (M + kPrefillCols - 1) / kPrefillCols;
   DeviceMatrix w;
   float* y;
-  int part = 0;
-  int64_t tile = 0;
-  // The same for the whole block.
-  if (!tile_of_part(g, kPrefillRows, blockIdx.x / col_tiles, w, y, part, tile)) return;
-  const int64_t row0 = tile * kPrefillRows, n_in = w.n_in;
-  const int col0 = static_cast<int>(blockIdx.x % col_tiles) * kPrefillCols;
+  int64_t row0;
+  int col0;
+  if (!prefill_tile<kPrefillRows, kPrefillCols>(g, M, w, y, row0, col0))
+    return;  // the same for the whole block
+  const int64_t n_in = w.n_in;
   const int chunks = static_cast<int>(n_in / 32);
   const uint8_t* wq = static_cast<const uint8_t*>(w.q);
 
@@ -1683,15 +1700,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
   const int warp_row = 32 * (warp % 2), warp_col = 32 * (warp / 2);
-  // As in matmul_prefill_kernel: [weight tile i][activation tile j].
-  float chain[2][4][4], total[2][4][4];
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) chain[i][j][e] = total[i][j][e] = 0.0f;
-  bool first_chain = true;
+  PrefillSums sums;
 
   // Position p's mmas from stage s, as matmul_half_mma_kernel's chunk step.
   auto compute = [&](int s, int p) {
@@ -1721,42 +1730,18 @@ __global__ void __launch_bounds__(kPrefillThreads)
       split_pair<kKind>(v.z, v.w, hi2[1], lo2[1]);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        mma_half<kKind>(chain[i][j], a1[i], hi1);
-        mma_half<kKind>(chain[i][j], a1[i], lo1);
-        mma_half<kKind>(chain[i][j], a2[i], hi2);
-        mma_half<kKind>(chain[i][j], a2[i], lo2);
+        mma_half<kKind>(sums.chain[i][j], a1[i], hi1);
+        mma_half<kKind>(sums.chain[i][j], a1[i], lo1);
+        mma_half<kKind>(sums.chain[i][j], a2[i], hi2);
+        mma_half<kKind>(sums.chain[i][j], a2[i], lo2);
       }
     }
-    if (last) {  // the same on every thread
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            total[i][j][e] =
-                first_chain ? chain[i][j][e] : __fadd_rn(total[i][j][e], chain[i][j][e]);
-            chain[i][j][e] = 0.0f;
-          }
-      first_chain = false;
-    }
+    if (last) sums.close_chain();  // the same on every thread
   };
 
-#pragma unroll
-  for (int s = 0; s < kHalfPrefillStages - 1; ++s) {
-    if (s < chunks) issue(s, s);
-    copy_async_commit();
-  }
-  for (int p = 0; p < chunks; ++p) {
-    copy_async_wait<kHalfPrefillStages - 2>();  // this thread's copies of position p have landed
-    __syncthreads();  // everyone's have, and the stage refilled below is no longer read
-    const int ahead = p + kHalfPrefillStages - 1;
-    if (ahead < chunks) issue(ahead % kHalfPrefillStages, ahead);
-    copy_async_commit();
-    compute(p % kHalfPrefillStages, p);
-  }
-  copy_async_wait<0>();
-  store_prefill_tile(total, chunks, row0 + warp_row, w.n_out, col0 + warp_col, M, gid, t, y);
+  each_position_streamed<kHalfPrefillStages>(chunks, issue, compute);
+
+  sums.store(chunks, row0 + warp_row, w.n_out, col0 + warp_col, M, gid, t, y);
 }
 
 // F16/BF16 weights of a width that is a multiple of 32 go through
@@ -2685,15 +2670,12 @@ __global__ void __launch_bounds__(kKPrefillThreads)
   begin_kernel();
   __shared__ int4 k_prefill_shared[Stage::kAllBytes / 16];
   uint8_t* smem = reinterpret_cast<uint8_t*>(k_prefill_shared);
-  const int col_tiles = (M + kKPrefillCols - 1) / kKPrefillCols;
   DeviceMatrix w;
   float* y;
-  int part = 0;
-  int64_t tile = 0;
-  // The same for the whole block.
-  if (!tile_of_part(g, kKPrefillRows, blockIdx.x / col_tiles, w, y, part, tile)) return;
-  const int64_t row0 = tile * kKPrefillRows;
-  const int col0 = static_cast<int>(blockIdx.x % col_tiles) * kKPrefillCols;
+  int64_t row0;
+  int col0;
+  if (!prefill_tile<kKPrefillRows, kKPrefillCols>(g, M, w, y, row0, col0))
+    return;  // the same for the whole block
   const int n_super = static_cast<int>(w.n_in / kSuperBlock);
   const uint8_t* wq = static_cast<const uint8_t*>(w.q);
 
@@ -2872,16 +2854,7 @@ __global__ void __launch_bounds__(kKPrefillThreads)
     }
   };
 
-  issue(0, 0);
-  copy_async_commit();
-  for (int p = 0; p < n_super; ++p) {
-    copy_async_wait<0>();  // this thread's copies of position p have landed
-    __syncthreads();       // everyone's have, and the stage refilled below is no longer read
-    if (p + 1 < n_super) issue((p + 1) % 2, p + 1);
-    copy_async_commit();
-    compute(p % 2, p);
-  }
-  copy_async_wait<0>();
+  each_position_streamed<2>(n_super, issue, compute);
 
   // Groups without super-blocks (fewer than 4 a row) keep their zeros, as the
   // warp kernel's lanes do; then warp_sum's steps on lane 0: the two pairs,

@@ -70,6 +70,8 @@ pieces = [
           "          bool kNormed = false>\n"
           "__global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)\n"
           "    matmul_half_mma_kernel("),
+    piece("template <int kStages, class Issue, class Compute>\n"
+          "__device__ __forceinline__ void each_position_streamed("),
     piece("template <int kW>\nconstexpr int kStreamWarpsFor", ";\n"),
     piece("template <WeightKind kKind, int kTiles, int kW>\nstruct StreamStage {", "\n};\n"),
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
@@ -77,7 +79,8 @@ pieces = [
           "    matmul_stream_kernel("),
     piece("template <WeightKind kKind>\nstruct PrefillStage {", "\n};\n"),
     piece("__device__ __forceinline__ int chain_major_block("),
-    piece("__device__ __forceinline__ void store_prefill_tile("),
+    piece("struct PrefillSums {", "\n};\n"),
+    piece("template <int kRows, int kCols>\n__device__ bool prefill_tile("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kPrefillThreads)\n"
           "    matmul_prefill_kernel("),
     piece("__device__ float half_at(const uint8_t* p) {"),

@@ -83,6 +83,20 @@ bool same_bits(float a, float b) {
   return std::memcmp(&a, &b, sizeof a) == 0;
 }
 
+// Each group matrix's outputs (M rows of outs[i] values) with the bits wanted.
+void expect_same_bits(const std::vector<std::vector<float>>& got,
+                      const std::vector<std::vector<float>>& want,
+                      const std::vector<int64_t>& outs) {
+  for (size_t i = 0; i < outs.size(); ++i) {
+    int wrong = 0;
+    for (size_t e = 0; e < want[i].size(); ++e)
+      if (!same_bits(got[i][e], want[i][e]) && ++wrong <= 3)
+        ADD_FAILURE() << "matrix " << i << ", activation row " << e / outs[i] << ", weight row "
+                      << e % outs[i] << ": " << got[i][e] << " instead of " << want[i][e];
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
 // run_grid, and no warp reached a warp-wide operation from two places.
 template <class Body>
 void run(dim3 blocks, int threads, size_t shared, Body&& body) {
@@ -326,14 +340,7 @@ void check_k_prefill(int64_t n_in, std::vector<int64_t> outs, int M, unsigned se
   for (size_t i = 0; i < outs.size(); ++i) group.y[i] = got[i].data();
   const int col_tiles = (M + kKPrefillCols - 1) / kKPrefillCols;
   run(tiles * col_tiles, kKPrefillThreads, 0, [&] { matmul_k_prefill_kernel<kKind>(group, x, M); });
-  for (size_t i = 0; i < outs.size(); ++i) {
-    int wrong = 0;
-    for (size_t e = 0; e < want[i].size(); ++e)
-      if (!same_bits(got[i][e], want[i][e]) && ++wrong <= 3)
-        ADD_FAILURE() << "matrix " << i << ", activation row " << e / outs[i] << ", weight row "
-                      << e % outs[i] << ": " << got[i][e] << " instead of " << want[i][e];
-    EXPECT_EQ(wrong, 0);
-  }
+  expect_same_bits(got, want, outs);
 }
 
 TEST(CudaKernelsOnCpu, KQuantPrefillTilesGiveTheWarpKernelsBits) {
@@ -492,14 +499,7 @@ void check_half_prefill(int64_t n_in, std::vector<int64_t> outs, int M, unsigned
   const int col_tiles = (M + kPrefillCols - 1) / kPrefillCols;
   run(tiles64 * col_tiles, kPrefillThreads, 0,
       [&] { matmul_half_prefill_kernel<kKind>(group, x.data(), M); });
-  for (size_t i = 0; i < outs.size(); ++i) {
-    int wrong = 0;
-    for (size_t e = 0; e < want[i].size(); ++e)
-      if (!same_bits(got[i][e], want[i][e]) && ++wrong <= 3)
-        ADD_FAILURE() << "matrix " << i << ", activation row " << e / outs[i] << ", weight row "
-                      << e % outs[i] << ": " << got[i][e] << " instead of " << want[i][e];
-    EXPECT_EQ(wrong, 0);
-  }
+  expect_same_bits(got, want, outs);
 }
 
 TEST(CudaKernelsOnCpu, HalfPrefillTilesGiveTheTensorCoreKernelsBits) {
