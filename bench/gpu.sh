@@ -205,7 +205,8 @@ fi
 # half-warp (F16/BF16 weights on the warp kernel), pipelined (the tensor-core
 # kernel's loads of four blocks issued before their mmas), mma-pipelined (that for
 # every row count), in-split (attention splits merged by their last block), grouped
-# (a KV head's query heads in one attention block), opt-in (the kernels not yet the
+# (a KV head's query heads in one attention block), attention-tiled (that, and a tile
+# of rows sharing each chunk of keys staged in shared memory), opt-in (the kernels not yet the
 # default that keep the per-head attention: in-split, a prefill in one launch per
 # matmul, pipelined; the tests run every attention kernel anyway), stream (the
 # tensor-core kernel's operands streamed into shared memory by cp.async, from 5
@@ -234,6 +235,7 @@ kernel_env() {
     mma-pipelined) echo "PARSPEC_CUDA_MATMUL=mma PARSPEC_CUDA_MMA=pipelined" ;;
     in-split) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split" ;;
     grouped) echo "PARSPEC_CUDA_ATTENTION=grouped" ;;
+    attention-tiled) echo "PARSPEC_CUDA_ATTENTION=tiled" ;;
     opt-in) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_PREFILL=one-launch PARSPEC_CUDA_MMA=pipelined" ;;
     stream) echo "PARSPEC_CUDA_MMA=stream" ;;
     mma-stream) echo "PARSPEC_CUDA_MATMUL=mma PARSPEC_CUDA_MMA=stream" ;;
@@ -597,7 +599,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefill-tiles rows-wide fused-norm stream stream-wide4 fused paired in-split stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefill-tiles rows-wide fused-norm stream stream-wide4 attention-tiled fused paired in-split stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(candidates prefill-tiles fused fused-norm in-split) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
@@ -756,6 +758,7 @@ variant_labels = [
     ("-pipelined", "tensor cores, four blocks' loads before their mmas"),
     ("-mma-pipelined", "the same for every row count"),
     ("-in-split", "attention splits merged by their last block"),
+    ("-attention-tiled", "attention: a tile of rows sharing each staged chunk of keys"),
     ("-opt-in", "opt-in: in-split merge, one-launch prefill, pipelined"),
 ]
 warp_rows = [(n, [(label, load(os.path.join(out, f"parspec-{n}{suffix}.json")))
