@@ -219,7 +219,10 @@ fi
 # one-row kernel where a matrix has few rows), paired-all (that for every matrix),
 # fused (gate, up and SwiGLU in one kernel, and q, k, v with RoPE and the KV
 # store in one: F16/BF16 weights, and one row of Q8_0/Q4_0), fused-norm (one row:
-# RMSNorm done by the matmuls after it, the residual adds by wo and down),
+# RMSNorm done by the matmuls after it, the residual adds by wo and down), norm-once
+# (one row: the residual adds by wo and down, whose last block to finish then
+# normalizes the row for the matmuls after them), wide4-norm-once (stream-wide4 with
+# swiglu, rope and norm-once: for the tests),
 # newest (stream, paired-all, all three fusions, rows-wide with 2 weight rows a lane
 # and prefill-tiles together: the tests compare their bits with those of the kernels
 # they stand in for), prefill-tiles (launches of more than 32 rows in tiles of 64 weight rows ×
@@ -248,6 +251,8 @@ kernel_env() {
     paired-all) echo "PARSPEC_CUDA_GEMV=paired-all" ;;
     fused) echo "PARSPEC_CUDA_FUSE=swiglu,rope" ;;
     fused-norm) echo "PARSPEC_CUDA_FUSE=norm" ;;
+    norm-once) echo "PARSPEC_CUDA_FUSE=norm-once" ;;
+    wide4-norm-once) echo "PARSPEC_CUDA_MMA=stream-wide4 PARSPEC_CUDA_FUSE=swiglu,rope,norm-once" ;;
     prefill-tiles) echo "PARSPEC_CUDA_PREFILL=tiled" ;;
     newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled" ;;
     candidates) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_PREFILL=tiled" ;;
@@ -261,7 +266,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    kernels=(tensor-cores opt-in newest widest stream-wide4)
+    kernels=(tensor-cores opt-in newest widest wide4-norm-once)
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -271,7 +276,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       [[ $kernel == warp ]] && filter=(--gtest_filter=-CudaSampling.*)
       [[ $kernel == opt-in || $kernel == newest || $kernel == widest ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
-      [[ $kernel == stream-wide4 ]] && filter=(--gtest_filter='CudaBatchInvariance.*')
+      [[ $kernel == wide4-norm-once ]] && filter=(--gtest_filter='CudaBatchInvariance.*:CudaVsCpu.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
@@ -599,7 +604,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefill-tiles rows-wide fused-norm stream stream-wide4 attention-tiled fused paired in-split stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefill-tiles rows-wide fused-norm norm-once stream stream-wide4 attention-tiled fused paired in-split stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(candidates prefill-tiles fused fused-norm in-split) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
@@ -755,6 +760,7 @@ variant_labels = [
     ("-paired-all", "the same for every matrix"),
     ("-fused", "gate/up with SwiGLU, and q/k/v with RoPE and the KV store, in one kernel each"),
     ("-fused-norm", "one row: RMSNorm in the matmuls after it, residual adds in those before"),
+    ("-norm-once", "one row: residual adds in wo/down, whose last block then normalizes the row"),
     ("-pipelined", "tensor cores, four blocks' loads before their mmas"),
     ("-mma-pipelined", "the same for every row count"),
     ("-in-split", "attention splits merged by their last block"),

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -425,6 +426,15 @@ struct PassInputs {
   const float* rope_angles = nullptr;  // the rows' rotations, once computed for the pass
 };
 
+// The norm that comes after a residual matmul, and the matrices it feeds
+// (PARSPEC_CUDA_FUSE=norm-once lets the matmul do it).
+struct NextNorm {
+  const float* weight = nullptr;  // null: none that the matmul may do
+  float eps = 0.0f;
+  std::array<const DeviceMatrix*, 3> matrices{};  // the first `count`
+  int count = 0;
+};
+
 // A pass's activations, reserved for a number of rows before its kernels are
 // queued (never during a pass: a graph captures the addresses).
 struct Workspace {
@@ -433,6 +443,12 @@ struct Workspace {
   // Per (row, head): how many of its attention splits have finished, where the
   // splits merge themselves (fused_attention_merge_wanted); zeros between passes.
   DeviceBuffer att_split_counters;
+  // The blocks of a residual matmul that have finished, where its last block
+  // normalizes h (NormAfter); zero between launches.
+  DeviceBuffer norm_counter;
+  // The norm whose output (h normalized and quantized into xq, xd) the last
+  // residual matmul of this pass left for the matmuls after it; null if none.
+  const float* normalized_ahead = nullptr;
   cudaStream_t stream = nullptr;  // where the kernels on this workspace go
 
   void reserve_rows(const ModelConfig& c, int rows) {
@@ -467,6 +483,11 @@ struct Workspace {
                    "cudaMemsetAsync (attention counters)");
         cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (attention counters)");
       }
+    }
+    if (norm_once_wanted() && norm_counter.reserve(sizeof(int32_t), "activations")) {
+      cuda_check(cudaMemsetAsync(norm_counter.get(), 0, sizeof(int32_t), stream),
+                 "cudaMemsetAsync (norm counter)");
+      cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (norm counter)");
     }
   }
 
@@ -1000,14 +1021,24 @@ class CudaExecutor final : public ForwardExecutor {
   void run_layers(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& pass,
                   int n, int first, int last, float* h) {
     const PassInputs in = with_rope_angles(c, dm, ws, pass, n);
-    // PARSPEC_CUDA_FUSE=norm: every residual is added into h as it is made.
-    const bool fuse_norm = fused_norm_wanted() && n == 1;
+    // PARSPEC_CUDA_FUSE=norm or =norm-once: every residual is added into h as
+    // it is made.
+    const bool fuse_norm = (fused_norm_wanted() || norm_once_wanted()) && n == 1;
     float* o = ws.o.as<float>();
+    ws.normalized_ahead = nullptr;
     for (int l = first; l < last; ++l) {
+      const DeviceLayer& w = dm.layers.at(l);
+      const NextNorm after_attention{w.ffn_norm, c.rms_eps, {&w.w_gate, &w.w_up}, 2};
+      NextNorm after_mlp;
+      if (l + 1 < last) {
+        const DeviceLayer& next = dm.layers.at(l + 1);
+        after_mlp = NextNorm{next.attn_norm, c.rms_eps, {&next.wq, &next.wk, &next.wv}, 3};
+      }
       attention_part(c, dm, ws, in, l, n, h, fuse_norm || l == first ? nullptr : o, o, false,
-                     fuse_norm);
-      mlp_part(c, dm, ws, l, n, h, fuse_norm ? nullptr : o, fuse_norm);
+                     fuse_norm, after_attention);
+      mlp_part(c, dm, ws, l, n, h, fuse_norm ? nullptr : o, fuse_norm, after_mlp);
     }
+    ws.normalized_ahead = nullptr;
     if (last > first && !fuse_norm) {
       launch_add(h, ws.o.as<float>(), static_cast<int64_t>(n) * c.n_embd, ws.stream);
       profile_.mark("add (last MLP)", ws.stream);
@@ -1016,18 +1047,26 @@ class CudaExecutor final : public ForwardExecutor {
 
   // A matmul whose output goes into the residual stream: added into h by
   // the matmul itself where its kernel can (fuse_norm), else written to
-  // `out` and, with fuse_norm, added to h by a kernel of its own.
+  // `out` and, with fuse_norm, added to h by a kernel of its own. With
+  // PARSPEC_CUDA_FUSE=norm-once its last block then normalizes h with `next`'s
+  // norm for its matrices, where they all take the quantized row.
   void residual_matmul(Workspace& ws, const DeviceMatrix& w, const float* x, int n, float* out,
                        float* h, bool fuse_norm, const int8_t* xq = nullptr,
-                       const float* xd = nullptr) {
+                       const float* xd = nullptr, const NextNorm& next = {}) {
     const bool into_h = fuse_norm && one_row_fusable(w, n);
     MatmulGroup group;
     group.count = 1;
     group.w[0] = w;
     group.y[0] = into_h ? h : out;
     group.accumulate = into_h;
+    const bool norm_after = into_h && norm_once_wanted() && next.weight != nullptr &&
+                            norm_after_fusable(w, {next.matrices.data(), size_t(next.count)});
+    if (norm_after)
+      group.norm_after = NormAfter{next.weight, next.eps, ws.xq.as<int8_t>(), ws.xd.as<float>(),
+                                   ws.norm_counter.as<int32_t>()};
     matmul_group(ws, group, x, n, xq, xd);
     if (fuse_norm && !into_h) launch_add(h, out, static_cast<int64_t>(n) * w.n_out, ws.stream);
+    ws.normalized_ahead = norm_after ? next.weight : nullptr;
   }
 
   // The input norm of matrices that normalize it themselves (fuse_norm and
@@ -1037,7 +1076,11 @@ class CudaExecutor final : public ForwardExecutor {
                      const float* weight, int n, bool fuse_norm,
                      std::initializer_list<const DeviceMatrix*> matrices, const char* what,
                      float* xn) {
-    bool fusable = fuse_norm && residual == nullptr;
+    // The residual matmul before normalized h already (NormAfter).
+    const bool ready = ws.normalized_ahead == weight && weight != nullptr && residual == nullptr;
+    ws.normalized_ahead = nullptr;
+    if (ready) return RowNorm{};
+    bool fusable = fuse_norm && residual == nullptr && !norm_once_wanted();
     for (const DeviceMatrix* m : matrices) fusable = fusable && one_row_fusable(*m, n);
     if (fusable) return RowNorm{h, weight, c.rms_eps};
     launch_add_rmsnorm(h, residual, weight, n, c.n_embd, c.rms_eps, xn,
@@ -1225,12 +1268,13 @@ class CudaExecutor final : public ForwardExecutor {
   // `out` and the rows' k and v into their caches.
   // keep_qkv: q, k and v stay in the workspace's buffers (for an AttentionProbe),
   // so the q/k/v matmul is not fused with RoPE and the KV store.
-  // fuse_norm (PARSPEC_CUDA_FUSE=norm, no residual): the attention's output is
-  // added into h (`out`: scratch), and the q/k/v matmul normalizes h itself
-  // where its kernels can.
+  // fuse_norm (PARSPEC_CUDA_FUSE=norm or norm-once, no residual): the
+  // attention's output is added into h (`out`: scratch), and the q/k/v matmul
+  // normalizes h itself where its kernels can (norm), or the wo matmul
+  // normalizes it for `after` (norm-once).
   void attention_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, const PassInputs& pass,
                       int layer, int n, float* h, const float* residual, float* out,
-                      bool keep_qkv = false, bool fuse_norm = false) {
+                      bool keep_qkv = false, bool fuse_norm = false, const NextNorm& after = {}) {
     check(ws.stream != nullptr, "a workspace without a stream");
     const PassInputs in = with_rope_angles(c, dm, ws, pass, n);
     const DeviceLayer& w = dm.layers.at(layer);
@@ -1271,16 +1315,17 @@ class CudaExecutor final : public ForwardExecutor {
       launch_quantize_q8(att, n, c.q_dim(), xq, ws.xd.as<float>(), stream);
       profile_.mark("quantize (wo input)", stream);
     }
-    residual_matmul(ws, w.wo, att, n, out, h, fuse_norm);
+    residual_matmul(ws, w.wo, att, n, out, h, fuse_norm, nullptr, nullptr, after);
     profile_.mark("wo matmul", stream);
     cuda_check(cudaGetLastError(), "the attention block");
   }
 
   // h += residual (when given), then mlp(norm(h)) of one layer into ws.o (not
   // added to h: the caller adds it, or the next norm does). fuse_norm (no
-  // residual): as attention_part's, the output added into h.
+  // residual): as attention_part's, the output added into h (and with
+  // norm-once normalized for `after` by the down matmul).
   void mlp_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, int layer, int n, float* h,
-                const float* residual, bool fuse_norm = false) {
+                const float* residual, bool fuse_norm = false, const NextNorm& after = {}) {
     const DeviceLayer& w = dm.layers.at(layer);
     cudaStream_t stream = ws.stream;
     float* xn = ws.xn.as<float>();
@@ -1315,7 +1360,7 @@ class CudaExecutor final : public ForwardExecutor {
                     stream);
       profile_.mark("SwiGLU", stream);
     }
-    residual_matmul(ws, w.w_down, gate, n, ws.o.as<float>(), h, fuse_norm, q_down, d_down);
+    residual_matmul(ws, w.w_down, gate, n, ws.o.as<float>(), h, fuse_norm, q_down, d_down, after);
     profile_.mark("down matmul", stream);
     cuda_check(cudaGetLastError(), "the MLP block");
   }

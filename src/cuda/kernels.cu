@@ -286,7 +286,9 @@ static_assert(kNormBlock / kWarp == kWarp, "the warps' sums are one warp's lanes
 // 1 / sqrt(mean(h²) + eps) over a row of dim values, as add_rmsnorm_wide_kernel
 // computes it (without a residual), its 1024 threads' steps taken by the
 // block's `threads` threads between them (thread t those of t, t + threads,
-// ...). Every thread of the block must call it.
+// ...). Every thread of the block must call it. kFromL2: h is read past the
+// L1 cache (other blocks of the same grid wrote it).
+template <bool kFromL2 = false>
 __device__ float normalized_row_scale(const float* h, int dim, float eps, int threads) {
   __shared__ float warp_sums[kNormBlock / kWarp];
   const int lane = threadIdx.x % kWarp;
@@ -295,7 +297,8 @@ __device__ float normalized_row_scale(const float* h, int dim, float eps, int th
     for (int k = 0; k < kWideNormPerThread; ++k) {
       const int i = t + k * kNormBlock;
       if (i >= dim) break;
-      s = __fmaf_rn(h[i], h[i], s);
+      const float x = kFromL2 ? __ldcg(h + i) : h[i];
+      s = __fmaf_rn(x, x, s);
     }
     s = warp_sum(s);
     if (lane == 0) warp_sums[t / kWarp] = s;
@@ -1843,6 +1846,31 @@ __device__ void stage_input_row(int4* shared, const RowNorm& norm, const int8_t*
     stage_activation_row(shared, xq, xd, nb, threads, xs, ds);
 }
 
+// NormAfter at the end of a one-row matmul block that added its outputs into
+// h (dim values): the last block of the grid to finish normalizes the whole
+// row with add_rmsnorm_wide_kernel's steps and quantizes it as that kernel
+// does. Every thread of every block calls it.
+__device__ void normalize_after_last_block(const NormAfter& after, const float* h, int dim,
+                                           int threads) {
+  __shared__ int last_s;
+  __syncthreads();  // the block's outputs are written
+  if (threadIdx.x == 0) {
+    __threadfence();  // they are visible to the grid before the count says so
+    last_s = atomicAdd(after.counter, 1) == static_cast<int32_t>(gridDim.x) - 1;
+  }
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();
+  const float scale = normalized_row_scale<true>(h, dim, after.eps, threads);
+  const int lane = threadIdx.x % kWarp;
+  for (int b = threadIdx.x / kWarp; b < dim / 32; b += threads / kWarp) {
+    const int i = b * 32 + lane;
+    const float y = __fmul_rn(__fmul_rn(__ldcg(h + i), scale), after.weight[i]);
+    quantize_block(y, lane, after.q + b * 32, after.scales + b);
+  }
+  if (threadIdx.x == 0) *after.counter = 0;  // for the next launch
+}
+
 // A lane's first kGemvPrefetch weight blocks of a row (blocks first,
 // first + stride, ...: a half-warp lane's are v, v + 16, ...) and their scales,
 // requested together so that their loads overlap, then used in block order.
@@ -1937,8 +1965,10 @@ __global__ void __launch_bounds__(kGemvThreads)
     if (v == 0) tile_s[threadIdx.x / 16] = total;
     __syncthreads();
     store_qkv_tile(st, part, tile, w.n_out, tile_s, 1, 1, 0, kGemvThreads);
-  } else if (v == 0 && row < w.n_out) {
-    y[row] = g.accumulate ? __fadd_rn(y[row], total) : total;
+  } else {
+    if (v == 0 && row < w.n_out) y[row] = g.accumulate ? __fadd_rn(y[row], total) : total;
+    if (g.norm_after.weight != nullptr)  // the same for the whole grid
+      normalize_after_last_block(g.norm_after, y, static_cast<int>(w.n_out), kGemvThreads);
   }
 }
 
@@ -2156,6 +2186,8 @@ __global__ void __launch_bounds__(kPairedThreads, 2)
   }
   const float total = half_warp_sum_in_order(acc, lane);
   if (lane == 0 && has_row) y[row] = g.accumulate ? __fadd_rn(y[row], total) : total;
+  if (g.norm_after.weight != nullptr)  // the same for the whole grid
+    normalize_after_last_block(g.norm_after, y, static_cast<int>(w.n_out), kPairedThreads);
 }
 
 // PARSPEC_CUDA_FUSE=swiglu, one row of Q8_0/Q4_0 gate and up weights: each
@@ -4027,12 +4059,14 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
   return out_q != nullptr;
 }
 
-// PARSPEC_CUDA_FUSE: "all", or a comma-separated list of swiglu, rope and norm.
+// PARSPEC_CUDA_FUSE: "all" (swiglu, rope and norm), or a comma-separated list
+// of swiglu, rope, norm and norm-once (the other way to leave out the norm
+// kernels: where both are asked for, norm takes the matmuls it can).
 bool fusion_wanted(std::string_view fusion) {
   const char* env = std::getenv("PARSPEC_CUDA_FUSE");
   if (env == nullptr) return false;
   std::string_view list(env);
-  if (list == "all") return true;
+  if (list == "all") return fusion != "norm-once";
   while (!list.empty()) {
     const size_t comma = list.find(',');
     if (list.substr(0, comma) == fusion) return true;
@@ -4100,6 +4134,22 @@ bool fused_swiglu_wanted() {
 bool fused_norm_wanted() {
   static const bool wanted = fusion_wanted("norm");
   return wanted;
+}
+
+bool norm_once_wanted() {
+  static const bool wanted = fusion_wanted("norm-once");
+  return wanted;
+}
+
+bool norm_after_fusable(const DeviceMatrix& w, std::span<const DeviceMatrix* const> next) {
+  // The one-row kernels (a grid of whole tiles of one matrix, every block
+  // reaching the count) into a row the norm kernel's steps cover.
+  if (!takes_quantized_input(w.kind) || quantized_kernel(1, w.n_in) != QuantizedKernel::kOneRow ||
+      w.n_out % 32 != 0 || w.n_out > kNormBlock * kWideNormPerThread)
+    return false;
+  for (const DeviceMatrix* m : next)
+    if (m->n_in != w.n_out || !takes_quantized_input(m->kind)) return false;
+  return true;
 }
 
 bool one_row_fusable(const DeviceMatrix& w, int n) {

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "cuda/attention_kernel.h"
@@ -113,10 +114,24 @@ struct RowNorm {
   float eps = 0.0f;
 };
 
+// PARSPEC_CUDA_FUSE=norm-once: the residual matmul of one row that adds into
+// h (accumulate) normalizes h once all of its blocks are done: the last block
+// to finish takes add_rmsnorm_wide_kernel's steps (without a residual) and
+// writes the row quantized to Q8_0 for the matmuls after it, as that kernel
+// would, instead of a norm kernel of its own.
+struct NormAfter {
+  const float* weight = nullptr;  // null: no norm after
+  float eps = 0.0f;
+  int8_t* q = nullptr;
+  float* scales = nullptr;
+  int32_t* counter = nullptr;  // zero before the launch; zero again after it
+};
+
 // Up to three matrices of one kind and width applied to the same input (q, k
 // and v; gate and up) in one launch: y[i] = x · w[i]ᵀ, each output computed
 // exactly as launch_matmul computes it. `norm` and `accumulate` (y[i] +=
-// x · w[i]ᵀ, the sum launch_add would give) only where one_row_fusable says.
+// x · w[i]ᵀ, the sum launch_add would give) only where one_row_fusable says,
+// `norm_after` only where norm_after_fusable says.
 struct MatmulGroup {
   static constexpr int kMax = 3;
   DeviceMatrix w[kMax];
@@ -124,6 +139,7 @@ struct MatmulGroup {
   int count = 0;
   RowNorm norm;
   bool accumulate = false;
+  NormAfter norm_after;
 };
 // PARSPEC_CUDA_FUSE=norm (or =all): whether passes fuse RMSNorm into the
 // matmuls after it and the residual adds into the matmuls before it.
@@ -131,6 +147,13 @@ bool fused_norm_wanted();
 // Whether n rows of input to weights w go through the one-row kernels, which
 // take a RowNorm input and accumulate into their outputs.
 bool one_row_fusable(const DeviceMatrix& w, int n);
+// PARSPEC_CUDA_FUSE=norm-once: whether passes have the residual matmuls of
+// one row normalize h for the matmuls after them (NormAfter).
+bool norm_once_wanted();
+// Whether one row into w, accumulated into h of w.n_out values, can be
+// normalized by w's own matmul (NormAfter) for the matmuls `next`, which then
+// take the quantized row.
+bool norm_after_fusable(const DeviceMatrix& w, std::span<const DeviceMatrix* const> next);
 void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t* xq,
                          const float* xd, const Q8KActivations& xk, int n, cudaStream_t stream);
 

@@ -34,11 +34,12 @@ pieces = [
     piece("__device__ bool block_tile("),
     piece("__device__ float half_warp_sum_in_order("),
     piece("__device__ void stage_activation_row("),
-    piece("__device__ float normalized_row_scale("),
+    piece("template <bool kFromL2 = false>\n__device__ float normalized_row_scale("),
     piece("__device__ float4 normalized4("),
     piece("__device__ void stage_normalized_row("),
     piece("__device__ void stage_input_row("),
     piece("__global__ void __launch_bounds__(kNormBlock)\n    add_rmsnorm_wide_kernel("),
+    piece("__device__ void normalize_after_last_block("),
     piece("template <WeightKind kKind, int kCount = kGemvPrefetch>\nstruct FirstBlocks {", "\n};\n"),
     piece("template <WeightKind kKind, int kUnroll, int kFirst = kGemvPrefetch, class Step>\n"
           "__device__ void each_later_block("),

@@ -786,6 +786,64 @@ TEST(CudaKernelsOnCpu, OneRowKernelsNormalizeTheirInputAsTheNormKernelDoes) {
   check_normed_input<WeightKind::kQ4_0>(96, 16, 1, 3);
 }
 
+// PARSPEC_CUDA_FUSE=norm-once: a one-row matmul adding into h whose last
+// block normalizes h gives h the bits that accumulating gives it, and the
+// quantized row the norm kernel writes from that h; its count is back at zero.
+template <WeightKind kKind>
+void check_norm_after(int64_t n_in, int64_t n_out, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out));
+  std::mt19937 rng(seed);
+  const Weights w(kKind, n_in, n_out, rng);
+  const Activations x(n_in / 32, 1, rng);
+  std::normal_distribution<float> value(0.0f, 2.0f), gain(1.0f, 0.2f);
+  std::vector<float> base(static_cast<size_t>(n_out)), norm_weight(base.size());
+  for (float& v : base) v = value(rng);
+  for (float& v : norm_weight) v = gain(rng);
+  const float eps = 1e-5f;
+  const int tiles = static_cast<int>((n_out + 15) / 16);
+  const size_t shared = static_cast<size_t>(n_in + n_in / 32 * 4);
+  const std::vector<float> product = one_row<kKind>(w, x);
+  std::vector<float> want_h(base), normalized(base.size());
+  for (size_t i = 0; i < base.size(); ++i) want_h[i] = add_rn(base[i], product[i]);
+  std::vector<int8_t> want_q(base.size());
+  std::vector<float> want_d(base.size() / 32);
+  run(1, kNormBlock, 0, [&] {
+    add_rmsnorm_wide_kernel(want_h.data(), nullptr, norm_weight.data(), static_cast<int>(n_out),
+                            eps, normalized.data(), want_q.data(), want_d.data(), false);
+  });
+  for (const bool two_lanes : {false, true}) {
+    std::vector<float> h(base);
+    std::vector<int8_t> q(want_q.size(), 99);
+    std::vector<float> d(want_d.size(), -7.0f);
+    int32_t counter = 0;
+    MatmulGroup group;
+    group.count = 1;
+    group.w[0] = w.matrix;
+    group.y[0] = h.data();
+    group.accumulate = true;
+    group.norm_after = NormAfter{norm_weight.data(), eps, q.data(), d.data(), &counter};
+    if (two_lanes)
+      run(tiles, kPairedThreads, shared,
+          [&] { matmul_gemv_paired_kernel<kKind>(group, x.values.data(), x.scales.data()); });
+    else
+      run(tiles, kGemvThreads, shared,
+          [&] { matmul_gemv_kernel<kKind>(group, x.values.data(), x.scales.data(), QkvStore{}); });
+    const char* kernel = two_lanes ? "paired kernel" : "one-row kernel";
+    for (size_t i = 0; i < h.size(); ++i)
+      ASSERT_TRUE(same_bits(h[i], want_h[i])) << kernel << ", h " << i;
+    EXPECT_EQ(q, want_q) << kernel;
+    for (size_t b = 0; b < d.size(); ++b)
+      ASSERT_TRUE(same_bits(d[b], want_d[b])) << kernel << ", scale " << b;
+    EXPECT_EQ(counter, 0) << kernel;
+  }
+}
+
+TEST(CudaKernelsOnCpu, ResidualMatmulNormalizesItsOutputAsTheNormKernelDoes) {
+  check_norm_after<WeightKind::kQ4_0>(256, 64, 1);
+  check_norm_after<WeightKind::kQ8_0>(1280, 96, 2);
+  check_norm_after<WeightKind::kQ4_0>(128, 1056, 3);  // every norm thread: 2 values or fewer
+}
+
 TEST(CudaKernelsOnCpu, OneRowKernelsGiveTheContractsBits) {
   check_one_row_kernels<WeightKind::kQ4_0>(128, 64, 1);
   check_one_row_kernels<WeightKind::kQ8_0>(128, 40, 2);
