@@ -4061,7 +4061,7 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
 
 // PARSPEC_CUDA_FUSE: "all" (swiglu, rope and norm), or a comma-separated list
 // of swiglu, rope, norm and norm-once (the other way to leave out the norm
-// kernels: where both are asked for, norm takes the matmuls it can).
+// kernels, which wins where both are asked for).
 bool fusion_wanted(std::string_view fusion) {
   const char* env = std::getenv("PARSPEC_CUDA_FUSE");
   if (env == nullptr) return false;
