@@ -424,6 +424,9 @@ struct PassInputs {
   const int32_t* spec_slots = nullptr;
   const int32_t* wanted = nullptr;
   const float* rope_angles = nullptr;  // the rows' rotations, once computed for the pass
+  // The most keys a row attends to, so that attention launches no split
+  // without keys; 0 where it changes from one replay to the next (graphs).
+  int max_keys = 0;
 };
 
 // The norm that comes after a residual matmul, and the matrices it feeds
@@ -927,8 +930,11 @@ class CudaExecutor final : public ForwardExecutor {
     upload_to(rows_, plan.attention, "batch cells", stream);
     upload_to(spec_slots_, plan.spec_slots, "batch cells", stream);
     upload_to(wanted_, wanted, "batch rows", stream);
-    return {tokens_.as<int32_t>(), positions_.as<int32_t>(), rows_.as<AttentionRow>(),
-            spec_slots_.as<int32_t>(), wanted_.as<int32_t>()};
+    PassInputs in{tokens_.as<int32_t>(), positions_.as<int32_t>(), rows_.as<AttentionRow>(),
+                  spec_slots_.as<int32_t>(), wanted_.as<int32_t>()};
+    for (const AttentionRow& r : plan.attention)
+      in.max_keys = std::max(in.max_keys, r.n_committed + r.spec_count);
+    return in;
   }
 
   float* upload_hidden(const float* host, size_t count) {
@@ -1309,7 +1315,7 @@ class CudaExecutor final : public ForwardExecutor {
     const bool quantized =
         launch_attention(q, in.rows, in.spec_slots, n, layer, shape, c.attention_scale(),
                          attention_, ws.att_partial.as<float>(), att, xq, ws.xd.as<float>(),
-                         ws.att_split_counters.as<int32_t>(), stream);
+                         ws.att_split_counters.as<int32_t>(), stream, in.max_keys);
     profile_.mark("attention", stream);
     if (xq != nullptr && !quantized) {
       launch_quantize_q8(att, n, c.q_dim(), xq, ws.xd.as<float>(), stream);

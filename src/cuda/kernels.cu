@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 #include <utility>
@@ -4019,9 +4020,12 @@ bool fused_attention_merge_wanted() {
 bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
                       int layer, HeadShape shape, float scale, AttentionKernel kernel,
                       float* partial, float* out, int8_t* out_q, float* out_scales,
-                      int32_t* split_counters, cudaStream_t stream) {
+                      int32_t* split_counters, cudaStream_t stream, int max_keys) {
   if (shape.head_dim % 32 != 0) out_q = nullptr;  // the caller quantizes the rows
   if (n == 0) return out_q != nullptr;
+  const unsigned splits = max_keys > 0
+                              ? std::min((max_keys + kAttnKeys - 1) / kAttnKeys, kAttentionSplits)
+                              : kAttentionSplits;
   const int q_dim = shape.n_head * shape.head_dim;
   AttentionMerge merge;
   merge.out = out;
@@ -4032,19 +4036,19 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
   if (kernel == AttentionKernel::kTiled && tiled_bytes <= tiled_shared_limit) {
     const TiledShape t = tiled_shape(shape);
     const dim3 grid((n + t.rows_per_tile - 1) / t.rows_per_tile, shape.n_head_kv * t.head_groups,
-                    kAttentionSplits);
+                    splits);
     launch(attention_tiled_kernel, grid, kTiledWarps * kWarp, tiled_bytes, stream, q, rows,
            spec_slots, n, layer, shape, scale, partial);
   } else if (kernel == AttentionKernel::kGrouped) {
     const int per_kv = shape.n_head / shape.n_head_kv;
     const int groups = shape.n_head_kv * ((per_kv + kAttnGroup - 1) / kAttnGroup);
-    launch(attention_split_grouped_kernel, dim3(n, groups, kAttentionSplits), kAttnThreads, 0,
-           stream, q, rows, spec_slots, layer, shape, scale, partial);
+    launch(attention_split_grouped_kernel, dim3(n, groups, splits), kAttnThreads, 0, stream, q,
+           rows, spec_slots, layer, shape, scale, partial);
   } else {
     // The per-head kernels merge their splits themselves where counters are given.
     AttentionMerge in_split = merge;
     in_split.split_counters = split_counters;
-    const dim3 grid(n, shape.n_head, kAttentionSplits);
+    const dim3 grid(n, shape.n_head, splits);
     const bool staged = n <= kStagedAttentionMaxRows;
     auto* kernel =
         split_counters != nullptr

@@ -183,10 +183,13 @@ inline int64_t attention_partial_floats(int64_t n, int n_head, int head_dim) {
 // null): the per-head kernel's last split of each (row, head) merges the
 // splits itself instead of a second kernel (the same bits), when
 // fused_attention_merge_wanted() says so (PARSPEC_CUDA_ATTENTION_MERGE=in-split).
+// max_keys (0: unknown, as in a graph replayed with other rows): the most keys
+// any row attends to, so that no split block without keys is launched (the
+// blocks that are would return at once; the bits are the same).
 bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* spec_slots, int n,
                       int layer, HeadShape shape, float scale, AttentionKernel kernel,
                       float* partial, float* out, int8_t* out_q, float* out_scales,
-                      int32_t* split_counters, cudaStream_t stream);
+                      int32_t* split_counters, cudaStream_t stream, int max_keys = 0);
 bool fused_attention_merge_wanted();
 // Sets up `kernel` on the current device (the tiled kernel's shared memory);
 // before any graph capture, as it changes a kernel's attributes.
