@@ -1329,6 +1329,12 @@ struct PrefillSums {
   }
 };
 
+// The blocks of a prefill tile kernel over a group and M activation rows.
+template <int kRows, int kCols>
+int prefill_blocks(const MatmulGroup& g, int M) {
+  return weight_row_tiles(g, kRows) * ((M + kCols - 1) / kCols);
+}
+
 // The tile of kRows weight rows × kCols of M activation rows that this block
 // computes: block i takes weight tile i / col_tiles and activation tile i %
 // col_tiles, so that the blocks that share a weight tile run side by side and
@@ -1463,8 +1469,7 @@ template <WeightKind kKind>
 bool launch_prefill_tiles(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
                           cudaStream_t stream) {
   if ((g.w[0].n_in / 32) % 2 != 0) return false;
-  const int col_tiles = (n + kPrefillCols - 1) / kPrefillCols;
-  launch(matmul_prefill_kernel<kKind>, weight_row_tiles(g, kPrefillRows) * col_tiles,
+  launch(matmul_prefill_kernel<kKind>, prefill_blocks<kPrefillRows, kPrefillCols>(g, n),
          kPrefillThreads, 0, stream, g, xq, xd, n);
   return true;
 }
@@ -1762,9 +1767,9 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
   if (tiles < 0) tiles = weight_row_tiles(g);
   constexpr int kThreads = kMmaWarps * kWarp;
   if (kEpilogue == HalfEpilogue::kPlain && prefill_tiles_take(n) && !g.accumulate) {
-    const int col_tiles = (n + kPrefillCols - 1) / kPrefillCols;
-    return launch(matmul_half_prefill_kernel<kKind>, weight_row_tiles(g, kPrefillRows) * col_tiles,
-                  kPrefillThreads, 0, stream, g, x, n);
+    return launch(matmul_half_prefill_kernel<kKind>,
+                  prefill_blocks<kPrefillRows, kPrefillCols>(g, n), kPrefillThreads, 0, stream, g,
+                  x, n);
   }
   if (g.norm.h != nullptr)  // one row (one_row_fusable)
     return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, true>, tiles, kThreads, 0, stream, g,
@@ -1847,21 +1852,29 @@ __device__ void stage_input_row(int4* shared, const RowNorm& norm, const int8_t*
     stage_activation_row(shared, xq, xd, nb, threads, xs, ds);
 }
 
+// Whether this block is the last of `count` blocks to get here with `counter`
+// (zero before them; left at zero for the next launch), so that every other
+// block's writes are visible to it. Every thread of the block calls it.
+__device__ bool last_block_to_arrive(int32_t* counter, int count) {
+  __shared__ bool last_s;
+  __threadfence();  // this block's writes are visible before the count says so
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last_s = atomicAdd(counter, 1) == count - 1;
+    if (last_s) *counter = 0;
+  }
+  __syncthreads();
+  if (last_s) __threadfence();
+  return last_s;
+}
+
 // NormAfter at the end of a one-row matmul block that added its outputs into
 // h (dim values): the last block of the grid to finish normalizes the whole
 // row with add_rmsnorm_wide_kernel's steps and quantizes it as that kernel
 // does. Every thread of every block calls it.
 __device__ void normalize_after_last_block(const NormAfter& after, const float* h, int dim,
                                            int threads) {
-  __shared__ int last_s;
-  __syncthreads();  // the block's outputs are written
-  if (threadIdx.x == 0) {
-    __threadfence();  // they are visible to the grid before the count says so
-    last_s = atomicAdd(after.counter, 1) == static_cast<int32_t>(gridDim.x) - 1;
-  }
-  __syncthreads();
-  if (!last_s) return;
-  __threadfence();
+  if (!last_block_to_arrive(after.counter, static_cast<int>(gridDim.x))) return;
   const float scale = normalized_row_scale<true>(h, dim, after.eps, threads);
   const int lane = threadIdx.x % kWarp;
   for (int b = threadIdx.x / kWarp; b < dim / 32; b += threads / kWarp) {
@@ -1869,7 +1882,6 @@ __device__ void normalize_after_last_block(const NormAfter& after, const float* 
     const float y = __fmul_rn(__fmul_rn(__ldcg(h + i), scale), after.weight[i]);
     quantize_block(y, lane, after.q + b * 32, after.scales + b);
   }
-  if (threadIdx.x == 0) *after.counter = 0;  // for the next launch
 }
 
 // A lane's first kGemvPrefetch weight blocks of a row (blocks first,
@@ -3109,18 +3121,8 @@ __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
 // the counter at zero for the next launch.
 __device__ void merge_if_last_split(const AttentionRow& r, int row, int head, const HeadShape& s,
                                     const float* partial, const AttentionMerge& m) {
-  __shared__ bool last_s;
-  __threadfence();  // this block's partial result is visible to the merging block
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int used = splits_with_keys(r);
-    int32_t* counter = m.split_counters + static_cast<int64_t>(row) * s.n_head + head;
-    last_s = atomicAdd(counter, 1) == used - 1;
-    if (last_s) *counter = 0;
-  }
-  __syncthreads();
-  if (!last_s) return;
-  __threadfence();
+  int32_t* counter = m.split_counters + static_cast<int64_t>(row) * s.n_head + head;
+  if (!last_block_to_arrive(counter, splits_with_keys(r))) return;
   merge_head_splits(r, row, head, gridDim.x, s, partial, m);
 }
 
@@ -3931,11 +3933,10 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
     return kind == WeightKind::kF16 ? launch_half_mma<WeightKind::kF16>(group, x, n, stream)
                                     : launch_half_mma<WeightKind::kBF16>(group, x, n, stream);
   if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && prefill_tiles_take(n)) {
-    const int blocks =
-        weight_row_tiles(group, kKPrefillRows) * ((n + kKPrefillCols - 1) / kKPrefillCols);
     return launch(kind == WeightKind::kQ4_K ? matmul_k_prefill_kernel<WeightKind::kQ4_K>
                                             : matmul_k_prefill_kernel<WeightKind::kQ6_K>,
-                  blocks, kKPrefillThreads, 0, stream, group, xk, n);
+                  prefill_blocks<kKPrefillRows, kKPrefillCols>(group, n), kKPrefillThreads, 0,
+                  stream, group, xk, n);
   }
   // A one-row tile for single rows: the same arithmetic per row, fewer registers.
   if (n == 1)

@@ -39,6 +39,7 @@ pieces = [
     piece("__device__ void stage_normalized_row("),
     piece("__device__ void stage_input_row("),
     piece("__global__ void __launch_bounds__(kNormBlock)\n    add_rmsnorm_wide_kernel("),
+    piece("__device__ bool last_block_to_arrive("),
     piece("__device__ void normalize_after_last_block("),
     piece("template <WeightKind kKind, int kCount = kGemvPrefetch>\nstruct FirstBlocks {", "\n};\n"),
     piece("template <WeightKind kKind, int kUnroll, int kFirst = kGemvPrefetch, class Step>\n"
