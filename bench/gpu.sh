@@ -39,6 +39,9 @@
 # jobs, default nproc), BUDGET_S (no measurement starts after this many seconds, default 510;
 # the summary lists what was skipped),
 # GPU_MODELS (the models to make and measure, by the names below; default: all but 8b-q4_k),
+# GPU_VARIANTS (measure only these kernel variants, by the names of kernel_env; default: all),
+# GPU_TESTS (the kernel sets the tests run with, tensor-cores first; default: tensor-cores
+# opt-in newest widest wide4-norm-once previous),
 # GPU_FOCUS=kernels (tests, then per model decode, L(n), prefill, the kernel variants and
 # llama-bench, the profile and Nsight Compute: no strategies, no server under load).
 set -euo pipefail
@@ -78,8 +81,9 @@ if [[ $mode == prepare ]]; then
   strip "$bin/parspec" "$bin/test_cuda_backend"
   # Compressed, they take a third of what may travel (the run unpacks them).
   gzip -f "$bin/parspec" "$bin/test_cuda_backend"
-  # The one shared library of the build that the GPU machine lacks.
-  cp /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$bin/lib/"
+  # Shared libraries the GPU machine may lack travel beside them (today none: the
+  # server is header-only Boost.Beast, and PCRE2 and OpenMPI are there).
+  for lib in $(ldd build/parspec | awk '/libcpp-httplib/ {print $3}'); do cp "$lib" "$bin/lib/"; done
   if [[ -n "${LLAMA_CPP_SRC:-}" ]]; then
     (cd "$LLAMA_CPP_SRC" && tar czf - $llama_subset) >"$bin/llama.cpp-src.tar.gz"
     (cd "$LLAMA_CPP_SRC" && git rev-parse --short HEAD 2>/dev/null || echo unknown) >"$bin/llama.cpp-commit"
@@ -202,33 +206,37 @@ fi
 # The environment of a kernel variant: tensor-cores (the defaults), warp (the
 # dp4a warp matmul for every row count), mma (the tensor cores also for 1 to 4
 # rows), row-major (the tensor-core kernel's activations row after row),
-# half-warp (F16/BF16 weights on the warp kernel), pipelined (the tensor-core
-# kernel's loads of four blocks issued before their mmas), mma-pipelined (that for
-# every row count), in-split (attention splits merged by their last block), grouped
-# (a KV head's query heads in one attention block), attention-tiled (that, and a tile
-# of rows sharing each chunk of keys staged in shared memory), opt-in (the kernels not yet the
-# default that keep the per-head attention: in-split, a prefill in one launch per
-# matmul, pipelined; the tests run every attention kernel anyway), stream (the
-# tensor-core kernel's operands streamed into shared memory by cp.async, from 5
-# rows), mma-stream (that for every row count), stream-wide (that with 32 weight
-# rows a block where the grid stays large, each round's activations serving twice
-# the rows), stream-wide4 (64 weight rows a block, 16 warps, one block an SM: each
-# activation block copied serves four times the rows of =stream), widest (that everywhere, and the few-rows kernel with 4 weight rows a
-# lane everywhere: for the tests), rows-wide (2 to 8 rows on the one-row kernel's
-# way, each lane taking 2 or 4 weight rows; rows-wide4: 4 everywhere), paired (two lanes a chain in the
-# one-row kernel where a matrix has few rows), paired-all (that for every matrix),
-# fused (gate, up and SwiGLU in one kernel, and q, k, v with RoPE and the KV
-# store in one: F16/BF16 weights, and one row of Q8_0/Q4_0), fused-norm (one row:
-# RMSNorm done by the matmuls after it, the residual adds by wo and down), norm-once
-# (one row: the residual adds by wo and down, whose last block to finish then
-# normalizes the row for the matmuls after them), wide4-norm-once (stream-wide4 with
-# swiglu, rope and norm-once: for the tests),
-# newest (stream, paired-all, all three fusions, rows-wide with 2 weight rows a lane
-# and prefill-tiles together: the tests compare their bits with those of the kernels
-# they stand in for), prefill-tiles (launches of more than 32 rows in tiles of 64 weight rows ×
-# 64 activation rows a block, Q8_0/Q4_0/F16/BF16), candidates (stream, paired, all
-# three fusions, rows-wide, in-split and prefill-tiles: what would become the
-# default together).
+# half-warp (F16/BF16 weights on the warp kernel), plain (the tensor-core kernel
+# loading its own operands instead of the default's streaming them into shared
+# memory by cp.async, 64 weight rows a block), pipelined (plain, with the loads of
+# four blocks issued before their mmas), mma-pipelined (that for every row count),
+# in-split (attention splits merged by their last block), grouped (a KV head's
+# query heads in one attention block), attention-tiled (that, and a tile of rows
+# sharing each chunk of keys staged in shared memory), opt-in (the kernels not yet
+# the default that keep the per-head attention: in-split, a prefill in one launch
+# per matmul, pipelined; the tests run every attention kernel anyway), stream (the
+# streaming with 16 weight rows a block of 8 warps), mma-stream (the default's
+# streaming for every row count), stream-wide (32 weight rows a block where the
+# grid stays large), widest (that everywhere, and the few-rows kernel with 4
+# weight rows a lane everywhere: for the tests), rows-narrow (2 to 4 rows with one
+# weight row a lane instead of the default's 2 or 4), rows-wide (the default's way
+# for 2 to 8 rows; rows-wide4: 4 weight rows a lane everywhere), paired (two lanes
+# a chain in the one-row kernel where a matrix has few rows), paired-all (that
+# for every matrix), fused (gate, up and SwiGLU in one kernel, and q, k, v with
+# RoPE and the KV store in one, also for one row of Q8_0/Q4_0; the default for
+# F16/BF16), unfused (none of that, F16/BF16 too), fused-norm (one row: RMSNorm
+# done by the matmuls after it, the residual adds by wo and down), norm-once (one
+# row: the residual adds by wo and down, whose last block to finish then
+# normalizes the row for the matmuls after them), wide4-norm-once (swiglu, rope and
+# norm-once: for the tests), newest (stream, paired-all, all three fusions,
+# rows-wide with 2 weight rows a lane and prefill tiles for every weight type
+# together: the tests compare their bits with those of the kernels they stand in
+# for), prefill-tiles (launches of more than 32 rows in tiles of 64 weight rows × 64
+# activation rows a block for F16/BF16 as for Q8_0/Q4_0, and Q4_K/Q6_K on int8
+# tensor cores), prefill-slices (Q8_0/Q4_0 prefills in launches of 32 rows of the
+# tensor-core kernel instead of the default tiles), previous (plain, rows-narrow,
+# prefill-slices and unfused: the defaults before these, for the tests),
+# candidates (in-split and paired: what would become the default together).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
@@ -252,10 +260,15 @@ kernel_env() {
     fused) echo "PARSPEC_CUDA_FUSE=swiglu,rope" ;;
     fused-norm) echo "PARSPEC_CUDA_FUSE=norm" ;;
     norm-once) echo "PARSPEC_CUDA_FUSE=norm-once" ;;
-    wide4-norm-once) echo "PARSPEC_CUDA_MMA=stream-wide4 PARSPEC_CUDA_FUSE=swiglu,rope,norm-once" ;;
+    wide4-norm-once) echo "PARSPEC_CUDA_FUSE=swiglu,rope,norm-once" ;;
     prefill-tiles) echo "PARSPEC_CUDA_PREFILL=tiled" ;;
     newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled" ;;
-    candidates) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_PREFILL=tiled" ;;
+    candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired" ;;
+    plain) echo "PARSPEC_CUDA_MMA=plain" ;;
+    rows-narrow) echo "PARSPEC_CUDA_ROWS=narrow" ;;
+    prefill-slices) echo "PARSPEC_CUDA_PREFILL=slices" ;;
+    unfused) echo "PARSPEC_CUDA_FUSE=none" ;;
+    previous) echo "PARSPEC_CUDA_MMA=plain PARSPEC_CUDA_ROWS=narrow PARSPEC_CUDA_PREFILL=slices PARSPEC_CUDA_FUSE=none" ;;
   esac
 }
 
@@ -266,7 +279,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    kernels=(tensor-cores opt-in newest widest wide4-norm-once)
+    read -ra kernels <<<"${GPU_TESTS:-tensor-cores opt-in newest widest wide4-norm-once previous}"
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -276,7 +289,8 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       [[ $kernel == warp ]] && filter=(--gtest_filter=-CudaSampling.*)
       [[ $kernel == opt-in || $kernel == newest || $kernel == widest ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
-      [[ $kernel == wide4-norm-once ]] && filter=(--gtest_filter='CudaBatchInvariance.*:CudaVsCpu.*')
+      [[ $kernel == wide4-norm-once || $kernel == previous ]] &&
+        filter=(--gtest_filter='CudaBatchInvariance.*:CudaVsCpu.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
@@ -552,6 +566,27 @@ for row in "${table[@]}"; do
   fi
 done
 
+# What the kernels not yet the default bring, per weight type (the warp kernels,
+# the tensor cores for single rows, row-major activations and the one-launch
+# prefill were measured before: docs/performance-gpu.md).
+for row in "${table[@]}"; do
+  read -r name src args <<<"$row"
+  case $args in
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *f16*) variants=(candidates prefill-tiles unfused in-split fused-norm norm-once) ;;
+    *q4_k*) variants=(prefill-tiles) ;;
+    *) variants=() ;;
+  esac
+  for variant in "${variants[@]}"; do
+    [[ -n ${GPU_VARIANTS:-} && " $GPU_VARIANTS " != *" $variant "* ]] && continue
+    step "parspec bench-forward $name with $(kernel_env "$variant")"
+    budgeted 90 env $(kernel_env "$variant") "$bin_parspec" bench-forward \
+      -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,"$prefill" \
+      -r "$repeat" --decode-tokens "$decode" --context 64 \
+      --json "$out/parspec-$name-$variant.json" >/dev/null 2>&1 || echo "$name $variant failed"
+  done
+done
+
 # Where a forward's GPU time goes (PARSPEC_CUDA_PROFILE=1: kernel groups timed by
 # events, kernel by kernel without graphs): one row and eight rows after 64
 # committed tokens, and one row after 3000, on the 8B-class Q4_0 target.
@@ -595,26 +630,6 @@ for name in "${graph_rows[@]}"; do
     budgeted 60 env "$variable" "$bin_parspec" bench-forward -m "$file" "${device[@]}" -t 2 \
       -b 1,8 -r "$repeat" --decode-tokens "$decode" --context 64 \
       --json "$out/parspec-$name-$suffix.json" >/dev/null 2>&1 || echo "$name $what failed"
-  done
-done
-
-# What the kernels not yet the default bring, per weight type (the warp kernels,
-# the tensor cores for single rows, row-major activations and the one-launch
-# prefill were measured before: docs/performance-gpu.md).
-for row in "${table[@]}"; do
-  read -r name src args <<<"$row"
-  case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefill-tiles rows-wide fused-norm norm-once stream stream-wide4 attention-tiled fused paired in-split stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
-    *f16*) variants=(candidates prefill-tiles fused fused-norm in-split) ;;
-    *q4_k*) variants=(prefill-tiles) ;;
-    *) variants=() ;;
-  esac
-  for variant in "${variants[@]}"; do
-    step "parspec bench-forward $name with $(kernel_env "$variant")"
-    budgeted 90 env $(kernel_env "$variant") "$bin_parspec" bench-forward \
-      -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,"$prefill" \
-      -r "$repeat" --decode-tokens "$decode" --context 64 \
-      --json "$out/parspec-$name-$variant.json" >/dev/null 2>&1 || echo "$name $variant failed"
   done
 done
 
@@ -746,15 +761,18 @@ if graph_rows:
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 variant_labels = [
     ("", "default"),
-    ("-candidates", "candidates: stream, paired, fused, rows-wide, in-split, prefill tiles"),
-    ("-prefill-tiles", "more than 32 rows in tiles of 64 × 64 a block"),
+    ("-candidates", "candidates: in-split, paired"),
+    ("-prefill-tiles", "more than 32 rows in tiles of 64 × 64 a block, every weight type"),
+    ("-prefill-slices", "more than 32 rows in launches of 32 of the tensor-core kernel"),
+    ("-plain", "tensor cores loading their own operands (5 to 32 rows)"),
+    ("-rows-narrow", "2 to 4 rows with one weight row a lane"),
+    ("-unfused", "no fused gate/up and q/k/v kernels"),
     ("-rows-wide", "2 to 8 rows on the one-row kernel's way, 2 or 4 weight rows a lane"),
     ("-rows-wide4", "the same with 4 weight rows a lane everywhere"),
     ("-mma", "tensor cores for every row count"), ("-warp", "warp (dp4a)"),
     ("-row-major", "row-major activations"),
-    ("-stream", "tensor cores, operands streamed by cp.async (from 5 rows)"),
+    ("-stream", "tensor cores streamed with 16 weight rows a block"),
     ("-stream-wide", "the same with 32 weight rows a block where the grid stays large"),
-    ("-stream-wide4", "the same with 64 weight rows a block everywhere, one block an SM"),
     ("-mma-stream", "tensor cores streamed for every row count"),
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),
@@ -848,7 +866,7 @@ for md, title in (("strategies.md", ""), ("strategies-more.md", ""), ("strategie
                   ("strategies-long.md", "A prompt of over 2000 tokens"),
                   ("strategies-long-grouped.md", "The same with PARSPEC_CUDA_ATTENTION=grouped"),
                   ("strategies-candidates.md",
-                   "With the candidate kernels (stream, paired, fused, in-split)"),
+                   "With the candidate kernels (in-split, paired)"),
                   ("strategies-cpu-draft.md", "The drafter on the CPU (-ngld 0)"),
                   ("strategies-f16.md", "The 8B-class F16 target"),
                   ("strategies-pearl-normal.md",

@@ -1294,7 +1294,7 @@ class CudaExecutor final : public ForwardExecutor {
                                     {&w.wq, &w.wk, &w.wv}, "add + norm (attention)", xn);
     const HeadShape shape{c.n_head, c.n_head_kv, c.head_dim, c.rope_dims,
                           c.rope_style == RopeStyle::kNeox};
-    if (fused_rope_wanted() && !keep_qkv &&
+    if (fused_rope_wanted(w.wq.kind) && !keep_qkv &&
         launch_qkv_rope(w.wq, w.wk, w.wv, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, q, w.bq,
                         w.bk, w.bv, in.rope_angles, in.rows, layer, shape, stream, norm)) {
       profile_.mark("q/k/v matmul + rope + KV store", stream);
@@ -1345,7 +1345,7 @@ class CudaExecutor final : public ForwardExecutor {
     int8_t* q_down = ws.xq.as<int8_t>();
     float* d_down = ws.xd.as<float>();
     bool fused = false;
-    if (fused_swiglu_wanted()) {
+    if (fused_swiglu_wanted(w.w_gate.kind)) {
       int8_t* q = takes_quantized_input(w.w_down.kind) ? ws.up.as<int8_t>() : nullptr;
       float* d =
           q != nullptr ? reinterpret_cast<float*>(q + static_cast<size_t>(n) * c.n_ff) : nullptr;

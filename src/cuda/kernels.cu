@@ -1141,16 +1141,18 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
   }
 }
 
-// Which matmul_stream_kernel PARSPEC_CUDA_MMA asks for: 1 (=stream: 16 weight
-// rows a block), 2 (=stream-wide: 32 where the grid stays large enough), 3
-// (=stream-wide-all: 32 always, for the tests), 4 (=stream-wide4: 64 always,
-// one block an SM with many rounds in flight), 0 (none).
+// Which matmul_stream_kernel PARSPEC_CUDA_MMA asks for: 4 (the default, and
+// =stream-wide4: 64 weight rows a block, one block an SM with many rounds in
+// flight), 1 (=stream: 16 weight rows a block), 2 (=stream-wide: 32 where the
+// grid stays large enough), 3 (=stream-wide-all: 32 always, for the tests), 0
+// (=plain or =pipelined: the tensor-core kernel loading its own operands).
 int streamed_weight_tiles() {
-  static const int tiles = env_is("PARSPEC_CUDA_MMA", "stream")            ? 1
-                           : env_is("PARSPEC_CUDA_MMA", "stream-wide")     ? 2
-                           : env_is("PARSPEC_CUDA_MMA", "stream-wide-all") ? 3
-                           : env_is("PARSPEC_CUDA_MMA", "stream-wide4")    ? 4
-                                                                           : 0;
+  static const int tiles =
+      env_is("PARSPEC_CUDA_MMA", "stream")                                             ? 1
+      : env_is("PARSPEC_CUDA_MMA", "stream-wide")                                      ? 2
+      : env_is("PARSPEC_CUDA_MMA", "stream-wide-all")                                  ? 3
+      : env_is("PARSPEC_CUDA_MMA", "plain") || env_is("PARSPEC_CUDA_MMA", "pipelined") ? 0
+                                                                                       : 4;
   return tiles;
 }
 
@@ -1454,13 +1456,18 @@ __global__ void __launch_bounds__(kPrefillThreads)
   sums.store(nb, row0 + warp_row, w.n_out, col0 + warp_col, M, gid, t, y);
 }
 
-// Whether PARSPEC_CUDA_PREFILL=tiled asks for the prefill tiles
-// (matmul_prefill_kernel, matmul_half_prefill_kernel) for n rows: more than one
-// launch of the tensor-core kernel takes. The fused kernels then leave such
-// launches to the plain ones, which the tiles serve.
-bool prefill_tiles_take(int n) {
-  static const bool wanted = env_is("PARSPEC_CUDA_PREFILL", "tiled");
-  return wanted && n > 8 * kMmaMaxTiles;
+// Whether the prefill tiles (matmul_prefill_kernel, matmul_half_prefill_kernel,
+// matmul_k_prefill_kernel) take a matmul of n rows of weights of this kind:
+// more rows than one launch of the tensor-core kernel takes, and Q8_0/Q4_0
+// weights by default (an H200 prefills 512 tokens of an 8B-class model 1.3×
+// as fast with them; for F16 they were 3% slower there), every kind with
+// PARSPEC_CUDA_PREFILL=tiled, none with another value of it (=slices: launches
+// of 32 rows). The fused kernels then leave such launches to the plain ones.
+bool prefill_tiles_take(WeightKind kind, int n) {
+  static const bool all = env_is("PARSPEC_CUDA_PREFILL", "tiled");
+  static const bool quantized = all || std::getenv("PARSPEC_CUDA_PREFILL") == nullptr;
+  if (n <= 8 * kMmaMaxTiles) return false;
+  return all || (quantized && (kind == WeightKind::kQ8_0 || kind == WeightKind::kQ4_0));
 }
 
 // matmul_prefill_kernel over n block-major rows where its scales can be copied
@@ -1766,7 +1773,7 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
                      int tiles = -1, const QkvStore& st = {}) {
   if (tiles < 0) tiles = weight_row_tiles(g);
   constexpr int kThreads = kMmaWarps * kWarp;
-  if (kEpilogue == HalfEpilogue::kPlain && prefill_tiles_take(n) && !g.accumulate) {
+  if (kEpilogue == HalfEpilogue::kPlain && prefill_tiles_take(kKind, n) && !g.accumulate) {
     return launch(matmul_half_prefill_kernel<kKind>,
                   prefill_blocks<kPrefillRows, kPrefillCols>(g, n), kPrefillThreads, 0, stream, g,
                   x, n);
@@ -2268,19 +2275,25 @@ __global__ void __launch_bounds__(kGatedThreads)
 constexpr int kRowsKernelMaxRows = 4;
 constexpr int kWideRowsMaxRows = 8;
 
-// PARSPEC_CUDA_ROWS: "wide" runs matmul_rows_wide_kernel for 2 to
-// kWideRowsMaxRows rows, with 4 weight rows a lane where the grid gives
-// every SM at least 4 tiles and 2 elsewhere; "wide2" and "wide4" fix that
-// number (the tests run both everywhere).
+// 2 to 4 rows run matmul_rows_wide_kernel by default, with 4 weight rows a
+// lane where the grid gives every SM at least 4 tiles and 2 elsewhere (on an
+// H200, 2 and 4 rows of an 8B-class Q4_0 model took 0.9× the time of
+// matmul_rows_kernel's one weight row a lane; from 5 rows the tensor cores
+// are faster). PARSPEC_CUDA_ROWS: "narrow" runs matmul_rows_kernel instead,
+// "wide" the wide kernel for 2 to kWideRowsMaxRows rows, "wide2" and "wide4"
+// that with the number of weight rows fixed (the tests run both everywhere).
 int wide_rows_wanted() {
-  static const int wanted = env_is("PARSPEC_CUDA_ROWS", "wide")    ? 1
+  static const int wanted = env_is("PARSPEC_CUDA_ROWS", "narrow")  ? 0
                             : env_is("PARSPEC_CUDA_ROWS", "wide2") ? 2
                             : env_is("PARSPEC_CUDA_ROWS", "wide4") ? 4
-                                                                   : 0;
+                                                                   : 1;
   return wanted;
 }
 int rows_kernel_max_rows() {
-  return wide_rows_wanted() ? kWideRowsMaxRows : kRowsKernelMaxRows;
+  static const bool wider = env_is("PARSPEC_CUDA_ROWS", "wide") ||
+                            env_is("PARSPEC_CUDA_ROWS", "wide2") ||
+                            env_is("PARSPEC_CUDA_ROWS", "wide4");
+  return wider ? kWideRowsMaxRows : kRowsKernelMaxRows;
 }
 
 template <WeightKind kKind, int kW>
@@ -2354,12 +2367,13 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, 
                        cudaStream_t stream) {
   const int64_t nb = g.w[0].n_in / 32;
   constexpr int kSlice = 8 * kMmaMaxTiles;
-  // The streamed kernel takes a prefill's slices in one launch.
+  if (prefill_tiles_take(kKind, n) && block_major &&
+      launch_prefill_tiles<kKind>(g, xq, xd, n, stream))
+    return;
+  // Without the tiles, the streamed kernel takes a prefill's slices in one launch.
   static const bool streamed = streamed_weight_tiles() > 0;
   if (streamed && block_major && n > kSlice &&
       launch_stream<kKind, kMmaMaxTiles>(g, xq, xd, n, n, 0, stream))
-    return;
-  if (prefill_tiles_take(n) && block_major && launch_prefill_tiles<kKind>(g, xq, xd, n, stream))
     return;
   static const bool one_launch = one_launch_prefill_wanted();
   if (one_launch && n > kSlice)
@@ -3932,7 +3946,7 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
   if ((kind == WeightKind::kF16 || kind == WeightKind::kBF16) && half_tensor_cores(group.w[0].n_in))
     return kind == WeightKind::kF16 ? launch_half_mma<WeightKind::kF16>(group, x, n, stream)
                                     : launch_half_mma<WeightKind::kBF16>(group, x, n, stream);
-  if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && prefill_tiles_take(n)) {
+  if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && prefill_tiles_take(kind, n)) {
     return launch(kind == WeightKind::kQ4_K ? matmul_k_prefill_kernel<WeightKind::kQ4_K>
                                             : matmul_k_prefill_kernel<WeightKind::kQ6_K>,
                   prefill_blocks<kKPrefillRows, kKPrefillCols>(group, n), kKPrefillThreads, 0,
@@ -4066,7 +4080,8 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
 
 // PARSPEC_CUDA_FUSE: "all" (swiglu, rope and norm), or a comma-separated list
 // of swiglu, rope, norm and norm-once (the other way to leave out the norm
-// kernels, which wins where both are asked for).
+// kernels, which wins where both are asked for); any other value (=none)
+// fuses nothing.
 bool fusion_wanted(std::string_view fusion) {
   const char* env = std::getenv("PARSPEC_CUDA_FUSE");
   if (env == nullptr) return false;
@@ -4081,9 +4096,17 @@ bool fusion_wanted(std::string_view fusion) {
   return false;
 }
 
-bool fused_rope_wanted() {
+// Without PARSPEC_CUDA_FUSE, swiglu and rope for F16/BF16 weights: on an H200
+// they made a decode step of an 8B-class F16 model 1.06× as fast, and one of
+// Q4_0 weights 0.89× (its one-row fused kernel keeps fewer loads in flight).
+bool fused_by_default(WeightKind kind) {
+  static const bool unset = std::getenv("PARSPEC_CUDA_FUSE") == nullptr;
+  return unset && (kind == WeightKind::kF16 || kind == WeightKind::kBF16);
+}
+
+bool fused_rope_wanted(WeightKind kind) {
   static const bool wanted = fusion_wanted("rope");
-  return wanted;
+  return wanted || fused_by_default(kind);
 }
 
 bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const DeviceMatrix& wv,
@@ -4096,7 +4119,7 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
                     wv.n_in == wq.n_in && shape.rope_dims == hd && hd % 16 == 0 &&
                     wq.n_out == int64_t{shape.n_head} * hd &&
                     wk.n_out == int64_t{shape.n_head_kv} * hd && wv.n_out == wk.n_out;
-  if (!fits || (norm.h != nullptr && !one_row_fusable(wq, n)) || prefill_tiles_take(n))
+  if (!fits || (norm.h != nullptr && !one_row_fusable(wq, n)) || prefill_tiles_take(wq.kind, n))
     return false;
   MatmulGroup g;
   g.count = 3;
@@ -4131,9 +4154,9 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
   }
 }
 
-bool fused_swiglu_wanted() {
+bool fused_swiglu_wanted(WeightKind kind) {
   static const bool wanted = fusion_wanted("swiglu");
-  return wanted;
+  return wanted || fused_by_default(kind);
 }
 
 bool fused_norm_wanted() {
@@ -4168,7 +4191,8 @@ bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, con
                            float* scales, cudaStream_t stream, const RowNorm& norm) {
   if (n <= 0 || gate.kind != up.kind || gate.n_in != up.n_in || gate.n_out != up.n_out)
     return false;
-  if ((norm.h != nullptr && !one_row_fusable(gate, n)) || prefill_tiles_take(n)) return false;
+  if ((norm.h != nullptr && !one_row_fusable(gate, n)) || prefill_tiles_take(gate.kind, n))
+    return false;
   if (q != nullptr && gate.n_out % 32 != 0) return false;
   const int tiles = static_cast<int>((gate.n_out + kMmaRows / 2 - 1) / (kMmaRows / 2));
   MatmulGroup g;

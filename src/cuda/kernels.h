@@ -203,8 +203,8 @@ void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, floa
 // added, q and k rotated by `angles`, q into `q`, k and v to each row's cache
 // slot of `layer`), for F16/BF16 weights and one row of Q8_0/Q4_0, where
 // every dimension of a head is rotated. Elsewhere it launches nothing and
-// returns false.
-bool fused_rope_wanted();
+// returns false. Asked for by default for F16/BF16 weights (fused_rope_wanted).
+bool fused_rope_wanted(WeightKind kind);
 // With norm.h set (one_row_fusable weights only) the input is normalized as
 // RowNorm says instead of read from xq and xd.
 bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const DeviceMatrix& wv,
@@ -216,8 +216,9 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
 // gate_out = silu(x · gateᵀ) · (x · upᵀ), the values launch_matmul_group and
 // launch_swiglu give, and with q not null those quantized to Q8_0 (q and
 // scales must not overlap xq and xd). Where no fused kernel takes these
-// weights and rows it launches nothing and returns false.
-bool fused_swiglu_wanted();
+// weights and rows it launches nothing and returns false. Asked for by default
+// for F16/BF16 weights.
+bool fused_swiglu_wanted(WeightKind kind);
 bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x,
                            const int8_t* xq, const float* xd, int n, float* gate_out, int8_t* q,
                            float* scales, cudaStream_t stream, const RowNorm& norm = {});
