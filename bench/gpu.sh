@@ -229,14 +229,16 @@ fi
 # row: the residual adds by wo and down, whose last block to finish then
 # normalizes the row for the matmuls after them), wide4-norm-once (swiglu, rope and
 # norm-once: for the tests), newest (stream, paired-all, all three fusions,
-# rows-wide with 2 weight rows a lane and prefill tiles for every weight type
-# together: the tests compare their bits with those of the kernels they stand in
+# rows-wide with 2 weight rows a lane, prefill tiles for every weight type and
+# prefetch together: the tests compare their bits with those of the kernels they stand in
 # for), prefill-tiles (launches of more than 32 rows in tiles of 64 weight rows × 64
 # activation rows a block for F16/BF16 as for Q8_0/Q4_0, and Q4_K/Q6_K on int8
 # tensor cores), prefill-slices (Q8_0/Q4_0 prefills in launches of 32 rows of the
 # tensor-core kernel instead of the default tiles), previous (plain, rows-narrow,
-# prefill-slices and unfused: the defaults before these, for the tests),
-# candidates (in-split and paired: what would become the default together).
+# prefill-slices and unfused: the defaults before these, for the tests), prefetch
+# (each matmul block requests its weight rows into L2 before it waits for the kernel
+# before it, so that they stream in while that one finishes), candidates (in-split,
+# paired and prefetch: what would become the default together).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
@@ -262,8 +264,9 @@ kernel_env() {
     norm-once) echo "PARSPEC_CUDA_FUSE=norm-once" ;;
     wide4-norm-once) echo "PARSPEC_CUDA_FUSE=swiglu,rope,norm-once" ;;
     prefill-tiles) echo "PARSPEC_CUDA_PREFILL=tiled" ;;
-    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled" ;;
-    candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired" ;;
+    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled PARSPEC_CUDA_PREFETCH=early" ;;
+    candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_PREFETCH=early" ;;
+    prefetch) echo "PARSPEC_CUDA_PREFETCH=early" ;;
     plain) echo "PARSPEC_CUDA_MMA=plain" ;;
     rows-narrow) echo "PARSPEC_CUDA_ROWS=narrow" ;;
     prefill-slices) echo "PARSPEC_CUDA_PREFILL=slices" ;;
@@ -572,8 +575,8 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
-    *f16*) variants=(candidates prefill-tiles unfused in-split fused-norm norm-once) ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *f16*) variants=(candidates prefetch prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
   esac
@@ -761,7 +764,8 @@ if graph_rows:
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 variant_labels = [
     ("", "default"),
-    ("-candidates", "candidates: in-split, paired"),
+    ("-candidates", "candidates: in-split, paired, weights prefetched early"),
+    ("-prefetch", "each matmul block's weight rows requested into L2 before it waits for the kernel before it"),
     ("-prefill-tiles", "more than 32 rows in tiles of 64 × 64 a block, every weight type"),
     ("-prefill-slices", "more than 32 rows in launches of 32 of the tensor-core kernel"),
     ("-plain", "tensor cores loading their own operands (5 to 32 rows)"),
@@ -866,7 +870,7 @@ for md, title in (("strategies.md", ""), ("strategies-more.md", ""), ("strategie
                   ("strategies-long.md", "A prompt of over 2000 tokens"),
                   ("strategies-long-grouped.md", "The same with PARSPEC_CUDA_ATTENTION=grouped"),
                   ("strategies-candidates.md",
-                   "With the candidate kernels (in-split, paired)"),
+                   "With the candidate kernels (in-split, paired, weights prefetched early)"),
                   ("strategies-cpu-draft.md", "The drafter on the CPU (-ngld 0)"),
                   ("strategies-f16.md", "The 8B-class F16 target"),
                   ("strategies-pearl-normal.md",

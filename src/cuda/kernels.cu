@@ -45,6 +45,67 @@ __device__ __forceinline__ void begin_kernel() {
 // Whether launches let the next kernel start early (prepare_launches).
 bool dependent_launch = false;
 
+// PARSPEC_CUDA_PREFETCH=early (prepare_launches sets it): a matmul block asks
+// the L2 cache for its weight rows before begin_kernel waits for the kernel
+// before it, so that with dependent launches the weights stream in while that
+// kernel finishes. Weights never change during a pass and nothing else is
+// read before the wait, so the values are the same.
+__constant__ bool weights_early_wanted;
+
+// The 16-byte pieces wholly inside [p, p + bytes) requested into L2: one bulk
+// prefetch per 32 KiB on sm_90 and later, nothing elsewhere.
+__device__ void prefetch_range_l2(const void* p, int64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr uint64_t kPiece = 32 * 1024;
+  const uint64_t at0 = reinterpret_cast<uint64_t>(p);
+  const uint64_t begin = (at0 + 15) & ~uint64_t{15};
+  const uint64_t end = (at0 + static_cast<uint64_t>(bytes)) & ~uint64_t{15};
+  for (uint64_t at = begin; at < end; at += kPiece) {
+    const uint32_t size = static_cast<uint32_t>(end - at < kPiece ? end - at : kPiece);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(size) : "memory");
+  }
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+// Row `row` of w (its values, and the block scales of Q8_0/Q4_0) requested into L2.
+__device__ __noinline__ void prefetch_weight_row(const DeviceMatrix& w, int64_t row) {
+  if (row < 0 || row >= w.n_out) return;
+  int64_t bytes = w.n_in * 4, scale_bytes = 0;  // F32
+  switch (w.kind) {
+    case WeightKind::kQ8_0:
+      bytes = w.n_in, scale_bytes = w.n_in / 32 * 2;
+      break;
+    case WeightKind::kQ4_0:
+      bytes = w.n_in / 2, scale_bytes = w.n_in / 32 * 2;
+      break;
+    case WeightKind::kF16:
+    case WeightKind::kBF16:
+      bytes = w.n_in * 2;
+      break;
+    case WeightKind::kQ4_K:
+      bytes = w.n_in / kSuperBlock * kQ4KBytes;
+      break;
+    case WeightKind::kQ6_K:
+      bytes = w.n_in / kSuperBlock * kQ6KStride;
+      break;
+    default:
+      break;
+  }
+  prefetch_range_l2(static_cast<const uint8_t*>(w.q) + row * bytes, bytes);
+  if (scale_bytes > 0)
+    prefetch_range_l2(static_cast<const uint8_t*>(w.scales) + row * scale_bytes, scale_bytes);
+}
+
+// Before begin_kernel, where PARSPEC_CUDA_PREFETCH=early asks for it: rows
+// row_of(r) of w, r < rows (at most the block's threads), one a thread.
+template <class RowOf>
+__device__ void prefetch_rows_early(const DeviceMatrix& w, int rows, RowOf&& row_of) {
+  if (weights_early_wanted && static_cast<int>(threadIdx.x) < rows)
+    prefetch_weight_row(w, row_of(static_cast<int>(threadIdx.x)));
+}
+
 // kernel<<<grid, block, shared, stream>>>(args...), early when dependent_launch is on.
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
@@ -702,12 +763,14 @@ template <WeightKind kKind, int kTiles, bool kBlockMajor, bool kPipelined = fals
 __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     matmul_mma_kernel(MatmulGroup g, const int8_t* xq_all, const float* xd_all, int M_all,
                       int n_total, int m_first) {
-  begin_kernel();
   __shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];
   DeviceMatrix w;
   float* y_all;
   int64_t tile_row0;
-  if (!block_tile(g, w, y_all, tile_row0)) return;  // the same for the whole block
+  const bool has_tile = block_tile(g, w, y_all, tile_row0);  // the same for the whole block
+  if (has_tile) prefetch_rows_early(w, kMmaRows, [&](int r) { return tile_row0 + r; });
+  begin_kernel();
+  if (!has_tile) return;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
   const int64_t nb = w.n_in / 32;
@@ -989,14 +1052,16 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
   constexpr int R = Stage::kRows, kWeightRows = Stage::kWeightRows;
   constexpr int kWarps = kStreamWarpsFor<kW>, kThreads = kWarps * kWarp;
   constexpr int kChainsPerWarp = kStreamChains / kWarps;
-  begin_kernel();
   extern __shared__ int4 stream_shared[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(stream_shared);
   DeviceMatrix w;
   float* y_all;
   int64_t tile_row0;
   // The same for the whole block.
-  if (!block_tile(g, w, y_all, tile_row0, kWeightRows)) return;
+  const bool has_tile = block_tile(g, w, y_all, tile_row0, kWeightRows);
+  if (has_tile) prefetch_rows_early(w, kWeightRows, [&](int r) { return tile_row0 + r; });
+  begin_kernel();
+  if (!has_tile) return;
   const int64_t nb = w.n_in / 32;
   const int rounds = static_cast<int>((nb + 15) / 16);
   const uint8_t* wq = static_cast<const uint8_t*>(w.q);
@@ -1548,21 +1613,30 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
   static_assert(!kNormed || kTiles == 1, "a normalized input is one row");
   constexpr bool kGated = kEpilogue == HalfEpilogue::kGated;
   constexpr bool kQkv = kEpilogue == HalfEpilogue::kQkv;
-  begin_kernel();
   __shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];
   DeviceMatrix w;
   float* y_all;
   int64_t tile_row0 = 0, tile = 0;
   int part = 0;
+  bool has_tile = true;  // the same for the whole block
   if constexpr (kGated) {
     w = g.w[0];
     y_all = g.y[0];
     tile_row0 = static_cast<int64_t>(blockIdx.x) * (kMmaRows / 2);
+    // Rows 0..7: the gate's, 8..15: up's.
+    prefetch_rows_early(w, kMmaRows / 2, [&](int r) { return tile_row0 + r; });
+    prefetch_rows_early(g.w[1], kMmaRows, [&](int r) { return r < 8 ? -1 : tile_row0 + r - 8; });
   } else if constexpr (kQkv) {
-    if (!block_tile_of_part(g, kMmaRows, w, y_all, part, tile)) return;  // the whole block
-  } else if (!block_tile(g, w, y_all, tile_row0)) {
-    return;  // the same for the whole block
+    has_tile = block_tile_of_part(g, kMmaRows, w, y_all, part, tile);
+    if (has_tile)
+      prefetch_rows_early(w, kMmaRows,
+                          [&](int r) { return qkv_tile_row(st.shape, part, tile, r); });
+  } else {
+    has_tile = block_tile(g, w, y_all, tile_row0);
+    if (has_tile) prefetch_rows_early(w, kMmaRows, [&](int r) { return tile_row0 + r; });
   }
+  begin_kernel();
+  if (!has_tile) return;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
   const int64_t n_in = w.n_in, chunks = n_in / 32;
@@ -1944,15 +2018,20 @@ static_assert(kMmaWarps == 16, "the one-row kernel mirrors 16 K-splitting warps"
 template <WeightKind kKind, bool kQkv = false>
 __global__ void __launch_bounds__(kGemvThreads)
     matmul_gemv_kernel(MatmulGroup g, const int8_t* xq, const float* xd, QkvStore st) {
-  begin_kernel();
   extern __shared__ int4 gemv_shared[];
   DeviceMatrix w;
   float* y;
   int64_t row0 = 0, tile = 0;
   int part = 0;
   // The same for the whole block.
-  if (kQkv ? !block_tile_of_part(g, kMmaRows, w, y, part, tile) : !block_tile(g, w, y, row0))
-    return;
+  const bool has_tile =
+      kQkv ? block_tile_of_part(g, kMmaRows, w, y, part, tile) : block_tile(g, w, y, row0);
+  if (has_tile)
+    prefetch_rows_early(w, kMmaRows, [&](int r) {
+      return kQkv ? qkv_tile_row(st.shape, part, tile, r) : row0 + r;
+    });
+  begin_kernel();
+  if (!has_tile) return;
   const int64_t nb = w.n_in / 32;
   const int lane = threadIdx.x % kWarp, v = threadIdx.x % 16;
   const int64_t row =
@@ -1999,11 +2078,13 @@ __global__ void __launch_bounds__(kGemvThreads)
 template <WeightKind kKind, int kR>
 __global__ void __launch_bounds__(kGemvThreads)
     matmul_rows_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
-  begin_kernel();
   DeviceMatrix w;
   float* y;
   int64_t row0;
-  if (!block_tile(g, w, y, row0)) return;  // the same for the whole block
+  const bool has_tile = block_tile(g, w, y, row0);  // the same for the whole block
+  if (has_tile) prefetch_rows_early(w, kMmaRows, [&](int r) { return row0 + r; });
+  begin_kernel();
+  if (!has_tile) return;
   const int64_t nb = w.n_in / 32;
   const int lane = threadIdx.x % kWarp, v = threadIdx.x % 16;
   const int64_t row = row0 + threadIdx.x / 16;
@@ -2048,7 +2129,6 @@ __global__ void __launch_bounds__(kGemvThreads)
 template <WeightKind kKind, int kR, int kW>
 __global__ void __launch_bounds__(kGemvThreads / kW)
     matmul_rows_wide_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
-  begin_kernel();
   constexpr int kHalfWarps = 16 / kW, kThreads = kHalfWarps * 16;
   constexpr int kDepth = 8 / kW;  // steps of the lane's blocks loaded ahead
   static_assert(kHalfWarps * kW == kMmaRows, "a tile's rows split evenly over the half-warps");
@@ -2057,7 +2137,10 @@ __global__ void __launch_bounds__(kGemvThreads / kW)
   DeviceMatrix w;
   float* y;
   int64_t row0;
-  if (!block_tile(g, w, y, row0)) return;  // the same for the whole block
+  const bool has_tile = block_tile(g, w, y, row0);  // the same for the whole block
+  if (has_tile) prefetch_rows_early(w, kMmaRows, [&](int r) { return row0 + r; });
+  begin_kernel();
+  if (!has_tile) return;
   const int64_t nb = w.n_in / 32;
   const int v = threadIdx.x % 16, h = threadIdx.x / 16;
   // Rows past the matrix load its last row instead; their sums are not stored.
@@ -2142,12 +2225,14 @@ constexpr int kPairedPrefetch = kGemvPrefetch / 2;  // a lane's: the chain's are
 template <WeightKind kKind>
 __global__ void __launch_bounds__(kPairedThreads, 2)
     matmul_gemv_paired_kernel(MatmulGroup g, const int8_t* xq, const float* xd) {
-  begin_kernel();
   extern __shared__ int4 gemv_shared[];
   DeviceMatrix w;
   float* y;
   int64_t row0;
-  if (!block_tile(g, w, y, row0)) return;  // the same for the whole block
+  const bool has_tile = block_tile(g, w, y, row0);  // the same for the whole block
+  if (has_tile) prefetch_rows_early(w, kMmaRows, [&](int r) { return row0 + r; });
+  begin_kernel();
+  if (!has_tile) return;
   const int64_t nb = w.n_in / 32;
   const int lane = threadIdx.x % kWarp, v = lane % 16, parity = lane / 16;
   const int64_t row = row0 + threadIdx.x / kWarp;
@@ -2588,12 +2673,15 @@ __device__ void load_k_part(const uint8_t* blk, int part, int (&wq)[8], int& sc0
 // adds the four. Nothing in a row's arithmetic depends on kR or M.
 template <WeightKind kKind, int kR>
 __global__ void matmul_k_kernel(MatmulGroup g, Q8KActivations x, int M) {
-  begin_kernel();
   const int lane = threadIdx.x % kWarp, part = lane % 8, group = lane / 8;
   DeviceMatrix w;
   float* y;
   int64_t n;
-  if (!warp_row(g, w, y, n)) return;
+  const bool has_row = warp_row(g, w, y, n);
+  // The warp's row, by its first lane.
+  if (has_row && lane == 0 && weights_early_wanted) prefetch_weight_row(w, n);
+  begin_kernel();
+  if (!has_row) return;
   const int64_t n_super = w.n_in / kSuperBlock;
   constexpr int kStride = kKind == WeightKind::kQ4_K ? kQ4KBytes : kQ6KStride;
   const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * n_super * kStride;
@@ -3993,6 +4081,10 @@ void prepare_launches() {
            major >= 9;
   }();
   dependent_launch = on;
+  static const bool early = env_is("PARSPEC_CUDA_PREFETCH", "early");
+  // Without it the kernels wait before reading weights, as they would anyway.
+  if (cudaMemcpyToSymbol(weights_early_wanted, &early, sizeof early) != cudaSuccess)
+    (void)cudaGetLastError();
   if (streamed_weight_tiles() > 0) prepare_stream_kernels<1>();
   if (streamed_weight_tiles() == 2 || streamed_weight_tiles() == 3) prepare_stream_kernels<2>();
   if (streamed_weight_tiles() == 4) prepare_stream_kernels<4>();
