@@ -591,19 +591,21 @@ for row in "${table[@]}"; do
 done
 
 # Where a forward's GPU time goes (PARSPEC_CUDA_PROFILE=1: kernel groups timed by
-# events, kernel by kernel without graphs): one row and eight rows after 64
-# committed tokens, and one row after 3000, on the 8B-class Q4_0 target.
+# events, kernel by kernel without graphs, the prefill of the context included):
+# one row and eight rows after 64 committed tokens, and one row after 3000, on the
+# 8B-class Q4_0 target; one row after 64 on the 100M-class drafter (launch-bound).
 profile_file=$(model_path 8b-q4_0 models/target.gguf)
 [[ $mode == dry ]] && profile_file=models/target.gguf
-if [[ -f $profile_file ]]; then
-  for shape in "1 64" "8 64" "1 3000"; do
-    read -r rows context <<<"$shape"
-    step "GPU time by kernel group: $rows row(s) after $context tokens"
-    budgeted 60 env PARSPEC_CUDA_PROFILE=1 "$bin_parspec" bench-forward -m "$profile_file" "${device[@]}" \
-      -t 2 -b "$rows" -r 3 --decode-tokens 8 --context "$context" >/dev/null \
-      2>"$out/profile-$rows-$context.txt" || echo "profile $rows/$context failed"
-  done
-fi
+for shape in "8b-q4_0 1 64" "8b-q4_0 8 64" "8b-q4_0 1 3000" "100m-f16 1 64"; do
+  read -r name rows context <<<"$shape"
+  file=$(model_path "$name" models/target.gguf)
+  [[ $mode == dry ]] && file=models/target.gguf
+  [[ -f $file ]] || continue
+  step "GPU time by kernel group: $name, $rows row(s) after $context tokens"
+  budgeted 60 env PARSPEC_CUDA_PROFILE=1 "$bin_parspec" bench-forward -m "$file" "${device[@]}" \
+    -t 2 -b "$rows" -r 3 --decode-tokens 8 --context "$context" >/dev/null \
+    2>"$out/profile-$name-$rows-$context.txt" || echo "profile $name $rows/$context failed"
+done
 # Kernel by kernel, where Nsight Compute is installed: the time and DRAM bytes of
 # each kernel of one forward (about 326 launches on this model) of 1 and of 8 rows:
 # the third forward of the run (a decode step) and the sixth (the first of 8 rows,
@@ -893,15 +895,17 @@ if os.path.exists(placement):
         print("```")
         print("\n".join(lines[start:start + 4]))
         print("```")
-for shape in ("1-64", "8-64", "1-3000"):
-    path = os.path.join(out, f"profile-{shape}.txt")
+for name, shape in (("8b-q4_0", "1-64"), ("8b-q4_0", "8-64"), ("8b-q4_0", "1-3000"),
+                    ("100m-f16", "1-64")):
+    path = os.path.join(out, f"profile-{name}-{shape}.txt")
     if os.path.exists(path):
         lines = [l.rstrip() for l in open(path) if l.startswith("  ") or l.startswith("GPU time")]
         if lines:
             rows, context = shape.split("-")
+            model = {"8b-q4_0": "8B-class Q4_0", "100m-f16": "100M-class F16"}[name]
             print()
-            print(f"GPU time by kernel group, 8B-class Q4_0, {rows} row(s) after {context} tokens "
-                  "(PARSPEC_CUDA_PROFILE=1, no graphs):")
+            print(f"GPU time by kernel group, {model}, {rows} row(s) after {context} tokens "
+                  "(PARSPEC_CUDA_PROFILE=1, no graphs, the context's prefill among the passes):")
             print()
             print("```")
             print("\n".join(lines))
