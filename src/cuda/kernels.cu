@@ -298,19 +298,29 @@ __global__ void __launch_bounds__(kNormBlock)
     add_rmsnorm_wide_kernel(float* h, const float* __restrict__ residual,
                             const float* __restrict__ w, int dim, float eps, float* out, int8_t* q,
                             float* scales, bool block_major) {
-  begin_kernel();
   __shared__ float warp_sums[kNormBlock / kWarp];
   const int64_t row = blockIdx.x;
   float* hr = h + row * dim;
   float* yr = out + row * dim;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   float x[kWideNormPerThread], r[kWideNormPerThread], g[kWideNormPerThread];
+  // The gains are weights: with PARSPEC_CUDA_PREFETCH=early they are loaded
+  // before the wait for the kernel before this one.
+  auto load_gains = [&] {
+#pragma unroll
+    for (int k = 0; k < kWideNormPerThread; ++k) {
+      const int i = threadIdx.x + k * kNormBlock;
+      g[k] = i < dim ? w[i] : 0.0f;
+    }
+  };
+  if (weights_early_wanted) load_gains();
+  begin_kernel();
+  if (!weights_early_wanted) load_gains();
 #pragma unroll
   for (int k = 0; k < kWideNormPerThread; ++k) {
     const int i = threadIdx.x + k * kNormBlock;
     x[k] = i < dim ? hr[i] : 0.0f;
     r[k] = residual != nullptr && i < dim ? residual[row * dim + i] : 0.0f;
-    g[k] = i < dim ? w[i] : 0.0f;
   }
   float s = 0.0f;
 #pragma unroll
