@@ -1250,9 +1250,10 @@ class CudaExecutor final : public ForwardExecutor {
                      "cudaStreamWaitEvent");
         }
       }
+      // Each layer's attention output is added into h by its MLP's norm kernel
+      // (the same addition as an add kernel's, one launch fewer).
       for (int l = first; l < end; ++l) {
-        launch_add(h, outs + (l - first) * rows, static_cast<int64_t>(rows), stream);
-        mlp_part(c, dm, ws, l, n, h, nullptr);
+        mlp_part(c, dm, ws, l, n, h, outs + (l - first) * rows);
         launch_add(h, ws.o.as<float>(), static_cast<int64_t>(rows), stream);
       }
       first = end;
