@@ -525,11 +525,11 @@ constexpr int kGraphSpecSlots = 64 * 64;  // a pass's speculative key slots, all
 // of the layer groups (empty for a full pass).
 using GraphKey = std::pair<int, std::vector<int>>;
 
-// What a layer-parallel pass needs beyond a workspace: the group's input and
-// its attention blocks' outputs, and workspaces for the blocks that run
-// beside the first (on the context's side streams).
+// What a layer-parallel pass needs beyond a workspace: its attention blocks'
+// outputs, and workspaces for the blocks that run beside the first (on the
+// context's side streams).
 struct LayerGroupBuffers {
-  DeviceBuffer input, outputs;
+  DeviceBuffer outputs;
   std::vector<std::unique_ptr<Workspace>> side;
 
   // For groups of up to `widest` layers over `rows` rows, the side
@@ -537,12 +537,10 @@ struct LayerGroupBuffers {
   // that existed moved (graphs captured with it are then stale).
   bool reserve_for(const ModelConfig& c, int rows, int widest, DeviceContext& context) {
     context.ensure_side_streams(static_cast<size_t>(widest - 1));
-    const void* before[2] = {input.get(), outputs.get()};
+    const void* before = outputs.get();
     const size_t count = static_cast<size_t>(rows) * c.n_embd;
-    reserve<float>(input, count, "activations");
     reserve<float>(outputs, count * static_cast<size_t>(widest), "activations");
-    bool moved = (before[0] != nullptr && before[0] != input.get()) ||
-                 (before[1] != nullptr && before[1] != outputs.get());
+    bool moved = before != nullptr && before != outputs.get();
     while (side.size() + 1 < static_cast<size_t>(widest))
       side.push_back(std::make_unique<Workspace>());
     for (size_t i = 0; i < side.size(); ++i) {
@@ -1220,7 +1218,6 @@ class CudaExecutor final : public ForwardExecutor {
     const bool overlap = !profile_.on();
     cudaStream_t stream = ws.stream;
     const size_t rows = static_cast<size_t>(n) * c.n_embd;
-    float* h0 = groups.input.as<float>();
     float* outs = groups.outputs.as<float>();
     int first = 0;
     for (int end : ends) {
@@ -1230,8 +1227,8 @@ class CudaExecutor final : public ForwardExecutor {
         first = end;
         continue;
       }
-      cuda_check(cudaMemcpyAsync(h0, h, rows * sizeof(float), cudaMemcpyDeviceToDevice, stream),
-                 "copying activations");
+      // Every attention block of the group reads h as the group found it: they
+      // only read it, and the MLPs that change it start after all of them.
       if (overlap) {
         cuda_check(cudaEventRecord(context_->fork, stream), "cudaEventRecord");
         for (int i = 1; i < size; ++i)
@@ -1240,7 +1237,7 @@ class CudaExecutor final : public ForwardExecutor {
       }
       for (int l = first; l < end; ++l) {
         Workspace& w = overlap && l > first ? *groups.side.at(l - first - 1) : ws;
-        attention_part(c, dm, w, in, l, n, h0, nullptr, outs + (l - first) * rows);
+        attention_part(c, dm, w, in, l, n, h, nullptr, outs + (l - first) * rows);
       }
       if (overlap) {
         for (int i = 1; i < size; ++i) {
