@@ -1247,12 +1247,11 @@ class CudaExecutor final : public ForwardExecutor {
                      "cudaStreamWaitEvent");
         }
       }
-      // Each layer's attention output is added into h by its MLP's norm kernel
-      // (the same addition as an add kernel's, one launch fewer).
-      for (int l = first; l < end; ++l) {
-        mlp_part(c, dm, ws, l, n, h, outs + (l - first) * rows);
-        launch_add(h, ws.o.as<float>(), static_cast<int64_t>(rows), stream);
-      }
+      // Each layer's attention output is added into h by its MLP's norm kernel,
+      // and the MLP's output by its down matmul where the one-row kernels take
+      // it (fuse_norm), else by an add kernel: the same additions, fewer launches.
+      for (int l = first; l < end; ++l)
+        mlp_part(c, dm, ws, l, n, h, outs + (l - first) * rows, /*fuse_norm=*/true);
       first = end;
     }
   }
@@ -1325,9 +1324,11 @@ class CudaExecutor final : public ForwardExecutor {
   }
 
   // h += residual (when given), then mlp(norm(h)) of one layer into ws.o (not
-  // added to h: the caller adds it, or the next norm does). fuse_norm (no
-  // residual): as attention_part's, the output added into h (and with
-  // norm-once normalized for `after` by the down matmul).
+  // added to h: the caller adds it, or the next norm does). fuse_norm: the
+  // output added into h instead, by the down matmul where the one-row kernels
+  // take it (and with norm-once and no residual normalized for `after`), else
+  // by an add kernel; without a residual, the norm also done by the matmuls
+  // where PARSPEC_CUDA_FUSE=norm asks for it, as attention_part's.
   void mlp_part(const ModelConfig& c, DeviceModel& dm, Workspace& ws, int layer, int n, float* h,
                 const float* residual, bool fuse_norm = false, const NextNorm& after = {}) {
     const DeviceLayer& w = dm.layers.at(layer);
