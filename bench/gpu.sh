@@ -620,6 +620,23 @@ if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
       --decode-tokens 2 --context 64 >"$out/ncu-$rows.csv" 2>/dev/null || echo "ncu $rows failed"
   done
 fi
+# Why the slowest kernels take their time (Nsight Compute's speed of light,
+# occupancy and warp stall sections, every metric they collect): the first
+# launches of the streamed tensor-core matmul (8 rows), of the one-row matmul and
+# of the staged attention (a decode step), on the 8B-class Q4_0 target.
+if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
+  for probe in "stream 8 matmul_stream_kernel" "gemv 1 matmul_gemv_kernel" \
+    "attention 1 attention_split_kernel<true"; do
+    read -r label rows pattern <<<"$probe"
+    step "Nsight Compute: why $pattern takes its time ($rows row(s))"
+    budgeted 45 env PARSPEC_CUDA_GRAPHS=0 ncu --clock-control none --csv --page raw \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+      --kernel-name-base demangled -k "regex:$pattern" --launch-count 3 \
+      "$bin_parspec" bench-forward -m "$profile_file" "${device[@]}" -t 2 -b "$rows" -r 1 \
+      --decode-tokens 2 --context 64 >"$out/ncu-stalls-$label.csv" 2>/dev/null ||
+      echo "ncu ($label) failed"
+  done
+fi
 
 # What the CUDA graphs bring (decode and L(8) of the two extremes launched kernel by
 # kernel), and what programmatic dependent launches bring (PARSPEC_CUDA_PDL=0: each
@@ -936,6 +953,63 @@ for rows in ("1", "8"):
         print("|---|---|---|---|---|")
         for (name, grid), (n, ns, b) in sorted(groups.items(), key=lambda x: -x[1][1]):
             print(f"| {name} | {grid} | {n} | {ns / n / 1e3:.2f} | {b / ns if ns else 0:.0f} |")
+def ncu_kernels(path):
+    """Per kernel launch, {metric: value} from ncu's CSV (long or wide form)."""
+    records = list(csv.reader(l for l in open(path) if l.startswith('"')))
+    if not records:
+        return []
+    head = records[0]
+    kernels = {}
+    if "Metric Name" in head:
+        at = {name: i for i, name in enumerate(head)}
+        for rec in records[1:]:
+            k = kernels.setdefault(rec[at["ID"]], {"Kernel Name": rec[at["Kernel Name"]]})
+            k[rec[at["Metric Name"]]] = rec[at["Metric Value"]]
+        return list(kernels.values())
+    out_rows = []
+    for rec in records[1:]:
+        if len(rec) == len(head) and rec[0] not in ("", "ID"):
+            out_rows.append(dict(zip(head, rec)))
+    return out_rows
+def number(text):
+    try:
+        return float(str(text).replace(",", ""))
+    except ValueError:
+        return None
+for label in ("stream", "gemv", "attention"):
+    path = os.path.join(out, f"ncu-stalls-{label}.csv")
+    if not os.path.exists(path):
+        continue
+    launches = ncu_kernels(path)
+    if not launches:
+        continue
+    print()
+    print(f"Nsight Compute, 8B-class Q4_0, why the first {label} launches take their time "
+          f"(ncu-stalls-{label}.csv has every metric):")
+    print()
+    print("| kernel | µs | registers | achieved occupancy % | issue active % | DRAM % of peak | top stalls (cycles per issue) |")
+    print("|---|---|---|---|---|---|---|")
+    for k in launches:
+        def pick(*names):
+            for n in names:
+                if n in k and number(k[n]) is not None:
+                    return number(k[n])
+            return None
+        stalls = sorted(((number(v), n) for n, v in k.items()
+                         if "issue_stalled" in n and n.endswith("per_issue_active.ratio")
+                         and number(v) is not None), reverse=True)[:4]
+        stall_text = ", ".join(f"{re.sub(r'.*issue_stalled_|_per_issue_active.ratio', '', n)} {v:.1f}"
+                               for v, n in stalls)
+        name = k.get("Kernel Name", "?").replace("(anonymous namespace)::", "")
+        name = re.sub(r"\(parspec::cuda::WeightKind\)", "", name.replace("void ", ""))
+        name = re.sub(r"\(.*", "", name.replace("parspec::cuda::", ""))
+        duration = pick("gpu__time_duration.sum")
+        print(f"| {name} | {fmt(duration / 1e3 if duration else None, 2)} "
+              f"| {fmt(pick('launch__registers_per_thread'), 0)} "
+              f"| {fmt(pick('sm__warps_active.avg.pct_of_peak_sustained_active'), 1)} "
+              f"| {fmt(pick('smsp__issue_active.avg.pct_of_peak_sustained_active'), 1)} "
+              f"| {fmt(pick('dram__throughput.avg.pct_of_peak_sustained_elapsed', 'gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed'), 1)} "
+              f"| {stall_text or '–'} |")
 for strategy in ("ar", "sd"):
     path = os.path.join(out, f"serve-load-{strategy}.txt")
     if os.path.exists(path):
