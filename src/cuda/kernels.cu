@@ -3388,6 +3388,24 @@ __device__ void each_stage(const float* layer_base, int kv_dim, const int32_t* s
   }
 }
 
+// With PARSPEC_CUDA_PREFETCH=early, before begin_kernel: the keys and values of
+// the committed prefix in this block's chunks, requested into L2. Earlier passes
+// wrote them, and the rows' list was uploaded before the pass's first kernel, so
+// both are in place once the kernels two before this one are done; this pass
+// writes only its own cells, which are not read here.
+__device__ void prefetch_committed_kv(const AttentionRow* rows, int row, int layer,
+                                      const HeadShape& s, int head, int split) {
+  const AttentionRow r = rows[row];
+  const HeadKeys h = head_keys(r, layer, s, head);
+  const int64_t bytes = int64_t{s.head_dim} * static_cast<int64_t>(sizeof(float));
+  for (int c = split; c * kAttnKeys < r.n_committed; c += kAttentionSplits) {
+    const int j = c * kAttnKeys + static_cast<int>(threadIdx.x);
+    if (j >= r.n_committed) break;
+    prefetch_range_l2(h.k + static_cast<int64_t>(j) * h.kv_dim, bytes);
+    prefetch_range_l2(h.v + static_cast<int64_t>(j) * h.kv_dim, bytes);
+  }
+}
+
 // Split attention (flash decoding with fixed boundaries): a row's keys fall in
 // chunks of kAttnKeys by their index in the row's key list, and split z of
 // kAttentionSplits takes chunks z, z + kAttentionSplits, ... One block per
@@ -3412,6 +3430,8 @@ template <bool kStaged, bool kMergeInSplit>
 __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
                                        const int32_t* spec_slots, int layer, HeadShape s,
                                        float scale, float* partial, AttentionMerge merge) {
+  if (weights_early_wanted)
+    prefetch_committed_kv(rows, blockIdx.x, layer, s, blockIdx.y, blockIdx.z);
   begin_kernel();
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float o_s[kMaxHeadDim];
