@@ -46,10 +46,11 @@ __device__ __forceinline__ void begin_kernel() {
 bool dependent_launch = false;
 
 // PARSPEC_CUDA_PREFETCH=early (prepare_launches sets it): a matmul block asks
-// the L2 cache for its weight rows before begin_kernel waits for the kernel
-// before it, so that with dependent launches the weights stream in while that
-// kernel finishes. Weights never change during a pass and nothing else is
-// read before the wait, so the values are the same.
+// the L2 cache for its weight rows (an attention block for the committed keys
+// and values it reads, prefetch_committed_kv) before begin_kernel waits for the
+// kernel before it, so that with dependent launches they stream in while that
+// kernel finishes. Nothing that kernel writes is read before the wait, so the
+// values are the same.
 __constant__ bool weights_early_wanted;
 
 // The 16-byte pieces wholly inside [p, p + bytes) requested into L2: one bulk
