@@ -1634,9 +1634,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     w = g.w[0];
     y_all = g.y[0];
     tile_row0 = static_cast<int64_t>(blockIdx.x) * (kMmaRows / 2);
-    // Rows 0..7: the gate's, 8..15: up's.
-    prefetch_rows_early(w, kMmaRows / 2, [&](int r) { return tile_row0 + r; });
-    prefetch_rows_early(g.w[1], kMmaRows, [&](int r) { return r < 8 ? -1 : tile_row0 + r - 8; });
+    // The block's rows of gate, then the same rows of up, one a thread.
+    constexpr int kHalf = kMmaRows / 2;
+    if (weights_early_wanted && static_cast<int>(threadIdx.x) < kMmaRows)
+      prefetch_weight_row(threadIdx.x < kHalf ? w : g.w[1], tile_row0 + threadIdx.x % kHalf);
   } else if constexpr (kQkv) {
     has_tile = block_tile_of_part(g, kMmaRows, w, y_all, part, tile);
     if (has_tile)
