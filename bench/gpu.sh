@@ -237,8 +237,11 @@ fi
 # tensor-core kernel instead of the default tiles), previous (plain, rows-narrow,
 # prefill-slices and unfused: the defaults before these, for the tests), prefetch
 # (each matmul block requests its weight rows into L2 before it waits for the kernel
-# before it, so that they stream in while that one finishes), candidates (in-split,
-# paired and prefetch: what would become the default together).
+# before it, so that they stream in while that one finishes), prestaged (attention
+# for up to 4 rows loads the committed keys and values of its first chunk before it
+# waits for the kernel before it, and merges a row whose keys fill one split in
+# the same block), candidates (in-split, paired, prefetch and prestaged: what would
+# become the default together).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
@@ -264,9 +267,10 @@ kernel_env() {
     norm-once) echo "PARSPEC_CUDA_FUSE=norm-once" ;;
     wide4-norm-once) echo "PARSPEC_CUDA_FUSE=swiglu,rope,norm-once" ;;
     prefill-tiles) echo "PARSPEC_CUDA_PREFILL=tiled" ;;
-    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled PARSPEC_CUDA_PREFETCH=early" ;;
-    candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_PREFETCH=early" ;;
+    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled PARSPEC_CUDA_PREFETCH=early PARSPEC_CUDA_ATTENTION=prestaged" ;;
+    candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_PREFETCH=early PARSPEC_CUDA_ATTENTION=prestaged" ;;
     prefetch) echo "PARSPEC_CUDA_PREFETCH=early" ;;
+    prestaged) echo "PARSPEC_CUDA_ATTENTION=prestaged" ;;
     plain) echo "PARSPEC_CUDA_MMA=plain" ;;
     rows-narrow) echo "PARSPEC_CUDA_ROWS=narrow" ;;
     prefill-slices) echo "PARSPEC_CUDA_PREFILL=slices" ;;
@@ -575,8 +579,8 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
-    *f16*) variants=(candidates prefetch prefill-tiles unfused in-split fused-norm norm-once) ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *f16*) variants=(candidates prefetch prestaged prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
   esac
@@ -593,29 +597,34 @@ done
 # Where a forward's GPU time goes (PARSPEC_CUDA_PROFILE=1: kernel groups timed by
 # events, kernel by kernel without graphs, the prefill of the context included):
 # one row and eight rows after 64 committed tokens, and one row after 3000, on the
-# 8B-class Q4_0 target; one row after 64 on the 100M-class drafter (launch-bound).
+# 8B-class Q4_0 target; one row after 64 on the 100M-class drafter (launch-bound);
+# one row after 64 on both with the prestaged attention.
 profile_file=$(model_path 8b-q4_0 models/target.gguf)
 [[ $mode == dry ]] && profile_file=models/target.gguf
-for shape in "8b-q4_0 1 64" "8b-q4_0 8 64" "8b-q4_0 1 3000" "100m-f16 1 64"; do
-  read -r name rows context <<<"$shape"
+for shape in "8b-q4_0 1 64" "8b-q4_0 8 64" "8b-q4_0 1 3000" "100m-f16 1 64" \
+  "8b-q4_0 1 64 prestaged" "100m-f16 1 64 prestaged"; do
+  read -r name rows context variant <<<"$shape"
   file=$(model_path "$name" models/target.gguf)
   [[ $mode == dry ]] && file=models/target.gguf
   [[ -f $file ]] || continue
-  step "GPU time by kernel group: $name, $rows row(s) after $context tokens"
-  budgeted 60 env PARSPEC_CUDA_PROFILE=1 "$bin_parspec" bench-forward -m "$file" "${device[@]}" \
-    -t 2 -b "$rows" -r 3 --decode-tokens 8 --context "$context" >/dev/null \
-    2>"$out/profile-$name-$rows-$context.txt" || echo "profile $name $rows/$context failed"
+  step "GPU time by kernel group: $name, $rows row(s) after $context tokens ${variant:-}"
+  budgeted 60 env PARSPEC_CUDA_PROFILE=1 $(kernel_env "${variant:-none}") "$bin_parspec" \
+    bench-forward -m "$file" "${device[@]}" -t 2 -b "$rows" -r 3 --decode-tokens 8 \
+    --context "$context" >/dev/null 2>"$out/profile-$name-$rows-$context${variant:+-$variant}.txt" ||
+    echo "profile $name $rows/$context ${variant:-} failed"
 done
 # Kernel by kernel, where Nsight Compute is installed: the time and DRAM bytes of
-# each kernel of one forward (about 326 launches on this model) of 1 and of 8 rows:
-# the third forward of the run (a decode step) and the sixth (the first of 8 rows,
-# after the prefill and four decode steps).
+# each kernel of one forward (about 326 launches on this model) of 1 and of 8 rows.
+# A decode step launches 326 kernels, the prefill before them a few more: the
+# window after the prefill and two decode steps holds a decode step, and the one
+# after four decode steps holds the first forward of 8 rows, which the summary
+# cuts out at its embedding launches.
 if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
-  for shape in "1 652" "8 1630"; do
-    read -r rows skip <<<"$shape"
+  for shape in "1 652 326" "8 1304 978"; do
+    read -r rows skip count <<<"$shape"
     step "Nsight Compute: the kernels of a forward of $rows row(s)"
-    budgeted 60 env PARSPEC_CUDA_GRAPHS=0 ncu --clock-control none --csv --print-units base \
-      --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip "$skip" --launch-count 326 \
+    budgeted 90 env PARSPEC_CUDA_GRAPHS=0 ncu --clock-control none --csv --print-units base \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip "$skip" --launch-count "$count" \
       "$bin_parspec" bench-forward -m "$profile_file" "${device[@]}" -t 2 -b "$rows" -r 1 \
       --decode-tokens 2 --context 64 >"$out/ncu-$rows.csv" 2>/dev/null || echo "ncu $rows failed"
   done
@@ -626,10 +635,10 @@ fi
 # of the staged attention (a decode step), on the 8B-class Q4_0 target.
 if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
   for probe in "stream 8 matmul_stream_kernel" "gemv 1 matmul_gemv_kernel" \
-    "attention 1 attention_split_kernel<true"; do
-    read -r label rows pattern <<<"$probe"
+    "attention 1 attention_split_kernel<true" "prestaged 1 attention_prestaged_kernel prestaged"; do
+    read -r label rows pattern variant <<<"$probe"
     step "Nsight Compute: why $pattern takes its time ($rows row(s))"
-    budgeted 45 env PARSPEC_CUDA_GRAPHS=0 ncu --clock-control none --csv --page raw \
+    budgeted 45 env PARSPEC_CUDA_GRAPHS=0 $(kernel_env "${variant:-none}") ncu --clock-control none --csv --page raw \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
       --kernel-name-base demangled -k "regex:$pattern" --launch-count 3 \
       "$bin_parspec" bench-forward -m "$profile_file" "${device[@]}" -t 2 -b "$rows" -r 1 \
@@ -783,8 +792,9 @@ if graph_rows:
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 variant_labels = [
     ("", "default"),
-    ("-candidates", "candidates: in-split, paired, weights prefetched early"),
+    ("-candidates", "candidates: in-split, paired, weights prefetched early, prestaged attention"),
     ("-prefetch", "each matmul block's weight rows requested into L2 before it waits for the kernel before it"),
+    ("-prestaged", "attention for up to 4 rows: committed keys and values loaded before the wait, one-split rows merged in the block"),
     ("-prefill-tiles", "more than 32 rows in tiles of 64 × 64 a block, every weight type"),
     ("-prefill-slices", "more than 32 rows in launches of 32 of the tensor-core kernel"),
     ("-plain", "tensor cores loading their own operands (5 to 32 rows)"),
@@ -913,16 +923,19 @@ if os.path.exists(placement):
         print("\n".join(lines[start:start + 4]))
         print("```")
 for name, shape in (("8b-q4_0", "1-64"), ("8b-q4_0", "8-64"), ("8b-q4_0", "1-3000"),
-                    ("100m-f16", "1-64")):
+                    ("100m-f16", "1-64"), ("8b-q4_0", "1-64-prestaged"),
+                    ("100m-f16", "1-64-prestaged")):
     path = os.path.join(out, f"profile-{name}-{shape}.txt")
     if os.path.exists(path):
         lines = [l.rstrip() for l in open(path) if l.startswith("  ") or l.startswith("GPU time")]
         if lines:
-            rows, context = shape.split("-")
+            rows, context, *variant = shape.split("-")
             model = {"8b-q4_0": "8B-class Q4_0", "100m-f16": "100M-class F16"}[name]
+            with_variant = ", with PARSPEC_CUDA_ATTENTION=prestaged" if variant else ""
             print()
-            print(f"GPU time by kernel group, {model}, {rows} row(s) after {context} tokens "
-                  "(PARSPEC_CUDA_PROFILE=1, no graphs, the context's prefill among the passes):")
+            print(f"GPU time by kernel group, {model}, {rows} row(s) after {context} tokens"
+                  f"{with_variant} (PARSPEC_CUDA_PROFILE=1, no graphs, the context's prefill "
+                  "among the passes):")
             print()
             print("```")
             print("\n".join(lines))
@@ -935,6 +948,13 @@ for rows in ("1", "8"):
     for rec in csv.DictReader(l for l in open(path) if l.startswith('"')):
         k = kernels.setdefault(rec["ID"], {"name": rec["Kernel Name"], "grid": rec["Grid Size"]})
         k[rec["Metric Name"]] = float(rec["Metric Value"].replace(",", ""))
+    # One forward of `rows` rows: from its embedding launch to the next forward's.
+    launches = [kernels[i] for i in sorted(kernels, key=int)]
+    embeds = [i for i, k in enumerate(launches) if "embed_kernel" in k["name"]]
+    first = next((i for i in embeds if re.match(rf"\(\s*{rows}\s*,", launches[i]["grid"])), None)
+    end = next((i for i in embeds if first is not None and i > first), None)
+    if end is not None:  # else the window as it is (a decode step's launches, rotated)
+        kernels = {str(i): k for i, k in enumerate(launches[first:end])}
     groups = {}
     for k in kernels.values():
         name = re.sub(r"\(.*", "", k["name"]).replace("(anonymous namespace)::", "")
@@ -976,7 +996,7 @@ def number(text):
         return float(str(text).replace(",", ""))
     except ValueError:
         return None
-for label in ("stream", "gemv", "attention"):
+for label in ("stream", "gemv", "attention", "prestaged"):
     path = os.path.join(out, f"ncu-stalls-{label}.csv")
     if not os.path.exists(path):
         continue

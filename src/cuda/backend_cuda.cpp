@@ -615,10 +615,12 @@ bool graphs_wanted() {
   return !env_is("PARSPEC_CUDA_GRAPHS", "0");
 }
 
-// PARSPEC_CUDA_ATTENTION: "grouped" or "tiled" (attention_kernel.h); the per-head kernel otherwise.
+// PARSPEC_CUDA_ATTENTION: "grouped", "tiled" or "prestaged" (attention_kernel.h); the
+// per-head kernel otherwise.
 AttentionKernel attention_wanted() {
   if (env_is("PARSPEC_CUDA_ATTENTION", "grouped")) return AttentionKernel::kGrouped;
   if (env_is("PARSPEC_CUDA_ATTENTION", "tiled")) return AttentionKernel::kTiled;
+  if (env_is("PARSPEC_CUDA_ATTENTION", "prestaged")) return AttentionKernel::kPrestaged;
   return AttentionKernel::kPerHead;
 }
 

@@ -3170,29 +3170,23 @@ struct AttentionMerge {
   float* scales = nullptr;
   bool block_major = false;
   int32_t* split_counters = nullptr;
+  // The prestaged kernel merged every row whose keys fill one split itself.
+  bool single_splits_merged = false;
 };
 
-// The splits of (row, head) that had keys, merged in split order by one block
-// of kAttnThreads, into the head's part of `out` (row-major, n_rows rows). With q
-// given (head_dim a multiple of 32), the head's output is then quantized to
-// Q8_0 as launch_quantize_q8 would quantize the row. The partial results are
-// read past the L1 cache: other blocks wrote them.
-static_assert(kAttnThreads >= kAttentionSplits, "a thread per split reads its max and sum");
-__device__ void merge_head_splits(const AttentionRow& r, int row, int head, int n_rows,
-                                  const HeadShape& s, const float* partial,
-                                  const AttentionMerge& m) {
+// The merge of `used` splits of (row, head) in split order by one block of
+// kAttnThreads: split z's running max and sum in max_s[z] and sum_s[z] (shared,
+// published by a barrier before), its unnormalized output dimension d as
+// part_at(z, d) returns it. The result goes into the head's part of `out`
+// (row-major, n_rows rows); with q given (head_dim a multiple of 32), the head's
+// output is then quantized to Q8_0 as launch_quantize_q8 would quantize the row.
+template <class PartAt>
+__device__ void merge_splits(int used, const float* max_s, const float* sum_s, PartAt&& part_at,
+                             int row, int head, int n_rows, const HeadShape& s,
+                             const AttentionMerge& m) {
   const int hd = s.head_dim;
-  const int used = splits_with_keys(r);
-  const float* base =
-      partial + (static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits * (hd + 2);
-  // Each split's max and sum are read once, all at the same time, and its
-  // weight exp(m_z - m) computed once.
-  __shared__ float weight_s[kAttentionSplits], sum_s[kAttentionSplits], max_s[kAttentionSplits];
-  if (threadIdx.x < used) {
-    max_s[threadIdx.x] = __ldcg(base + threadIdx.x * (hd + 2) + hd);
-    sum_s[threadIdx.x] = __ldcg(base + threadIdx.x * (hd + 2) + hd + 1);
-  }
-  __syncthreads();
+  // Each split's weight exp(m_z - m) is computed once.
+  __shared__ float weight_s[kAttentionSplits];
   float mx = -INFINITY;
   for (int z = 0; z < used; ++z) mx = fmaxf(mx, max_s[z]);
   if (threadIdx.x < used) weight_s[threadIdx.x] = expf(__fsub_rn(max_s[threadIdx.x], mx));
@@ -3203,8 +3197,7 @@ __device__ void merge_head_splits(const AttentionRow& r, int row, int head, int 
   for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
     float part[kAttentionSplits];
 #pragma unroll
-    for (int z = 0; z < kAttentionSplits; ++z)
-      part[z] = z < used ? __ldcg(base + z * (hd + 2) + d) : 0.0f;
+    for (int z = 0; z < kAttentionSplits; ++z) part[z] = z < used ? part_at(z, d) : 0.0f;
     float acc = 0.0f;
 #pragma unroll
     for (int z = 0; z < kAttentionSplits; ++z)
@@ -3220,11 +3213,37 @@ __device__ void merge_head_splits(const AttentionRow& r, int row, int head, int 
   }
 }
 
-// One block per (row, head): merge_head_splits.
+// The splits of (row, head) that had keys, merged (merge_splits) from their
+// partial results, which are read past the L1 cache: other blocks wrote them.
+static_assert(kAttnThreads >= kAttentionSplits, "a thread per split reads its max and sum");
+__device__ void merge_head_splits(const AttentionRow& r, int row, int head, int n_rows,
+                                  const HeadShape& s, const float* partial,
+                                  const AttentionMerge& m) {
+  const int hd = s.head_dim;
+  const int used = splits_with_keys(r);
+  const float* base =
+      partial + (static_cast<int64_t>(row) * s.n_head + head) * kAttentionSplits * (hd + 2);
+  // Each split's max and sum are read once, all at the same time.
+  __shared__ float sum_s[kAttentionSplits], max_s[kAttentionSplits];
+  if (threadIdx.x < used) {
+    max_s[threadIdx.x] = __ldcg(base + threadIdx.x * (hd + 2) + hd);
+    sum_s[threadIdx.x] = __ldcg(base + threadIdx.x * (hd + 2) + hd + 1);
+  }
+  __syncthreads();
+  merge_splits(
+      used, max_s, sum_s, [&](int z, int d) { return __ldcg(base + z * (hd + 2) + d); }, row, head,
+      n_rows, s, m);
+}
+
+// One block per (row, head): merge_head_splits. The rows' key lists are read
+// before begin_kernel: they were uploaded before the pass, and no kernel
+// writes them. A row the attention kernel merged itself still waits, so that
+// the kernel after this one finds the attention done.
 __global__ void attention_combine_kernel(const AttentionRow* rows, HeadShape s,
                                          const float* partial, AttentionMerge m) {
-  begin_kernel();
   const AttentionRow r = rows[blockIdx.x];
+  begin_kernel();
+  if (m.single_splits_merged && splits_with_keys(r) == 1) return;
   merge_head_splits(r, blockIdx.x, blockIdx.y, gridDim.x, s, partial, m);
 }
 
@@ -3395,9 +3414,8 @@ __device__ void each_stage(const float* layer_base, int kv_dim, const int32_t* s
 // wrote them, and the rows' list was uploaded before the pass's first kernel, so
 // both are in place once the kernels two before this one are done; this pass
 // writes only its own cells, which are not read here.
-__device__ void prefetch_committed_kv(const AttentionRow* rows, int row, int layer,
-                                      const HeadShape& s, int head, int split) {
-  const AttentionRow r = rows[row];
+__device__ void prefetch_committed_kv(const AttentionRow& r, int layer, const HeadShape& s,
+                                      int head, int split) {
   const HeadKeys h = head_keys(r, layer, s, head);
   const int64_t bytes = int64_t{s.head_dim} * static_cast<int64_t>(sizeof(float));
   for (int c = split; c * kAttnKeys < r.n_committed; c += kAttentionSplits) {
@@ -3432,9 +3450,6 @@ template <bool kStaged, bool kMergeInSplit>
 __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
                                        const int32_t* spec_slots, int layer, HeadShape s,
                                        float scale, float* partial, AttentionMerge merge) {
-  if (weights_early_wanted)
-    prefetch_committed_kv(rows, blockIdx.x, layer, s, blockIdx.y, blockIdx.z);
-  begin_kernel();
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float o_s[kMaxHeadDim];
   __shared__ float part_s[kMaxHeadDim];
@@ -3446,8 +3461,11 @@ __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
   const int row = blockIdx.x, head = blockIdx.y, split = blockIdx.z;
   const AttentionRow r = rows[row];
   const int n_keys = r.n_committed + r.spec_count;
-  // Splits past the row's chunks have nothing to do, and the merge skips them.
+  // Splits past the row's chunks have nothing to do, and the merge skips them:
+  // they end before waiting (the key lists were uploaded before the pass).
   if (split * kAttnKeys >= n_keys) return;
+  if (weights_early_wanted) prefetch_committed_kv(r, layer, s, head, split);
+  begin_kernel();
   const HeadKeys h = head_keys(r, layer, s, head);
   const int hd = s.head_dim, kv_dim = h.kv_dim, parts = h.parts;
   const int stage_keys = attention_stage_keys(hd);  // a multiple of parts
@@ -3521,6 +3539,159 @@ __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
   if constexpr (kMergeInSplit) merge_if_last_split(r, row, head, s, partial, merge);
 }
 
+// Rows [j_begin, j_end) of a chunk's keys into k_s and its values into v_s
+// (key jj's row at jj · (hd + 1)), from the slots in slot_s: stage_kv_rows'
+// rounds of loads, each round both the keys' and the values'.
+__device__ void stage_kv_pair(const float* k, const float* v, int kv_dim, const int32_t* slot_s,
+                              int j_begin, int j_end, int hd, float* k_s, float* v_s) {
+  if (j_end <= j_begin) return;
+  if (hd % 4 != 0) {  // rows not in float4s: one float at a time
+    for (int idx = threadIdx.x; idx < (j_end - j_begin) * hd; idx += kAttnThreads) {
+      const int jj = j_begin + idx / hd, d = idx % hd;
+      const int64_t at = static_cast<int64_t>(slot_s[jj]) * kv_dim + d;
+      k_s[jj * (hd + 1) + d] = k[at];
+      v_s[jj * (hd + 1) + d] = v[at];
+    }
+    return;
+  }
+  constexpr int kLoads = 8;  // float4s of keys, and as many of values, per thread and round
+  const int hd4 = hd / 4, total = (j_end - j_begin) * hd4;
+  for (int base = 0; base < total; base += kAttnThreads * kLoads) {
+    float4 rk[kLoads], rv[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int idx = base + u * kAttnThreads + static_cast<int>(threadIdx.x);
+      if (idx < total) {
+        const int jj = j_begin + idx / hd4;
+        const int64_t at = static_cast<int64_t>(slot_s[jj]) * kv_dim + 4 * (idx % hd4);
+        rk[u] = *reinterpret_cast<const float4*>(k + at);
+        rv[u] = *reinterpret_cast<const float4*>(v + at);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int idx = base + u * kAttnThreads + static_cast<int>(threadIdx.x);
+      if (idx < total) {
+        const int at = (j_begin + idx / hd4) * (hd + 1) + 4 * (idx % hd4);
+        k_s[at] = rk[u].x, k_s[at + 1] = rk[u].y, k_s[at + 2] = rk[u].z, k_s[at + 3] = rk[u].w;
+        v_s[at] = rv[u].x, v_s[at + 1] = rv[u].y, v_s[at + 2] = rv[u].z, v_s[at + 3] = rv[u].w;
+      }
+    }
+  }
+}
+
+// Where, in the chunk of a row's keys j0 .. j0 + len - 1, the cells this pass
+// writes (the row's speculative cells) begin: an index from 0 to len.
+__device__ int first_uncommitted_in_chunk(const AttentionRow& r, int j0, int len) {
+  return min(max(r.n_committed - j0, 0), len);
+}
+
+// PARSPEC_CUDA_ATTENTION=prestaged (a few rows): attention_split_kernel's
+// steps, with a chunk's keys and values both in shared memory (dynamic:
+// attention_prestaged_bytes), and with the committed keys and values of the
+// block's first chunk loaded before begin_kernel. Earlier passes wrote them
+// and the rows' key lists were uploaded before the pass, so they are in place
+// once the kernels two before this one are done; the cells this pass writes
+// are loaded after the wait. Splits without keys end before it. Where a row's
+// keys fill one split, its block also merges it (merge_splits on that split,
+// the bits attention_combine_kernel would give), and the combine kernel,
+// told so, leaves the row alone.
+__global__ void __launch_bounds__(kAttnThreads)
+    attention_prestaged_kernel(const float* q, const AttentionRow* rows, const int32_t* spec_slots,
+                               int layer, HeadShape s, float scale, float* partial,
+                               AttentionMerge merge) {
+  extern __shared__ float prestaged_shared[];
+  __shared__ float q_s[kMaxHeadDim];
+  __shared__ float o_s[kMaxHeadDim];
+  __shared__ float part_s[kMaxHeadDim];
+  __shared__ float p_s[kAttnKeys];
+  __shared__ int32_t slot_s[kAttnKeys];
+  __shared__ float reduce_s[kAttnThreads / kWarp];
+  __shared__ float run_s[2];
+
+  const int row = blockIdx.x, head = blockIdx.y, split = blockIdx.z;
+  const AttentionRow r = rows[row];
+  const int n_keys = r.n_committed + r.spec_count;
+  if (split * kAttnKeys >= n_keys) return;
+  const HeadKeys h = head_keys(r, layer, s, head);
+  const int hd = s.head_dim, kv_dim = h.kv_dim, parts = h.parts;
+  float* k_s = prestaged_shared;
+  float* v_s = prestaged_shared + kAttnKeys * (hd + 1);
+  constexpr int kAccs = kMaxHeadDim / kAttnThreads;
+  const int j = threadIdx.x;
+  {
+    const int j0 = split * kAttnKeys, len = min(kAttnKeys, n_keys - j0);
+    if (j < len) slot_s[j] = key_slot(r, spec_slots, j0 + j);
+    __syncthreads();  // slot_s is written
+    stage_kv_pair(h.k, h.v, kv_dim, slot_s, 0, first_uncommitted_in_chunk(r, j0, len), hd, k_s,
+                  v_s);
+  }
+  for (int i = threadIdx.x; i < hd; i += kAttnThreads) o_s[i] = 0.0f;
+  begin_kernel();
+
+  // The query is loaded into registers first, so that its loads and those of
+  // the first chunk's cells of this pass are in flight together.
+  float q_r[kAccs];
+#pragma unroll
+  for (int a = 0; a < kAccs; ++a) {
+    const int i = static_cast<int>(threadIdx.x) + a * kAttnThreads;
+    if (i < hd) q_r[a] = q[(static_cast<int64_t>(row) * s.n_head + head) * hd + i];
+  }
+  float m_run = -INFINITY, l_run = 0.0f;
+  for (int c = split; c * kAttnKeys < n_keys; c += kAttentionSplits) {
+    const int j0 = c * kAttnKeys, len = min(kAttnKeys, n_keys - j0);
+    if (c == split) {  // the first chunk: its cells of this pass
+      stage_kv_pair(h.k, h.v, kv_dim, slot_s, first_uncommitted_in_chunk(r, j0, len), len, hd, k_s,
+                    v_s);
+#pragma unroll
+      for (int a = 0; a < kAccs; ++a) {
+        const int i = static_cast<int>(threadIdx.x) + a * kAttnThreads;
+        if (i < hd) q_s[i] = q_r[a];
+      }
+    } else {
+      __syncthreads();  // the previous chunk's k_s, v_s, p_s and slot_s are read
+      if (j < len) slot_s[j] = key_slot(r, spec_slots, j0 + j);
+      __syncthreads();  // slot_s is written
+      stage_kv_pair(h.k, h.v, kv_dim, slot_s, 0, len, hd, k_s, v_s);
+    }
+    __syncthreads();  // the stage and q_s are written
+    float sc = -INFINITY;
+    if (j < len) {
+      const float* key = k_s + j * (hd + 1);
+      float dot = 0.0f;
+      // Unrolled so that several loads are in flight; the sum stays in order.
+#pragma unroll 8
+      for (int d = 0; d < hd; ++d) dot = __fmaf_rn(q_s[d], key[d], dot);
+      sc = __fmul_rn(dot, scale);
+    }
+    const float alpha = online_softmax_chunk(sc, j < len, p_s, reduce_s, m_run, l_run);
+    // Output dimension e % hd, run e / hd: keys jj ≡ run (mod parts) in order.
+    float acc[kAccs];
+#pragma unroll
+    for (int a = 0; a < kAccs; ++a) acc[a] = 0.0f;
+    each_output_run(hd, parts, [&](int a, int e) {
+      const int d = e % hd;
+      float sum = 0.0f;
+#pragma unroll 8
+      for (int jj = e / hd; jj < len; jj += parts)
+        sum = __fmaf_rn(p_s[jj], v_s[jj * (hd + 1) + d], sum);
+      acc[a] = sum;
+    });
+    each_output_run(hd, parts, [&](int a, int e) { part_s[e] = acc[a]; });
+    __syncthreads();  // part_s is written
+    fold_chunk_into_output(part_s, o_s, hd, parts, alpha);
+  }
+  if (splits_with_keys(r) > 1) {
+    store_split_result(partial, row, head, split, s, o_s, m_run, l_run);
+    return;
+  }
+  // Every thread holds the same running max and sum.
+  if (threadIdx.x == 0) run_s[0] = m_run, run_s[1] = l_run;
+  __syncthreads();  // run_s, and o_s (each o_s[d] is read by the thread that wrote it)
+  merge_splits(
+      1, &run_s[0], &run_s[1], [&](int, int d) { return o_s[d]; }, row, head, gridDim.x, s, merge);
+}
+
 // attention_block_reduce for kG values at once, each the same as alone: per
 // value a warp butterfly, then the warps in order.
 template <bool kMax, int kG>
@@ -3562,7 +3733,6 @@ constexpr int kAttnGroupStageFloats = kAttnStageFloats / 2;
 __global__ void attention_split_grouped_kernel(const float* q, const AttentionRow* rows,
                                                const int32_t* spec_slots, int layer, HeadShape s,
                                                float scale, float* partial) {
-  begin_kernel();
   __shared__ float q_s[kAttnGroup][kMaxHeadDim];
   __shared__ float o_s[kAttnGroup][kMaxHeadDim];
   __shared__ float part_s[kAttnGroup][kMaxHeadDim];
@@ -3574,7 +3744,8 @@ __global__ void attention_split_grouped_kernel(const float* q, const AttentionRo
   const int row = blockIdx.x, split = blockIdx.z;
   const AttentionRow r = rows[row];
   const int n_keys = r.n_committed + r.spec_count;
-  if (split * kAttnKeys >= n_keys) return;
+  if (split * kAttnKeys >= n_keys) return;  // before waiting, as the per-head kernel
+  begin_kernel();
   const int hd = s.head_dim, q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
   const int per_kv = s.n_head / s.n_head_kv;
   const int groups_per_kv = (per_kv + kAttnGroup - 1) / kAttnGroup;
@@ -3728,7 +3899,6 @@ __device__ bool same_cache(const AttentionRow& a, const AttentionRow& b) {
 __global__ void __launch_bounds__(kTiledWarps* kWarp)
     attention_tiled_kernel(const float* q, const AttentionRow* rows, const int32_t* spec_slots,
                            int n, int layer, HeadShape s, float scale, float* partial) {
-  begin_kernel();
   extern __shared__ float tiled_shared[];
   __shared__ AttentionRow rows_s[kTiledQueries];
   __shared__ int32_t slot_s[kAttnKeys];  // the reference's slots of the chunk
@@ -3756,7 +3926,9 @@ __global__ void __launch_bounds__(kTiledWarps* kWarp)
     const int keys = rows_s[i].n_committed + rows_s[i].spec_count;
     if (keys > most) most = keys, ref = i;
   }
-  if (split * kAttnKeys >= most) return;  // the same for the whole block
+  // The same for the whole block; before waiting, as the per-head kernel.
+  if (split * kAttnKeys >= most) return;
+  begin_kernel();
   const AttentionRow rr = rows_s[ref];
   const int64_t layer_at = kv_row(rr, layer, 0, kv_dim) + kv_head * hd;
   for (int e = threadIdx.x; e < n_queries * hd; e += blockDim.x) {
@@ -4123,26 +4295,43 @@ void prepare_launches() {
 }
 
 namespace {
-// The tiled kernel's shared memory limit on this process's device (0 until
-// prepare_attention has raised it).
+// The tiled and prestaged kernels' shared memory limits on this process's
+// device (0 until prepare_attention has raised them).
 size_t tiled_shared_limit = 0;
-}  // namespace
+size_t prestaged_shared_limit = 0;
 
-void prepare_attention(AttentionKernel kernel) {
-  if (kernel != AttentionKernel::kTiled || tiled_shared_limit > 0) return;
+// The most dynamic shared memory `kernel` may ask for on this device, raised
+// to that (0 where it cannot be).
+template <class Kernel>
+size_t raise_shared_limit(Kernel* kernel) {
   int device = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
           cudaSuccess)
-    return;
-  // The static shared memory (rows and slots) counts against the same limit.
+    return 0;
+  // The static shared memory counts against the same limit.
   cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, attention_tiled_kernel) != cudaSuccess) return;
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) return 0;
   const int dynamic = optin - static_cast<int>(attributes.sharedSizeBytes);
-  if (dynamic > 0 &&
-      cudaFuncSetAttribute(attention_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           dynamic) == cudaSuccess)
-    tiled_shared_limit = static_cast<size_t>(dynamic);
+  if (dynamic <= 0 || cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           dynamic) != cudaSuccess)
+    return 0;
+  return static_cast<size_t>(dynamic);
+}
+
+// The prestaged kernel's dynamic shared memory: a chunk's keys and its values
+// in rows of head_dim + 1 floats.
+size_t attention_prestaged_bytes(int head_dim) {
+  return 2 * static_cast<size_t>(kAttnKeys) * static_cast<size_t>(head_dim + 1) * sizeof(float);
+}
+}  // namespace
+
+void prepare_attention(AttentionKernel kernel) {
+  if (kernel == AttentionKernel::kTiled && tiled_shared_limit == 0)
+    tiled_shared_limit = raise_shared_limit(attention_tiled_kernel);
+  if (kernel == AttentionKernel::kPrestaged && prestaged_shared_limit == 0)
+    prestaged_shared_limit = raise_shared_limit(attention_prestaged_kernel);
+  (void)cudaGetLastError();  // a limit left unraised is not an error: the kernel is not used
 }
 
 // Rows up to which the per-head attention stages its keys and values. On an H200
@@ -4178,6 +4367,12 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
                     splits);
     launch(attention_tiled_kernel, grid, kTiledWarps * kWarp, tiled_bytes, stream, q, rows,
            spec_slots, n, layer, shape, scale, partial);
+  } else if (kernel == AttentionKernel::kPrestaged && n <= kStagedAttentionMaxRows &&
+             attention_prestaged_bytes(shape.head_dim) <= prestaged_shared_limit) {
+    launch(attention_prestaged_kernel, dim3(n, shape.n_head, splits), kAttnThreads,
+           attention_prestaged_bytes(shape.head_dim), stream, q, rows, spec_slots, layer, shape,
+           scale, partial, merge);
+    merge.single_splits_merged = true;
   } else if (kernel == AttentionKernel::kGrouped) {
     const int per_kv = shape.n_head / shape.n_head_kv;
     const int groups = shape.n_head_kv * ((per_kv + kAttnGroup - 1) / kAttnGroup);

@@ -239,6 +239,13 @@ TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequenceWithTiledAt
   check_invariance_on_gpu(GetParam(), cuda::AttentionKernel::kTiled);
 }
 
+// The same with the committed keys and values of a few rows loaded before the
+// kernel before attention ends, and one-split rows merged in their block.
+TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequenceWithPrestagedAttention) {
+  SKIP_WITHOUT_GPU();
+  check_invariance_on_gpu(GetParam(), cuda::AttentionKernel::kPrestaged);
+}
+
 // The same checks hold on the CPU, here on every machine: a failure on the
 // GPU is then the backend's, not the test's.
 TEST_P(CudaBatchInvariance, TheSameChecksHoldOnTheCpu) {
@@ -349,9 +356,13 @@ TEST(CudaAttention, LongCachesGiveTheSameBitsInEveryBatchAndTheCpusLogits) {
         << "tree cell " << cell;
 
   // The other kernels (the query heads of a KV head in one block; tiles of
-  // rows sharing their keys, here the prefill's too): the same bits.
-  for (const auto kernel : {cuda::AttentionKernel::kGrouped, cuda::AttentionKernel::kTiled}) {
-    const char* name = kernel == cuda::AttentionKernel::kGrouped ? "grouped" : "tiled";
+  // rows sharing their keys, here the prefill's too; keys and values loaded
+  // early for a few rows): the same bits.
+  for (const auto kernel : {cuda::AttentionKernel::kGrouped, cuda::AttentionKernel::kTiled,
+                            cuda::AttentionKernel::kPrestaged}) {
+    const char* name = kernel == cuda::AttentionKernel::kGrouped ? "grouped"
+                       : kernel == cuda::AttentionKernel::kTiled ? "tiled"
+                                                                 : "prestaged";
     auto other = cuda::make_executor(0);
     cuda::use_attention(*other, kernel);
     KvCache other_kv(model->config(), 2400);
@@ -364,6 +375,18 @@ TEST(CudaAttention, LongCachesGiveTheSameBitsInEveryBatchAndTheCpusLogits) {
     ASSERT_EQ(other_tree.size(), tree.size());
     EXPECT_TRUE(bitwise_equal(other_tree.data(), tree.data(), tree.size()))
         << name << " attention differs in a tree";
+    if (kernel != cuda::AttentionKernel::kPrestaged) continue;
+    // Its rows (a few at a time) over the long cache: the tail token by token.
+    KvCache one_kv(model->config(), 2400);
+    prefill(*other, one_kv);
+    for (size_t i = 0; i < tail.size(); ++i) {
+      const std::vector<float> one =
+          other->forward(*model, Batch::chain(one_kv, {&tail[i], 1}, true), one_kv);
+      EXPECT_TRUE(bitwise_equal(&chain[i * n_vocab], one.data(), n_vocab))
+          << name << " attention differs at tail row " << i << " alone";
+      const int32_t cell = 0;
+      one_kv.commit({&cell, 1});
+    }
   }
 
   Worker worker(2);

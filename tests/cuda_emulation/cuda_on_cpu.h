@@ -309,4 +309,5 @@ void run_grid(dim3 grid, int threads, size_t shared, Body&& body) {
 #define gridDim parspec::cuda::emulated::grid_size
 #define atomicAdd(p, v) parspec::cuda::emulated::atomic_add(p, v)
 #define __threadfence() std::atomic_thread_fence(std::memory_order_seq_cst)
+using std::max;
 using std::min;

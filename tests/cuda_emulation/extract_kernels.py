@@ -137,6 +137,8 @@ text = re.sub(r"^(\s*)#pragma unroll ([A-Za-z_]\w*)\s*\n", r"\1(void)\2;\n", tex
 text = re.sub(r"^\s*#pragma unroll.*\n", "", text, flags=re.M)
 text = text.replace("extern __shared__ int4 gemv_shared[];", "int4* gemv_shared = dynamic_shared<int4>();")
 text = text.replace("extern __shared__ int4 stream_shared[];", "int4* stream_shared = dynamic_shared<int4>();")
+text = text.replace("extern __shared__ float prestaged_shared[];",
+                    "float* prestaged_shared = dynamic_shared<float>();")
 text = text.replace("__shared__ float values_s[kGatedOutputs];", "float* values_s = static_shared<float>();")
 text = text.replace("__shared__ float tile_s[kMmaRows];", "float* tile_s = static_shared<float>();")
 text = text.replace("__shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];",

@@ -1048,8 +1048,10 @@ TEST(CudaKernelsOnCpu, QkvOneRowMatmulDoesTheBiasRopeAndStoreSteps) {
 
 // Attention over a cache of committed keys and each row's speculative cells:
 // every kernel (per head, its keys read in place or staged; merged by a second
-// kernel or by the last split to finish; grouped per KV head) gives the same
-// bits, and those are softmax attention up to float rounding.
+// kernel or by the last split to finish; grouped per KV head; prestaged, where
+// a row's only split merges itself) gives the same bits, and those are softmax
+// attention up to float rounding. With `quantized`, the merged rows' Q8_0
+// quantization (as merge_splits writes it) follows the outputs in each result.
 struct AttentionCase {
   HeadShape shape;
   int n, layer = 1, capacity;
@@ -1057,6 +1059,9 @@ struct AttentionCase {
   std::vector<float> cache_k, cache_v, q;
   std::vector<AttentionRow> rows;
   std::vector<int32_t> spec_slots;
+  bool quantized = false;
+  std::vector<int8_t> q8;
+  std::vector<float> q8_scales;
 
   AttentionCase(int n_rows, int committed, int head_dim, unsigned seed)
       : shape{4, 2, head_dim, head_dim, false}, n(n_rows), capacity(committed + 2 * n_rows) {
@@ -1088,8 +1093,7 @@ struct AttentionCase {
         static_cast<size_t>(attention_partial_floats(n, shape.n_head, shape.head_dim)), -7.0f);
     std::vector<float> out(q.size(), -7.0f);
     std::vector<int32_t> counters(static_cast<size_t>(n * shape.n_head), 0);
-    AttentionMerge merge;
-    merge.out = out.data();
+    AttentionMerge merge = merge_into(out);
     merge.split_counters = kMergeInSplit ? counters.data() : nullptr;
     run(dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, 0, [&] {
       attention_split_kernel<kStaged, kMergeInSplit>(q.data(), rows.data(), spec_slots.data(),
@@ -1097,6 +1101,39 @@ struct AttentionCase {
     });
     if (!kMergeInSplit) combine(partial, merge);
     for (int32_t c : counters) EXPECT_EQ(c, 0) << "the split counters are left at zero";
+    return with_quantized(out);
+  }
+  std::vector<float> run_prestaged() {
+    std::vector<float> partial(
+        static_cast<size_t>(attention_partial_floats(n, shape.n_head, shape.head_dim)), -7.0f);
+    std::vector<float> out(q.size(), -7.0f);
+    AttentionMerge merge = merge_into(out);
+    const size_t shared = 2 * kAttnKeys * static_cast<size_t>(shape.head_dim + 1) * sizeof(float);
+    run(dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, shared, [&] {
+      attention_prestaged_kernel(q.data(), rows.data(), spec_slots.data(), layer, shape, scale,
+                                 partial.data(), merge);
+    });
+    merge.single_splits_merged = true;
+    combine(partial, merge);
+    return with_quantized(out);
+  }
+  // Where the merge writes: `out`, and the case's Q8_0 buffers when quantized.
+  AttentionMerge merge_into(std::vector<float>& out) {
+    AttentionMerge merge;
+    merge.out = out.data();
+    if (quantized) {
+      q8.assign(q.size(), int8_t{-7});
+      q8_scales.assign(q.size() / 32, -7.0f);
+      merge.q = q8.data();
+      merge.scales = q8_scales.data();
+    }
+    return merge;
+  }
+  // out, followed by the quantized rows' values and scales when quantized.
+  std::vector<float> with_quantized(std::vector<float> out) const {
+    if (!quantized) return out;
+    for (int8_t v : q8) out.push_back(static_cast<float>(v));
+    out.insert(out.end(), q8_scales.begin(), q8_scales.end());
     return out;
   }
   std::vector<float> run_grouped() {
@@ -1161,11 +1198,17 @@ void check_attention(int n, int committed, int head_dim, unsigned seed) {
   expect_same(a.run_per_head<false, true>(), direct, "merged in the split");
   expect_same(a.run_per_head<true, true>(), direct, "staged, merged in the split");
   expect_same(a.run_grouped(), direct, "grouped");
+  expect_same(a.run_prestaged(), direct, "prestaged");
+  // The merge's Q8_0 quantization too, from the combine kernel and from a
+  // prestaged block that merged its row's only split.
+  a.quantized = true;
+  expect_same(a.run_prestaged(), a.run_per_head<true, false>(), "prestaged, quantized");
 }
 
 TEST(CudaKernelsOnCpu, AttentionKernelsGiveTheSameBits) {
   check_attention(2, 300, 64, 1);  // three chunks of keys: three splits
   check_attention(2, 40, 32, 2);   // a head narrower than the block
+  check_attention(3, 126, 64, 3);  // one split: row 2's last key opens a second chunk
 }
 
 }  // namespace
