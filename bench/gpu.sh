@@ -224,7 +224,8 @@ fi
 # a chain in the one-row kernel where a matrix has few rows), paired-all (that
 # for every matrix), fused (gate, up and SwiGLU in one kernel, and q, k, v with
 # RoPE and the KV store in one, also for one row of Q8_0/Q4_0; the default for
-# F16/BF16), unfused (none of that, F16/BF16 too), fused-norm (one row: RMSNorm
+# F16/BF16), fused-rope (only q, k, v with RoPE and the KV store), unfused (none
+# of that, F16/BF16 too), fused-norm (one row: RMSNorm
 # done by the matmuls after it, the residual adds by wo and down), norm-once (one
 # row: the residual adds by wo and down, whose last block to finish then
 # normalizes the row for the matmuls after them), wide4-norm-once (swiglu, rope and
@@ -263,6 +264,7 @@ kernel_env() {
     paired) echo "PARSPEC_CUDA_GEMV=paired" ;;
     paired-all) echo "PARSPEC_CUDA_GEMV=paired-all" ;;
     fused) echo "PARSPEC_CUDA_FUSE=swiglu,rope" ;;
+    fused-rope) echo "PARSPEC_CUDA_FUSE=rope" ;;
     fused-norm) echo "PARSPEC_CUDA_FUSE=norm" ;;
     norm-once) echo "PARSPEC_CUDA_FUSE=norm-once" ;;
     wide4-norm-once) echo "PARSPEC_CUDA_FUSE=swiglu,rope,norm-once" ;;
@@ -579,7 +581,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged fused-rope prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(candidates prefetch prestaged prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
@@ -800,6 +802,7 @@ variant_labels = [
     ("-plain", "tensor cores loading their own operands (5 to 32 rows)"),
     ("-rows-narrow", "2 to 4 rows with one weight row a lane"),
     ("-unfused", "no fused gate/up and q/k/v kernels"),
+    ("-fused-rope", "q/k/v matmul, RoPE and KV store in one kernel (not gate/up)"),
     ("-rows-wide", "2 to 8 rows on the one-row kernel's way, 2 or 4 weight rows a lane"),
     ("-rows-wide4", "the same with 4 weight rows a lane everywhere"),
     ("-mma", "tensor cores for every row count"), ("-warp", "warp (dp4a)"),

@@ -3539,45 +3539,29 @@ __global__ void attention_split_kernel(const float* q, const AttentionRow* rows,
   if constexpr (kMergeInSplit) merge_if_last_split(r, row, head, s, partial, merge);
 }
 
+// The prestaged kernel's rows of keys (and of values) in shared memory: hd + 4
+// floats apart, so that each row starts on 16 bytes (cp.async copies) and the
+// 8 threads of a quarter-warp reading their keys' float4s at the same offset
+// find them in different banks.
+__host__ __device__ constexpr int prestaged_row_floats(int hd) {
+  return hd + 4;
+}
+
 // Rows [j_begin, j_end) of a chunk's keys into k_s and its values into v_s
-// (key jj's row at jj · (hd + 1)), from the slots in slot_s: stage_kv_rows'
-// rounds of loads, each round both the keys' and the values'.
-__device__ void stage_kv_pair(const float* k, const float* v, int kv_dim, const int32_t* slot_s,
-                              int j_begin, int j_end, int hd, float* k_s, float* v_s) {
-  if (j_end <= j_begin) return;
-  if (hd % 4 != 0) {  // rows not in float4s: one float at a time
-    for (int idx = threadIdx.x; idx < (j_end - j_begin) * hd; idx += kAttnThreads) {
-      const int jj = j_begin + idx / hd, d = idx % hd;
-      const int64_t at = static_cast<int64_t>(slot_s[jj]) * kv_dim + d;
-      k_s[jj * (hd + 1) + d] = k[at];
-      v_s[jj * (hd + 1) + d] = v[at];
-    }
-    return;
+// (key jj's row at jj · prestaged_row_floats(hd)), from the slots in slot_s,
+// by cp.async: every copy is issued at once (one trip to memory), as one group
+// that copy_async_wait completes. hd is a multiple of 4.
+__device__ void stage_kv_async(const float* k, const float* v, int kv_dim, const int32_t* slot_s,
+                               int j_begin, int j_end, int hd, float* k_s, float* v_s) {
+  const int hd4 = hd / 4, stride = prestaged_row_floats(hd);
+  const int total = (j_end - j_begin) * hd4;
+  for (int idx = threadIdx.x; idx < total; idx += kAttnThreads) {
+    const int jj = j_begin + idx / hd4, c = idx % hd4;
+    const int64_t at = static_cast<int64_t>(slot_s[jj]) * kv_dim + 4 * c;
+    copy_async<16>(k_s + jj * stride + 4 * c, k + at, true);
+    copy_async<16>(v_s + jj * stride + 4 * c, v + at, true);
   }
-  constexpr int kLoads = 8;  // float4s of keys, and as many of values, per thread and round
-  const int hd4 = hd / 4, total = (j_end - j_begin) * hd4;
-  for (int base = 0; base < total; base += kAttnThreads * kLoads) {
-    float4 rk[kLoads], rv[kLoads];
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int idx = base + u * kAttnThreads + static_cast<int>(threadIdx.x);
-      if (idx < total) {
-        const int jj = j_begin + idx / hd4;
-        const int64_t at = static_cast<int64_t>(slot_s[jj]) * kv_dim + 4 * (idx % hd4);
-        rk[u] = *reinterpret_cast<const float4*>(k + at);
-        rv[u] = *reinterpret_cast<const float4*>(v + at);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int idx = base + u * kAttnThreads + static_cast<int>(threadIdx.x);
-      if (idx < total) {
-        const int at = (j_begin + idx / hd4) * (hd + 1) + 4 * (idx % hd4);
-        k_s[at] = rk[u].x, k_s[at + 1] = rk[u].y, k_s[at + 2] = rk[u].z, k_s[at + 3] = rk[u].w;
-        v_s[at] = rv[u].x, v_s[at + 1] = rv[u].y, v_s[at + 2] = rv[u].z, v_s[at + 3] = rv[u].w;
-      }
-    }
-  }
+  copy_async_commit();
 }
 
 // Where, in the chunk of a row's keys j0 .. j0 + len - 1, the cells this pass
@@ -3586,16 +3570,17 @@ __device__ int first_uncommitted_in_chunk(const AttentionRow& r, int j0, int len
   return min(max(r.n_committed - j0, 0), len);
 }
 
-// PARSPEC_CUDA_ATTENTION=prestaged (a few rows): attention_split_kernel's
-// steps, with a chunk's keys and values both in shared memory (dynamic:
-// attention_prestaged_bytes), and with the committed keys and values of the
-// block's first chunk loaded before begin_kernel. Earlier passes wrote them
-// and the rows' key lists were uploaded before the pass, so they are in place
-// once the kernels two before this one are done; the cells this pass writes
-// are loaded after the wait. Splits without keys end before it. Where a row's
-// keys fill one split, its block also merges it (merge_splits on that split,
-// the bits attention_combine_kernel would give), and the combine kernel,
-// told so, leaves the row alone.
+// PARSPEC_CUDA_ATTENTION=prestaged (a few rows, heads of a multiple of 4):
+// attention_split_kernel's steps, with a chunk's keys and values both copied
+// into shared memory at once (dynamic: attention_prestaged_bytes), and the
+// copies of the committed keys and values of the block's first chunk issued
+// before begin_kernel. Earlier passes wrote them and the rows' key lists were
+// uploaded before the pass, so they are in place once the kernels two before
+// this one are done; the cells this pass writes are copied after the wait.
+// Splits without keys end before it. Where a row's keys fill one split, its
+// block also merges it (merge_splits on that split, the bits
+// attention_combine_kernel would give), and the combine kernel, told so,
+// leaves the row alone.
 __global__ void __launch_bounds__(kAttnThreads)
     attention_prestaged_kernel(const float* q, const AttentionRow* rows, const int32_t* spec_slots,
                                int layer, HeadShape s, float scale, float* partial,
@@ -3615,22 +3600,23 @@ __global__ void __launch_bounds__(kAttnThreads)
   if (split * kAttnKeys >= n_keys) return;
   const HeadKeys h = head_keys(r, layer, s, head);
   const int hd = s.head_dim, kv_dim = h.kv_dim, parts = h.parts;
+  const int stride = prestaged_row_floats(hd);
   float* k_s = prestaged_shared;
-  float* v_s = prestaged_shared + kAttnKeys * (hd + 1);
+  float* v_s = prestaged_shared + kAttnKeys * stride;
   constexpr int kAccs = kMaxHeadDim / kAttnThreads;
   const int j = threadIdx.x;
   {
     const int j0 = split * kAttnKeys, len = min(kAttnKeys, n_keys - j0);
     if (j < len) slot_s[j] = key_slot(r, spec_slots, j0 + j);
     __syncthreads();  // slot_s is written
-    stage_kv_pair(h.k, h.v, kv_dim, slot_s, 0, first_uncommitted_in_chunk(r, j0, len), hd, k_s,
-                  v_s);
+    stage_kv_async(h.k, h.v, kv_dim, slot_s, 0, first_uncommitted_in_chunk(r, j0, len), hd, k_s,
+                   v_s);
   }
   for (int i = threadIdx.x; i < hd; i += kAttnThreads) o_s[i] = 0.0f;
   begin_kernel();
 
-  // The query is loaded into registers first, so that its loads and those of
-  // the first chunk's cells of this pass are in flight together.
+  // The query is loaded into registers first, so that its loads and the
+  // copies of the first chunk's cells of this pass are in flight together.
   float q_r[kAccs];
 #pragma unroll
   for (int a = 0; a < kAccs; ++a) {
@@ -3641,8 +3627,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int c = split; c * kAttnKeys < n_keys; c += kAttentionSplits) {
     const int j0 = c * kAttnKeys, len = min(kAttnKeys, n_keys - j0);
     if (c == split) {  // the first chunk: its cells of this pass
-      stage_kv_pair(h.k, h.v, kv_dim, slot_s, first_uncommitted_in_chunk(r, j0, len), len, hd, k_s,
-                    v_s);
+      stage_kv_async(h.k, h.v, kv_dim, slot_s, first_uncommitted_in_chunk(r, j0, len), len, hd, k_s,
+                     v_s);
 #pragma unroll
       for (int a = 0; a < kAccs; ++a) {
         const int i = static_cast<int>(threadIdx.x) + a * kAttnThreads;
@@ -3652,16 +3638,23 @@ __global__ void __launch_bounds__(kAttnThreads)
       __syncthreads();  // the previous chunk's k_s, v_s, p_s and slot_s are read
       if (j < len) slot_s[j] = key_slot(r, spec_slots, j0 + j);
       __syncthreads();  // slot_s is written
-      stage_kv_pair(h.k, h.v, kv_dim, slot_s, 0, len, hd, k_s, v_s);
+      stage_kv_async(h.k, h.v, kv_dim, slot_s, 0, len, hd, k_s, v_s);
     }
-    __syncthreads();  // the stage and q_s are written
+    copy_async_wait<0>();  // this thread's copies have landed
+    __syncthreads();       // everyone's, and q_s is written
     float sc = -INFINITY;
     if (j < len) {
-      const float* key = k_s + j * (hd + 1);
+      const float4* key = reinterpret_cast<const float4*>(k_s + j * stride);
       float dot = 0.0f;
       // Unrolled so that several loads are in flight; the sum stays in order.
-#pragma unroll 8
-      for (int d = 0; d < hd; ++d) dot = __fmaf_rn(q_s[d], key[d], dot);
+#pragma unroll 4
+      for (int d4 = 0; d4 < hd / 4; ++d4) {
+        const float4 k4 = key[d4];
+        dot = __fmaf_rn(q_s[4 * d4], k4.x, dot);
+        dot = __fmaf_rn(q_s[4 * d4 + 1], k4.y, dot);
+        dot = __fmaf_rn(q_s[4 * d4 + 2], k4.z, dot);
+        dot = __fmaf_rn(q_s[4 * d4 + 3], k4.w, dot);
+      }
       sc = __fmul_rn(dot, scale);
     }
     const float alpha = online_softmax_chunk(sc, j < len, p_s, reduce_s, m_run, l_run);
@@ -3674,7 +3667,7 @@ __global__ void __launch_bounds__(kAttnThreads)
       float sum = 0.0f;
 #pragma unroll 8
       for (int jj = e / hd; jj < len; jj += parts)
-        sum = __fmaf_rn(p_s[jj], v_s[jj * (hd + 1) + d], sum);
+        sum = __fmaf_rn(p_s[jj], v_s[jj * stride + d], sum);
       acc[a] = sum;
     });
     each_output_run(hd, parts, [&](int a, int e) { part_s[e] = acc[a]; });
@@ -4319,10 +4312,10 @@ size_t raise_shared_limit(Kernel* kernel) {
   return static_cast<size_t>(dynamic);
 }
 
-// The prestaged kernel's dynamic shared memory: a chunk's keys and its values
-// in rows of head_dim + 1 floats.
+// The prestaged kernel's dynamic shared memory: a chunk's keys and its values.
 size_t attention_prestaged_bytes(int head_dim) {
-  return 2 * static_cast<size_t>(kAttnKeys) * static_cast<size_t>(head_dim + 1) * sizeof(float);
+  return 2 * static_cast<size_t>(kAttnKeys) * static_cast<size_t>(prestaged_row_floats(head_dim)) *
+         sizeof(float);
 }
 }  // namespace
 
@@ -4368,6 +4361,7 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
     launch(attention_tiled_kernel, grid, kTiledWarps * kWarp, tiled_bytes, stream, q, rows,
            spec_slots, n, layer, shape, scale, partial);
   } else if (kernel == AttentionKernel::kPrestaged && n <= kStagedAttentionMaxRows &&
+             shape.head_dim % 4 == 0 &&
              attention_prestaged_bytes(shape.head_dim) <= prestaged_shared_limit) {
     launch(attention_prestaged_kernel, dim3(n, shape.n_head, splits), kAttnThreads,
            attention_prestaged_bytes(shape.head_dim), stream, q, rows, spec_slots, layer, shape,

@@ -1108,7 +1108,8 @@ struct AttentionCase {
         static_cast<size_t>(attention_partial_floats(n, shape.n_head, shape.head_dim)), -7.0f);
     std::vector<float> out(q.size(), -7.0f);
     AttentionMerge merge = merge_into(out);
-    const size_t shared = 2 * kAttnKeys * static_cast<size_t>(shape.head_dim + 1) * sizeof(float);
+    const size_t shared =
+        2 * kAttnKeys * static_cast<size_t>(prestaged_row_floats(shape.head_dim)) * sizeof(float);
     run(dim3(n, shape.n_head, kAttentionSplits), kAttnThreads, shared, [&] {
       attention_prestaged_kernel(q.data(), rows.data(), spec_slots.data(), layer, shape, scale,
                                  partial.data(), merge);
