@@ -41,7 +41,7 @@
 # GPU_MODELS (the models to make and measure, by the names below; default: all but 8b-q4_k),
 # GPU_VARIANTS (measure only these kernel variants, by the names of kernel_env; default: all),
 # GPU_TESTS (the kernel sets the tests run with, tensor-cores first; default: tensor-cores
-# opt-in newest widest wide4-norm-once previous),
+# opt-in newest widest wide4-norm-once previous prestaged8),
 # GPU_FOCUS=kernels (tests, then per model decode, L(n), prefill, the kernel variants and
 # llama-bench, the profile and Nsight Compute: no strategies, no server under load).
 set -euo pipefail
@@ -241,7 +241,7 @@ fi
 # before it, so that they stream in while that one finishes), prestaged (attention
 # for up to 4 rows loads the committed keys and values of its first chunk before it
 # waits for the kernel before it, and merges a row whose keys fill one split in
-# the same block), candidates (in-split, paired, prefetch and prestaged: what would
+# the same block), prestaged8 (the same for up to 8 rows), candidates (in-split, paired, prefetch and prestaged: what would
 # become the default together).
 kernel_env() {
   case $1 in
@@ -273,6 +273,7 @@ kernel_env() {
     candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_PREFETCH=early PARSPEC_CUDA_ATTENTION=prestaged" ;;
     prefetch) echo "PARSPEC_CUDA_PREFETCH=early" ;;
     prestaged) echo "PARSPEC_CUDA_ATTENTION=prestaged" ;;
+    prestaged8) echo "PARSPEC_CUDA_ATTENTION=prestaged PARSPEC_CUDA_PRESTAGED_ROWS=8" ;;
     plain) echo "PARSPEC_CUDA_MMA=plain" ;;
     rows-narrow) echo "PARSPEC_CUDA_ROWS=narrow" ;;
     prefill-slices) echo "PARSPEC_CUDA_PREFILL=slices" ;;
@@ -288,7 +289,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    read -ra kernels <<<"${GPU_TESTS:-tensor-cores opt-in newest widest wide4-norm-once previous}"
+    read -ra kernels <<<"${GPU_TESTS:-tensor-cores opt-in newest widest wide4-norm-once previous prestaged8}"
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -300,6 +301,8 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
       [[ $kernel == wide4-norm-once || $kernel == previous ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaVsCpu.*')
+      [[ $kernel == prestaged8 ]] &&
+        filter=(--gtest_filter='CudaBatchInvariance.*Prestaged*:CudaAttention.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
@@ -581,8 +584,8 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged fused-rope prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
-    *f16*) variants=(candidates prefetch prestaged prefill-tiles unfused in-split fused-norm norm-once) ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged prestaged8 fused-rope prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *f16*) variants=(candidates prefetch prestaged prestaged8 prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
   esac
@@ -797,6 +800,7 @@ variant_labels = [
     ("-candidates", "candidates: in-split, paired, weights prefetched early, prestaged attention"),
     ("-prefetch", "each matmul block's weight rows requested into L2 before it waits for the kernel before it"),
     ("-prestaged", "attention for up to 4 rows: committed keys and values loaded before the wait, one-split rows merged in the block"),
+    ("-prestaged8", "the same for up to 8 rows"),
     ("-prefill-tiles", "more than 32 rows in tiles of 64 × 64 a block, every weight type"),
     ("-prefill-slices", "more than 32 rows in launches of 32 of the tensor-core kernel"),
     ("-plain", "tensor cores loading their own operands (5 to 32 rows)"),

@@ -4333,6 +4333,21 @@ void prepare_attention(AttentionKernel kernel) {
 // or more (a 512-token prefill took 13% longer).
 constexpr int kStagedAttentionMaxRows = 4;
 
+// Rows up to which the prestaged kernel runs: PARSPEC_CUDA_PRESTAGED_ROWS (1 to
+// 64), else as many as the staged per-head kernel takes; more rows take the
+// per-head kernel.
+int prestaged_max_rows() {
+  static const int rows = [] {
+    const char* env = std::getenv("PARSPEC_CUDA_PRESTAGED_ROWS");
+    if (env == nullptr) return kStagedAttentionMaxRows;
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    const bool valid = end != env && *end == '\0' && value >= 1 && value <= 64;
+    return valid ? static_cast<int>(value) : kStagedAttentionMaxRows;
+  }();
+  return rows;
+}
+
 bool fused_attention_merge_wanted() {
   static const bool wanted = env_is("PARSPEC_CUDA_ATTENTION_MERGE", "in-split");
   return wanted;
@@ -4360,7 +4375,7 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
                     splits);
     launch(attention_tiled_kernel, grid, kTiledWarps * kWarp, tiled_bytes, stream, q, rows,
            spec_slots, n, layer, shape, scale, partial);
-  } else if (kernel == AttentionKernel::kPrestaged && n <= kStagedAttentionMaxRows &&
+  } else if (kernel == AttentionKernel::kPrestaged && n <= prestaged_max_rows() &&
              shape.head_dim % 4 == 0 &&
              attention_prestaged_bytes(shape.head_dim) <= prestaged_shared_limit) {
     launch(attention_prestaged_kernel, dim3(n, shape.n_head, splits), kAttnThreads,
