@@ -217,7 +217,8 @@ fi
 # per matmul, pipelined; the tests run every attention kernel anyway), stream (the
 # streaming with 16 weight rows a block of 8 warps), mma-stream (the default's
 # streaming for every row count), stream-wide (32 weight rows a block where the
-# grid stays large), widest (that everywhere, and the few-rows kernel with 4
+# grid stays large), stream-mixed (the default's 64 weight rows a block where the
+# grid has a block for every SM, 16 elsewhere), widest (that everywhere, and the few-rows kernel with 4
 # weight rows a lane everywhere: for the tests), rows-narrow (2 to 4 rows with one
 # weight row a lane instead of the default's 2 or 4), rows-wide (the default's way
 # for 2 to 8 rows; rows-wide4: 4 weight rows a lane everywhere), paired (two lanes
@@ -258,6 +259,7 @@ kernel_env() {
     mma-stream) echo "PARSPEC_CUDA_MATMUL=mma PARSPEC_CUDA_MMA=stream" ;;
     stream-wide) echo "PARSPEC_CUDA_MMA=stream-wide" ;;
     stream-wide4) echo "PARSPEC_CUDA_MMA=stream-wide4" ;;
+    stream-mixed) echo "PARSPEC_CUDA_MMA=stream-mixed" ;;
     widest) echo "PARSPEC_CUDA_MMA=stream-wide-all PARSPEC_CUDA_ROWS=wide4" ;;
     rows-wide) echo "PARSPEC_CUDA_ROWS=wide" ;;
     rows-wide4) echo "PARSPEC_CUDA_ROWS=wide4" ;;
@@ -584,7 +586,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged prestaged8 fused-rope prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged prestaged8 fused-rope stream-mixed prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(candidates prefetch prestaged prestaged8 prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
@@ -813,6 +815,7 @@ variant_labels = [
     ("-row-major", "row-major activations"),
     ("-stream", "tensor cores streamed with 16 weight rows a block"),
     ("-stream-wide", "the same with 32 weight rows a block where the grid stays large"),
+    ("-stream-mixed", "the default's 64 weight rows a block where the grid has a block for every SM, else 16"),
     ("-mma-stream", "tensor cores streamed for every row count"),
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),

@@ -1220,13 +1220,15 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
 // Which matmul_stream_kernel PARSPEC_CUDA_MMA asks for: 4 (the default, and
 // =stream-wide4: 64 weight rows a block, one block an SM with many rounds in
 // flight), 1 (=stream: 16 weight rows a block), 2 (=stream-wide: 32 where the
-// grid stays large enough), 3 (=stream-wide-all: 32 always, for the tests), 0
-// (=plain or =pipelined: the tensor-core kernel loading its own operands).
+// grid stays large enough), 3 (=stream-wide-all: 32 always, for the tests), 5
+// (=stream-mixed: 64 where the grid still has a block for every SM, else 16),
+// 0 (=plain or =pipelined: the tensor-core kernel loading its own operands).
 int streamed_weight_tiles() {
   static const int tiles =
       env_is("PARSPEC_CUDA_MMA", "stream")                                             ? 1
       : env_is("PARSPEC_CUDA_MMA", "stream-wide")                                      ? 2
       : env_is("PARSPEC_CUDA_MMA", "stream-wide-all")                                  ? 3
+      : env_is("PARSPEC_CUDA_MMA", "stream-mixed")                                     ? 5
       : env_is("PARSPEC_CUDA_MMA", "plain") || env_is("PARSPEC_CUDA_MMA", "pipelined") ? 0
                                                                                        : 4;
   return tiles;
@@ -1291,6 +1293,13 @@ bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int 
   const int mode = streamed_weight_tiles();
   if (mode == 4)
     return launch_stream_tiles<kKind, kTiles, 4>(g, xq, xd, n, n_total, m_first, stream);
+  // =stream-mixed: a matrix with fewer blocks of 64 rows than SMs (wo, down and
+  // q/k/v of an 8B-class model on an H100) would leave SMs idle; 16 rows a block
+  // give it four times the blocks.
+  if (mode == 5)
+    return weight_row_tiles(g, 4 * kMmaRows) >= multiprocessors()
+               ? launch_stream_tiles<kKind, kTiles, 4>(g, xq, xd, n, n_total, m_first, stream)
+               : launch_stream_tiles<kKind, kTiles, 1>(g, xq, xd, n, n_total, m_first, stream);
   const bool wide =
       mode == 3 || (mode == 2 && weight_row_tiles(g, 2 * kMmaRows) >= 2 * multiprocessors());
   return wide ? launch_stream_tiles<kKind, kTiles, 2>(g, xq, xd, n, n_total, m_first, stream)
@@ -4284,7 +4293,7 @@ void prepare_launches() {
     (void)cudaGetLastError();
   if (streamed_weight_tiles() > 0) prepare_stream_kernels<1>();
   if (streamed_weight_tiles() == 2 || streamed_weight_tiles() == 3) prepare_stream_kernels<2>();
-  if (streamed_weight_tiles() == 4) prepare_stream_kernels<4>();
+  if (streamed_weight_tiles() == 4 || streamed_weight_tiles() == 5) prepare_stream_kernels<4>();
 }
 
 namespace {
