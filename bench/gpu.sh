@@ -41,7 +41,7 @@
 # GPU_MODELS (the models to make and measure, by the names below; default: all but 8b-q4_k),
 # GPU_VARIANTS (measure only these kernel variants, by the names of kernel_env; default: all),
 # GPU_TESTS (the kernel sets the tests run with, tensor-cores first; default: tensor-cores
-# opt-in newest widest wide4-norm-once previous prestaged8),
+# opt-in newest widest wide4-norm-once previous prestaged8 stream-persistent),
 # GPU_FOCUS=kernels (tests, then per model decode, L(n), prefill, the kernel variants and
 # llama-bench, the profile and Nsight Compute: no strategies, no server under load).
 set -euo pipefail
@@ -218,7 +218,9 @@ fi
 # streaming with 16 weight rows a block of 8 warps), mma-stream (the default's
 # streaming for every row count), stream-wide (32 weight rows a block where the
 # grid stays large), stream-mixed (the default's 64 weight rows a block where the
-# grid has a block for every SM, 16 elsewhere), widest (that everywhere, and the few-rows kernel with 4
+# grid has a block for every SM, 16 elsewhere), stream-persistent (that streaming
+# with one block an SM taking tiles in turn, its copies running on from one
+# tile into the next), widest (that everywhere, and the few-rows kernel with 4
 # weight rows a lane everywhere: for the tests), rows-narrow (2 to 4 rows with one
 # weight row a lane instead of the default's 2 or 4), rows-wide (the default's way
 # for 2 to 8 rows; rows-wide4: 4 weight rows a lane everywhere), paired (two lanes
@@ -260,6 +262,7 @@ kernel_env() {
     stream-wide) echo "PARSPEC_CUDA_MMA=stream-wide" ;;
     stream-wide4) echo "PARSPEC_CUDA_MMA=stream-wide4" ;;
     stream-mixed) echo "PARSPEC_CUDA_MMA=stream-mixed" ;;
+    stream-persistent) echo "PARSPEC_CUDA_MMA=stream-persistent" ;;
     widest) echo "PARSPEC_CUDA_MMA=stream-wide-all PARSPEC_CUDA_ROWS=wide4" ;;
     rows-wide) echo "PARSPEC_CUDA_ROWS=wide" ;;
     rows-wide4) echo "PARSPEC_CUDA_ROWS=wide4" ;;
@@ -291,7 +294,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    read -ra kernels <<<"${GPU_TESTS:-tensor-cores opt-in newest widest wide4-norm-once previous prestaged8}"
+    read -ra kernels <<<"${GPU_TESTS:-tensor-cores opt-in newest widest wide4-norm-once previous prestaged8 stream-persistent}"
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -301,7 +304,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       [[ $kernel == warp ]] && filter=(--gtest_filter=-CudaSampling.*)
       [[ $kernel == opt-in || $kernel == newest || $kernel == widest ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
-      [[ $kernel == wide4-norm-once || $kernel == previous ]] &&
+      [[ $kernel == wide4-norm-once || $kernel == previous || $kernel == stream-persistent ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaVsCpu.*')
       [[ $kernel == prestaged8 ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*Prestaged*:CudaAttention.*')
@@ -586,7 +589,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged prestaged8 fused-rope stream-mixed prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged prestaged8 fused-rope stream-mixed stream-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(candidates prefetch prestaged prestaged8 prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
@@ -816,6 +819,7 @@ variant_labels = [
     ("-stream", "tensor cores streamed with 16 weight rows a block"),
     ("-stream-wide", "the same with 32 weight rows a block where the grid stays large"),
     ("-stream-mixed", "the default's 64 weight rows a block where the grid has a block for every SM, else 16"),
+    ("-stream-persistent", "the default's streaming with one block an SM taking its tiles in turn, the copies running on across tiles"),
     ("-mma-stream", "tensor cores streamed for every row count"),
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),

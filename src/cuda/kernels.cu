@@ -1217,18 +1217,208 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
   }
 }
 
+// PARSPEC_CUDA_MMA=stream-persistent: matmul_stream_kernel's steps for up to
+// R activation rows with one block an SM, block i taking tiles i, i + gridDim.x,
+// ... of the group. Its copies run on from one tile's rounds into the next
+// tile's, so that a block's pipeline fills once rather than once a tile, and
+// the tiles spread over the SMs in one wave. Each tile's chains' sums go
+// through shared memory of their own (kPartialBytes past the stages, which
+// stay in use), then each value is their sum in chain order, as there.
+template <WeightKind kKind, int kTiles, int kW>
+__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, 1)
+    matmul_stream_persistent_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M,
+                                    int n_total, int m_first) {
+  using Stage = StreamStage<kKind, kTiles, kW>;
+  constexpr int R = Stage::kRows, kWeightRows = Stage::kWeightRows;
+  constexpr int kWarps = kStreamWarpsFor<kW>, kThreads = kWarps * kWarp;
+  constexpr int kChainsPerWarp = kStreamChains / kWarps;
+  extern __shared__ int4 stream_shared[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(stream_shared);
+  float(*partial)[kWeightRows][R] =
+      reinterpret_cast<float(*)[kWeightRows][R]>(smem + Stage::kAllBytes);
+  const int64_t n_tiles = [&] {
+    int64_t tiles = 0;
+    for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + kWeightRows - 1) / kWeightRows;
+    return tiles;
+  }();
+  const int64_t my_tiles =
+      n_tiles > blockIdx.x ? (n_tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  // Where tile `local` of this block lies: its matrix, output and first row.
+  struct Tile {
+    DeviceMatrix w;
+    float* y;
+    int64_t row0;
+  };
+  auto tile_at = [&](int64_t local) {
+    Tile t;
+    int part = 0;
+    int64_t index = 0;
+    tile_of_part(g, kWeightRows, blockIdx.x + local * gridDim.x, t.w, t.y, part, index);
+    t.row0 = index * kWeightRows;
+    return t;
+  };
+  if (my_tiles > 0) {
+    const Tile first_tile = tile_at(0);
+    prefetch_rows_early(first_tile.w, kWeightRows, [&](int r) { return first_tile.row0 + r; });
+  }
+  begin_kernel();
+  if (my_tiles == 0) return;
+  const int64_t nb = g.w[0].n_in / 32;  // the same for every matrix of a group
+  const int rounds = static_cast<int>((nb + 15) / 16);
+  const int64_t first = m_first;
+
+  // Position p (round p % rounds of local tile p / rounds)'s operands into
+  // stage `s`, zeros where a row or block is past the end.
+  auto issue = [&](int s, int p) {
+    const Tile tl = tile_at(p / rounds);
+    const int round = p % rounds;
+    const uint8_t* wq = static_cast<const uint8_t*>(tl.w.q);
+    const __half* ws = static_cast<const __half*>(tl.w.scales);
+    uint8_t* base = smem + s * Stage::kBytes;
+    const int64_t b0 = static_cast<int64_t>(round) * 16;
+    constexpr int kChunksPerRow = 16 * Stage::kQuantBytes / 16;
+#pragma unroll 1
+    for (int e = threadIdx.x; e < kWeightRows * kChunksPerRow; e += kThreads) {
+      const int r = e / kChunksPerRow, chunk = e % kChunksPerRow;
+      const int64_t row = tl.row0 + r;
+      const int64_t b = b0 + chunk * 16 / Stage::kQuantBytes;
+      const bool valid = row < tl.w.n_out && b < nb;
+      const uint8_t* src = valid ? wq + (row * nb + b0) * Stage::kQuantBytes + chunk * 16 : wq;
+      copy_async<16>(base + r * Stage::kQuantRow + chunk * 16, src, valid);
+    }
+    uint8_t* scales = base + Stage::kQuants;
+#pragma unroll 1
+    for (int e = threadIdx.x; e < kWeightRows * 8; e += kThreads) {
+      const int r = e / 8, pair = e % 8;
+      const int64_t row = tl.row0 + r, b = b0 + 2 * pair;
+      const bool valid = row < tl.w.n_out && b < nb;  // nb is even: b + 1 < nb too
+      copy_async<4>(scales + r * Stage::kScaleRow + 4 * pair, valid ? ws + row * nb + b : ws,
+                    valid);
+    }
+    uint8_t* acts = scales + Stage::kScales;
+#pragma unroll 1
+    for (int e = threadIdx.x; e < 16 * R * 2; e += kThreads) {
+      const int c = e / (2 * R), m = e / 2 % R, half = e % 2;
+      const int64_t b = b0 + c;
+      const bool valid = m < M && b < nb;
+      const int8_t* src = valid ? xq + (b * n_total + first + m) * 32 + 16 * half : xq;
+      copy_async<16>(acts + (c * R + m) * 32 + 16 * half, src, valid);
+    }
+    uint8_t* act_scales = acts + Stage::kActs;
+#pragma unroll 1
+    for (int e = threadIdx.x; e < 16 * R; e += kThreads) {
+      const int c = e / R, m = e % R;
+      const int64_t b = b0 + c;
+      const bool valid = m < M && b < nb;
+      copy_async<4>(act_scales + (c * R + m) * 4, valid ? xd + b * n_total + first + m : xd, valid);
+    }
+  };
+
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int gid = lane / 4, t = lane % 4;
+  float acc[kChainsPerWarp][kW][kTiles][4];
+  auto zero = [&] {
+#pragma unroll
+    for (int k = 0; k < kChainsPerWarp; ++k)
+#pragma unroll
+      for (int j = 0; j < kW; ++j)
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i)
+          acc[k][j][i][0] = acc[k][j][i][1] = acc[k][j][i][2] = acc[k][j][i][3] = 0.0f;
+  };
+  zero();
+
+  // The block of chain warp + kWarps · k in round `round`, from stage `s`:
+  // matmul_stream_kernel's step.
+  auto step = [&](int s, int round, int k) {
+    const int c = warp + kWarps * k;
+    if (static_cast<int64_t>(round) * 16 + c >= nb) return;  // the same on every lane
+    const uint8_t* base = smem + s * Stage::kBytes;
+    const uint8_t* acts = base + Stage::kQuants + Stage::kScales;
+    const float* act_scales = reinterpret_cast<const float*>(acts + Stage::kActs);
+    int bf[kTiles][2];
+    float2 dx[kTiles];
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const int2 src = *reinterpret_cast<const int2*>(acts + (c * R + 8 * i + gid) * 32 + 8 * t);
+      bf[i][0] = src.x;
+      bf[i][1] = src.y;
+      dx[i] = *reinterpret_cast<const float2*>(act_scales + c * R + 8 * i + 2 * t);
+    }
+    const __half* scales = reinterpret_cast<const __half*>(base + Stage::kQuants);
+#pragma unroll
+    for (int j = 0; j < kW; ++j) {
+      int a[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        wide_a_words<kKind>(
+            base + (16 * j + gid + 8 * h) * Stage::kQuantRow + c * Stage::kQuantBytes, t, a[h],
+            a[2 + h]);
+      }
+      const float dw_a = __half2float(scales[(16 * j + gid) * (Stage::kScaleRow / 2) + c]);
+      const float dw_b = __half2float(scales[(16 * j + gid + 8) * (Stage::kScaleRow / 2) + c]);
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        int cs[4] = {0, 0, 0, 0};
+        mma_s8(cs, a, bf[i]);
+        float(&o)[4] = acc[k][j][i];
+        o[0] = __fmaf_rn(__fmul_rn(dw_a, dx[i].x), static_cast<float>(cs[0]), o[0]);
+        o[1] = __fmaf_rn(__fmul_rn(dw_a, dx[i].y), static_cast<float>(cs[1]), o[1]);
+        o[2] = __fmaf_rn(__fmul_rn(dw_b, dx[i].x), static_cast<float>(cs[2]), o[2]);
+        o[3] = __fmaf_rn(__fmul_rn(dw_b, dx[i].y), static_cast<float>(cs[3]), o[3]);
+      }
+    }
+  };
+
+  const int count = static_cast<int>(my_tiles) * rounds;
+  each_position_streamed<kStreamStages>(count, issue, [&](int s, int p) {
+    const int round = p % rounds;
+#pragma unroll
+    for (int k = 0; k < kChainsPerWarp; ++k) step(s, round, k);
+    if (round != rounds - 1) return;
+      // The tile's last round: its sums. The stages' barrier at the next
+      // position orders these reads of `partial` before the next tile's writes.
+#pragma unroll
+    for (int k = 0; k < kChainsPerWarp; ++k) {
+      const int c = warp + kWarps * k;
+#pragma unroll
+      for (int j = 0; j < kW; ++j)
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i) {
+          const int m0 = 8 * i + 2 * t, r = 16 * j + gid;
+          partial[c][r][m0] = acc[k][j][i][0];
+          partial[c][r][m0 + 1] = acc[k][j][i][1];
+          partial[c][r + 8][m0] = acc[k][j][i][2];
+          partial[c][r + 8][m0 + 1] = acc[k][j][i][3];
+        }
+    }
+    zero();
+    __syncthreads();  // every chain's sums are in `partial`
+    const Tile tl = tile_at(p / rounds);
+    for (int e = threadIdx.x; e < kWeightRows * R; e += kThreads) {
+      const int r = e / R, m = e % R;
+      const int64_t row = tl.row0 + r;
+      if (m >= M || row >= tl.w.n_out) continue;
+      tl.y[static_cast<int64_t>(m) * tl.w.n_out + row] = sum_in_warp_order(partial, r, m);
+    }
+  });
+}
+
 // Which matmul_stream_kernel PARSPEC_CUDA_MMA asks for: 4 (the default, and
 // =stream-wide4: 64 weight rows a block, one block an SM with many rounds in
 // flight), 1 (=stream: 16 weight rows a block), 2 (=stream-wide: 32 where the
 // grid stays large enough), 3 (=stream-wide-all: 32 always, for the tests), 5
 // (=stream-mixed: 64 where the grid still has a block for every SM, else 16),
-// 0 (=plain or =pipelined: the tensor-core kernel loading its own operands).
+// 6 (=stream-persistent: matmul_stream_persistent_kernel where it takes the
+// launch, else as 4), 0 (=plain or =pipelined: the tensor-core kernel loading
+// its own operands).
 int streamed_weight_tiles() {
   static const int tiles =
       env_is("PARSPEC_CUDA_MMA", "stream")                                             ? 1
       : env_is("PARSPEC_CUDA_MMA", "stream-wide")                                      ? 2
       : env_is("PARSPEC_CUDA_MMA", "stream-wide-all")                                  ? 3
       : env_is("PARSPEC_CUDA_MMA", "stream-mixed")                                     ? 5
+      : env_is("PARSPEC_CUDA_MMA", "stream-persistent")                                ? 6
       : env_is("PARSPEC_CUDA_MMA", "plain") || env_is("PARSPEC_CUDA_MMA", "pipelined") ? 0
                                                                                        : 4;
   return tiles;
@@ -1259,6 +1449,30 @@ void prepare_stream_kernels() {
   prepare_stream_kernel<WeightKind::kQ4_0, kMmaMaxTiles, kW>();
 }
 
+// Whether matmul_stream_persistent_kernel<kKind, kTiles> has its shared memory
+// (the stages and the chains' sums) on this process's device.
+template <WeightKind kKind, int kTiles>
+bool stream_persistent_ready = false;
+
+template <WeightKind kKind, int kTiles>
+void prepare_stream_persistent() {
+  using Stage = StreamStage<kKind, kTiles, 4>;
+  stream_persistent_ready<kKind, kTiles> =
+      cudaFuncSetAttribute(matmul_stream_persistent_kernel<kKind, kTiles, 4>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           Stage::kAllBytes + Stage::kPartialBytes) == cudaSuccess;
+  if (!stream_persistent_ready<kKind, kTiles>) (void)cudaGetLastError();
+}
+
+void prepare_stream_persistent_kernels() {
+  prepare_stream_persistent<WeightKind::kQ8_0, 1>();
+  prepare_stream_persistent<WeightKind::kQ8_0, 2>();
+  prepare_stream_persistent<WeightKind::kQ8_0, kMmaMaxTiles>();
+  prepare_stream_persistent<WeightKind::kQ4_0, 1>();
+  prepare_stream_persistent<WeightKind::kQ4_0, 2>();
+  prepare_stream_persistent<WeightKind::kQ4_0, kMmaMaxTiles>();
+}
+
 // matmul_stream_kernel over n rows (slices of 8 · kTiles), when its scales
 // can be copied in pairs (an even number of blocks a row) and its stages fit
 // in this device's shared memory; false where it did not launch.
@@ -1285,13 +1499,31 @@ int multiprocessors() {
   return count;
 }
 
+// matmul_stream_persistent_kernel over n rows (at most 8 · kTiles), one block
+// an SM (or a tile), under the same conditions; false where it did not launch.
+template <WeightKind kKind, int kTiles>
+bool launch_stream_persistent(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
+                              int n_total, int m_first, cudaStream_t stream) {
+  using Stage = StreamStage<kKind, kTiles, 4>;
+  if (!stream_persistent_ready<kKind, kTiles> || n > Stage::kRows || (g.w[0].n_in / 32) % 2 != 0)
+    return false;
+  const int tiles = weight_row_tiles(g, Stage::kWeightRows);
+  const int sms = multiprocessors();
+  launch(matmul_stream_persistent_kernel<kKind, kTiles, 4>, sms > 0 && sms < tiles ? sms : tiles,
+         kStreamWarpsFor<4> * kWarp, Stage::kAllBytes + Stage::kPartialBytes, stream, g, xq, xd, n,
+         n_total, m_first);
+  return true;
+}
+
 // =stream-wide takes 32 weight rows a block where that still gives every SM
 // two blocks (gate/up, q/k/v of large models), 16 elsewhere (wo, down).
 template <WeightKind kKind, int kTiles>
 bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int n, int n_total,
                    int m_first, cudaStream_t stream) {
   const int mode = streamed_weight_tiles();
-  if (mode == 4)
+  if (mode == 6 && launch_stream_persistent<kKind, kTiles>(g, xq, xd, n, n_total, m_first, stream))
+    return true;
+  if (mode == 4 || mode == 6)
     return launch_stream_tiles<kKind, kTiles, 4>(g, xq, xd, n, n_total, m_first, stream);
   // =stream-mixed: a matrix with fewer blocks of 64 rows than SMs (wo, down and
   // q/k/v of an 8B-class model on an H100) would leave SMs idle; 16 rows a block
@@ -4293,7 +4525,8 @@ void prepare_launches() {
     (void)cudaGetLastError();
   if (streamed_weight_tiles() > 0) prepare_stream_kernels<1>();
   if (streamed_weight_tiles() == 2 || streamed_weight_tiles() == 3) prepare_stream_kernels<2>();
-  if (streamed_weight_tiles() == 4 || streamed_weight_tiles() == 5) prepare_stream_kernels<4>();
+  if (streamed_weight_tiles() >= 4) prepare_stream_kernels<4>();
+  if (streamed_weight_tiles() == 6) prepare_stream_persistent_kernels();
 }
 
 namespace {

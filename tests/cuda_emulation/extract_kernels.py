@@ -83,6 +83,9 @@ pieces = [
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
           "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<kW, kTiles>)\n"
           "    matmul_stream_kernel("),
+    piece("template <WeightKind kKind, int kTiles, int kW>\n"
+          "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, 1)\n"
+          "    matmul_stream_persistent_kernel("),
     piece("template <WeightKind kKind>\nstruct PrefillStage {", "\n};\n"),
     piece("__device__ __forceinline__ int chain_major_block("),
     piece("struct PrefillSums {", "\n};\n"),
