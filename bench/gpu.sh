@@ -244,8 +244,9 @@ fi
 # before it, so that they stream in while that one finishes), prestaged (attention
 # for up to 4 rows loads the committed keys and values of its first chunk before it
 # waits for the kernel before it, and merges a row whose keys fill one split in
-# the same block), prestaged8 (the same for up to 8 rows), candidates (in-split, paired, prefetch and prestaged: what would
-# become the default together).
+# the same block), prestaged8 (the same for up to 8 rows), candidates (in-split,
+# paired, prefetch, prestaged and stream-persistent: what would become the default
+# together).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
@@ -275,7 +276,7 @@ kernel_env() {
     wide4-norm-once) echo "PARSPEC_CUDA_FUSE=swiglu,rope,norm-once" ;;
     prefill-tiles) echo "PARSPEC_CUDA_PREFILL=tiled" ;;
     newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled PARSPEC_CUDA_PREFETCH=early PARSPEC_CUDA_ATTENTION=prestaged" ;;
-    candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_PREFETCH=early PARSPEC_CUDA_ATTENTION=prestaged" ;;
+    candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_PREFETCH=early PARSPEC_CUDA_ATTENTION=prestaged PARSPEC_CUDA_MMA=stream-persistent" ;;
     prefetch) echo "PARSPEC_CUDA_PREFETCH=early" ;;
     prestaged) echo "PARSPEC_CUDA_ATTENTION=prestaged" ;;
     prestaged8) echo "PARSPEC_CUDA_ATTENTION=prestaged PARSPEC_CUDA_PRESTAGED_ROWS=8" ;;
@@ -802,7 +803,7 @@ if graph_rows:
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 variant_labels = [
     ("", "default"),
-    ("-candidates", "candidates: in-split, paired, weights prefetched early, prestaged attention"),
+    ("-candidates", "candidates: in-split, paired, weights prefetched early, prestaged attention, persistent streaming"),
     ("-prefetch", "each matmul block's weight rows requested into L2 before it waits for the kernel before it"),
     ("-prestaged", "attention for up to 4 rows: committed keys and values loaded before the wait, one-split rows merged in the block"),
     ("-prestaged8", "the same for up to 8 rows"),

@@ -1217,13 +1217,30 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
   }
 }
 
+// The persistent kernel's rounds in shared memory (one computed, the rest
+// loading): as many as fit beside the chains' sums in an H100's 227 KB (it runs
+// one block an SM anyway), at most 6; fewer than 3 leave it unused.
+constexpr int kPersistentSharedLimit = 227 * 1024;
+template <WeightKind kKind, int kTiles>
+constexpr int kPersistentStages = [] {
+  using Stage = StreamStage<kKind, kTiles, 4>;
+  const int fit = (kPersistentSharedLimit - Stage::kPartialBytes) / Stage::kBytes;
+  return fit < 6 ? fit : 6;
+}();
+
+// The persistent kernel's shared memory: its stages, then the chains' sums.
+template <WeightKind kKind, int kTiles>
+constexpr int kPersistentBytes =
+    kPersistentStages<kKind, kTiles>* StreamStage<kKind, kTiles, 4>::kBytes +
+    StreamStage<kKind, kTiles, 4>::kPartialBytes;
+
 // PARSPEC_CUDA_MMA=stream-persistent: matmul_stream_kernel's steps for up to
 // R activation rows with one block an SM, block i taking tiles i, i + gridDim.x,
 // ... of the group. Its copies run on from one tile's rounds into the next
 // tile's, so that a block's pipeline fills once rather than once a tile, and
 // the tiles spread over the SMs in one wave. Each tile's chains' sums go
-// through shared memory of their own (kPartialBytes past the stages, which
-// stay in use), then each value is their sum in chain order, as there.
+// through shared memory of their own (past the stages, which stay in use),
+// then each value is their sum in chain order, as there.
 template <WeightKind kKind, int kTiles, int kW>
 __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, 1)
     matmul_stream_persistent_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M,
@@ -1234,8 +1251,9 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, 1)
   constexpr int kChainsPerWarp = kStreamChains / kWarps;
   extern __shared__ int4 stream_shared[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(stream_shared);
+  constexpr int kStages = kPersistentStages<kKind, kTiles>;
   float(*partial)[kWeightRows][R] =
-      reinterpret_cast<float(*)[kWeightRows][R]>(smem + Stage::kAllBytes);
+      reinterpret_cast<float(*)[kWeightRows][R]>(smem + kStages * Stage::kBytes);
   const int64_t n_tiles = [&] {
     int64_t tiles = 0;
     for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + kWeightRows - 1) / kWeightRows;
@@ -1371,7 +1389,7 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, 1)
   };
 
   const int count = static_cast<int>(my_tiles) * rounds;
-  each_position_streamed<kStreamStages>(count, issue, [&](int s, int p) {
+  each_position_streamed<kStages>(count, issue, [&](int s, int p) {
     const int round = p % rounds;
 #pragma unroll
     for (int k = 0; k < kChainsPerWarp; ++k) step(s, round, k);
@@ -1456,12 +1474,13 @@ bool stream_persistent_ready = false;
 
 template <WeightKind kKind, int kTiles>
 void prepare_stream_persistent() {
-  using Stage = StreamStage<kKind, kTiles, 4>;
-  stream_persistent_ready<kKind, kTiles> =
-      cudaFuncSetAttribute(matmul_stream_persistent_kernel<kKind, kTiles, 4>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           Stage::kAllBytes + Stage::kPartialBytes) == cudaSuccess;
-  if (!stream_persistent_ready<kKind, kTiles>) (void)cudaGetLastError();
+  if constexpr (kPersistentStages<kKind, kTiles> >= 3) {  // else too little room: not used
+    stream_persistent_ready<kKind, kTiles> =
+        cudaFuncSetAttribute(matmul_stream_persistent_kernel<kKind, kTiles, 4>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kPersistentBytes<kKind, kTiles>) == cudaSuccess;
+    if (!stream_persistent_ready<kKind, kTiles>) (void)cudaGetLastError();
+  }
 }
 
 void prepare_stream_persistent_kernels() {
@@ -1505,14 +1524,18 @@ template <WeightKind kKind, int kTiles>
 bool launch_stream_persistent(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
                               int n_total, int m_first, cudaStream_t stream) {
   using Stage = StreamStage<kKind, kTiles, 4>;
-  if (!stream_persistent_ready<kKind, kTiles> || n > Stage::kRows || (g.w[0].n_in / 32) % 2 != 0)
+  if constexpr (kPersistentStages<kKind, kTiles> < 3) {
     return false;
-  const int tiles = weight_row_tiles(g, Stage::kWeightRows);
-  const int sms = multiprocessors();
-  launch(matmul_stream_persistent_kernel<kKind, kTiles, 4>, sms > 0 && sms < tiles ? sms : tiles,
-         kStreamWarpsFor<4> * kWarp, Stage::kAllBytes + Stage::kPartialBytes, stream, g, xq, xd, n,
-         n_total, m_first);
-  return true;
+  } else {
+    if (!stream_persistent_ready<kKind, kTiles> || n > Stage::kRows || (g.w[0].n_in / 32) % 2 != 0)
+      return false;
+    const int tiles = weight_row_tiles(g, Stage::kWeightRows);
+    const int sms = multiprocessors();
+    launch(matmul_stream_persistent_kernel<kKind, kTiles, 4>, sms > 0 && sms < tiles ? sms : tiles,
+           kStreamWarpsFor<4> * kWarp, kPersistentBytes<kKind, kTiles>, stream, g, xq, xd, n,
+           n_total, m_first);
+    return true;
+  }
 }
 
 // =stream-wide takes 32 weight rows a block where that still gives every SM

@@ -83,6 +83,9 @@ pieces = [
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
           "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<kW, kTiles>)\n"
           "    matmul_stream_kernel("),
+    piece("constexpr int kPersistentSharedLimit", "\n"),
+    piece("template <WeightKind kKind, int kTiles>\nconstexpr int kPersistentStages", "\n}();\n"),
+    piece("template <WeightKind kKind, int kTiles>\nconstexpr int kPersistentBytes", ";\n"),
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
           "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, 1)\n"
           "    matmul_stream_persistent_kernel("),
