@@ -41,7 +41,7 @@
 # GPU_MODELS (the models to make and measure, by the names below; default: all but 8b-q4_k),
 # GPU_VARIANTS (measure only these kernel variants, by the names of kernel_env; default: all),
 # GPU_TESTS (the kernel sets the tests run with, tensor-cores first; default: tensor-cores
-# opt-in newest widest wide4-norm-once previous prestaged8 stream-persistent),
+# opt-in newest widest wide4-norm-once previous prestaged8 rows-persistent),
 # GPU_FOCUS=kernels (tests, then per model decode, L(n), prefill, the kernel variants and
 # llama-bench, the profile and Nsight Compute: no strategies, no server under load).
 set -euo pipefail
@@ -220,7 +220,8 @@ fi
 # grid stays large), stream-mixed (the default's 64 weight rows a block where the
 # grid has a block for every SM, 16 elsewhere), stream-persistent (that streaming
 # with one block an SM taking tiles in turn, its copies running on from one
-# tile into the next), widest (that everywhere, and the few-rows kernel with 4
+# tile into the next), rows-persistent (that for 2 to 16 rows, the few-rows kernel
+# left out), widest (that everywhere, and the few-rows kernel with 4
 # weight rows a lane everywhere: for the tests), rows-narrow (2 to 4 rows with one
 # weight row a lane instead of the default's 2 or 4), rows-wide (the default's way
 # for 2 to 8 rows; rows-wide4: 4 weight rows a lane everywhere), paired (two lanes
@@ -264,6 +265,7 @@ kernel_env() {
     stream-wide4) echo "PARSPEC_CUDA_MMA=stream-wide4" ;;
     stream-mixed) echo "PARSPEC_CUDA_MMA=stream-mixed" ;;
     stream-persistent) echo "PARSPEC_CUDA_MMA=stream-persistent" ;;
+    rows-persistent) echo "PARSPEC_CUDA_ROWS=none PARSPEC_CUDA_MMA=stream-persistent" ;;
     widest) echo "PARSPEC_CUDA_MMA=stream-wide-all PARSPEC_CUDA_ROWS=wide4" ;;
     rows-wide) echo "PARSPEC_CUDA_ROWS=wide" ;;
     rows-wide4) echo "PARSPEC_CUDA_ROWS=wide4" ;;
@@ -295,7 +297,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    read -ra kernels <<<"${GPU_TESTS:-tensor-cores opt-in newest widest wide4-norm-once previous prestaged8 stream-persistent}"
+    read -ra kernels <<<"${GPU_TESTS:-tensor-cores opt-in newest widest wide4-norm-once previous prestaged8 rows-persistent}"
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -305,7 +307,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       [[ $kernel == warp ]] && filter=(--gtest_filter=-CudaSampling.*)
       [[ $kernel == opt-in || $kernel == newest || $kernel == widest ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
-      [[ $kernel == wide4-norm-once || $kernel == previous || $kernel == stream-persistent ]] &&
+      [[ $kernel == wide4-norm-once || $kernel == previous || $kernel == rows-persistent ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaVsCpu.*')
       [[ $kernel == prestaged8 ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*Prestaged*:CudaAttention.*')
@@ -590,7 +592,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged prestaged8 fused-rope stream-mixed stream-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged prestaged8 fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(candidates prefetch prestaged prestaged8 prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
@@ -821,6 +823,7 @@ variant_labels = [
     ("-stream-wide", "the same with 32 weight rows a block where the grid stays large"),
     ("-stream-mixed", "the default's 64 weight rows a block where the grid has a block for every SM, else 16"),
     ("-stream-persistent", "the default's streaming with one block an SM taking its tiles in turn, the copies running on across tiles"),
+    ("-rows-persistent", "that from 2 rows, instead of the few-rows kernel for 2 to 4"),
     ("-mma-stream", "tensor cores streamed for every row count"),
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),

@@ -2642,7 +2642,8 @@ constexpr int kWideRowsMaxRows = 8;
 // matmul_rows_kernel's one weight row a lane; from 5 rows the tensor cores
 // are faster). PARSPEC_CUDA_ROWS: "narrow" runs matmul_rows_kernel instead,
 // "wide" the wide kernel for 2 to kWideRowsMaxRows rows, "wide2" and "wide4"
-// that with the number of weight rows fixed (the tests run both everywhere).
+// that with the number of weight rows fixed (the tests run both everywhere),
+// "none" the tensor cores from 2 rows.
 int wide_rows_wanted() {
   static const int wanted = env_is("PARSPEC_CUDA_ROWS", "narrow")  ? 0
                             : env_is("PARSPEC_CUDA_ROWS", "wide2") ? 2
@@ -2654,7 +2655,8 @@ int rows_kernel_max_rows() {
   static const bool wider = env_is("PARSPEC_CUDA_ROWS", "wide") ||
                             env_is("PARSPEC_CUDA_ROWS", "wide2") ||
                             env_is("PARSPEC_CUDA_ROWS", "wide4");
-  return wider ? kWideRowsMaxRows : kRowsKernelMaxRows;
+  static const bool none = env_is("PARSPEC_CUDA_ROWS", "none");
+  return none ? 1 : wider ? kWideRowsMaxRows : kRowsKernelMaxRows;
 }
 
 template <WeightKind kKind, int kW>
