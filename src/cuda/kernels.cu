@@ -1217,32 +1217,38 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
   }
 }
 
+// The persistent kernel's blocks an SM: one of 64 weight rows (16 warps), or
+// three of 16 (8 warps each).
+template <int kW>
+constexpr int kPersistentBlocks = kW >= 4 ? 1 : 3;
+
 // The persistent kernel's rounds in shared memory (one computed, the rest
-// loading): as many as fit beside the chains' sums in an H100's 227 KB (it runs
-// one block an SM anyway), at most 6; fewer than 3 leave it unused.
+// loading): as many as fit beside the chains' sums in an H100's 227 KB shared
+// between its blocks, at most 6; fewer than 3 leave it unused.
 constexpr int kPersistentSharedLimit = 227 * 1024;
-template <WeightKind kKind, int kTiles>
+template <WeightKind kKind, int kTiles, int kW>
 constexpr int kPersistentStages = [] {
-  using Stage = StreamStage<kKind, kTiles, 4>;
-  const int fit = (kPersistentSharedLimit - Stage::kPartialBytes) / Stage::kBytes;
+  using Stage = StreamStage<kKind, kTiles, kW>;
+  const int room = kPersistentSharedLimit / kPersistentBlocks<kW> - 1024;
+  const int fit = (room - Stage::kPartialBytes) / Stage::kBytes;
   return fit < 6 ? fit : 6;
 }();
 
 // The persistent kernel's shared memory: its stages, then the chains' sums.
-template <WeightKind kKind, int kTiles>
+template <WeightKind kKind, int kTiles, int kW>
 constexpr int kPersistentBytes =
-    kPersistentStages<kKind, kTiles>* StreamStage<kKind, kTiles, 4>::kBytes +
-    StreamStage<kKind, kTiles, 4>::kPartialBytes;
+    kPersistentStages<kKind, kTiles, kW>* StreamStage<kKind, kTiles, kW>::kBytes +
+    StreamStage<kKind, kTiles, kW>::kPartialBytes;
 
 // PARSPEC_CUDA_MMA=stream-persistent: matmul_stream_kernel's steps for up to
-// R activation rows with one block an SM, block i taking tiles i, i + gridDim.x,
-// ... of the group. Its copies run on from one tile's rounds into the next
+// R activation rows with kPersistentBlocks blocks an SM, block i taking tiles
+// i, i + gridDim.x, ... of the group. Its copies run on from one tile's rounds into the next
 // tile's, so that a block's pipeline fills once rather than once a tile, and
 // the tiles spread over the SMs in one wave. Each tile's chains' sums go
 // through shared memory of their own (past the stages, which stay in use),
 // then each value is their sum in chain order, as there.
 template <WeightKind kKind, int kTiles, int kW>
-__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, 1)
+__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<kW>)
     matmul_stream_persistent_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M,
                                     int n_total, int m_first) {
   using Stage = StreamStage<kKind, kTiles, kW>;
@@ -1251,7 +1257,7 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, 1)
   constexpr int kChainsPerWarp = kStreamChains / kWarps;
   extern __shared__ int4 stream_shared[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(stream_shared);
-  constexpr int kStages = kPersistentStages<kKind, kTiles>;
+  constexpr int kStages = kPersistentStages<kKind, kTiles, kW>;
   float(*partial)[kWeightRows][R] =
       reinterpret_cast<float(*)[kWeightRows][R]>(smem + kStages * Stage::kBytes);
   const int64_t n_tiles = [&] {
@@ -1467,29 +1473,30 @@ void prepare_stream_kernels() {
   prepare_stream_kernel<WeightKind::kQ4_0, kMmaMaxTiles, kW>();
 }
 
-// Whether matmul_stream_persistent_kernel<kKind, kTiles> has its shared memory
-// (the stages and the chains' sums) on this process's device.
-template <WeightKind kKind, int kTiles>
+// Whether matmul_stream_persistent_kernel<kKind, kTiles, kW> has its shared
+// memory (the stages and the chains' sums) on this process's device.
+template <WeightKind kKind, int kTiles, int kW>
 bool stream_persistent_ready = false;
 
-template <WeightKind kKind, int kTiles>
+template <WeightKind kKind, int kTiles, int kW>
 void prepare_stream_persistent() {
-  if constexpr (kPersistentStages<kKind, kTiles> >= 3) {  // else too little room: not used
-    stream_persistent_ready<kKind, kTiles> =
-        cudaFuncSetAttribute(matmul_stream_persistent_kernel<kKind, kTiles, 4>,
+  if constexpr (kPersistentStages<kKind, kTiles, kW> >= 3) {  // else too little room: not used
+    stream_persistent_ready<kKind, kTiles, kW> =
+        cudaFuncSetAttribute(matmul_stream_persistent_kernel<kKind, kTiles, kW>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kPersistentBytes<kKind, kTiles>) == cudaSuccess;
-    if (!stream_persistent_ready<kKind, kTiles>) (void)cudaGetLastError();
+                             kPersistentBytes<kKind, kTiles, kW>) == cudaSuccess;
+    if (!stream_persistent_ready<kKind, kTiles, kW>) (void)cudaGetLastError();
   }
 }
 
+template <int kW>
 void prepare_stream_persistent_kernels() {
-  prepare_stream_persistent<WeightKind::kQ8_0, 1>();
-  prepare_stream_persistent<WeightKind::kQ8_0, 2>();
-  prepare_stream_persistent<WeightKind::kQ8_0, kMmaMaxTiles>();
-  prepare_stream_persistent<WeightKind::kQ4_0, 1>();
-  prepare_stream_persistent<WeightKind::kQ4_0, 2>();
-  prepare_stream_persistent<WeightKind::kQ4_0, kMmaMaxTiles>();
+  prepare_stream_persistent<WeightKind::kQ8_0, 1, kW>();
+  prepare_stream_persistent<WeightKind::kQ8_0, 2, kW>();
+  prepare_stream_persistent<WeightKind::kQ8_0, kMmaMaxTiles, kW>();
+  prepare_stream_persistent<WeightKind::kQ4_0, 1, kW>();
+  prepare_stream_persistent<WeightKind::kQ4_0, 2, kW>();
+  prepare_stream_persistent<WeightKind::kQ4_0, kMmaMaxTiles, kW>();
 }
 
 // matmul_stream_kernel over n rows (slices of 8 · kTiles), when its scales
@@ -1518,24 +1525,36 @@ int multiprocessors() {
   return count;
 }
 
-// matmul_stream_persistent_kernel over n rows (at most 8 · kTiles), one block
-// an SM (or a tile), under the same conditions; false where it did not launch.
+// matmul_stream_persistent_kernel over n rows (at most 8 · kTiles), as many
+// blocks as its SMs take (or a tile each), under the same conditions; false
+// where it did not launch.
+template <WeightKind kKind, int kTiles, int kW>
+bool launch_stream_persistent(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
+                              int n_total, int m_first, cudaStream_t stream) {
+  using Stage = StreamStage<kKind, kTiles, kW>;
+  if constexpr (kPersistentStages<kKind, kTiles, kW> < 3) {
+    return false;
+  } else {
+    if (!stream_persistent_ready<kKind, kTiles, kW> || n > Stage::kRows ||
+        (g.w[0].n_in / 32) % 2 != 0)
+      return false;
+    const int tiles = weight_row_tiles(g, Stage::kWeightRows);
+    const int slots = multiprocessors() * kPersistentBlocks<kW>;
+    launch(matmul_stream_persistent_kernel<kKind, kTiles, kW>,
+           slots > 0 && slots < tiles ? slots : tiles, kStreamWarpsFor<kW> * kWarp,
+           kPersistentBytes<kKind, kTiles, kW>, stream, g, xq, xd, n, n_total, m_first);
+    return true;
+  }
+}
+
+// =stream-persistent: tiles of 64 weight rows where the group has one for
+// every SM, else of 16 (three blocks an SM), so that no SM idles.
 template <WeightKind kKind, int kTiles>
 bool launch_stream_persistent(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
                               int n_total, int m_first, cudaStream_t stream) {
-  using Stage = StreamStage<kKind, kTiles, 4>;
-  if constexpr (kPersistentStages<kKind, kTiles> < 3) {
-    return false;
-  } else {
-    if (!stream_persistent_ready<kKind, kTiles> || n > Stage::kRows || (g.w[0].n_in / 32) % 2 != 0)
-      return false;
-    const int tiles = weight_row_tiles(g, Stage::kWeightRows);
-    const int sms = multiprocessors();
-    launch(matmul_stream_persistent_kernel<kKind, kTiles, 4>, sms > 0 && sms < tiles ? sms : tiles,
-           kStreamWarpsFor<4> * kWarp, kPersistentBytes<kKind, kTiles>, stream, g, xq, xd, n,
-           n_total, m_first);
-    return true;
-  }
+  return weight_row_tiles(g, 4 * kMmaRows) >= multiprocessors()
+             ? launch_stream_persistent<kKind, kTiles, 4>(g, xq, xd, n, n_total, m_first, stream)
+             : launch_stream_persistent<kKind, kTiles, 1>(g, xq, xd, n, n_total, m_first, stream);
 }
 
 // =stream-wide takes 32 weight rows a block where that still gives every SM
@@ -4551,7 +4570,10 @@ void prepare_launches() {
   if (streamed_weight_tiles() > 0) prepare_stream_kernels<1>();
   if (streamed_weight_tiles() == 2 || streamed_weight_tiles() == 3) prepare_stream_kernels<2>();
   if (streamed_weight_tiles() >= 4) prepare_stream_kernels<4>();
-  if (streamed_weight_tiles() == 6) prepare_stream_persistent_kernels();
+  if (streamed_weight_tiles() == 6) {
+    prepare_stream_persistent_kernels<1>();
+    prepare_stream_persistent_kernels<4>();
+  }
 }
 
 namespace {

@@ -83,11 +83,13 @@ pieces = [
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
           "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<kW, kTiles>)\n"
           "    matmul_stream_kernel("),
+    piece("template <int kW>\nconstexpr int kPersistentBlocks", ";\n"),
     piece("constexpr int kPersistentSharedLimit", "\n"),
-    piece("template <WeightKind kKind, int kTiles>\nconstexpr int kPersistentStages", "\n}();\n"),
-    piece("template <WeightKind kKind, int kTiles>\nconstexpr int kPersistentBytes", ";\n"),
+    piece("template <WeightKind kKind, int kTiles, int kW>\nconstexpr int kPersistentStages",
+          "\n}();\n"),
+    piece("template <WeightKind kKind, int kTiles, int kW>\nconstexpr int kPersistentBytes", ";\n"),
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
-          "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, 1)\n"
+          "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<kW>)\n"
           "    matmul_stream_persistent_kernel("),
     piece("template <WeightKind kKind>\nstruct PrefillStage {", "\n};\n"),
     piece("__device__ __forceinline__ int chain_major_block("),

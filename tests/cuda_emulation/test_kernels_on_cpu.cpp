@@ -196,15 +196,16 @@ TEST(CudaKernelsOnCpu, StreamedMatmulGivesTheContractsBits) {
 // matmul_stream_persistent_kernel over M (at most 8 · kTiles) activation rows
 // from m_first of n_total, block-major, with `grid` blocks, where its stages
 // fit (kTiles of 1 or 2).
-template <WeightKind kKind, int kTiles>
+template <WeightKind kKind, int kTiles, int kW>
 void check_streamed_persistent(int64_t n_in, std::vector<int64_t> outs, int M, int n_total,
                                int m_first, int grid, unsigned seed) {
   SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", tiles " +
-               std::to_string(kTiles) + ", " + std::to_string(grid) + " blocks");
+               std::to_string(kTiles) + ", weight tiles " + std::to_string(kW) + ", " +
+               std::to_string(grid) + " blocks");
   GroupProblem p(kKind, n_in, std::move(outs), M, n_total, seed);
-  run(grid, kStreamWarpsFor<4> * kWarp, kPersistentBytes<kKind, kTiles>, [&] {
-    matmul_stream_persistent_kernel<kKind, kTiles, 4>(p.group, p.x.values.data(), p.x.scales.data(),
-                                                      M, n_total, m_first);
+  run(grid, kStreamWarpsFor<kW> * kWarp, kPersistentBytes<kKind, kTiles, kW>, [&] {
+    matmul_stream_persistent_kernel<kKind, kTiles, kW>(p.group, p.x.values.data(),
+                                                       p.x.scales.data(), M, n_total, m_first);
   });
   p.expect_contract([&](int m, int64_t b) { return b * n_total + m_first + m; });
 }
@@ -212,11 +213,13 @@ void check_streamed_persistent(int64_t n_in, std::vector<int64_t> outs, int M, i
 TEST(CudaKernelsOnCpu, PersistentStreamedMatmulGivesTheContractsBits) {
   // Blocks taking several tiles across the group's matrices, widths whose
   // last round is short, rows from the middle of a block-major batch, and
-  // more blocks than tiles.
-  check_streamed_persistent<WeightKind::kQ4_0, 1>(640, {70, 64, 20}, 6, 6, 0, 2, 21);
-  check_streamed_persistent<WeightKind::kQ8_0, 2>(1088, {130}, 16, 20, 3, 2, 22);
-  check_streamed_persistent<WeightKind::kQ4_0, 2>(128, {64, 40}, 13, 17, 2, 1, 23);
-  check_streamed_persistent<WeightKind::kQ4_0, 1>(256, {40}, 3, 3, 0, 5, 24);
+  // more blocks than tiles; tiles of 64 and of 16 weight rows.
+  check_streamed_persistent<WeightKind::kQ4_0, 1, 4>(640, {70, 64, 20}, 6, 6, 0, 2, 21);
+  check_streamed_persistent<WeightKind::kQ8_0, 2, 4>(1088, {130}, 16, 20, 3, 2, 22);
+  check_streamed_persistent<WeightKind::kQ4_0, 2, 4>(128, {64, 40}, 13, 17, 2, 1, 23);
+  check_streamed_persistent<WeightKind::kQ4_0, 1, 4>(256, {40}, 3, 3, 0, 5, 24);
+  check_streamed_persistent<WeightKind::kQ4_0, 1, 1>(640, {40, 24}, 7, 9, 1, 2, 25);
+  check_streamed_persistent<WeightKind::kQ8_0, 2, 1>(1088, {33}, 12, 12, 0, 2, 26);
 }
 
 // matmul_prefill_kernel over all M rows of a block-major batch.
