@@ -1122,6 +1122,17 @@ if load(os.path.join(out, "parspec-8b-q4_0-candidates.json")):
          higher=False)
     goal("L(32)/L(1), 8b-q4_0, candidates", lat_ratio("8b-q4_0", 32, "-candidates"), 1.5,
          higher=False)
+# The kernels not yet the default, against the same goals.
+for variant in ("prestaged", "prestaged8", "fused-rope", "prefetch"):
+    for name, target in (("8b-q4_0", 2.0), ("8b-f16", 1.25), ("100m-f16", 3.0)):
+        if load(os.path.join(out, f"parspec-{name}-{variant}.json")):
+            goal(f"decode × llama.cpp, {name}, {variant}", decode_ratio(name, f"-{variant}"),
+                 target)
+for variant in ("stream-persistent", "rows-persistent", "stream-mixed", "prestaged8"):
+    if load(os.path.join(out, f"parspec-8b-q4_0-{variant}.json")):
+        for n, target in ((8, 1.15), (32, 1.5)):
+            goal(f"L({n})/L(1), 8b-q4_0, {variant}", lat_ratio("8b-q4_0", n, f"-{variant}"),
+                 target, higher=False)
 speed = lambda k: strategy_rows[k]["speedup"] if k in strategy_rows else None
 goal("auto × ar", speed("auto"), 2.0)
 if os.path.exists(spec) and "auto" in strategy_rows:
