@@ -55,7 +55,7 @@ std::unique_ptr<ForwardExecutor> make_executor(int device = 0,
 void upload(ForwardExecutor& executor, const Model& model);
 
 // Whether full passes of up to 64 rows replay CUDA graphs (one per row
-// bucket: 1, 2, 4, ... 64), as they do unless PARSPEC_CUDA_GRAPHS=0; the
+// bucket: 1 to 8, 16, 32, 64), as they do unless PARSPEC_CUDA_GRAPHS=0; the
 // results are the same bits either way. For tests and measurements.
 void use_graphs(ForwardExecutor& executor, bool on);
 

@@ -513,7 +513,8 @@ class PinnedBuffer {
 };
 
 // Full passes of up to kGraphRows rows replay a CUDA graph captured once per
-// row bucket (1, 2, 4, ... 64 rows): one launch instead of a few hundred. The
+// row bucket (1 to 8 rows each, then 16, 32, 64): one launch instead of a few
+// hundred. The
 // inputs that change every step (tokens, positions, cells, rows wanted) are
 // read from `meta`, filled by one copy before each replay; rows beyond the
 // pass's own up to the bucket are padding that attends to itself in a cache
@@ -595,8 +596,13 @@ void GraphStateDeleter::operator()(GraphState* g) const {
   delete g;
 }
 
+// Up to kExactGraphRows rows a graph of their own (the short verifications of
+// chains and trees, where padding rows would cost attention and few-rows
+// matmul work), then powers of two.
+constexpr int kExactGraphRows = 8;
 int graph_bucket(int n) {
-  int bucket = 1;
+  if (n <= kExactGraphRows) return n;
+  int bucket = kExactGraphRows;
   while (bucket < n) bucket *= 2;
   return bucket;
 }
