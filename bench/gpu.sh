@@ -220,7 +220,7 @@ fi
 # grid stays large), stream-mixed (the default's 64 weight rows a block where the
 # grid has a block for every SM, 16 elsewhere), stream-persistent (that streaming
 # with one block an SM taking tiles in turn, its copies running on from one
-# tile into the next), rows-persistent (that for 2 to 16 rows, the few-rows kernel
+# tile into the next), rows-persistent (that for 2 to 32 rows, the few-rows kernel
 # left out), widest (that everywhere, and the few-rows kernel with 4
 # weight rows a lane everywhere: for the tests), rows-narrow (2 to 4 rows with one
 # weight row a lane instead of the default's 2 or 4), rows-wide (the default's way

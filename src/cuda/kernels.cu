@@ -1222,6 +1222,19 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
 template <int kW>
 constexpr int kPersistentBlocks = kW >= 4 ? 1 : 3;
 
+// The chains whose sums the persistent kernel holds in shared memory at once
+// at the end of a tile: all 16, or 4 at a time for 32 activation rows (whose
+// 16 would take more than half of an SM's shared memory).
+template <int kTiles>
+constexpr int kPersistentHeldChains = kTiles >= 4 ? 4 : kStreamChains;
+
+// The persistent kernel's bytes of chains' sums.
+template <WeightKind kKind, int kTiles, int kW>
+constexpr int kPersistentSumBytes =
+    kPersistentHeldChains<kTiles>* StreamStage<kKind, kTiles, kW>::kWeightRows*
+        StreamStage<kKind, kTiles, kW>::kRows *
+    4;
+
 // The persistent kernel's rounds in shared memory (one computed, the rest
 // loading): as many as fit beside the chains' sums in an H100's 227 KB shared
 // between its blocks, at most 6; fewer than 3 leave it unused.
@@ -1230,7 +1243,7 @@ template <WeightKind kKind, int kTiles, int kW>
 constexpr int kPersistentStages = [] {
   using Stage = StreamStage<kKind, kTiles, kW>;
   const int room = kPersistentSharedLimit / kPersistentBlocks<kW> - 1024;
-  const int fit = (room - Stage::kPartialBytes) / Stage::kBytes;
+  const int fit = (room - kPersistentSumBytes<kKind, kTiles, kW>) / Stage::kBytes;
   return fit < 6 ? fit : 6;
 }();
 
@@ -1238,15 +1251,15 @@ constexpr int kPersistentStages = [] {
 template <WeightKind kKind, int kTiles, int kW>
 constexpr int kPersistentBytes =
     kPersistentStages<kKind, kTiles, kW>* StreamStage<kKind, kTiles, kW>::kBytes +
-    StreamStage<kKind, kTiles, kW>::kPartialBytes;
+    kPersistentSumBytes<kKind, kTiles, kW>;
 
 // PARSPEC_CUDA_MMA=stream-persistent: matmul_stream_kernel's steps for up to
 // R activation rows with kPersistentBlocks blocks an SM, block i taking tiles
-// i, i + gridDim.x, ... of the group. Its copies run on from one tile's rounds into the next
-// tile's, so that a block's pipeline fills once rather than once a tile, and
-// the tiles spread over the SMs in one wave. Each tile's chains' sums go
-// through shared memory of their own (past the stages, which stay in use),
-// then each value is their sum in chain order, as there.
+// i, i + gridDim.x, ... of the group. Its copies run on from one tile's rounds
+// into the next tile's, so that a block's pipeline fills once rather than once
+// a tile, and the tiles spread over the SMs in one wave. Each tile's chains'
+// sums go through shared memory of their own (past the stages, which stay in
+// use), and each value is their sum in chain order, as there.
 template <WeightKind kKind, int kTiles, int kW>
 __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<kW>)
     matmul_stream_persistent_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M,
@@ -1258,6 +1271,8 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<
   extern __shared__ int4 stream_shared[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(stream_shared);
   constexpr int kStages = kPersistentStages<kKind, kTiles, kW>;
+  constexpr int kHeld = kPersistentHeldChains<kTiles>;
+  constexpr int kOwned = (kWeightRows * R + kThreads - 1) / kThreads;  // values a thread adds up
   float(*partial)[kWeightRows][R] =
       reinterpret_cast<float(*)[kWeightRows][R]>(smem + kStages * Stage::kBytes);
   const int64_t n_tiles = [&] {
@@ -1400,30 +1415,51 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<
 #pragma unroll
     for (int k = 0; k < kChainsPerWarp; ++k) step(s, round, k);
     if (round != rounds - 1) return;
-      // The tile's last round: its sums. The stages' barrier at the next
-      // position orders these reads of `partial` before the next tile's writes.
+    // The tile's last round: its sums, kHeld chains' at a time through
+    // `partial`, each value added up in chain order by the thread that owns it
+    // (as sum_in_warp_order adds them). The barriers order each group's
+    // writes after the reads of the group before; the stages' barrier at the
+    // next position orders the last reads before the next tile's writes.
+    const Tile tl = tile_at(p / rounds);
+    float total[kOwned];
 #pragma unroll
-    for (int k = 0; k < kChainsPerWarp; ++k) {
-      const int c = warp + kWarps * k;
+    for (int c0 = 0; c0 < kStreamChains; c0 += kHeld) {
 #pragma unroll
-      for (int j = 0; j < kW; ++j)
+      for (int k = 0; k < kChainsPerWarp; ++k) {
+        const int c = warp + kWarps * k;
+        if (c < c0 || c >= c0 + kHeld) continue;  // the same on every lane
 #pragma unroll
-        for (int i = 0; i < kTiles; ++i) {
-          const int m0 = 8 * i + 2 * t, r = 16 * j + gid;
-          partial[c][r][m0] = acc[k][j][i][0];
-          partial[c][r][m0 + 1] = acc[k][j][i][1];
-          partial[c][r + 8][m0] = acc[k][j][i][2];
-          partial[c][r + 8][m0 + 1] = acc[k][j][i][3];
-        }
+        for (int j = 0; j < kW; ++j)
+#pragma unroll
+          for (int i = 0; i < kTiles; ++i) {
+            const int m0 = 8 * i + 2 * t, r = 16 * j + gid;
+            partial[c - c0][r][m0] = acc[k][j][i][0];
+            partial[c - c0][r][m0 + 1] = acc[k][j][i][1];
+            partial[c - c0][r + 8][m0] = acc[k][j][i][2];
+            partial[c - c0][r + 8][m0 + 1] = acc[k][j][i][3];
+          }
+      }
+      __syncthreads();  // the group's sums are in `partial`
+#pragma unroll
+      for (int o = 0; o < kOwned; ++o) {
+        const int e = threadIdx.x + o * kThreads;
+        if (e >= kWeightRows * R) break;
+        const int r = e / R, m = e % R;
+#pragma unroll
+        for (int z = 0; z < kHeld; ++z)
+          total[o] = c0 + z == 0 ? partial[0][r][m] : __fadd_rn(total[o], partial[z][r][m]);
+      }
+      if (c0 + kHeld < kStreamChains) __syncthreads();  // read before the next group's writes
     }
     zero();
-    __syncthreads();  // every chain's sums are in `partial`
-    const Tile tl = tile_at(p / rounds);
-    for (int e = threadIdx.x; e < kWeightRows * R; e += kThreads) {
+#pragma unroll
+    for (int o = 0; o < kOwned; ++o) {
+      const int e = threadIdx.x + o * kThreads;
+      if (e >= kWeightRows * R) break;
       const int r = e / R, m = e % R;
       const int64_t row = tl.row0 + r;
       if (m >= M || row >= tl.w.n_out) continue;
-      tl.y[static_cast<int64_t>(m) * tl.w.n_out + row] = sum_in_warp_order(partial, r, m);
+      tl.y[static_cast<int64_t>(m) * tl.w.n_out + row] = total[o];
     }
   });
 }

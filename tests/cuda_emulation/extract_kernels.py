@@ -84,6 +84,8 @@ pieces = [
           "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<kW, kTiles>)\n"
           "    matmul_stream_kernel("),
     piece("template <int kW>\nconstexpr int kPersistentBlocks", ";\n"),
+    piece("template <int kTiles>\nconstexpr int kPersistentHeldChains", ";\n"),
+    piece("template <WeightKind kKind, int kTiles, int kW>\nconstexpr int kPersistentSumBytes", ";\n"),
     piece("constexpr int kPersistentSharedLimit", "\n"),
     piece("template <WeightKind kKind, int kTiles, int kW>\nconstexpr int kPersistentStages",
           "\n}();\n"),

@@ -194,8 +194,7 @@ TEST(CudaKernelsOnCpu, StreamedMatmulGivesTheContractsBits) {
 }
 
 // matmul_stream_persistent_kernel over M (at most 8 · kTiles) activation rows
-// from m_first of n_total, block-major, with `grid` blocks, where its stages
-// fit (kTiles of 1 or 2).
+// from m_first of n_total, block-major, with `grid` blocks.
 template <WeightKind kKind, int kTiles, int kW>
 void check_streamed_persistent(int64_t n_in, std::vector<int64_t> outs, int M, int n_total,
                                int m_first, int grid, unsigned seed) {
@@ -220,6 +219,9 @@ TEST(CudaKernelsOnCpu, PersistentStreamedMatmulGivesTheContractsBits) {
   check_streamed_persistent<WeightKind::kQ4_0, 1, 4>(256, {40}, 3, 3, 0, 5, 24);
   check_streamed_persistent<WeightKind::kQ4_0, 1, 1>(640, {40, 24}, 7, 9, 1, 2, 25);
   check_streamed_persistent<WeightKind::kQ8_0, 2, 1>(1088, {33}, 12, 12, 0, 2, 26);
+  // 32 rows: the chains' sums through shared memory four chains at a time.
+  check_streamed_persistent<WeightKind::kQ4_0, 4, 4>(640, {64, 80}, 29, 33, 2, 2, 27);
+  check_streamed_persistent<WeightKind::kQ8_0, 4, 4>(128, {70}, 32, 32, 0, 1, 28);
 }
 
 // matmul_prefill_kernel over all M rows of a block-major batch.
