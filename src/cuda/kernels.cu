@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "cuda/kernels.h"
@@ -1052,6 +1053,114 @@ struct StreamStage {
   static_assert(kQuants % 16 == 0 && kScales % 16 == 0 && kActs % 16 == 0, "16-byte copies");
 };
 
+// Round `round` of a streamed matmul's operands into the stage at `base`: the
+// round's 16 blocks of weight rows row0.. of w (quants, then scales) and of
+// activation rows first.. (M of them, block-major over n_total), zeros where a
+// row or block is past the end. Every thread of the block (kThreads) takes part.
+template <WeightKind kKind, int kTiles, int kW, int kThreads>
+__device__ __forceinline__ void issue_stream_round(uint8_t* base, const DeviceMatrix& w,
+                                                   int64_t row0, int64_t nb, int round,
+                                                   const int8_t* xq, const float* xd, int M,
+                                                   int64_t n_total, int64_t first) {
+  using Stage = StreamStage<kKind, kTiles, kW>;
+  constexpr int R = Stage::kRows, kWeightRows = Stage::kWeightRows;
+  const uint8_t* wq = static_cast<const uint8_t*>(w.q);
+  const __half* ws = static_cast<const __half*>(w.scales);
+  const int64_t b0 = static_cast<int64_t>(round) * 16;
+  constexpr int kChunksPerRow = 16 * Stage::kQuantBytes / 16;
+#pragma unroll 1
+  for (int e = threadIdx.x; e < kWeightRows * kChunksPerRow; e += kThreads) {
+    const int r = e / kChunksPerRow, chunk = e % kChunksPerRow;
+    const int64_t row = row0 + r;
+    const int64_t b = b0 + chunk * 16 / Stage::kQuantBytes;
+    const bool valid = row < w.n_out && b < nb;
+    const uint8_t* src = valid ? wq + (row * nb + b0) * Stage::kQuantBytes + chunk * 16 : wq;
+    copy_async<16>(base + r * Stage::kQuantRow + chunk * 16, src, valid);
+  }
+  uint8_t* scales = base + Stage::kQuants;
+#pragma unroll 1
+  for (int e = threadIdx.x; e < kWeightRows * 8; e += kThreads) {
+    const int r = e / 8, pair = e % 8;
+    const int64_t row = row0 + r, b = b0 + 2 * pair;
+    const bool valid = row < w.n_out && b < nb;  // nb is even: b + 1 < nb too
+    copy_async<4>(scales + r * Stage::kScaleRow + 4 * pair, valid ? ws + row * nb + b : ws, valid);
+  }
+  uint8_t* acts = scales + Stage::kScales;
+#pragma unroll 1
+  for (int e = threadIdx.x; e < 16 * R * 2; e += kThreads) {
+    const int c = e / (2 * R), m = e / 2 % R, half = e % 2;
+    const int64_t b = b0 + c;
+    const bool valid = m < M && b < nb;
+    const int8_t* src = valid ? xq + (b * n_total + first + m) * 32 + 16 * half : xq;
+    copy_async<16>(acts + (c * R + m) * 32 + 16 * half, src, valid);
+  }
+  uint8_t* act_scales = acts + Stage::kActs;
+#pragma unroll 1
+  for (int e = threadIdx.x; e < 16 * R; e += kThreads) {
+    const int c = e / R, m = e % R;
+    const int64_t b = b0 + c;
+    const bool valid = m < M && b < nb;
+    copy_async<4>(act_scales + (c * R + m) * 4, valid ? xd + b * n_total + first + m : xd, valid);
+  }
+}
+
+// The block of chain c (its place in the round) from the stage at `base`: for
+// each tile of weight rows and of activation rows, the mma and the products
+// added into acc, as matmul_mma_kernel's step. gid, t: the lane's group and
+// place in it, as the mma's fragments take them.
+template <WeightKind kKind, int kTiles, int kW>
+__device__ __forceinline__ void stream_step(const uint8_t* base, int c, int gid, int t,
+                                            float (&acc)[kW][kTiles][4]) {
+  using Stage = StreamStage<kKind, kTiles, kW>;
+  constexpr int R = Stage::kRows;
+  const uint8_t* acts = base + Stage::kQuants + Stage::kScales;
+  const float* act_scales = reinterpret_cast<const float*>(acts + Stage::kActs);
+  int bf[kTiles][2];
+  float2 dx[kTiles];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const int2 src = *reinterpret_cast<const int2*>(acts + (c * R + 8 * i + gid) * 32 + 8 * t);
+    bf[i][0] = src.x;
+    bf[i][1] = src.y;
+    dx[i] = *reinterpret_cast<const float2*>(act_scales + c * R + 8 * i + 2 * t);
+  }
+  const __half* scales = reinterpret_cast<const __half*>(base + Stage::kQuants);
+#pragma unroll
+  for (int j = 0; j < kW; ++j) {
+    int a[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      wide_a_words<kKind>(base + (16 * j + gid + 8 * h) * Stage::kQuantRow + c * Stage::kQuantBytes,
+                          t, a[h], a[2 + h]);
+    }
+    const float dw_a = __half2float(scales[(16 * j + gid) * (Stage::kScaleRow / 2) + c]);
+    const float dw_b = __half2float(scales[(16 * j + gid + 8) * (Stage::kScaleRow / 2) + c]);
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      int cs[4] = {0, 0, 0, 0};
+      mma_s8(cs, a, bf[i]);
+      float(&o)[4] = acc[j][i];
+      o[0] = __fmaf_rn(__fmul_rn(dw_a, dx[i].x), static_cast<float>(cs[0]), o[0]);
+      o[1] = __fmaf_rn(__fmul_rn(dw_a, dx[i].y), static_cast<float>(cs[1]), o[1]);
+      o[2] = __fmaf_rn(__fmul_rn(dw_b, dx[i].x), static_cast<float>(cs[2]), o[2]);
+      o[3] = __fmaf_rn(__fmul_rn(dw_b, dx[i].y), static_cast<float>(cs[3]), o[3]);
+    }
+  }
+}
+
+// Every value of a streamed kernel's accumulators (chains, weight tiles,
+// activation tiles, C fragment) set to zero.
+template <int kChains, int kW, int kTiles>
+__device__ __forceinline__ void zero_accumulators(float (&acc)[kChains][kW][kTiles][4]) {
+#pragma unroll
+  for (int k = 0; k < kChains; ++k)
+#pragma unroll
+    for (int j = 0; j < kW; ++j)
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i)
+        acc[k][j][i][0] = acc[k][j][i][1] = acc[k][j][i][2] = acc[k][j][i][3] = 0.0f;
+}
+
 // kW (PARSPEC_CUDA_MMA=stream-wide: 2, =stream-wide4: 4) tiles of 16 weight
 // rows per block: each round's activations, read from the L2 cache, then
 // serve kW times the rows.
@@ -1075,99 +1184,25 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
   if (!has_tile) return;
   const int64_t nb = w.n_in / 32;
   const int rounds = static_cast<int>((nb + 15) / 16);
-  const uint8_t* wq = static_cast<const uint8_t*>(w.q);
-  const __half* ws = static_cast<const __half*>(w.scales);
   // The slice of activation rows being computed: M rows from row `first` of n_total.
   int M = 0;
   int64_t first = 0;
 
-  // Round `round`'s operands into stage `s`, zeros where a row or block is past the end.
+  // Round `round`'s operands into stage `s`.
   auto issue = [&](int s, int round) {
-    uint8_t* base = smem + s * Stage::kBytes;
-    const int64_t b0 = static_cast<int64_t>(round) * 16;
-    constexpr int kChunksPerRow = 16 * Stage::kQuantBytes / 16;
-#pragma unroll 1
-    for (int e = threadIdx.x; e < kWeightRows * kChunksPerRow; e += kThreads) {
-      const int r = e / kChunksPerRow, chunk = e % kChunksPerRow;
-      const int64_t row = tile_row0 + r;
-      const int64_t b = b0 + chunk * 16 / Stage::kQuantBytes;
-      const bool valid = row < w.n_out && b < nb;
-      const uint8_t* src = valid ? wq + (row * nb + b0) * Stage::kQuantBytes + chunk * 16 : wq;
-      copy_async<16>(base + r * Stage::kQuantRow + chunk * 16, src, valid);
-    }
-    uint8_t* scales = base + Stage::kQuants;
-#pragma unroll 1
-    for (int e = threadIdx.x; e < kWeightRows * 8; e += kThreads) {
-      const int r = e / 8, pair = e % 8;
-      const int64_t row = tile_row0 + r, b = b0 + 2 * pair;
-      const bool valid = row < w.n_out && b < nb;  // nb is even: b + 1 < nb too
-      copy_async<4>(scales + r * Stage::kScaleRow + 4 * pair, valid ? ws + row * nb + b : ws,
-                    valid);
-    }
-    uint8_t* acts = scales + Stage::kScales;
-#pragma unroll 1
-    for (int e = threadIdx.x; e < 16 * R * 2; e += kThreads) {
-      const int c = e / (2 * R), m = e / 2 % R, half = e % 2;
-      const int64_t b = b0 + c;
-      const bool valid = m < M && b < nb;
-      const int8_t* src = valid ? xq + (b * n_total + first + m) * 32 + 16 * half : xq;
-      copy_async<16>(acts + (c * R + m) * 32 + 16 * half, src, valid);
-    }
-    uint8_t* act_scales = acts + Stage::kActs;
-#pragma unroll 1
-    for (int e = threadIdx.x; e < 16 * R; e += kThreads) {
-      const int c = e / R, m = e % R;
-      const int64_t b = b0 + c;
-      const bool valid = m < M && b < nb;
-      copy_async<4>(act_scales + (c * R + m) * 4, valid ? xd + b * n_total + first + m : xd, valid);
-    }
+    issue_stream_round<kKind, kTiles, kW, kThreads>(smem + s * Stage::kBytes, w, tile_row0, nb,
+                                                    round, xq, xd, M, n_total, first);
   };
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
   float acc[kChainsPerWarp][kW][kTiles][4];
 
-  // The block of chain warp + kWarps · k in round `round`, from stage `s`: for each
-  // tile of weight rows and of activation rows, the mma and the products
-  // added, as matmul_mma_kernel's step.
+  // The block of chain warp + kWarps · k in round `round`, from stage `s`.
   auto step = [&](int s, int round, int k) {
     const int c = warp + kWarps * k;  // the chain, and the block's place in the round
     if (static_cast<int64_t>(round) * 16 + c >= nb) return;  // the same on every lane
-    const uint8_t* base = smem + s * Stage::kBytes;
-    const uint8_t* acts = base + Stage::kQuants + Stage::kScales;
-    const float* act_scales = reinterpret_cast<const float*>(acts + Stage::kActs);
-    int bf[kTiles][2];
-    float2 dx[kTiles];
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) {
-      const int2 src = *reinterpret_cast<const int2*>(acts + (c * R + 8 * i + gid) * 32 + 8 * t);
-      bf[i][0] = src.x;
-      bf[i][1] = src.y;
-      dx[i] = *reinterpret_cast<const float2*>(act_scales + c * R + 8 * i + 2 * t);
-    }
-    const __half* scales = reinterpret_cast<const __half*>(base + Stage::kQuants);
-#pragma unroll
-    for (int j = 0; j < kW; ++j) {
-      int a[4];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        wide_a_words<kKind>(
-            base + (16 * j + gid + 8 * h) * Stage::kQuantRow + c * Stage::kQuantBytes, t, a[h],
-            a[2 + h]);
-      }
-      const float dw_a = __half2float(scales[(16 * j + gid) * (Stage::kScaleRow / 2) + c]);
-      const float dw_b = __half2float(scales[(16 * j + gid + 8) * (Stage::kScaleRow / 2) + c]);
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i) {
-        int cs[4] = {0, 0, 0, 0};
-        mma_s8(cs, a, bf[i]);
-        float(&o)[4] = acc[k][j][i];
-        o[0] = __fmaf_rn(__fmul_rn(dw_a, dx[i].x), static_cast<float>(cs[0]), o[0]);
-        o[1] = __fmaf_rn(__fmul_rn(dw_a, dx[i].y), static_cast<float>(cs[1]), o[1]);
-        o[2] = __fmaf_rn(__fmul_rn(dw_b, dx[i].x), static_cast<float>(cs[2]), o[2]);
-        o[3] = __fmaf_rn(__fmul_rn(dw_b, dx[i].y), static_cast<float>(cs[3]), o[3]);
-      }
-    }
+    stream_step<kKind, kTiles, kW>(smem + s * Stage::kBytes, c, gid, t, acc[k]);
   };
 
   // More than R rows (a prefill) go through in slices of R, one after another,
@@ -1178,13 +1213,7 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
     first = static_cast<int64_t>(m_first) + m_base;
     float* y = y_all + static_cast<int64_t>(m_base) * w.n_out;
     if (m_base > 0) __syncthreads();  // the previous slice's sums are read
-#pragma unroll
-    for (int k = 0; k < kChainsPerWarp; ++k)
-#pragma unroll
-      for (int j = 0; j < kW; ++j)
-#pragma unroll
-        for (int i = 0; i < kTiles; ++i)
-          acc[k][j][i][0] = acc[k][j][i][1] = acc[k][j][i][2] = acc[k][j][i][3] = 0.0f;
+    zero_accumulators(acc);
 
     each_position_streamed<kStreamStages>(rounds, issue, [&](int s, int round) {
 #pragma unroll
@@ -1306,107 +1335,23 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<
   const int rounds = static_cast<int>((nb + 15) / 16);
   const int64_t first = m_first;
 
-  // Position p (round p % rounds of local tile p / rounds)'s operands into
-  // stage `s`, zeros where a row or block is past the end.
+  // Position p's operands (round p % rounds of local tile p / rounds) into stage `s`.
   auto issue = [&](int s, int p) {
     const Tile tl = tile_at(p / rounds);
-    const int round = p % rounds;
-    const uint8_t* wq = static_cast<const uint8_t*>(tl.w.q);
-    const __half* ws = static_cast<const __half*>(tl.w.scales);
-    uint8_t* base = smem + s * Stage::kBytes;
-    const int64_t b0 = static_cast<int64_t>(round) * 16;
-    constexpr int kChunksPerRow = 16 * Stage::kQuantBytes / 16;
-#pragma unroll 1
-    for (int e = threadIdx.x; e < kWeightRows * kChunksPerRow; e += kThreads) {
-      const int r = e / kChunksPerRow, chunk = e % kChunksPerRow;
-      const int64_t row = tl.row0 + r;
-      const int64_t b = b0 + chunk * 16 / Stage::kQuantBytes;
-      const bool valid = row < tl.w.n_out && b < nb;
-      const uint8_t* src = valid ? wq + (row * nb + b0) * Stage::kQuantBytes + chunk * 16 : wq;
-      copy_async<16>(base + r * Stage::kQuantRow + chunk * 16, src, valid);
-    }
-    uint8_t* scales = base + Stage::kQuants;
-#pragma unroll 1
-    for (int e = threadIdx.x; e < kWeightRows * 8; e += kThreads) {
-      const int r = e / 8, pair = e % 8;
-      const int64_t row = tl.row0 + r, b = b0 + 2 * pair;
-      const bool valid = row < tl.w.n_out && b < nb;  // nb is even: b + 1 < nb too
-      copy_async<4>(scales + r * Stage::kScaleRow + 4 * pair, valid ? ws + row * nb + b : ws,
-                    valid);
-    }
-    uint8_t* acts = scales + Stage::kScales;
-#pragma unroll 1
-    for (int e = threadIdx.x; e < 16 * R * 2; e += kThreads) {
-      const int c = e / (2 * R), m = e / 2 % R, half = e % 2;
-      const int64_t b = b0 + c;
-      const bool valid = m < M && b < nb;
-      const int8_t* src = valid ? xq + (b * n_total + first + m) * 32 + 16 * half : xq;
-      copy_async<16>(acts + (c * R + m) * 32 + 16 * half, src, valid);
-    }
-    uint8_t* act_scales = acts + Stage::kActs;
-#pragma unroll 1
-    for (int e = threadIdx.x; e < 16 * R; e += kThreads) {
-      const int c = e / R, m = e % R;
-      const int64_t b = b0 + c;
-      const bool valid = m < M && b < nb;
-      copy_async<4>(act_scales + (c * R + m) * 4, valid ? xd + b * n_total + first + m : xd, valid);
-    }
+    issue_stream_round<kKind, kTiles, kW, kThreads>(smem + s * Stage::kBytes, tl.w, tl.row0, nb,
+                                                    p % rounds, xq, xd, M, n_total, first);
   };
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
   float acc[kChainsPerWarp][kW][kTiles][4];
-  auto zero = [&] {
-#pragma unroll
-    for (int k = 0; k < kChainsPerWarp; ++k)
-#pragma unroll
-      for (int j = 0; j < kW; ++j)
-#pragma unroll
-        for (int i = 0; i < kTiles; ++i)
-          acc[k][j][i][0] = acc[k][j][i][1] = acc[k][j][i][2] = acc[k][j][i][3] = 0.0f;
-  };
-  zero();
+  zero_accumulators(acc);
 
-  // The block of chain warp + kWarps · k in round `round`, from stage `s`:
-  // matmul_stream_kernel's step.
+  // The block of chain warp + kWarps · k in round `round`, from stage `s`.
   auto step = [&](int s, int round, int k) {
     const int c = warp + kWarps * k;
     if (static_cast<int64_t>(round) * 16 + c >= nb) return;  // the same on every lane
-    const uint8_t* base = smem + s * Stage::kBytes;
-    const uint8_t* acts = base + Stage::kQuants + Stage::kScales;
-    const float* act_scales = reinterpret_cast<const float*>(acts + Stage::kActs);
-    int bf[kTiles][2];
-    float2 dx[kTiles];
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) {
-      const int2 src = *reinterpret_cast<const int2*>(acts + (c * R + 8 * i + gid) * 32 + 8 * t);
-      bf[i][0] = src.x;
-      bf[i][1] = src.y;
-      dx[i] = *reinterpret_cast<const float2*>(act_scales + c * R + 8 * i + 2 * t);
-    }
-    const __half* scales = reinterpret_cast<const __half*>(base + Stage::kQuants);
-#pragma unroll
-    for (int j = 0; j < kW; ++j) {
-      int a[4];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        wide_a_words<kKind>(
-            base + (16 * j + gid + 8 * h) * Stage::kQuantRow + c * Stage::kQuantBytes, t, a[h],
-            a[2 + h]);
-      }
-      const float dw_a = __half2float(scales[(16 * j + gid) * (Stage::kScaleRow / 2) + c]);
-      const float dw_b = __half2float(scales[(16 * j + gid + 8) * (Stage::kScaleRow / 2) + c]);
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i) {
-        int cs[4] = {0, 0, 0, 0};
-        mma_s8(cs, a, bf[i]);
-        float(&o)[4] = acc[k][j][i];
-        o[0] = __fmaf_rn(__fmul_rn(dw_a, dx[i].x), static_cast<float>(cs[0]), o[0]);
-        o[1] = __fmaf_rn(__fmul_rn(dw_a, dx[i].y), static_cast<float>(cs[1]), o[1]);
-        o[2] = __fmaf_rn(__fmul_rn(dw_b, dx[i].x), static_cast<float>(cs[2]), o[2]);
-        o[3] = __fmaf_rn(__fmul_rn(dw_b, dx[i].y), static_cast<float>(cs[3]), o[3]);
-      }
-    }
+    stream_step<kKind, kTiles, kW>(smem + s * Stage::kBytes, c, gid, t, acc[k]);
   };
 
   const int count = static_cast<int>(my_tiles) * rounds;
@@ -1451,7 +1396,7 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<
       }
       if (c0 + kHeld < kStreamChains) __syncthreads();  // read before the next group's writes
     }
-    zero();
+    zero_accumulators(acc);
 #pragma unroll
     for (int o = 0; o < kOwned; ++o) {
       const int e = threadIdx.x + o * kThreads;
@@ -1499,14 +1444,24 @@ void prepare_stream_kernel() {
   if (!stream_kernel_ready<kKind, kTiles, kW>) (void)cudaGetLastError();
 }
 
+// f(kind, tiles) for every weight type and activation tile count the
+// streamed kernels are launched with, each as a std::integral_constant.
+template <class F>
+void each_stream_shape(F&& f) {
+  using Q8 = std::integral_constant<WeightKind, WeightKind::kQ8_0>;
+  using Q4 = std::integral_constant<WeightKind, WeightKind::kQ4_0>;
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  using Most = std::integral_constant<int, kMmaMaxTiles>;
+  f(Q8{}, One{}), f(Q8{}, Two{}), f(Q8{}, Most{});
+  f(Q4{}, One{}), f(Q4{}, Two{}), f(Q4{}, Most{});
+}
+
 template <int kW>
 void prepare_stream_kernels() {
-  prepare_stream_kernel<WeightKind::kQ8_0, 1, kW>();
-  prepare_stream_kernel<WeightKind::kQ8_0, 2, kW>();
-  prepare_stream_kernel<WeightKind::kQ8_0, kMmaMaxTiles, kW>();
-  prepare_stream_kernel<WeightKind::kQ4_0, 1, kW>();
-  prepare_stream_kernel<WeightKind::kQ4_0, 2, kW>();
-  prepare_stream_kernel<WeightKind::kQ4_0, kMmaMaxTiles, kW>();
+  each_stream_shape([](auto kind, auto tiles) {
+    prepare_stream_kernel<decltype(kind)::value, decltype(tiles)::value, kW>();
+  });
 }
 
 // Whether matmul_stream_persistent_kernel<kKind, kTiles, kW> has its shared
@@ -1527,12 +1482,9 @@ void prepare_stream_persistent() {
 
 template <int kW>
 void prepare_stream_persistent_kernels() {
-  prepare_stream_persistent<WeightKind::kQ8_0, 1, kW>();
-  prepare_stream_persistent<WeightKind::kQ8_0, 2, kW>();
-  prepare_stream_persistent<WeightKind::kQ8_0, kMmaMaxTiles, kW>();
-  prepare_stream_persistent<WeightKind::kQ4_0, 1, kW>();
-  prepare_stream_persistent<WeightKind::kQ4_0, 2, kW>();
-  prepare_stream_persistent<WeightKind::kQ4_0, kMmaMaxTiles, kW>();
+  each_stream_shape([](auto kind, auto tiles) {
+    prepare_stream_persistent<decltype(kind)::value, decltype(tiles)::value, kW>();
+  });
 }
 
 // matmul_stream_kernel over n rows (slices of 8 · kTiles), when its scales
