@@ -514,11 +514,11 @@ class PinnedBuffer {
 
 // Full passes of up to kGraphRows rows replay a CUDA graph captured once per
 // row bucket (1 to 8 rows each, then 16, 32, 64): one launch instead of a few
-// hundred. The
-// inputs that change every step (tokens, positions, cells, rows wanted) are
-// read from `meta`, filled by one copy before each replay; rows beyond the
-// pass's own up to the bucket are padding that attends to itself in a cache
-// of its own (`trash_k`/`trash_v`), so nothing it computes reaches a real row.
+// hundred. The inputs that change every step (tokens, positions, cells, rows
+// wanted) are read from `meta`, filled by one copy before each replay; rows
+// beyond the pass's own up to the bucket are padding that attends to itself in
+// a cache of its own (`trash_k`/`trash_v`), so nothing it computes reaches a
+// real row.
 constexpr int kGraphRows = 64;
 constexpr int kGraphSpecSlots = 64 * 64;  // a pass's speculative key slots, all rows together
 

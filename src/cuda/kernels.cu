@@ -926,7 +926,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
 }
 
 // Thread blocks of `rows` weight rows that a group's matrices make.
-int weight_row_tiles(const MatmulGroup& g, int rows = kMmaRows) {
+__host__ __device__ int weight_row_tiles(const MatmulGroup& g, int rows = kMmaRows) {
   int64_t tiles = 0;
   for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + rows - 1) / rows;
   return static_cast<int>(tiles);
@@ -1161,6 +1161,24 @@ __device__ __forceinline__ void zero_accumulators(float (&acc)[kChains][kW][kTil
         acc[k][j][i][0] = acc[k][j][i][1] = acc[k][j][i][2] = acc[k][j][i][3] = 0.0f;
 }
 
+// One chain's accumulators (weight tiles, activation tiles, C fragment: rows
+// gid and gid + 8, activation rows 8i + 2t and 8i + 2t + 1) into its sums,
+// sums[weight row][activation row].
+template <int kW, int kTiles, int kWeightRows, int R>
+__device__ __forceinline__ void store_chain_sums(const float (&acc)[kW][kTiles][4],
+                                                 float (&sums)[kWeightRows][R], int gid, int t) {
+#pragma unroll
+  for (int j = 0; j < kW; ++j)
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const int m0 = 8 * i + 2 * t, r = 16 * j + gid;
+      sums[r][m0] = acc[j][i][0];
+      sums[r][m0 + 1] = acc[j][i][1];
+      sums[r + 8][m0] = acc[j][i][2];
+      sums[r + 8][m0 + 1] = acc[j][i][3];
+    }
+}
+
 // kW (PARSPEC_CUDA_MMA=stream-wide: 2, =stream-wide4: 4) tiles of 16 weight
 // rows per block: each round's activations, read from the L2 cache, then
 // serve kW times the rows.
@@ -1223,19 +1241,8 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
 
     float(*partial)[kWeightRows][R] = reinterpret_cast<float(*)[kWeightRows][R]>(smem);
 #pragma unroll
-    for (int k = 0; k < kChainsPerWarp; ++k) {
-      const int c = warp + kWarps * k;
-#pragma unroll
-      for (int j = 0; j < kW; ++j)
-#pragma unroll
-        for (int i = 0; i < kTiles; ++i) {
-          const int m0 = 8 * i + 2 * t, r = 16 * j + gid;
-          partial[c][r][m0] = acc[k][j][i][0];
-          partial[c][r][m0 + 1] = acc[k][j][i][1];
-          partial[c][r + 8][m0] = acc[k][j][i][2];
-          partial[c][r + 8][m0 + 1] = acc[k][j][i][3];
-        }
-    }
+    for (int k = 0; k < kChainsPerWarp; ++k)
+      store_chain_sums(acc[k], partial[warp + kWarps * k], gid, t);
     __syncthreads();
     for (int e = threadIdx.x; e < kWeightRows * R; e += kThreads) {
       const int r = e / R, m = e % R;
@@ -1304,11 +1311,7 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<
   constexpr int kOwned = (kWeightRows * R + kThreads - 1) / kThreads;  // values a thread adds up
   float(*partial)[kWeightRows][R] =
       reinterpret_cast<float(*)[kWeightRows][R]>(smem + kStages * Stage::kBytes);
-  const int64_t n_tiles = [&] {
-    int64_t tiles = 0;
-    for (int i = 0; i < g.count; ++i) tiles += (g.w[i].n_out + kWeightRows - 1) / kWeightRows;
-    return tiles;
-  }();
+  const int64_t n_tiles = weight_row_tiles(g, kWeightRows);
   const int64_t my_tiles =
       n_tiles > blockIdx.x ? (n_tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
   // Where tile `local` of this block lies: its matrix, output and first row.
@@ -1372,17 +1375,8 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<
 #pragma unroll
       for (int k = 0; k < kChainsPerWarp; ++k) {
         const int c = warp + kWarps * k;
-        if (c < c0 || c >= c0 + kHeld) continue;  // the same on every lane
-#pragma unroll
-        for (int j = 0; j < kW; ++j)
-#pragma unroll
-          for (int i = 0; i < kTiles; ++i) {
-            const int m0 = 8 * i + 2 * t, r = 16 * j + gid;
-            partial[c - c0][r][m0] = acc[k][j][i][0];
-            partial[c - c0][r][m0 + 1] = acc[k][j][i][1];
-            partial[c - c0][r + 8][m0] = acc[k][j][i][2];
-            partial[c - c0][r + 8][m0 + 1] = acc[k][j][i][3];
-          }
+        if (c >= c0 && c < c0 + kHeld)  // the same on every lane
+          store_chain_sums(acc[k], partial[c - c0], gid, t);
       }
       __syncthreads();  // the group's sums are in `partial`
 #pragma unroll

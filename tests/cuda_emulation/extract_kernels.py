@@ -79,6 +79,7 @@ pieces = [
     piece("template <int kStages, class Issue, class Compute>\n"
           "__device__ __forceinline__ void each_position_streamed("),
     piece("template <int kW>\nconstexpr int kStreamWarpsFor", ";\n"),
+    piece("__host__ __device__ int weight_row_tiles("),
     piece("template <WeightKind kKind, int kTiles, int kW>\nstruct StreamStage {", "\n};\n"),
     piece("template <WeightKind kKind, int kTiles, int kW, int kThreads>\n"
           "__device__ __forceinline__ void issue_stream_round("),
@@ -86,6 +87,8 @@ pieces = [
           "__device__ __forceinline__ void stream_step("),
     piece("template <int kChains, int kW, int kTiles>\n"
           "__device__ __forceinline__ void zero_accumulators("),
+    piece("template <int kW, int kTiles, int kWeightRows, int R>\n"
+          "__device__ __forceinline__ void store_chain_sums("),
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
           "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<kW, kTiles>)\n"
           "    matmul_stream_kernel("),
