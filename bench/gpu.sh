@@ -41,7 +41,7 @@
 # GPU_MODELS (the models to make and measure, by the names below; default: all but 8b-q4_k),
 # GPU_VARIANTS (measure only these kernel variants, by the names of kernel_env; default: all),
 # GPU_TESTS (the kernel sets the tests run with, tensor-cores first; default: tensor-cores
-# opt-in newest widest wide4-norm-once previous prestaged8 rows-persistent),
+# opt-in newest widest wide4-norm-once previous rows-persistent),
 # GPU_FOCUS=kernels (tests, then per model decode, L(n), prefill, the kernel variants and
 # llama-bench, the profile and Nsight Compute: no strategies, no server under load).
 set -euo pipefail
@@ -242,11 +242,12 @@ fi
 # tensor-core kernel instead of the default tiles), previous (plain, rows-narrow,
 # prefill-slices and unfused: the defaults before these, for the tests), prefetch
 # (each matmul block requests its weight rows into L2 before it waits for the kernel
-# before it, so that they stream in while that one finishes), prestaged (attention
-# for up to 4 rows loads the committed keys and values of its first chunk before it
-# waits for the kernel before it, and merges a row whose keys fill one split in
-# the same block), prestaged8 (the same for up to 8 rows), candidates (in-split,
-# paired, prefetch, prestaged and stream-persistent: what would become the default
+# before it, so that they stream in while that one finishes), per-head (the
+# attention kernel that was the default before the prestaged one, for every row
+# count), prestaged4 (the prestaged attention for up to 4 rows, not 8),
+# prefill-serial (the prefill tiles with one group of warps walking all of K, the
+# default before the four groups), candidates
+# (in-split, paired, prefetch and stream-persistent: what would become the default
 # together).
 kernel_env() {
   case $1 in
@@ -277,14 +278,15 @@ kernel_env() {
     norm-once) echo "PARSPEC_CUDA_FUSE=norm-once" ;;
     wide4-norm-once) echo "PARSPEC_CUDA_FUSE=swiglu,rope,norm-once" ;;
     prefill-tiles) echo "PARSPEC_CUDA_PREFILL=tiled" ;;
-    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled PARSPEC_CUDA_PREFETCH=early PARSPEC_CUDA_ATTENTION=prestaged" ;;
-    candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_PREFETCH=early PARSPEC_CUDA_ATTENTION=prestaged PARSPEC_CUDA_MMA=stream-persistent" ;;
+    newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled PARSPEC_CUDA_PREFETCH=early" ;;
+    candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_PREFETCH=early PARSPEC_CUDA_MMA=stream-persistent" ;;
     prefetch) echo "PARSPEC_CUDA_PREFETCH=early" ;;
-    prestaged) echo "PARSPEC_CUDA_ATTENTION=prestaged" ;;
-    prestaged8) echo "PARSPEC_CUDA_ATTENTION=prestaged PARSPEC_CUDA_PRESTAGED_ROWS=8" ;;
+    per-head) echo "PARSPEC_CUDA_ATTENTION=per-head" ;;
+    prestaged4) echo "PARSPEC_CUDA_PRESTAGED_ROWS=4" ;;
     plain) echo "PARSPEC_CUDA_MMA=plain" ;;
     rows-narrow) echo "PARSPEC_CUDA_ROWS=narrow" ;;
     prefill-slices) echo "PARSPEC_CUDA_PREFILL=slices" ;;
+    prefill-serial) echo "PARSPEC_CUDA_PREFILL_GROUPS=1" ;;
     unfused) echo "PARSPEC_CUDA_FUSE=none" ;;
     previous) echo "PARSPEC_CUDA_MMA=plain PARSPEC_CUDA_ROWS=narrow PARSPEC_CUDA_PREFILL=slices PARSPEC_CUDA_FUSE=none" ;;
   esac
@@ -297,7 +299,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    read -ra kernels <<<"${GPU_TESTS:-tensor-cores opt-in newest widest wide4-norm-once previous prestaged8 rows-persistent}"
+    read -ra kernels <<<"${GPU_TESTS:-tensor-cores opt-in newest widest wide4-norm-once previous rows-persistent}"
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -309,8 +311,6 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
       [[ $kernel == wide4-norm-once || $kernel == previous || $kernel == rows-persistent ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaVsCpu.*')
-      [[ $kernel == prestaged8 ]] &&
-        filter=(--gtest_filter='CudaBatchInvariance.*Prestaged*:CudaAttention.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
@@ -592,8 +592,8 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prestaged prestaged8 fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
-    *f16*) variants=(candidates prefetch prestaged prestaged8 prefill-tiles unfused in-split fused-norm norm-once) ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *f16*) variants=(candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
   esac
@@ -601,7 +601,7 @@ for row in "${table[@]}"; do
     [[ -n ${GPU_VARIANTS:-} && " $GPU_VARIANTS " != *" $variant "* ]] && continue
     step "parspec bench-forward $name with $(kernel_env "$variant")"
     budgeted 90 env $(kernel_env "$variant") "$bin_parspec" bench-forward \
-      -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,"$prefill" \
+      -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
       -r "$repeat" --decode-tokens "$decode" --context 64 \
       --json "$out/parspec-$name-$variant.json" >/dev/null 2>&1 || echo "$name $variant failed"
   done
@@ -611,11 +611,11 @@ done
 # events, kernel by kernel without graphs, the prefill of the context included):
 # one row and eight rows after 64 committed tokens, and one row after 3000, on the
 # 8B-class Q4_0 target; one row after 64 on the 100M-class drafter (launch-bound);
-# one row after 64 on both with the prestaged attention.
+# one row after 64 on both with the per-head attention.
 profile_file=$(model_path 8b-q4_0 models/target.gguf)
 [[ $mode == dry ]] && profile_file=models/target.gguf
 for shape in "8b-q4_0 1 64" "8b-q4_0 8 64" "8b-q4_0 1 3000" "100m-f16 1 64" \
-  "8b-q4_0 1 64 prestaged" "100m-f16 1 64 prestaged"; do
+  "8b-q4_0 1 64 per-head" "100m-f16 1 64 per-head"; do
   read -r name rows context variant <<<"$shape"
   file=$(model_path "$name" models/target.gguf)
   [[ $mode == dry ]] && file=models/target.gguf
@@ -644,11 +644,13 @@ if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
 fi
 # Why the slowest kernels take their time (Nsight Compute's speed of light,
 # occupancy and warp stall sections, every metric they collect): the first
-# launches of the streamed tensor-core matmul (8 rows), of the one-row matmul and
-# of the staged attention (a decode step), on the 8B-class Q4_0 target.
+# launches of the streamed tensor-core matmul (8 rows), of the one-row matmul, of
+# the attention kernels (a decode step) and of the prefill tiles (64 rows), on the
+# 8B-class Q4_0 target.
 if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
   for probe in "stream 8 matmul_stream_kernel" "gemv 1 matmul_gemv_kernel" \
-    "attention 1 attention_split_kernel<true" "prestaged 1 attention_prestaged_kernel prestaged"; do
+    "attention 1 attention_split_kernel<true per-head" "prestaged 1 attention_prestaged_kernel" \
+    "prefill 64 matmul_prefill_grouped_kernel"; do
     read -r label rows pattern variant <<<"$probe"
     step "Nsight Compute: why $pattern takes its time ($rows row(s))"
     budgeted 45 env PARSPEC_CUDA_GRAPHS=0 $(kernel_env "${variant:-none}") ncu --clock-control none --csv --page raw \
@@ -805,10 +807,11 @@ if graph_rows:
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 variant_labels = [
     ("", "default"),
-    ("-candidates", "candidates: in-split, paired, weights prefetched early, prestaged attention, persistent streaming"),
+    ("-candidates", "candidates: in-split, paired, weights prefetched early, persistent streaming"),
     ("-prefetch", "each matmul block's weight rows requested into L2 before it waits for the kernel before it"),
-    ("-prestaged", "attention for up to 4 rows: committed keys and values loaded before the wait, one-split rows merged in the block"),
-    ("-prestaged8", "the same for up to 8 rows"),
+    ("-per-head", "attention by the per-head kernel for every row count (the default before the prestaged one)"),
+    ("-prestaged4", "the prestaged attention for up to 4 rows, not 8"),
+    ("-prefill-serial", "prefill tiles with one group of warps walking all of K (the default before the groups)"),
     ("-prefill-tiles", "more than 32 rows in tiles of 64 × 64 a block, every weight type"),
     ("-prefill-slices", "more than 32 rows in launches of 32 of the tensor-core kernel"),
     ("-plain", "tensor cores loading their own operands (5 to 32 rows)"),
@@ -859,8 +862,8 @@ if warp_rows:
     # (decode and prefill: > 1 is faster; L(n): < 1 is faster).
     print()
     print("| model | variant | decode × default | L(1) × | L(2) × | L(4) × | L(8) × | L(32) × "
-          "| L(512) × |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| L(64) × | L(512) × |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n, results in warp_rows:
         base = results[0][1]["results"][0]
         for label, res in results[1:]:
@@ -873,7 +876,7 @@ if warp_rows:
             print(f"| {n} | {label} | {r['decode_tok_per_s'] / base['decode_tok_per_s']:.3f} "
                   f"| {fmt(ratio('1'), 3)} | {fmt(ratio('2'), 3)} | {fmt(ratio('4'), 3)} "
                   f"| {fmt(ratio('8'), 3)} | {fmt(ratio('32'), 3)} "
-                  f"| {fmt(ratio('512'), 3)} |")
+                  f"| {fmt(ratio('64'), 3)} | {fmt(ratio('512'), 3)} |")
 half_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
               load(os.path.join(out, f"parspec-{n}-half-warp.json"))) for n in rows]
 half_rows = [r for r in half_rows if r[1] and r[2]]
@@ -941,15 +944,15 @@ if os.path.exists(placement):
         print("\n".join(lines[start:start + 4]))
         print("```")
 for name, shape in (("8b-q4_0", "1-64"), ("8b-q4_0", "8-64"), ("8b-q4_0", "1-3000"),
-                    ("100m-f16", "1-64"), ("8b-q4_0", "1-64-prestaged"),
-                    ("100m-f16", "1-64-prestaged")):
+                    ("100m-f16", "1-64"), ("8b-q4_0", "1-64-per-head"),
+                    ("100m-f16", "1-64-per-head")):
     path = os.path.join(out, f"profile-{name}-{shape}.txt")
     if os.path.exists(path):
         lines = [l.rstrip() for l in open(path) if l.startswith("  ") or l.startswith("GPU time")]
         if lines:
             rows, context, *variant = shape.split("-")
             model = {"8b-q4_0": "8B-class Q4_0", "100m-f16": "100M-class F16"}[name]
-            with_variant = ", with PARSPEC_CUDA_ATTENTION=prestaged" if variant else ""
+            with_variant = ", with PARSPEC_CUDA_ATTENTION=per-head" if variant else ""
             print()
             print(f"GPU time by kernel group, {model}, {rows} row(s) after {context} tokens"
                   f"{with_variant} (PARSPEC_CUDA_PROFILE=1, no graphs, the context's prefill "
@@ -1014,7 +1017,7 @@ def number(text):
         return float(str(text).replace(",", ""))
     except ValueError:
         return None
-for label in ("stream", "gemv", "attention", "prestaged"):
+for label in ("stream", "gemv", "attention", "prestaged", "prefill"):
     path = os.path.join(out, f"ncu-stalls-{label}.csv")
     if not os.path.exists(path):
         continue
@@ -1123,12 +1126,12 @@ if load(os.path.join(out, "parspec-8b-q4_0-candidates.json")):
     goal("L(32)/L(1), 8b-q4_0, candidates", lat_ratio("8b-q4_0", 32, "-candidates"), 1.5,
          higher=False)
 # The kernels not yet the default, against the same goals.
-for variant in ("prestaged", "prestaged8", "fused-rope", "prefetch"):
+for variant in ("fused-rope", "prefetch"):
     for name, target in (("8b-q4_0", 2.0), ("8b-f16", 1.25), ("100m-f16", 3.0)):
         if load(os.path.join(out, f"parspec-{name}-{variant}.json")):
             goal(f"decode × llama.cpp, {name}, {variant}", decode_ratio(name, f"-{variant}"),
                  target)
-for variant in ("stream-persistent", "rows-persistent", "stream-mixed", "prestaged8"):
+for variant in ("stream-persistent", "rows-persistent", "stream-mixed"):
     if load(os.path.join(out, f"parspec-8b-q4_0-{variant}.json")):
         for n, target in ((8, 1.15), (32, 1.5)):
             goal(f"L({n})/L(1), 8b-q4_0, {variant}", lat_ratio("8b-q4_0", n, f"-{variant}"),

@@ -60,7 +60,7 @@ void upload(ForwardExecutor& executor, const Model& model);
 void use_graphs(ForwardExecutor& executor, bool on);
 
 // Which attention kernel the executor runs (attention_kernel.h), as
-// PARSPEC_CUDA_ATTENTION=grouped, =tiled or =prestaged chooses for a new one; the same
+// PARSPEC_CUDA_ATTENTION=per-head, =grouped or =tiled chooses for a new one; the same
 // bits from each. Before the executor's first model upload or forward. For
 // tests and measurements.
 void use_attention(ForwardExecutor& executor, AttentionKernel kernel);

@@ -1566,16 +1566,29 @@ bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int 
 // weight rows × 64 activation rows a block, so that every weight and
 // activation block copied into shared memory serves 64 outputs' mmas instead
 // of the tensor-core kernel's 8 or 16. The tensor-core kernel's order is kept
-// per output: its 16 warps' chains (chain c: K blocks c, c + 16, ...) become
-// one after another here, each block's product added into the chain's sum by
-// the same fused multiply-add, and each chain's sum, once its last block is
-// in, added to the total in chain order as add_warp_sums adds the warps'. A
-// block's K blocks arrive in that chain-major order, several ahead by cp.async.
+// per output: its 16 warps' chains (chain c: K blocks c, c + 16, ...) are
+// summed here by groups of four warps, each block's product added into the
+// chain's sum by the same fused multiply-add, and each chain's sum, once its
+// last block is in, added to the total in chain order as add_warp_sums adds
+// the warps'. With kGroups groups, group g takes chain kGroups·r + g in round
+// r, and at the end of a round the other groups hand their chains' sums to
+// group 0 through shared memory, which adds them in chain order. A round's K
+// blocks arrive several rounds' steps ahead by cp.async. One group walks all
+// of K alone; four give a 64-row prefill (of a matmul with few tiles, where
+// the grid leaves SMs idle) four times the warps and the copies in flight.
 constexpr int kPrefillRows = 64;  // weight rows per block: two warps of 32
 constexpr int kPrefillCols = 64;  // activation rows per block: two warps of 32
-constexpr int kPrefillWarps = 4;
+constexpr int kPrefillWarps = 4;  // per chain group
 constexpr int kPrefillThreads = kPrefillWarps * kWarp;
-constexpr int kPrefillStages = 6;  // K blocks in shared memory: one computed, the rest loading
+constexpr int kPrefillStages = 6;  // steps in shared memory: one computed, the rest loading
+constexpr int kPrefillGroups = 4;  // chain groups of the default tiles
+// Steps in shared memory with kGroups groups (each step a K block per group).
+template <int kGroups>
+constexpr int kPrefillStagesFor = kGroups == 1 ? kPrefillStages : 5;
+// A tile's values in shared memory, [activation row][weight row]: rows of 68
+// floats, so that a warp's mma fragment stores fall in different banks.
+constexpr int kPrefillTileStride = kPrefillRows + 4;
+constexpr int kPrefillTileFloats = kPrefillCols * kPrefillTileStride;
 static_assert(kPrefillRows == 64 && kPrefillCols == 64 && kPrefillWarps == 4,
               "2 × 2 warps of 2 × 4 mma tiles");
 
@@ -1591,10 +1604,41 @@ struct PrefillStage {
   static constexpr int kActs = kPrefillCols * 32;
   static constexpr int kActScales = kPrefillCols * 4;
   static constexpr int kBytes = kQuants + kScales + kActs + kActScales;
-  static constexpr int kAllBytes = kPrefillStages * kBytes;
   static_assert(kQuants % 16 == 0 && kScales % 16 == 0 && kActs % 16 == 0 && kBytes % 16 == 0,
                 "16-byte copies");
 };
+
+// matmul_prefill_grouped_kernel's dynamic shared memory: its stages (a K
+// block for each group), each group's chain sums of a round, the tile's totals.
+template <WeightKind kKind>
+constexpr int kPrefillGroupedBytes =
+    kPrefillGroups* PrefillStage<kKind>::kBytes* kPrefillStagesFor<kPrefillGroups> +
+    (kPrefillGroups + 1) * kPrefillTileFloats * 4;
+
+// Step p of a tile kernel whose kGroups chain groups walk nb K blocks in
+// rounds (group g: chain kGroups·r + g in round r, its block c + 16 j at step
+// j): the round, the step, and whether the step is the round's last. A
+// round's first chain is its longest (chains c < nb % 16 have one block more).
+template <int kGroups>
+__device__ __forceinline__ int chain_round(int p, int nb, int& j, bool& last) {
+  const int q = nb / 16, long_rounds = (nb % 16 + kGroups - 1) / kGroups;
+  if (p < long_rounds * (q + 1)) {
+    j = p % (q + 1);
+    last = j == q;
+    return p / (q + 1);
+  }
+  p -= long_rounds * (q + 1);  // q > 0 here
+  j = p % q;
+  last = j == q - 1;
+  return long_rounds + p / q;
+}
+
+// The steps of chain_round over nb K blocks.
+template <int kGroups>
+__device__ __forceinline__ int chain_round_steps(int nb) {
+  const int q = nb / 16, long_rounds = (nb % 16 + kGroups - 1) / kGroups;
+  return long_rounds * (q + 1) + (16 / kGroups - long_rounds) * q;
+}
 
 // Position p of the chain-major order of nb K blocks (chain 0's blocks 0, 16,
 // ..., then chain 1's, ...): the block, and whether it is its chain's last.
@@ -1642,6 +1686,20 @@ struct PrefillSums {
           chain[i][j][e] = 0.0f;
         }
     first_chain = false;
+  }
+  // The running chain's sums into a tile in shared memory (see
+  // kPrefillTileStride) from weight row row0 and activation row col0, then zeros.
+  __device__ void hand_chain(float* tile, int row0, int col0, int gid, int t) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row0 + 16 * i + gid + 8 * (e / 2), col = col0 + 8 * j + 2 * t + e % 2;
+          tile[col * kPrefillTileStride + row] = chain[i][j][e];
+          chain[i][j][e] = 0.0f;
+        }
   }
   // The end (the warp's outputs from weight row row0 and activation row
   // col0): chains without blocks (fewer than 16 blocks a row) add the
@@ -1694,15 +1752,98 @@ __device__ bool prefill_tile(const MatmulGroup& g, int M, DeviceMatrix& w, float
   return true;
 }
 
-// M activation rows, block-major (block b of row m at b · M + m), an even
-// number of blocks a row.
+// Copies of K block b of a prefill tile into stage by kPrefillThreads threads
+// (this one `thread`): the weight rows from row0, their scales, the
+// activation rows from col0 of M (block-major: block b of row m at b · M + m)
+// and theirs, zeros past the last weight or activation row.
+template <WeightKind kKind>
+__device__ __forceinline__ void issue_prefill_block(uint8_t* stage, int64_t b,
+                                                    const DeviceMatrix& w, int64_t row0,
+                                                    const int8_t* xq, const float* xd, int col0,
+                                                    int M, int thread) {
+  using Stage = PrefillStage<kKind>;
+  constexpr int QB = Stage::kQuantBytes, kRowPieces = QB / 16;
+  const int64_t nb = w.n_in / 32;
+  const uint8_t* wq = static_cast<const uint8_t*>(w.q);
+  const __half* ws = static_cast<const __half*>(w.scales);
+#pragma unroll
+  for (int e = thread; e < kPrefillRows * kRowPieces; e += kPrefillThreads) {
+    const int r = e / kRowPieces, piece = e % kRowPieces;
+    const int64_t row = row0 + r;
+    const bool valid = row < w.n_out;
+    copy_async<16>(stage + r * QB + 16 * piece, valid ? wq + (row * nb + b) * QB + 16 * piece : wq,
+                   valid);
+  }
+  uint8_t* scales = stage + Stage::kQuants;
+  for (int r = thread; r < kPrefillRows; r += kPrefillThreads) {
+    const int64_t row = row0 + r;
+    const bool valid = row < w.n_out;
+    copy_async<4>(scales + 4 * r, valid ? ws + row * nb + (b & ~int64_t{1}) : ws, valid);
+  }
+  uint8_t* acts = scales + Stage::kScales;
+#pragma unroll
+  for (int e = thread; e < kPrefillCols * 2; e += kPrefillThreads) {
+    const int m = e / 2, half = e % 2;
+    const bool valid = col0 + m < M;
+    copy_async<16>(acts + 32 * m + 16 * half, valid ? xq + (b * M + col0 + m) * 32 + 16 * half : xq,
+                   valid);
+  }
+  uint8_t* act_scales = acts + Stage::kActs;
+  for (int m = thread; m < kPrefillCols; m += kPrefillThreads) {
+    const bool valid = col0 + m < M;
+    copy_async<4>(act_scales + 4 * m, valid ? xd + b * M + col0 + m : xd, valid);
+  }
+}
+
+// A warp's products of K block b from its stage (its 32 × 32 outputs from
+// weight row warp_row and activation row warp_col of the tile), added into
+// the chain's sums as matmul_mma_kernel's step adds them.
+template <WeightKind kKind>
+__device__ __forceinline__ void add_prefill_block(const uint8_t* base, int b, int warp_row,
+                                                  int warp_col, int gid, int t,
+                                                  float (&chain)[2][4][4]) {
+  using Stage = PrefillStage<kKind>;
+  const __half* scales = reinterpret_cast<const __half*>(base + Stage::kQuants);
+  const uint8_t* acts = base + Stage::kQuants + Stage::kScales;
+  const float* act_scales = reinterpret_cast<const float*>(acts + Stage::kActs);
+  int a[2][4];
+  float dw[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp_row + 16 * i + gid + 8 * h;
+      wide_a_words<kKind>(base + r * Stage::kQuantBytes, t, a[i][h], a[i][2 + h]);
+      dw[i][h] = __half2float(scales[2 * r + (b & 1)]);
+    }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int col = warp_col + 8 * j;
+    const int2 src = *reinterpret_cast<const int2*>(acts + 32 * (col + gid) + 8 * t);
+    const int bf[2] = {src.x, src.y};
+    const float2 dx = *reinterpret_cast<const float2*>(act_scales + col + 2 * t);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      int cs[4] = {0, 0, 0, 0};
+      mma_s8(cs, a[i], bf);
+      float(&o)[4] = chain[i][j];
+      o[0] = __fmaf_rn(__fmul_rn(dw[i][0], dx.x), static_cast<float>(cs[0]), o[0]);
+      o[1] = __fmaf_rn(__fmul_rn(dw[i][0], dx.y), static_cast<float>(cs[1]), o[1]);
+      o[2] = __fmaf_rn(__fmul_rn(dw[i][1], dx.x), static_cast<float>(cs[2]), o[2]);
+      o[3] = __fmaf_rn(__fmul_rn(dw[i][1], dx.y), static_cast<float>(cs[3]), o[3]);
+    }
+  }
+}
+
+// M activation rows, block-major, an even number of blocks a row; one group
+// of warps walks every chain (PARSPEC_CUDA_PREFILL_GROUPS=1, and where the
+// grouped kernel's shared memory does not fit).
 template <WeightKind kKind>
 __global__ void __launch_bounds__(kPrefillThreads)
     matmul_prefill_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
   using Stage = PrefillStage<kKind>;
-  constexpr int QB = Stage::kQuantBytes;
   begin_kernel();
-  __shared__ int4 prefill_shared[Stage::kAllBytes / 16];
+  __shared__ int4 prefill_shared[kPrefillStages * Stage::kBytes / 16];
   uint8_t* smem = reinterpret_cast<uint8_t*>(prefill_shared);
   DeviceMatrix w;
   float* y;
@@ -1711,90 +1852,97 @@ __global__ void __launch_bounds__(kPrefillThreads)
   if (!prefill_tile<kPrefillRows, kPrefillCols>(g, M, w, y, row0, col0))
     return;  // the same for the whole block
   const int nb = static_cast<int>(w.n_in / 32);
-  const uint8_t* wq = static_cast<const uint8_t*>(w.q);
-  const __half* ws = static_cast<const __half*>(w.scales);
-
-  // Position p's operands into stage s, zeros past the last weight or activation row.
   auto issue = [&](int s, int p) {
     bool last;
     const int64_t b = chain_major_block(p, nb, last);
-    uint8_t* base = smem + s * Stage::kBytes;
-    constexpr int kRowPieces = QB / 16;
-#pragma unroll
-    for (int e = threadIdx.x; e < kPrefillRows * kRowPieces; e += kPrefillThreads) {
-      const int r = e / kRowPieces, piece = e % kRowPieces;
-      const int64_t row = row0 + r;
-      const bool valid = row < w.n_out;
-      copy_async<16>(base + r * QB + 16 * piece, valid ? wq + (row * nb + b) * QB + 16 * piece : wq,
-                     valid);
-    }
-    uint8_t* scales = base + Stage::kQuants;
-    for (int r = threadIdx.x; r < kPrefillRows; r += kPrefillThreads) {
-      const int64_t row = row0 + r;
-      const bool valid = row < w.n_out;
-      copy_async<4>(scales + 4 * r, valid ? ws + row * nb + (b & ~int64_t{1}) : ws, valid);
-    }
-    uint8_t* acts = scales + Stage::kScales;
-#pragma unroll
-    for (int e = threadIdx.x; e < kPrefillCols * 2; e += kPrefillThreads) {
-      const int m = e / 2, half = e % 2;
-      const bool valid = col0 + m < M;
-      copy_async<16>(acts + 32 * m + 16 * half,
-                     valid ? xq + (b * M + col0 + m) * 32 + 16 * half : xq, valid);
-    }
-    uint8_t* act_scales = acts + Stage::kActs;
-    for (int m = threadIdx.x; m < kPrefillCols; m += kPrefillThreads) {
-      const bool valid = col0 + m < M;
-      copy_async<4>(act_scales + 4 * m, valid ? xd + b * M + col0 + m : xd, valid);
-    }
+    issue_prefill_block<kKind>(smem + s * Stage::kBytes, b, w, row0, xq, xd, col0, M, threadIdx.x);
   };
-
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
   const int warp_row = 32 * (warp % 2), warp_col = 32 * (warp / 2);
   PrefillSums sums;
-
-  // Position p's products from stage s, as matmul_mma_kernel's step adds them.
   auto compute = [&](int s, int p) {
     bool last;
     const int b = chain_major_block(p, nb, last);
-    const uint8_t* base = smem + s * Stage::kBytes;
-    const __half* scales = reinterpret_cast<const __half*>(base + Stage::kQuants);
-    const uint8_t* acts = base + Stage::kQuants + Stage::kScales;
-    const float* act_scales = reinterpret_cast<const float*>(acts + Stage::kActs);
-    int a[2][4];
-    float dw[2][2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = warp_row + 16 * i + gid + 8 * h;
-        wide_a_words<kKind>(base + r * QB, t, a[i][h], a[i][2 + h]);
-        dw[i][h] = __half2float(scales[2 * r + (b & 1)]);
-      }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int col = warp_col + 8 * j;
-      const int2 src = *reinterpret_cast<const int2*>(acts + 32 * (col + gid) + 8 * t);
-      const int bf[2] = {src.x, src.y};
-      const float2 dx = *reinterpret_cast<const float2*>(act_scales + col + 2 * t);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        int cs[4] = {0, 0, 0, 0};
-        mma_s8(cs, a[i], bf);
-        float(&o)[4] = sums.chain[i][j];
-        o[0] = __fmaf_rn(__fmul_rn(dw[i][0], dx.x), static_cast<float>(cs[0]), o[0]);
-        o[1] = __fmaf_rn(__fmul_rn(dw[i][0], dx.y), static_cast<float>(cs[1]), o[1]);
-        o[2] = __fmaf_rn(__fmul_rn(dw[i][1], dx.x), static_cast<float>(cs[2]), o[2]);
-        o[3] = __fmaf_rn(__fmul_rn(dw[i][1], dx.y), static_cast<float>(cs[3]), o[3]);
-      }
-    }
+    add_prefill_block<kKind>(smem + s * Stage::kBytes, b, warp_row, warp_col, gid, t, sums.chain);
     if (last) sums.close_chain();  // the same on every thread
   };
-
   each_position_streamed<kPrefillStages>(nb, issue, compute);
-
   sums.store(nb, row0 + warp_row, w.n_out, col0 + warp_col, M, gid, t, y);
+}
+
+// The same with kPrefillGroups groups of warps, each round's chains side by
+// side (chain_round), each group copying its own K blocks; at a round's end
+// the groups' chain sums go through shared memory into the tile's totals
+// there, in chain order.
+template <WeightKind kKind>
+__global__ void __launch_bounds__(kPrefillGroups* kPrefillThreads, 1)
+    matmul_prefill_grouped_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
+  using Stage = PrefillStage<kKind>;
+  constexpr int kGroups = kPrefillGroups, kThreads = kGroups * kPrefillThreads;
+  constexpr int kStages = kPrefillStagesFor<kGroups>;
+  begin_kernel();
+  extern __shared__ int4 prefill_shared[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(prefill_shared);
+  // Each group's chain sums of a round, then the tile's totals (kPrefillTileStride).
+  float* handed = reinterpret_cast<float*>(smem + kStages * kGroups * Stage::kBytes);
+  float* totals = handed + kGroups * kPrefillTileFloats;
+  DeviceMatrix w;
+  float* y;
+  int64_t row0;
+  int col0;
+  if (!prefill_tile<kPrefillRows, kPrefillCols>(g, M, w, y, row0, col0))
+    return;  // the same for the whole block
+  const int nb = static_cast<int>(w.n_in / 32);
+  const auto chain_blocks = [nb](int c) { return nb / 16 + (c < nb % 16 ? 1 : 0); };
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int group = warp / kPrefillWarps, group_warp = warp % kPrefillWarps;
+  const int gid = lane / 4, t = lane % 4;
+  const int warp_row = 32 * (group_warp % 2), warp_col = 32 * (group_warp / 2);
+
+  // This group's K block of step p into its part of stage s; nothing where
+  // its chain has ended.
+  auto issue = [&](int s, int p) {
+    int j;
+    bool last;
+    const int c = kGroups * chain_round<kGroups>(p, nb, j, last) + group;
+    if (j < chain_blocks(c))
+      issue_prefill_block<kKind>(smem + (s * kGroups + group) * Stage::kBytes, c + 16 * j, w, row0,
+                                 xq, xd, col0, M, threadIdx.x % kPrefillThreads);
+  };
+  PrefillSums sums;
+  auto compute = [&](int s, int p) {
+    int j;
+    bool last;
+    const int round = chain_round<kGroups>(p, nb, j, last), c = kGroups * round + group;
+    if (j < chain_blocks(c))
+      add_prefill_block<kKind>(smem + (s * kGroups + group) * Stage::kBytes, c + 16 * j, warp_row,
+                               warp_col, gid, t, sums.chain);
+    if (!last) return;  // the same on every thread
+    if (chain_blocks(c) > 0)
+      sums.hand_chain(handed + group * kPrefillTileFloats, warp_row, warp_col, gid, t);
+    __syncthreads();
+    // Each thread adds the same values every round (and stores them at the
+    // end); the next step's barrier comes before any chain is handed again.
+    for (int v = threadIdx.x; v < kPrefillTileFloats; v += kThreads) {
+      if (v % kPrefillTileStride >= kPrefillRows) continue;
+      float sum = round == 0 ? handed[v] : __fadd_rn(totals[v], handed[v]);  // chain 0 first
+      for (int k = 1; k < kGroups; ++k)
+        if (chain_blocks(kGroups * round + k) > 0)
+          sum = __fadd_rn(sum, handed[k * kPrefillTileFloats + v]);
+      totals[v] = sum;
+    }
+  };
+  each_position_streamed<kStages>(chain_round_steps<kGroups>(nb), issue, compute);
+
+  // Chains without blocks add the tensor-core kernels' zero sums, as store does.
+  for (int v = threadIdx.x; v < kPrefillTileFloats; v += kThreads) {
+    const int m = v / kPrefillTileStride, r = v % kPrefillTileStride;
+    if (r >= kPrefillRows || row0 + r >= w.n_out || col0 + m >= M) continue;
+    float sum = totals[v];
+    for (int c = nb; c < 16; ++c) sum = __fadd_rn(sum, 0.0f);
+    y[static_cast<int64_t>(col0 + m) * w.n_out + row0 + r] = sum;
+  }
 }
 
 // Whether the prefill tiles (matmul_prefill_kernel, matmul_half_prefill_kernel,
@@ -1811,14 +1959,39 @@ bool prefill_tiles_take(WeightKind kind, int n) {
   return all || (quantized && (kind == WeightKind::kQ8_0 || kind == WeightKind::kQ4_0));
 }
 
+// The chain groups of the prefill tiles: PARSPEC_CUDA_PREFILL_GROUPS=1 has one
+// group walk all of K (the kernel before the groups), else kPrefillGroups.
+int prefill_groups() {
+  static const int groups = env_is("PARSPEC_CUDA_PREFILL_GROUPS", "1") ? 1 : kPrefillGroups;
+  return groups;
+}
+
+// Whether matmul_prefill_grouped_kernel<kKind> has its shared memory on this
+// process's device (prepare_launches asks for it, before any graph capture);
+// the one-group kernel, which fits the default, runs where not.
+template <WeightKind kKind>
+bool prefill_grouped_ready = false;
+
+template <WeightKind kKind>
+void prepare_prefill_tiles() {
+  prefill_grouped_ready<kKind> = cudaFuncSetAttribute(matmul_prefill_grouped_kernel<kKind>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      kPrefillGroupedBytes<kKind>) == cudaSuccess;
+  if (!prefill_grouped_ready<kKind>) (void)cudaGetLastError();
+}
+
 // matmul_prefill_kernel over n block-major rows where its scales can be copied
 // in pairs (an even number of blocks a row); false where it did not launch.
 template <WeightKind kKind>
 bool launch_prefill_tiles(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
                           cudaStream_t stream) {
   if ((g.w[0].n_in / 32) % 2 != 0) return false;
-  launch(matmul_prefill_kernel<kKind>, prefill_blocks<kPrefillRows, kPrefillCols>(g, n),
-         kPrefillThreads, 0, stream, g, xq, xd, n);
+  const int blocks = prefill_blocks<kPrefillRows, kPrefillCols>(g, n);
+  if (prefill_groups() == kPrefillGroups && prefill_grouped_ready<kKind>)
+    launch(matmul_prefill_grouped_kernel<kKind>, blocks, kPrefillGroups * kPrefillThreads,
+           kPrefillGroupedBytes<kKind>, stream, g, xq, xd, n);
+  else
+    launch(matmul_prefill_kernel<kKind>, blocks, kPrefillThreads, 0, stream, g, xq, xd, n);
   return true;
 }
 
@@ -4549,6 +4722,10 @@ void prepare_launches() {
   // Without it the kernels wait before reading weights, as they would anyway.
   if (cudaMemcpyToSymbol(weights_early_wanted, &early, sizeof early) != cudaSuccess)
     (void)cudaGetLastError();
+  if (prefill_groups() == kPrefillGroups) {
+    prepare_prefill_tiles<WeightKind::kQ8_0>();
+    prepare_prefill_tiles<WeightKind::kQ4_0>();
+  }
   if (streamed_weight_tiles() > 0) prepare_stream_kernels<1>();
   if (streamed_weight_tiles() == 2 || streamed_weight_tiles() == 3) prepare_stream_kernels<2>();
   if (streamed_weight_tiles() >= 4) prepare_stream_kernels<4>();
@@ -4605,16 +4782,18 @@ void prepare_attention(AttentionKernel kernel) {
 constexpr int kStagedAttentionMaxRows = 4;
 
 // Rows up to which the prestaged kernel runs: PARSPEC_CUDA_PRESTAGED_ROWS (1 to
-// 64), else as many as the staged per-head kernel takes; more rows take the
-// per-head kernel.
+// 64), else 8 (on an H100, a forward over 8 rows took 3-19% less time with it
+// than with the per-head kernel, over 1 to 4 rows 5-18% less); more rows take
+// the per-head kernel.
+constexpr int kPrestagedMaxRows = 8;
 int prestaged_max_rows() {
   static const int rows = [] {
     const char* env = std::getenv("PARSPEC_CUDA_PRESTAGED_ROWS");
-    if (env == nullptr) return kStagedAttentionMaxRows;
+    if (env == nullptr) return kPrestagedMaxRows;
     char* end = nullptr;
     const long value = std::strtol(env, &end, 10);
     const bool valid = end != env && *end == '\0' && value >= 1 && value <= 64;
-    return valid ? static_cast<int>(value) : kStagedAttentionMaxRows;
+    return valid ? static_cast<int>(value) : kPrestagedMaxRows;
   }();
   return rows;
 }

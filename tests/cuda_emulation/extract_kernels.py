@@ -103,11 +103,20 @@ pieces = [
           "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<kW>)\n"
           "    matmul_stream_persistent_kernel("),
     piece("template <WeightKind kKind>\nstruct PrefillStage {", "\n};\n"),
+    piece("template <int kGroups>\nconstexpr int kPrefillStagesFor", ";\n"),
+    piece("template <WeightKind kKind>\nconstexpr int kPrefillGroupedBytes", ";\n"),
+    piece("template <int kGroups>\n__device__ __forceinline__ int chain_round("),
+    piece("template <int kGroups>\n__device__ __forceinline__ int chain_round_steps("),
     piece("__device__ __forceinline__ int chain_major_block("),
     piece("struct PrefillSums {", "\n};\n"),
     piece("template <int kRows, int kCols>\n__device__ bool prefill_tile("),
+    piece("template <WeightKind kKind>\n__device__ __forceinline__ void issue_prefill_block("),
+    piece("template <WeightKind kKind>\n__device__ __forceinline__ void add_prefill_block("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kPrefillThreads)\n"
           "    matmul_prefill_kernel("),
+    piece("template <WeightKind kKind>\n"
+          "__global__ void __launch_bounds__(kPrefillGroups* kPrefillThreads, 1)\n"
+          "    matmul_prefill_grouped_kernel("),
     piece("__device__ float half_at(const uint8_t* p) {"),
     piece("__device__ void q4k_scale_min("),
     piece("__device__ bool warp_row("),
@@ -132,7 +141,8 @@ pieces.append(source[source.index(attention_start):source.index(attention_end)])
 constants = []
 for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps",
              "kStreamChains", "kStreamStages", "kPrefillRows", "kPrefillCols", "kPrefillWarps",
-             "kPrefillThreads", "kPrefillStages", "kHalfPrefillStages", "kKPrefillRows",
+             "kPrefillThreads", "kPrefillStages", "kPrefillGroups", "kPrefillTileStride",
+             "kPrefillTileFloats", "kHalfPrefillStages", "kKPrefillRows",
              "kKPrefillCols", "kKPrefillWarps", "kKPrefillThreads", "kMatmulWarps", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
              "kPairedPrefetch", "kGatedOutputs", "kGatedThreads", "kGatedPrefetch",
              "kAttnThreads", "kAttnKeys", "kMaxHeadDim", "kNormThreads", "kNormBlock",
@@ -156,6 +166,7 @@ text = re.sub(r"^(\s*)#pragma unroll ([A-Za-z_]\w*)\s*\n", r"\1(void)\2;\n", tex
 text = re.sub(r"^\s*#pragma unroll.*\n", "", text, flags=re.M)
 text = text.replace("extern __shared__ int4 gemv_shared[];", "int4* gemv_shared = dynamic_shared<int4>();")
 text = text.replace("extern __shared__ int4 stream_shared[];", "int4* stream_shared = dynamic_shared<int4>();")
+text = text.replace("extern __shared__ int4 prefill_shared[];", "int4* prefill_shared = dynamic_shared<int4>();")
 text = text.replace("extern __shared__ float prestaged_shared[];",
                     "float* prestaged_shared = dynamic_shared<float>();")
 text = text.replace("__shared__ float values_s[kGatedOutputs];", "float* values_s = static_shared<float>();")

@@ -224,25 +224,40 @@ TEST(CudaKernelsOnCpu, PersistentStreamedMatmulGivesTheContractsBits) {
   check_streamed_persistent<WeightKind::kQ8_0, 4, 4>(128, {70}, 32, 32, 0, 1, 28);
 }
 
-// matmul_prefill_kernel over all M rows of a block-major batch.
-template <WeightKind kKind>
+// matmul_prefill_kernel (kGroups 1) or matmul_prefill_grouped_kernel over all
+// M rows of a block-major batch.
+template <WeightKind kKind, int kGroups>
 void check_prefill_tiles(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
-  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M));
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", " +
+               std::to_string(kGroups) + " chain group(s)");
   GroupProblem p(kKind, n_in, std::move(outs), M, M, seed);
   const int col_tiles = (M + kPrefillCols - 1) / kPrefillCols;
-  run(p.blocks(kPrefillRows) * col_tiles, kPrefillThreads, 0,
-      [&] { matmul_prefill_kernel<kKind>(p.group, p.x.values.data(), p.x.scales.data(), M); });
+  if constexpr (kGroups == 1)
+    run(p.blocks(kPrefillRows) * col_tiles, kPrefillThreads, 0,
+        [&] { matmul_prefill_kernel<kKind>(p.group, p.x.values.data(), p.x.scales.data(), M); });
+  else
+    run(p.blocks(kPrefillRows) * col_tiles, kPrefillGroups * kPrefillThreads,
+        kPrefillGroupedBytes<kKind>, [&] {
+          matmul_prefill_grouped_kernel<kKind>(p.group, p.x.values.data(), p.x.scales.data(), M);
+        });
   p.expect_contract([&](int m, int64_t b) { return b * M + m; });
 }
 
 TEST(CudaKernelsOnCpu, PrefillTilesMatmulGivesTheContractsBits) {
-  // Fewer blocks a row than chains, chains of unequal length, groups whose
-  // matrices end inside a tile, activation rows ending inside a tile.
-  check_prefill_tiles<WeightKind::kQ4_0>(128, {70}, 33, 1);
-  check_prefill_tiles<WeightKind::kQ8_0>(576, {64, 20}, 64, 2);
-  check_prefill_tiles<WeightKind::kQ4_0>(1280, {40, 100, 9}, 100, 3);
-  check_prefill_tiles<WeightKind::kQ8_0>(2112, {65}, 130, 4);
-  check_prefill_tiles<WeightKind::kQ4_0>(192, {128}, 65, 5);
+  // Fewer blocks a row than chains (rounds whose later chains have none, a
+  // round of one chain), chains of unequal length (in one round and across
+  // rounds), groups whose matrices end inside a tile, activation rows ending
+  // inside a tile; one chain group and four.
+  check_prefill_tiles<WeightKind::kQ4_0, 1>(128, {70}, 33, 1);
+  check_prefill_tiles<WeightKind::kQ4_0, 4>(128, {70}, 33, 1);
+  check_prefill_tiles<WeightKind::kQ8_0, 1>(576, {64, 20}, 64, 2);
+  check_prefill_tiles<WeightKind::kQ8_0, 4>(576, {64, 20}, 64, 2);
+  check_prefill_tiles<WeightKind::kQ4_0, 1>(1280, {40, 100, 9}, 100, 3);
+  check_prefill_tiles<WeightKind::kQ4_0, 4>(1280, {40, 100, 9}, 100, 3);
+  check_prefill_tiles<WeightKind::kQ8_0, 4>(2112, {65}, 130, 4);
+  check_prefill_tiles<WeightKind::kQ4_0, 4>(192, {128}, 65, 5);
+  check_prefill_tiles<WeightKind::kQ4_0, 4>(320, {64}, 64, 6);
+  check_prefill_tiles<WeightKind::kQ8_0, 4>(1024, {64}, 40, 7);
 }
 
 // The warp kernel's value (matmul_k_kernel) of a Q4_K/Q6_K row against one
