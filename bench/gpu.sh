@@ -246,7 +246,8 @@ fi
 # attention kernel that was the default before the prestaged one, for every row
 # count), prestaged4 (the prestaged attention for up to 4 rows, not 8),
 # prefill-serial (the prefill tiles with one group of warps walking all of K, the
-# default before the four groups), candidates
+# default before the four groups), rows-none (2 to 4 rows on the tensor cores, the
+# default streaming), candidates
 # (in-split, paired, prefetch and stream-persistent: what would become the default
 # together).
 kernel_env() {
@@ -267,6 +268,7 @@ kernel_env() {
     stream-mixed) echo "PARSPEC_CUDA_MMA=stream-mixed" ;;
     stream-persistent) echo "PARSPEC_CUDA_MMA=stream-persistent" ;;
     rows-persistent) echo "PARSPEC_CUDA_ROWS=none PARSPEC_CUDA_MMA=stream-persistent" ;;
+    rows-none) echo "PARSPEC_CUDA_ROWS=none" ;;
     widest) echo "PARSPEC_CUDA_MMA=stream-wide-all PARSPEC_CUDA_ROWS=wide4" ;;
     rows-wide) echo "PARSPEC_CUDA_ROWS=wide" ;;
     rows-wide4) echo "PARSPEC_CUDA_ROWS=wide4" ;;
@@ -592,7 +594,7 @@ done
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial rows-none fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
@@ -827,6 +829,7 @@ variant_labels = [
     ("-stream-mixed", "the default's 64 weight rows a block where the grid has a block for every SM, else 16"),
     ("-stream-persistent", "the default's streaming with one block an SM taking its tiles in turn, the copies running on across tiles"),
     ("-rows-persistent", "that from 2 rows, instead of the few-rows kernel for 2 to 4"),
+    ("-rows-none", "the default streaming from 2 rows, instead of the few-rows kernel for 2 to 4"),
     ("-mma-stream", "tensor cores streamed for every row count"),
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),
