@@ -236,7 +236,7 @@ fi
 # norm-once: for the tests), newest (stream, paired-all, all three fusions,
 # rows-wide with 2 weight rows a lane, prefill tiles for every weight type and
 # prefetch together: the tests compare their bits with those of the kernels they stand in
-# for), prefill-tiles (launches of more than 32 rows in tiles of 64 weight rows × 64
+# for), prefill-tiles (launches of more than 64 rows in tiles of 64 weight rows × 64
 # activation rows a block for F16/BF16 as for Q8_0/Q4_0, and Q4_K/Q6_K on int8
 # tensor cores), prefill-slices (Q8_0/Q4_0 prefills in launches of 32 rows of the
 # tensor-core kernel instead of the default tiles), previous (plain, rows-narrow,
@@ -246,7 +246,7 @@ fi
 # attention kernel that was the default before the prestaged one, for every row
 # count), prestaged4 (the prestaged attention for up to 4 rows, not 8),
 # prefill-serial (the prefill tiles with one group of warps walking all of K, the
-# default before the four groups), rows-none (2 to 4 rows on the tensor cores, the
+# default before the four groups), rows-none (2 and 3 rows on the tensor cores, the
 # default streaming), candidates
 # (in-split, paired, prefetch and stream-persistent: what would become the default
 # together).
@@ -814,8 +814,8 @@ variant_labels = [
     ("-per-head", "attention by the per-head kernel for every row count (the default before the prestaged one)"),
     ("-prestaged4", "the prestaged attention for up to 4 rows, not 8"),
     ("-prefill-serial", "prefill tiles with one group of warps walking all of K (the default before the groups)"),
-    ("-prefill-tiles", "more than 32 rows in tiles of 64 × 64 a block, every weight type"),
-    ("-prefill-slices", "more than 32 rows in launches of 32 of the tensor-core kernel"),
+    ("-prefill-tiles", "more than 64 rows in tiles of 64 × 64 a block, every weight type"),
+    ("-prefill-slices", "more than 64 rows in launches of 32 of the tensor-core kernel"),
     ("-plain", "tensor cores loading their own operands (5 to 32 rows)"),
     ("-rows-narrow", "2 to 4 rows with one weight row a lane"),
     ("-unfused", "no fused gate/up and q/k/v kernels"),
@@ -829,7 +829,7 @@ variant_labels = [
     ("-stream-mixed", "the default's 64 weight rows a block where the grid has a block for every SM, else 16"),
     ("-stream-persistent", "the default's streaming with one block an SM taking its tiles in turn, the copies running on across tiles"),
     ("-rows-persistent", "that from 2 rows, instead of the few-rows kernel for 2 to 4"),
-    ("-rows-none", "the default streaming from 2 rows, instead of the few-rows kernel for 2 to 4"),
+    ("-rows-none", "the default streaming from 2 rows, instead of the few-rows kernel for 2 and 3"),
     ("-mma-stream", "tensor cores streamed for every row count"),
     ("-paired", "one-row kernel, two lanes a chain where a matrix has few rows"),
     ("-paired-all", "the same for every matrix"),

@@ -1945,9 +1945,15 @@ __global__ void __launch_bounds__(kPrefillGroups* kPrefillThreads, 1)
   }
 }
 
+// Rows up to which the streamed tensor-core kernel takes a matmul in slices
+// of 32 rows even where the tiles take more: on an H100, 64 rows of an
+// 8B-class Q4_0 (Q8_0) model took 0.87× (0.92×) the tiles' time that way,
+// 512 rows 1.09× (1.16×).
+constexpr int kPrefillSlicesMaxRows = 2 * 8 * kMmaMaxTiles;
+
 // Whether the prefill tiles (matmul_prefill_kernel, matmul_half_prefill_kernel,
 // matmul_k_prefill_kernel) take a matmul of n rows of weights of this kind:
-// more rows than one launch of the tensor-core kernel takes, and Q8_0/Q4_0
+// more than kPrefillSlicesMaxRows rows, and Q8_0/Q4_0
 // weights by default (an H200 prefills 512 tokens of an 8B-class model 1.3×
 // as fast with them; for F16 they were 3% slower there), every kind with
 // PARSPEC_CUDA_PREFILL=tiled, none with another value of it (=slices: launches
@@ -1955,7 +1961,7 @@ __global__ void __launch_bounds__(kPrefillGroups* kPrefillThreads, 1)
 bool prefill_tiles_take(WeightKind kind, int n) {
   static const bool all = env_is("PARSPEC_CUDA_PREFILL", "tiled");
   static const bool quantized = all || std::getenv("PARSPEC_CUDA_PREFILL") == nullptr;
-  if (n <= 8 * kMmaMaxTiles) return false;
+  if (n <= kPrefillSlicesMaxRows) return false;
   return all || (quantized && (kind == WeightKind::kQ8_0 || kind == WeightKind::kQ4_0));
 }
 
@@ -2809,15 +2815,18 @@ __global__ void __launch_bounds__(kGatedThreads)
 
 constexpr int kRowsKernelMaxRows = 4;
 constexpr int kWideRowsMaxRows = 8;
+constexpr int kRowsDefaultMaxRows = 3;
 
-// 2 to 4 rows run matmul_rows_wide_kernel by default, with 4 weight rows a
+// 2 and 3 rows run matmul_rows_wide_kernel by default, with 4 weight rows a
 // lane where the grid gives every SM at least 4 tiles and 2 elsewhere (on an
 // H200, 2 and 4 rows of an 8B-class Q4_0 model took 0.9× the time of
-// matmul_rows_kernel's one weight row a lane; from 5 rows the tensor cores
-// are faster). PARSPEC_CUDA_ROWS: "narrow" runs matmul_rows_kernel instead,
-// "wide" the wide kernel for 2 to kWideRowsMaxRows rows, "wide2" and "wide4"
-// that with the number of weight rows fixed (the tests run both everywhere),
-// "none" the tensor cores from 2 rows.
+// matmul_rows_kernel's one weight row a lane), and from 4 rows the tensor
+// cores (on an H100, 4 rows of an 8B-class Q4_0 model took 0.93× the wide
+// kernel's time there, of a Q8_0 one 0.84×; 2 rows 1.29× and 1.11×).
+// PARSPEC_CUDA_ROWS: "narrow" runs matmul_rows_kernel for 2 to 4 rows
+// instead, "wide" the wide kernel for 2 to kWideRowsMaxRows rows, "wide2" and
+// "wide4" that with the number of weight rows fixed (the tests run both
+// everywhere), "none" the tensor cores from 2 rows.
 int wide_rows_wanted() {
   static const int wanted = env_is("PARSPEC_CUDA_ROWS", "narrow")  ? 0
                             : env_is("PARSPEC_CUDA_ROWS", "wide2") ? 2
@@ -2830,7 +2839,8 @@ int rows_kernel_max_rows() {
                             env_is("PARSPEC_CUDA_ROWS", "wide2") ||
                             env_is("PARSPEC_CUDA_ROWS", "wide4");
   static const bool none = env_is("PARSPEC_CUDA_ROWS", "none");
-  return none ? 1 : wider ? kWideRowsMaxRows : kRowsKernelMaxRows;
+  static const bool narrow = env_is("PARSPEC_CUDA_ROWS", "narrow");
+  return none ? 1 : wider ? kWideRowsMaxRows : narrow ? kRowsKernelMaxRows : kRowsDefaultMaxRows;
 }
 
 template <WeightKind kKind, int kW>
