@@ -1665,41 +1665,37 @@ struct PrefillSums {
   float chain[2][4][4], total[2][4][4];
   bool first_chain = true;
 
-  __device__ PrefillSums() {
+  // f(i, j, e) for each of the warp's values.
+  template <class F>
+  __device__ static void each_value(F&& f) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) chain[i][j][e] = total[i][j][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) f(i, j, e);
+  }
+
+  __device__ PrefillSums() {
+    each_value([&](int i, int j, int e) { chain[i][j][e] = total[i][j][e] = 0.0f; });
   }
   // Once a chain's last block is in: its sums added to the totals in chain
   // order (the first chain's become them), then zeros.
   __device__ void close_chain() {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          total[i][j][e] = first_chain ? chain[i][j][e] : __fadd_rn(total[i][j][e], chain[i][j][e]);
-          chain[i][j][e] = 0.0f;
-        }
+    each_value([&](int i, int j, int e) {
+      total[i][j][e] = first_chain ? chain[i][j][e] : __fadd_rn(total[i][j][e], chain[i][j][e]);
+      chain[i][j][e] = 0.0f;
+    });
     first_chain = false;
   }
   // The running chain's sums into a tile in shared memory (see
   // kPrefillTileStride) from weight row row0 and activation row col0, then zeros.
   __device__ void hand_chain(float* tile, int row0, int col0, int gid, int t) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row0 + 16 * i + gid + 8 * (e / 2), col = col0 + 8 * j + 2 * t + e % 2;
-          tile[col * kPrefillTileStride + row] = chain[i][j][e];
-          chain[i][j][e] = 0.0f;
-        }
+    each_value([&](int i, int j, int e) {
+      const int row = row0 + 16 * i + gid + 8 * (e / 2), col = col0 + 8 * j + 2 * t + e % 2;
+      tile[col * kPrefillTileStride + row] = chain[i][j][e];
+      chain[i][j][e] = 0.0f;
+    });
   }
   // The end (the warp's outputs from weight row row0 and activation row
   // col0): chains without blocks (fewer than 16 blocks a row) add the
@@ -1707,12 +1703,7 @@ struct PrefillSums {
   __device__ void store(int blocks, int64_t row0, int64_t n_out, int col0, int M, int gid, int t,
                         float* y) {
     for (int c = blocks; c < 16; ++c)
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) total[i][j][e] = __fadd_rn(total[i][j][e], 0.0f);
+      each_value([&](int i, int j, int e) { total[i][j][e] = __fadd_rn(total[i][j][e], 0.0f); });
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -1752,18 +1743,39 @@ __device__ bool prefill_tile(const MatmulGroup& g, int M, DeviceMatrix& w, float
   return true;
 }
 
+// The tile of a Q8_0/Q4_0 prefill block (prefill_tile): its matrix, outputs,
+// first weight and activation rows, and the matrix's K blocks.
+struct QuantPrefillTile {
+  DeviceMatrix w;
+  float* y;
+  int64_t row0;
+  int col0;
+  int nb;
+};
+
+// This block's tile of M activation rows; false where it has none (the same
+// for the whole block).
+__device__ __forceinline__ bool quant_prefill_tile(const MatmulGroup& g, int M,
+                                                   QuantPrefillTile& tile) {
+  if (!prefill_tile<kPrefillRows, kPrefillCols>(g, M, tile.w, tile.y, tile.row0, tile.col0))
+    return false;
+  tile.nb = static_cast<int>(tile.w.n_in / 32);
+  return true;
+}
+
 // Copies of K block b of a prefill tile into stage by kPrefillThreads threads
 // (this one `thread`): the weight rows from row0, their scales, the
 // activation rows from col0 of M (block-major: block b of row m at b · M + m)
 // and theirs, zeros past the last weight or activation row.
 template <WeightKind kKind>
 __device__ __forceinline__ void issue_prefill_block(uint8_t* stage, int64_t b,
-                                                    const DeviceMatrix& w, int64_t row0,
-                                                    const int8_t* xq, const float* xd, int col0,
-                                                    int M, int thread) {
+                                                    const QuantPrefillTile& tile, const int8_t* xq,
+                                                    const float* xd, int M, int thread) {
   using Stage = PrefillStage<kKind>;
   constexpr int QB = Stage::kQuantBytes, kRowPieces = QB / 16;
-  const int64_t nb = w.n_in / 32;
+  const DeviceMatrix& w = tile.w;
+  const int64_t nb = tile.nb, row0 = tile.row0;
+  const int col0 = tile.col0;
   const uint8_t* wq = static_cast<const uint8_t*>(w.q);
   const __half* ws = static_cast<const __half*>(w.scales);
 #pragma unroll
@@ -1845,17 +1857,13 @@ __global__ void __launch_bounds__(kPrefillThreads)
   begin_kernel();
   __shared__ int4 prefill_shared[kPrefillStages * Stage::kBytes / 16];
   uint8_t* smem = reinterpret_cast<uint8_t*>(prefill_shared);
-  DeviceMatrix w;
-  float* y;
-  int64_t row0;
-  int col0;
-  if (!prefill_tile<kPrefillRows, kPrefillCols>(g, M, w, y, row0, col0))
-    return;  // the same for the whole block
-  const int nb = static_cast<int>(w.n_in / 32);
+  QuantPrefillTile tile;
+  if (!quant_prefill_tile(g, M, tile)) return;
+  const int nb = tile.nb;
   auto issue = [&](int s, int p) {
     bool last;
     const int64_t b = chain_major_block(p, nb, last);
-    issue_prefill_block<kKind>(smem + s * Stage::kBytes, b, w, row0, xq, xd, col0, M, threadIdx.x);
+    issue_prefill_block<kKind>(smem + s * Stage::kBytes, b, tile, xq, xd, M, threadIdx.x);
   };
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
@@ -1868,7 +1876,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
     if (last) sums.close_chain();  // the same on every thread
   };
   each_position_streamed<kPrefillStages>(nb, issue, compute);
-  sums.store(nb, row0 + warp_row, w.n_out, col0 + warp_col, M, gid, t, y);
+  sums.store(nb, tile.row0 + warp_row, tile.w.n_out, tile.col0 + warp_col, M, gid, t, tile.y);
 }
 
 // The same with kPrefillGroups groups of warps, each round's chains side by
@@ -1887,13 +1895,9 @@ __global__ void __launch_bounds__(kPrefillGroups* kPrefillThreads, 1)
   // Each group's chain sums of a round, then the tile's totals (kPrefillTileStride).
   float* handed = reinterpret_cast<float*>(smem + kStages * kGroups * Stage::kBytes);
   float* totals = handed + kGroups * kPrefillTileFloats;
-  DeviceMatrix w;
-  float* y;
-  int64_t row0;
-  int col0;
-  if (!prefill_tile<kPrefillRows, kPrefillCols>(g, M, w, y, row0, col0))
-    return;  // the same for the whole block
-  const int nb = static_cast<int>(w.n_in / 32);
+  QuantPrefillTile tile;
+  if (!quant_prefill_tile(g, M, tile)) return;
+  const int nb = tile.nb;
   const auto chain_blocks = [nb](int c) { return nb / 16 + (c < nb % 16 ? 1 : 0); };
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int group = warp / kPrefillWarps, group_warp = warp % kPrefillWarps;
@@ -1907,8 +1911,8 @@ __global__ void __launch_bounds__(kPrefillGroups* kPrefillThreads, 1)
     bool last;
     const int c = kGroups * chain_round<kGroups>(p, nb, j, last) + group;
     if (j < chain_blocks(c))
-      issue_prefill_block<kKind>(smem + (s * kGroups + group) * Stage::kBytes, c + 16 * j, w, row0,
-                                 xq, xd, col0, M, threadIdx.x % kPrefillThreads);
+      issue_prefill_block<kKind>(smem + (s * kGroups + group) * Stage::kBytes, c + 16 * j, tile, xq,
+                                 xd, M, threadIdx.x % kPrefillThreads);
   };
   PrefillSums sums;
   auto compute = [&](int s, int p) {
@@ -1938,10 +1942,10 @@ __global__ void __launch_bounds__(kPrefillGroups* kPrefillThreads, 1)
   // Chains without blocks add the tensor-core kernels' zero sums, as store does.
   for (int v = threadIdx.x; v < kPrefillTileFloats; v += kThreads) {
     const int m = v / kPrefillTileStride, r = v % kPrefillTileStride;
-    if (r >= kPrefillRows || row0 + r >= w.n_out || col0 + m >= M) continue;
+    if (r >= kPrefillRows || tile.row0 + r >= tile.w.n_out || tile.col0 + m >= M) continue;
     float sum = totals[v];
     for (int c = nb; c < 16; ++c) sum = __fadd_rn(sum, 0.0f);
-    y[static_cast<int64_t>(col0 + m) * w.n_out + row0 + r] = sum;
+    tile.y[static_cast<int64_t>(tile.col0 + m) * tile.w.n_out + tile.row0 + r] = sum;
   }
 }
 

@@ -110,6 +110,8 @@ pieces = [
     piece("__device__ __forceinline__ int chain_major_block("),
     piece("struct PrefillSums {", "\n};\n"),
     piece("template <int kRows, int kCols>\n__device__ bool prefill_tile("),
+    piece("struct QuantPrefillTile {", "\n};\n"),
+    piece("__device__ __forceinline__ bool quant_prefill_tile("),
     piece("template <WeightKind kKind>\n__device__ __forceinline__ void issue_prefill_block("),
     piece("template <WeightKind kKind>\n__device__ __forceinline__ void add_prefill_block("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kPrefillThreads)\n"
