@@ -15,13 +15,13 @@
 #      prompt of over 2000 tokens; the kernels not yet the default; tune --ppd and ppd with
 #      its trees; the 8B-class F16 target) while llama.cpp builds, then with the drafter on the CPU (-ngld 0); then
 #      per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
-#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode without
-#      CUDA graphs (PARSPEC_CUDA_GRAPHS=0) and without programmatic dependent launches
-#      (PARSPEC_CUDA_PDL=0) for the 100M drafter and the 8B Q4_0, and
-#      with the kernel variants; llama.cpp's
+#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; llama.cpp's
 #      llama-speculative-simple (--draft-max 4, 8, 16) on the strategies' files and prompts;
 #      serve on the device under 1, 4 and 16 concurrent streams (bench/loadgen.py), ar and sd;
-#      the GPU time of a forward by kernel group (PARSPEC_CUDA_PROFILE=1);
+#      then the kernel variants; the GPU time of a forward by kernel group
+#      (PARSPEC_CUDA_PROFILE=1), Nsight Compute; decode without CUDA graphs
+#      (PARSPEC_CUDA_GRAPHS=0) and without programmatic dependent launches
+#      (PARSPEC_CUDA_PDL=0) for the 100M drafter and the 8B Q4_0 (what the time budget leaves);
 #   4. the tables, in $OUT (default out/gpu): summary.md (ending with the issues' goals,
 #      measured against their targets), and every raw output beside it.
 #
@@ -39,7 +39,8 @@
 # jobs, default nproc), BUDGET_S (no measurement starts after this many seconds, default 510;
 # the summary lists what was skipped),
 # GPU_MODELS (the models to make and measure, by the names below; default: all but 8b-q4_k),
-# GPU_VARIANTS (measure only these kernel variants, by the names of kernel_env; default: all),
+# GPU_VARIANTS (measure only these kernel variants, by the names of kernel_env; "all" for
+# every one; default: the other side of each of the latest defaults, and the candidates),
 # GPU_TESTS (the kernel sets the tests run with, tensor-cores first; default: tensor-cores
 # opt-in newest widest wide4-norm-once previous rows-persistent),
 # GPU_FOCUS=kernels (tests, then per model decode, L(n), prefill, the kernel variants and
@@ -588,9 +589,62 @@ for row in "${table[@]}"; do
   fi
 done
 
+# llama.cpp's speculative decoding on the same files and prompts (greedy, one
+# process per prompt and --draft-max; its "decoded N tokens in S seconds").
+spec_bin=$models/llama.cpp/build/bin/llama-speculative-simple
+if [[ $mode == run && -x $spec_bin && ${GPU_FOCUS:-all} != kernels ]]; then
+  step "llama-speculative-simple --draft-max 4, 8, 16"
+  : >"$out/llama-speculative.tsv"
+  for set in code prose; do
+    for i in 0 1 2; do
+      text=$(python3 -c 'import json, sys
+lines = [json.loads(l)["prompt"] for l in open(sys.argv[1]) if l.strip()]
+print(lines[int(sys.argv[2])], end="")' "bench/prompts/$set.jsonl" "$i")
+      for dm in 4 8 16; do
+        line=$(budgeted 60 "$spec_bin" "${pair[@]}" -ngl 99 -ngld 99 -p "$text" -n 64 --temp 0 \
+          --draft-max "$dm" -c 4096 2>&1 </dev/null | tee -a "$out/llama-speculative.log" |
+          grep -a 'decoded .* tokens in' | tail -1 || true)
+        echo -e "$set\t$dm\t$(echo "$line" | awk '{print $2 "\t" $5}')" >>"$out/llama-speculative.tsv"
+      done
+    done
+  done
+fi
+
+# The server on the device under load (bench/loadgen.py, closed loop: 1, 4 and 16
+# clients back to back, 64 tokens each), ar and sd on the strategies' pair.
+if [[ $mode == run && ${GPU_FOCUS:-all} != kernels ]]; then
+  for strategy in ar sd; do
+    (($(date +%s) - start < budget)) || { echo "skipped, past the time budget: serve load ($strategy)" | tee -a "$out/skipped.txt"; continue; }
+    step "serve -ngl 99 --strategy $strategy under 1, 4, 16 concurrent streams"
+    "$bin_parspec" serve "${pair[@]}" --strategy "$strategy" "${device[@]}" --port 0 -t 2 \
+      -c 4096 -np 16 >"$out/serve-load-$strategy.log" 2>&1 &
+    load_pid=$!
+    port=""
+    for _ in $(seq 600); do
+      port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$out/serve-load-$strategy.log" |
+        grep -o '[0-9]*$' || true)
+      [[ -n $port ]] && break
+      sleep 0.1
+    done
+    if [[ -n $port ]]; then
+      budgeted 120 python3 bench/loadgen.py --url "http://127.0.0.1:$port" --concurrency 1,4,16 \
+        --requests 16 --max-tokens 64 --ignore-eos --prompts code,prose \
+        --json "$out/serve-load-$strategy.json" >"$out/serve-load-$strategy.txt" 2>&1 ||
+        echo "loadgen ($strategy) failed: see $out/serve-load-$strategy.txt"
+    else
+      echo "serve ($strategy) did not start: see $out/serve-load-$strategy.log"
+    fi
+    kill "$load_pid" 2>/dev/null || true
+    wait "$load_pid" 2>/dev/null || true
+  done
+fi
+
 # What the kernels not yet the default bring, per weight type (the warp kernels,
 # the tensor cores for single rows, row-major activations and the one-launch
-# prefill were measured before: docs/performance-gpu.md).
+# prefill were measured before: docs/performance-gpu.md). By default only the
+# other side of the latest defaults and the candidates, so that the time budget
+# leaves room for llama.cpp's speculative decoding and the server under load.
+latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles "
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
@@ -600,7 +654,8 @@ for row in "${table[@]}"; do
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
-    [[ -n ${GPU_VARIANTS:-} && " $GPU_VARIANTS " != *" $variant "* ]] && continue
+    wanted=${GPU_VARIANTS:-$latest_variants}
+    [[ $wanted != all && " $wanted " != *" $variant "* ]] && continue
     step "parspec bench-forward $name with $(kernel_env "$variant")"
     budgeted 90 env $(kernel_env "$variant") "$bin_parspec" bench-forward \
       -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
@@ -680,56 +735,6 @@ for name in "${graph_rows[@]}"; do
       --json "$out/parspec-$name-$suffix.json" >/dev/null 2>&1 || echo "$name $what failed"
   done
 done
-
-# llama.cpp's speculative decoding on the same files and prompts (greedy, one
-# process per prompt and --draft-max; its "decoded N tokens in S seconds").
-spec_bin=$models/llama.cpp/build/bin/llama-speculative-simple
-if [[ $mode == run && -x $spec_bin && ${GPU_FOCUS:-all} != kernels ]]; then
-  step "llama-speculative-simple --draft-max 4, 8, 16"
-  : >"$out/llama-speculative.tsv"
-  for set in code prose; do
-    for i in 0 1 2; do
-      text=$(python3 -c 'import json, sys
-lines = [json.loads(l)["prompt"] for l in open(sys.argv[1]) if l.strip()]
-print(lines[int(sys.argv[2])], end="")' "bench/prompts/$set.jsonl" "$i")
-      for dm in 4 8 16; do
-        line=$(budgeted 60 "$spec_bin" "${pair[@]}" -ngl 99 -ngld 99 -p "$text" -n 64 --temp 0 \
-          --draft-max "$dm" -c 4096 2>&1 </dev/null | tee -a "$out/llama-speculative.log" |
-          grep -a 'decoded .* tokens in' | tail -1 || true)
-        echo -e "$set\t$dm\t$(echo "$line" | awk '{print $2 "\t" $5}')" >>"$out/llama-speculative.tsv"
-      done
-    done
-  done
-fi
-
-# The server on the device under load (bench/loadgen.py, closed loop: 1, 4 and 16
-# clients back to back, 64 tokens each), ar and sd on the strategies' pair.
-if [[ $mode == run && ${GPU_FOCUS:-all} != kernels ]]; then
-  for strategy in ar sd; do
-    (($(date +%s) - start < budget)) || { echo "skipped, past the time budget: serve load ($strategy)" | tee -a "$out/skipped.txt"; continue; }
-    step "serve -ngl 99 --strategy $strategy under 1, 4, 16 concurrent streams"
-    "$bin_parspec" serve "${pair[@]}" --strategy "$strategy" "${device[@]}" --port 0 -t 2 \
-      -c 4096 -np 16 >"$out/serve-load-$strategy.log" 2>&1 &
-    load_pid=$!
-    port=""
-    for _ in $(seq 600); do
-      port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$out/serve-load-$strategy.log" |
-        grep -o '[0-9]*$' || true)
-      [[ -n $port ]] && break
-      sleep 0.1
-    done
-    if [[ -n $port ]]; then
-      budgeted 120 python3 bench/loadgen.py --url "http://127.0.0.1:$port" --concurrency 1,4,16 \
-        --requests 16 --max-tokens 64 --ignore-eos --prompts code,prose \
-        --json "$out/serve-load-$strategy.json" >"$out/serve-load-$strategy.txt" 2>&1 ||
-        echo "loadgen ($strategy) failed: see $out/serve-load-$strategy.txt"
-    else
-      echo "serve ($strategy) did not start: see $out/serve-load-$strategy.log"
-    fi
-    kill "$load_pid" 2>/dev/null || true
-    wait "$load_pid" 2>/dev/null || true
-  done
-fi
 
 if [[ -n $tf_pid ]]; then
   step "waiting for the transformers checks"
