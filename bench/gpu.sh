@@ -38,7 +38,8 @@
 # SKIP_TESTS=1, SKIP_LLAMA=1, SKIP_MODELS=1 (reuse MODELS), SKIP_TRANSFORMERS=1, JOBS (build
 # jobs, default nproc), BUDGET_S (no measurement starts after this many seconds, default 510;
 # the summary lists what was skipped),
-# GPU_MODELS (the models to make and measure, by the names below; default: all but 8b-q4_k),
+# GPU_MODELS (the models to make and measure, by the names below; default: all but 8b-q4_k
+# and 1b-q4_0),
 # GPU_VARIANTS (measure only these kernel variants, by the names of kernel_env; "all" for
 # every one; default: the other side of each of the latest defaults, and the candidates),
 # GPU_TESTS (the kernel sets the tests run with, tensor-cores first; default: tensor-cores
@@ -400,10 +401,12 @@ else
     "8b-q8_0 models/target.gguf --preset 8b --type q8_0 --ctx 8192"
     "8b-f16 models/target.gguf --preset 8b --type f16 --ctx 8192"
     "1b-f16 models/target.gguf --preset 1b --type f16 --ctx 8192"
+    "1b-q4_0 models/target.gguf --preset 1b --type q4_0 --ctx 8192"
     "100m-f16 models/draft.gguf --n-embd 1024 --n-layer 6 --n-ff 3072 --type f16 --ctx 8192"
   )
 fi
-# By default the models of the issues' goals; Q4_K (measured before) when named.
+# By default the models of the issues' goals; Q4_K (measured before) and a 1B-class
+# Q4_0 (the few-rows routing on small quantized matrices) when named.
 [[ $mode == run ]] && GPU_MODELS=${GPU_MODELS:-8b-q4_0 8b-q8_0 8b-f16 1b-f16 100m-f16}
 if [[ -n ${GPU_MODELS:-} ]]; then
   kept=()
