@@ -1580,11 +1580,9 @@ constexpr int kPrefillRows = 64;  // weight rows per block: two warps of 32
 constexpr int kPrefillCols = 64;  // activation rows per block: two warps of 32
 constexpr int kPrefillWarps = 4;  // per chain group
 constexpr int kPrefillThreads = kPrefillWarps * kWarp;
-constexpr int kPrefillStages = 6;  // steps in shared memory: one computed, the rest loading
-constexpr int kPrefillGroups = 4;  // chain groups of the default tiles
-// Steps in shared memory with kGroups groups (each step a K block per group).
-template <int kGroups>
-constexpr int kPrefillStagesFor = kGroups == 1 ? kPrefillStages : 5;
+constexpr int kPrefillStages = 6;         // steps in shared memory: one computed, the rest loading
+constexpr int kPrefillGroups = 4;         // chain groups of the default tiles
+constexpr int kPrefillGroupedStages = 5;  // the same with groups: a K block per group each
 // A tile's values in shared memory, [activation row][weight row]: rows of 68
 // floats, so that a warp's mma fragment stores fall in different banks.
 constexpr int kPrefillTileStride = kPrefillRows + 4;
@@ -1612,7 +1610,7 @@ struct PrefillStage {
 // block for each group), each group's chain sums of a round, the tile's totals.
 template <WeightKind kKind>
 constexpr int kPrefillGroupedBytes =
-    kPrefillGroups* PrefillStage<kKind>::kBytes* kPrefillStagesFor<kPrefillGroups> +
+    kPrefillGroupedStages* kPrefillGroups* PrefillStage<kKind>::kBytes +
     (kPrefillGroups + 1) * kPrefillTileFloats * 4;
 
 // Step p of a tile kernel whose kGroups chain groups walk nb K blocks in
@@ -1888,7 +1886,7 @@ __global__ void __launch_bounds__(kPrefillGroups* kPrefillThreads, 1)
     matmul_prefill_grouped_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M) {
   using Stage = PrefillStage<kKind>;
   constexpr int kGroups = kPrefillGroups, kThreads = kGroups * kPrefillThreads;
-  constexpr int kStages = kPrefillStagesFor<kGroups>;
+  constexpr int kStages = kPrefillGroupedStages;
   begin_kernel();
   extern __shared__ int4 prefill_shared[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(prefill_shared);

@@ -103,7 +103,6 @@ pieces = [
           "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<kW>)\n"
           "    matmul_stream_persistent_kernel("),
     piece("template <WeightKind kKind>\nstruct PrefillStage {", "\n};\n"),
-    piece("template <int kGroups>\nconstexpr int kPrefillStagesFor", ";\n"),
     piece("template <WeightKind kKind>\nconstexpr int kPrefillGroupedBytes", ";\n"),
     piece("template <int kGroups>\n__device__ __forceinline__ int chain_round("),
     piece("template <int kGroups>\n__device__ __forceinline__ int chain_round_steps("),
@@ -143,7 +142,7 @@ pieces.append(source[source.index(attention_start):source.index(attention_end)])
 constants = []
 for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps",
              "kStreamChains", "kStreamStages", "kPrefillRows", "kPrefillCols", "kPrefillWarps",
-             "kPrefillThreads", "kPrefillStages", "kPrefillGroups", "kPrefillTileStride",
+             "kPrefillThreads", "kPrefillStages", "kPrefillGroups", "kPrefillGroupedStages", "kPrefillTileStride",
              "kPrefillTileFloats", "kHalfPrefillStages", "kKPrefillRows",
              "kKPrefillCols", "kKPrefillWarps", "kKPrefillThreads", "kMatmulWarps", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
              "kPairedPrefetch", "kGatedOutputs", "kGatedThreads", "kGatedPrefetch",
