@@ -1570,12 +1570,11 @@ bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int 
 // summed here by groups of four warps, each block's product added into the
 // chain's sum by the same fused multiply-add, and each chain's sum, once its
 // last block is in, added to the total in chain order as add_warp_sums adds
-// the warps'. With kGroups groups, group g takes chain kGroups·r + g in round
-// r, and at the end of a round the other groups hand their chains' sums to
-// group 0 through shared memory, which adds them in chain order. A round's K
-// blocks arrive several rounds' steps ahead by cp.async. One group walks all
-// of K alone; four give a 64-row prefill (of a matmul with few tiles, where
-// the grid leaves SMs idle) four times the warps and the copies in flight.
+// the warps'. One group walks the chains one after another
+// (matmul_prefill_kernel); kPrefillGroups groups take as many chains at once
+// (matmul_prefill_grouped_kernel), which gives a prefill of a matmul with few
+// tiles, where the grid leaves SMs idle, four times the warps and the copies
+// in flight. The K blocks arrive several steps ahead by cp.async.
 constexpr int kPrefillRows = 64;  // weight rows per block: two warps of 32
 constexpr int kPrefillCols = 64;  // activation rows per block: two warps of 32
 constexpr int kPrefillWarps = 4;  // per chain group
@@ -1641,17 +1640,8 @@ __device__ __forceinline__ int chain_round_steps(int nb) {
 // Position p of the chain-major order of nb K blocks (chain 0's blocks 0, 16,
 // ..., then chain 1's, ...): the block, and whether it is its chain's last.
 __device__ __forceinline__ int chain_major_block(int p, int nb, bool& last) {
-  const int q = nb / 16, r = nb % 16, long_chains = r * (q + 1);  // chains c < r have q + 1
-  int c, j;
-  if (p < long_chains) {
-    c = p / (q + 1);
-    j = p % (q + 1);
-    last = j == q;
-  } else {  // q > 0 here
-    c = r + (p - long_chains) / q;
-    j = (p - long_chains) % q;
-    last = j == q - 1;
-  }
+  int j;
+  const int c = chain_round<1>(p, nb, j, last);  // one chain a round
   return c + 16 * j;
 }
 
@@ -1967,11 +1957,12 @@ bool prefill_tiles_take(WeightKind kind, int n) {
   return all || (quantized && (kind == WeightKind::kQ8_0 || kind == WeightKind::kQ4_0));
 }
 
-// The chain groups of the prefill tiles: PARSPEC_CUDA_PREFILL_GROUPS=1 has one
-// group walk all of K (the kernel before the groups), else kPrefillGroups.
-int prefill_groups() {
-  static const int groups = env_is("PARSPEC_CUDA_PREFILL_GROUPS", "1") ? 1 : kPrefillGroups;
-  return groups;
+// Whether the prefill tiles take chains in groups (matmul_prefill_grouped_kernel);
+// PARSPEC_CUDA_PREFILL_GROUPS=1 has one group walk all of K (the kernel
+// before the groups).
+bool prefill_grouped_wanted() {
+  static const bool wanted = !env_is("PARSPEC_CUDA_PREFILL_GROUPS", "1");
+  return wanted;
 }
 
 // Whether matmul_prefill_grouped_kernel<kKind> has its shared memory on this
@@ -1995,7 +1986,7 @@ bool launch_prefill_tiles(const MatmulGroup& g, const int8_t* xq, const float* x
                           cudaStream_t stream) {
   if ((g.w[0].n_in / 32) % 2 != 0) return false;
   const int blocks = prefill_blocks<kPrefillRows, kPrefillCols>(g, n);
-  if (prefill_groups() == kPrefillGroups && prefill_grouped_ready<kKind>)
+  if (prefill_grouped_wanted() && prefill_grouped_ready<kKind>)
     launch(matmul_prefill_grouped_kernel<kKind>, blocks, kPrefillGroups * kPrefillThreads,
            kPrefillGroupedBytes<kKind>, stream, g, xq, xd, n);
   else
@@ -4734,7 +4725,7 @@ void prepare_launches() {
   // Without it the kernels wait before reading weights, as they would anyway.
   if (cudaMemcpyToSymbol(weights_early_wanted, &early, sizeof early) != cudaSuccess)
     (void)cudaGetLastError();
-  if (prefill_groups() == kPrefillGroups) {
+  if (prefill_grouped_wanted()) {
     prepare_prefill_tiles<WeightKind::kQ8_0>();
     prepare_prefill_tiles<WeightKind::kQ4_0>();
   }
