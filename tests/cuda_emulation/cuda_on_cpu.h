@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -303,6 +304,8 @@ void run_grid(dim3 grid, int threads, size_t shared, Body&& body) {
 #define __fsub_rn(a, b) parspec::cuda::emulated::sub_rn(a, b)
 #define __fsqrt_rn(a) std::sqrt(a)
 #define __vsub4(a, b) parspec::cuda::emulated::sub4(a, b)
+#define __int_as_float(i) std::bit_cast<float>(static_cast<int>(i))
+#define __float_as_int(f) std::bit_cast<int>(static_cast<float>(f))
 #define __dp4a(a, b, c) parspec::cuda::emulated::dp4a(a, b, c)
 #define __ldg(p) (*(p))
 #define __ldcg(p) (*(p))

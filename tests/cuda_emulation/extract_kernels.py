@@ -32,6 +32,7 @@ pieces = [
     piece("template <WeightKind kKind>\n__device__ void unpack_raw_block("),
     piece("template <WeightKind kKind>\n__device__ void load_block_q("),
     piece("__device__ int block_dot_s8("),
+    piece("__device__ __forceinline__ float small_int_to_float("),
     piece("__device__ __forceinline__ float swiglu_value("),
     piece("__device__ bool tile_of_part("),
     piece("__device__ bool block_tile_of_part("),

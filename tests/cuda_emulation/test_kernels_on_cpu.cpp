@@ -7,6 +7,7 @@
 // tests then check the hardware's side.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <random>
 #include <string>
 #include <vector>
@@ -174,6 +175,16 @@ void check_streamed(int64_t n_in, std::vector<int64_t> outs, int M, int n_total,
                                             n_total, m_first);
   });
   p.expect_contract([&](int m, int64_t b) { return b * n_total + m_first + m; });
+}
+
+TEST(CudaKernelsOnCpu, SmallIntToFloatIsTheConversionOverItsWholeRange) {
+  // The kernels convert exact block sums this way; a Q8_0 block's reaches 32 · 127 · 127.
+  static_assert(32 * 127 * 127 < (1 << 22));
+  int differences = 0;
+  for (int s = -(1 << 22); s < (1 << 22); ++s)
+    differences += std::bit_cast<uint32_t>(small_int_to_float(s)) !=
+                   std::bit_cast<uint32_t>(static_cast<float>(s));
+  EXPECT_EQ(differences, 0);
 }
 
 TEST(CudaKernelsOnCpu, StreamedMatmulGivesTheContractsBits) {
