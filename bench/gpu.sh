@@ -15,7 +15,8 @@
 #      prompt of over 2000 tokens; the kernels not yet the default; tune --ppd and ppd with
 #      its trees; the 8B-class F16 target) while llama.cpp builds, then with the drafter on the CPU (-ngld 0); then
 #      per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
-#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; llama.cpp's
+#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode and L(8)
+#      after 2048 and 4000 committed tokens with each attention kernel; llama.cpp's
 #      llama-speculative-simple (--draft-max 4, 8, 16) on the strategies' files and prompts;
 #      serve on the device under 1, 4 and 16 concurrent streams (bench/loadgen.py), ar and sd;
 #      then the kernel variants; the GPU time of a forward by kernel group
@@ -592,6 +593,25 @@ for row in "${table[@]}"; do
   fi
 done
 
+# Decode and 8-row verification after a long context, with each attention kernel
+# (the default prestaged one takes a block an SM, the others several): the
+# 8B-class Q4_0 target after 2048 and 4000 committed tokens.
+long_file=$(model_path 8b-q4_0 models/target.gguf)
+[[ $mode == dry ]] && long_file=models/target.gguf
+long_contexts="2048 4000"
+[[ $mode == dry ]] && long_contexts=200
+if [[ -f $long_file ]]; then
+  for context in $long_contexts; do
+    for variant in default per-head grouped; do
+      step "parspec bench-forward 8b-q4_0 after $context tokens, attention: $variant"
+      budgeted 60 env $(kernel_env "$variant") "$bin_parspec" bench-forward -m "$long_file" \
+        "${device[@]}" -t 2 -b 1,8 -r "$repeat" --decode-tokens "$decode" --context "$context" \
+        --json "$out/long-$context-$variant.json" >/dev/null 2>&1 ||
+        echo "8b-q4_0 after $context tokens ($variant) failed"
+    done
+  done
+fi
+
 # llama.cpp's speculative decoding on the same files and prompts (greedy, one
 # process per prompt and --draft-max; its "decoded N tokens in S seconds").
 spec_bin=$models/llama.cpp/build/bin/llama-speculative-simple
@@ -669,13 +689,13 @@ done
 
 # Where a forward's GPU time goes (PARSPEC_CUDA_PROFILE=1: kernel groups timed by
 # events, kernel by kernel without graphs, the prefill of the context included):
-# one row and eight rows after 64 committed tokens, and one row after 3000, on the
-# 8B-class Q4_0 target; one row after 64 on the 100M-class drafter (launch-bound);
-# one row after 64 on both with the per-head attention.
+# one row and eight rows after 64 committed tokens, and one row after 3000 (the
+# prefill of the 3000 included), on the 8B-class Q4_0 target; one row after 64 on
+# the 100M-class drafter (launch-bound), the 1B-class and the 8B-class F16 models.
 profile_file=$(model_path 8b-q4_0 models/target.gguf)
 [[ $mode == dry ]] && profile_file=models/target.gguf
-for shape in "8b-q4_0 1 64" "8b-q4_0 8 64" "8b-q4_0 1 3000" "100m-f16 1 64" \
-  "8b-q4_0 1 64 per-head" "100m-f16 1 64 per-head"; do
+for shape in "8b-q4_0 1 64" "8b-q4_0 8 64" "8b-q4_0 1 3000" "100m-f16 1 64" "1b-f16 1 64" \
+  "8b-f16 1 64"; do
   read -r name rows context variant <<<"$shape"
   file=$(model_path "$name" models/target.gguf)
   [[ $mode == dry ]] && file=models/target.gguf
@@ -708,15 +728,23 @@ fi
 # the attention kernels (a decode step) and of the prefill tiles (64 rows), on the
 # 8B-class Q4_0 target.
 if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
+  half_file=$(model_path 8b-f16 models/target.gguf)
   for probe in "stream 8 matmul_stream_kernel" "gemv 1 matmul_gemv_kernel" \
     "attention 1 attention_split_kernel<true per-head" "prestaged 1 attention_prestaged_kernel" \
-    "prefill 64 matmul_prefill_grouped_kernel"; do
-    read -r label rows pattern variant <<<"$probe"
+    "prefill 64 matmul_prefill_grouped_kernel" "half 1 matmul_half_mma_kernel - 8b-f16"; do
+    read -r label rows pattern variant model <<<"$probe"
+    [[ $variant == - ]] && variant=""
+    probe_file=$profile_file
+    if [[ -n ${model:-} ]]; then
+      probe_file=$half_file
+      [[ -f $probe_file ]] || continue
+    fi
     step "Nsight Compute: why $pattern takes its time ($rows row(s))"
     budgeted 45 env PARSPEC_CUDA_GRAPHS=0 $(kernel_env "${variant:-none}") ncu --clock-control none --csv --page raw \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+      --section ComputeWorkloadAnalysis \
       --kernel-name-base demangled -k "regex:$pattern" --launch-count 3 \
-      "$bin_parspec" bench-forward -m "$profile_file" "${device[@]}" -t 2 -b "$rows" -r 1 \
+      "$bin_parspec" bench-forward -m "$probe_file" "${device[@]}" -t 2 -b "$rows" -r 1 \
       --decode-tokens 2 --context 64 >"$out/ncu-stalls-$label.csv" 2>/dev/null ||
       echo "ncu ($label) failed"
   done
@@ -955,14 +983,14 @@ if os.path.exists(placement):
         print("\n".join(lines[start:start + 4]))
         print("```")
 for name, shape in (("8b-q4_0", "1-64"), ("8b-q4_0", "8-64"), ("8b-q4_0", "1-3000"),
-                    ("100m-f16", "1-64"), ("8b-q4_0", "1-64-per-head"),
-                    ("100m-f16", "1-64-per-head")):
+                    ("100m-f16", "1-64"), ("1b-f16", "1-64"), ("8b-f16", "1-64")):
     path = os.path.join(out, f"profile-{name}-{shape}.txt")
     if os.path.exists(path):
         lines = [l.rstrip() for l in open(path) if l.startswith("  ") or l.startswith("GPU time")]
         if lines:
             rows, context, *variant = shape.split("-")
-            model = {"8b-q4_0": "8B-class Q4_0", "100m-f16": "100M-class F16"}[name]
+            model = {"8b-q4_0": "8B-class Q4_0", "100m-f16": "100M-class F16",
+                     "1b-f16": "1B-class F16", "8b-f16": "8B-class F16"}[name]
             with_variant = ", with PARSPEC_CUDA_ATTENTION=per-head" if variant else ""
             print()
             print(f"GPU time by kernel group, {model}, {rows} row(s) after {context} tokens"
@@ -1028,7 +1056,7 @@ def number(text):
         return float(str(text).replace(",", ""))
     except ValueError:
         return None
-for label in ("stream", "gemv", "attention", "prestaged", "prefill"):
+for label in ("stream", "gemv", "attention", "prestaged", "prefill", "half"):
     path = os.path.join(out, f"ncu-stalls-{label}.csv")
     if not os.path.exists(path):
         continue
@@ -1036,11 +1064,12 @@ for label in ("stream", "gemv", "attention", "prestaged", "prefill"):
     if not launches:
         continue
     print()
-    print(f"Nsight Compute, 8B-class Q4_0, why the first {label} launches take their time "
+    model = "8B-class F16" if label == "half" else "8B-class Q4_0"
+    print(f"Nsight Compute, {model}, why the first {label} launches take their time "
           f"(ncu-stalls-{label}.csv has every metric):")
     print()
-    print("| kernel | µs | registers | achieved occupancy % | issue active % | DRAM % of peak | top stalls (cycles per issue) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| kernel | µs | registers | achieved occupancy % | issue active % | DRAM % of peak | top stalls (cycles per issue) | busiest pipes (% of peak) |")
+    print("|---|---|---|---|---|---|---|---|")
     for k in launches:
         def pick(*names):
             for n in names:
@@ -1052,6 +1081,14 @@ for label in ("stream", "gemv", "attention", "prestaged", "prefill"):
                          and number(v) is not None), reverse=True)[:4]
         stall_text = ", ".join(f"{re.sub(r'.*issue_stalled_|_per_issue_active.ratio', '', n)} {v:.1f}"
                                for v, n in stalls)
+        pipes = {}
+        for n, v in k.items():
+            m = re.fullmatch(r"sm__(?:inst_executed_pipe|pipe)_(\w+?)(?:_cycles_active)?"
+                             r"\.avg\.pct_of_peak_sustained_(?:active|elapsed)", n)
+            if m and number(v) is not None:
+                pipes[m.group(1)] = max(pipes.get(m.group(1), 0.0), number(v))
+        pipe_text = ", ".join(f"{n} {v:.0f}" for n, v in
+                              sorted(pipes.items(), key=lambda x: -x[1])[:4])
         name = k.get("Kernel Name", "?").replace("(anonymous namespace)::", "")
         name = re.sub(r"\(parspec::cuda::WeightKind\)", "", name.replace("void ", ""))
         name = re.sub(r"\(.*", "", name.replace("parspec::cuda::", ""))
@@ -1061,7 +1098,7 @@ for label in ("stream", "gemv", "attention", "prestaged", "prefill"):
               f"| {fmt(pick('sm__warps_active.avg.pct_of_peak_sustained_active'), 1)} "
               f"| {fmt(pick('smsp__issue_active.avg.pct_of_peak_sustained_active'), 1)} "
               f"| {fmt(pick('dram__throughput.avg.pct_of_peak_sustained_elapsed', 'gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed'), 1)} "
-              f"| {stall_text or '–'} |")
+              f"| {stall_text or '–'} | {pipe_text or '–'} |")
 for strategy in ("ar", "sd"):
     path = os.path.join(out, f"serve-load-{strategy}.txt")
     if os.path.exists(path):
@@ -1097,6 +1134,26 @@ for name in ("strategies", "strategies-more", "strategies-auto"):
         if k != "ar":
             strategy_rows[k] = v
 goals = []
+long_runs = {}
+for path in sorted(os.listdir(out)):
+    m = re.fullmatch(r"long-(\d+)-([a-z-]+)\.json", path)
+    p = load(os.path.join(out, path)) if m else None
+    if p:
+        long_runs[(int(m.group(1)), m.group(2))] = p["results"][0]
+if long_runs:
+    print()
+    print("After a long context (8B-class Q4_0; decode tok/s, then L(8) in ms; in brackets the "
+          "time against the default attention's, under 1 is faster):")
+    print()
+    print("| committed tokens | attention | decode tok/s | L(8) ms |")
+    print("|---|---|---|---|")
+    for (context, variant), r in sorted(long_runs.items()):
+        base = long_runs.get((context, "default"))
+        dec, l8 = r["decode_tok_per_s"], r["latency_ms"].get("8")
+        rel = lambda a, b: f" ({a / b:.2f})" if a and b and variant != "default" else ""
+        b_dec = base["decode_tok_per_s"] if base else None
+        b_l8 = base["latency_ms"].get("8") if base else None
+        print(f"| {context} | {variant} | {fmt(dec)}{rel(b_dec, dec)} | {fmt(l8, 2)}{rel(l8, b_l8)} |")
 def goal(text, value, target, higher=True, digits=2):
     bound = f"{'≥' if higher else '≤'} {target}"
     if value is None:

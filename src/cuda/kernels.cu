@@ -466,6 +466,21 @@ __device__ __forceinline__ float small_int_to_float(int s) {
   return __fsub_rn(__int_as_float(__float_as_int(kMagic) + s), kMagic);
 }
 
+// The float of one Q8_0/Q4_0 block's int8 tensor-core sum, as
+// small_int_to_float gives it. Q4_0's operands are 16 times its values
+// (q4_high_nibbles_as_16x), so its sum c is 16 times the block's, with |c| at
+// most 16 · 32 · 8 · 127 < 2^22: added to the bits of 1.5 · 2^19, whose last
+// bit is worth 1/16, it gives 1.5 · 2^19 + c / 16 exactly.
+template <WeightKind kKind>
+__device__ __forceinline__ float mma_sum_to_float(int c) {
+  if constexpr (kKind == WeightKind::kQ4_0) {
+    constexpr float kMagic = 786432.0f;  // 1.5 · 2^19
+    return __fsub_rn(__int_as_float(__float_as_int(kMagic) + c), kMagic);
+  } else {
+    return small_int_to_float(c);
+  }
+}
+
 // y[m, n] for rows m of [m0, m0 + kR) below M and one weight row n per warp.
 // Each lane reduces the blocks lane, lane + 32, ... in order; the lanes' sums
 // are then added by warp_sum. Nothing in a row's arithmetic depends on kR or M.
@@ -709,11 +724,20 @@ __device__ __forceinline__ void add_gated_warp_sums(
   }
 }
 
+// A Q4_0 weight's value v - 8 enters the tensor cores as the int8
+// 16 · (v - 8): its nibble v in a byte's high half, with the top bit flipped
+// (one and-xor, after a shift for a low nibble, where subtracting 8 from each
+// byte takes four operations). The block sums are then 16 times the values'
+// products, which mma_sum_to_float takes back exactly.
+__device__ __forceinline__ int q4_high_nibbles_as_16x(unsigned word) {
+  return static_cast<int>((word & 0xF0F0F0F0u) ^ 0x80808080u);
+}
+
 // In the wide order (block-major activations, B read 8 contiguous bytes a
 // lane), lane t's two A words of one weight block: its elements 8t..8t+3 in
-// `lo` and 8t+4..8t+7 in `hi`, as int8. For Q4_0, elements 8t.. are the low
-// nibbles of bytes 8t.. for t < 2, the high nibbles of bytes 8(t - 2).. after
-// (byte j holds element j low and j + 16 high).
+// `lo` and 8t+4..8t+7 in `hi`, as int8 (Q4_0: 16 times them). For Q4_0,
+// elements 8t.. are the low nibbles of bytes 8t.. for t < 2, the high nibbles
+// of bytes 8(t - 2).. after (byte j holds element j low and j + 16 high).
 template <WeightKind kKind>
 __device__ __forceinline__ void wide_a_words(const uint8_t* block, int t, int& lo, int& hi) {
   if constexpr (kKind == WeightKind::kQ8_0) {
@@ -722,9 +746,9 @@ __device__ __forceinline__ void wide_a_words(const uint8_t* block, int t, int& l
     hi = src.y;
   } else {
     const uint2 src = *reinterpret_cast<const uint2*>(block + 8 * (t & 1));
-    const int shift = 4 * (t >> 1);
-    lo = static_cast<int>(__vsub4((src.x >> shift) & 0x0F0F0F0Fu, 0x08080808u));
-    hi = static_cast<int>(__vsub4((src.y >> shift) & 0x0F0F0F0Fu, 0x08080808u));
+    const int up = 4 - 4 * (t >> 1);  // a low nibble moves up to the high half
+    lo = q4_high_nibbles_as_16x(src.x << up);
+    hi = q4_high_nibbles_as_16x(src.y << up);
   }
 }
 
@@ -758,8 +782,8 @@ __device__ void load_a_fragment(const DeviceMatrix& w, int64_t row0, int64_t nb,
       // Byte j of a Q4_0 block holds element j (low nibble) and j + 16 (high).
       const uint8_t* block = static_cast<const uint8_t*>(w.q) + (row * nb + b) * 16;
       const unsigned word = *reinterpret_cast<const unsigned*>(block + 4 * t);
-      a[h] = static_cast<int>(__vsub4(word & 0x0F0F0F0Fu, 0x08080808u));
-      a[2 + h] = static_cast<int>(__vsub4((word >> 4) & 0x0F0F0F0Fu, 0x08080808u));
+      a[h] = q4_high_nibbles_as_16x(word << 4);
+      a[2 + h] = q4_high_nibbles_as_16x(word);
     }
   }
 }
@@ -849,10 +873,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
         const int64_t d1 = kBlockMajor ? d0 + 1 : d0 + nb;
         const float dx0 = m0 < M ? xd[d0] : 0.0f;
         const float dx1 = m0 + 1 < M ? xd[d1] : 0.0f;
-        acc[i][0] = __fmaf_rn(__fmul_rn(dw_a, dx0), small_int_to_float(c[0]), acc[i][0]);
-        acc[i][1] = __fmaf_rn(__fmul_rn(dw_a, dx1), small_int_to_float(c[1]), acc[i][1]);
-        acc[i][2] = __fmaf_rn(__fmul_rn(dw_b, dx0), small_int_to_float(c[2]), acc[i][2]);
-        acc[i][3] = __fmaf_rn(__fmul_rn(dw_b, dx1), small_int_to_float(c[3]), acc[i][3]);
+        acc[i][0] = __fmaf_rn(__fmul_rn(dw_a, dx0), mma_sum_to_float<kKind>(c[0]), acc[i][0]);
+        acc[i][1] = __fmaf_rn(__fmul_rn(dw_a, dx1), mma_sum_to_float<kKind>(c[1]), acc[i][1]);
+        acc[i][2] = __fmaf_rn(__fmul_rn(dw_b, dx0), mma_sum_to_float<kKind>(c[2]), acc[i][2]);
+        acc[i][3] = __fmaf_rn(__fmul_rn(dw_b, dx1), mma_sum_to_float<kKind>(c[3]), acc[i][3]);
       }
     };
 
@@ -895,13 +919,13 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
             int c[4] = {0, 0, 0, 0};
             mma_s8(c, a[j], bf[j][i]);
             acc[i][0] =
-                __fmaf_rn(__fmul_rn(dw_a, dx[j][i][0]), small_int_to_float(c[0]), acc[i][0]);
+                __fmaf_rn(__fmul_rn(dw_a, dx[j][i][0]), mma_sum_to_float<kKind>(c[0]), acc[i][0]);
             acc[i][1] =
-                __fmaf_rn(__fmul_rn(dw_a, dx[j][i][1]), small_int_to_float(c[1]), acc[i][1]);
+                __fmaf_rn(__fmul_rn(dw_a, dx[j][i][1]), mma_sum_to_float<kKind>(c[1]), acc[i][1]);
             acc[i][2] =
-                __fmaf_rn(__fmul_rn(dw_b, dx[j][i][0]), small_int_to_float(c[2]), acc[i][2]);
+                __fmaf_rn(__fmul_rn(dw_b, dx[j][i][0]), mma_sum_to_float<kKind>(c[2]), acc[i][2]);
             acc[i][3] =
-                __fmaf_rn(__fmul_rn(dw_b, dx[j][i][1]), small_int_to_float(c[3]), acc[i][3]);
+                __fmaf_rn(__fmul_rn(dw_b, dx[j][i][1]), mma_sum_to_float<kKind>(c[3]), acc[i][3]);
           }
         }
       }
@@ -1151,10 +1175,10 @@ __device__ __forceinline__ void stream_step(const uint8_t* base, int c, int gid,
       int cs[4] = {0, 0, 0, 0};
       mma_s8(cs, a, bf[i]);
       float(&o)[4] = acc[j][i];
-      o[0] = __fmaf_rn(__fmul_rn(dw_a, dx[i].x), small_int_to_float(cs[0]), o[0]);
-      o[1] = __fmaf_rn(__fmul_rn(dw_a, dx[i].y), small_int_to_float(cs[1]), o[1]);
-      o[2] = __fmaf_rn(__fmul_rn(dw_b, dx[i].x), small_int_to_float(cs[2]), o[2]);
-      o[3] = __fmaf_rn(__fmul_rn(dw_b, dx[i].y), small_int_to_float(cs[3]), o[3]);
+      o[0] = __fmaf_rn(__fmul_rn(dw_a, dx[i].x), mma_sum_to_float<kKind>(cs[0]), o[0]);
+      o[1] = __fmaf_rn(__fmul_rn(dw_a, dx[i].y), mma_sum_to_float<kKind>(cs[1]), o[1]);
+      o[2] = __fmaf_rn(__fmul_rn(dw_b, dx[i].x), mma_sum_to_float<kKind>(cs[2]), o[2]);
+      o[3] = __fmaf_rn(__fmul_rn(dw_b, dx[i].y), mma_sum_to_float<kKind>(cs[3]), o[3]);
     }
   }
 }
@@ -1838,10 +1862,10 @@ __device__ __forceinline__ void add_prefill_block(const uint8_t* base, int b, in
       int cs[4] = {0, 0, 0, 0};
       mma_s8(cs, a[i], bf);
       float(&o)[4] = chain[i][j];
-      o[0] = __fmaf_rn(__fmul_rn(dw[i][0], dx.x), small_int_to_float(cs[0]), o[0]);
-      o[1] = __fmaf_rn(__fmul_rn(dw[i][0], dx.y), small_int_to_float(cs[1]), o[1]);
-      o[2] = __fmaf_rn(__fmul_rn(dw[i][1], dx.x), small_int_to_float(cs[2]), o[2]);
-      o[3] = __fmaf_rn(__fmul_rn(dw[i][1], dx.y), small_int_to_float(cs[3]), o[3]);
+      o[0] = __fmaf_rn(__fmul_rn(dw[i][0], dx.x), mma_sum_to_float<kKind>(cs[0]), o[0]);
+      o[1] = __fmaf_rn(__fmul_rn(dw[i][0], dx.y), mma_sum_to_float<kKind>(cs[1]), o[1]);
+      o[2] = __fmaf_rn(__fmul_rn(dw[i][1], dx.x), mma_sum_to_float<kKind>(cs[2]), o[2]);
+      o[3] = __fmaf_rn(__fmul_rn(dw[i][1], dx.y), mma_sum_to_float<kKind>(cs[3]), o[3]);
     }
   }
 }

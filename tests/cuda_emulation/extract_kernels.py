@@ -33,6 +33,7 @@ pieces = [
     piece("template <WeightKind kKind>\n__device__ void load_block_q("),
     piece("__device__ int block_dot_s8("),
     piece("__device__ __forceinline__ float small_int_to_float("),
+    piece("template <WeightKind kKind>\n__device__ __forceinline__ float mma_sum_to_float("),
     piece("__device__ __forceinline__ float swiglu_value("),
     piece("__device__ bool tile_of_part("),
     piece("__device__ bool block_tile_of_part("),
@@ -64,6 +65,7 @@ pieces = [
           "    matmul_gemv_paired_kernel("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kGatedThreads)\n"
           "    matmul_gemv_gated_kernel("),
+    piece("__device__ __forceinline__ int q4_high_nibbles_as_16x("),
     piece("template <WeightKind kKind>\n__device__ __forceinline__ void wide_a_words("),
     piece("template <int kTiles>\n__device__ __forceinline__ void store_warp_accumulators("),
     piece("template <int kTiles>\n__device__ __forceinline__ void add_warp_sums("),

@@ -187,6 +187,26 @@ TEST(CudaKernelsOnCpu, SmallIntToFloatIsTheConversionOverItsWholeRange) {
   EXPECT_EQ(differences, 0);
 }
 
+TEST(CudaKernelsOnCpu, Q4TensorCoreOperandsAreSixteenTimesTheValues) {
+  // Every nibble value in every byte place, the low nibbles moved up as the kernels move them.
+  for (uint32_t word = 0; word < (1u << 16); ++word) {
+    const uint32_t w = word * 0x00010001u ^ 0x5A3C0000u;
+    const int high = q4_high_nibbles_as_16x(w), low = q4_high_nibbles_as_16x(w << 4);
+    for (int byte = 0; byte < 4; ++byte) {
+      const int v = static_cast<int>((w >> (8 * byte)) & 0xFF);
+      ASSERT_EQ(static_cast<int8_t>(high >> (8 * byte)), 16 * ((v >> 4) - 8)) << w;
+      ASSERT_EQ(static_cast<int8_t>(low >> (8 * byte)), 16 * ((v & 15) - 8)) << w;
+    }
+  }
+  // Their block sums, 16 times the values', come back as the values' sums.
+  static_assert(16 * 32 * 8 * 127 < (1 << 22));
+  int differences = 0;
+  for (int s = -(1 << 18); s < (1 << 18); ++s)
+    differences += std::bit_cast<uint32_t>(mma_sum_to_float<WeightKind::kQ4_0>(16 * s)) !=
+                   std::bit_cast<uint32_t>(static_cast<float>(s));
+  EXPECT_EQ(differences, 0);
+}
+
 TEST(CudaKernelsOnCpu, StreamedMatmulGivesTheContractsBits) {
   // Widths below a round of 16 blocks and across several, groups whose
   // matrices end inside a tile, slices of a prefill, rows from the middle of
