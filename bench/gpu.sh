@@ -250,7 +250,8 @@ fi
 # count), prestaged4 (the prestaged attention for up to 4 rows, not 8),
 # prefill-serial (the prefill tiles with one group of warps walking all of K, the
 # default before the four groups), rows-none (2 and 3 rows on the tensor cores, the
-# default streaming), candidates
+# default streaming), split-in-block (F16/BF16 launches of more than 16 rows split
+# their input in every block, as before the split kernel), candidates
 # (in-split, paired, prefetch and stream-persistent: what would become the default
 # together).
 kernel_env() {
@@ -292,6 +293,7 @@ kernel_env() {
     rows-narrow) echo "PARSPEC_CUDA_ROWS=narrow" ;;
     prefill-slices) echo "PARSPEC_CUDA_PREFILL=slices" ;;
     prefill-serial) echo "PARSPEC_CUDA_PREFILL_GROUPS=1" ;;
+    split-in-block) echo "PARSPEC_CUDA_HALF_SPLIT=in-block" ;;
     unfused) echo "PARSPEC_CUDA_FUSE=none" ;;
     previous) echo "PARSPEC_CUDA_MMA=plain PARSPEC_CUDA_ROWS=narrow PARSPEC_CUDA_PREFILL=slices PARSPEC_CUDA_FUSE=none" ;;
   esac
@@ -667,12 +669,12 @@ fi
 # prefill were measured before: docs/performance-gpu.md). By default only the
 # other side of the latest defaults and the candidates, so that the time budget
 # leaves room for llama.cpp's speculative decoding and the server under load.
-latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles "
+latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block "
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
     *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial rows-none fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
-    *f16*) variants=(candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
+    *f16*) variants=(split-in-block candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(prefill-tiles) ;;
     *) variants=() ;;
   esac
@@ -850,6 +852,7 @@ variant_labels = [
     ("-per-head", "attention by the per-head kernel for every row count (the default before the prestaged one)"),
     ("-prestaged4", "the prestaged attention for up to 4 rows, not 8"),
     ("-prefill-serial", "prefill tiles with one group of warps walking all of K (the default before the groups)"),
+    ("-split-in-block", "F16/BF16 input of more than 16 rows split in every block (before the split kernel)"),
     ("-prefill-tiles", "more than 64 rows in tiles of 64 × 64 a block, every weight type"),
     ("-prefill-slices", "more than 64 rows in launches of 32 of the tensor-core kernel"),
     ("-plain", "tensor cores loading their own operands (5 to 32 rows)"),

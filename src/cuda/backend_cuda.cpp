@@ -214,6 +214,7 @@ struct DeviceModel {
   std::unique_ptr<GraphState, GraphStateDeleter> graphs;
   std::vector<DeviceBuffer> buffers;  // owns everything below
   DeviceMatrix embedding, output;
+  bool half_weights = false;  // F16/BF16 layer matrices: passes of many rows split their input
   const float* output_norm = nullptr;
   const float* inv_freq = nullptr;
   std::vector<DeviceLayer> layers;
@@ -358,6 +359,8 @@ std::unique_ptr<DeviceModel> upload_model(const Model& model, cudaStream_t strea
     d.bq = dm->upload(w.bq, "biases");
     d.bk = dm->upload(w.bk, "biases");
     d.bv = dm->upload(w.bv, "biases");
+    for (const DeviceMatrix* m : {&d.wq, &d.wk, &d.wv, &d.wo, &d.w_gate, &d.w_up, &d.w_down})
+      dm->half_weights |= m->kind == WeightKind::kF16 || m->kind == WeightKind::kBF16;
     dm->layers.push_back(d);
   }
   return dm;
@@ -453,6 +456,16 @@ struct Workspace {
   // residual matmul of this pass left for the matmuls after it; null if none.
   const float* normalized_ahead = nullptr;
   cudaStream_t stream = nullptr;  // where the kernels on this workspace go
+  // F16/BF16 models: room for the inputs of passes of many rows split into the
+  // tensor cores' operand halves (MatmulGroup::half_split), for half_split_rows rows.
+  bool half_weights = false;
+  DeviceBuffer half_split;
+  int half_split_rows = 0;
+
+  // Where n rows of input may be split (null: the matmul's blocks split it).
+  uint32_t* half_split_for(int n) {
+    return half_split_rows_wanted(n) && n <= half_split_rows ? half_split.as<uint32_t>() : nullptr;
+  }
 
   void reserve_rows(const ModelConfig& c, int rows) {
     const size_t n = static_cast<size_t>(std::max(rows, 1));
@@ -478,6 +491,11 @@ struct Workspace {
     reserve<float>(out_norm, n * c.n_embd, "activations");
     reserve<float>(logits, n * c.n_vocab, "logits");
     reserve<float>(rope_angles, n * std::max(c.rope_dims, 2), "activations");
+    if (half_weights && half_split_rows_wanted(static_cast<int>(n)) &&
+        static_cast<int>(n) > half_split_rows) {
+      reserve<uint32_t>(half_split, n * widest, "activations");
+      half_split_rows = static_cast<int>(n);
+    }
     if (fused_attention_merge_wanted()) {
       const size_t bytes = n * static_cast<size_t>(c.n_head) * sizeof(int32_t);
       // Zeroed before any kernel can use them, whichever stream that is.
@@ -569,7 +587,8 @@ struct GraphState {
   static constexpr size_t kSpecSlots = kRows + kGraphRows * sizeof(AttentionRow);
   static constexpr size_t kBytes = kSpecSlots + kGraphSpecSlots * sizeof(int32_t);
 
-  explicit GraphState(const ModelConfig& c) : staging(kBytes) {
+  GraphState(const ModelConfig& c, bool half_weights) : staging(kBytes) {
+    ws.half_weights = half_weights;
     ws.reserve_rows(c, kGraphRows);
     reserve<uint8_t>(meta, kBytes, "graph inputs");
     const size_t trash = static_cast<size_t>(c.n_layer) * c.kv_dim();
@@ -744,6 +763,7 @@ class CudaExecutor final : public ForwardExecutor {
     if (it != models_.end()) return *it->second;
     std::unique_ptr<DeviceModel> dm = upload_model(model, context_->stream);
     context_->sync("uploading the model");  // its errors here, not in a forward
+    eager_.half_weights |= dm->half_weights;
     return *models_.emplace(&model, std::move(dm)).first->second;
   }
 
@@ -979,7 +999,9 @@ class CudaExecutor final : public ForwardExecutor {
         launch_quantize_q8k(x, n, static_cast<int>(group.w[i].n_in), ws.xk(), ws.stream);
         break;
       }
-    launch_matmul_group(group, x, xq != nullptr ? xq : ws.xq.as<int8_t>(),
+    MatmulGroup g = group;
+    g.half_split = ws.half_split_for(n);
+    launch_matmul_group(g, x, xq != nullptr ? xq : ws.xq.as<int8_t>(),
                         xd != nullptr ? xd : ws.xd.as<float>(), ws.xk(), n, ws.stream);
   }
 
@@ -1123,7 +1145,7 @@ class CudaExecutor final : public ForwardExecutor {
 
   GraphState& graph_state(const ModelConfig& c, DeviceModel& dm) {
     if (dm.graphs == nullptr) {
-      dm.graphs.reset(new GraphState(c));
+      dm.graphs.reset(new GraphState(c, dm.half_weights));
       dm.graphs->ws.stream = context_->stream;
     }
     return *dm.graphs;
@@ -1302,7 +1324,8 @@ class CudaExecutor final : public ForwardExecutor {
                           c.rope_style == RopeStyle::kNeox};
     if (fused_rope_wanted(w.wq.kind) && !keep_qkv &&
         launch_qkv_rope(w.wq, w.wk, w.wv, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n, q, w.bq,
-                        w.bk, w.bv, in.rope_angles, in.rows, layer, shape, stream, norm)) {
+                        w.bk, w.bv, in.rope_angles, in.rows, layer, shape, stream, norm,
+                        ws.half_split_for(n))) {
       profile_.mark("q/k/v matmul + rope + KV store", stream);
     } else {
       MatmulGroup qkv;
@@ -1358,7 +1381,7 @@ class CudaExecutor final : public ForwardExecutor {
       float* d =
           q != nullptr ? reinterpret_cast<float*>(q + static_cast<size_t>(n) * c.n_ff) : nullptr;
       fused = launch_gate_up_swiglu(w.w_gate, w.w_up, xn, ws.xq.as<int8_t>(), ws.xd.as<float>(), n,
-                                    gate, q, d, stream, norm);
+                                    gate, q, d, stream, norm, ws.half_split_for(n));
       if (fused && q != nullptr) q_down = q, d_down = d;
       if (fused) profile_.mark("gate/up matmul + SwiGLU", stream);
     }

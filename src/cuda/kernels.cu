@@ -2078,6 +2078,27 @@ __device__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
   }
 }
 
+// Each group of 8 consecutive values of x (n × n_in of them, n_in a multiple
+// of 32: no group crosses a row) as matmul_half_mma_kernel's lanes split a
+// chunk's: 16 bytes of the four pairs' hi halves, then 16 of their lo halves
+// (split_pair, in the same order). A launch of many rows then reads its
+// operands instead of splitting them again in every block.
+template <WeightKind kKind>
+__global__ void split_halves_kernel(const float* x, int64_t groups, uint4* out) {
+  begin_kernel();
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= groups) return;
+  const float4* src = reinterpret_cast<const float4*>(x) + 2 * g;
+  const float4 u = src[0], v = src[1];
+  uint4 hi, lo;
+  split_pair<kKind>(u.x, u.y, hi.x, lo.x);
+  split_pair<kKind>(u.z, u.w, hi.y, lo.y);
+  split_pair<kKind>(v.x, v.y, hi.z, lo.z);
+  split_pair<kKind>(v.z, v.w, hi.w, lo.w);
+  out[2 * g] = hi;
+  out[2 * g + 1] = lo;
+}
+
 // What a matmul_half_mma_kernel block does with its sums: write them
 // (kPlain); kGated (PARSPEC_CUDA_FUSE=swiglu): g holds gate and up, a block's
 // 16 rows are 8 rows of each with the same outputs (gate rows in the mma's
@@ -2088,12 +2109,15 @@ __device__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
 enum class HalfEpilogue { kPlain, kGated, kQkv };
 
 // kNormed (PARSPEC_CUDA_FUSE=norm, one row): the row is g.norm.h, normalized
-// on its way in with add_rmsnorm_wide_kernel's steps (x_all unused).
+// on its way in with add_rmsnorm_wide_kernel's steps (x_all unused). kSplit:
+// the rows come split into their operand halves in g.half_split
+// (split_halves_kernel; x_all unused).
 template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain,
-          bool kNormed = false>
+          bool kNormed = false, bool kSplit = false>
 __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     matmul_half_mma_kernel(MatmulGroup g, const float* x_all, int M_all, QkvStore st) {
   static_assert(!kNormed || kTiles == 1, "a normalized input is one row");
+  static_assert(!kNormed || !kSplit, "a normalized input is split on its way in");
   constexpr bool kGated = kEpilogue == HalfEpilogue::kGated;
   constexpr bool kQkv = kEpilogue == HalfEpilogue::kQkv;
   __shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];
@@ -2165,23 +2189,35 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
         const int m = 8 * i + gid;
-        float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v = u;
-        if (m < M) {
-          const float4* src =
-              reinterpret_cast<const float4*>(x + static_cast<int64_t>(m) * n_in + k0);
-          u = src[0];
-          v = src[1];
-          if constexpr (kNormed) {
-            const float4* gain = reinterpret_cast<const float4*>(g.norm.weight + k0);
-            u = normalized4(u, norm_scale, gain[0]);
-            v = normalized4(v, norm_scale, gain[1]);
-          }
-        }
         unsigned hi1[2], lo1[2], hi2[2], lo2[2];
-        split_pair<kKind>(u.x, u.y, hi1[0], lo1[0]);
-        split_pair<kKind>(u.z, u.w, hi1[1], lo1[1]);
-        split_pair<kKind>(v.x, v.y, hi2[0], lo2[0]);
-        split_pair<kKind>(v.z, v.w, hi2[1], lo2[1]);
+        if constexpr (kSplit) {
+          const uint4* split = reinterpret_cast<const uint4*>(g.half_split);
+          uint4 hi = zero, lo = zero;
+          if (m < M) {
+            const int64_t group = ((static_cast<int64_t>(m_base) + m) * n_in + k0) / 8;
+            hi = split[2 * group];
+            lo = split[2 * group + 1];
+          }
+          hi1[0] = hi.x, hi1[1] = hi.y, hi2[0] = hi.z, hi2[1] = hi.w;
+          lo1[0] = lo.x, lo1[1] = lo.y, lo2[0] = lo.z, lo2[1] = lo.w;
+        } else {
+          float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v = u;
+          if (m < M) {
+            const float4* src =
+                reinterpret_cast<const float4*>(x + static_cast<int64_t>(m) * n_in + k0);
+            u = src[0];
+            v = src[1];
+            if constexpr (kNormed) {
+              const float4* gain = reinterpret_cast<const float4*>(g.norm.weight + k0);
+              u = normalized4(u, norm_scale, gain[0]);
+              v = normalized4(v, norm_scale, gain[1]);
+            }
+          }
+          split_pair<kKind>(u.x, u.y, hi1[0], lo1[0]);
+          split_pair<kKind>(u.z, u.w, hi1[1], lo1[1]);
+          split_pair<kKind>(v.x, v.y, hi2[0], lo2[0]);
+          split_pair<kKind>(v.z, v.w, hi2[1], lo2[1]);
+        }
         mma_half<kKind>(acc[i], a1, hi1);
         mma_half<kKind>(acc[i], a1, lo1);
         mma_half<kKind>(acc[i], a2, hi2);
@@ -2331,24 +2367,33 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
                      int tiles = -1, const QkvStore& st = {}) {
   if (tiles < 0) tiles = weight_row_tiles(g);
   constexpr int kThreads = kMmaWarps * kWarp;
+  MatmulGroup own = g;  // half_split set only where the input is split first
+  own.half_split = nullptr;
   if (kEpilogue == HalfEpilogue::kPlain && prefill_tiles_take(kKind, n) && !g.accumulate) {
     return launch(matmul_half_prefill_kernel<kKind>,
-                  prefill_blocks<kPrefillRows, kPrefillCols>(g, n), kPrefillThreads, 0, stream, g,
+                  prefill_blocks<kPrefillRows, kPrefillCols>(g, n), kPrefillThreads, 0, stream, own,
                   x, n);
   }
   if (g.norm.h != nullptr)  // one row (one_row_fusable)
-    return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, true>, tiles, kThreads, 0, stream, g,
-                  x, n, st);
+    return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, true>, tiles, kThreads, 0, stream,
+                  own, x, n, st);
   switch ((n + 7) / 8) {
     case 1:
-      return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue>, tiles, kThreads, 0, stream, g, x,
+      return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue>, tiles, kThreads, 0, stream, own, x,
                     n, st);
     case 2:
-      return launch(matmul_half_mma_kernel<kKind, 2, kEpilogue>, tiles, kThreads, 0, stream, g, x,
+      return launch(matmul_half_mma_kernel<kKind, 2, kEpilogue>, tiles, kThreads, 0, stream, own, x,
                     n, st);
     default:  // more than 16 rows: slices of 32 in one launch
+      if (g.half_split != nullptr && half_split_rows_wanted(n)) {
+        const int64_t groups = int64_t{n} * g.w[0].n_in / 8;
+        launch(split_halves_kernel<kKind>, blocks_for(groups, 256), 256, 0, stream, x, groups,
+               reinterpret_cast<uint4*>(g.half_split));
+        return launch(matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue, false, true>, tiles,
+                      kThreads, 0, stream, g, x, n, st);
+      }
       return launch(matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue>, tiles, kThreads, 0,
-                    stream, g, x, n, st);
+                    stream, own, x, n, st);
   }
 }
 
@@ -4929,7 +4974,7 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
                      const float* x, const int8_t* xq, const float* xd, int n, float* q,
                      const float* bq, const float* bk, const float* bv, const float* angles,
                      const AttentionRow* rows, int layer, HeadShape shape, cudaStream_t stream,
-                     const RowNorm& norm) {
+                     const RowNorm& norm, uint32_t* half_split) {
   const int hd = shape.head_dim;
   const bool fits = n > 0 && wk.kind == wq.kind && wv.kind == wq.kind && wk.n_in == wq.n_in &&
                     wv.n_in == wq.n_in && shape.rope_dims == hd && hd % 16 == 0 &&
@@ -4941,6 +4986,7 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
   g.count = 3;
   g.w[0] = wq, g.w[1] = wk, g.w[2] = wv;
   g.norm = norm;
+  g.half_split = half_split;
   QkvStore st;
   st.bias_q = bq, st.bias_k = bk, st.bias_v = bv;
   st.angles = reinterpret_cast<const float2*>(angles);
@@ -4968,6 +5014,13 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
     default:
       return false;
   }
+}
+
+bool half_split_rows_wanted(int n) {
+  // Below, the blocks' own splits hide under their weights' reads (an H100 took
+  // as long for 16 rows of an 8B-class F16 model as for one).
+  static const bool off = env_is("PARSPEC_CUDA_HALF_SPLIT", "in-block");
+  return !off && n > 2 * 8;
 }
 
 bool fused_swiglu_wanted(WeightKind kind) {
@@ -5004,7 +5057,8 @@ bool one_row_fusable(const DeviceMatrix& w, int n) {
 
 bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x,
                            const int8_t* xq, const float* xd, int n, float* gate_out, int8_t* q,
-                           float* scales, cudaStream_t stream, const RowNorm& norm) {
+                           float* scales, cudaStream_t stream, const RowNorm& norm,
+                           uint32_t* half_split) {
   if (n <= 0 || gate.kind != up.kind || gate.n_in != up.n_in || gate.n_out != up.n_out)
     return false;
   if ((norm.h != nullptr && !one_row_fusable(gate, n)) || prefill_tiles_take(gate.kind, n))
@@ -5016,6 +5070,7 @@ bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, con
   g.w[0] = gate, g.w[1] = up;
   g.y[0] = gate_out;
   g.norm = norm;
+  g.half_split = half_split;
   switch (gate.kind) {
     case WeightKind::kF16:
     case WeightKind::kBF16: {

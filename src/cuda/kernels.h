@@ -140,7 +140,13 @@ struct MatmulGroup {
   RowNorm norm;
   bool accumulate = false;
   NormAfter norm_after;
+  // F16/BF16 weights: room for n × n_in words (or null), where a launch of
+  // many rows splits its input into the tensor cores' operand halves once
+  // instead of once in every block (half_split_rows_wanted).
+  uint32_t* half_split = nullptr;
 };
+// Whether a launch of n rows into F16/BF16 weights uses MatmulGroup::half_split.
+bool half_split_rows_wanted(int n);
 // PARSPEC_CUDA_FUSE=norm (or =all): whether passes fuse RMSNorm into the
 // matmuls after it and the residual adds into the matmuls before it.
 bool fused_norm_wanted();
@@ -206,12 +212,12 @@ void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, floa
 // returns false. Asked for by default for F16/BF16 weights (fused_rope_wanted).
 bool fused_rope_wanted(WeightKind kind);
 // With norm.h set (one_row_fusable weights only) the input is normalized as
-// RowNorm says instead of read from xq and xd.
+// RowNorm says instead of read from xq and xd; half_split as MatmulGroup's.
 bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const DeviceMatrix& wv,
                      const float* x, const int8_t* xq, const float* xd, int n, float* q,
                      const float* bq, const float* bk, const float* bv, const float* angles,
                      const AttentionRow* rows, int layer, HeadShape shape, cudaStream_t stream,
-                     const RowNorm& norm = {});
+                     const RowNorm& norm = {}, uint32_t* half_split = nullptr);
 // PARSPEC_CUDA_FUSE=swiglu (or =all): gate and up in one launch that writes only
 // gate_out = silu(x · gateᵀ) · (x · upᵀ), the values launch_matmul_group and
 // launch_swiglu give, and with q not null those quantized to Q8_0 (q and
@@ -221,7 +227,8 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
 bool fused_swiglu_wanted(WeightKind kind);
 bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x,
                            const int8_t* xq, const float* xd, int n, float* gate_out, int8_t* q,
-                           float* scales, cudaStream_t stream, const RowNorm& norm = {});
+                           float* scales, cudaStream_t stream, const RowNorm& norm = {},
+                           uint32_t* half_split = nullptr);
 // y += x.
 void launch_add(float* y, const float* x, int64_t count, cudaStream_t stream);
 // dst[i] = src[index[i]], rows of `dim` floats.

@@ -35,7 +35,7 @@ struct Index {
   unsigned x = 0, y = 0, z = 0;
 };
 inline thread_local Index thread_index, block_index;
-inline Index grid_size;
+inline Index grid_size, block_size;
 
 // The running block's barriers and exchange buffers.
 struct BlockState {
@@ -253,6 +253,7 @@ inline int32_t atomic_add(int32_t* p, int32_t v) {
 template <class Body>
 void run_grid(dim3 grid, int threads, size_t shared, Body&& body) {
   grid_size = {grid.x, grid.y, grid.z};
+  block_size = {static_cast<unsigned>(threads), 1, 1};
   const unsigned blocks = grid.x * grid.y * grid.z;
   BlockState state(threads);
   auto fresh_memory = [&] {
@@ -310,6 +311,7 @@ void run_grid(dim3 grid, int threads, size_t shared, Body&& body) {
 #define __ldg(p) (*(p))
 #define __ldcg(p) (*(p))
 #define gridDim parspec::cuda::emulated::grid_size
+#define blockDim parspec::cuda::emulated::block_size
 #define atomicAdd(p, v) parspec::cuda::emulated::atomic_add(p, v)
 #define __threadfence() std::atomic_thread_fence(std::memory_order_seq_cst)
 using std::max;

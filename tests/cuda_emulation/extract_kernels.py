@@ -74,9 +74,10 @@ pieces = [
           "// One activation tile"),
     piece("template <WeightKind kKind>\n__device__ void split_pair("),
     piece("template <int kTiles>\n__device__ __forceinline__ void add_gated_warp_sums("),
+    piece("template <WeightKind kKind>\n__global__ void split_halves_kernel("),
     piece("enum class HalfEpilogue {", "\n"),
     piece("template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain,\n"
-          "          bool kNormed = false>\n"
+          "          bool kNormed = false, bool kSplit = false>\n"
           "__global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)\n"
           "    matmul_half_mma_kernel("),
     piece("template <int kStages, class Issue, class Compute>\n"

@@ -545,6 +545,57 @@ TEST(CudaKernelsOnCpu, GatedHalfMatmulGivesSwiGluOfTheGroupsValues) {
   check_gated_half<WeightKind::kF16, 4>(96, 20, 40, 3);
 }
 
+// Input split once by split_halves_kernel (launches of many rows) gives the
+// tensor-core kernel the operands its blocks would split themselves, so every
+// output keeps its bits: plain groups and gated gate/up, over slices of 32 rows.
+template <WeightKind kKind, HalfEpilogue kEpilogue>
+void check_split_half_input(int64_t n_in, int64_t n_out, int M, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out) + ", M " +
+               std::to_string(M));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  auto weight = [&] { return value(rng) * 0.1f; };
+  const HalfWeights<kKind> a(n_in, n_out, weight), b(n_in, n_out, weight);
+  std::vector<float> x(static_cast<size_t>(M * n_in));
+  for (float& v : x) v = rng() % 16 == 0 ? 0.0f : value(rng) * (rng() % 8 == 0 ? 1000.0f : 1.0f);
+  constexpr bool kGated = kEpilogue == HalfEpilogue::kGated;
+  std::vector<float> y_a(static_cast<size_t>(M * n_out), -7.0f), y_b(y_a.size(), -7.0f);
+  MatmulGroup group;
+  group.count = 2;
+  group.w[0] = a.matrix;
+  group.w[1] = b.matrix;
+  group.y[0] = y_a.data();
+  group.y[1] = kGated ? nullptr : y_b.data();
+  const int blocks = static_cast<int>(kGated ? (n_out + 7) / 8 : 2 * ((n_out + 15) / 16));
+  run(blocks, kMmaWarps * kWarp, 0, [&] {
+    matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue>(group, x.data(), M, QkvStore{});
+  });
+  const int64_t groups = M * n_in / 8;
+  std::vector<uint4> split(static_cast<size_t>(2 * groups));
+  run(static_cast<int>((groups + 255) / 256), 256, 0,
+      [&] { split_halves_kernel<kKind>(x.data(), groups, split.data()); });
+  std::vector<float> z_a(y_a.size(), -7.0f), z_b(y_a.size(), -7.0f);
+  group.y[0] = z_a.data();
+  group.y[1] = kGated ? nullptr : z_b.data();
+  group.half_split = reinterpret_cast<uint32_t*>(split.data());
+  const std::vector<float> garbage(x.size(), 12345.0f);  // the kernel must not read x
+  run(blocks, kMmaWarps * kWarp, 0, [&] {
+    matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue, false, true>(group, garbage.data(), M,
+                                                                        QkvStore{});
+  });
+  if (kGated)
+    expect_same_bits({z_a}, {y_a}, {n_out});
+  else
+    expect_same_bits({z_a, z_b}, {y_a, y_b}, {n_out, n_out});
+}
+
+TEST(CudaKernelsOnCpu, HalfMatmulOnSplitInputGivesTheSameBits) {
+  check_split_half_input<WeightKind::kF16, HalfEpilogue::kPlain>(128, 40, 20, 1);
+  check_split_half_input<WeightKind::kBF16, HalfEpilogue::kPlain>(96, 24, 70, 2);
+  check_split_half_input<WeightKind::kF16, HalfEpilogue::kGated>(64, 24, 40, 3);
+  check_split_half_input<WeightKind::kBF16, HalfEpilogue::kGated>(160, 16, 33, 4);
+}
+
 // matmul_half_prefill_kernel over M rows of a group gives the bits that
 // matmul_half_mma_kernel gives them, whatever the hardware's order of an mma's
 // sums (emulated here in one fixed order for both).
