@@ -15,10 +15,10 @@
 #      prompt of over 2000 tokens; the kernels not yet the default; tune --ppd and ppd with
 #      its trees; the 8B-class F16 target) while llama.cpp builds, then with the drafter on the CPU (-ngld 0); then
 #      per model, parspec bench-forward -ngl 99 (decode tok/s, L(n) for n = 1..64, L(512))
-#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; decode and L(8)
-#      after 2048 and 4000 committed tokens with each attention kernel; llama.cpp's
+#      and llama-bench -ngl 99 (tg128, pp8, pp64, pp512) on the same file; llama.cpp's
 #      llama-speculative-simple (--draft-max 4, 8, 16) on the strategies' files and prompts;
 #      serve on the device under 1, 4 and 16 concurrent streams (bench/loadgen.py), ar and sd;
+#      decode and L(8) after 2048 and 4000 committed tokens with each attention kernel;
 #      then the kernel variants; the GPU time of a forward by kernel group
 #      (PARSPEC_CUDA_PROFILE=1), Nsight Compute; decode without CUDA graphs
 #      (PARSPEC_CUDA_GRAPHS=0) and without programmatic dependent launches
@@ -595,25 +595,6 @@ for row in "${table[@]}"; do
   fi
 done
 
-# Decode and 8-row verification after a long context, with each attention kernel
-# (the default prestaged one takes a block an SM, the others several): the
-# 8B-class Q4_0 target after 2048 and 4000 committed tokens.
-long_file=$(model_path 8b-q4_0 models/target.gguf)
-[[ $mode == dry ]] && long_file=models/target.gguf
-long_contexts="2048 4000"
-[[ $mode == dry ]] && long_contexts=200
-if [[ -f $long_file ]]; then
-  for context in $long_contexts; do
-    for variant in default per-head grouped; do
-      step "parspec bench-forward 8b-q4_0 after $context tokens, attention: $variant"
-      budgeted 60 env $(kernel_env "$variant") "$bin_parspec" bench-forward -m "$long_file" \
-        "${device[@]}" -t 2 -b 1,8 -r "$repeat" --decode-tokens "$decode" --context "$context" \
-        --json "$out/long-$context-$variant.json" >/dev/null 2>&1 ||
-        echo "8b-q4_0 after $context tokens ($variant) failed"
-    done
-  done
-fi
-
 # llama.cpp's speculative decoding on the same files and prompts (greedy, one
 # process per prompt and --draft-max; its "decoded N tokens in S seconds").
 spec_bin=$models/llama.cpp/build/bin/llama-speculative-simple
@@ -664,6 +645,25 @@ if [[ $mode == run && ${GPU_FOCUS:-all} != kernels ]]; then
   done
 fi
 
+# Decode and 8-row verification after a long context, with each attention kernel
+# (the default prestaged one takes a block an SM, the others several): the
+# 8B-class Q4_0 target after 2048 and 4000 committed tokens.
+long_file=$(model_path 8b-q4_0 models/target.gguf)
+[[ $mode == dry ]] && long_file=models/target.gguf
+long_contexts="2048 4000"
+[[ $mode == dry ]] && long_contexts=200
+if [[ -f $long_file ]]; then
+  for context in $long_contexts; do
+    for variant in default per-head grouped; do
+      step "parspec bench-forward 8b-q4_0 after $context tokens, attention: $variant"
+      budgeted 60 env $(kernel_env "$variant") "$bin_parspec" bench-forward -m "$long_file" \
+        "${device[@]}" -t 2 -b 1,8 -r "$repeat" --decode-tokens "$decode" --context "$context" \
+        --json "$out/long-$context-$variant.json" >/dev/null 2>&1 ||
+        echo "8b-q4_0 after $context tokens ($variant) failed"
+    done
+  done
+fi
+
 # What the kernels not yet the default bring, per weight type (the warp kernels,
 # the tensor cores for single rows, row-major activations and the one-launch
 # prefill were measured before: docs/performance-gpu.md). By default only the
@@ -683,7 +683,7 @@ for row in "${table[@]}"; do
     [[ $wanted != all && " $wanted " != *" $variant "* ]] && continue
     step "parspec bench-forward $name with $(kernel_env "$variant")"
     budgeted 90 env $(kernel_env "$variant") "$bin_parspec" bench-forward \
-      -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,4,8,16,32,64,"$prefill" \
+      -m "$(model_path "$name" "$src")" "${device[@]}" -t 2 -b 1,2,3,4,8,16,32,64,"$prefill" \
       -r "$repeat" --decode-tokens "$decode" --context 64 \
       --json "$out/parspec-$name-$variant.json" >/dev/null 2>&1 || echo "$name $variant failed"
   done
@@ -903,9 +903,9 @@ if warp_rows:
     # Each variant against the default of the same run: what promoting it would bring
     # (decode and prefill: > 1 is faster; L(n): < 1 is faster).
     print()
-    print("| model | variant | decode × default | L(1) × | L(2) × | L(4) × | L(8) × | L(32) × "
-          "| L(64) × | L(512) × |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | variant | decode × default | L(1) × | L(2) × | L(3) × | L(4) × | L(8) × "
+          "| L(32) × | L(64) × | L(512) × |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n, results in warp_rows:
         base = results[0][1]["results"][0]
         for label, res in results[1:]:
@@ -916,7 +916,8 @@ if warp_rows:
                                  if r["latency_ms"].get(key) and base["latency_ms"].get(key)
                                  else None)
             print(f"| {n} | {label} | {r['decode_tok_per_s'] / base['decode_tok_per_s']:.3f} "
-                  f"| {fmt(ratio('1'), 3)} | {fmt(ratio('2'), 3)} | {fmt(ratio('4'), 3)} "
+                  f"| {fmt(ratio('1'), 3)} | {fmt(ratio('2'), 3)} | {fmt(ratio('3'), 3)} "
+                  f"| {fmt(ratio('4'), 3)} "
                   f"| {fmt(ratio('8'), 3)} | {fmt(ratio('32'), 3)} "
                   f"| {fmt(ratio('64'), 3)} | {fmt(ratio('512'), 3)} |")
 half_rows = [(n, load(os.path.join(out, f"parspec-{n}.json")),
