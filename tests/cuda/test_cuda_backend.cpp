@@ -125,6 +125,27 @@ void check_invariance(const Model& model, ForwardExecutor& executor, bool gpu) {
           << "long chain row " << i;
   }
 
+  // A chain of 40 rows, then the rest: passes that graphs take (up to 64 rows)
+  // with more rows than the tensor-core kernels' in-block input (16), and
+  // after a committed prefix.
+  {
+    KvCache mid_kv(model.config(), 128);
+    const std::span<const int32_t> tokens(kLong);
+    const std::vector<float> first =
+        executor.forward(model, Batch::chain(mid_kv, tokens.first(40), true), mid_kv);
+    for (int i = 0; i < 40; ++i)
+      EXPECT_TRUE(bitwise_equal(&first[i * n_vocab], alone[i].data(), n_vocab))
+          << "40-row chain row " << i;
+    std::vector<int32_t> cells(40);
+    for (int i = 0; i < 40; ++i) cells[i] = i;
+    mid_kv.commit(cells);
+    const std::vector<float> rest =
+        executor.forward(model, Batch::chain(mid_kv, tokens.subspan(40), true), mid_kv);
+    for (size_t i = 40; i < kLong.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(&rest[(i - 40) * n_vocab], alone[i].data(), n_vocab))
+          << "chain after 40 committed, row " << i;
+  }
+
   // A chain: the first half, then the rest, every row's logits.
   KvCache kv(model.config(), 64);
   const int half = n / 2;
