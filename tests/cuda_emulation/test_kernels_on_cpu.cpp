@@ -491,6 +491,34 @@ struct HalfWeights {
   }
 };
 
+// Two F16/BF16 matrices of one shape (gate and up, or any pair of a group),
+// values in [-0.1, 0.1], and M rows of input in [-1, 1], all drawn from seed.
+template <WeightKind kKind>
+struct HalfPair {
+  std::mt19937 rng;
+  std::uniform_real_distribution<float> value{-1.0f, 1.0f};
+  HalfWeights<kKind> a, b;
+  std::vector<float> x;
+
+  HalfPair(int64_t n_in, int64_t n_out, int M, unsigned seed)
+      : rng(seed),
+        a(n_in, n_out, [&] { return value(rng) * 0.1f; }),
+        b(n_in, n_out, [&] { return value(rng) * 0.1f; }),
+        x(static_cast<size_t>(M * n_in)) {
+    for (float& v : x) v = value(rng);
+  }
+  // The two as a group writing ya and yb (a gated launch writes only ya).
+  MatmulGroup group(float* ya, float* yb) const {
+    MatmulGroup g;
+    g.count = 2;
+    g.w[0] = a.matrix;
+    g.w[1] = b.matrix;
+    g.y[0] = ya;
+    g.y[1] = yb;
+    return g;
+  }
+};
+
 // F16/BF16 gate and up: the gated tensor-core kernel (8 rows of each matrix a
 // block, PARSPEC_CUDA_FUSE=swiglu) gives SwiGLU of what the kernel gives for
 // the two matrices as a group, whatever the hardware's order of an mma's sums
@@ -499,19 +527,11 @@ template <WeightKind kKind, int kTiles>
 void check_gated_half(int64_t n_in, int64_t n_out, int M, unsigned seed) {
   SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out) + ", M " +
                std::to_string(M));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  auto weight = [&] { return value(rng) * 0.1f; };
-  const HalfWeights<kKind> gate(n_in, n_out, weight), up(n_in, n_out, weight);
-  std::vector<float> x(static_cast<size_t>(M * n_in));
-  for (float& v : x) v = value(rng);
+  const HalfPair<kKind> p(n_in, n_out, M, seed);
+  const HalfWeights<kKind>& gate = p.a;
+  const std::vector<float>& x = p.x;
   std::vector<float> y_gate(static_cast<size_t>(M * n_out), -7.0f), y_up(y_gate.size(), -7.0f);
-  MatmulGroup group;
-  group.count = 2;
-  group.w[0] = gate.matrix;
-  group.w[1] = up.matrix;
-  group.y[0] = y_gate.data();
-  group.y[1] = y_up.data();
+  MatmulGroup group = p.group(y_gate.data(), y_up.data());
   run(static_cast<int>(2 * ((n_out + 15) / 16)), kMmaWarps * kWarp, 0,
       [&] { matmul_half_mma_kernel<kKind, kTiles>(group, x.data(), M, QkvStore{}); });
   // The group's values are the products (the two halves of each activation
@@ -552,20 +572,17 @@ template <WeightKind kKind, HalfEpilogue kEpilogue>
 void check_split_half_input(int64_t n_in, int64_t n_out, int M, unsigned seed) {
   SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out) + ", M " +
                std::to_string(M));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  auto weight = [&] { return value(rng) * 0.1f; };
-  const HalfWeights<kKind> a(n_in, n_out, weight), b(n_in, n_out, weight);
-  std::vector<float> x(static_cast<size_t>(M * n_in));
-  for (float& v : x) v = rng() % 16 == 0 ? 0.0f : value(rng) * (rng() % 8 == 0 ? 1000.0f : 1.0f);
+  HalfPair<kKind> p(n_in, n_out, M, seed);
+  // Zeros, and values far from 1 whose lo halves matter.
+  for (float& v : p.x)
+    if (p.rng() % 16 == 0)
+      v = 0.0f;
+    else if (p.rng() % 8 == 0)
+      v *= 1000.0f;
+  const std::vector<float>& x = p.x;
   constexpr bool kGated = kEpilogue == HalfEpilogue::kGated;
   std::vector<float> y_a(static_cast<size_t>(M * n_out), -7.0f), y_b(y_a.size(), -7.0f);
-  MatmulGroup group;
-  group.count = 2;
-  group.w[0] = a.matrix;
-  group.w[1] = b.matrix;
-  group.y[0] = y_a.data();
-  group.y[1] = kGated ? nullptr : y_b.data();
+  MatmulGroup group = p.group(y_a.data(), kGated ? nullptr : y_b.data());
   const int blocks = static_cast<int>(kGated ? (n_out + 7) / 8 : 2 * ((n_out + 15) / 16));
   run(blocks, kMmaWarps * kWarp, 0, [&] {
     matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue>(group, x.data(), M, QkvStore{});
