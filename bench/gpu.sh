@@ -250,8 +250,9 @@ fi
 # count), prestaged4 (the prestaged attention for up to 4 rows, not 8),
 # prefill-serial (the prefill tiles with one group of warps walking all of K, the
 # default before the four groups), rows-none (2 and 3 rows on the tensor cores, the
-# default streaming), split-in-block (F16/BF16 launches of more than 16 rows split
-# their input in every block, as before the split kernel), candidates
+# default streaming), split-in-block (F16/BF16 input split by every lane in every
+# block, as before the split kernel for more than 16 rows and the pairs for one
+# or two), candidates
 # (in-split, paired, prefetch and stream-persistent: what would become the default
 # together).
 kernel_env() {
@@ -852,7 +853,7 @@ variant_labels = [
     ("-per-head", "attention by the per-head kernel for every row count (the default before the prestaged one)"),
     ("-prestaged4", "the prestaged attention for up to 4 rows, not 8"),
     ("-prefill-serial", "prefill tiles with one group of warps walking all of K (the default before the groups)"),
-    ("-split-in-block", "F16/BF16 input of more than 16 rows split in every block (before the split kernel)"),
+    ("-split-in-block", "F16/BF16 input split by every lane in every block (before the split kernel and the pairs)"),
     ("-prefill-tiles", "more than 64 rows in tiles of 64 × 64 a block, every weight type"),
     ("-prefill-slices", "more than 64 rows in launches of 32 of the tensor-core kernel"),
     ("-plain", "tensor cores loading their own operands (5 to 32 rows)"),

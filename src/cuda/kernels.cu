@@ -2108,16 +2108,26 @@ __global__ void split_halves_kernel(const float* x, int64_t groups, uint4* out) 
 // Each row's sums are the same in every one.
 enum class HalfEpilogue { kPlain, kGated, kQkv };
 
-// kNormed (PARSPEC_CUDA_FUSE=norm, one row): the row is g.norm.h, normalized
-// on its way in with add_rmsnorm_wide_kernel's steps (x_all unused). kSplit:
-// the rows come split into their operand halves in g.half_split
-// (split_halves_kernel; x_all unused).
+// How a matmul_half_mma_kernel block gets each chunk's operands (split_pair
+// of the same values in every case, so the same bits):
+// - kRows: lane (gid, t) loads activation row gid's values 8t..8t+7 and splits
+//   them, also where the row is past the launch's (zeros).
+// - kPairs (one or two rows, one tile): lane 16r + p splits pair p (values
+//   2p, 2p + 1) of row r, and each lane takes its four pairs from those lanes
+//   by shuffles: a quarter or half of the lanes' conversions, where kRows has
+//   every lane convert eight values for 4 mmas whatever the rows.
+// - kNormed (PARSPEC_CUDA_FUSE=norm, one row): the row is g.norm.h, normalized
+//   on its way in with add_rmsnorm_wide_kernel's steps (x_all unused).
+// - kSplit: the rows come split in g.half_split (split_halves_kernel; x_all unused).
+enum class HalfInput { kRows, kPairs, kNormed, kSplit };
+
 template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain,
-          bool kNormed = false, bool kSplit = false>
+          HalfInput kInput = HalfInput::kRows>
 __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     matmul_half_mma_kernel(MatmulGroup g, const float* x_all, int M_all, QkvStore st) {
-  static_assert(!kNormed || kTiles == 1, "a normalized input is one row");
-  static_assert(!kNormed || !kSplit, "a normalized input is split on its way in");
+  constexpr bool kNormed = kInput == HalfInput::kNormed;
+  static_assert(kTiles == 1 || kInput == HalfInput::kRows || kInput == HalfInput::kSplit,
+                "a normalized input is one row, and pairs come from one or two");
   constexpr bool kGated = kEpilogue == HalfEpilogue::kGated;
   constexpr bool kQkv = kEpilogue == HalfEpilogue::kQkv;
   __shared__ float partial_s[kMmaWarps][kMmaRows][8 * kTiles];
@@ -2188,9 +2198,36 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
       const unsigned a2[4] = {pa.z, pb.z, pa.w, pb.w};
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
-        const int m = 8 * i + gid;
+        [[maybe_unused]] const int m = 8 * i + gid;  // not by kPairs
         unsigned hi1[2], lo1[2], hi2[2], lo2[2];
-        if constexpr (kSplit) {
+        if constexpr (kInput == HalfInput::kPairs) {
+          unsigned h = 0, l = 0;
+          if (lane < 16 * M) {  // M is 1 or 2
+            const float2 pair =
+                *reinterpret_cast<const float2*>(x + (lane / 16) * n_in + c * 32 + 2 * (lane % 16));
+            split_pair<kKind>(pair.x, pair.y, h, l);
+          }
+          // Every lane takes part in the shuffles. Lanes of rows past M take
+          // a real row's pairs: an mma's column of outputs depends on its own
+          // column of operands alone, and those sums are not stored. Each
+          // mma's two words are fetched just before it, in the usual order,
+          // so that few are held at once.
+          const int from = 16 * (gid & 1) + 4 * t;
+          auto words = [&](unsigned v, int j, unsigned(&b)[2]) {
+            b[0] = __shfl_sync(0xffffffffu, v, from + j);
+            b[1] = __shfl_sync(0xffffffffu, v, from + j + 1);
+          };
+          unsigned b[2];
+          words(h, 0, b);
+          mma_half<kKind>(acc[i], a1, b);
+          words(l, 0, b);
+          mma_half<kKind>(acc[i], a1, b);
+          words(h, 2, b);
+          mma_half<kKind>(acc[i], a2, b);
+          words(l, 2, b);
+          mma_half<kKind>(acc[i], a2, b);
+          continue;
+        } else if constexpr (kInput == HalfInput::kSplit) {
           const uint4* split = reinterpret_cast<const uint4*>(g.half_split);
           uint4 hi = zero, lo = zero;
           if (m < M) {
@@ -2375,10 +2412,13 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
                   x, n);
   }
   if (g.norm.h != nullptr)  // one row (one_row_fusable)
-    return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, true>, tiles, kThreads, 0, stream,
-                  own, x, n, st);
+    return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, HalfInput::kNormed>, tiles, kThreads,
+                  0, stream, own, x, n, st);
   switch ((n + 7) / 8) {
     case 1:
+      if (n <= 2 && !half_split_in_block())
+        return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, HalfInput::kPairs>, tiles,
+                      kThreads, 0, stream, own, x, n, st);
       return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue>, tiles, kThreads, 0, stream, own, x,
                     n, st);
     case 2:
@@ -2389,8 +2429,8 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
         const int64_t groups = int64_t{n} * g.w[0].n_in / 8;
         launch(split_halves_kernel<kKind>, blocks_for(groups, 256), 256, 0, stream, x, groups,
                reinterpret_cast<uint4*>(g.half_split));
-        return launch(matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue, false, true>, tiles,
-                      kThreads, 0, stream, g, x, n, st);
+        return launch(matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue, HalfInput::kSplit>,
+                      tiles, kThreads, 0, stream, g, x, n, st);
       }
       return launch(matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue>, tiles, kThreads, 0,
                     stream, own, x, n, st);
@@ -5016,11 +5056,15 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
   }
 }
 
+bool half_split_in_block() {
+  static const bool wanted = env_is("PARSPEC_CUDA_HALF_SPLIT", "in-block");
+  return wanted;
+}
+
 bool half_split_rows_wanted(int n) {
   // Below, the blocks' own splits hide under their weights' reads (an H100 took
   // as long for 16 rows of an 8B-class F16 model as for one).
-  static const bool off = env_is("PARSPEC_CUDA_HALF_SPLIT", "in-block");
-  return !off && n > 2 * 8;
+  return !half_split_in_block() && n > 2 * 8;
 }
 
 bool fused_swiglu_wanted(WeightKind kind) {

@@ -147,6 +147,9 @@ struct MatmulGroup {
 };
 // Whether a launch of n rows into F16/BF16 weights uses MatmulGroup::half_split.
 bool half_split_rows_wanted(int n);
+// PARSPEC_CUDA_HALF_SPLIT=in-block: every lane of the F16/BF16 tensor-core
+// kernels splits its own row's values in every block, whatever the rows.
+bool half_split_in_block();
 // PARSPEC_CUDA_FUSE=norm (or =all): whether passes fuse RMSNorm into the
 // matmuls after it and the residual adds into the matmuls before it.
 bool fused_norm_wanted();

@@ -76,8 +76,9 @@ pieces = [
     piece("template <int kTiles>\n__device__ __forceinline__ void add_gated_warp_sums("),
     piece("template <WeightKind kKind>\n__global__ void split_halves_kernel("),
     piece("enum class HalfEpilogue {", "\n"),
+    piece("enum class HalfInput {", "\n"),
     piece("template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain,\n"
-          "          bool kNormed = false, bool kSplit = false>\n"
+          "          HalfInput kInput = HalfInput::kRows>\n"
           "__global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)\n"
           "    matmul_half_mma_kernel("),
     piece("template <int kStages, class Issue, class Compute>\n"

@@ -597,13 +597,47 @@ void check_split_half_input(int64_t n_in, int64_t n_out, int M, unsigned seed) {
   group.half_split = reinterpret_cast<uint32_t*>(split.data());
   const std::vector<float> garbage(x.size(), 12345.0f);  // the kernel must not read x
   run(blocks, kMmaWarps * kWarp, 0, [&] {
-    matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue, false, true>(group, garbage.data(), M,
-                                                                        QkvStore{});
+    matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue, HalfInput::kSplit>(group, garbage.data(),
+                                                                              M, QkvStore{});
   });
   if (kGated)
     expect_same_bits({z_a}, {y_a}, {n_out});
   else
     expect_same_bits({z_a, z_b}, {y_a, y_b}, {n_out, n_out});
+}
+
+// One or two rows split a pair a lane and handed round by shuffles give the
+// bits of every lane splitting its own row's values.
+template <WeightKind kKind, HalfEpilogue kEpilogue>
+void check_half_pairs(int64_t n_in, int64_t n_out, int M, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out) + ", M " +
+               std::to_string(M));
+  HalfPair<kKind> p(n_in, n_out, M, seed);
+  for (float& v : p.x)
+    if (p.rng() % 8 == 0) v *= 1000.0f;
+  constexpr bool kGated = kEpilogue == HalfEpilogue::kGated;
+  const int blocks = static_cast<int>(kGated ? (n_out + 7) / 8 : 2 * ((n_out + 15) / 16));
+  std::vector<float> y_a(static_cast<size_t>(M * n_out), -7.0f), y_b(y_a.size(), -7.0f);
+  MatmulGroup group = p.group(y_a.data(), kGated ? nullptr : y_b.data());
+  run(blocks, kMmaWarps * kWarp, 0,
+      [&] { matmul_half_mma_kernel<kKind, 1, kEpilogue>(group, p.x.data(), M, QkvStore{}); });
+  std::vector<float> z_a(y_a.size(), -7.0f), z_b(y_a.size(), -7.0f);
+  group = p.group(z_a.data(), kGated ? nullptr : z_b.data());
+  run(blocks, kMmaWarps * kWarp, 0, [&] {
+    matmul_half_mma_kernel<kKind, 1, kEpilogue, HalfInput::kPairs>(group, p.x.data(), M,
+                                                                   QkvStore{});
+  });
+  if (kGated)
+    expect_same_bits({z_a}, {y_a}, {n_out});
+  else
+    expect_same_bits({z_a, z_b}, {y_a, y_b}, {n_out, n_out});
+}
+
+TEST(CudaKernelsOnCpu, HalfMatmulOfOneOrTwoRowsSplitByPairsGivesTheSameBits) {
+  check_half_pairs<WeightKind::kF16, HalfEpilogue::kPlain>(128, 40, 1, 1);
+  check_half_pairs<WeightKind::kBF16, HalfEpilogue::kPlain>(96, 24, 2, 2);
+  check_half_pairs<WeightKind::kF16, HalfEpilogue::kGated>(64, 24, 2, 3);
+  check_half_pairs<WeightKind::kBF16, HalfEpilogue::kGated>(160, 16, 1, 4);
 }
 
 TEST(CudaKernelsOnCpu, HalfMatmulOnSplitInputGivesTheSameBits) {
@@ -685,11 +719,13 @@ void check_normed_half(int64_t n_in, int64_t n_out, unsigned seed) {
     group.y[0] = want.data();
     auto launch = [&](bool normed) {
       if (gated && normed)
-        matmul_half_mma_kernel<kKind, 1, HalfEpilogue::kGated, true>(group, nullptr, 1, {});
+        matmul_half_mma_kernel<kKind, 1, HalfEpilogue::kGated, HalfInput::kNormed>(group, nullptr,
+                                                                                   1, {});
       else if (gated)
         matmul_half_mma_kernel<kKind, 1, HalfEpilogue::kGated>(group, normalized.data(), 1, {});
       else if (normed)
-        matmul_half_mma_kernel<kKind, 1, HalfEpilogue::kPlain, true>(group, nullptr, 1, {});
+        matmul_half_mma_kernel<kKind, 1, HalfEpilogue::kPlain, HalfInput::kNormed>(group, nullptr,
+                                                                                   1, {});
       else
         matmul_half_mma_kernel<kKind, 1>(group, normalized.data(), 1, {});
     };
