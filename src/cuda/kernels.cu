@@ -2304,7 +2304,10 @@ struct HalfPrefillStage {
   static_assert(kWeights % 16 == 0 && kActRow % 16 == 0, "16-byte copies");
 };
 
-template <WeightKind kKind>
+// kSplit: the rows come split in g.half_split (split_halves_kernel), whose 32
+// bytes of each group of 8 values lie where the 8 floats would, and are staged
+// as they are (x unused).
+template <WeightKind kKind, bool kSplit = false>
 __global__ void __launch_bounds__(kPrefillThreads)
     matmul_half_prefill_kernel(MatmulGroup g, const float* x, int M) {
   using Stage = HalfPrefillStage;
@@ -2339,8 +2342,9 @@ __global__ void __launch_bounds__(kPrefillThreads)
     for (int e = threadIdx.x; e < kPrefillCols * 8; e += kPrefillThreads) {
       const int m = e / 8, piece = e % 8;
       const bool valid = col0 + m < M;
+      const float* src = kSplit ? reinterpret_cast<const float*>(g.half_split) : x;
       copy_async<16>(acts + m * Stage::kActRow + 16 * piece,
-                     valid ? x + (col0 + m) * n_in + c * 32 + 4 * piece : x, valid);
+                     valid ? src + (col0 + m) * n_in + c * 32 + 4 * piece : src, valid);
     }
   };
 
@@ -2367,14 +2371,21 @@ __global__ void __launch_bounds__(kPrefillThreads)
     const uint8_t* acts = base + Stage::kWeights;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const float4* src = reinterpret_cast<const float4*>(
-          acts + (warp_col + 8 * j + gid) * Stage::kActRow + 32 * t);
-      const float4 u = src[0], v = src[1];
+      const uint8_t* at = acts + (warp_col + 8 * j + gid) * Stage::kActRow + 32 * t;
       unsigned hi1[2], lo1[2], hi2[2], lo2[2];
-      split_pair<kKind>(u.x, u.y, hi1[0], lo1[0]);
-      split_pair<kKind>(u.z, u.w, hi1[1], lo1[1]);
-      split_pair<kKind>(v.x, v.y, hi2[0], lo2[0]);
-      split_pair<kKind>(v.z, v.w, hi2[1], lo2[1]);
+      if constexpr (kSplit) {
+        const uint4 hi = reinterpret_cast<const uint4*>(at)[0];
+        const uint4 lo = reinterpret_cast<const uint4*>(at)[1];
+        hi1[0] = hi.x, hi1[1] = hi.y, hi2[0] = hi.z, hi2[1] = hi.w;
+        lo1[0] = lo.x, lo1[1] = lo.y, lo2[0] = lo.z, lo2[1] = lo.w;
+      } else {
+        const float4 u = reinterpret_cast<const float4*>(at)[0];
+        const float4 v = reinterpret_cast<const float4*>(at)[1];
+        split_pair<kKind>(u.x, u.y, hi1[0], lo1[0]);
+        split_pair<kKind>(u.z, u.w, hi1[1], lo1[1]);
+        split_pair<kKind>(v.x, v.y, hi2[0], lo2[0]);
+        split_pair<kKind>(v.z, v.w, hi2[1], lo2[1]);
+      }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         mma_half<kKind>(sums.chain[i][j], a1[i], hi1);
@@ -2398,6 +2409,13 @@ bool half_tensor_cores(int64_t n_in) {
   return wanted && n_in % 32 == 0;
 }
 
+// split_halves_kernel over `groups` groups of 8 values of x into `out`.
+template <WeightKind kKind>
+void launch_split_halves(const float* x, int64_t groups, uint32_t* out, cudaStream_t stream) {
+  launch(split_halves_kernel<kKind>, blocks_for(groups, 256), 256, 0, stream, x, groups,
+         reinterpret_cast<uint4*>(out));
+}
+
 // matmul_half_mma_kernel over `tiles` blocks (-1: a plain group's).
 template <WeightKind kKind, HalfEpilogue kEpilogue = HalfEpilogue::kPlain>
 void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t stream,
@@ -2407,6 +2425,12 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
   MatmulGroup own = g;  // half_split set only where the input is split first
   own.half_split = nullptr;
   if (kEpilogue == HalfEpilogue::kPlain && prefill_tiles_take(kKind, n) && !g.accumulate) {
+    if (g.half_split != nullptr && half_split_rows_wanted(n)) {
+      launch_split_halves<kKind>(x, int64_t{n} * g.w[0].n_in / 8, g.half_split, stream);
+      return launch(matmul_half_prefill_kernel<kKind, true>,
+                    prefill_blocks<kPrefillRows, kPrefillCols>(g, n), kPrefillThreads, 0, stream, g,
+                    x, n);
+    }
     return launch(matmul_half_prefill_kernel<kKind>,
                   prefill_blocks<kPrefillRows, kPrefillCols>(g, n), kPrefillThreads, 0, stream, own,
                   x, n);
@@ -2426,9 +2450,7 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
                     n, st);
     default:  // more than 16 rows: slices of 32 in one launch
       if (g.half_split != nullptr && half_split_rows_wanted(n)) {
-        const int64_t groups = int64_t{n} * g.w[0].n_in / 8;
-        launch(split_halves_kernel<kKind>, blocks_for(groups, 256), 256, 0, stream, x, groups,
-               reinterpret_cast<uint4*>(g.half_split));
+        launch_split_halves<kKind>(x, int64_t{n} * g.w[0].n_in / 8, g.half_split, stream);
         return launch(matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue, HalfInput::kSplit>,
                       tiles, kThreads, 0, stream, g, x, n, st);
       }

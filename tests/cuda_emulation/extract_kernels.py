@@ -133,8 +133,8 @@ pieces = [
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kKPrefillThreads)\n"
           "    matmul_k_prefill_kernel("),
     piece("struct HalfPrefillStage {", "\n};\n"),
-    piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kPrefillThreads)\n"
-          "    matmul_half_prefill_kernel("),
+    piece("template <WeightKind kKind, bool kSplit = false>\n"
+          "__global__ void __launch_bounds__(kPrefillThreads)\n    matmul_half_prefill_kernel("),
 ]
 # Attention: everything from the block reduction to the grouped kernel.
 attention_start = "template <bool kMax>\n__device__ float attention_block_reduce("

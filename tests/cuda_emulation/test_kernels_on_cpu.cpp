@@ -679,6 +679,16 @@ void check_half_prefill(int64_t n_in, std::vector<int64_t> outs, int M, unsigned
   run(tiles64 * col_tiles, kPrefillThreads, 0,
       [&] { matmul_half_prefill_kernel<kKind>(group, x.data(), M); });
   expect_same_bits(got, want, outs);
+  // The same tiles on input split once (split_halves_kernel).
+  const int64_t groups = M * n_in / 8;
+  std::vector<uint4> split(static_cast<size_t>(2 * groups));
+  run(static_cast<int>((groups + 255) / 256), 256, 0,
+      [&] { split_halves_kernel<kKind>(x.data(), groups, split.data()); });
+  for (auto& y : got) std::fill(y.begin(), y.end(), -5.0f);
+  group.half_split = reinterpret_cast<uint32_t*>(split.data());
+  run(tiles64 * col_tiles, kPrefillThreads, 0,
+      [&] { matmul_half_prefill_kernel<kKind, true>(group, nullptr, M); });
+  expect_same_bits(got, want, outs);
 }
 
 TEST(CudaKernelsOnCpu, HalfPrefillTilesGiveTheTensorCoreKernelsBits) {
