@@ -460,7 +460,7 @@ __device__ int block_dot_s8(const int (&wq)[8], const int4& a, const int4& c) {
 // to the bits of 1.5 · 2^23 gives the float 1.5 · 2^23 + s, and subtracting
 // 1.5 · 2^23 again is exact. Hopper converts 16 values a clock an SM against
 // 64 integer and 128 float operations, and the tensor-core kernels convert four
-// sums an mma: at a few activation rows that unit, not memory, set their pace.
+// sums an mma: at a few activation rows that unit, not memory, can set their pace.
 __device__ __forceinline__ float small_int_to_float(int s) {
   constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23
   return __fsub_rn(__int_as_float(__float_as_int(kMagic) + s), kMagic);
@@ -5085,7 +5085,7 @@ bool half_split_in_block() {
 
 bool half_split_rows_wanted(int n) {
   // Below, the blocks' own splits hide under their weights' reads (an H100 took
-  // as long for 16 rows of an 8B-class F16 model as for one).
+  // 1.06× the time of one row for 16 of an 8B-class F16 model).
   return !half_split_in_block() && n > 2 * 8;
 }
 
