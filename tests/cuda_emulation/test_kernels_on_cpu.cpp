@@ -565,13 +565,37 @@ TEST(CudaKernelsOnCpu, GatedHalfMatmulGivesSwiGluOfTheGroupsValues) {
   check_gated_half<WeightKind::kF16, 4>(96, 20, 40, 3);
 }
 
-// Input split once by split_halves_kernel (launches of many rows) gives the
-// tensor-core kernel the operands its blocks would split themselves, so every
-// output keeps its bits: plain groups and gated gate/up, over slices of 32 rows.
-template <WeightKind kKind, HalfEpilogue kEpilogue>
-void check_split_half_input(int64_t n_in, int64_t n_out, int M, unsigned seed) {
+// The pair's outputs as `reference` writes them (given the group to run) and
+// as `other` does (given a group with half_split set), over the pair's blocks
+// for kEpilogue (a gated launch writes gate's outputs only): the same bits.
+template <WeightKind kKind, HalfEpilogue kEpilogue, class Reference, class Other>
+void expect_same_pair_bits(const HalfPair<kKind>& p, int64_t n_out, int M, uint32_t* half_split,
+                           Reference&& reference, Other&& other) {
+  constexpr bool kGated = kEpilogue == HalfEpilogue::kGated;
+  const int blocks = static_cast<int>(kGated ? (n_out + 7) / 8 : 2 * ((n_out + 15) / 16));
+  const size_t count = static_cast<size_t>(M * n_out);
+  std::vector<float> y_a(count, -7.0f), y_b(count, -7.0f), z_a(count, -5.0f), z_b(count, -5.0f);
+  const MatmulGroup want = p.group(y_a.data(), kGated ? nullptr : y_b.data());
+  run(blocks, kMmaWarps * kWarp, 0, [&] { reference(want); });
+  MatmulGroup got = p.group(z_a.data(), kGated ? nullptr : z_b.data());
+  got.half_split = half_split;
+  run(blocks, kMmaWarps * kWarp, 0, [&] { other(got); });
+  if (kGated)
+    expect_same_bits({z_a}, {y_a}, {n_out});
+  else
+    expect_same_bits({z_a, z_b}, {y_a, y_b}, {n_out, n_out});
+}
+
+// The tensor-core kernel with its operands from kInput gives the bits of every
+// lane splitting its own row's values (HalfInput::kRows), for plain groups and
+// gated gate/up: kSplit (input split once by split_halves_kernel, as launches
+// of many rows take it; slices of 32 rows) and kPairs (one or two rows split a
+// pair a lane and handed round by shuffles).
+template <WeightKind kKind, HalfEpilogue kEpilogue, HalfInput kInput>
+void check_half_input(int64_t n_in, int64_t n_out, int M, unsigned seed) {
   SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out) + ", M " +
                std::to_string(M));
+  constexpr int kTiles = kInput == HalfInput::kPairs ? 1 : kMmaMaxTiles;
   HalfPair<kKind> p(n_in, n_out, M, seed);
   // Zeros, and values far from 1 whose lo halves matter.
   for (float& v : p.x)
@@ -579,72 +603,39 @@ void check_split_half_input(int64_t n_in, int64_t n_out, int M, unsigned seed) {
       v = 0.0f;
     else if (p.rng() % 8 == 0)
       v *= 1000.0f;
-  const std::vector<float>& x = p.x;
-  constexpr bool kGated = kEpilogue == HalfEpilogue::kGated;
-  std::vector<float> y_a(static_cast<size_t>(M * n_out), -7.0f), y_b(y_a.size(), -7.0f);
-  MatmulGroup group = p.group(y_a.data(), kGated ? nullptr : y_b.data());
-  const int blocks = static_cast<int>(kGated ? (n_out + 7) / 8 : 2 * ((n_out + 15) / 16));
-  run(blocks, kMmaWarps * kWarp, 0, [&] {
-    matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue>(group, x.data(), M, QkvStore{});
-  });
   const int64_t groups = M * n_in / 8;
-  std::vector<uint4> split(static_cast<size_t>(2 * groups));
-  run(static_cast<int>((groups + 255) / 256), 256, 0,
-      [&] { split_halves_kernel<kKind>(x.data(), groups, split.data()); });
-  std::vector<float> z_a(y_a.size(), -7.0f), z_b(y_a.size(), -7.0f);
-  group.y[0] = z_a.data();
-  group.y[1] = kGated ? nullptr : z_b.data();
-  group.half_split = reinterpret_cast<uint32_t*>(split.data());
-  const std::vector<float> garbage(x.size(), 12345.0f);  // the kernel must not read x
-  run(blocks, kMmaWarps * kWarp, 0, [&] {
-    matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue, HalfInput::kSplit>(group, garbage.data(),
-                                                                              M, QkvStore{});
-  });
-  if (kGated)
-    expect_same_bits({z_a}, {y_a}, {n_out});
-  else
-    expect_same_bits({z_a, z_b}, {y_a, y_b}, {n_out, n_out});
+  std::vector<uint4> split;
+  if (kInput == HalfInput::kSplit) {
+    split.resize(static_cast<size_t>(2 * groups));
+    run(static_cast<int>((groups + 255) / 256), 256, 0,
+        [&] { split_halves_kernel<kKind>(p.x.data(), groups, split.data()); });
+  }
+  // A split input leaves x unread.
+  const std::vector<float> garbage(p.x.size(), 12345.0f);
+  const std::vector<float>& x = kInput == HalfInput::kSplit ? garbage : p.x;
+  expect_same_pair_bits<kKind, kEpilogue>(
+      p, n_out, M, split.empty() ? nullptr : reinterpret_cast<uint32_t*>(split.data()),
+      [&](const MatmulGroup& g) {
+        matmul_half_mma_kernel<kKind, kTiles, kEpilogue>(g, p.x.data(), M, QkvStore{});
+      },
+      [&](const MatmulGroup& g) {
+        matmul_half_mma_kernel<kKind, kTiles, kEpilogue, kInput>(g, x.data(), M, QkvStore{});
+      });
 }
 
-// One or two rows split a pair a lane and handed round by shuffles give the
-// bits of every lane splitting its own row's values.
-template <WeightKind kKind, HalfEpilogue kEpilogue>
-void check_half_pairs(int64_t n_in, int64_t n_out, int M, unsigned seed) {
-  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out) + ", M " +
-               std::to_string(M));
-  HalfPair<kKind> p(n_in, n_out, M, seed);
-  for (float& v : p.x)
-    if (p.rng() % 8 == 0) v *= 1000.0f;
-  constexpr bool kGated = kEpilogue == HalfEpilogue::kGated;
-  const int blocks = static_cast<int>(kGated ? (n_out + 7) / 8 : 2 * ((n_out + 15) / 16));
-  std::vector<float> y_a(static_cast<size_t>(M * n_out), -7.0f), y_b(y_a.size(), -7.0f);
-  MatmulGroup group = p.group(y_a.data(), kGated ? nullptr : y_b.data());
-  run(blocks, kMmaWarps * kWarp, 0,
-      [&] { matmul_half_mma_kernel<kKind, 1, kEpilogue>(group, p.x.data(), M, QkvStore{}); });
-  std::vector<float> z_a(y_a.size(), -7.0f), z_b(y_a.size(), -7.0f);
-  group = p.group(z_a.data(), kGated ? nullptr : z_b.data());
-  run(blocks, kMmaWarps * kWarp, 0, [&] {
-    matmul_half_mma_kernel<kKind, 1, kEpilogue, HalfInput::kPairs>(group, p.x.data(), M,
-                                                                   QkvStore{});
-  });
-  if (kGated)
-    expect_same_bits({z_a}, {y_a}, {n_out});
-  else
-    expect_same_bits({z_a, z_b}, {y_a, y_b}, {n_out, n_out});
-}
-
-TEST(CudaKernelsOnCpu, HalfMatmulOfOneOrTwoRowsSplitByPairsGivesTheSameBits) {
-  check_half_pairs<WeightKind::kF16, HalfEpilogue::kPlain>(128, 40, 1, 1);
-  check_half_pairs<WeightKind::kBF16, HalfEpilogue::kPlain>(96, 24, 2, 2);
-  check_half_pairs<WeightKind::kF16, HalfEpilogue::kGated>(64, 24, 2, 3);
-  check_half_pairs<WeightKind::kBF16, HalfEpilogue::kGated>(160, 16, 1, 4);
-}
-
-TEST(CudaKernelsOnCpu, HalfMatmulOnSplitInputGivesTheSameBits) {
-  check_split_half_input<WeightKind::kF16, HalfEpilogue::kPlain>(128, 40, 20, 1);
-  check_split_half_input<WeightKind::kBF16, HalfEpilogue::kPlain>(96, 24, 70, 2);
-  check_split_half_input<WeightKind::kF16, HalfEpilogue::kGated>(64, 24, 40, 3);
-  check_split_half_input<WeightKind::kBF16, HalfEpilogue::kGated>(160, 16, 33, 4);
+TEST(CudaKernelsOnCpu, HalfMatmulOnPairsOrSplitInputGivesTheSameBits) {
+  using enum HalfEpilogue;
+  using enum HalfInput;
+  // One or two rows: widths of 2 to 5 chunks.
+  check_half_input<WeightKind::kF16, kPlain, kPairs>(128, 40, 1, 1);
+  check_half_input<WeightKind::kBF16, kPlain, kPairs>(96, 24, 2, 2);
+  check_half_input<WeightKind::kF16, kGated, kPairs>(64, 24, 2, 3);
+  check_half_input<WeightKind::kBF16, kGated, kPairs>(160, 16, 1, 4);
+  // Many rows: within one slice of 32, across slices, and ending inside a tile.
+  check_half_input<WeightKind::kF16, kPlain, kSplit>(128, 40, 20, 5);
+  check_half_input<WeightKind::kBF16, kPlain, kSplit>(96, 24, 70, 6);
+  check_half_input<WeightKind::kF16, kGated, kSplit>(64, 24, 40, 7);
+  check_half_input<WeightKind::kBF16, kGated, kSplit>(160, 16, 33, 8);
 }
 
 // matmul_half_prefill_kernel over M rows of a group gives the bits that
