@@ -699,15 +699,15 @@ profile_file=$(model_path 8b-q4_0 models/target.gguf)
 [[ $mode == dry ]] && profile_file=models/target.gguf
 for shape in "8b-q4_0 1 64" "8b-q4_0 8 64" "8b-q4_0 1 3000" "100m-f16 1 64" "1b-f16 1 64" \
   "8b-f16 1 64"; do
-  read -r name rows context variant <<<"$shape"
+  read -r name rows context <<<"$shape"
   file=$(model_path "$name" models/target.gguf)
   [[ $mode == dry ]] && file=models/target.gguf
   [[ -f $file ]] || continue
-  step "GPU time by kernel group: $name, $rows row(s) after $context tokens ${variant:-}"
-  budgeted 60 env PARSPEC_CUDA_PROFILE=1 $(kernel_env "${variant:-none}") "$bin_parspec" \
+  step "GPU time by kernel group: $name, $rows row(s) after $context tokens"
+  budgeted 60 env PARSPEC_CUDA_PROFILE=1 "$bin_parspec" \
     bench-forward -m "$file" "${device[@]}" -t 2 -b "$rows" -r 3 --decode-tokens 8 \
-    --context "$context" >/dev/null 2>"$out/profile-$name-$rows-$context${variant:+-$variant}.txt" ||
-    echo "profile $name $rows/$context ${variant:-} failed"
+    --context "$context" >/dev/null 2>"$out/profile-$name-$rows-$context.txt" ||
+    echo "profile $name $rows/$context failed"
 done
 # Kernel by kernel, where Nsight Compute is installed: the time and DRAM bytes of
 # each kernel of one forward (about 326 launches on this model) of 1 and of 8 rows.
@@ -987,24 +987,22 @@ if os.path.exists(placement):
         print("```")
         print("\n".join(lines[start:start + 4]))
         print("```")
-for name, shape in (("8b-q4_0", "1-64"), ("8b-q4_0", "8-64"), ("8b-q4_0", "1-3000"),
-                    ("100m-f16", "1-64"), ("1b-f16", "1-64"), ("8b-f16", "1-64")):
-    path = os.path.join(out, f"profile-{name}-{shape}.txt")
-    if os.path.exists(path):
-        lines = [l.rstrip() for l in open(path) if l.startswith("  ") or l.startswith("GPU time")]
-        if lines:
-            rows, context, *variant = shape.split("-")
-            model = {"8b-q4_0": "8B-class Q4_0", "100m-f16": "100M-class F16",
-                     "1b-f16": "1B-class F16", "8b-f16": "8B-class F16"}[name]
-            with_variant = ", with PARSPEC_CUDA_ATTENTION=per-head" if variant else ""
-            print()
-            print(f"GPU time by kernel group, {model}, {rows} row(s) after {context} tokens"
-                  f"{with_variant} (PARSPEC_CUDA_PROFILE=1, no graphs, the context's prefill "
-                  "among the passes):")
-            print()
-            print("```")
-            print("\n".join(lines))
-            print("```")
+classes = {"8b-q4_0": "8B-class Q4_0", "100m-f16": "100M-class F16", "1b-f16": "1B-class F16",
+           "8b-f16": "8B-class F16"}
+profiles = (re.fullmatch(r"profile-(.+)-(\d+)-(\d+)\.txt", f) for f in sorted(os.listdir(out)))
+for m in sorted(filter(None, profiles), key=lambda m: (m.group(1), int(m.group(2)), int(m.group(3)))):
+    name, rows, context = m.groups()
+    path = os.path.join(out, m.group(0))
+    lines = [l.rstrip() for l in open(path) if l.startswith("  ") or l.startswith("GPU time")]
+    if lines:
+        model = classes.get(name, name)
+        print()
+        print(f"GPU time by kernel group, {model}, {rows} row(s) after {context} tokens"
+              " (PARSPEC_CUDA_PROFILE=1, no graphs, the context's prefill among the passes):")
+        print()
+        print("```")
+        print("\n".join(lines))
+        print("```")
 for rows in ("1", "8"):
     path = os.path.join(out, f"ncu-{rows}.csv")
     if not os.path.exists(path):

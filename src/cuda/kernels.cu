@@ -2198,8 +2198,6 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
       const unsigned a2[4] = {pa.z, pb.z, pa.w, pb.w};
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
-        [[maybe_unused]] const int m = 8 * i + gid;  // not by kPairs
-        unsigned hi1[2], lo1[2], hi2[2], lo2[2];
         if constexpr (kInput == HalfInput::kPairs) {
           unsigned h = 0, l = 0;
           if (lane < 16 * M) {  // M is 1 or 2
@@ -2227,7 +2225,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
           words(l, 2, b);
           mma_half<kKind>(acc[i], a2, b);
           continue;
-        } else if constexpr (kInput == HalfInput::kSplit) {
+        }
+        const int m = 8 * i + gid;
+        unsigned hi1[2], lo1[2], hi2[2], lo2[2];
+        if constexpr (kInput == HalfInput::kSplit) {
           const uint4* split = reinterpret_cast<const uint4*>(g.half_split);
           uint4 hi = zero, lo = zero;
           if (m < M) {
@@ -2424,13 +2425,15 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
   constexpr int kThreads = kMmaWarps * kWarp;
   MatmulGroup own = g;  // half_split set only where the input is split first
   own.half_split = nullptr;
+  // Many rows, and room to split them into: the split kernel first.
+  const bool split_first = g.half_split != nullptr && half_split_rows_wanted(n);
+  if (split_first)
+    launch_split_halves<kKind>(x, int64_t{n} * g.w[0].n_in / 8, g.half_split, stream);
   if (kEpilogue == HalfEpilogue::kPlain && prefill_tiles_take(kKind, n) && !g.accumulate) {
-    if (g.half_split != nullptr && half_split_rows_wanted(n)) {
-      launch_split_halves<kKind>(x, int64_t{n} * g.w[0].n_in / 8, g.half_split, stream);
+    if (split_first)
       return launch(matmul_half_prefill_kernel<kKind, true>,
                     prefill_blocks<kPrefillRows, kPrefillCols>(g, n), kPrefillThreads, 0, stream, g,
                     x, n);
-    }
     return launch(matmul_half_prefill_kernel<kKind>,
                   prefill_blocks<kPrefillRows, kPrefillCols>(g, n), kPrefillThreads, 0, stream, own,
                   x, n);
@@ -2449,11 +2452,9 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
       return launch(matmul_half_mma_kernel<kKind, 2, kEpilogue>, tiles, kThreads, 0, stream, own, x,
                     n, st);
     default:  // more than 16 rows: slices of 32 in one launch
-      if (g.half_split != nullptr && half_split_rows_wanted(n)) {
-        launch_split_halves<kKind>(x, int64_t{n} * g.w[0].n_in / 8, g.half_split, stream);
+      if (split_first)
         return launch(matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue, HalfInput::kSplit>,
                       tiles, kThreads, 0, stream, g, x, n, st);
-      }
       return launch(matmul_half_mma_kernel<kKind, kMmaMaxTiles, kEpilogue>, tiles, kThreads, 0,
                     stream, own, x, n, st);
   }
