@@ -8,8 +8,8 @@
 #      then generate on the GPU against the CPU, serve on the GPU (concurrent
 #      requests against their solo runs, sd against ar), and where transformers is
 #      installed, the qwen3/gemma3/qwen3moe checks against it (scripts/);
-#   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0, 1B-class F16,
-#      a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
+#   2. inflated models made there from the zoo (8B-class F16/Q8_0/Q4_0/Q4_K_M, 1B-class
+#      F16, a 100M-class F16 drafter), while llama.cpp builds there with CUDA from its source;
 #   3. the strategies on the GPU (parspec bench, 8B-class Q4_0 target + 100M-class
 #      drafter; auto and ppd; EasySpec's drafting time at layer groups of 1 and 2; a
 #      prompt of over 2000 tokens; the kernels not yet the default; tune --ppd and ppd with
@@ -208,7 +208,7 @@ fi
 
 # The environment of a kernel variant: tensor-cores (the defaults), warp (the
 # dp4a warp matmul for every row count), mma (the tensor cores also for 1 to 4
-# rows), row-major (the tensor-core kernel's activations row after row),
+# rows of Q8_0/Q4_0, for 1 row of Q4_K/Q6_K), row-major (the tensor-core kernel's activations row after row),
 # half-warp (F16/BF16 weights on the warp kernel), plain (the tensor-core kernel
 # loading its own operands instead of the default's streaming them into shared
 # memory by cp.async, 64 weight rows a block), pipelined (plain, with the loads of
@@ -407,11 +407,13 @@ else
     "1b-f16 models/target.gguf --preset 1b --type f16 --ctx 8192"
     "1b-q4_0 models/target.gguf --preset 1b --type q4_0 --ctx 8192"
     "100m-f16 models/draft.gguf --n-embd 1024 --n-layer 6 --n-ff 3072 --type f16 --ctx 8192"
+    "8b-q4_k_m models/target.gguf --preset 8b --type q4_k_m --ctx 8192"
   )
 fi
-# By default the models of the issues' goals; Q4_K (measured before) and a 1B-class
-# Q4_0 (the few-rows routing on small quantized matrices) when named.
-[[ $mode == run ]] && GPU_MODELS=${GPU_MODELS:-8b-q4_0 8b-q8_0 8b-f16 1b-f16 100m-f16}
+# By default the models of the issues' goals, then the Q4_K_M mix most users'
+# files have; Q4_K alone and a 1B-class Q4_0 (the few-rows routing on small
+# quantized matrices) when named.
+[[ $mode == run ]] && GPU_MODELS=${GPU_MODELS:-8b-q4_0 8b-q8_0 8b-f16 1b-f16 100m-f16 8b-q4_k_m}
 if [[ -n ${GPU_MODELS:-} ]]; then
   kept=()
   for row in "${table[@]}"; do
@@ -670,13 +672,13 @@ fi
 # prefill were measured before: docs/performance-gpu.md). By default only the
 # other side of the latest defaults and the candidates, so that the time budget
 # leaves room for llama.cpp's speculative decoding and the server under load.
-latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block "
+latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp mma "
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
     *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial rows-none fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(split-in-block candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
-    *q4_k*) variants=(prefill-tiles) ;;
+    *q4_k*) variants=(warp mma prefill-slices) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do

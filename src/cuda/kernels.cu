@@ -1980,16 +1980,17 @@ constexpr int kPrefillSlicesMaxRows = 2 * 8 * kMmaMaxTiles;
 
 // Whether the prefill tiles (matmul_prefill_kernel, matmul_half_prefill_kernel,
 // matmul_k_prefill_kernel) take a matmul of n rows of weights of this kind:
-// more than kPrefillSlicesMaxRows rows, and Q8_0/Q4_0
-// weights by default (an H200 prefills 512 tokens of an 8B-class model 1.3×
-// as fast with them; for F16 they were 3% slower there), every kind with
+// more than kPrefillSlicesMaxRows rows, and Q8_0/Q4_0/Q4_K/Q6_K
+// weights by default (an H200 prefills 512 tokens of an 8B-class Q4_0 model
+// 1.3× as fast with them; for F16 they were 3% slower there), every kind with
 // PARSPEC_CUDA_PREFILL=tiled, none with another value of it (=slices: launches
 // of 32 rows). The fused kernels then leave such launches to the plain ones.
 bool prefill_tiles_take(WeightKind kind, int n) {
   static const bool all = env_is("PARSPEC_CUDA_PREFILL", "tiled");
   static const bool quantized = all || std::getenv("PARSPEC_CUDA_PREFILL") == nullptr;
   if (n <= kPrefillSlicesMaxRows) return false;
-  return all || (quantized && (kind == WeightKind::kQ8_0 || kind == WeightKind::kQ4_0));
+  return all || (quantized && (kind == WeightKind::kQ8_0 || kind == WeightKind::kQ4_0 ||
+                               kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K));
 }
 
 // Whether the prefill tiles take chains in groups (matmul_prefill_grouped_kernel);
@@ -3090,12 +3091,22 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, 
 
 // PARSPEC_CUDA_MATMUL: "warp" (the dp4a warp kernel for every row count),
 // "mma" (the tensor-core kernel for every row count); default: the one-row
-// kernel for one row, its way for 2 to 4 rows, the tensor-core kernel for more.
+// kernel for one row, its way for 2 to 4 rows, the tensor-core kernel for more
+// (Q4_K/Q6_K: the warp kernel for one row, the tensor cores for more).
 bool tensor_core_matmul_wanted() {
   return !env_is("PARSPEC_CUDA_MATMUL", "warp");
 }
 bool few_rows_matmul_wanted() {
   return !env_is("PARSPEC_CUDA_MATMUL", "mma");
+}
+
+// Whether n rows of Q8_K activations go to matmul_k_mma_kernel rather than
+// the warp kernel: two rows and more, and one row too with
+// PARSPEC_CUDA_MATMUL=mma.
+bool k_quant_tensor_cores(int n) {
+  static const bool tensor_cores = tensor_core_matmul_wanted();
+  static const bool few_rows = few_rows_matmul_wanted();
+  return tensor_cores && (n >= 2 || !few_rows);
 }
 
 // The kernel that multiplies n rows of Q8_0 activations of width n_in by
@@ -3616,6 +3627,273 @@ __global__ void __launch_bounds__(kKPrefillThreads)
       const int m = col0 + 8 * i + 2 * t + (e & 1);
       if (row < w.n_out && m < M) y[static_cast<int64_t>(m) * w.n_out + row] = total;
     }
+}
+
+// Q4_K/Q6_K weights for two and more activation rows on the int8 tensor cores
+// (the default; PARSPEC_CUDA_MATMUL=warp keeps matmul_k_kernel, =mma takes one
+// row here too). A block takes kKMmaRows weight rows and 8 · kTiles activation
+// rows; its warp g walks lane group g's super-blocks of matmul_k_kernel (g,
+// g + 4, ...) in order. Each sub-block's integer sums come from int8 mmas, as
+// in matmul_k_prefill_kernel; each super-block becomes a float with the warp
+// kernel's expression and is added to the warp's chain, and the four chains are
+// then added as warp_sum adds the lane groups on lane 0. With no shared stage,
+// a warp's weights go from memory to registers a super-block ahead of its
+// mmas (where the registers allow), and every block of 16 rows is a block of the grid (256 for a
+// matrix of 4096 rows), so that small matrices still reach every SM.
+constexpr int kKMmaRows = 16;
+constexpr int kKMmaWarps = 4;
+constexpr int kKMmaThreads = kKMmaWarps * kWarp;
+static_assert(kKMmaWarps == 4, "a warp for each lane group of matmul_k_kernel");
+
+// One weight row's part of a super-block that lane t of the mma layout reads.
+// Q4_K: the 16-byte head (d, dmin, the packed scales and mins) and bytes
+// 8t..8t+7 of each of the four 32-byte groups of quants. Q6_K: words 4t of the
+// eight 16-byte pieces of the low bits and the four of the high bits, the 16
+// scales and d.
+template <WeightKind kKind>
+struct KLaneWords;
+
+template <>
+struct KLaneWords<WeightKind::kQ4_K> {
+  uint4 head;
+  uint2 quants[4];
+  __device__ void load(const uint8_t* blk, int t) {
+    head = *reinterpret_cast<const uint4*>(blk);
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      quants[q] = *reinterpret_cast<const uint2*>(blk + 16 + 32 * q + 8 * t);
+  }
+  __device__ float d() const {
+    return __half2float(__ushort_as_half(head.x & 0xFFFF));
+  }
+  __device__ float dmin() const {
+    return __half2float(__ushort_as_half(head.x >> 16));
+  }
+  // Byte k of the 12 packed scale and min bytes.
+  __device__ int packed(int k) const {
+    const unsigned word = k < 4 ? head.y : k < 8 ? head.z : head.w;
+    return static_cast<int>((word >> (8 * (k % 4))) & 0xFF);
+  }
+  // q4k_scale_min's arithmetic on those bytes.
+  __device__ void scale_min(int j, int& sc, int& mn) const {
+    if (j < 4) {
+      sc = packed(j) & 63;
+      mn = packed(j + 4) & 63;
+    } else {
+      sc = (packed(j + 4) & 15) | ((packed(j - 4) >> 6) << 4);
+      mn = (packed(j + 4) >> 4) | ((packed(j) >> 6) << 4);
+    }
+  }
+};
+
+template <>
+struct KLaneWords<WeightKind::kQ6_K> {
+  unsigned low[8], high[4];
+  uint4 scales;
+  unsigned short dbits;
+  __device__ void load(const uint8_t* blk, int t) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) low[k] = *reinterpret_cast<const unsigned*>(blk + 16 * k + 4 * t);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      high[k] = *reinterpret_cast<const unsigned*>(blk + 128 + 16 * k + 4 * t);
+    scales = *reinterpret_cast<const uint4*>(blk + 192);
+    dbits = *reinterpret_cast<const unsigned short*>(blk + 208);
+  }
+  __device__ float d() const {
+    return __half2float(__ushort_as_half(dbits));
+  }
+  // The signed scale of values 16·s .. 16·s + 15 of the super-block.
+  __device__ int scale(int s) const {
+    const unsigned word = s < 4 ? scales.x : s < 8 ? scales.y : s < 12 ? scales.z : scales.w;
+    return static_cast<int8_t>((word >> (8 * (s % 4))) & 0xFF);
+  }
+  // Values 16·half + 4t .. + 3 of sub-block j as signed bytes, as load_k_part
+  // assembles them.
+  __device__ int word(int j, int half) const {
+    const int h = j / 4, quarter = j % 4;
+    const unsigned nib =
+        (low[4 * h + 2 * (quarter & 1) + half] >> (quarter < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+    const unsigned top = ((high[2 * h + half] >> (2 * quarter)) & 0x03030303u) << 4;
+    return static_cast<int>(__vsub4(nib | top, 0x20202020u));
+  }
+};
+
+template <WeightKind kKind, int kTiles>
+__global__ void __launch_bounds__(kKMmaThreads)
+    matmul_k_mma_kernel(MatmulGroup g, Q8KActivations x, int M) {
+  constexpr bool kQ4 = kKind == WeightKind::kQ4_K;
+  constexpr int kCols = 8 * kTiles;
+  constexpr int kStride = kQ4 ? kQ4KBytes : kQ6KStride;
+  __shared__ float chains[kKMmaWarps][kKMmaRows * kCols];
+  DeviceMatrix w;
+  float* y;
+  int64_t row0;
+  int col0;
+  const bool has_tile = prefill_tile<kKMmaRows, kCols>(g, M, w, y, row0, col0);
+  begin_kernel();
+  if (!has_tile) return;  // the same for the whole block
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int gid = lane / 4, t = lane % 4;
+  const int64_t n_super = w.n_in / kSuperBlock;
+  // Rows past the matrix and activation rows past M read the last one's
+  // operands: a column of mma outputs depends only on its own, and those
+  // outputs are not stored.
+  const int64_t last_row = w.n_out - 1;
+  const int64_t r_a = row0 + gid < last_row ? row0 + gid : last_row;
+  const int64_t r_b = row0 + gid + 8 < last_row ? row0 + gid + 8 : last_row;
+  const uint8_t* row_a = static_cast<const uint8_t*>(w.q) + r_a * n_super * kStride;
+  const uint8_t* row_b = static_cast<const uint8_t*>(w.q) + r_b * n_super * kStride;
+  int m_b[kTiles], m_c[kTiles][2];  // B's column of this lane; C's two columns
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    m_b[i] = min(col0 + 8 * i + gid, M - 1);
+    m_c[i][0] = min(col0 + 8 * i + 2 * t, M - 1);
+    m_c[i][1] = min(col0 + 8 * i + 2 * t + 1, M - 1);
+  }
+  // [tile i][e]: rows r_a (e = 0, 1) and r_b (2, 3), columns 2t (e even) and 2t + 1.
+  float chain[kTiles][4];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) chain[i][e] = 0.0f;
+
+  auto compute = [&](int64_t sb, const KLaneWords<kKind>& wa, const KLaneWords<kKind>& wb) {
+    int qx[kTiles][4], mins[kTiles][4];
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) qx[i][e] = mins[i][e] = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {  // sub-blocks of 32 values
+      if constexpr (kQ4) {
+        // Lane t takes values 8t..8t+7 of the sub-block in A and B alike (the
+        // integer sum is the same in any order): low nibbles for even j, high for odd.
+        const int shift = 4 * (j % 2);
+        const uint2 qa = wa.quants[j / 2], qb = wb.quants[j / 2];
+        const int a[4] = {static_cast<int>((qa.x >> shift) & 0x0F0F0F0Fu),
+                          static_cast<int>((qb.x >> shift) & 0x0F0F0F0Fu),
+                          static_cast<int>((qa.y >> shift) & 0x0F0F0F0Fu),
+                          static_cast<int>((qb.y >> shift) & 0x0F0F0F0Fu)};
+        int sc_a, mn_a, sc_b, mn_b;
+        wa.scale_min(j, sc_a, mn_a);
+        wb.scale_min(j, sc_b, mn_b);
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i) {
+          const int2 src = *reinterpret_cast<const int2*>(
+              x.q + (m_b[i] * n_super + sb) * kSuperBlock + 32 * j + 8 * t);
+          const int bf[2] = {src.x, src.y};
+          int c[4] = {0, 0, 0, 0};
+          mma_s8(c, a, bf);
+          qx[i][0] += sc_a * c[0];
+          qx[i][1] += sc_a * c[1];
+          qx[i][2] += sc_b * c[2];
+          qx[i][3] += sc_b * c[3];
+          const int16_t* s0 = x.bsums + (m_c[i][0] * n_super + sb) * 16 + 2 * j;
+          const int16_t* s1 = x.bsums + (m_c[i][1] * n_super + sb) * 16 + 2 * j;
+          const int pair0 = s0[0] + s0[1], pair1 = s1[0] + s1[1];
+          mins[i][0] += mn_a * pair0;
+          mins[i][1] += mn_a * pair1;
+          mins[i][2] += mn_b * pair0;
+          mins[i][3] += mn_b * pair1;
+        }
+      } else {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int a[2] = {wa.word(j, half), wb.word(j, half)};
+          const int s = 8 * (j / 4) + 2 * (j % 4) + half;
+          const int sc_a = wa.scale(s), sc_b = wb.scale(s);
+#pragma unroll
+          for (int i = 0; i < kTiles; ++i) {
+            const int bf = *reinterpret_cast<const int*>(
+                x.q + (m_b[i] * n_super + sb) * kSuperBlock + 32 * j + 16 * half + 4 * t);
+            int c[4] = {0, 0, 0, 0};
+            mma_s8_k16(c, a, bf);
+            qx[i][0] += sc_a * c[0];
+            qx[i][1] += sc_a * c[1];
+            qx[i][2] += sc_b * c[2];
+            qx[i][3] += sc_b * c[3];
+          }
+        }
+      }
+    }
+    const float dw_a = wa.d(), dw_b = wb.d();
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float xd = x.d[m_c[i][e & 1] * n_super + sb];
+        const float dw = e < 2 ? dw_a : dw_b;
+        float value;
+        if constexpr (kQ4) {
+          const float dmin = e < 2 ? wa.dmin() : wb.dmin();
+          value = __fsub_rn(__fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx[i][e])),
+                            __fmul_rn(__fmul_rn(xd, dmin), static_cast<float>(mins[i][e])));
+        } else {
+          value = __fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx[i][e]));
+        }
+        chain[i][e] = __fadd_rn(chain[i][e], value);
+      }
+  };
+
+  // The warp's super-blocks, each one's weights loaded while the one before is
+  // computed, but for Q4_K's 32 activation rows, whose registers that would spill.
+  constexpr bool kAhead = !(kQ4 && kTiles == 4);
+  KLaneWords<kKind> cur_a, cur_b, next_a, next_b;
+  int64_t sb = warp;
+  if (kAhead && sb < n_super) {
+    cur_a.load(row_a + sb * kStride, t);
+    cur_b.load(row_b + sb * kStride, t);
+  }
+  for (; sb < n_super; sb += kKMmaWarps) {
+    const bool more = sb + kKMmaWarps < n_super;
+    if (!kAhead) {
+      cur_a.load(row_a + sb * kStride, t);
+      cur_b.load(row_b + sb * kStride, t);
+    } else if (more) {
+      next_a.load(row_a + (sb + kKMmaWarps) * kStride, t);
+      next_b.load(row_b + (sb + kKMmaWarps) * kStride, t);
+    }
+    compute(sb, cur_a, cur_b);
+    if (kAhead && more) {
+      cur_a = next_a;
+      cur_b = next_b;
+    }
+  }
+
+  // warp_sum's steps on lane 0 of matmul_k_kernel: groups 0 and 2, 1 and 3 (a
+  // group without super-blocks adds its zero), the two pairs, then the zeros
+  // of the lanes that are not a group's first.
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      chains[warp][(gid + 8 * (e / 2)) * kCols + 8 * i + 2 * t + (e & 1)] = chain[i][e];
+  __syncthreads();
+  for (int v = threadIdx.x; v < kKMmaRows * kCols; v += kKMmaThreads) {
+    const int64_t row = row0 + v / kCols;
+    const int m = col0 + v % kCols;
+    if (row >= w.n_out || m >= M) continue;
+    float total =
+        __fadd_rn(__fadd_rn(chains[0][v], chains[2][v]), __fadd_rn(chains[1][v], chains[3][v]));
+    for (int o = 0; o < 3; ++o) total = __fadd_rn(total, 0.0f);
+    y[static_cast<int64_t>(m) * w.n_out + row] = total;
+  }
+}
+
+// matmul_k_mma_kernel over n rows: 8, 16 or 32 activation rows a block, more
+// in blocks of 32 (the blocks of one weight tile side by side).
+template <WeightKind kKind>
+void launch_k_mma(const MatmulGroup& g, const Q8KActivations& x, int n, cudaStream_t stream) {
+  if (n <= 8)
+    launch(matmul_k_mma_kernel<kKind, 1>, prefill_blocks<kKMmaRows, 8>(g, n), kKMmaThreads, 0,
+           stream, g, x, n);
+  else if (n <= 16)
+    launch(matmul_k_mma_kernel<kKind, 2>, prefill_blocks<kKMmaRows, 16>(g, n), kKMmaThreads, 0,
+           stream, g, x, n);
+  else
+    launch(matmul_k_mma_kernel<kKind, 4>, prefill_blocks<kKMmaRows, 32>(g, n), kKMmaThreads, 0,
+           stream, g, x, n);
 }
 
 // The inputs of one matmul launch, in every form a weight kind takes them.
@@ -4817,11 +5095,15 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
   if ((kind == WeightKind::kF16 || kind == WeightKind::kBF16) && half_tensor_cores(group.w[0].n_in))
     return kind == WeightKind::kF16 ? launch_half_mma<WeightKind::kF16>(group, x, n, stream)
                                     : launch_half_mma<WeightKind::kBF16>(group, x, n, stream);
-  if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && prefill_tiles_take(kind, n)) {
-    return launch(kind == WeightKind::kQ4_K ? matmul_k_prefill_kernel<WeightKind::kQ4_K>
-                                            : matmul_k_prefill_kernel<WeightKind::kQ6_K>,
-                  prefill_blocks<kKPrefillRows, kKPrefillCols>(group, n), kKPrefillThreads, 0,
-                  stream, group, xk, n);
+  if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && k_quant_tensor_cores(n)) {
+    const bool q4 = kind == WeightKind::kQ4_K;
+    if (prefill_tiles_take(kind, n))
+      return launch(q4 ? matmul_k_prefill_kernel<WeightKind::kQ4_K>
+                       : matmul_k_prefill_kernel<WeightKind::kQ6_K>,
+                    prefill_blocks<kKPrefillRows, kKPrefillCols>(group, n), kKPrefillThreads, 0,
+                    stream, group, xk, n);
+    return q4 ? launch_k_mma<WeightKind::kQ4_K>(group, xk, n, stream)
+              : launch_k_mma<WeightKind::kQ6_K>(group, xk, n, stream);
   }
   // A one-row tile for single rows: the same arithmetic per row, fewer registers.
   if (n == 1)

@@ -179,13 +179,33 @@ void check_row_length(const std::string& name, DType type, int64_t n_in) {
 
 class Inflater {
  public:
-  Inflater(const GgufFile& file, const InflateOptions& options)
-      : file_(file), options_(options), worker_(std::max(1, available_cores())) {}
+  Inflater(const GgufFile& file, const InflateOptions& options, int n_layer, bool tied)
+      : file_(file),
+        options_(options),
+        n_layer_(n_layer),
+        tied_(tied),
+        worker_(std::max(1, available_cores())) {}
 
   GgufWriter& writer() { return writer_; }
 
-  DType type_for(const GgufTensorInfo& src) const {
+  // The type of tensor `out_name` of the inflated model, made from `src`.
+  DType type_for(const GgufTensorInfo& src, const std::string& out_name) const {
+    if (options_.q4_k_m) return q4_k_m_type(out_name);
     return options_.weight_type.value_or(src.type);
+  }
+
+  // What write_random_model gives that tensor in a Q4_K_M file.
+  DType q4_k_m_type(const std::string& name) const {
+    if (name == "output.weight" || (tied_ && name == "token_embd.weight")) return DType::Q6_K;
+    int layer = 0;
+    int consumed = 0;
+    if (std::sscanf(name.c_str(), "blk.%d.%n", &layer, &consumed) == 1 && consumed > 0) {
+      const std::string tensor = name.substr(static_cast<size_t>(consumed));
+      if ((tensor == "attn_v.weight" || tensor == "ffn_down.weight") &&
+          q4_k_m_more_bits(layer, n_layer_))
+        return DType::Q6_K;
+    }
+    return DType::Q4_K;
   }
 
   const GgufTensorInfo& source(const std::string& name) const {
@@ -208,7 +228,7 @@ class Inflater {
     const GgufTensorInfo& src = source(name);
     check(src.dims.size() == 2 && src.dims[0] == int64_t(col_target.size()), file_.path(),
           ": tensor ", name, " does not have the shape its configuration implies");
-    const DType type = type_for(src);
+    const DType type = type_for(src, out_name);
     check_row_length(name, type, n_in);
     const int64_t src_n_in = src.dims[0];
     const size_t src_row_bytes = row_bytes(src.type, src_n_in);
@@ -306,6 +326,8 @@ class Inflater {
  private:
   const GgufFile& file_;
   const InflateOptions& options_;
+  int n_layer_;  // of the inflated model
+  bool tied_;    // output = token embeddings
   Worker worker_;
   GgufWriter writer_;
 };
@@ -363,7 +385,7 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
   ProgressLine progress(options.progress);
   progress.show("inflating " + source_path + " into " + shape_text(plan));
 
-  Inflater inflater(*file, options);
+  Inflater inflater(*file, options, plan.n_layer, s.tied_embeddings);
   GgufWriter& w = inflater.writer();
   // Everything the source says (tokenizer, RoPE, context, ...), then the new shape.
   for (const auto& [key, value] : file->metadata()) w.set(key, value);
@@ -391,7 +413,9 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
     w.set(a + "expert_count", GgufValue::u32(uint32_t(options.experts)));
     w.set(a + "expert_used_count", GgufValue::u32(uint32_t(options.experts_used)));
   }
-  if (options.weight_type)
+  if (options.q4_k_m)
+    w.set("general.file_type", GgufValue::u32(kMostlyQ4_K_M));
+  else if (options.weight_type)
     w.set("general.file_type", GgufValue::u32(gguf_file_type(*options.weight_type)));
   const std::string src_name = s.name.empty() ? std::string("model") : s.name;
   w.set("general.name", GgufValue::string(src_name + "-inflated"));
@@ -449,7 +473,7 @@ void inflate_model(const std::string& source_path, const InflateOptions& options
       // types follow the source's last layer when no type is given.
       const std::string last = "blk." + std::to_string(s.n_layer - 1) + ".";
       const auto type_of = [&](const char* t) {
-        return inflater.type_for(inflater.source(last + t));
+        return inflater.type_for(inflater.source(last + t), p + t);
       };
       inflater.add_f32(p + "attn_norm.weight", std::vector<float>(size_t(plan.n_embd), 1.0f));
       inflater.add_zero_matrix(p + "attn_q.weight", plan.n_embd, plan.q_dim(),

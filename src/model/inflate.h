@@ -53,7 +53,10 @@ struct InflateOptions {
   // positions past the source's training only change quality, not cost or exactness).
   int context_length = 0;
   std::optional<DType> weight_type;  // linear weights and embeddings; default: the source's
-  bool progress = false;             // a progress line on stderr (for a terminal)
+  // Instead of weight_type: llama.cpp's Q4_K_M mix (Q4_K, and Q6_K for the
+  // output layer and the attn_v and ffn_down that q4_k_m_more_bits picks).
+  bool q4_k_m = false;
+  bool progress = false;  // a progress line on stderr (for a terminal)
 };
 
 // Reads `source_path`, writes the inflated model to `output_path`. Throws Error

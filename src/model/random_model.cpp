@@ -254,7 +254,6 @@ void set_metadata(GgufWriter& w, const RandomModelSpec& spec) {
   // attributes, and fails on a vocabulary without them.
   w.set("general.name",
         GgufValue::string(a == "phi3" ? "parspec-random-phi" : "parspec-random-" + a));
-  constexpr uint32_t kMostlyQ4_K_M = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
   w.set("general.file_type",
         GgufValue::u32(spec.q4_k_m ? kMostlyQ4_K_M : gguf_file_type(spec.weight_type)));
   w.set("general.quantization_version", GgufValue::u32(2));

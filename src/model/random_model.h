@@ -55,6 +55,8 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path);
 // llama.cpp's general.file_type ("mostly <type>") for a file whose linear
 // weights are all of one type. Throws Error for q8_K.
 uint32_t gguf_file_type(DType type);
+// llama.cpp's general.file_type of a Q4_K_M file (LLAMA_FTYPE_MOSTLY_Q4_K_M).
+constexpr uint32_t kMostlyQ4_K_M = 15;
 
 // Whether llama.cpp's Q4_K_M gives layer `layer` of `n_layer` its larger type
 // for attn_v and ffn_down: the first and last eighth and every third between.

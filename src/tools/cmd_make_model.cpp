@@ -42,6 +42,13 @@ struct ShapeFlags {
   int n_embd, n_layer, n_head, n_head_kv, n_ff;
 };
 
+// Whether --type names llama.cpp's Q4_K_M mix rather than one type (any case).
+bool names_q4_k_m(const std::string& type_name) {
+  std::string lower = type_name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower == "q4_k_m";
+}
+
 int inflate_command(const ArgParser& args, const std::string& source, const std::string& out_path,
                     const std::string& preset, const ShapeFlags& flags,
                     const std::string& type_name, int experts, int experts_used, int n_ctx) {
@@ -79,7 +86,10 @@ int inflate_command(const ArgParser& args, const std::string& source, const std:
   for (int dim : {options.shape.n_embd, options.shape.n_layer, options.shape.n_ff,
                   options.shape.n_head, options.shape.n_head_kv})
     check(dim >= 0, "make-model: shape values must be positive");
-  if (args.given("--type")) options.weight_type = parse_dtype(type_name);
+  if (args.given("--type")) {
+    options.q4_k_m = names_q4_k_m(type_name);
+    if (!options.q4_k_m) options.weight_type = parse_dtype(type_name);
+  }
   options.experts = experts;
   options.experts_used = experts_used;
   if (args.given("--ctx")) {
@@ -172,7 +182,7 @@ int cmd_make_model(int argc, char** argv) {
   args.option("--type", &type_name, "TYPE",
               "weight type: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k, or q4_k_m: q4_k with q6_k where "
               "llama.cpp's Q4_K_M puts it (output layer; attn_v and ffn_down of a third of the "
-              "layers) (with --inflate: default the source's; q4_k_m not there)");
+              "layers) (with --inflate: default the source's)");
   args.flag("--tied", &tied, "tie the output layer to the token embeddings");
   args.flag("--llama3-rope", &llama3_rope, "add Llama 3.1-style rope_freqs.weight");
   args.option("--seed", &seed, "S", "random seed");
@@ -207,9 +217,7 @@ int cmd_make_model(int argc, char** argv) {
   if (args.given("--n-ff")) spec.n_ff = n_ff;
   if (args.given("--ctx")) spec.n_ctx = n_ctx;
   if (args.given("--rope-base")) spec.rope_freq_base = rope_base;
-  std::string type_lower = type_name;
-  for (char& c : type_lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  spec.q4_k_m = type_lower == "q4_k_m";
+  spec.q4_k_m = names_q4_k_m(type_name);
   spec.weight_type = spec.q4_k_m ? DType::Q4_K : parse_dtype(type_name);
   spec.tied_embeddings = tied;
   spec.llama3_rope_freqs = llama3_rope;

@@ -132,6 +132,11 @@ pieces = [
     piece("__device__ __forceinline__ int k_prefill_block("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kKPrefillThreads)\n"
           "    matmul_k_prefill_kernel("),
+    piece("template <WeightKind kKind>\nstruct KLaneWords;", ";\n"),
+    piece("template <>\nstruct KLaneWords<WeightKind::kQ4_K> {", "\n};\n"),
+    piece("template <>\nstruct KLaneWords<WeightKind::kQ6_K> {", "\n};\n"),
+    piece("template <WeightKind kKind, int kTiles>\n__global__ void __launch_bounds__(kKMmaThreads)\n"
+          "    matmul_k_mma_kernel("),
     piece("struct HalfPrefillStage {", "\n};\n"),
     piece("template <WeightKind kKind, bool kSplit = false>\n"
           "__global__ void __launch_bounds__(kPrefillThreads)\n    matmul_half_prefill_kernel("),
@@ -149,7 +154,8 @@ for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps",
              "kStreamChains", "kStreamStages", "kPrefillRows", "kPrefillCols", "kPrefillWarps",
              "kPrefillThreads", "kPrefillStages", "kPrefillGroups", "kPrefillGroupedStages", "kPrefillTileStride",
              "kPrefillTileFloats", "kHalfPrefillStages", "kKPrefillRows",
-             "kKPrefillCols", "kKPrefillWarps", "kKPrefillThreads", "kMatmulWarps", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
+             "kKPrefillCols", "kKPrefillWarps", "kKPrefillThreads", "kKMmaRows", "kKMmaWarps",
+             "kKMmaThreads", "kMatmulWarps", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
              "kPairedPrefetch", "kGatedOutputs", "kGatedThreads", "kGatedPrefetch",
              "kAttnThreads", "kAttnKeys", "kMaxHeadDim", "kNormThreads", "kNormBlock",
              "kWideNormPerThread"):

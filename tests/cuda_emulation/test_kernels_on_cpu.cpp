@@ -342,6 +342,81 @@ float k_contract_value(const uint8_t* row, int64_t n_super, const int8_t* q, con
   return total;
 }
 
+// A group of random Q4_K/Q6_K matrices, M rows of Q8_K activations, and each
+// output's value by the warp kernel's arithmetic (k_contract_value).
+template <WeightKind kKind>
+struct KQuantCase {
+  int64_t n_in;
+  std::vector<int64_t> outs;
+  int M;
+  std::vector<std::vector<uint8_t>> weights;
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int16_t> bsums;
+  MatmulGroup group;
+  std::vector<std::vector<float>> want;
+
+  KQuantCase(int64_t width, std::vector<int64_t> out_rows, int rows, unsigned seed)
+      : n_in(width), outs(std::move(out_rows)), M(rows) {
+    std::mt19937 rng(seed);
+    const int64_t n_super = n_in / kSuperBlock;
+    std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+    auto put_half = [&](uint8_t* at, float v) {
+      const __half h = __float2half(v);
+      std::memcpy(at, &h, 2);
+    };
+    weights.reserve(outs.size());
+    group.count = static_cast<int>(outs.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      std::vector<uint8_t> bytes(static_cast<size_t>(outs[i] * n_super * stride()));
+      for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng() & 0xFF);
+      for (int64_t sb = 0; sb < outs[i] * n_super; ++sb) {
+        uint8_t* blk = bytes.data() + sb * stride();
+        put_half(kKind == WeightKind::kQ4_K ? blk : blk + 208, scale(rng));
+        if (kKind == WeightKind::kQ4_K) put_half(blk + 2, scale(rng));
+      }
+      weights.push_back(std::move(bytes));
+      group.w[i].kind = kKind;
+      group.w[i].n_in = n_in;
+      group.w[i].n_out = outs[i];
+      group.w[i].q = weights.back().data();
+    }
+    q.resize(static_cast<size_t>(M * n_in));
+    for (int8_t& v : q) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+    d.resize(static_cast<size_t>(M * n_super));
+    std::uniform_real_distribution<float> act_scale(0.001f, 0.1f);
+    for (float& v : d) v = act_scale(rng);
+    bsums.resize(static_cast<size_t>(M * n_in / 16));
+    for (size_t b = 0; b < bsums.size(); ++b) {
+      int sum = 0;
+      for (int e = 0; e < 16; ++e) sum += q[b * 16 + e];
+      bsums[b] = static_cast<int16_t>(sum);
+    }
+    for (size_t i = 0; i < outs.size(); ++i) {
+      want.emplace_back(static_cast<size_t>(M * outs[i]), -7.0f);
+      for (int m = 0; m < M; ++m)
+        for (int64_t row = 0; row < outs[i]; ++row)
+          want[i][static_cast<size_t>(m * outs[i] + row)] = k_contract_value<kKind>(
+              weights[i].data() + row * n_super * stride(), n_super, q.data() + m * n_in,
+              d.data() + m * n_super, bsums.data() + m * n_super * 16);
+    }
+  }
+  static int stride() { return kKind == WeightKind::kQ4_K ? kQ4KBytes : kQ6KStride; }
+  Q8KActivations activations() { return {q.data(), d.data(), bsums.data()}; }
+  int weight_rows() const {
+    int rows = 0;
+    for (int64_t n_out : outs) rows += static_cast<int>(n_out);
+    return rows;
+  }
+  // Fresh outputs, garbage-filled, that the group writes.
+  std::vector<std::vector<float>> outputs(float fill) {
+    std::vector<std::vector<float>> y;
+    for (int64_t n_out : outs) y.emplace_back(static_cast<size_t>(M * n_out), fill);
+    for (size_t i = 0; i < outs.size(); ++i) group.y[i] = y[i].data();
+    return y;
+  }
+};
+
 // matmul_k_prefill_kernel over M rows of Q8_K activations gives, for a group
 // of Q4_K/Q6_K matrices, the warp kernel's bits (k_contract_value; for
 // widths of whole groups of 4 super-blocks also matmul_k_kernel's own, which
@@ -349,75 +424,38 @@ float k_contract_value(const uint8_t* row, int64_t n_super, const int8_t* q, con
 template <WeightKind kKind>
 void check_k_prefill(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
   SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M));
-  std::mt19937 rng(seed);
-  const int64_t n_super = n_in / kSuperBlock;
-  const int stride = kKind == WeightKind::kQ4_K ? kQ4KBytes : kQ6KStride;
-  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
-  auto put_half = [&](uint8_t* at, float v) {
-    const __half h = __float2half(v);
-    std::memcpy(at, &h, 2);
-  };
-  std::vector<std::vector<uint8_t>> weights;
-  MatmulGroup group;
-  group.count = static_cast<int>(outs.size());
-  int rows = 0, tiles = 0;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    std::vector<uint8_t> bytes(static_cast<size_t>(outs[i] * n_super * stride));
-    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng() & 0xFF);
-    for (int64_t sb = 0; sb < outs[i] * n_super; ++sb) {
-      uint8_t* blk = bytes.data() + sb * stride;
-      put_half(kKind == WeightKind::kQ4_K ? blk : blk + 208, scale(rng));
-      if (kKind == WeightKind::kQ4_K) put_half(blk + 2, scale(rng));
-    }
-    weights.push_back(std::move(bytes));
-    group.w[i].kind = kKind;
-    group.w[i].n_in = n_in;
-    group.w[i].n_out = outs[i];
-    group.w[i].q = weights.back().data();
-    rows += static_cast<int>(outs[i]);
-    tiles += static_cast<int>((outs[i] + kKPrefillRows - 1) / kKPrefillRows);
-  }
-  std::vector<int8_t> q(static_cast<size_t>(M * n_in));
-  for (int8_t& v : q) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
-  std::vector<float> d(static_cast<size_t>(M * n_super));
-  std::uniform_real_distribution<float> act_scale(0.001f, 0.1f);
-  for (float& v : d) v = act_scale(rng);
-  std::vector<int16_t> bsums(static_cast<size_t>(M * n_in / 16));
-  for (size_t b = 0; b < bsums.size(); ++b) {
-    int sum = 0;
-    for (int e = 0; e < 16; ++e) sum += q[b * 16 + e];
-    bsums[b] = static_cast<int16_t>(sum);
-  }
-  const Q8KActivations x{q.data(), d.data(), bsums.data()};
-  std::vector<std::vector<float>> want, got;
-  for (int64_t n_out : outs) {
-    want.emplace_back(static_cast<size_t>(M * n_out), -7.0f);
-    got.emplace_back(static_cast<size_t>(M * n_out), -5.0f);
-  }
-  for (size_t i = 0; i < outs.size(); ++i)
-    for (int m = 0; m < M; ++m)
-      for (int64_t row = 0; row < outs[i]; ++row)
-        want[i][static_cast<size_t>(m * outs[i] + row)] = k_contract_value<kKind>(
-            weights[i].data() + row * n_super * stride, n_super, q.data() + m * n_in,
-            d.data() + m * n_super, bsums.data() + m * n_super * 16);
-  if (n_super % 4 == 0) {
-    std::vector<std::vector<float>> warp_kernel;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      warp_kernel.emplace_back(want[i].size(), -3.0f);
-      group.y[i] = warp_kernel[i].data();
-    }
-    run((rows + kMatmulWarps - 1) / kMatmulWarps, kMatmulWarps * kWarp, 0,
-        [&] { matmul_k_kernel<kKind, 8>(group, x, M); });
-    for (size_t i = 0; i < outs.size(); ++i)
-      for (size_t e = 0; e < want[i].size(); ++e)
-        ASSERT_TRUE(same_bits(warp_kernel[i][e], want[i][e]))
+  KQuantCase<kKind> c(n_in, std::move(outs), M, seed);
+  const Q8KActivations x = c.activations();
+  if (n_in / kSuperBlock % 4 == 0) {
+    std::vector<std::vector<float>> warp_kernel = c.outputs(-3.0f);
+    run((c.weight_rows() + kMatmulWarps - 1) / kMatmulWarps, kMatmulWarps * kWarp, 0,
+        [&] { matmul_k_kernel<kKind, 8>(c.group, x, M); });
+    for (size_t i = 0; i < c.outs.size(); ++i)
+      for (size_t e = 0; e < c.want[i].size(); ++e)
+        ASSERT_TRUE(same_bits(warp_kernel[i][e], c.want[i][e]))
             << "the warp kernel's value at " << e << " of matrix " << i << ": " << warp_kernel[i][e]
-            << " instead of " << want[i][e];
+            << " instead of " << c.want[i][e];
   }
-  for (size_t i = 0; i < outs.size(); ++i) group.y[i] = got[i].data();
-  const int col_tiles = (M + kKPrefillCols - 1) / kKPrefillCols;
-  run(tiles * col_tiles, kKPrefillThreads, 0, [&] { matmul_k_prefill_kernel<kKind>(group, x, M); });
-  expect_same_bits(got, want, outs);
+  std::vector<std::vector<float>> got = c.outputs(-5.0f);
+  const int blocks =
+      weight_row_tiles(c.group, kKPrefillRows) * ((M + kKPrefillCols - 1) / kKPrefillCols);
+  run(blocks, kKPrefillThreads, 0, [&] { matmul_k_prefill_kernel<kKind>(c.group, x, M); });
+  expect_same_bits(got, c.want, c.outs);
+}
+
+// matmul_k_mma_kernel with tiles of 8 · kTiles activation rows gives the warp
+// kernel's bits.
+template <WeightKind kKind, int kTiles>
+void check_k_mma(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", tiles " +
+               std::to_string(kTiles));
+  KQuantCase<kKind> c(n_in, std::move(outs), M, seed);
+  const Q8KActivations x = c.activations();
+  std::vector<std::vector<float>> got = c.outputs(-5.0f);
+  const int cols = 8 * kTiles;
+  const int blocks = weight_row_tiles(c.group, kKMmaRows) * ((M + cols - 1) / cols);
+  run(blocks, kKMmaThreads, 0, [&] { matmul_k_mma_kernel<kKind, kTiles>(c.group, x, M); });
+  expect_same_bits(got, c.want, c.outs);
 }
 
 TEST(CudaKernelsOnCpu, KQuantPrefillTilesGiveTheWarpKernelsBits) {
@@ -430,6 +468,22 @@ TEST(CudaKernelsOnCpu, KQuantPrefillTilesGiveTheWarpKernelsBits) {
   check_k_prefill<WeightKind::kQ4_K>(2304, {20, 9}, 70, 5);
   check_k_prefill<WeightKind::kQ4_K>(1024, {24}, 40, 6);
   check_k_prefill<WeightKind::kQ6_K>(2048, {16, 16}, 33, 7);
+}
+
+TEST(CudaKernelsOnCpu, KQuantTensorCoresGiveTheWarpKernelsBits) {
+  // One row (PARSPEC_CUDA_MATMUL=mma) to several tiles of activation rows
+  // (ending inside one), 1 to 9 super-blocks a row (warps without any, warps
+  // with one more than others), matrices of fewer rows than a block and
+  // ending inside one.
+  check_k_mma<WeightKind::kQ4_K, 1>(256, {20}, 1, 1);
+  check_k_mma<WeightKind::kQ6_K, 1>(512, {9, 24}, 2, 2);
+  check_k_mma<WeightKind::kQ4_K, 1>(768, {16, 5}, 8, 3);
+  check_k_mma<WeightKind::kQ6_K, 2>(1536, {33}, 11, 4);
+  check_k_mma<WeightKind::kQ4_K, 2>(2304, {20, 9}, 16, 5);
+  check_k_mma<WeightKind::kQ4_K, 4>(1024, {24}, 29, 6);
+  check_k_mma<WeightKind::kQ6_K, 4>(2048, {16, 16}, 33, 7);
+  check_k_mma<WeightKind::kQ4_K, 4>(1280, {17}, 70, 8);
+  check_k_mma<WeightKind::kQ6_K, 1>(256, {40}, 17, 9);
 }
 
 // matmul_mma_kernel (the tensor-core kernel for 5 rows and more) over M rows

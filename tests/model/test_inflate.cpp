@@ -16,6 +16,7 @@
 #include "model/inflate.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/random_model.h"
 #include "test_helpers.h"
 #include "tokenizer/tokenizer.h"
 
@@ -239,6 +240,49 @@ TEST(Inflate, QuantizedOutputComputesTheQuantizedSourcesFunction) {
   const auto tokenizer = Tokenizer::from_gguf(source->gguf());
   const std::vector<int32_t> prompt = tokenizer->encode("import os\nimport sys\n", true, false);
   EXPECT_EQ(greedy(*big, prompt, 32), greedy(*source, prompt, 32));
+}
+
+// --type q4_k_m: llama.cpp's mix, as write_random_model makes it, in the
+// source's layers and the added ones alike; the file loads and decodes.
+TEST(Inflate, Q4KMGivesQ6KWhereLlamaCppsMixDoes) {
+  TempDir dir;
+  InflateOptions options;
+  options.shape = {512, 8, 1024, 0, 0};  // 8 layers: the zoo target's 6 and 2 added
+  options.q4_k_m = true;
+  const std::string path = dir.file("q4_k_m.gguf");
+  inflate_model(zoo_path("target.gguf"), options, path);
+  const auto model = Model::load(path);
+  const GgufFile& file = model->gguf();
+  EXPECT_EQ(file.get_int("general.file_type"), 15);
+  auto type_of = [&](const std::string& name) {
+    const GgufTensorInfo* t = file.find_tensor(name);
+    EXPECT_NE(t, nullptr) << name;
+    return t != nullptr ? t->type : DType::F32;
+  };
+  const bool tied = model->config().tied_embeddings;
+  EXPECT_EQ(type_of("token_embd.weight"), tied ? DType::Q6_K : DType::Q4_K);
+  if (!tied) {
+    EXPECT_EQ(type_of("output.weight"), DType::Q6_K);
+  }
+  int more_bits = 0;
+  for (int layer = 0; layer < 8; ++layer) {
+    const std::string p = "blk." + std::to_string(layer) + ".";
+    const DType larger = q4_k_m_more_bits(layer, 8) ? DType::Q6_K : DType::Q4_K;
+    more_bits += q4_k_m_more_bits(layer, 8) ? 1 : 0;
+    EXPECT_EQ(type_of(p + "attn_v.weight"), larger) << layer;
+    EXPECT_EQ(type_of(p + "ffn_down.weight"), larger) << layer;
+    for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_output.weight", "ffn_gate.weight",
+                          "ffn_up.weight"})
+      EXPECT_EQ(type_of(p + t), DType::Q4_K) << p << t;
+  }
+  EXPECT_GT(more_bits, 0);
+  EXPECT_LT(more_bits, 8);
+  // Quantized, it still computes nearly the source's function (0.5% apart here).
+  const auto source = Model::load(zoo_path("target.gguf"));
+  const auto tokenizer = Tokenizer::from_gguf(source->gguf());
+  const std::vector<int32_t> text = tokenizer->encode(kText, true, false);
+  const double ppl_source = perplexity(*source, text);
+  EXPECT_NEAR(perplexity(*model, text), ppl_source, 0.05 * ppl_source);
 }
 
 TEST(Inflate, PresetsSizeHeadsToTheSourceHeadDimension) {
