@@ -3,8 +3,9 @@
 #   1. the CUDA backend's tests (tests/cuda: batch invariance per weight type, the
 #      device KV cache, every strategy against GPU ar, GPU against CPU) with the
 #      default kernels, the kernel tests again with the opt-in kernels, and where the
-#      defaults fail, with the warp matmul (PARSPEC_CUDA_MATMUL=warp): if only that
-#      passes, the rest runs with it;
+#      defaults fail, with the K-quants' warp kernel (PARSPEC_CUDA_KQUANT=warp) and with
+#      the warp matmul (PARSPEC_CUDA_MATMUL=warp): the rest runs with the first of
+#      those that passes;
 #      then generate on the GPU against the CPU, serve on the GPU (concurrent
 #      requests against their solo runs, sd against ar), and where transformers is
 #      installed, the qwen3/gemma3/qwen3moe checks against it (scripts/);
@@ -208,7 +209,8 @@ fi
 
 # The environment of a kernel variant: tensor-cores (the defaults), warp (the
 # dp4a warp matmul for every row count), mma (the tensor cores also for 1 to 4
-# rows of Q8_0/Q4_0, for 1 row of Q4_K/Q6_K), row-major (the tensor-core kernel's activations row after row),
+# rows of Q8_0/Q4_0, for 1 row of Q4_K/Q6_K), kquant-warp (Q4_K/Q6_K on the warp
+# kernel for every row count, as before their tensor-core kernels), row-major (the tensor-core kernel's activations row after row),
 # half-warp (F16/BF16 weights on the warp kernel), plain (the tensor-core kernel
 # loading its own operands instead of the default's streaming them into shared
 # memory by cp.async, 64 weight rows a block), pipelined (plain, with the loads of
@@ -258,6 +260,7 @@ fi
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
+    kquant-warp) echo "PARSPEC_CUDA_KQUANT=warp" ;;
     row-major) echo "PARSPEC_CUDA_ACTIVATIONS=row-major" ;;
     half-warp) echo "PARSPEC_CUDA_HALF_MATMUL=warp" ;;
     pipelined) echo "PARSPEC_CUDA_MMA=pipelined" ;;
@@ -324,11 +327,18 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|^GPU vs CPU|divergence' || true
       if passed "$log"; then echo "tests ($kernel kernels): passed"; else
         echo "tests ($kernel kernels): FAILED (see $log)"; fi | tee -a "$log" >>"$out/checks.txt"
-      [[ $kernel == tensor-cores ]] && ! passed "$log" && kernels+=(warp)
+      [[ $kernel == tensor-cores ]] && ! passed "$log" && kernels+=(kquant-warp warp)
     done
     cat "$out/checks.txt"
     grep -v "^tests (tensor-cores" "$out/checks.txt" >>"$out/tests.txt" || true
-    if ! passed "$out/tests.txt" && [[ -f $out/tests-warp.txt ]] && passed "$out/tests-warp.txt"; then
+    # Where the defaults fail: the K-quants' warp kernel alone if that is enough,
+    # else the warp matmul for every weight type.
+    if ! passed "$out/tests.txt" && [[ -f $out/tests-kquant-warp.txt ]] &&
+      passed "$out/tests-kquant-warp.txt"; then
+      echo "the K-quant kernels failed their tests: measuring with PARSPEC_CUDA_KQUANT=warp" |
+        tee -a "$out/machine.txt"
+      export PARSPEC_CUDA_KQUANT=warp
+    elif ! passed "$out/tests.txt" && [[ -f $out/tests-warp.txt ]] && passed "$out/tests-warp.txt"; then
       echo "the tensor-core matmul failed its tests: measuring with PARSPEC_CUDA_MATMUL=warp" |
         tee -a "$out/machine.txt"
       export PARSPEC_CUDA_MATMUL=warp

@@ -130,6 +130,13 @@ int blocks_for(int64_t count, int threads) {
   return static_cast<int>((count + threads - 1) / threads);
 }
 
+// The weight rows of a group's matrices together.
+int64_t group_rows(const MatmulGroup& g) {
+  int64_t rows = 0;
+  for (int i = 0; i < g.count; ++i) rows += g.w[i].n_out;
+  return rows;
+}
+
 // The sum of every lane's v, the same on every lane (addition is commutative,
 // so each lane's butterfly order gives the same bits).
 __device__ float warp_sum(float v) {
@@ -3092,7 +3099,7 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, 
 // PARSPEC_CUDA_MATMUL: "warp" (the dp4a warp kernel for every row count),
 // "mma" (the tensor-core kernel for every row count); default: the one-row
 // kernel for one row, its way for 2 to 4 rows, the tensor-core kernel for more
-// (Q4_K/Q6_K: the warp kernel for one row, the tensor cores for more).
+// (Q4_K/Q6_K: matmul_k_row_kernel for one row, the tensor cores for more).
 bool tensor_core_matmul_wanted() {
   return !env_is("PARSPEC_CUDA_MATMUL", "warp");
 }
@@ -3100,13 +3107,19 @@ bool few_rows_matmul_wanted() {
   return !env_is("PARSPEC_CUDA_MATMUL", "mma");
 }
 
+// PARSPEC_CUDA_KQUANT=warp: Q4_K/Q6_K weights on matmul_k_kernel for every row
+// count (the same bits), whatever PARSPEC_CUDA_MATMUL says for the others.
+bool k_quant_warp_only() {
+  static const bool wanted = !tensor_core_matmul_wanted() || env_is("PARSPEC_CUDA_KQUANT", "warp");
+  return wanted;
+}
+
 // Whether n rows of Q8_K activations go to matmul_k_mma_kernel rather than
-// the warp kernel: two rows and more, and one row too with
+// the warp kernels: two rows and more, and one row too with
 // PARSPEC_CUDA_MATMUL=mma.
 bool k_quant_tensor_cores(int n) {
-  static const bool tensor_cores = tensor_core_matmul_wanted();
   static const bool few_rows = few_rows_matmul_wanted();
-  return tensor_cores && (n >= 2 || !few_rows);
+  return !k_quant_warp_only() && (n >= 2 || !few_rows);
 }
 
 // The kernel that multiplies n rows of Q8_0 activations of width n_in by
@@ -3351,6 +3364,88 @@ __global__ void matmul_k_kernel(MatmulGroup g, Q8KActivations x, int M) {
       if (lane == 0) y[static_cast<int64_t>(m0 + r) * w.n_out + n] = total;
     }
   }
+}
+
+// One activation row of Q4_K/Q6_K weights (a decode step; the default, with
+// PARSPEC_CUDA_MATMUL=warp matmul_k_kernel takes it): matmul_k_kernel's
+// arithmetic for one row, each lane requesting its next kKRowAhead
+// super-blocks (weights, scales and the row's quants) before it uses the
+// first, so that a warp waits for memory once where the warp kernel waited
+// once a super-block. Every lane runs every step, past the row's last
+// super-block too (reading the last one again, adding nothing), so that the
+// shuffles need no mask.
+constexpr int kKRowAhead = 4;
+
+template <WeightKind kKind>
+__global__ void __launch_bounds__(kMatmulWarps* kWarp)
+    matmul_k_row_kernel(MatmulGroup g, Q8KActivations x) {
+  constexpr bool kQ4 = kKind == WeightKind::kQ4_K;
+  constexpr int kStride = kQ4 ? kQ4KBytes : kQ6KStride;
+  const int lane = threadIdx.x % kWarp, part = lane % 8, group = lane / 8;
+  DeviceMatrix w;
+  float* y;
+  int64_t n;
+  const bool has_row = warp_row(g, w, y, n);  // the same for the whole warp
+  if (has_row && lane == 0 && weights_early_wanted) prefetch_weight_row(w, n);
+  begin_kernel();
+  if (!has_row) return;
+  const int64_t n_super = w.n_in / kSuperBlock;
+  const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * n_super * kStride;
+  float acc = 0.0f;
+  for (int64_t sb0 = 0; sb0 < n_super; sb0 += 4 * kKRowAhead) {
+    int wq[kKRowAhead][8], sc0[kKRowAhead], sc1[kKRowAhead], mn[kKRowAhead];
+    int pair[kKRowAhead];
+    float dw[kKRowAhead], dmin[kKRowAhead], xd[kKRowAhead];
+    int4 xa[kKRowAhead], xc[kKRowAhead];
+#pragma unroll
+    for (int p = 0; p < kKRowAhead; ++p) {
+      const int64_t sb = sb0 + 4 * p + group;
+      const int64_t s = sb < n_super ? sb : n_super - 1;
+      const uint8_t* blk = row + s * kStride;
+      load_k_part<kKind>(blk, part, wq[p], sc0[p], sc1[p], mn[p]);
+      dw[p] = kQ4 ? half_at(blk) : half_at(blk + 208);
+      dmin[p] = kQ4 ? half_at(blk + 2) : 0.0f;
+      const int4* xs = reinterpret_cast<const int4*>(x.q + s * kSuperBlock + 32 * part);
+      xa[p] = xs[0];
+      xc[p] = xs[1];
+      xd[p] = x.d[s];
+      pair[p] = 0;
+      if constexpr (kQ4) {
+        const int16_t* bs = x.bsums + s * (kSuperBlock / 16) + 2 * part;
+        pair[p] = bs[0] + bs[1];
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kKRowAhead; ++p) {
+      if (sb0 + 4 * p >= n_super) break;  // the same on every lane
+      int s0 = 0, s1 = 0;
+      s0 = __dp4a(wq[p][0], xa[p].x, s0);
+      s0 = __dp4a(wq[p][1], xa[p].y, s0);
+      s0 = __dp4a(wq[p][2], xa[p].z, s0);
+      s0 = __dp4a(wq[p][3], xa[p].w, s0);
+      s1 = __dp4a(wq[p][4], xc[p].x, s1);
+      s1 = __dp4a(wq[p][5], xc[p].y, s1);
+      s1 = __dp4a(wq[p][6], xc[p].z, s1);
+      s1 = __dp4a(wq[p][7], xc[p].w, s1);
+      int qx = sc0[p] * s0 + sc1[p] * s1;
+      int mins = kQ4 ? mn[p] * pair[p] : 0;
+      for (int o = 1; o < 8; o *= 2) {  // within the 8 lanes of the super-block
+        qx += __shfl_xor_sync(0xffffffffu, qx, o);
+        mins += __shfl_xor_sync(0xffffffffu, mins, o);
+      }
+      if (part == 0 && sb0 + 4 * p + group < n_super) {
+        float value;
+        if constexpr (kQ4)
+          value = __fsub_rn(__fmul_rn(__fmul_rn(xd[p], dw[p]), static_cast<float>(qx)),
+                            __fmul_rn(__fmul_rn(xd[p], dmin[p]), static_cast<float>(mins)));
+        else
+          value = __fmul_rn(__fmul_rn(xd[p], dw[p]), static_cast<float>(qx));
+        acc = __fadd_rn(acc, value);
+      }
+    }
+  }
+  const float total = warp_sum(acc);
+  if (lane == 0) y[n] = total;
 }
 
 // 16×8×16 int8 multiply-add: lane (g, t) holds A's row g, K 4t..4t+3 in a[0]
@@ -3631,15 +3726,14 @@ __global__ void __launch_bounds__(kKPrefillThreads)
 
 // Q4_K/Q6_K weights for two and more activation rows on the int8 tensor cores
 // (the default; PARSPEC_CUDA_MATMUL=warp keeps matmul_k_kernel, =mma takes one
-// row here too). A block takes kKMmaRows weight rows and 8 · kTiles activation
-// rows; its warp g walks lane group g's super-blocks of matmul_k_kernel (g,
-// g + 4, ...) in order. Each sub-block's integer sums come from int8 mmas, as
-// in matmul_k_prefill_kernel; each super-block becomes a float with the warp
-// kernel's expression and is added to the warp's chain, and the four chains are
-// then added as warp_sum adds the lane groups on lane 0. With no shared stage,
-// a warp's weights go from memory to registers a super-block ahead of its
-// mmas (where the registers allow), and every block of 16 rows is a block of the grid (256 for a
-// matrix of 4096 rows), so that small matrices still reach every SM.
+// row here too, instead of matmul_k_row_kernel). A block takes kKMmaRows weight rows and 8 · kTiles
+// activation rows; its warp g walks lane group g's super-blocks of matmul_k_kernel (g, g + 4, ...)
+// in order. Each sub-block's integer sums come from int8 mmas, as in matmul_k_prefill_kernel; each
+// super-block becomes a float with the warp kernel's expression and is added to the warp's chain,
+// and the four chains are then added as warp_sum adds the lane groups on lane 0. With no shared
+// stage, a warp's weights go from memory to registers a super-block ahead of its mmas (where the
+// registers allow), and every block of 16 rows is a block of the grid (256 for a matrix of 4096
+// rows), so that small matrices still reach every SM.
 constexpr int kKMmaRows = 16;
 constexpr int kKMmaWarps = 4;
 constexpr int kKMmaThreads = kKMmaWarps * kWarp;
@@ -3906,9 +4000,7 @@ struct MatmulInputs {
 
 template <WeightKind kKind, int kR>
 void launch_matmul_kind(const MatmulGroup& g, const MatmulInputs& in, int n, cudaStream_t stream) {
-  int64_t rows = 0;
-  for (int i = 0; i < g.count; ++i) rows += g.w[i].n_out;
-  const int blocks = blocks_for(rows, kMatmulWarps);
+  const int blocks = blocks_for(group_rows(g), kMatmulWarps);
   if constexpr (kKind == WeightKind::kQ8_0 || kKind == WeightKind::kQ4_0)
     launch(matmul_q_kernel<kKind, kR>, blocks, kMatmulWarps * kWarp, 0, stream, g, in.xq, in.xd, n);
   else if constexpr (kKind == WeightKind::kQ4_K || kKind == WeightKind::kQ6_K)
@@ -5105,6 +5197,11 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
     return q4 ? launch_k_mma<WeightKind::kQ4_K>(group, xk, n, stream)
               : launch_k_mma<WeightKind::kQ6_K>(group, xk, n, stream);
   }
+  if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && n == 1 && !k_quant_warp_only())
+    return launch(kind == WeightKind::kQ4_K ? matmul_k_row_kernel<WeightKind::kQ4_K>
+                                            : matmul_k_row_kernel<WeightKind::kQ6_K>,
+                  blocks_for(group_rows(group), kMatmulWarps), kMatmulWarps * kWarp, 0, stream,
+                  group, xk);
   // A one-row tile for single rows: the same arithmetic per row, fewer registers.
   if (n == 1)
     launch_matmul_tile<1>(group, in, n, stream);

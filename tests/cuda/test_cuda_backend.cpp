@@ -54,7 +54,9 @@ TEST(CudaBackend, SaysWhyWhenNoDeviceCanBeUsed) {
   }
 }
 
-RandomModelSpec small_spec(const std::string& arch, DType type) {
+// wide: K-quant rows of several super-blocks (5 and 17), so that the kernels'
+// warps each take several, some one more than others.
+RandomModelSpec small_spec(const std::string& arch, DType type, bool wide = false) {
   RandomModelSpec spec;
   spec.arch = arch;
   spec.n_vocab = 300;
@@ -68,6 +70,11 @@ RandomModelSpec small_spec(const std::string& arch, DType type) {
   if (type == DType::Q4_K || type == DType::Q6_K) {
     spec.n_embd = 256;  // K-quant rows are multiples of 256
     spec.n_ff = 512;
+  }
+  if (wide) {
+    spec.n_embd = 5 * 256;
+    spec.n_head = 10;  // head dim 128
+    spec.n_ff = 17 * 256;
   }
   return spec;
 }
@@ -83,6 +90,7 @@ const std::vector<int32_t> kLong = [] {
 struct InvarianceCase {
   std::string arch;
   DType type;
+  bool wide = false;  // small_spec's
 };
 
 class CudaBatchInvariance : public ::testing::TestWithParam<InvarianceCase> {};
@@ -226,7 +234,7 @@ void check_invariance(const Model& model, ForwardExecutor& executor, bool gpu) {
 // other than the per-head one must also give that kernel's bits.
 void check_invariance_on_gpu(const InvarianceCase& p, cuda::AttentionKernel kernel) {
   TempDir dir;
-  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
+  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type, p.wide)));
   auto executor = cuda::make_executor(0);
   cuda::use_attention(*executor, kernel);
   check_invariance(*model, *executor, true);
@@ -272,7 +280,7 @@ TEST_P(CudaBatchInvariance, LogitsEqualAloneChainTreeAndMultiSequenceWithPrestag
 TEST_P(CudaBatchInvariance, TheSameChecksHoldOnTheCpu) {
   TempDir dir;
   const InvarianceCase& p = GetParam();
-  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
+  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type, p.wide)));
   Worker worker(2);
   CpuExecutor cpu(worker);
   check_invariance(*model, cpu, false);
@@ -288,7 +296,7 @@ TEST_P(CudaBatchInvariance, LogitsMatchTheCpuUpToRounding) {
   SKIP_WITHOUT_GPU();
   TempDir dir;
   const InvarianceCase& p = GetParam();
-  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type)));
+  auto model = Model::load(write_model(dir, "m.gguf", small_spec(p.arch, p.type, p.wide)));
   Worker worker(2);
   CpuExecutor cpu(worker);
   auto gpu = cuda::make_executor(0);
@@ -308,7 +316,8 @@ TEST_P(CudaBatchInvariance, LogitsMatchTheCpuUpToRounding) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<InvarianceCase>& info) {
-  return info.param.arch + "_" + std::string(type_info(info.param.type).name);
+  return info.param.arch + "_" + std::string(type_info(info.param.type).name) +
+         (info.param.wide ? "_wide" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -317,7 +326,9 @@ INSTANTIATE_TEST_SUITE_P(
                       InvarianceCase{"llama", DType::BF16}, InvarianceCase{"llama", DType::Q8_0},
                       InvarianceCase{"llama", DType::Q4_0}, InvarianceCase{"llama", DType::Q4_K},
                       InvarianceCase{"llama", DType::Q6_K}, InvarianceCase{"qwen2", DType::F16},
-                      InvarianceCase{"qwen2", DType::Q4_0}),
+                      InvarianceCase{"qwen2", DType::Q4_0},
+                      InvarianceCase{"llama", DType::Q4_K, true},
+                      InvarianceCase{"llama", DType::Q6_K, true}),
     case_name);
 
 // Attention splits a row's keys at fixed chunk boundaries over several blocks

@@ -470,6 +470,36 @@ TEST(CudaKernelsOnCpu, KQuantPrefillTilesGiveTheWarpKernelsBits) {
   check_k_prefill<WeightKind::kQ6_K>(2048, {16, 16}, 33, 7);
 }
 
+// matmul_k_row_kernel, run once for each of the M activation rows, gives the
+// warp kernel's bits.
+template <WeightKind kKind>
+void check_k_row(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in));
+  KQuantCase<kKind> c(n_in, std::move(outs), M, seed);
+  std::vector<std::vector<float>> got = c.outputs(-5.0f);
+  const int64_t n_super = n_in / kSuperBlock;
+  for (int m = 0; m < M; ++m) {
+    const Q8KActivations x{c.q.data() + m * n_in, c.d.data() + m * n_super,
+                           c.bsums.data() + m * n_in / 16};
+    for (size_t i = 0; i < c.outs.size(); ++i) c.group.y[i] = got[i].data() + m * c.outs[i];
+    run((c.weight_rows() + kMatmulWarps - 1) / kMatmulWarps, kMatmulWarps * kWarp, 0,
+        [&] { matmul_k_row_kernel<kKind>(c.group, x); });
+  }
+  expect_same_bits(got, c.want, c.outs);
+}
+
+TEST(CudaKernelsOnCpu, KQuantOneRowKernelGivesTheWarpKernelsBits) {
+  // 1 to 17 super-blocks a row: lane groups without any, groups of unequal
+  // length, one and two rounds of requests, a group of matrices.
+  check_k_row<WeightKind::kQ4_K>(256, {9}, 2, 1);
+  check_k_row<WeightKind::kQ6_K>(512, {5, 4}, 1, 2);
+  check_k_row<WeightKind::kQ4_K>(1280, {7}, 2, 3);
+  check_k_row<WeightKind::kQ6_K>(2304, {6}, 1, 4);
+  check_k_row<WeightKind::kQ4_K>(4096, {5, 3}, 1, 5);
+  check_k_row<WeightKind::kQ4_K>(4352, {4}, 2, 6);
+  check_k_row<WeightKind::kQ6_K>(4352, {3}, 1, 7);
+}
+
 TEST(CudaKernelsOnCpu, KQuantTensorCoresGiveTheWarpKernelsBits) {
   // One row (PARSPEC_CUDA_MATMUL=mma) to several tiles of activation rows
   // (ending inside one), 1 to 9 super-blocks a row (warps without any, warps
