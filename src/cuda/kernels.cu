@@ -3411,8 +3411,9 @@ __global__ void __launch_bounds__(kMatmulWarps* kWarp)
       xd[p] = x.d[s];
       pair[p] = 0;
       if constexpr (kQ4) {
-        const int16_t* bs = x.bsums + s * (kSuperBlock / 16) + 2 * part;
-        pair[p] = bs[0] + bs[1];
+        // The part's two sums of 16, one word.
+        const int word = *reinterpret_cast<const int*>(x.bsums + s * (kSuperBlock / 16) + 2 * part);
+        pair[p] = static_cast<int16_t>(word & 0xFFFF) + static_cast<int16_t>(word >> 16);
       }
     }
 #pragma unroll
@@ -3731,9 +3732,9 @@ __global__ void __launch_bounds__(kKPrefillThreads)
 // in order. Each sub-block's integer sums come from int8 mmas, as in matmul_k_prefill_kernel; each
 // super-block becomes a float with the warp kernel's expression and is added to the warp's chain,
 // and the four chains are then added as warp_sum adds the lane groups on lane 0. With no shared
-// stage, a warp's weights go from memory to registers a super-block ahead of its mmas (where the
-// registers allow), and every block of 16 rows is a block of the grid (256 for a matrix of 4096
-// rows), so that small matrices still reach every SM.
+// stage, a warp's weights go from memory to registers a super-block ahead of its mmas, and every
+// block of 16 rows is a block of the grid (256 for a matrix of 4096 rows), so that small matrices
+// still reach every SM.
 constexpr int kKMmaRows = 16;
 constexpr int kKMmaWarps = 4;
 constexpr int kKMmaThreads = kKMmaWarps * kWarp;
@@ -3869,9 +3870,9 @@ __global__ void __launch_bounds__(kKMmaThreads)
                           static_cast<int>((qb.x >> shift) & 0x0F0F0F0Fu),
                           static_cast<int>((qa.y >> shift) & 0x0F0F0F0Fu),
                           static_cast<int>((qb.y >> shift) & 0x0F0F0F0Fu)};
-        int sc_a, mn_a, sc_b, mn_b;
-        wa.scale_min(j, sc_a, mn_a);
-        wb.scale_min(j, sc_b, mn_b);
+        int sc_a, sc_b, unused;
+        wa.scale_min(j, sc_a, unused);
+        wb.scale_min(j, sc_b, unused);
 #pragma unroll
         for (int i = 0; i < kTiles; ++i) {
           const int2 src = *reinterpret_cast<const int2*>(
@@ -3883,13 +3884,6 @@ __global__ void __launch_bounds__(kKMmaThreads)
           qx[i][1] += sc_a * c[1];
           qx[i][2] += sc_b * c[2];
           qx[i][3] += sc_b * c[3];
-          const int16_t* s0 = x.bsums + (m_c[i][0] * n_super + sb) * 16 + 2 * j;
-          const int16_t* s1 = x.bsums + (m_c[i][1] * n_super + sb) * 16 + 2 * j;
-          const int pair0 = s0[0] + s0[1], pair1 = s1[0] + s1[1];
-          mins[i][0] += mn_a * pair0;
-          mins[i][1] += mn_a * pair1;
-          mins[i][2] += mn_b * pair0;
-          mins[i][3] += mn_b * pair1;
         }
       } else {
 #pragma unroll
@@ -3911,6 +3905,29 @@ __global__ void __launch_bounds__(kKMmaThreads)
         }
       }
     }
+    if constexpr (kQ4) {
+      // Each column's sums of 32 (pairs of the Q8_K sums of 16, one word each)
+      // times the rows' mins, in two loads a column instead of two a pair.
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+        for (int col = 0; col < 2; ++col) {
+          const int4* sums =
+              reinterpret_cast<const int4*>(x.bsums + (m_c[i][col] * n_super + sb) * 16);
+          const int4 lo = sums[0], hi = sums[1];
+          const int words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int pair =
+                static_cast<int16_t>(words[j] & 0xFFFF) + static_cast<int16_t>(words[j] >> 16);
+            int unused, mn_a, mn_b;
+            wa.scale_min(j, unused, mn_a);
+            wb.scale_min(j, unused, mn_b);
+            mins[i][col] += mn_a * pair;
+            mins[i][2 + col] += mn_b * pair;
+          }
+        }
+    }
     const float dw_a = wa.d(), dw_b = wb.d();
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
@@ -3930,26 +3947,21 @@ __global__ void __launch_bounds__(kKMmaThreads)
       }
   };
 
-  // The warp's super-blocks, each one's weights loaded while the one before is
-  // computed, but for Q4_K's 32 activation rows, whose registers that would spill.
-  constexpr bool kAhead = !(kQ4 && kTiles == 4);
+  // The warp's super-blocks, each one's weights loaded while the one before is computed.
   KLaneWords<kKind> cur_a, cur_b, next_a, next_b;
   int64_t sb = warp;
-  if (kAhead && sb < n_super) {
+  if (sb < n_super) {
     cur_a.load(row_a + sb * kStride, t);
     cur_b.load(row_b + sb * kStride, t);
   }
   for (; sb < n_super; sb += kKMmaWarps) {
     const bool more = sb + kKMmaWarps < n_super;
-    if (!kAhead) {
-      cur_a.load(row_a + sb * kStride, t);
-      cur_b.load(row_b + sb * kStride, t);
-    } else if (more) {
+    if (more) {
       next_a.load(row_a + (sb + kKMmaWarps) * kStride, t);
       next_b.load(row_b + (sb + kKMmaWarps) * kStride, t);
     }
     compute(sb, cur_a, cur_b);
-    if (kAhead && more) {
+    if (more) {
       cur_a = next_a;
       cur_b = next_b;
     }
