@@ -498,6 +498,7 @@ TEST(CudaKernelsOnCpu, KQuantOneRowKernelGivesTheWarpKernelsBits) {
   check_k_row<WeightKind::kQ4_K>(4096, {5, 3}, 1, 5);
   check_k_row<WeightKind::kQ4_K>(4352, {4}, 2, 6);
   check_k_row<WeightKind::kQ6_K>(4352, {3}, 1, 7);
+  check_k_row<WeightKind::kQ4_K>(14336, {4}, 1, 8);
 }
 
 TEST(CudaKernelsOnCpu, KQuantTensorCoresGiveTheWarpKernelsBits) {
@@ -514,6 +515,9 @@ TEST(CudaKernelsOnCpu, KQuantTensorCoresGiveTheWarpKernelsBits) {
   check_k_mma<WeightKind::kQ6_K, 4>(2048, {16, 16}, 33, 7);
   check_k_mma<WeightKind::kQ4_K, 4>(1280, {17}, 70, 8);
   check_k_mma<WeightKind::kQ6_K, 1>(256, {40}, 17, 9);
+  // An 8B-class down projection's width: 14 super-blocks a warp.
+  check_k_mma<WeightKind::kQ4_K, 1>(14336, {16}, 3, 10);
+  check_k_mma<WeightKind::kQ6_K, 2>(14336, {16}, 12, 11);
 }
 
 // matmul_mma_kernel (the tensor-core kernel for 5 rows and more) over M rows
