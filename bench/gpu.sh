@@ -706,11 +706,12 @@ done
 # events, kernel by kernel without graphs, the prefill of the context included):
 # one row and eight rows after 64 committed tokens, and one row after 3000 (the
 # prefill of the 3000 included), on the 8B-class Q4_0 target; one row after 64 on
-# the 100M-class drafter (launch-bound), the 1B-class and the 8B-class F16 models.
+# the 100M-class drafter (launch-bound), the 1B-class and the 8B-class F16 models;
+# one and eight rows after 64 on the 8B-class Q4_K_M.
 profile_file=$(model_path 8b-q4_0 models/target.gguf)
 [[ $mode == dry ]] && profile_file=models/target.gguf
 for shape in "8b-q4_0 1 64" "8b-q4_0 8 64" "8b-q4_0 1 3000" "100m-f16 1 64" "1b-f16 1 64" \
-  "8b-f16 1 64"; do
+  "8b-f16 1 64" "8b-q4_k_m 1 64" "8b-q4_k_m 8 64"; do
   read -r name rows context <<<"$shape"
   file=$(model_path "$name" models/target.gguf)
   [[ $mode == dry ]] && file=models/target.gguf

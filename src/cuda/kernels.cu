@@ -3250,6 +3250,30 @@ __global__ void quantize_q8k_kernel(const float* x, int64_t n_blocks, Q8KActivat
   if (lane == 0) out.d[block] = amax != 0.0f ? __fdiv_rn(amax, 127.0f) : 0.0f;
 }
 
+// One super-block's product as a float, from its exact integer sums (qx: the
+// quants times their scales; mins: Q4_K's mins times the activations' sums of
+// 32), with the CPU's expression (dot_q4_K_q8_K / dot_q6_K_q8_K): the one
+// expression of every K-quant kernel.
+template <WeightKind kKind>
+__device__ __forceinline__ float k_super_block_value(float xd, float dw, float dmin, int qx,
+                                                     int mins) {
+  if constexpr (kKind == WeightKind::kQ4_K)
+    return __fsub_rn(__fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx)),
+                     __fmul_rn(__fmul_rn(xd, dmin), static_cast<float>(mins)));
+  else
+    return __fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx));
+}
+
+// An int8 mma's sums (c as mma_s8 lays them out: rows a, a, b, b) times the
+// scales of weight rows a and b, added to qx.
+__device__ __forceinline__ void add_scaled_sums(int (&qx)[4], const int (&c)[4], int sc_a,
+                                                int sc_b) {
+  qx[0] += sc_a * c[0];
+  qx[1] += sc_a * c[1];
+  qx[2] += sc_b * c[2];
+  qx[3] += sc_b * c[3];
+}
+
 // Eight words of the 32 values of sub-block `part` (0..7) of a super-block,
 // as signed bytes in order, and their scales: Q4_K values 0..15 with the
 // sub-block's scale and min; Q6_K values -32..31 with the scales of their
@@ -3345,16 +3369,8 @@ __global__ void matmul_k_kernel(MatmulGroup g, Q8KActivations x, int M) {
           qx += __shfl_xor_sync(lanes, qx, o);
           mins += __shfl_xor_sync(lanes, mins, o);
         }
-        if (part == 0) {
-          const float xd = x.d[xb];
-          float value;
-          if constexpr (kKind == WeightKind::kQ4_K)
-            value = __fsub_rn(__fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx)),
-                              __fmul_rn(__fmul_rn(xd, dmin), static_cast<float>(mins)));
-          else
-            value = __fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx));
-          acc[r] = __fadd_rn(acc[r], value);
-        }
+        if (part == 0)
+          acc[r] = __fadd_rn(acc[r], k_super_block_value<kKind>(x.d[xb], dw, dmin, qx, mins));
       }
     }
 #pragma unroll
@@ -3434,15 +3450,8 @@ __global__ void __launch_bounds__(kMatmulWarps* kWarp)
         qx += __shfl_xor_sync(0xffffffffu, qx, o);
         mins += __shfl_xor_sync(0xffffffffu, mins, o);
       }
-      if (part == 0 && sb0 + 4 * p + group < n_super) {
-        float value;
-        if constexpr (kQ4)
-          value = __fsub_rn(__fmul_rn(__fmul_rn(xd[p], dw[p]), static_cast<float>(qx)),
-                            __fmul_rn(__fmul_rn(xd[p], dmin[p]), static_cast<float>(mins)));
-        else
-          value = __fmul_rn(__fmul_rn(xd[p], dw[p]), static_cast<float>(qx));
-        acc = __fadd_rn(acc, value);
-      }
+      if (part == 0 && sb0 + 4 * p + group < n_super)
+        acc = __fadd_rn(acc, k_super_block_value<kKind>(xd[p], dw[p], dmin[p], qx, mins));
     }
   }
   const float total = warp_sum(acc);
@@ -3626,10 +3635,7 @@ __global__ void __launch_bounds__(kKPrefillThreads)
           const int bf[2] = {src.x, src.y};
           int c[4] = {0, 0, 0, 0};
           mma_s8(c, a, bf);
-          qx[i][0] += sc_a * c[0];
-          qx[i][1] += sc_a * c[1];
-          qx[i][2] += sc_b * c[2];
-          qx[i][3] += sc_b * c[3];
+          add_scaled_sums(qx[i], c, sc_a, sc_b);
           const int16_t* s0 = sums + (8 * i + 2 * t) * 16 + 2 * j;
           const int16_t* s1 = s0 + 16;
           const int pair0 = s0[0] + s0[1], pair1 = s1[0] + s1[1];
@@ -3664,10 +3670,7 @@ __global__ void __launch_bounds__(kKPrefillThreads)
                                                          32 * j + 16 * half + 4 * t);
             int c[4] = {0, 0, 0, 0};
             mma_s8_k16(c, a, bf);
-            qx[i][0] += sc_a * c[0];
-            qx[i][1] += sc_a * c[1];
-            qx[i][2] += sc_b * c[2];
-            qx[i][3] += sc_b * c[3];
+            add_scaled_sums(qx[i], c, sc_a, sc_b);
           }
         }
       }
@@ -3680,16 +3683,9 @@ __global__ void __launch_bounds__(kKPrefillThreads)
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float xd = xds[8 * i + 2 * t + (e & 1)];
-        const float dw = e < 2 ? dw_a : dw_b;
-        float value;
-        if constexpr (kQ4) {
-          const float dmin = e < 2 ? dmin_a : dmin_b;
-          value = __fsub_rn(__fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx[i][e])),
-                            __fmul_rn(__fmul_rn(xd, dmin), static_cast<float>(mins[i][e])));
-        } else {
-          value = __fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx[i][e]));
-        }
+        const float value =
+            k_super_block_value<kKind>(xds[8 * i + 2 * t + (e & 1)], e < 2 ? dw_a : dw_b,
+                                       e < 2 ? dmin_a : dmin_b, qx[i][e], mins[i][e]);
         chain[i][e] = __fadd_rn(chain[i][e], value);
       }
     if (last) {  // the same on every thread
@@ -3798,6 +3794,9 @@ struct KLaneWords<WeightKind::kQ6_K> {
   __device__ float d() const {
     return __half2float(__ushort_as_half(dbits));
   }
+  __device__ float dmin() const {
+    return 0.0f;
+  }  // Q6_K has no mins
   // The signed scale of values 16·s .. 16·s + 15 of the super-block.
   __device__ int scale(int s) const {
     const unsigned word = s < 4 ? scales.x : s < 8 ? scales.y : s < 12 ? scales.z : scales.w;
@@ -3880,10 +3879,7 @@ __global__ void __launch_bounds__(kKMmaThreads)
           const int bf[2] = {src.x, src.y};
           int c[4] = {0, 0, 0, 0};
           mma_s8(c, a, bf);
-          qx[i][0] += sc_a * c[0];
-          qx[i][1] += sc_a * c[1];
-          qx[i][2] += sc_b * c[2];
-          qx[i][3] += sc_b * c[3];
+          add_scaled_sums(qx[i], c, sc_a, sc_b);
         }
       } else {
 #pragma unroll
@@ -3897,10 +3893,7 @@ __global__ void __launch_bounds__(kKMmaThreads)
                 x.q + (m_b[i] * n_super + sb) * kSuperBlock + 32 * j + 16 * half + 4 * t);
             int c[4] = {0, 0, 0, 0};
             mma_s8_k16(c, a, bf);
-            qx[i][0] += sc_a * c[0];
-            qx[i][1] += sc_a * c[1];
-            qx[i][2] += sc_b * c[2];
-            qx[i][3] += sc_b * c[3];
+            add_scaled_sums(qx[i], c, sc_a, sc_b);
           }
         }
       }
@@ -3929,20 +3922,14 @@ __global__ void __launch_bounds__(kKMmaThreads)
         }
     }
     const float dw_a = wa.d(), dw_b = wb.d();
+    const float dmin_a = wa.dmin(), dmin_b = wb.dmin();
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float xd = x.d[m_c[i][e & 1] * n_super + sb];
-        const float dw = e < 2 ? dw_a : dw_b;
-        float value;
-        if constexpr (kQ4) {
-          const float dmin = e < 2 ? wa.dmin() : wb.dmin();
-          value = __fsub_rn(__fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx[i][e])),
-                            __fmul_rn(__fmul_rn(xd, dmin), static_cast<float>(mins[i][e])));
-        } else {
-          value = __fmul_rn(__fmul_rn(xd, dw), static_cast<float>(qx[i][e]));
-        }
+        const float value =
+            k_super_block_value<kKind>(x.d[m_c[i][e & 1] * n_super + sb], e < 2 ? dw_a : dw_b,
+                                       e < 2 ? dmin_a : dmin_b, qx[i][e], mins[i][e]);
         chain[i][e] = __fadd_rn(chain[i][e], value);
       }
   };

@@ -126,6 +126,8 @@ pieces = [
     piece("__device__ float half_at(const uint8_t* p) {"),
     piece("__device__ void q4k_scale_min("),
     piece("__device__ bool warp_row("),
+    piece("template <WeightKind kKind>\n__device__ __forceinline__ float k_super_block_value("),
+    piece("__device__ __forceinline__ void add_scaled_sums("),
     piece("template <WeightKind kKind>\n__device__ void load_k_part("),
     piece("template <WeightKind kKind, int kR>\n__global__ void matmul_k_kernel("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kMatmulWarps* kWarp)\n"
