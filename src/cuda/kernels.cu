@@ -3382,14 +3382,14 @@ __global__ void matmul_k_kernel(MatmulGroup g, Q8KActivations x, int M) {
   }
 }
 
-// One activation row of Q4_K/Q6_K weights (a decode step; the default, with
-// PARSPEC_CUDA_MATMUL=warp matmul_k_kernel takes it): matmul_k_kernel's
-// arithmetic for one row, each lane requesting its next kKRowAhead
-// super-blocks (weights, scales and the row's quants) before it uses the
-// first, so that a warp waits for memory once where the warp kernel waited
-// once a super-block. Every lane runs every step, past the row's last
-// super-block too (reading the last one again, adding nothing), so that the
-// shuffles need no mask.
+// One activation row of Q4_K/Q6_K weights (a decode step; the default, where
+// PARSPEC_CUDA_KQUANT=warp or PARSPEC_CUDA_MATMUL=warp leave it to
+// matmul_k_kernel): matmul_k_kernel's arithmetic for one row, each lane
+// requesting its next kKRowAhead super-blocks (weights, scales and the row's
+// quants) before it uses the first, so that a warp waits for memory once where
+// the warp kernel waited once a super-block. Every lane runs every step, past
+// the row's last super-block too (reading the last one again, adding nothing),
+// so that the shuffles need no mask.
 constexpr int kKRowAhead = 4;
 
 template <WeightKind kKind>
@@ -3722,15 +3722,17 @@ __global__ void __launch_bounds__(kKPrefillThreads)
 }
 
 // Q4_K/Q6_K weights for two and more activation rows on the int8 tensor cores
-// (the default; PARSPEC_CUDA_MATMUL=warp keeps matmul_k_kernel, =mma takes one
-// row here too, instead of matmul_k_row_kernel). A block takes kKMmaRows weight rows and 8 · kTiles
-// activation rows; its warp g walks lane group g's super-blocks of matmul_k_kernel (g, g + 4, ...)
-// in order. Each sub-block's integer sums come from int8 mmas, as in matmul_k_prefill_kernel; each
-// super-block becomes a float with the warp kernel's expression and is added to the warp's chain,
-// and the four chains are then added as warp_sum adds the lane groups on lane 0. With no shared
-// stage, a warp's weights go from memory to registers a super-block ahead of its mmas, and every
-// block of 16 rows is a block of the grid (256 for a matrix of 4096 rows), so that small matrices
-// still reach every SM.
+// (the default; PARSPEC_CUDA_KQUANT=warp or PARSPEC_CUDA_MATMUL=warp keeps
+// matmul_k_kernel, PARSPEC_CUDA_MATMUL=mma takes one row here too instead of
+// matmul_k_row_kernel). A block takes kKMmaRows weight rows and 8 · kTiles
+// activation rows; its warp g walks lane group g's super-blocks of
+// matmul_k_kernel (g, g + 4, ...) in order. Each sub-block's integer sums come
+// from int8 mmas, as in matmul_k_prefill_kernel; each super-block becomes a
+// float with k_super_block_value and is added to the warp's chain, and the
+// four chains are then added as warp_sum adds the lane groups on lane 0. With
+// no shared stage, a warp's weights go from memory to registers a super-block
+// ahead of its mmas, and every 16 rows are a block of the grid (256 for a
+// matrix of 4096 rows), so that small matrices still reach every SM.
 constexpr int kKMmaRows = 16;
 constexpr int kKMmaWarps = 4;
 constexpr int kKMmaThreads = kKMmaWarps * kWarp;
