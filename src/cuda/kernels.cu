@@ -3114,12 +3114,23 @@ bool k_quant_warp_only() {
   return wanted;
 }
 
+constexpr int kKRowsMax = 4;  // rows of matmul_k_row_kernel with PARSPEC_CUDA_KQUANT=rows
+
+// PARSPEC_CUDA_KQUANT=rows: two to kKRowsMax rows of Q4_K/Q6_K weights on
+// matmul_k_row_kernel (the same bits) instead of the tensor cores.
+bool k_quant_rows_wanted() {
+  static const bool wanted = env_is("PARSPEC_CUDA_KQUANT", "rows");
+  return wanted;
+}
+
 // Whether n rows of Q8_K activations go to matmul_k_mma_kernel rather than
-// the warp kernels: two rows and more, and one row too with
-// PARSPEC_CUDA_MATMUL=mma.
+// the warp kernels: two rows and more (more than kKRowsMax with
+// PARSPEC_CUDA_KQUANT=rows), and one row too with PARSPEC_CUDA_MATMUL=mma.
 bool k_quant_tensor_cores(int n) {
   static const bool few_rows = few_rows_matmul_wanted();
-  return !k_quant_warp_only() && (n >= 2 || !few_rows);
+  if (k_quant_warp_only()) return false;
+  if (k_quant_rows_wanted()) return n > kKRowsMax;
+  return n >= 2 || !few_rows;
 }
 
 // The kernel that multiplies n rows of Q8_0 activations of width n_in by
@@ -3384,19 +3395,22 @@ __global__ void matmul_k_kernel(MatmulGroup g, Q8KActivations x, int M) {
 
 // One activation row of Q4_K/Q6_K weights (a decode step; the default, where
 // PARSPEC_CUDA_KQUANT=warp or PARSPEC_CUDA_MATMUL=warp leave it to
-// matmul_k_kernel): matmul_k_kernel's arithmetic for one row, each lane
-// requesting its next kKRowAhead super-blocks (weights, scales and the row's
-// quants) before it uses the first, so that a warp waits for memory once where
-// the warp kernel waited once a super-block. Every lane runs every step, past
-// the row's last super-block too (reading the last one again, adding nothing),
-// so that the shuffles need no mask.
+// matmul_k_kernel), and with PARSPEC_CUDA_KQUANT=rows two to kKRowsMax rows:
+// matmul_k_kernel's arithmetic for each row, each lane requesting its next
+// super-blocks (weights, scales and the rows' quants; kKRowAhead of them for
+// one row, two for more) before it uses the first, so that a warp waits for
+// memory once where the warp kernel waited once a super-block, and reading
+// each weight once for all its rows. Every lane runs every step, past the
+// row's last super-block too (reading the last one again, adding nothing), so
+// that the shuffles need no mask.
 constexpr int kKRowAhead = 4;
 
-template <WeightKind kKind>
+template <WeightKind kKind, int kR>
 __global__ void __launch_bounds__(kMatmulWarps* kWarp)
-    matmul_k_row_kernel(MatmulGroup g, Q8KActivations x) {
+    matmul_k_row_kernel(MatmulGroup g, Q8KActivations x, int M) {
   constexpr bool kQ4 = kKind == WeightKind::kQ4_K;
   constexpr int kStride = kQ4 ? kQ4KBytes : kQ6KStride;
+  constexpr int kAhead = kR == 1 ? kKRowAhead : 2;
   const int lane = threadIdx.x % kWarp, part = lane % 8, group = lane / 8;
   DeviceMatrix w;
   float* y;
@@ -3407,55 +3421,72 @@ __global__ void __launch_bounds__(kMatmulWarps* kWarp)
   if (!has_row) return;
   const int64_t n_super = w.n_in / kSuperBlock;
   const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * n_super * kStride;
-  float acc = 0.0f;
-  for (int64_t sb0 = 0; sb0 < n_super; sb0 += 4 * kKRowAhead) {
-    int wq[kKRowAhead][8], sc0[kKRowAhead], sc1[kKRowAhead], mn[kKRowAhead];
-    int pair[kKRowAhead];
-    float dw[kKRowAhead], dmin[kKRowAhead], xd[kKRowAhead];
-    int4 xa[kKRowAhead], xc[kKRowAhead];
+  float acc[kR];
 #pragma unroll
-    for (int p = 0; p < kKRowAhead; ++p) {
+  for (int r = 0; r < kR; ++r) acc[r] = 0.0f;
+  for (int64_t sb0 = 0; sb0 < n_super; sb0 += 4 * kAhead) {
+    int wq[kAhead][8], sc0[kAhead], sc1[kAhead], mn[kAhead];
+    int pair[kAhead][kR];
+    float dw[kAhead], dmin[kAhead], xd[kAhead][kR];
+    int4 xa[kAhead][kR], xc[kAhead][kR];
+#pragma unroll
+    for (int p = 0; p < kAhead; ++p) {
       const int64_t sb = sb0 + 4 * p + group;
       const int64_t s = sb < n_super ? sb : n_super - 1;
       const uint8_t* blk = row + s * kStride;
       load_k_part<kKind>(blk, part, wq[p], sc0[p], sc1[p], mn[p]);
       dw[p] = kQ4 ? half_at(blk) : half_at(blk + 208);
       dmin[p] = kQ4 ? half_at(blk + 2) : 0.0f;
-      const int4* xs = reinterpret_cast<const int4*>(x.q + s * kSuperBlock + 32 * part);
-      xa[p] = xs[0];
-      xc[p] = xs[1];
-      xd[p] = x.d[s];
-      pair[p] = 0;
-      if constexpr (kQ4) {
-        // The part's two sums of 16, one word.
-        const int word = *reinterpret_cast<const int*>(x.bsums + s * (kSuperBlock / 16) + 2 * part);
-        pair[p] = static_cast<int16_t>(word & 0xFFFF) + static_cast<int16_t>(word >> 16);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if (kR > 1 && r >= M) break;  // M is the same on every lane
+        const int64_t xb = static_cast<int64_t>(r) * n_super + s;
+        const int4* xs = reinterpret_cast<const int4*>(x.q + xb * kSuperBlock + 32 * part);
+        xa[p][r] = xs[0];
+        xc[p][r] = xs[1];
+        xd[p][r] = x.d[xb];
+        pair[p][r] = 0;
+        if constexpr (kQ4) {
+          // The part's two sums of 16, one word.
+          const int word =
+              *reinterpret_cast<const int*>(x.bsums + xb * (kSuperBlock / 16) + 2 * part);
+          pair[p][r] = static_cast<int16_t>(word & 0xFFFF) + static_cast<int16_t>(word >> 16);
+        }
       }
     }
 #pragma unroll
-    for (int p = 0; p < kKRowAhead; ++p) {
+    for (int p = 0; p < kAhead; ++p) {
       if (sb0 + 4 * p >= n_super) break;  // the same on every lane
-      int s0 = 0, s1 = 0;
-      s0 = __dp4a(wq[p][0], xa[p].x, s0);
-      s0 = __dp4a(wq[p][1], xa[p].y, s0);
-      s0 = __dp4a(wq[p][2], xa[p].z, s0);
-      s0 = __dp4a(wq[p][3], xa[p].w, s0);
-      s1 = __dp4a(wq[p][4], xc[p].x, s1);
-      s1 = __dp4a(wq[p][5], xc[p].y, s1);
-      s1 = __dp4a(wq[p][6], xc[p].z, s1);
-      s1 = __dp4a(wq[p][7], xc[p].w, s1);
-      int qx = sc0[p] * s0 + sc1[p] * s1;
-      int mins = kQ4 ? mn[p] * pair[p] : 0;
-      for (int o = 1; o < 8; o *= 2) {  // within the 8 lanes of the super-block
-        qx += __shfl_xor_sync(0xffffffffu, qx, o);
-        mins += __shfl_xor_sync(0xffffffffu, mins, o);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if (kR > 1 && r >= M) break;
+        int s0 = 0, s1 = 0;
+        s0 = __dp4a(wq[p][0], xa[p][r].x, s0);
+        s0 = __dp4a(wq[p][1], xa[p][r].y, s0);
+        s0 = __dp4a(wq[p][2], xa[p][r].z, s0);
+        s0 = __dp4a(wq[p][3], xa[p][r].w, s0);
+        s1 = __dp4a(wq[p][4], xc[p][r].x, s1);
+        s1 = __dp4a(wq[p][5], xc[p][r].y, s1);
+        s1 = __dp4a(wq[p][6], xc[p][r].z, s1);
+        s1 = __dp4a(wq[p][7], xc[p][r].w, s1);
+        int qx = sc0[p] * s0 + sc1[p] * s1;
+        int mins = kQ4 ? mn[p] * pair[p][r] : 0;
+        for (int o = 1; o < 8; o *= 2) {  // within the 8 lanes of the super-block
+          qx += __shfl_xor_sync(0xffffffffu, qx, o);
+          mins += __shfl_xor_sync(0xffffffffu, mins, o);
+        }
+        if (part == 0 && sb0 + 4 * p + group < n_super)
+          acc[r] =
+              __fadd_rn(acc[r], k_super_block_value<kKind>(xd[p][r], dw[p], dmin[p], qx, mins));
       }
-      if (part == 0 && sb0 + 4 * p + group < n_super)
-        acc = __fadd_rn(acc, k_super_block_value<kKind>(xd[p], dw[p], dmin[p], qx, mins));
     }
   }
-  const float total = warp_sum(acc);
-  if (lane == 0) y[n] = total;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    if (kR > 1 && r >= M) break;
+    const float total = warp_sum(acc[r]);
+    if (lane == 0) y[static_cast<int64_t>(r) * w.n_out + n] = total;
+  }
 }
 
 // 16×8×16 int8 multiply-add: lane (g, t) holds A's row g, K 4t..4t+3 in a[0]
@@ -5198,11 +5229,18 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
     return q4 ? launch_k_mma<WeightKind::kQ4_K>(group, xk, n, stream)
               : launch_k_mma<WeightKind::kQ6_K>(group, xk, n, stream);
   }
-  if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && n == 1 && !k_quant_warp_only())
-    return launch(kind == WeightKind::kQ4_K ? matmul_k_row_kernel<WeightKind::kQ4_K>
-                                            : matmul_k_row_kernel<WeightKind::kQ6_K>,
-                  blocks_for(group_rows(group), kMatmulWarps), kMatmulWarps * kWarp, 0, stream,
-                  group, xk);
+  if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && !k_quant_warp_only() &&
+      n <= (k_quant_rows_wanted() ? kKRowsMax : 1)) {
+    const bool q4 = kind == WeightKind::kQ4_K;
+    const int blocks = blocks_for(group_rows(group), kMatmulWarps);
+    if (n == 1)
+      return launch(q4 ? matmul_k_row_kernel<WeightKind::kQ4_K, 1>
+                       : matmul_k_row_kernel<WeightKind::kQ6_K, 1>,
+                    blocks, kMatmulWarps * kWarp, 0, stream, group, xk, n);
+    return launch(q4 ? matmul_k_row_kernel<WeightKind::kQ4_K, kKRowsMax>
+                     : matmul_k_row_kernel<WeightKind::kQ6_K, kKRowsMax>,
+                  blocks, kMatmulWarps * kWarp, 0, stream, group, xk, n);
+  }
   // A one-row tile for single rows: the same arithmetic per row, fewer registers.
   if (n == 1)
     launch_matmul_tile<1>(group, in, n, stream);

@@ -130,7 +130,7 @@ pieces = [
     piece("__device__ __forceinline__ void add_scaled_sums("),
     piece("template <WeightKind kKind>\n__device__ void load_k_part("),
     piece("template <WeightKind kKind, int kR>\n__global__ void matmul_k_kernel("),
-    piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kMatmulWarps* kWarp)\n"
+    piece("template <WeightKind kKind, int kR>\n__global__ void __launch_bounds__(kMatmulWarps* kWarp)\n"
           "    matmul_k_row_kernel("),
     piece("template <WeightKind kKind>\nstruct KPrefillStage {", "\n};\n"),
     piece("__device__ __forceinline__ int k_prefill_block("),
@@ -159,7 +159,7 @@ for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps",
              "kPrefillThreads", "kPrefillStages", "kPrefillGroups", "kPrefillGroupedStages", "kPrefillTileStride",
              "kPrefillTileFloats", "kHalfPrefillStages", "kKPrefillRows",
              "kKPrefillCols", "kKPrefillWarps", "kKPrefillThreads", "kKMmaRows", "kKMmaWarps",
-             "kKMmaThreads", "kKRowAhead", "kMatmulWarps", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
+             "kKMmaThreads", "kKRowAhead", "kKRowsMax", "kMatmulWarps", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
              "kPairedPrefetch", "kGatedOutputs", "kGatedThreads", "kGatedPrefetch",
              "kAttnThreads", "kAttnKeys", "kMaxHeadDim", "kNormThreads", "kNormBlock",
              "kWideNormPerThread"):
