@@ -158,14 +158,20 @@ __device__ float half_at(const uint8_t* p) {
 }
 
 // Q4_K's 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
-__device__ void q4k_scale_min(const uint8_t* packed, int j, int& sc, int& mn) {
+// byte(k) gives packed byte k, from memory or from registers.
+template <class Byte>
+__device__ __forceinline__ void q4k_scale_min_of(Byte&& byte, int j, int& sc, int& mn) {
   if (j < 4) {
-    sc = packed[j] & 63;
-    mn = packed[j + 4] & 63;
+    sc = byte(j) & 63;
+    mn = byte(j + 4) & 63;
   } else {
-    sc = (packed[j + 4] & 15) | ((packed[j - 4] >> 6) << 4);
-    mn = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+    sc = (byte(j + 4) & 15) | ((byte(j - 4) >> 6) << 4);
+    mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
   }
+}
+
+__device__ void q4k_scale_min(const uint8_t* packed, int j, int& sc, int& mn) {
+  q4k_scale_min_of([&](int k) { return static_cast<int>(packed[k]); }, j, sc, mn);
 }
 
 // One dequantized value of a Q4_K/Q6_K row, with the CPU's arithmetic
@@ -3798,15 +3804,8 @@ struct KLaneWords<WeightKind::kQ4_K> {
     const unsigned word = k < 4 ? head.y : k < 8 ? head.z : head.w;
     return static_cast<int>((word >> (8 * (k % 4))) & 0xFF);
   }
-  // q4k_scale_min's arithmetic on those bytes.
   __device__ void scale_min(int j, int& sc, int& mn) const {
-    if (j < 4) {
-      sc = packed(j) & 63;
-      mn = packed(j + 4) & 63;
-    } else {
-      sc = (packed(j + 4) & 15) | ((packed(j - 4) >> 6) << 4);
-      mn = (packed(j + 4) >> 4) | ((packed(j) >> 6) << 4);
-    }
+    q4k_scale_min_of([this](int k) { return packed(k); }, j, sc, mn);
   }
 };
 

@@ -124,6 +124,7 @@ pieces = [
           "__global__ void __launch_bounds__(kPrefillGroups* kPrefillThreads, 1)\n"
           "    matmul_prefill_grouped_kernel("),
     piece("__device__ float half_at(const uint8_t* p) {"),
+    piece("template <class Byte>\n__device__ __forceinline__ void q4k_scale_min_of("),
     piece("__device__ void q4k_scale_min("),
     piece("__device__ bool warp_row("),
     piece("template <WeightKind kKind>\n__device__ __forceinline__ float k_super_block_value("),
