@@ -209,10 +209,9 @@ fi
 
 # The environment of a kernel variant: tensor-cores (the defaults), warp (the
 # dp4a warp matmul for every row count), mma (the tensor cores also for 1 to 4
-# rows of Q8_0/Q4_0, for 1 row of Q4_K/Q6_K), kquant-warp (Q4_K/Q6_K on the warp
-# kernel for every row count, as before their tensor-core kernels), kquant-rows
-# (2 to 4 rows of Q4_K/Q6_K on the one-row kernel's way instead of the tensor
-# cores), row-major (the tensor-core kernel's activations row after row),
+# rows of Q8_0/Q4_0), kquant-warp (Q4_K/Q6_K on the warp kernel for every row
+# count, as before their tensor-core kernels), kquant-rows (1 to 4 rows of
+# Q4_K/Q6_K a warp per weight row instead of on the tensor cores), row-major (the tensor-core kernel's activations row after row),
 # half-warp (F16/BF16 weights on the warp kernel), plain (the tensor-core kernel
 # loading its own operands instead of the default's streaming them into shared
 # memory by cp.async, 64 weight rows a block), pipelined (plain, with the loads of
@@ -685,13 +684,13 @@ fi
 # prefill were measured before: docs/performance-gpu.md). By default only the
 # other side of the latest defaults and the candidates, so that the time budget
 # leaves room for llama.cpp's speculative decoding and the server under load.
-latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp mma kquant-rows "
+latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp "
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
     *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial rows-none fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(split-in-block candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
-    *q4_k*) variants=(warp mma kquant-rows prefill-slices) ;;
+    *q4_k*) variants=(warp kquant-rows prefill-slices) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
@@ -879,7 +878,7 @@ variant_labels = [
     ("-rows-wide", "2 to 8 rows on the one-row kernel's way, 2 or 4 weight rows a lane"),
     ("-rows-wide4", "the same with 4 weight rows a lane everywhere"),
     ("-mma", "tensor cores for every row count"), ("-warp", "warp (dp4a)"),
-    ("-kquant-rows", "Q4_K/Q6_K: 2 to 4 rows on the one-row kernel's way"),
+    ("-kquant-rows", "Q4_K/Q6_K: 1 to 4 rows a warp per weight row"),
     ("-row-major", "row-major activations"),
     ("-stream", "tensor cores streamed with 16 weight rows a block"),
     ("-stream-wide", "the same with 32 weight rows a block where the grid stays large"),

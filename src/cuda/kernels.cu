@@ -3105,7 +3105,7 @@ void launch_matmul_mma(MatmulGroup g, const int8_t* xq, const float* xd, int n, 
 // PARSPEC_CUDA_MATMUL: "warp" (the dp4a warp kernel for every row count),
 // "mma" (the tensor-core kernel for every row count); default: the one-row
 // kernel for one row, its way for 2 to 4 rows, the tensor-core kernel for more
-// (Q4_K/Q6_K: matmul_k_row_kernel for one row, the tensor cores for more).
+// (Q4_K/Q6_K: the tensor cores for every row count).
 bool tensor_core_matmul_wanted() {
   return !env_is("PARSPEC_CUDA_MATMUL", "warp");
 }
@@ -3122,21 +3122,21 @@ bool k_quant_warp_only() {
 
 constexpr int kKRowsMax = 4;  // rows of matmul_k_row_kernel with PARSPEC_CUDA_KQUANT=rows
 
-// PARSPEC_CUDA_KQUANT=rows: two to kKRowsMax rows of Q4_K/Q6_K weights on
-// matmul_k_row_kernel (the same bits) instead of the tensor cores.
+// PARSPEC_CUDA_KQUANT=rows: one to kKRowsMax rows of Q4_K/Q6_K weights on
+// matmul_k_row_kernel (the same bits) instead of the tensor cores (an H200
+// decoded an 8B-class Q4_K_M model at 281 tok/s that way, 345 on the tensor
+// cores, and took 1.6 to 2.0× their time for 2 to 4 rows).
 bool k_quant_rows_wanted() {
   static const bool wanted = env_is("PARSPEC_CUDA_KQUANT", "rows");
   return wanted;
 }
 
 // Whether n rows of Q8_K activations go to matmul_k_mma_kernel rather than
-// the warp kernels: two rows and more (more than kKRowsMax with
-// PARSPEC_CUDA_KQUANT=rows), and one row too with PARSPEC_CUDA_MATMUL=mma.
+// the warp kernels: every row count, but more than kKRowsMax with
+// PARSPEC_CUDA_KQUANT=rows.
 bool k_quant_tensor_cores(int n) {
-  static const bool few_rows = few_rows_matmul_wanted();
   if (k_quant_warp_only()) return false;
-  if (k_quant_rows_wanted()) return n > kKRowsMax;
-  return n >= 2 || !few_rows;
+  return !k_quant_rows_wanted() || n > kKRowsMax;
 }
 
 // The kernel that multiplies n rows of Q8_0 activations of width n_in by
@@ -3399,9 +3399,8 @@ __global__ void matmul_k_kernel(MatmulGroup g, Q8KActivations x, int M) {
   }
 }
 
-// One activation row of Q4_K/Q6_K weights (a decode step; the default, where
-// PARSPEC_CUDA_KQUANT=warp or PARSPEC_CUDA_MATMUL=warp leave it to
-// matmul_k_kernel), and with PARSPEC_CUDA_KQUANT=rows two to kKRowsMax rows:
+// One to kKRowsMax activation rows of Q4_K/Q6_K weights with
+// PARSPEC_CUDA_KQUANT=rows (opt-in: slower than the tensor cores on an H200):
 // matmul_k_kernel's arithmetic for each row, each lane requesting its next
 // super-blocks (weights, scales and the rows' quants; kKRowAhead of them for
 // one row, two for more) before it uses the first, so that a warp waits for
@@ -3758,18 +3757,17 @@ __global__ void __launch_bounds__(kKPrefillThreads)
     }
 }
 
-// Q4_K/Q6_K weights for two and more activation rows on the int8 tensor cores
-// (the default; PARSPEC_CUDA_KQUANT=warp or PARSPEC_CUDA_MATMUL=warp keeps
-// matmul_k_kernel, PARSPEC_CUDA_MATMUL=mma takes one row here too instead of
-// matmul_k_row_kernel). A block takes kKMmaRows weight rows and 8 · kTiles
-// activation rows; its warp g walks lane group g's super-blocks of
-// matmul_k_kernel (g, g + 4, ...) in order. Each sub-block's integer sums come
-// from int8 mmas, as in matmul_k_prefill_kernel; each super-block becomes a
-// float with k_super_block_value and is added to the warp's chain, and the
-// four chains are then added as warp_sum adds the lane groups on lane 0. With
-// no shared stage, a warp's weights go from memory to registers a super-block
-// ahead of its mmas, and every 16 rows are a block of the grid (256 for a
-// matrix of 4096 rows), so that small matrices still reach every SM.
+// Q4_K/Q6_K weights for every row count on the int8 tensor cores (the
+// default; PARSPEC_CUDA_KQUANT=warp or PARSPEC_CUDA_MATMUL=warp keeps
+// matmul_k_kernel; an H200 decoded an 8B-class Q4_K_M model 1.25× as fast this
+// way as with that kernel, and 3.5× as fast at 8 rows). A block takes kKMmaRows weight rows and 8 ·
+// kTiles activation rows; its warp g walks lane group g's super-blocks of matmul_k_kernel (g, g +
+// 4, ...) in order. Each sub-block's integer sums come from int8 mmas, as in
+// matmul_k_prefill_kernel; each super-block becomes a float with k_super_block_value and is added
+// to the warp's chain, and the four chains are then added as warp_sum adds the lane groups on lane
+// 0. With no shared stage, a warp's weights go from memory to registers a super-block ahead of its
+// mmas, and every 16 rows are a block of the grid (256 for a matrix of 4096 rows), so that small
+// matrices still reach every SM.
 constexpr int kKMmaRows = 16;
 constexpr int kKMmaWarps = 4;
 constexpr int kKMmaThreads = kKMmaWarps * kWarp;
@@ -5229,7 +5227,7 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
               : launch_k_mma<WeightKind::kQ6_K>(group, xk, n, stream);
   }
   if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && !k_quant_warp_only() &&
-      n <= (k_quant_rows_wanted() ? kKRowsMax : 1)) {
+      k_quant_rows_wanted() && n <= kKRowsMax) {
     const bool q4 = kind == WeightKind::kQ4_K;
     const int blocks = blocks_for(group_rows(group), kMatmulWarps);
     if (n == 1)
