@@ -190,22 +190,8 @@ class Inflater {
 
   // The type of tensor `out_name` of the inflated model, made from `src`.
   DType type_for(const GgufTensorInfo& src, const std::string& out_name) const {
-    if (options_.q4_k_m) return q4_k_m_type(out_name);
+    if (options_.q4_k_m) return q4_k_m_type(out_name, n_layer_, tied_);
     return options_.weight_type.value_or(src.type);
-  }
-
-  // What write_random_model gives that tensor in a Q4_K_M file.
-  DType q4_k_m_type(const std::string& name) const {
-    if (name == "output.weight" || (tied_ && name == "token_embd.weight")) return DType::Q6_K;
-    int layer = 0;
-    int consumed = 0;
-    if (std::sscanf(name.c_str(), "blk.%d.%n", &layer, &consumed) == 1 && consumed > 0) {
-      const std::string tensor = name.substr(static_cast<size_t>(consumed));
-      if ((tensor == "attn_v.weight" || tensor == "ffn_down.weight") &&
-          q4_k_m_more_bits(layer, n_layer_))
-        return DType::Q6_K;
-    }
-    return DType::Q4_K;
   }
 
   const GgufTensorInfo& source(const std::string& name) const {

@@ -363,18 +363,27 @@ bool q4_k_m_more_bits(int layer, int n_layer) {
   return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
 }
 
+DType q4_k_m_type(std::string_view name, int n_layer, bool tied_embeddings) {
+  if (name == "output.weight" || (tied_embeddings && name == "token_embd.weight"))
+    return DType::Q6_K;
+  const std::string text(name);
+  int layer = 0;
+  int consumed = 0;
+  if (std::sscanf(text.c_str(), "blk.%d.%n", &layer, &consumed) == 1 && consumed > 0) {
+    const std::string_view tensor = name.substr(static_cast<size_t>(consumed));
+    if ((tensor == "attn_v.weight" || tensor.starts_with("ffn_down")) &&
+        q4_k_m_more_bits(layer, n_layer))
+      return DType::Q6_K;
+  }
+  return DType::Q4_K;
+}
+
 void write_random_model(const RandomModelSpec& spec, const std::string& path) {
   validate(spec);
   const int64_t n_embd = spec.n_embd, n_ff = spec.n_ff, n_vocab = spec.n_vocab;
   const int64_t head_dim = n_embd / spec.n_head;
   const int64_t kv_dim = head_dim * spec.n_head_kv;
   const DType wtype = spec.weight_type;
-  // The Q4_K_M mix: Q6_K for the output layer (the embeddings when tied) and,
-  // in the layers q4_k_m_more_bits picks, attn_v and ffn_down.
-  const DType output_type = spec.q4_k_m ? DType::Q6_K : wtype;
-  auto more_bits_type = [&](int layer) {
-    return spec.q4_k_m && q4_k_m_more_bits(layer, spec.n_layer) ? DType::Q6_K : wtype;
-  };
 
   const int64_t layer_params = 2 * n_embd * n_embd + 2 * n_embd * kv_dim + 3 * n_embd * n_ff;
   const int64_t total_params =
@@ -395,8 +404,12 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
   // Gemma ties its embeddings to the output layer and scales them by sqrt(n_embd) on input.
   const bool gemma = arch == "gemma2" || arch == "gemma3";
   const bool tied = spec.tied_embeddings || gemma;
+  // Matrices whose type the Q4_K_M mix may raise (the others are wtype either way).
+  auto type_of = [&](const std::string& name) {
+    return spec.q4_k_m ? q4_k_m_type(name, spec.n_layer, tied) : wtype;
+  };
   const double output_std = spec.logit_spread * linear_in_embd;
-  builder.add_matrix("token_embd.weight", n_embd, n_vocab, tied ? output_type : wtype,
+  builder.add_matrix("token_embd.weight", n_embd, n_vocab, type_of("token_embd.weight"),
                      tied ? output_std : 1.0);
   if (spec.llama3_rope_freqs)
     builder.add_f32("rope_freqs.weight", llama3_rope_factors(int(head_dim), spec.rope_freq_base));
@@ -421,7 +434,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     } else {
       builder.add_matrix(p + "attn_q.weight", n_embd, n_embd, wtype, linear_in_embd);
       builder.add_matrix(p + "attn_k.weight", n_embd, kv_dim, wtype, linear_in_embd);
-      builder.add_matrix(p + "attn_v.weight", n_embd, kv_dim, more_bits_type(layer),
+      builder.add_matrix(p + "attn_v.weight", n_embd, kv_dim, type_of(p + "attn_v.weight"),
                          linear_in_embd);
     }
     if (arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe") {
@@ -440,7 +453,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     builder.add_matrix(p + "attn_output.weight", n_embd, n_embd, wtype, linear_in_embd);
     builder.add_vector(p + "ffn_norm.weight", n_embd, 1.0, 0.1);
     if (spec.n_expert > 0) {
-      add_expert_ffn(builder, spec, p, more_bits_type(layer));
+      add_expert_ffn(builder, spec, p, type_of(p + "ffn_down_exps.weight"));
     } else if (arch == "phi3") {  // gate then up in one tensor
       builder.add_matrix(p + "ffn_up.weight", n_embd, 2 * n_ff, wtype, linear_in_embd);
     } else {
@@ -448,13 +461,15 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
       builder.add_matrix(p + "ffn_up.weight", n_embd, n_ff, wtype, linear_in_embd);
     }
     if (spec.n_expert == 0)
-      builder.add_matrix(p + "ffn_down.weight", n_ff, n_embd, more_bits_type(layer), linear_in_ff);
+      builder.add_matrix(p + "ffn_down.weight", n_ff, n_embd, type_of(p + "ffn_down.weight"),
+                         linear_in_ff);
     progress.line("layer " + std::to_string(layer + 1) + "/" + std::to_string(spec.n_layer) +
                   " done");
   }
 
   builder.add_vector("output_norm.weight", n_embd, 1.0, 0.1);
-  if (!tied) builder.add_matrix("output.weight", n_embd, n_vocab, output_type, output_std);
+  if (!tied)
+    builder.add_matrix("output.weight", n_embd, n_vocab, type_of("output.weight"), output_std);
   progress.line("writing " + path);
   builder.writer().write(path);
   progress.line("done");

@@ -4,6 +4,7 @@
 // byte-level vocabulary, for tests, reference checks and speed measurements.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "kernels/quant.h"
 
@@ -61,5 +62,12 @@ constexpr uint32_t kMostlyQ4_K_M = 15;
 // Whether llama.cpp's Q4_K_M gives layer `layer` of `n_layer` its larger type
 // for attn_v and ffn_down: the first and last eighth and every third between.
 bool q4_k_m_more_bits(int layer, int n_layer);
+
+// The type of matrix `name` (a GGUF tensor name) in a Q4_K_M file of `n_layer`
+// layers, as llama.cpp mixes them: Q6_K for the output layer (the embeddings
+// when they are tied to it), and for attn_v and the ffn_down matrices
+// (ffn_down, ffn_down_exps, ffn_down_shexp) of the layers q4_k_m_more_bits
+// picks; Q4_K for every other matrix.
+DType q4_k_m_type(std::string_view name, int n_layer, bool tied_embeddings);
 
 }  // namespace parspec

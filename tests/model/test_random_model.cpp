@@ -248,6 +248,39 @@ TEST(RandomModel, Q4_K_MMixPutsQ6_KWhereLlamaCppDoes) {
   EXPECT_THROW(write_random_model(spec, temp_path("q4_k_m_q8")), Error);
 }
 
+TEST(RandomModel, Q4_K_MTypeByNameCoversExpertsAndTiedEmbeddings) {
+  // 16 layers: layer 2 keeps Q4_K, layers 0 and 4 get the larger type.
+  EXPECT_EQ(q4_k_m_type("output.weight", 16, false), DType::Q6_K);
+  EXPECT_EQ(q4_k_m_type("token_embd.weight", 16, false), DType::Q4_K);
+  EXPECT_EQ(q4_k_m_type("token_embd.weight", 16, true), DType::Q6_K);
+  for (const char* tensor :
+       {"attn_v.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight"}) {
+    EXPECT_EQ(q4_k_m_type(std::string("blk.0.") + tensor, 16, false), DType::Q6_K) << tensor;
+    EXPECT_EQ(q4_k_m_type(std::string("blk.4.") + tensor, 16, false), DType::Q6_K) << tensor;
+    EXPECT_EQ(q4_k_m_type(std::string("blk.2.") + tensor, 16, false), DType::Q4_K) << tensor;
+  }
+  for (const char* name : {"blk.0.attn_q.weight", "blk.0.ffn_gate_exps.weight",
+                           "blk.0.ffn_up_shexp.weight", "blk.0.attn_qkv.weight"})
+    EXPECT_EQ(q4_k_m_type(name, 16, false), DType::Q4_K) << name;
+
+  RandomModelSpec spec;
+  spec.arch = "qwen2moe";
+  spec.n_embd = 256;
+  spec.n_ff = 256;
+  spec.n_layer = 2;
+  spec.n_expert = 4;
+  spec.n_expert_used = 2;
+  spec.weight_type = DType::Q4_K;
+  spec.q4_k_m = true;
+  auto file = make(spec, "q4_k_m_moe");
+  // Of 2 layers, the last gets the larger type.
+  for (const char* name : {"blk.1.ffn_down_exps.weight", "blk.1.ffn_down_shexp.weight"})
+    EXPECT_EQ(file->find_tensor(name)->type, DType::Q6_K) << name;
+  for (const char* name :
+       {"blk.0.ffn_down_exps.weight", "blk.0.ffn_down_shexp.weight", "blk.1.ffn_up_exps.weight"})
+    EXPECT_EQ(file->find_tensor(name)->type, DType::Q4_K) << name;
+}
+
 TEST(RandomModel, RejectsShapesTheTypeCannotHold) {
   RandomModelSpec spec;  // n_embd 64: not a whole number of 256-element super-blocks
   spec.weight_type = DType::Q4_K;
