@@ -72,7 +72,11 @@ __device__ void prefetch_range_l2(const void* p, int64_t bytes) {
 }
 
 // Row `row` of w (its values, and the block scales of Q8_0/Q4_0) requested into L2.
-__device__ __noinline__ void prefetch_weight_row(const DeviceMatrix& w, int64_t row) {
+// Inlined: a call would make every thread of the kernel copy the kernel's
+// parameters (w among them) to local memory first, whether it prefetches or
+// not; for a one-row F16 gate/up matmul nearly as many bytes as its weights
+// (tests/cuda/check_local_memory.sh keeps such copies out).
+__device__ __forceinline__ void prefetch_weight_row(const DeviceMatrix& w, int64_t row) {
   if (row < 0 || row >= w.n_out) return;
   int64_t bytes = w.n_in * 4, scale_bytes = 0;  // F32
   switch (w.kind) {
@@ -2156,8 +2160,12 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     tile_row0 = static_cast<int64_t>(blockIdx.x) * (kMmaRows / 2);
     // The block's rows of gate, then the same rows of up, one a thread.
     constexpr int kHalf = kMmaRows / 2;
-    if (weights_early_wanted && static_cast<int>(threadIdx.x) < kMmaRows)
-      prefetch_weight_row(threadIdx.x < kHalf ? w : g.w[1], tile_row0 + threadIdx.x % kHalf);
+    // Two calls, not one on a choice of matrix: a reference that may be to
+    // either would need both in addressable memory.
+    if (weights_early_wanted && static_cast<int>(threadIdx.x) < kHalf)
+      prefetch_weight_row(w, tile_row0 + threadIdx.x);
+    else if (weights_early_wanted && static_cast<int>(threadIdx.x) < kMmaRows)
+      prefetch_weight_row(g.w[1], tile_row0 + threadIdx.x - kHalf);
   } else if constexpr (kQkv) {
     has_tile = block_tile_of_part(g, kMmaRows, w, y_all, part, tile);
     if (has_tile)

@@ -21,7 +21,7 @@ def piece(start, end="\n}\n"):
 pieces = [
     piece("__constant__ bool weights_early_wanted;", "\n"),
     piece("__device__ void prefetch_range_l2("),
-    piece("__device__ __noinline__ void prefetch_weight_row("),
+    piece("__device__ __forceinline__ void prefetch_weight_row("),
     piece("template <class RowOf>\n__device__ void prefetch_rows_early("),
     piece("__device__ float warp_sum(float v) {"),
     piece("__device__ float warp_max(float v) {"),
@@ -173,7 +173,7 @@ text = "\n".join(pieces)
 text = re.sub(r"__global__ void __launch_bounds__\([^\n]*\)\n\s*", "void ", text)
 text = text.replace("__global__ void ", "void ")
 text = text.replace("// One activation tile: registers for two blocks per SM (the decode step).\n", "")
-text = text.replace("__device__ __forceinline__ ", "").replace("__device__ __noinline__ ", "")
+text = text.replace("__device__ __forceinline__ ", "")
 text = text.replace("__device__ ", "")
 text = text.replace("begin_kernel();", "")
 # The early weight requests run (as no-ops) wherever a kernel would make them.
