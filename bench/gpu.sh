@@ -210,8 +210,7 @@ fi
 # The environment of a kernel variant: tensor-cores (the defaults), warp (the
 # dp4a warp matmul for every row count), mma (the tensor cores also for 1 to 4
 # rows of Q8_0/Q4_0), kquant-warp (Q4_K/Q6_K on the warp kernel for every row
-# count, as before their tensor-core kernels), kquant-rows (1 to 4 rows of
-# Q4_K/Q6_K a warp per weight row instead of on the tensor cores), row-major (the tensor-core kernel's activations row after row),
+# count, as before their tensor-core kernels), row-major (the tensor-core kernel's activations row after row),
 # half-warp (F16/BF16 weights on the warp kernel), plain (the tensor-core kernel
 # loading its own operands instead of the default's streaming them into shared
 # memory by cp.async, 64 weight rows a block), pipelined (plain, with the loads of
@@ -262,7 +261,6 @@ kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
     kquant-warp) echo "PARSPEC_CUDA_KQUANT=warp" ;;
-    kquant-rows) echo "PARSPEC_CUDA_KQUANT=rows" ;;
     row-major) echo "PARSPEC_CUDA_ACTIVATIONS=row-major" ;;
     half-warp) echo "PARSPEC_CUDA_HALF_MATMUL=warp" ;;
     pipelined) echo "PARSPEC_CUDA_MMA=pipelined" ;;
@@ -690,7 +688,7 @@ for row in "${table[@]}"; do
   case $args in
     *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial rows-none fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(split-in-block candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
-    *q4_k*) variants=(warp kquant-rows prefill-slices) ;;
+    *q4_k*) variants=(warp prefill-slices) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
@@ -878,7 +876,6 @@ variant_labels = [
     ("-rows-wide", "2 to 8 rows on the one-row kernel's way, 2 or 4 weight rows a lane"),
     ("-rows-wide4", "the same with 4 weight rows a lane everywhere"),
     ("-mma", "tensor cores for every row count"), ("-warp", "warp (dp4a)"),
-    ("-kquant-rows", "Q4_K/Q6_K: 1 to 4 rows a warp per weight row"),
     ("-row-major", "row-major activations"),
     ("-stream", "tensor cores streamed with 16 weight rows a block"),
     ("-stream-wide", "the same with 32 weight rows a block where the grid stays large"),

@@ -3128,25 +3128,6 @@ bool k_quant_warp_only() {
   return wanted;
 }
 
-constexpr int kKRowsMax = 4;  // rows of matmul_k_row_kernel with PARSPEC_CUDA_KQUANT=rows
-
-// PARSPEC_CUDA_KQUANT=rows: one to kKRowsMax rows of Q4_K/Q6_K weights on
-// matmul_k_row_kernel (the same bits) instead of the tensor cores (an H200
-// decoded an 8B-class Q4_K_M model at 281 tok/s that way, 345 on the tensor
-// cores, and took 1.6 to 2.0× their time for 2 to 4 rows).
-bool k_quant_rows_wanted() {
-  static const bool wanted = env_is("PARSPEC_CUDA_KQUANT", "rows");
-  return wanted;
-}
-
-// Whether n rows of Q8_K activations go to matmul_k_mma_kernel rather than
-// the warp kernels: every row count, but more than kKRowsMax with
-// PARSPEC_CUDA_KQUANT=rows.
-bool k_quant_tensor_cores(int n) {
-  if (k_quant_warp_only()) return false;
-  return !k_quant_rows_wanted() || n > kKRowsMax;
-}
-
 // The kernel that multiplies n rows of Q8_0 activations of width n_in by
 // Q8_0/Q4_0 weights; the kernels that write those activations ask it too,
 // to lay them out as it reads them.
@@ -3404,101 +3385,6 @@ __global__ void matmul_k_kernel(MatmulGroup g, Q8KActivations x, int M) {
       const float total = warp_sum(acc[r]);
       if (lane == 0) y[static_cast<int64_t>(m0 + r) * w.n_out + n] = total;
     }
-  }
-}
-
-// One to kKRowsMax activation rows of Q4_K/Q6_K weights with
-// PARSPEC_CUDA_KQUANT=rows (opt-in: slower than the tensor cores on an H200):
-// matmul_k_kernel's arithmetic for each row, each lane requesting its next
-// super-blocks (weights, scales and the rows' quants; kKRowAhead of them for
-// one row, two for more) before it uses the first, so that a warp waits for
-// memory once where the warp kernel waited once a super-block, and reading
-// each weight once for all its rows. Every lane runs every step, past the
-// row's last super-block too (reading the last one again, adding nothing), so
-// that the shuffles need no mask.
-constexpr int kKRowAhead = 4;
-
-template <WeightKind kKind, int kR>
-__global__ void __launch_bounds__(kMatmulWarps* kWarp)
-    matmul_k_row_kernel(MatmulGroup g, Q8KActivations x, int M) {
-  constexpr bool kQ4 = kKind == WeightKind::kQ4_K;
-  constexpr int kStride = kQ4 ? kQ4KBytes : kQ6KStride;
-  constexpr int kAhead = kR == 1 ? kKRowAhead : 2;
-  const int lane = threadIdx.x % kWarp, part = lane % 8, group = lane / 8;
-  DeviceMatrix w;
-  float* y;
-  int64_t n;
-  const bool has_row = warp_row(g, w, y, n);  // the same for the whole warp
-  if (has_row && lane == 0 && weights_early_wanted) prefetch_weight_row(w, n);
-  begin_kernel();
-  if (!has_row) return;
-  const int64_t n_super = w.n_in / kSuperBlock;
-  const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * n_super * kStride;
-  float acc[kR];
-#pragma unroll
-  for (int r = 0; r < kR; ++r) acc[r] = 0.0f;
-  for (int64_t sb0 = 0; sb0 < n_super; sb0 += 4 * kAhead) {
-    int wq[kAhead][8], sc0[kAhead], sc1[kAhead], mn[kAhead];
-    int pair[kAhead][kR];
-    float dw[kAhead], dmin[kAhead], xd[kAhead][kR];
-    int4 xa[kAhead][kR], xc[kAhead][kR];
-#pragma unroll
-    for (int p = 0; p < kAhead; ++p) {
-      const int64_t sb = sb0 + 4 * p + group;
-      const int64_t s = sb < n_super ? sb : n_super - 1;
-      const uint8_t* blk = row + s * kStride;
-      load_k_part<kKind>(blk, part, wq[p], sc0[p], sc1[p], mn[p]);
-      dw[p] = kQ4 ? half_at(blk) : half_at(blk + 208);
-      dmin[p] = kQ4 ? half_at(blk + 2) : 0.0f;
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        if (kR > 1 && r >= M) break;  // M is the same on every lane
-        const int64_t xb = static_cast<int64_t>(r) * n_super + s;
-        const int4* xs = reinterpret_cast<const int4*>(x.q + xb * kSuperBlock + 32 * part);
-        xa[p][r] = xs[0];
-        xc[p][r] = xs[1];
-        xd[p][r] = x.d[xb];
-        pair[p][r] = 0;
-        if constexpr (kQ4) {
-          // The part's two sums of 16, one word.
-          const int word =
-              *reinterpret_cast<const int*>(x.bsums + xb * (kSuperBlock / 16) + 2 * part);
-          pair[p][r] = static_cast<int16_t>(word & 0xFFFF) + static_cast<int16_t>(word >> 16);
-        }
-      }
-    }
-#pragma unroll
-    for (int p = 0; p < kAhead; ++p) {
-      if (sb0 + 4 * p >= n_super) break;  // the same on every lane
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        if (kR > 1 && r >= M) break;
-        int s0 = 0, s1 = 0;
-        s0 = __dp4a(wq[p][0], xa[p][r].x, s0);
-        s0 = __dp4a(wq[p][1], xa[p][r].y, s0);
-        s0 = __dp4a(wq[p][2], xa[p][r].z, s0);
-        s0 = __dp4a(wq[p][3], xa[p][r].w, s0);
-        s1 = __dp4a(wq[p][4], xc[p][r].x, s1);
-        s1 = __dp4a(wq[p][5], xc[p][r].y, s1);
-        s1 = __dp4a(wq[p][6], xc[p][r].z, s1);
-        s1 = __dp4a(wq[p][7], xc[p][r].w, s1);
-        int qx = sc0[p] * s0 + sc1[p] * s1;
-        int mins = kQ4 ? mn[p] * pair[p][r] : 0;
-        for (int o = 1; o < 8; o *= 2) {  // within the 8 lanes of the super-block
-          qx += __shfl_xor_sync(0xffffffffu, qx, o);
-          mins += __shfl_xor_sync(0xffffffffu, mins, o);
-        }
-        if (part == 0 && sb0 + 4 * p + group < n_super)
-          acc[r] =
-              __fadd_rn(acc[r], k_super_block_value<kKind>(xd[p][r], dw[p], dmin[p], qx, mins));
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    if (kR > 1 && r >= M) break;
-    const float total = warp_sum(acc[r]);
-    if (lane == 0) y[static_cast<int64_t>(r) * w.n_out + n] = total;
   }
 }
 
@@ -5224,7 +5110,7 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
   if ((kind == WeightKind::kF16 || kind == WeightKind::kBF16) && half_tensor_cores(group.w[0].n_in))
     return kind == WeightKind::kF16 ? launch_half_mma<WeightKind::kF16>(group, x, n, stream)
                                     : launch_half_mma<WeightKind::kBF16>(group, x, n, stream);
-  if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && k_quant_tensor_cores(n)) {
+  if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && !k_quant_warp_only()) {
     const bool q4 = kind == WeightKind::kQ4_K;
     if (prefill_tiles_take(kind, n))
       return launch(q4 ? matmul_k_prefill_kernel<WeightKind::kQ4_K>
@@ -5233,18 +5119,6 @@ void launch_matmul_group(const MatmulGroup& group, const float* x, const int8_t*
                     stream, group, xk, n);
     return q4 ? launch_k_mma<WeightKind::kQ4_K>(group, xk, n, stream)
               : launch_k_mma<WeightKind::kQ6_K>(group, xk, n, stream);
-  }
-  if ((kind == WeightKind::kQ4_K || kind == WeightKind::kQ6_K) && !k_quant_warp_only() &&
-      k_quant_rows_wanted() && n <= kKRowsMax) {
-    const bool q4 = kind == WeightKind::kQ4_K;
-    const int blocks = blocks_for(group_rows(group), kMatmulWarps);
-    if (n == 1)
-      return launch(q4 ? matmul_k_row_kernel<WeightKind::kQ4_K, 1>
-                       : matmul_k_row_kernel<WeightKind::kQ6_K, 1>,
-                    blocks, kMatmulWarps * kWarp, 0, stream, group, xk, n);
-    return launch(q4 ? matmul_k_row_kernel<WeightKind::kQ4_K, kKRowsMax>
-                     : matmul_k_row_kernel<WeightKind::kQ6_K, kKRowsMax>,
-                  blocks, kMatmulWarps * kWarp, 0, stream, group, xk, n);
   }
   // A one-row tile for single rows: the same arithmetic per row, fewer registers.
   if (n == 1)

@@ -131,8 +131,6 @@ pieces = [
     piece("__device__ __forceinline__ void add_scaled_sums("),
     piece("template <WeightKind kKind>\n__device__ void load_k_part("),
     piece("template <WeightKind kKind, int kR>\n__global__ void matmul_k_kernel("),
-    piece("template <WeightKind kKind, int kR>\n__global__ void __launch_bounds__(kMatmulWarps* kWarp)\n"
-          "    matmul_k_row_kernel("),
     piece("template <WeightKind kKind>\nstruct KPrefillStage {", "\n};\n"),
     piece("__device__ __forceinline__ int k_prefill_block("),
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kKPrefillThreads)\n"
@@ -160,7 +158,7 @@ for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps",
              "kPrefillThreads", "kPrefillStages", "kPrefillGroups", "kPrefillGroupedStages", "kPrefillTileStride",
              "kPrefillTileFloats", "kHalfPrefillStages", "kKPrefillRows",
              "kKPrefillCols", "kKPrefillWarps", "kKPrefillThreads", "kKMmaRows", "kKMmaWarps",
-             "kKMmaThreads", "kKRowAhead", "kKRowsMax", "kMatmulWarps", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
+             "kKMmaThreads", "kMatmulWarps", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
              "kPairedPrefetch", "kGatedOutputs", "kGatedThreads", "kGatedPrefetch",
              "kAttnThreads", "kAttnKeys", "kMaxHeadDim", "kNormThreads", "kNormBlock",
              "kWideNormPerThread"):

@@ -470,45 +470,6 @@ TEST(CudaKernelsOnCpu, KQuantPrefillTilesGiveTheWarpKernelsBits) {
   check_k_prefill<WeightKind::kQ6_K>(2048, {16, 16}, 33, 7);
 }
 
-// matmul_k_row_kernel gives the warp kernel's bits: its one-row form run once
-// for each of the M activation rows, and its form for up to kKRowsMax rows
-// (PARSPEC_CUDA_KQUANT=rows) over them all where M allows.
-template <WeightKind kKind>
-void check_k_row(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
-  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M));
-  KQuantCase<kKind> c(n_in, std::move(outs), M, seed);
-  const int blocks = (c.weight_rows() + kMatmulWarps - 1) / kMatmulWarps;
-  std::vector<std::vector<float>> got = c.outputs(-5.0f);
-  const int64_t n_super = n_in / kSuperBlock;
-  for (int m = 0; m < M; ++m) {
-    const Q8KActivations x{c.q.data() + m * n_in, c.d.data() + m * n_super,
-                           c.bsums.data() + m * n_in / 16};
-    for (size_t i = 0; i < c.outs.size(); ++i) c.group.y[i] = got[i].data() + m * c.outs[i];
-    run(blocks, kMatmulWarps * kWarp, 0, [&] { matmul_k_row_kernel<kKind, 1>(c.group, x, 1); });
-  }
-  expect_same_bits(got, c.want, c.outs);
-  if (M > kKRowsMax) return;
-  std::vector<std::vector<float>> rows = c.outputs(-6.0f);
-  const Q8KActivations x = c.activations();
-  run(blocks, kMatmulWarps * kWarp, 0,
-      [&] { matmul_k_row_kernel<kKind, kKRowsMax>(c.group, x, M); });
-  expect_same_bits(rows, c.want, c.outs);
-}
-
-TEST(CudaKernelsOnCpu, KQuantRowKernelGivesTheWarpKernelsBits) {
-  // 1 to 56 super-blocks a row: lane groups without any, groups of unequal
-  // length, one and several rounds of requests, a group of matrices; 1 to 4
-  // rows at once.
-  check_k_row<WeightKind::kQ4_K>(256, {9}, 2, 1);
-  check_k_row<WeightKind::kQ6_K>(512, {5, 4}, 1, 2);
-  check_k_row<WeightKind::kQ4_K>(1280, {7}, 3, 3);
-  check_k_row<WeightKind::kQ6_K>(2304, {6}, 4, 4);
-  check_k_row<WeightKind::kQ4_K>(4096, {5, 3}, 1, 5);
-  check_k_row<WeightKind::kQ4_K>(4352, {4}, 2, 6);
-  check_k_row<WeightKind::kQ6_K>(4352, {3}, 3, 7);
-  check_k_row<WeightKind::kQ4_K>(14336, {4}, 4, 8);
-}
-
 TEST(CudaKernelsOnCpu, KQuantTensorCoresGiveTheWarpKernelsBits) {
   // One row (PARSPEC_CUDA_MATMUL=mma) to several tiles of activation rows
   // (ending inside one), 1 to 9 super-blocks a row (warps without any, warps
