@@ -45,7 +45,7 @@
 # GPU_VARIANTS (measure only these kernel variants, by the names of kernel_env; "all" for
 # every one; default: the other side of each of the latest defaults, and the candidates),
 # GPU_TESTS (the kernel sets the tests run with, tensor-cores first; default: tensor-cores
-# opt-in newest widest wide4-norm-once previous rows-persistent),
+# fused-q8k opt-in newest widest wide4-norm-once previous rows-persistent),
 # GPU_FOCUS=kernels (tests, then per model decode, L(n), prefill, the kernel variants and
 # llama-bench, the profile and Nsight Compute: no strategies, no server under load).
 set -euo pipefail
@@ -234,7 +234,8 @@ fi
 # for every matrix), fused (gate, up and SwiGLU in one kernel, and q, k, v with
 # RoPE and the KV store in one, also for one row of Q8_0/Q4_0; the default for
 # F16/BF16), fused-rope (only q, k, v with RoPE and the KV store), unfused (none
-# of that, F16/BF16 too), fused-norm (one row: RMSNorm
+# of that, F16/BF16 too), fused-q8k (the norm and SwiGLU kernels quantize their
+# output to Q8_K for Q4_K/Q6_K weights, no launch of its own), fused-norm (one row: RMSNorm
 # done by the matmuls after it, the residual adds by wo and down), norm-once (one
 # row: the residual adds by wo and down, whose last block to finish then
 # normalizes the row for the matmuls after them), wide4-norm-once (swiglu, rope and
@@ -285,6 +286,7 @@ kernel_env() {
     fused) echo "PARSPEC_CUDA_FUSE=swiglu,rope" ;;
     fused-rope) echo "PARSPEC_CUDA_FUSE=rope" ;;
     fused-norm) echo "PARSPEC_CUDA_FUSE=norm" ;;
+    fused-q8k) echo "PARSPEC_CUDA_FUSE=q8k" ;;
     norm-once) echo "PARSPEC_CUDA_FUSE=norm-once" ;;
     wide4-norm-once) echo "PARSPEC_CUDA_FUSE=swiglu,rope,norm-once" ;;
     prefill-tiles) echo "PARSPEC_CUDA_PREFILL=tiled" ;;
@@ -310,7 +312,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    read -ra kernels <<<"${GPU_TESTS:-tensor-cores opt-in newest widest wide4-norm-once previous rows-persistent}"
+    read -ra kernels <<<"${GPU_TESTS:-tensor-cores fused-q8k opt-in newest widest wide4-norm-once previous rows-persistent}"
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -320,7 +322,8 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       [[ $kernel == warp ]] && filter=(--gtest_filter=-CudaSampling.*)
       [[ $kernel == opt-in || $kernel == newest || $kernel == widest ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
-      [[ $kernel == wide4-norm-once || $kernel == previous || $kernel == rows-persistent ]] &&
+      [[ $kernel == fused-q8k || $kernel == wide4-norm-once || $kernel == previous ||
+        $kernel == rows-persistent ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaVsCpu.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
@@ -688,7 +691,7 @@ for row in "${table[@]}"; do
   case $args in
     *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial rows-none fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(split-in-block candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
-    *q4_k*) variants=(warp prefill-slices) ;;
+    *q4_k*) variants=(fused-q8k warp prefill-slices) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
@@ -888,6 +891,7 @@ variant_labels = [
     ("-paired-all", "the same for every matrix"),
     ("-fused", "gate/up with SwiGLU, and q/k/v with RoPE and the KV store, in one kernel each"),
     ("-fused-norm", "one row: RMSNorm in the matmuls after it, residual adds in those before"),
+    ("-fused-q8k", "Q8_K activations written by the norm and SwiGLU kernels"),
     ("-norm-once", "one row: residual adds in wo/down, whose last block then normalizes the row"),
     ("-pipelined", "tensor cores, four blocks' loads before their mmas"),
     ("-mma-pipelined", "the same for every row count"),

@@ -462,6 +462,10 @@ struct Workspace {
   DeviceBuffer half_split;
   int half_split_rows = 0;
 
+  // The activations whose Q8_K form the kernel that wrote them left in xk()
+  // (PARSPEC_CUDA_FUSE=q8k), for the next matmul_group alone: null if none.
+  const float* q8k_written_for = nullptr;
+
   // Where n rows of input may be split (null: the matmul's blocks split it).
   uint32_t* half_split_for(int n) {
     return half_split_rows_wanted(n) && n <= half_split_rows ? half_split.as<uint32_t>() : nullptr;
@@ -989,12 +993,25 @@ class CudaExecutor final : public ForwardExecutor {
     return nullptr;
   }
 
+  // Where the kernel writing these matrices' input also writes it as Q8_K
+  // (PARSPEC_CUDA_FUSE=q8k, one of them K-quant weights): the workspace's
+  // buffers, else none.
+  static Q8KActivations q8k_output(Workspace& ws,
+                                   std::initializer_list<const DeviceMatrix*> matrices) {
+    if (!fused_q8k_wanted()) return {};
+    for (const DeviceMatrix* m : matrices)
+      if (takes_q8k_input(m->kind)) return ws.xk();
+    return {};
+  }
+
   // The matrices of one launch on x: K-quant weights take x quantized to Q8_K
   // first (Q8_0 activations come quantized from the kernel that wrote x).
   // xq, xd: where x's Q8_0 form is (null: the workspace's buffers).
   void matmul_group(Workspace& ws, const MatmulGroup& group, const float* x, int n,
                     const int8_t* xq = nullptr, const float* xd = nullptr) {
-    for (int i = 0; i < group.count; ++i)
+    const bool q8k_written = ws.q8k_written_for == x;
+    ws.q8k_written_for = nullptr;
+    for (int i = 0; i < group.count && !q8k_written; ++i)
       if (takes_q8k_input(group.w[i].kind)) {
         launch_quantize_q8k(x, n, static_cast<int>(group.w[i].n_in), ws.xk(), ws.stream);
         break;
@@ -1114,12 +1131,15 @@ class CudaExecutor final : public ForwardExecutor {
     // The residual matmul before normalized h already (NormAfter).
     const bool ready = ws.normalized_ahead == weight && weight != nullptr && residual == nullptr;
     ws.normalized_ahead = nullptr;
+    ws.q8k_written_for = nullptr;
     if (ready) return RowNorm{};
     bool fusable = fuse_norm && residual == nullptr && !norm_once_wanted();
     for (const DeviceMatrix* m : matrices) fusable = fusable && one_row_fusable(*m, n);
     if (fusable) return RowNorm{h, weight, c.rms_eps};
-    launch_add_rmsnorm(h, residual, weight, n, c.n_embd, c.rms_eps, xn,
-                       quantized_input(ws, matrices), ws.xd.as<float>(), ws.stream);
+    if (launch_add_rmsnorm(h, residual, weight, n, c.n_embd, c.rms_eps, xn,
+                           quantized_input(ws, matrices), ws.xd.as<float>(), ws.stream,
+                           q8k_output(ws, matrices)))
+      ws.q8k_written_for = xn;
     profile_.mark(what, ws.stream);
     return RowNorm{};
   }
@@ -1393,8 +1413,9 @@ class CudaExecutor final : public ForwardExecutor {
       gate_up.norm = norm;
       matmul_group(ws, gate_up, xn, n);
       profile_.mark("gate/up matmul", stream);
-      launch_swiglu(gate, up, n, c.n_ff, quantized_input(ws, {&w.w_down}), ws.xd.as<float>(),
-                    stream);
+      if (launch_swiglu(gate, up, n, c.n_ff, quantized_input(ws, {&w.w_down}), ws.xd.as<float>(),
+                        stream, q8k_output(ws, {&w.w_down})))
+        ws.q8k_written_for = gate;
       profile_.mark("SwiGLU", stream);
     }
     residual_matmul(ws, w.w_down, gate, n, ws.o.as<float>(), h, fuse_norm, q_down, d_down, after);

@@ -258,6 +258,33 @@ __device__ int64_t q8_block_index(int64_t row, int64_t b, int64_t n, int64_t nb,
   return block_major ? b * n + row : row * nb + b;
 }
 
+// Q8_K, the activations of Q4_K/Q6_K weights: a super-block of kSuperBlock
+// values whose largest magnitude is amax becomes the quants q8k_quant(v, amax)
+// and the scale q8k_scale(amax), bit for bit as the CPU's quantize_row_q8_K.
+__device__ __forceinline__ int q8k_quant(float v, float amax) {
+  if (amax == 0.0f) return 0;
+  return max(-128, min(127, static_cast<int>(rintf(__fmul_rn(v, __fdiv_rn(127.0f, amax))))));
+}
+__device__ __forceinline__ float q8k_scale(float amax) {
+  return amax != 0.0f ? __fdiv_rn(amax, 127.0f) : 0.0f;
+}
+
+// Value `at` of row-major Q8_K activations (a row's width a multiple of
+// kSuperBlock), one a lane and 32 in a row a warp, quantized in its
+// super-block of largest magnitude amax: its quant, the sum of its 16 (lanes
+// 0-15 and 16-31) and, from the super-block's first value, the scale. Every
+// lane of the warp calls it.
+__device__ __forceinline__ void store_q8k_value(float v, float amax, int64_t at, int lane,
+                                                const Q8KActivations& out) {
+  const int q = q8k_quant(v, amax);
+  out.q[at] = static_cast<int8_t>(q);
+  int sum = q;  // exact, in any order
+  for (int o = 1; o < 16; o *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane % 16 == 0) out.bsums[at / 16] = static_cast<int16_t>(sum);
+  if (at % kSuperBlock == 0) out.d[at / kSuperBlock] = q8k_scale(amax);
+}
+constexpr int kSuperBlockWarps = kSuperBlock / kWarp;  // warps of 32 values in a super-block
+
 // One block per row: h += residual (when given), out = h / sqrt(mean(h²) + eps)
 // · w, and out quantized to Q8_0 when q is given. For rows wider than
 // add_rmsnorm_wide_kernel takes: the sum of squares is reduced by the first
@@ -311,13 +338,17 @@ __global__ void __launch_bounds__(kNormBlock)
 // sums, each warp adding them by the same butterfly. Warp w's lanes hold
 // blocks w, w + 32, ... of 32 values, which it quantizes from its registers.
 // One block per row and fixed steps, so a row's bits do not depend on the
-// batch.
+// batch. With k8.q set (PARSPEC_CUDA_FUSE=q8k; dim a multiple of
+// kSuperBlock) the row also goes to Q8_K, as quantize_q8k_kernel would
+// quantize it: a super-block is 8 warps' values, its largest magnitude their
+// warps' largest.
 constexpr int kWideNormPerThread = 8;  // rows of up to 8192 values
 __global__ void __launch_bounds__(kNormBlock)
     add_rmsnorm_wide_kernel(float* h, const float* __restrict__ residual,
                             const float* __restrict__ w, int dim, float eps, float* out, int8_t* q,
-                            float* scales, bool block_major) {
+                            float* scales, bool block_major, Q8KActivations k8) {
   __shared__ float warp_sums[kNormBlock / kWarp];
+  __shared__ float warp_amax[kWideNormPerThread][kNormBlock / kWarp];
   const int64_t row = blockIdx.x;
   float* hr = h + row * dim;
   float* yr = out + row * dim;
@@ -364,12 +395,30 @@ __global__ void __launch_bounds__(kNormBlock)
     const int i = threadIdx.x + k * kNormBlock;
     if (i >= dim) continue;  // the whole warp (dim is a multiple of 32)
     const float y = __fmul_rn(__fmul_rn(x[k], scale), g[k]);
+    x[k] = y;
     yr[i] = y;
     if (q != nullptr) {
       const int b = i / 32;
       const int64_t at = q8_block_index(row, b, gridDim.x, n_blocks, block_major);
       quantize_block(y, lane, q + at * 32, scales + at);
     }
+  }
+  if (k8.q == nullptr) return;  // the same for the whole block
+#pragma unroll
+  for (int k = 0; k < kWideNormPerThread; ++k) {
+    const int i = threadIdx.x + k * kNormBlock;
+    const float amax = warp_max(i < dim ? fabsf(x[k]) : 0.0f);
+    if (lane == 0) warp_amax[k][warp] = amax;
+  }
+  __syncthreads();
+  const int first = warp / kSuperBlockWarps * kSuperBlockWarps;
+#pragma unroll
+  for (int k = 0; k < kWideNormPerThread; ++k) {
+    const int i = threadIdx.x + k * kNormBlock;
+    if (i >= dim) continue;  // the whole super-block
+    float amax = warp_amax[k][first];
+    for (int u = 1; u < kSuperBlockWarps; ++u) amax = fmaxf(amax, warp_amax[k][first + u]);
+    store_q8k_value(x[k], amax, row * dim + i, lane, k8);
   }
 }
 static_assert(kNormBlock / kWarp == kWarp, "the warps' sums are one warp's lanes");
@@ -3242,18 +3291,16 @@ __global__ void quantize_q8k_kernel(const float* x, int64_t n_blocks, Q8KActivat
   }
   amax = warp_max(amax);
   int8_t* qb = out.q + block * kSuperBlock + lane * 8;
-  const float inv = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
   int sum = 0;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const int q =
-        amax != 0.0f ? max(-128, min(127, static_cast<int>(rintf(__fmul_rn(v[i], inv))))) : 0;
+    const int q = q8k_quant(v[i], amax);
     qb[i] = static_cast<int8_t>(q);
     sum += q;
   }
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // a group of 16 is two lanes
   if (lane % 2 == 0) out.bsums[block * (kSuperBlock / 16) + lane / 2] = static_cast<int16_t>(sum);
-  if (lane == 0) out.d[block] = amax != 0.0f ? __fdiv_rn(amax, 127.0f) : 0.0f;
+  if (lane == 0) out.d[block] = q8k_scale(amax);
 }
 
 // One super-block's product as a float, from its exact integer sums (qx: the
@@ -4956,14 +5003,18 @@ __global__ void __launch_bounds__(kTiledWarps* kWarp)
   }
 }
 
-// gate = silu(gate) · up (swiglu_value), quantized to Q8_0 when q is given.
+// gate = silu(gate) · up (swiglu_value), quantized to Q8_0 when q is given
+// and to Q8_K when k8.q is (PARSPEC_CUDA_FUSE=q8k; dim a multiple of
+// kSuperBlock, so that a block's values are one super-block).
 // Blocks of (row, 256 values): one warp per 32 values, so a row spreads over the GPU.
+static_assert(kNormThreads == kSuperBlock, "a SwiGLU block is a Q8_K super-block");
 __global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, float* scales,
-                              bool block_major) {
+                              bool block_major, Q8KActivations k8) {
+  __shared__ float warp_amax[kSuperBlockWarps];
   begin_kernel();
   const int64_t row = blockIdx.x;
-  const int lane = threadIdx.x % kWarp;
-  const int base = blockIdx.y * kNormThreads + threadIdx.x / kWarp * kWarp;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int base = blockIdx.y * kNormThreads + warp * kWarp;
   if (base >= dim) return;  // the whole warp
   const int64_t e = row * dim + base + lane;
   float value = 0.0f;
@@ -4975,6 +5026,13 @@ __global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, 
     const int64_t at = q8_block_index(row, base / 32, gridDim.x, dim / 32, block_major);
     quantize_block(value, lane, q + at * 32, scales + at);
   }
+  if (k8.q == nullptr) return;  // the same for the whole block, none of whose warps returned
+  const float amax = warp_max(fabsf(value));
+  if (lane == 0) warp_amax[warp] = amax;
+  __syncthreads();
+  float block_amax = warp_amax[0];
+  for (int u = 1; u < kSuperBlockWarps; ++u) block_amax = fmaxf(block_amax, warp_amax[u]);
+  store_q8k_value(value, block_amax, e, lane, k8);
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t count) {
@@ -5043,15 +5101,19 @@ void launch_embed(const DeviceMatrix& embedding, const int32_t* tokens, int n, f
   if (n > 0) launch(embed_kernel, n, 256, 0, stream, embedding, tokens, hidden);
 }
 
-void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
-                        float* out, int8_t* q, float* scales, cudaStream_t stream) {
-  if (n <= 0) return;
-  if (dim <= kNormBlock * kWideNormPerThread)
+bool launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
+                        float* out, int8_t* q, float* scales, cudaStream_t stream,
+                        const Q8KActivations& k8) {
+  if (n <= 0) return false;
+  if (dim <= kNormBlock * kWideNormPerThread) {
+    const bool to_q8k = k8.q != nullptr && dim % kSuperBlock == 0;
     launch(add_rmsnorm_wide_kernel, n, kNormBlock, 0, stream, h, residual, w, dim, eps, out, q,
-           scales, block_major_activations(n, dim));
-  else
-    launch(add_rmsnorm_kernel, n, kNormBlock, 0, stream, h, residual, w, dim, eps, out, q, scales,
-           block_major_activations(n, dim));
+           scales, block_major_activations(n, dim), to_q8k ? k8 : Q8KActivations{});
+    return to_q8k;
+  }
+  launch(add_rmsnorm_kernel, n, kNormBlock, 0, stream, h, residual, w, dim, eps, out, q, scales,
+         block_major_activations(n, dim));
+  return false;
 }
 
 void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales,
@@ -5299,10 +5361,10 @@ bool launch_attention(const float* q, const AttentionRow* rows, const int32_t* s
   return out_q != nullptr;
 }
 
-// PARSPEC_CUDA_FUSE: "all" (swiglu, rope and norm), or a comma-separated list
-// of swiglu, rope, norm and norm-once (the other way to leave out the norm
-// kernels, which wins where both are asked for); any other value (=none)
-// fuses nothing.
+// PARSPEC_CUDA_FUSE: "all" (swiglu, rope, norm and q8k), or a comma-separated
+// list of swiglu, rope, norm, norm-once (the other way to leave out the norm
+// kernels, which wins where both are asked for) and q8k; any other value
+// (=none) fuses nothing.
 bool fusion_wanted(std::string_view fusion) {
   const char* env = std::getenv("PARSPEC_CUDA_FUSE");
   if (env == nullptr) return false;
@@ -5397,6 +5459,11 @@ bool fused_norm_wanted() {
   return wanted;
 }
 
+bool fused_q8k_wanted() {
+  static const bool wanted = fusion_wanted("q8k");
+  return wanted;
+}
+
 bool norm_once_wanted() {
   static const bool wanted = fusion_wanted("norm-once");
   return wanted;
@@ -5461,11 +5528,13 @@ bool launch_gate_up_swiglu(const DeviceMatrix& gate, const DeviceMatrix& up, con
   }
 }
 
-void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
-                   cudaStream_t stream) {
-  if (n > 0)
-    launch(swiglu_kernel, dim3(n, blocks_for(dim, kNormThreads)), kNormThreads, 0, stream, gate, up,
-           dim, q, scales, block_major_activations(n, dim));
+bool launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
+                   cudaStream_t stream, const Q8KActivations& k8) {
+  if (n <= 0) return false;
+  const bool to_q8k = k8.q != nullptr && dim % kSuperBlock == 0;
+  launch(swiglu_kernel, dim3(n, blocks_for(dim, kNormThreads)), kNormThreads, 0, stream, gate, up,
+         dim, q, scales, block_major_activations(n, dim), to_q8k ? k8 : Q8KActivations{});
+  return to_q8k;
 }
 
 void launch_add(float* y, const float* x, int64_t count, cudaStream_t stream) {

@@ -90,9 +90,12 @@ void launch_embed(const DeviceMatrix& embedding, const int32_t* tokens, int n, f
                   cudaStream_t stream);
 // Per row of `dim` floats: h += residual (when not null), out = h /
 // sqrt(mean(h²) + eps) · w, and, when q is not null, out quantized to Q8_0 into
-// q and scales exactly as launch_quantize_q8 would.
-void launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
-                        float* out, int8_t* q, float* scales, cudaStream_t stream);
+// q and scales exactly as launch_quantize_q8 would. With k8.q set, out also
+// quantized to Q8_K into k8 exactly as launch_quantize_q8k would, where the
+// kernel can (dim a multiple of 256, up to 8192): returns whether it did.
+bool launch_add_rmsnorm(float* h, const float* residual, const float* w, int n, int dim, float eps,
+                        float* out, int8_t* q, float* scales, cudaStream_t stream,
+                        const Q8KActivations& k8 = {});
 // Rows of `dim` floats to Q8_0 blocks: int8 values and the block's scale,
 // bit for bit as the CPU quantizes its activations.
 void launch_quantize_q8(const float* x, int n, int dim, int8_t* q, float* scales,
@@ -153,6 +156,10 @@ bool half_split_in_block();
 // PARSPEC_CUDA_FUSE=norm (or =all): whether passes fuse RMSNorm into the
 // matmuls after it and the residual adds into the matmuls before it.
 bool fused_norm_wanted();
+// PARSPEC_CUDA_FUSE=q8k (or =all): whether the norm and SwiGLU kernels quantize
+// their output to Q8_K for Q4_K/Q6_K weights after them, instead of a launch
+// of its own before each of those matmuls.
+bool fused_q8k_wanted();
 // Whether n rows of input to weights w go through the one-row kernels, which
 // take a RowNorm input and accumulate into their outputs.
 bool one_row_fusable(const DeviceMatrix& w, int n);
@@ -204,9 +211,11 @@ bool fused_attention_merge_wanted();
 // before any graph capture, as it changes a kernel's attributes.
 void prepare_attention(AttentionKernel kernel);
 // gate = silu(gate) · up over n rows of `dim`, and, when q is not null, the
-// result quantized to Q8_0 (dim a multiple of 32).
-void launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
-                   cudaStream_t stream);
+// result quantized to Q8_0 (dim a multiple of 32). With k8.q set, also to
+// Q8_K as launch_quantize_q8k would, where dim is a multiple of 256: returns
+// whether it did.
+bool launch_swiglu(float* gate, const float* up, int n, int dim, int8_t* q, float* scales,
+                   cudaStream_t stream, const Q8KActivations& k8 = {});
 // PARSPEC_CUDA_FUSE=rope (or =all): q, k and v = x · w[i]ᵀ in one launch
 // that also does launch_bias_rope_store's work with the same steps (biases
 // added, q and k rotated by `angles`, q into `q`, k and v to each row's cache

@@ -27,6 +27,10 @@ pieces = [
     piece("__device__ float warp_max(float v) {"),
     piece("__device__ int64_t q8_block_index("),
     piece("__device__ void quantize_block(float v, int lane, int8_t* q, float* scale) {"),
+    piece("__device__ __forceinline__ int q8k_quant("),
+    piece("__device__ __forceinline__ float q8k_scale("),
+    piece("__device__ __forceinline__ void store_q8k_value("),
+    piece("__global__ void quantize_q8k_kernel("),
     piece("struct RawBlock {", "\n};\n"),
     piece("template <WeightKind kKind>\n__device__ RawBlock load_raw_block("),
     piece("template <WeightKind kKind>\n__device__ void unpack_raw_block("),
@@ -35,6 +39,7 @@ pieces = [
     piece("__device__ __forceinline__ float small_int_to_float("),
     piece("template <WeightKind kKind>\n__device__ __forceinline__ float mma_sum_to_float("),
     piece("__device__ __forceinline__ float swiglu_value("),
+    piece("__global__ void swiglu_kernel("),
     piece("__device__ bool tile_of_part("),
     piece("__device__ bool block_tile_of_part("),
     piece("__device__ bool block_tile("),
@@ -161,7 +166,7 @@ for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps",
              "kKMmaThreads", "kMatmulWarps", "kGemvThreads", "kGemvPrefetch", "kPairedThreads",
              "kPairedPrefetch", "kGatedOutputs", "kGatedThreads", "kGatedPrefetch",
              "kAttnThreads", "kAttnKeys", "kMaxHeadDim", "kNormThreads", "kNormBlock",
-             "kWideNormPerThread"):
+             "kWideNormPerThread", "kSuperBlockWarps"):
     match = re.search(r"^constexpr int " + name + r" = [^;]*;", source, re.M)
     if not match:
         sys.exit(f"extract_kernels.py: no constexpr {name} in {sys.argv[1]}")

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "emulated_kernels.h"
+#include "kernels/kquants.h"
 
 namespace parspec::cuda::emulated {
 namespace {
@@ -764,7 +765,7 @@ void check_normed_half(int64_t n_in, int64_t n_out, unsigned seed) {
   for (float& v : norm_weight) v = gain(rng);
   run(1, kNormBlock, 0, [&] {
     add_rmsnorm_wide_kernel(h.data(), nullptr, norm_weight.data(), static_cast<int>(n_in), eps,
-                            normalized.data(), nullptr, nullptr, false);
+                            normalized.data(), nullptr, nullptr, false, Q8KActivations{});
   });
   const int threads = kMmaWarps * kWarp;
   for (const bool gated : {false, true}) {
@@ -936,7 +937,8 @@ void check_normed_input(int64_t n_in, int64_t n_out, int trials, unsigned seed) 
   std::vector<float> normalized(static_cast<size_t>(n_in));
   run(1, kNormBlock, 0, [&] {
     add_rmsnorm_wide_kernel(h.data(), nullptr, norm_weight.data(), static_cast<int>(n_in), eps,
-                            normalized.data(), x.values.data(), x.scales.data(), false);
+                            normalized.data(), x.values.data(), x.scales.data(), false,
+                            Q8KActivations{});
   });
   // The scale, as the blocks of each one-row kernel compute it: over this row
   // and more (a step done in another order changes it only now and then).
@@ -950,7 +952,8 @@ void check_normed_input(int64_t n_in, int64_t n_out, int trials, unsigned seed) 
       for (float& v : row) v = value(rng) * m;
       run(1, kNormBlock, 0, [&] {
         add_rmsnorm_wide_kernel(row.data(), nullptr, norm_weight.data(), static_cast<int>(n_in),
-                                eps, want_row.data(), unused_q.data(), unused_d.data(), false);
+                                eps, want_row.data(), unused_q.data(), unused_d.data(), false,
+                                Q8KActivations{});
       });
     } else {
       want_row = normalized;
@@ -1048,7 +1051,8 @@ void check_norm_after(int64_t n_in, int64_t n_out, unsigned seed) {
   std::vector<float> want_d(base.size() / 32);
   run(1, kNormBlock, 0, [&] {
     add_rmsnorm_wide_kernel(want_h.data(), nullptr, norm_weight.data(), static_cast<int>(n_out),
-                            eps, normalized.data(), want_q.data(), want_d.data(), false);
+                            eps, normalized.data(), want_q.data(), want_d.data(), false,
+                            Q8KActivations{});
   });
   for (const bool two_lanes : {false, true}) {
     std::vector<float> h(base);
@@ -1081,6 +1085,109 @@ TEST(CudaKernelsOnCpu, ResidualMatmulNormalizesItsOutputAsTheNormKernelDoes) {
   check_norm_after<WeightKind::kQ4_0>(256, 64, 1);
   check_norm_after<WeightKind::kQ8_0>(1280, 96, 2);
   check_norm_after<WeightKind::kQ4_0>(128, 1056, 3);  // every norm thread: 2 values or fewer
+}
+
+// Q8_K activations of n rows of dim values, as the kernels lay them out.
+struct Q8KRows {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int16_t> bsums;
+  Q8KRows(int n, int dim)
+      : q(static_cast<size_t>(n) * dim, 99),
+        d(static_cast<size_t>(n) * dim / kSuperBlock, -1.0f),
+        bsums(static_cast<size_t>(n) * dim / 16, 999) {}
+  Q8KActivations view() { return {q.data(), d.data(), bsums.data()}; }
+};
+
+// got has the bits of quantize_q8k_kernel's Q8_K of x, which are the CPU's
+// quantize_row_q8_K's.
+void expect_q8k_of(const std::vector<float>& x, Q8KRows& got, const std::string& what) {
+  SCOPED_TRACE(what);
+  const int64_t n_super = static_cast<int64_t>(x.size()) / kSuperBlock;
+  Q8KRows want(1, static_cast<int>(x.size()));
+  run(static_cast<unsigned>((n_super * kWarp + 255) / 256), 256, 0,
+      [&] { quantize_q8k_kernel(x.data(), n_super, want.view()); });
+  std::vector<BlockQ8_K> cpu(static_cast<size_t>(n_super));
+  quantize_row_q8_K(x.data(), cpu.data(), static_cast<int64_t>(x.size()));
+  for (int64_t sb = 0; sb < n_super; ++sb) {
+    EXPECT_TRUE(same_bits(want.d[sb], cpu[sb].d)) << "the quantize kernel, super-block " << sb;
+    EXPECT_TRUE(same_bits(got.d[sb], want.d[sb]))
+        << "super-block " << sb << ": scale " << got.d[sb] << " instead of " << want.d[sb];
+    for (int j = 0; j < kSuperBlock / 16; ++j)
+      EXPECT_EQ(got.bsums[sb * 16 + j], want.bsums[sb * 16 + j])
+          << "super-block " << sb << ", sum " << j;
+  }
+  int wrong = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(want.q[i], cpu[i / kSuperBlock].qs[i % kSuperBlock]) << "the quantize kernel, " << i;
+    if (got.q[i] != want.q[i] && ++wrong <= 3)
+      ADD_FAILURE() << "value " << i << ": " << int(got.q[i]) << " instead of " << int(want.q[i]);
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+// PARSPEC_CUDA_FUSE=q8k: the norm kernel (with and without a residual) and
+// the SwiGLU kernel write their output's Q8_K form with quantize_q8k_kernel's
+// bits, beside the same floats (and Q8_0 blocks) as without it; a super-block
+// of zeros has quants and scale 0.
+TEST(CudaKernelsOnCpu, NormAndSwiGluKernelsWriteQ8KAsTheQuantizeKernelDoes) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> value(0.0f, 2.0f), gain(1.0f, 0.3f);
+  for (const int dim : {256, 1280, 4096, 8192}) {
+    for (const bool residual : {false, true}) {
+      SCOPED_TRACE("norm, dim " + std::to_string(dim) + (residual ? ", a residual" : ""));
+      const int n = 2;
+      std::vector<float> h(static_cast<size_t>(n) * dim), r(h.size()), w(static_cast<size_t>(dim));
+      for (float& v : h) v = value(rng);
+      for (float& v : r) v = value(rng);
+      for (float& v : w) v = gain(rng);
+      for (int i = 0; i < kSuperBlock; ++i) w[static_cast<size_t>(dim - kSuperBlock + i)] = 0.0f;
+      std::vector<float> h_plain = h, out_plain(h.size()), h_fused = h, out_fused(h.size());
+      std::vector<int8_t> q_plain(h.size()), q_fused(h.size());
+      std::vector<float> d_plain(h.size() / 32), d_fused(h.size() / 32);
+      Q8KRows k8(n, dim);
+      const float* res = residual ? r.data() : nullptr;
+      run(static_cast<unsigned>(n), kNormBlock, 0, [&] {
+        add_rmsnorm_wide_kernel(h_plain.data(), res, w.data(), dim, 1e-5f, out_plain.data(),
+                                q_plain.data(), d_plain.data(), false, Q8KActivations{});
+      });
+      run(static_cast<unsigned>(n), kNormBlock, 0, [&] {
+        add_rmsnorm_wide_kernel(h_fused.data(), res, w.data(), dim, 1e-5f, out_fused.data(),
+                                q_fused.data(), d_fused.data(), false, k8.view());
+      });
+      EXPECT_EQ(std::memcmp(out_plain.data(), out_fused.data(), out_plain.size() * 4), 0);
+      EXPECT_EQ(std::memcmp(h_plain.data(), h_fused.data(), h_plain.size() * 4), 0);
+      EXPECT_EQ(q_plain, q_fused);
+      EXPECT_EQ(std::memcmp(d_plain.data(), d_fused.data(), d_plain.size() * 4), 0);
+      expect_q8k_of(out_fused, k8, "norm");
+      EXPECT_EQ(k8.d[static_cast<size_t>(dim / kSuperBlock - 1)], 0.0f);
+    }
+  }
+  for (const int dim : {256, 768, 14336}) {
+    SCOPED_TRACE("SwiGLU, dim " + std::to_string(dim));
+    const int n = 3;
+    std::vector<float> gate(static_cast<size_t>(n) * dim), up(gate.size());
+    for (float& v : gate) v = value(rng);
+    for (float& v : up) v = value(rng);
+    for (int i = 0; i < kSuperBlock; ++i) up[static_cast<size_t>(dim + i)] = 0.0f;  // row 1
+    std::vector<float> plain = gate, fused = gate;
+    std::vector<int8_t> q_plain(gate.size()), q_fused(gate.size());
+    std::vector<float> d_plain(gate.size() / 32), d_fused(gate.size() / 32);
+    Q8KRows k8(n, dim);
+    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(dim / kNormThreads));
+    run(grid, kNormThreads, 0, [&] {
+      swiglu_kernel(plain.data(), up.data(), dim, q_plain.data(), d_plain.data(), false,
+                    Q8KActivations{});
+    });
+    run(grid, kNormThreads, 0, [&] {
+      swiglu_kernel(fused.data(), up.data(), dim, q_fused.data(), d_fused.data(), false, k8.view());
+    });
+    EXPECT_EQ(std::memcmp(plain.data(), fused.data(), plain.size() * 4), 0);
+    EXPECT_EQ(q_plain, q_fused);
+    EXPECT_EQ(std::memcmp(d_plain.data(), d_fused.data(), d_plain.size() * 4), 0);
+    expect_q8k_of(fused, k8, "SwiGLU");
+    EXPECT_EQ(k8.d[static_cast<size_t>(dim / kSuperBlock)], 0.0f);
+  }
 }
 
 TEST(CudaKernelsOnCpu, OneRowKernelsGiveTheContractsBits) {
