@@ -745,17 +745,20 @@ fi
 # occupancy and warp stall sections, every metric they collect): the first
 # launches of the streamed tensor-core matmul (8 rows), of the one-row matmul, of
 # the attention kernels (a decode step) and of the prefill tiles (64 rows), on the
-# 8B-class Q4_0 target.
+# 8B-class Q4_0 target; the one-row tensor-core kernels of the 8B-class F16 and
+# Q4_K_M models (their patterns name the one-tile instances, which the 64-token
+# prefill before the decode steps does not launch).
 if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
-  half_file=$(model_path 8b-f16 models/target.gguf)
   for probe in "stream 8 matmul_stream_kernel" "gemv 1 matmul_gemv_kernel" \
     "attention 1 attention_split_kernel<true per-head" "prestaged 1 attention_prestaged_kernel" \
-    "prefill 64 matmul_prefill_grouped_kernel" "half 1 matmul_half_mma_kernel - 8b-f16"; do
+    "prefill 64 matmul_prefill_grouped_kernel" \
+    "half 1 matmul_half_mma_kernel<[^,]+,.1, - 8b-f16" \
+    "kquant 1 matmul_k_mma_kernel<[^,]+,.1> - 8b-q4_k_m"; do
     read -r label rows pattern variant model <<<"$probe"
     [[ $variant == - ]] && variant=""
     probe_file=$profile_file
     if [[ -n ${model:-} ]]; then
-      probe_file=$half_file
+      probe_file=$(model_path "$model" models/target.gguf)
       [[ -f $probe_file ]] || continue
     fi
     step "Nsight Compute: why $pattern takes its time ($rows row(s))"
@@ -1076,7 +1079,7 @@ def number(text):
         return float(str(text).replace(",", ""))
     except ValueError:
         return None
-for label in ("stream", "gemv", "attention", "prestaged", "prefill", "half"):
+for label in ("stream", "gemv", "attention", "prestaged", "prefill", "half", "kquant"):
     path = os.path.join(out, f"ncu-stalls-{label}.csv")
     if not os.path.exists(path):
         continue
@@ -1084,7 +1087,7 @@ for label in ("stream", "gemv", "attention", "prestaged", "prefill", "half"):
     if not launches:
         continue
     print()
-    model = "8B-class F16" if label == "half" else "8B-class Q4_0"
+    model = {"half": "8B-class F16", "kquant": "8B-class Q4_K_M"}.get(label, "8B-class Q4_0")
     print(f"Nsight Compute, {model}, why the first {label} launches take their time "
           f"(ncu-stalls-{label}.csv has every metric):")
     print()
