@@ -3784,9 +3784,14 @@ struct KLaneWords<WeightKind::kQ6_K> {
   }
 };
 
-template <WeightKind kKind, int kTiles>
+// kOneColumn (one activation row, a decode step): the lanes work out the mins
+// and values of C's first column alone; the second, a copy of the first's
+// operands where M is 1, is never stored.
+template <WeightKind kKind, int kTiles, bool kOneColumn = false>
 __global__ void __launch_bounds__(kKMmaThreads)
     matmul_k_mma_kernel(MatmulGroup g, Q8KActivations x, int M) {
+  static_assert(!kOneColumn || kTiles == 1, "one column is one tile");
+  constexpr int kLaneColumns = kOneColumn ? 1 : 2;  // C's columns of a lane computed
   constexpr bool kQ4 = kKind == WeightKind::kQ4_K;
   constexpr int kCols = 8 * kTiles;
   constexpr int kStride = kQ4 ? kQ4KBytes : kQ6KStride;
@@ -3875,7 +3880,7 @@ __global__ void __launch_bounds__(kKMmaThreads)
 #pragma unroll
       for (int i = 0; i < kTiles; ++i)
 #pragma unroll
-        for (int col = 0; col < 2; ++col) {
+        for (int col = 0; col < kLaneColumns; ++col) {
           const int4* sums =
               reinterpret_cast<const int4*>(x.bsums + (m_c[i][col] * n_super + sb) * 16);
           const int4 lo = sums[0], hi = sums[1];
@@ -3898,6 +3903,7 @@ __global__ void __launch_bounds__(kKMmaThreads)
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
+        if ((e & 1) >= kLaneColumns) continue;
         const float value =
             k_super_block_value<kKind>(x.d[m_c[i][e & 1] * n_super + sb], e < 2 ? dw_a : dw_b,
                                        e < 2 ? dmin_a : dmin_b, qx[i][e], mins[i][e]);
@@ -3949,7 +3955,10 @@ __global__ void __launch_bounds__(kKMmaThreads)
 // in blocks of 32 (the blocks of one weight tile side by side).
 template <WeightKind kKind>
 void launch_k_mma(const MatmulGroup& g, const Q8KActivations& x, int n, cudaStream_t stream) {
-  if (n <= 8)
+  if (n == 1)
+    launch(matmul_k_mma_kernel<kKind, 1, true>, prefill_blocks<kKMmaRows, 8>(g, n), kKMmaThreads, 0,
+           stream, g, x, n);
+  else if (n <= 8)
     launch(matmul_k_mma_kernel<kKind, 1>, prefill_blocks<kKMmaRows, 8>(g, n), kKMmaThreads, 0,
            stream, g, x, n);
   else if (n <= 16)

@@ -445,7 +445,7 @@ void check_k_prefill(int64_t n_in, std::vector<int64_t> outs, int M, unsigned se
 }
 
 // matmul_k_mma_kernel with tiles of 8 · kTiles activation rows gives the warp
-// kernel's bits.
+// kernel's bits, and for one row its one-column form too.
 template <WeightKind kKind, int kTiles>
 void check_k_mma(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
   SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", tiles " +
@@ -457,6 +457,11 @@ void check_k_mma(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) 
   const int blocks = weight_row_tiles(c.group, kKMmaRows) * ((M + cols - 1) / cols);
   run(blocks, kKMmaThreads, 0, [&] { matmul_k_mma_kernel<kKind, kTiles>(c.group, x, M); });
   expect_same_bits(got, c.want, c.outs);
+  if (kTiles != 1 || M != 1) return;
+  SCOPED_TRACE("one column");
+  std::vector<std::vector<float>> one = c.outputs(-6.0f);
+  run(blocks, kKMmaThreads, 0, [&] { matmul_k_mma_kernel<kKind, 1, true>(c.group, x, M); });
+  expect_same_bits(one, c.want, c.outs);
 }
 
 TEST(CudaKernelsOnCpu, KQuantPrefillTilesGiveTheWarpKernelsBits) {
@@ -488,6 +493,10 @@ TEST(CudaKernelsOnCpu, KQuantTensorCoresGiveTheWarpKernelsBits) {
   // An 8B-class down projection's width: 14 super-blocks a warp.
   check_k_mma<WeightKind::kQ4_K, 1>(14336, {16}, 3, 10);
   check_k_mma<WeightKind::kQ6_K, 2>(14336, {16}, 12, 11);
+  // One row of each type at that width, and a group of matrices.
+  check_k_mma<WeightKind::kQ4_K, 1>(14336, {16, 7}, 1, 12);
+  check_k_mma<WeightKind::kQ6_K, 1>(14336, {24}, 1, 13);
+  check_k_mma<WeightKind::kQ6_K, 1>(1280, {9, 33}, 1, 14);
 }
 
 // matmul_mma_kernel (the tensor-core kernel for 5 rows and more) over M rows
