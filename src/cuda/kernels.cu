@@ -3951,8 +3951,9 @@ __global__ void __launch_bounds__(kKMmaThreads)
   }
 }
 
-// matmul_k_mma_kernel over n rows: 8, 16 or 32 activation rows a block, more
-// in blocks of 32 (the blocks of one weight tile side by side).
+// matmul_k_mma_kernel over n rows: one row in its one-column form, else 8, 16
+// or 32 activation rows a block, more in blocks of 32 (the blocks of one
+// weight tile side by side).
 template <WeightKind kKind>
 void launch_k_mma(const MatmulGroup& g, const Q8KActivations& x, int n, cudaStream_t stream) {
   if (n == 1)
