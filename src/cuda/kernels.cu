@@ -285,6 +285,13 @@ __device__ __forceinline__ void store_q8k_value(float v, float amax, int64_t at,
 }
 constexpr int kSuperBlockWarps = kSuperBlock / kWarp;  // warps of 32 values in a super-block
 
+// A super-block's largest magnitude from its warps' largest (warps[0..7]).
+__device__ __forceinline__ float super_block_amax(const float* warps) {
+  float amax = warps[0];
+  for (int u = 1; u < kSuperBlockWarps; ++u) amax = fmaxf(amax, warps[u]);
+  return amax;
+}
+
 // One block per row: h += residual (when given), out = h / sqrt(mean(h²) + eps)
 // · w, and out quantized to Q8_0 when q is given. For rows wider than
 // add_rmsnorm_wide_kernel takes: the sum of squares is reduced by the first
@@ -416,9 +423,7 @@ __global__ void __launch_bounds__(kNormBlock)
   for (int k = 0; k < kWideNormPerThread; ++k) {
     const int i = threadIdx.x + k * kNormBlock;
     if (i >= dim) continue;  // the whole super-block
-    float amax = warp_amax[k][first];
-    for (int u = 1; u < kSuperBlockWarps; ++u) amax = fmaxf(amax, warp_amax[k][first + u]);
-    store_q8k_value(x[k], amax, row * dim + i, lane, k8);
+    store_q8k_value(x[k], super_block_amax(&warp_amax[k][first]), row * dim + i, lane, k8);
   }
 }
 static_assert(kNormBlock / kWarp == kWarp, "the warps' sums are one warp's lanes");
@@ -5040,9 +5045,7 @@ __global__ void swiglu_kernel(float* gate, const float* up, int dim, int8_t* q, 
   const float amax = warp_max(fabsf(value));
   if (lane == 0) warp_amax[warp] = amax;
   __syncthreads();
-  float block_amax = warp_amax[0];
-  for (int u = 1; u < kSuperBlockWarps; ++u) block_amax = fmaxf(block_amax, warp_amax[u]);
-  store_q8k_value(value, block_amax, e, lane, k8);
+  store_q8k_value(value, super_block_amax(warp_amax), e, lane, k8);
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t count) {

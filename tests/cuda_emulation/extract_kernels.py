@@ -30,6 +30,7 @@ pieces = [
     piece("__device__ __forceinline__ int q8k_quant("),
     piece("__device__ __forceinline__ float q8k_scale("),
     piece("__device__ __forceinline__ void store_q8k_value("),
+    piece("__device__ __forceinline__ float super_block_amax("),
     piece("__global__ void quantize_q8k_kernel("),
     piece("struct RawBlock {", "\n};\n"),
     piece("template <WeightKind kKind>\n__device__ RawBlock load_raw_block("),
