@@ -47,7 +47,10 @@
 # GPU_TESTS (the kernel sets the tests run with, tensor-cores first; default: tensor-cores
 # fused-q8k opt-in newest widest wide4-norm-once previous rows-persistent),
 # GPU_FOCUS=kernels (tests, then per model decode, L(n), prefill, the kernel variants and
-# llama-bench, the profile and Nsight Compute: no strategies, no server under load).
+# llama-bench, the profile and Nsight Compute: no strategies, no server under load),
+# GPU_FOCUS=strategies (tests, the strategies' main tables, llama.cpp's speculation, per
+# model decode, L(n), prefill and the kernel variants: no long prompt, server under load,
+# long context, profile or Nsight Compute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -159,6 +162,20 @@ budgeted() {  # SECONDS COMMAND...: timeout SECONDS COMMAND..., or nothing past 
   timeout "$limit" "$@"
 }
 
+# What GPU_FOCUS leaves out: focus_skips PART is true where it does.
+focus=${GPU_FOCUS:-all}
+case $focus in
+  all | kernels | strategies) ;;
+  *) echo "GPU_FOCUS=$focus: expected all, kernels or strategies" >&2; exit 2 ;;
+esac
+focus_skips() {  # PART: strategies, strategies-extra, llama-spec, serve-load, long-context, profile
+  case $focus in
+    kernels) [[ $1 == strategies || $1 == strategies-extra || $1 == llama-spec || $1 == serve-load ]] ;;
+    strategies) [[ $1 == strategies-extra || $1 == serve-load || $1 == long-context || $1 == profile ]] ;;
+    *) false ;;
+  esac
+}
+
 {
   date -u +"date: %Y-%m-%d %H:%M UTC"
   echo "host cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs) ($(nproc) cores)"
@@ -210,7 +227,8 @@ fi
 # The environment of a kernel variant: tensor-cores (the defaults), warp (the
 # dp4a warp matmul for every row count), mma (the tensor cores also for 1 to 4
 # rows of Q8_0/Q4_0), kquant-warp (Q4_K/Q6_K on the warp kernel for every row
-# count, as before their tensor-core kernels), row-major (the tensor-core kernel's activations row after row),
+# count, as before their tensor-core kernels), kquant-one-column (one row of
+# Q4_K/Q6_K on the tensor-core kernel's one-column form), row-major (the tensor-core kernel's activations row after row),
 # half-warp (F16/BF16 weights on the warp kernel), plain (the tensor-core kernel
 # loading its own operands instead of the default's streaming them into shared
 # memory by cp.async, 64 weight rows a block), pipelined (plain, with the loads of
@@ -262,6 +280,7 @@ kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
     kquant-warp) echo "PARSPEC_CUDA_KQUANT=warp" ;;
+    kquant-one-column) echo "PARSPEC_CUDA_KQUANT=one-column" ;;
     row-major) echo "PARSPEC_CUDA_ACTIVATIONS=row-major" ;;
     half-warp) echo "PARSPEC_CUDA_HALF_MATMUL=warp" ;;
     pipelined) echo "PARSPEC_CUDA_MMA=pipelined" ;;
@@ -451,8 +470,10 @@ model_path() {  # name source
 }
 
 # GPU_FOCUS=kernels leaves out the strategies, llama.cpp's speculation and the server
-# under load: the kernels' figures alone, in a few minutes.
-if [[ ${GPU_FOCUS:-all} != kernels ]]; then
+# under load: the kernels' figures alone, in a few minutes. GPU_FOCUS=strategies
+# keeps the strategies' main tables (EasySpec's, auto's and ppd's among them) and
+# llama.cpp's speculation beside the kernels' figures.
+if ! focus_skips strategies; then
 # Strategies on the GPU against ar (greedy, the bench fails if one differs), while
 # llama.cpp builds (each table's speedups are against ar in the same bench): the
 # 8B-class Q4_0 target with the 100M-class drafter, or the zoo pair in a dry run.
@@ -478,11 +499,13 @@ budgeted 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$mor
 
 # PEARL with the drafter's stream at the target's priority (by default a drafter
 # beside its target on the GPU goes first): what the priority brings while both run.
+if ! focus_skips strategies-extra; then
 step "parspec bench with PARSPEC_CUDA_DRAFT_PRIORITY=normal: ar,pearl"
 budgeted 90 env PARSPEC_CUDA_DRAFT_PRIORITY=normal "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
   --strategies ar,pearl --prompts code,prose --max-prompts 3 -n 64 -t 2 \
   --md "$out/strategies-pearl-normal.md" --json "$out/strategies-pearl-normal.json" \
   >"$out/strategies-pearl-normal.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-pearl-normal.txt"
+fi
 
 # EasySpec's drafting time per step with layer groups of N = 1 and 2 (the goal:
 # N = 2 at most 0.7× N = 1, α within 7%), sd with the same drafter and γ beside it.
@@ -503,6 +526,7 @@ budgeted 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$las
   --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-auto.md" --json "$out/strategies-auto.json" \
   >"$out/strategies-auto.txt" 2>&1 || echo "parspec bench failed or timed out: see $out/strategies-auto.txt"
 
+if ! focus_skips strategies-extra; then
 # A long prompt (over 2000 tokens: the bench prompts joined), where verifying a
 # chain or tree attends over a long cache (past the zoo's training context its
 # text may end early: --ignore-eos keeps the length).
@@ -572,6 +596,7 @@ budgeted 120 env $(kernel_env candidates) "$bin_parspec" bench "${pair[@]}" "${d
   --strategies "$opt_in_set" --prompts code,prose --max-prompts 3 -n 64 -t 2 \
   --md "$out/strategies-candidates.md" --json "$out/strategies-candidates.json" >"$out/strategies-candidates.txt" 2>&1 ||
   echo "parspec bench failed or timed out: see $out/strategies-candidates.txt"
+fi
 
 fi
 
@@ -583,7 +608,7 @@ fi
 # The drafter on the CPU after the build, while the host's cores are idle.
 cpu_draft_set=ar,sd,pearl
 [[ $mode == dry ]] && cpu_draft_set=ar,sd
-if [[ ${GPU_FOCUS:-all} != kernels ]]; then
+if ! focus_skips strategies-extra; then
   step "parspec bench with the drafter on the CPU (-ngld 0): $cpu_draft_set"
   budgeted 120 "$bin_parspec" bench "${pair[@]}" "${device[@]}" -ngld 0 --strategies "$cpu_draft_set" \
     --prompts code,prose --max-prompts 2 -n 48 -t "$(nproc)" --md "$out/strategies-cpu-draft.md" \
@@ -614,7 +639,7 @@ done
 # llama.cpp's speculative decoding on the same files and prompts (greedy, one
 # process per prompt and --draft-max; its "decoded N tokens in S seconds").
 spec_bin=$models/llama.cpp/build/bin/llama-speculative-simple
-if [[ $mode == run && -x $spec_bin && ${GPU_FOCUS:-all} != kernels ]]; then
+if [[ $mode == run && -x $spec_bin ]] && ! focus_skips llama-spec; then
   step "llama-speculative-simple --draft-max 4, 8, 16"
   : >"$out/llama-speculative.tsv"
   for set in code prose; do
@@ -634,7 +659,7 @@ fi
 
 # The server on the device under load (bench/loadgen.py, closed loop: 1, 4 and 16
 # clients back to back, 64 tokens each), ar and sd on the strategies' pair.
-if [[ $mode == run && ${GPU_FOCUS:-all} != kernels ]]; then
+if [[ $mode == run ]] && ! focus_skips serve-load; then
   for strategy in ar sd; do
     (($(date +%s) - start < budget)) || { echo "skipped, past the time budget: serve load ($strategy)" | tee -a "$out/skipped.txt"; continue; }
     step "serve -ngl 99 --strategy $strategy under 1, 4, 16 concurrent streams"
@@ -668,7 +693,7 @@ long_file=$(model_path 8b-q4_0 models/target.gguf)
 [[ $mode == dry ]] && long_file=models/target.gguf
 long_contexts="2048 4000"
 [[ $mode == dry ]] && long_contexts=200
-if [[ -f $long_file ]]; then
+if [[ -f $long_file ]] && ! focus_skips long-context; then
   for context in $long_contexts; do
     for variant in default per-head grouped; do
       step "parspec bench-forward 8b-q4_0 after $context tokens, attention: $variant"
@@ -685,13 +710,13 @@ fi
 # prefill were measured before: docs/performance-gpu.md). By default only the
 # other side of the latest defaults and the candidates, so that the time budget
 # leaves room for llama.cpp's speculative decoding and the server under load.
-latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp fused-q8k "
+latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp fused-q8k kquant-one-column "
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
     *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial rows-none fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(split-in-block candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
-    *q4_k*) variants=(fused-q8k warp prefill-slices) ;;
+    *q4_k*) variants=(kquant-one-column fused-q8k warp prefill-slices) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
@@ -705,6 +730,7 @@ for row in "${table[@]}"; do
   done
 done
 
+if ! focus_skips profile; then
 # Where a forward's GPU time goes (PARSPEC_CUDA_PROFILE=1: kernel groups timed by
 # events, kernel by kernel without graphs, the prefill of the context included):
 # one row and eight rows after 64 committed tokens, and one row after 3000 (the
@@ -744,16 +770,18 @@ fi
 # Why the slowest kernels take their time (Nsight Compute's speed of light,
 # occupancy and warp stall sections, every metric they collect): the first
 # launches of the streamed tensor-core matmul (8 rows), of the one-row matmul, of
-# the attention kernels (a decode step) and of the prefill tiles (64 rows), on the
-# 8B-class Q4_0 target; the one-row tensor-core kernels of the 8B-class F16 and
-# Q4_K_M models (their patterns name the one-tile instances, which the 64-token
-# prefill before the decode steps does not launch).
+# the attention kernels (a decode step) and of the prefill tiles (128 rows: up to
+# 64 go to the streamed kernel), on the 8B-class Q4_0 target; the one-row
+# tensor-core kernels of the 8B-class F16 and Q4_K_M models (their patterns name
+# the one-tile instances, which the 64-token prefill before the decode steps does
+# not launch). Nsight Compute names template arguments as "(int)1" and "(bool)1";
+# a pattern has no spaces.
 if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
   for probe in "stream 8 matmul_stream_kernel" "gemv 1 matmul_gemv_kernel" \
-    "attention 1 attention_split_kernel<true per-head" "prestaged 1 attention_prestaged_kernel" \
-    "prefill 64 matmul_prefill_grouped_kernel" \
-    "half 1 matmul_half_mma_kernel<[^,]+,.1, - 8b-f16" \
-    "kquant 1 matmul_k_mma_kernel<[^,]+,.1> - 8b-q4_k_m"; do
+    "attention 1 attention_split_kernel<.bool.1 per-head" "prestaged 1 attention_prestaged_kernel" \
+    "prefill 128 matmul_prefill_grouped_kernel" \
+    "half 1 matmul_half_mma_kernel<[^,]+,..int.1, - 8b-f16" \
+    "kquant 1 matmul_k_mma_kernel<[^,]+,..int.1, - 8b-q4_k_m"; do
     read -r label rows pattern variant model <<<"$probe"
     [[ $variant == - ]] && variant=""
     probe_file=$profile_file
@@ -788,6 +816,8 @@ for name in "${graph_rows[@]}"; do
       --json "$out/parspec-$name-$suffix.json" >/dev/null 2>&1 || echo "$name $what failed"
   done
 done
+
+fi
 
 if [[ -n $tf_pid ]]; then
   step "waiting for the transformers checks"

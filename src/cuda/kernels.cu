@@ -3956,12 +3956,20 @@ __global__ void __launch_bounds__(kKMmaThreads)
   }
 }
 
-// matmul_k_mma_kernel over n rows: one row in its one-column form, else 8, 16
-// or 32 activation rows a block, more in blocks of 32 (the blocks of one
-// weight tile side by side).
+// PARSPEC_CUDA_KQUANT=one-column: one row on matmul_k_mma_kernel's one-column
+// form (fewer instructions, yet an H200 decoded an 8B-class Q4_K_M model at 287
+// tok/s this way, and at 345 on the two-column form in an earlier run).
+bool k_quant_one_column() {
+  static const bool wanted = env_is("PARSPEC_CUDA_KQUANT", "one-column");
+  return wanted;
+}
+
+// matmul_k_mma_kernel over n rows: 8, 16 or 32 activation rows a block (one
+// row in the one-column form where asked for), more in blocks of 32 (the blocks
+// of one weight tile side by side).
 template <WeightKind kKind>
 void launch_k_mma(const MatmulGroup& g, const Q8KActivations& x, int n, cudaStream_t stream) {
-  if (n == 1)
+  if (n == 1 && k_quant_one_column())
     launch(matmul_k_mma_kernel<kKind, 1, true>, prefill_blocks<kKMmaRows, 8>(g, n), kKMmaThreads, 0,
            stream, g, x, n);
   else if (n <= 8)
