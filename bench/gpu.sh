@@ -187,7 +187,8 @@ focus_skips() {  # PART: strategies, strategies-extra, llama-spec, serve-load, l
   "$bin_parspec" info models/target.gguf | sed -n 's/^  gpu *//p' | sed 's/^/parspec sees: /'
 } | tee "$out/machine.txt"
 
-# llama.cpp builds in the background while the tests run and the models are made.
+# llama.cpp builds in the background while the tests run and the models are made
+# (at the lowest priority: the strategies' benches run beside it).
 llama_bin=""
 llama_pid=""
 if [[ $mode == run && ${SKIP_LLAMA:-0} != 1 && -f $bin/llama.cpp-src.tar.gz ]]; then
@@ -199,7 +200,7 @@ if [[ $mode == run && ${SKIP_LLAMA:-0} != 1 && -f $bin/llama.cpp-src.tar.gz ]]; 
     cd "$models/llama.cpp"
     cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
       -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release
-    cmake --build build -j"$jobs" --target llama-bench llama-speculative-simple
+    nice -n 19 cmake --build build -j"$jobs" --target llama-bench llama-speculative-simple
   ) >"$out/llama_build.log" 2>&1 &
   llama_pid=$!
   llama_bin=$models/llama.cpp/build/bin/llama-bench
@@ -227,8 +228,7 @@ fi
 # The environment of a kernel variant: tensor-cores (the defaults), warp (the
 # dp4a warp matmul for every row count), mma (the tensor cores also for 1 to 4
 # rows of Q8_0/Q4_0), kquant-warp (Q4_K/Q6_K on the warp kernel for every row
-# count, as before their tensor-core kernels), kquant-one-column (one row of
-# Q4_K/Q6_K on the tensor-core kernel's one-column form), row-major (the tensor-core kernel's activations row after row),
+# count, as before their tensor-core kernels), row-major (the tensor-core kernel's activations row after row),
 # half-warp (F16/BF16 weights on the warp kernel), plain (the tensor-core kernel
 # loading its own operands instead of the default's streaming them into shared
 # memory by cp.async, 64 weight rows a block), pipelined (plain, with the loads of
@@ -280,7 +280,6 @@ kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
     kquant-warp) echo "PARSPEC_CUDA_KQUANT=warp" ;;
-    kquant-one-column) echo "PARSPEC_CUDA_KQUANT=one-column" ;;
     row-major) echo "PARSPEC_CUDA_ACTIVATIONS=row-major" ;;
     half-warp) echo "PARSPEC_CUDA_HALF_MATMUL=warp" ;;
     pipelined) echo "PARSPEC_CUDA_MMA=pipelined" ;;
@@ -710,13 +709,13 @@ fi
 # prefill were measured before: docs/performance-gpu.md). By default only the
 # other side of the latest defaults and the candidates, so that the time budget
 # leaves room for llama.cpp's speculative decoding and the server under load.
-latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp fused-q8k kquant-one-column "
+latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp fused-q8k "
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
     *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial rows-none fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(split-in-block candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
-    *q4_k*) variants=(kquant-one-column fused-q8k warp prefill-slices) ;;
+    *q4_k*) variants=(fused-q8k warp prefill-slices) ;;
     *) variants=() ;;
   esac
   for variant in "${variants[@]}"; do
@@ -769,7 +768,8 @@ if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
 fi
 # Why the slowest kernels take their time (Nsight Compute's speed of light,
 # occupancy and warp stall sections, every metric they collect): the first
-# launches of the streamed tensor-core matmul (8 rows), of the one-row matmul, of
+# launches of the streamed tensor-core matmul's one-tile instance (8 rows: the
+# context's prefill before them takes the four-tile one), of the one-row matmul, of
 # the attention kernels (a decode step) and of the prefill tiles (128 rows: up to
 # 64 go to the streamed kernel), on the 8B-class Q4_0 target; the one-row
 # tensor-core kernels of the 8B-class F16 and Q4_K_M models (their patterns name
@@ -777,7 +777,7 @@ fi
 # not launch). Nsight Compute names template arguments as "(int)1" and "(bool)1";
 # a pattern has no spaces.
 if [[ $mode == run && -f $profile_file ]] && command -v ncu >/dev/null; then
-  for probe in "stream 8 matmul_stream_kernel" "gemv 1 matmul_gemv_kernel" \
+  for probe in "stream 8 matmul_stream_kernel<[^,]+,..int.1," "gemv 1 matmul_gemv_kernel" \
     "attention 1 attention_split_kernel<.bool.1 per-head" "prestaged 1 attention_prestaged_kernel" \
     "prefill 128 matmul_prefill_grouped_kernel" \
     "half 1 matmul_half_mma_kernel<[^,]+,..int.1, - 8b-f16" \

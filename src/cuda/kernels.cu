@@ -3789,14 +3789,13 @@ struct KLaneWords<WeightKind::kQ6_K> {
   }
 };
 
-// kOneColumn (one activation row, a decode step): the lanes work out the mins
-// and values of C's first column alone; the second, a copy of the first's
-// operands where M is 1, is never stored.
-template <WeightKind kKind, int kTiles, bool kOneColumn = false>
+// For one activation row, every lane still works out both of its C columns
+// (the second a copy of the first's operands, never stored): a form computing
+// the first alone, with a ninth fewer PTX instructions for Q4_K, decoded an
+// 8B-class Q4_K_M model at 0.84× this one's speed on an H200.
+template <WeightKind kKind, int kTiles>
 __global__ void __launch_bounds__(kKMmaThreads)
     matmul_k_mma_kernel(MatmulGroup g, Q8KActivations x, int M) {
-  static_assert(!kOneColumn || kTiles == 1, "one column is one tile");
-  constexpr int kLaneColumns = kOneColumn ? 1 : 2;  // C's columns of a lane computed
   constexpr bool kQ4 = kKind == WeightKind::kQ4_K;
   constexpr int kCols = 8 * kTiles;
   constexpr int kStride = kQ4 ? kQ4KBytes : kQ6KStride;
@@ -3885,7 +3884,7 @@ __global__ void __launch_bounds__(kKMmaThreads)
 #pragma unroll
       for (int i = 0; i < kTiles; ++i)
 #pragma unroll
-        for (int col = 0; col < kLaneColumns; ++col) {
+        for (int col = 0; col < 2; ++col) {
           const int4* sums =
               reinterpret_cast<const int4*>(x.bsums + (m_c[i][col] * n_super + sb) * 16);
           const int4 lo = sums[0], hi = sums[1];
@@ -3908,7 +3907,6 @@ __global__ void __launch_bounds__(kKMmaThreads)
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        if ((e & 1) >= kLaneColumns) continue;
         const float value =
             k_super_block_value<kKind>(x.d[m_c[i][e & 1] * n_super + sb], e < 2 ? dw_a : dw_b,
                                        e < 2 ? dmin_a : dmin_b, qx[i][e], mins[i][e]);
@@ -3956,23 +3954,11 @@ __global__ void __launch_bounds__(kKMmaThreads)
   }
 }
 
-// PARSPEC_CUDA_KQUANT=one-column: one row on matmul_k_mma_kernel's one-column
-// form (fewer instructions, yet an H200 decoded an 8B-class Q4_K_M model at 287
-// tok/s this way, and at 345 on the two-column form in an earlier run).
-bool k_quant_one_column() {
-  static const bool wanted = env_is("PARSPEC_CUDA_KQUANT", "one-column");
-  return wanted;
-}
-
-// matmul_k_mma_kernel over n rows: 8, 16 or 32 activation rows a block (one
-// row in the one-column form where asked for), more in blocks of 32 (the blocks
-// of one weight tile side by side).
+// matmul_k_mma_kernel over n rows: 8, 16 or 32 activation rows a block, more
+// in blocks of 32 (the blocks of one weight tile side by side).
 template <WeightKind kKind>
 void launch_k_mma(const MatmulGroup& g, const Q8KActivations& x, int n, cudaStream_t stream) {
-  if (n == 1 && k_quant_one_column())
-    launch(matmul_k_mma_kernel<kKind, 1, true>, prefill_blocks<kKMmaRows, 8>(g, n), kKMmaThreads, 0,
-           stream, g, x, n);
-  else if (n <= 8)
+  if (n <= 8)
     launch(matmul_k_mma_kernel<kKind, 1>, prefill_blocks<kKMmaRows, 8>(g, n), kKMmaThreads, 0,
            stream, g, x, n);
   else if (n <= 16)

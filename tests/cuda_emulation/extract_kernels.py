@@ -144,7 +144,7 @@ pieces = [
     piece("template <WeightKind kKind>\nstruct KLaneWords;", ";\n"),
     piece("template <>\nstruct KLaneWords<WeightKind::kQ4_K> {", "\n};\n"),
     piece("template <>\nstruct KLaneWords<WeightKind::kQ6_K> {", "\n};\n"),
-    piece("template <WeightKind kKind, int kTiles, bool kOneColumn = false>\n"
+    piece("template <WeightKind kKind, int kTiles>\n"
           "__global__ void __launch_bounds__(kKMmaThreads)\n    matmul_k_mma_kernel("),
     piece("struct HalfPrefillStage {", "\n};\n"),
     piece("template <WeightKind kKind, bool kSplit = false>\n"

@@ -445,7 +445,7 @@ void check_k_prefill(int64_t n_in, std::vector<int64_t> outs, int M, unsigned se
 }
 
 // matmul_k_mma_kernel with tiles of 8 · kTiles activation rows gives the warp
-// kernel's bits, and for one row its one-column form too.
+// kernel's bits.
 template <WeightKind kKind, int kTiles>
 void check_k_mma(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) {
   SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", tiles " +
@@ -457,11 +457,6 @@ void check_k_mma(int64_t n_in, std::vector<int64_t> outs, int M, unsigned seed) 
   const int blocks = weight_row_tiles(c.group, kKMmaRows) * ((M + cols - 1) / cols);
   run(blocks, kKMmaThreads, 0, [&] { matmul_k_mma_kernel<kKind, kTiles>(c.group, x, M); });
   expect_same_bits(got, c.want, c.outs);
-  if (kTiles != 1 || M != 1) return;
-  SCOPED_TRACE("one column");
-  std::vector<std::vector<float>> one = c.outputs(-6.0f);
-  run(blocks, kKMmaThreads, 0, [&] { matmul_k_mma_kernel<kKind, 1, true>(c.group, x, M); });
-  expect_same_bits(one, c.want, c.outs);
 }
 
 TEST(CudaKernelsOnCpu, KQuantPrefillTilesGiveTheWarpKernelsBits) {
@@ -477,7 +472,7 @@ TEST(CudaKernelsOnCpu, KQuantPrefillTilesGiveTheWarpKernelsBits) {
 }
 
 TEST(CudaKernelsOnCpu, KQuantTensorCoresGiveTheWarpKernelsBits) {
-  // One row (PARSPEC_CUDA_MATMUL=mma) to several tiles of activation rows
+  // One row to several tiles of activation rows
   // (ending inside one), 1 to 9 super-blocks a row (warps without any, warps
   // with one more than others), matrices of fewer rows than a block and
   // ending inside one.
