@@ -720,9 +720,11 @@ fi
 # What the kernels not yet the default bring, per weight type (the warp kernels,
 # the tensor cores for single rows, row-major activations and the one-launch
 # prefill were measured before: docs/performance-gpu.md). By default only the
-# other side of the latest defaults and the candidates, so that the time budget
-# leaves room for llama.cpp's speculative decoding and the server under load.
-latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp fused-q8k "
+# other side of the latest defaults and the candidates, and the streamed kernel's
+# smaller blocks (at 8 rows an 8B-class model's wo and down give the default's
+# blocks of 64 rows to half the SMs), so that the time budget leaves room for
+# llama.cpp's speculative decoding and the server under load.
+latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp fused-q8k stream-mixed stream-wide "
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
