@@ -45,7 +45,7 @@
 # GPU_VARIANTS (measure only these kernel variants, by the names of kernel_env; "all" for
 # every one; default: the other side of each of the latest defaults, and the candidates),
 # GPU_TESTS (the kernel sets the tests run with, tensor-cores first; default: tensor-cores
-# fused-q8k opt-in newest widest wide4-norm-once previous rows-persistent),
+# fused-q8k stream-split opt-in newest widest wide4-norm-once previous rows-persistent),
 # GPU_FOCUS=kernels (tests, then per model decode, L(n), prefill, the kernel variants and
 # llama-bench, the profile and Nsight Compute: no strategies, no server under load),
 # GPU_FOCUS=strategies (tests, the strategies' main tables, llama.cpp's speculation, per
@@ -241,7 +241,9 @@ fi
 # streaming with 16 weight rows a block of 8 warps), mma-stream (the default's
 # streaming for every row count), stream-wide (32 weight rows a block where the
 # grid stays large), stream-mixed (the default's 64 weight rows a block where the
-# grid has a block for every SM, 16 elsewhere), stream-persistent (that streaming
+# grid has a block for every SM, 16 elsewhere), stream-split (for up to 8 rows,
+# each tile's 16 chains over 4 blocks where tiles of 64 rows are fewer than the
+# SMs, the last block adding them in order), stream-persistent (that streaming
 # with one block an SM taking tiles in turn, its copies running on from one
 # tile into the next), rows-persistent (that for 2 to 32 rows, the few-rows kernel
 # left out), widest (that everywhere, and the few-rows kernel with 4
@@ -293,6 +295,7 @@ kernel_env() {
     stream-wide) echo "PARSPEC_CUDA_MMA=stream-wide" ;;
     stream-wide4) echo "PARSPEC_CUDA_MMA=stream-wide4" ;;
     stream-mixed) echo "PARSPEC_CUDA_MMA=stream-mixed" ;;
+    stream-split) echo "PARSPEC_CUDA_MMA=stream-split" ;;
     stream-persistent) echo "PARSPEC_CUDA_MMA=stream-persistent" ;;
     rows-persistent) echo "PARSPEC_CUDA_ROWS=none PARSPEC_CUDA_MMA=stream-persistent" ;;
     rows-none) echo "PARSPEC_CUDA_ROWS=none" ;;
@@ -330,7 +333,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    read -ra kernels <<<"${GPU_TESTS:-tensor-cores fused-q8k opt-in newest widest wide4-norm-once previous rows-persistent}"
+    read -ra kernels <<<"${GPU_TESTS:-tensor-cores fused-q8k stream-split opt-in newest widest wide4-norm-once previous rows-persistent}"
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -340,8 +343,8 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       [[ $kernel == warp ]] && filter=(--gtest_filter=-CudaSampling.*)
       [[ $kernel == opt-in || $kernel == newest || $kernel == widest ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
-      [[ $kernel == fused-q8k || $kernel == wide4-norm-once || $kernel == previous ||
-        $kernel == rows-persistent ]] &&
+      [[ $kernel == fused-q8k || $kernel == stream-split || $kernel == wide4-norm-once ||
+        $kernel == previous || $kernel == rows-persistent ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaVsCpu.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
         timeout 100 "$bin_tests" "${filter[@]}" 2>&1 | tee "$log" |
@@ -724,11 +727,11 @@ fi
 # smaller blocks (at 8 rows an 8B-class model's wo and down give the default's
 # blocks of 64 rows to half the SMs), so that the time budget leaves room for
 # llama.cpp's speculative decoding and the server under load.
-latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp fused-q8k stream-mixed stream-wide "
+latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp fused-q8k stream-mixed stream-wide stream-split "
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial rows-none fused-rope stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial rows-none fused-rope stream-split stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
     *f16*) variants=(split-in-block candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(fused-q8k warp prefill-slices) ;;
     *) variants=() ;;
@@ -931,6 +934,7 @@ variant_labels = [
     ("-stream", "tensor cores streamed with 16 weight rows a block"),
     ("-stream-wide", "the same with 32 weight rows a block where the grid stays large"),
     ("-stream-mixed", "the default's 64 weight rows a block where the grid has a block for every SM, else 16"),
+    ("-stream-split", "up to 8 rows: each tile's chains over 4 blocks where tiles of 64 rows are fewer than SMs"),
     ("-stream-persistent", "the default's streaming with one block an SM taking its tiles in turn, the copies running on across tiles"),
     ("-rows-persistent", "that from 2 rows, instead of the few-rows kernel for 2 to 4"),
     ("-rows-none", "the default streaming from 2 rows, instead of the few-rows kernel for 2 and 3"),
@@ -1274,7 +1278,7 @@ for variant in ("fused-rope", "prefetch"):
         if load(os.path.join(out, f"parspec-{name}-{variant}.json")):
             goal(f"decode × llama.cpp, {name}, {variant}", decode_ratio(name, f"-{variant}"),
                  target)
-for variant in ("stream-persistent", "rows-persistent", "stream-mixed"):
+for variant in ("stream-persistent", "rows-persistent", "stream-mixed", "stream-split"):
     if load(os.path.join(out, f"parspec-8b-q4_0-{variant}.json")):
         for n, target in ((8, 1.15), (32, 1.5)):
             goal(f"L({n})/L(1), 8b-q4_0, {variant}", lat_ratio("8b-q4_0", n, f"-{variant}"),

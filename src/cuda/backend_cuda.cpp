@@ -452,6 +452,9 @@ struct Workspace {
   // The blocks of a residual matmul that have finished, where its last block
   // normalizes h (NormAfter); zero between launches.
   DeviceBuffer norm_counter;
+  // PARSPEC_CUDA_MMA=stream-split: the chains' sums of a split launch, and its
+  // tiles' counters (zeros between launches).
+  DeviceBuffer chain_sums, chain_counters;
   // The norm whose output (h normalized and quantized into xq, xd) the last
   // residual matmul of this pass left for the matmuls after it; null if none.
   const float* normalized_ahead = nullptr;
@@ -513,6 +516,15 @@ struct Workspace {
       cuda_check(cudaMemsetAsync(norm_counter.get(), 0, sizeof(int32_t), stream),
                  "cudaMemsetAsync (norm counter)");
       cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (norm counter)");
+    }
+    if (stream_split_wanted()) {
+      reserve<float>(chain_sums, stream_split_floats(), "activations");
+      const size_t bytes = stream_split_counters() * sizeof(int32_t);
+      if (chain_counters.reserve(bytes, "activations")) {
+        cuda_check(cudaMemsetAsync(chain_counters.get(), 0, bytes, stream),
+                   "cudaMemsetAsync (chain counters)");
+        cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (chain counters)");
+      }
     }
   }
 
@@ -1018,6 +1030,8 @@ class CudaExecutor final : public ForwardExecutor {
       }
     MatmulGroup g = group;
     g.half_split = ws.half_split_for(n);
+    g.chain_sums = ws.chain_sums.as<float>();
+    g.chain_counters = ws.chain_counters.as<int32_t>();
     launch_matmul_group(g, x, xq != nullptr ? xq : ws.xq.as<int8_t>(),
                         xd != nullptr ? xd : ws.xd.as<float>(), ws.xk(), n, ws.stream);
   }

@@ -1138,42 +1138,45 @@ __device__ __forceinline__ void each_position_streamed(int count, Issue&& issue,
   copy_async_wait<0>();
 }
 
-// The shared-memory layout of one round of kW tiles of 16 weight rows. Rows of
-// quants are padded so that the 8 rows a warp reads at once fall in different banks.
-template <WeightKind kKind, int kTiles, int kW>
+// The shared-memory layout of one round of kW tiles of 16 weight rows: kBlocks
+// K blocks of each (16, one a chain; fewer where blocks of the grid split the
+// chains). Rows of quants are padded so that the 8 rows a warp reads at once
+// fall in different banks.
+template <WeightKind kKind, int kTiles, int kW, int kBlocks = 16>
 struct StreamStage {
   static constexpr int kQuantBytes = kKind == WeightKind::kQ8_0 ? 32 : 16;
-  static constexpr int kQuantRow = 17 * kQuantBytes;
-  static constexpr int kScaleRow = 36;  // 16 halves, padded to 9 words
+  static constexpr int kQuantRow = (kBlocks + 1) * kQuantBytes;
+  static constexpr int kScaleRow = 2 * kBlocks + 4;  // kBlocks halves, padded by a word
   static constexpr int kWeightRows = kMmaRows * kW;
   static constexpr int kRows = 8 * kTiles;  // activation rows
   static constexpr int kQuants = kWeightRows * kQuantRow;
   static constexpr int kScales = kWeightRows * kScaleRow;
-  static constexpr int kActs = 16 * kRows * 32;
-  static constexpr int kActScales = 16 * kRows * 4;
+  static constexpr int kActs = kBlocks * kRows * 32;
+  static constexpr int kActScales = kBlocks * kRows * 4;
   static constexpr int kBytes = kQuants + kScales + kActs + kActScales;
   static constexpr int kAllBytes = kStreamStages * kBytes;
   // The 16 chains' sums of every (row, activation row), after the last round.
   static constexpr int kPartialBytes = kStreamChains * kWeightRows * kRows * 4;
-  static_assert(kAllBytes >= kPartialBytes, "the sums reuse the stages' memory");
+  static_assert(kBlocks < 16 || kAllBytes >= kPartialBytes, "the sums reuse the stages' memory");
   static_assert(kQuants % 16 == 0 && kScales % 16 == 0 && kActs % 16 == 0, "16-byte copies");
 };
 
 // Round `round` of a streamed matmul's operands into the stage at `base`: the
-// round's 16 blocks of weight rows row0.. of w (quants, then scales) and of
-// activation rows first.. (M of them, block-major over n_total), zeros where a
-// row or block is past the end. Every thread of the block (kThreads) takes part.
-template <WeightKind kKind, int kTiles, int kW, int kThreads>
+// round's kBlocks blocks from block c0 of its 16 (the chains c0.. of the round)
+// of weight rows row0.. of w (quants, then scales) and of activation rows
+// first.. (M of them, block-major over n_total), zeros where a row or block is
+// past the end. Every thread of the block (kThreads) takes part.
+template <WeightKind kKind, int kTiles, int kW, int kThreads, int kBlocks = 16>
 __device__ __forceinline__ void issue_stream_round(uint8_t* base, const DeviceMatrix& w,
                                                    int64_t row0, int64_t nb, int round,
                                                    const int8_t* xq, const float* xd, int M,
-                                                   int64_t n_total, int64_t first) {
-  using Stage = StreamStage<kKind, kTiles, kW>;
+                                                   int64_t n_total, int64_t first, int c0 = 0) {
+  using Stage = StreamStage<kKind, kTiles, kW, kBlocks>;
   constexpr int R = Stage::kRows, kWeightRows = Stage::kWeightRows;
   const uint8_t* wq = static_cast<const uint8_t*>(w.q);
   const __half* ws = static_cast<const __half*>(w.scales);
-  const int64_t b0 = static_cast<int64_t>(round) * 16;
-  constexpr int kChunksPerRow = 16 * Stage::kQuantBytes / 16;
+  const int64_t b0 = static_cast<int64_t>(round) * 16 + c0;
+  constexpr int kChunksPerRow = kBlocks * Stage::kQuantBytes / 16;
 #pragma unroll 1
   for (int e = threadIdx.x; e < kWeightRows * kChunksPerRow; e += kThreads) {
     const int r = e / kChunksPerRow, chunk = e % kChunksPerRow;
@@ -1185,15 +1188,15 @@ __device__ __forceinline__ void issue_stream_round(uint8_t* base, const DeviceMa
   }
   uint8_t* scales = base + Stage::kQuants;
 #pragma unroll 1
-  for (int e = threadIdx.x; e < kWeightRows * 8; e += kThreads) {
-    const int r = e / 8, pair = e % 8;
+  for (int e = threadIdx.x; e < kWeightRows * (kBlocks / 2); e += kThreads) {
+    const int r = e / (kBlocks / 2), pair = e % (kBlocks / 2);
     const int64_t row = row0 + r, b = b0 + 2 * pair;
     const bool valid = row < w.n_out && b < nb;  // nb is even: b + 1 < nb too
     copy_async<4>(scales + r * Stage::kScaleRow + 4 * pair, valid ? ws + row * nb + b : ws, valid);
   }
   uint8_t* acts = scales + Stage::kScales;
 #pragma unroll 1
-  for (int e = threadIdx.x; e < 16 * R * 2; e += kThreads) {
+  for (int e = threadIdx.x; e < kBlocks * R * 2; e += kThreads) {
     const int c = e / (2 * R), m = e / 2 % R, half = e % 2;
     const int64_t b = b0 + c;
     const bool valid = m < M && b < nb;
@@ -1202,7 +1205,7 @@ __device__ __forceinline__ void issue_stream_round(uint8_t* base, const DeviceMa
   }
   uint8_t* act_scales = acts + Stage::kActs;
 #pragma unroll 1
-  for (int e = threadIdx.x; e < 16 * R; e += kThreads) {
+  for (int e = threadIdx.x; e < kBlocks * R; e += kThreads) {
     const int c = e / R, m = e % R;
     const int64_t b = b0 + c;
     const bool valid = m < M && b < nb;
@@ -1214,10 +1217,10 @@ __device__ __forceinline__ void issue_stream_round(uint8_t* base, const DeviceMa
 // each tile of weight rows and of activation rows, the mma and the products
 // added into acc, as matmul_mma_kernel's step. gid, t: the lane's group and
 // place in it, as the mma's fragments take them.
-template <WeightKind kKind, int kTiles, int kW>
+template <WeightKind kKind, int kTiles, int kW, int kBlocks = 16>
 __device__ __forceinline__ void stream_step(const uint8_t* base, int c, int gid, int t,
                                             float (&acc)[kW][kTiles][4]) {
-  using Stage = StreamStage<kKind, kTiles, kW>;
+  using Stage = StreamStage<kKind, kTiles, kW, kBlocks>;
   constexpr int R = Stage::kRows;
   const uint8_t* acts = base + Stage::kQuants + Stage::kScales;
   const float* act_scales = reinterpret_cast<const float*>(acts + Stage::kActs);
@@ -1358,6 +1361,89 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
     }
   }
 }
+
+// Whether this block is the last of `count` blocks to get here with `counter`
+// (zero before them; left at zero for the next launch), so that every other
+// block's writes are visible to it. Every thread of the block calls it.
+__device__ bool last_block_to_arrive(int32_t* counter, int count) {
+  __shared__ bool last_s;
+  __threadfence();  // this block's writes are visible before the count says so
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last_s = atomicAdd(counter, 1) == count - 1;
+    if (last_s) *counter = 0;
+  }
+  __syncthreads();
+  if (last_s) __threadfence();
+  return last_s;
+}
+
+// PARSPEC_CUDA_MMA=stream-split: matmul_stream_kernel's steps for up to 8
+// activation rows and 64 weight rows a tile, with each tile's 16 chains split
+// over kGroups blocks of the grid, so that a matrix of few rows (wo and down of
+// an 8B-class model: 64 tiles) still gives every SM blocks. Block (tile, k)
+// takes chains k · 16 / kGroups.. (a warp each: blocks of K c, c + 16, ...,
+// streamed kBlocks at a time), writes their sums to g.chain_sums, and the
+// tile's last block to finish adds the 16 in chain order, as the other kernels
+// add their warps' sums: the same bits.
+constexpr int kSplitTileRows = 4 * kMmaRows;
+constexpr int kSplitRows = 8;  // activation rows: one tile
+template <WeightKind kKind, int kGroups>
+__global__ void __launch_bounds__(kStreamChains / kGroups * kWarp)
+    matmul_stream_split_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M, int n_total,
+                               int m_first) {
+  constexpr int kBlocks = kStreamChains / kGroups;  // chains a block: a warp each
+  constexpr int kThreads = kBlocks * kWarp;
+  using Stage = StreamStage<kKind, 1, 4, kBlocks>;
+  static_assert(Stage::kWeightRows == kSplitTileRows && Stage::kRows == kSplitRows);
+  constexpr int R = kSplitRows, kWeightRows = kSplitTileRows;
+  extern __shared__ int4 stream_shared[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(stream_shared);
+  const int64_t tile_index = blockIdx.x / kGroups;
+  const int c0 = static_cast<int>(blockIdx.x % kGroups) * kBlocks;
+  DeviceMatrix w;
+  float* y;
+  int part = 0;
+  int64_t tile = 0;
+  // The same for the whole block.
+  const bool has_tile = tile_of_part(g, kWeightRows, tile_index, w, y, part, tile);
+  const int64_t tile_row0 = tile * kWeightRows;
+  if (has_tile) prefetch_rows_early(w, kWeightRows, [&](int r) { return tile_row0 + r; });
+  begin_kernel();
+  if (!has_tile) return;
+  const int64_t nb = w.n_in / 32;
+  const int rounds = static_cast<int>((nb + 15) / 16);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int gid = lane / 4, t = lane % 4;
+  const int chain = c0 + warp;
+  float acc[1][4][1][4];
+  zero_accumulators(acc);
+  each_position_streamed<kStreamStages>(
+      rounds,
+      [&](int s, int round) {
+        issue_stream_round<kKind, 1, 4, kThreads, kBlocks>(
+            smem + s * Stage::kBytes, w, tile_row0, nb, round, xq, xd, M, n_total, m_first, c0);
+      },
+      [&](int s, int round) {
+        if (static_cast<int64_t>(round) * 16 + chain >= nb) return;  // the same on every lane
+        stream_step<kKind, 1, 4, kBlocks>(smem + s * Stage::kBytes, warp, gid, t, acc[0]);
+      });
+
+  // The chain's sums, then the tile's total where this block is its last.
+  float(*sums)[kWeightRows][R] = reinterpret_cast<float(*)[kWeightRows][R]>(
+      g.chain_sums + tile_index * kStreamChains * kWeightRows * R);
+  store_chain_sums(acc[0], sums[chain], gid, t);
+  if (!last_block_to_arrive(g.chain_counters + tile_index, kGroups)) return;
+  for (int e = threadIdx.x; e < kWeightRows * R; e += kThreads) {
+    const int r = e / R, m = e % R;
+    const int64_t row = tile_row0 + r;
+    if (m >= M || row >= w.n_out) continue;
+    float total = __ldcg(&sums[0][r][m]);
+    for (int c = 1; c < kStreamChains; ++c) total = __fadd_rn(total, __ldcg(&sums[c][r][m]));
+    y[static_cast<int64_t>(m) * w.n_out + row] = total;
+  }
+}
+constexpr int kSplitGroups = 4;
 
 // The persistent kernel's blocks an SM: one of 64 weight rows (16 warps), or
 // three of 16 (8 warps each).
@@ -1515,8 +1601,9 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<
 // grid stays large enough), 3 (=stream-wide-all: 32 always, for the tests), 5
 // (=stream-mixed: 64 where the grid still has a block for every SM, else 16),
 // 6 (=stream-persistent: matmul_stream_persistent_kernel where it takes the
-// launch, else as 4), 0 (=plain or =pipelined: the tensor-core kernel loading
-// its own operands).
+// launch, else as 4), 7 (=stream-split: matmul_stream_split_kernel for up to 8
+// rows where it takes the launch, else as 4), 0 (=plain or =pipelined: the
+// tensor-core kernel loading its own operands).
 int streamed_weight_tiles() {
   static const int tiles =
       env_is("PARSPEC_CUDA_MMA", "stream")                                             ? 1
@@ -1524,6 +1611,7 @@ int streamed_weight_tiles() {
       : env_is("PARSPEC_CUDA_MMA", "stream-wide-all")                                  ? 3
       : env_is("PARSPEC_CUDA_MMA", "stream-mixed")                                     ? 5
       : env_is("PARSPEC_CUDA_MMA", "stream-persistent")                                ? 6
+      : env_is("PARSPEC_CUDA_MMA", "stream-split")                                     ? 7
       : env_is("PARSPEC_CUDA_MMA", "plain") || env_is("PARSPEC_CUDA_MMA", "pipelined") ? 0
                                                                                        : 4;
   return tiles;
@@ -1645,6 +1733,24 @@ bool launch_stream_persistent(const MatmulGroup& g, const int8_t* xq, const floa
              : launch_stream_persistent<kKind, kTiles, 1>(g, xq, xd, n, n_total, m_first, stream);
 }
 
+// matmul_stream_split_kernel over n rows (at most 8) where the group's tiles of
+// 64 rows are fewer than the SMs and its workspace has room for the chains'
+// sums; false where it did not launch.
+template <WeightKind kKind>
+bool launch_stream_split(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
+                         int n_total, int m_first, cudaStream_t stream) {
+  using Stage = StreamStage<kKind, 1, 4, kStreamChains / kSplitGroups>;
+  constexpr int kShared = kStreamStages * Stage::kBytes;
+  static_assert(kShared <= 48 * 1024, "without opting in to more shared memory");
+  const int tiles = weight_row_tiles(g, kSplitTileRows);
+  if (g.chain_sums == nullptr || n > kSplitRows || tiles >= multiprocessors() ||
+      (g.w[0].n_in / 32) % 2 != 0)
+    return false;
+  launch(matmul_stream_split_kernel<kKind, kSplitGroups>, tiles * kSplitGroups,
+         kStreamChains / kSplitGroups * kWarp, kShared, stream, g, xq, xd, n, n_total, m_first);
+  return true;
+}
+
 // =stream-wide takes 32 weight rows a block where that still gives every SM
 // two blocks (gate/up, q/k/v of large models), 16 elsewhere (wo, down).
 template <WeightKind kKind, int kTiles>
@@ -1653,7 +1759,11 @@ bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int 
   const int mode = streamed_weight_tiles();
   if (mode == 6 && launch_stream_persistent<kKind, kTiles>(g, xq, xd, n, n_total, m_first, stream))
     return true;
-  if (mode == 4 || mode == 6)
+  if constexpr (kTiles == 1) {
+    if (mode == 7 && launch_stream_split<kKind>(g, xq, xd, n, n_total, m_first, stream))
+      return true;
+  }
+  if (mode == 4 || mode == 6 || mode == 7)
     return launch_stream_tiles<kKind, kTiles, 4>(g, xq, xd, n, n_total, m_first, stream);
   // =stream-mixed: a matrix with fewer blocks of 64 rows than SMs (wo, down and
   // q/k/v of an 8B-class model on an H100) would leave SMs idle; 16 rows a block
@@ -2599,22 +2709,6 @@ __device__ void stage_input_row(int4* shared, const RowNorm& norm, const int8_t*
     stage_normalized_row(shared, norm, nb, threads, xs, ds);
   else
     stage_activation_row(shared, xq, xd, nb, threads, xs, ds);
-}
-
-// Whether this block is the last of `count` blocks to get here with `counter`
-// (zero before them; left at zero for the next launch), so that every other
-// block's writes are visible to it. Every thread of the block calls it.
-__device__ bool last_block_to_arrive(int32_t* counter, int count) {
-  __shared__ bool last_s;
-  __threadfence();  // this block's writes are visible before the count says so
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last_s = atomicAdd(counter, 1) == count - 1;
-    if (last_s) *counter = 0;
-  }
-  __syncthreads();
-  if (last_s) __threadfence();
-  return last_s;
 }
 
 // NormAfter at the end of a one-row matmul block that added its outputs into
@@ -5448,6 +5542,19 @@ bool launch_qkv_rope(const DeviceMatrix& wq, const DeviceMatrix& wk, const Devic
 bool half_split_in_block() {
   static const bool wanted = env_is("PARSPEC_CUDA_HALF_SPLIT", "in-block");
   return wanted;
+}
+
+bool stream_split_wanted() {
+  return streamed_weight_tiles() == 7;
+}
+
+size_t stream_split_counters() {
+  // A launch it takes has fewer tiles than the device has SMs.
+  return static_cast<size_t>(std::max(multiprocessors(), 1));
+}
+
+size_t stream_split_floats() {
+  return stream_split_counters() * kStreamChains * kSplitTileRows * kSplitRows;
 }
 
 bool half_split_rows_wanted(int n) {

@@ -147,7 +147,19 @@ struct MatmulGroup {
   // many rows splits its input into the tensor cores' operand halves once
   // instead of once in every block (half_split_rows_wanted).
   uint32_t* half_split = nullptr;
+  // Q8_0/Q4_0 weights, PARSPEC_CUDA_MMA=stream-split: room for the chains' sums
+  // of a launch of up to 8 rows (stream_split_floats) and a counter for each
+  // tile of 64 rows (stream_split_counters: zeros before a launch, zeros again
+  // after it), or null.
+  float* chain_sums = nullptr;
+  int32_t* chain_counters = nullptr;
 };
+// PARSPEC_CUDA_MMA=stream-split: whether launches of up to 8 rows into
+// Q8_0/Q4_0 matrices of few rows split each tile's chains over blocks of the
+// grid, and the room any such launch takes.
+bool stream_split_wanted();
+size_t stream_split_floats();
+size_t stream_split_counters();
 // Whether a launch of n rows into F16/BF16 weights uses MatmulGroup::half_split.
 bool half_split_rows_wanted(int n);
 // PARSPEC_CUDA_HALF_SPLIT=in-block: every lane of the F16/BF16 tensor-core

@@ -91,10 +91,11 @@ pieces = [
           "__device__ __forceinline__ void each_position_streamed("),
     piece("template <int kW>\nconstexpr int kStreamWarpsFor", ";\n"),
     piece("__host__ __device__ int weight_row_tiles("),
-    piece("template <WeightKind kKind, int kTiles, int kW>\nstruct StreamStage {", "\n};\n"),
-    piece("template <WeightKind kKind, int kTiles, int kW, int kThreads>\n"
+    piece("template <WeightKind kKind, int kTiles, int kW, int kBlocks = 16>\nstruct StreamStage {",
+          "\n};\n"),
+    piece("template <WeightKind kKind, int kTiles, int kW, int kThreads, int kBlocks = 16>\n"
           "__device__ __forceinline__ void issue_stream_round("),
-    piece("template <WeightKind kKind, int kTiles, int kW>\n"
+    piece("template <WeightKind kKind, int kTiles, int kW, int kBlocks = 16>\n"
           "__device__ __forceinline__ void stream_step("),
     piece("template <int kChains, int kW, int kTiles>\n"
           "__device__ __forceinline__ void zero_accumulators("),
@@ -103,6 +104,9 @@ pieces = [
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
           "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<kW, kTiles>)\n"
           "    matmul_stream_kernel("),
+    piece("template <WeightKind kKind, int kGroups>\n"
+          "__global__ void __launch_bounds__(kStreamChains / kGroups * kWarp)\n"
+          "    matmul_stream_split_kernel("),
     piece("template <int kW>\nconstexpr int kPersistentBlocks", ";\n"),
     piece("template <int kTiles>\nconstexpr int kPersistentHeldChains", ";\n"),
     piece("template <WeightKind kKind, int kTiles, int kW>\nconstexpr int kPersistentSumBytes", ";\n"),
@@ -160,7 +164,7 @@ pieces.append(source[source.index(attention_start):source.index(attention_end)])
 # The constants they use, as kernels.cu defines them.
 constants = []
 for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps",
-             "kStreamChains", "kStreamStages", "kPrefillRows", "kPrefillCols", "kPrefillWarps",
+             "kStreamChains", "kStreamStages", "kSplitTileRows", "kSplitRows", "kSplitGroups", "kPrefillRows", "kPrefillCols", "kPrefillWarps",
              "kPrefillThreads", "kPrefillStages", "kPrefillGroups", "kPrefillGroupedStages", "kPrefillTileStride",
              "kPrefillTileFloats", "kHalfPrefillStages", "kKPrefillRows",
              "kKPrefillCols", "kKPrefillWarps", "kKPrefillThreads", "kKMmaRows", "kKMmaWarps",

@@ -225,6 +225,40 @@ TEST(CudaKernelsOnCpu, StreamedMatmulGivesTheContractsBits) {
   check_streamed<WeightKind::kQ8_0, 4, 4>(128, {130}, 70, 70, 0, 11);
 }
 
+// matmul_stream_split_kernel over M (at most 8) activation rows from m_first
+// of n_total, block-major: each tile's chains split over kSplitGroups blocks.
+template <WeightKind kKind>
+void check_stream_split(int64_t n_in, std::vector<int64_t> outs, int M, int n_total, int m_first,
+                        unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M));
+  GroupProblem p(kKind, n_in, std::move(outs), M, n_total, seed);
+  const int tiles = p.blocks(kSplitTileRows);
+  std::vector<float> sums(static_cast<size_t>(tiles) * kStreamChains * kSplitTileRows * kSplitRows,
+                          -9.0f);
+  std::vector<int32_t> counters(static_cast<size_t>(tiles), 0);
+  p.group.chain_sums = sums.data();
+  p.group.chain_counters = counters.data();
+  using Stage = StreamStage<kKind, 1, 4, kStreamChains / kSplitGroups>;
+  run(tiles * kSplitGroups, kStreamChains / kSplitGroups * kWarp, kStreamStages * Stage::kBytes,
+      [&] {
+        matmul_stream_split_kernel<kKind, kSplitGroups>(p.group, p.x.values.data(),
+                                                        p.x.scales.data(), M, n_total, m_first);
+      });
+  p.expect_contract([&](int m, int64_t b) { return b * n_total + m_first + m; });
+  // Left at zero for the next launch.
+  EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), tiles);
+}
+
+TEST(CudaKernelsOnCpu, SplitStreamedMatmulGivesTheContractsBits) {
+  // A width below a round (chains without blocks), groups of matrices ending
+  // inside a tile, rows from the middle of a block-major batch, an 8B-class width.
+  check_stream_split<WeightKind::kQ4_0>(128, {40}, 5, 5, 0, 21);
+  check_stream_split<WeightKind::kQ8_0>(256, {70, 16}, 8, 8, 0, 22);
+  check_stream_split<WeightKind::kQ4_0>(1280, {33, 64, 20}, 1, 3, 2, 23);
+  check_stream_split<WeightKind::kQ8_0>(576, {64}, 3, 9, 4, 24);
+  check_stream_split<WeightKind::kQ4_0>(4096, {130}, 8, 8, 0, 25);
+}
+
 // matmul_stream_persistent_kernel over M (at most 8 · kTiles) activation rows
 // from m_first of n_total, block-major, with `grid` blocks.
 template <WeightKind kKind, int kTiles, int kW>
