@@ -503,29 +503,22 @@ struct Workspace {
       reserve<uint32_t>(half_split, n * widest, "activations");
       half_split_rows = static_cast<int>(n);
     }
-    if (fused_attention_merge_wanted()) {
-      const size_t bytes = n * static_cast<size_t>(c.n_head) * sizeof(int32_t);
-      // Zeroed before any kernel can use them, whichever stream that is.
-      if (att_split_counters.reserve(bytes, "activations")) {
-        cuda_check(cudaMemsetAsync(att_split_counters.get(), 0, bytes, stream),
-                   "cudaMemsetAsync (attention counters)");
-        cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (attention counters)");
-      }
-    }
-    if (norm_once_wanted() && norm_counter.reserve(sizeof(int32_t), "activations")) {
-      cuda_check(cudaMemsetAsync(norm_counter.get(), 0, sizeof(int32_t), stream),
-                 "cudaMemsetAsync (norm counter)");
-      cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (norm counter)");
-    }
+    if (fused_attention_merge_wanted())
+      reserve_counters(att_split_counters, n * static_cast<size_t>(c.n_head));
+    if (norm_once_wanted()) reserve_counters(norm_counter, 1);
     if (stream_split_wanted()) {
       reserve<float>(chain_sums, stream_split_floats(), "activations");
-      const size_t bytes = stream_split_counters() * sizeof(int32_t);
-      if (chain_counters.reserve(bytes, "activations")) {
-        cuda_check(cudaMemsetAsync(chain_counters.get(), 0, bytes, stream),
-                   "cudaMemsetAsync (chain counters)");
-        cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (chain counters)");
-      }
+      reserve_counters(chain_counters, stream_split_counters());
     }
+  }
+
+  // Room for `count` int32 counters, new memory zeroed before any kernel can
+  // use it, whichever stream that is.
+  void reserve_counters(DeviceBuffer& counters, size_t count) {
+    const size_t bytes = count * sizeof(int32_t);
+    if (!counters.reserve(bytes, "activations")) return;
+    cuda_check(cudaMemsetAsync(counters.get(), 0, bytes, stream), "cudaMemsetAsync (counters)");
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (counters)");
   }
 
   Q8KActivations xk() { return {xk_q.as<int8_t>(), xk_d.as<float>(), xk_bsums.as<int16_t>()}; }
