@@ -531,15 +531,22 @@ budgeted 150 "$bin_parspec" bench "${pair[@]}" "${device[@]}" --strategies "$las
 # The 8B-class Q4_K_M target (the files most users run) with the same drafter:
 # its Q4_K/Q6_K matmuls take 2 to 8 rows for less over one row's time than
 # Q4_0's (an H200: L(8)/L(1) 1.33 against 2.0), so its chains verify cheaper.
-qk_target=$(model_path 8b-q4_k_m models/target.gguf)
-if [[ $mode == run && -f $qk_target ]]; then
-  qk_pair=(-m "$qk_target" -md "${pair[3]}")
-  step "parspec bench, 8B-class Q4_K_M target: ar,sd,sd:2,dyntree,auto"
-  budgeted 150 "$bin_parspec" bench "${qk_pair[@]}" "${device[@]}" --strategies ar,sd,sd:2,dyntree,auto \
-    --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-q4_k_m.md" \
-    --json "$out/strategies-q4_k_m.json" >"$out/strategies-q4_k_m.txt" 2>&1 ||
-    echo "parspec bench (Q4_K_M target) failed or timed out: see $out/strategies-q4_k_m.txt"
-fi
+# bench_other_target MODEL STRATEGIES: the strategies with the inflated MODEL
+# as the target and the same drafter, into strategies-SUFFIX.md/.json (SUFFIX:
+# MODEL without its "8b-"), where that model was made.
+bench_other_target() {
+  local name=$1 strategies=$2 suffix=${1#8b-}
+  local target
+  target=$(model_path "$name" models/target.gguf)
+  [[ $mode == run && -f $target ]] || return 0
+  step "parspec bench, $name target: $strategies"
+  budgeted 150 "$bin_parspec" bench -m "$target" -md "${pair[3]}" "${device[@]}" \
+    --strategies "$strategies" --prompts code,prose --max-prompts 3 -n 64 -t 2 \
+    --md "$out/strategies-$suffix.md" --json "$out/strategies-$suffix.json" \
+    >"$out/strategies-$suffix.txt" 2>&1 ||
+    echo "parspec bench ($name target) failed or timed out: see $out/strategies-$suffix.txt"
+}
+bench_other_target 8b-q4_k_m ar,sd,sd:2,dyntree,auto
 
 if ! focus_skips strategies-extra; then
 # A long prompt (over 2000 tokens: the bench prompts joined), where verifying a
@@ -593,15 +600,7 @@ fi
 
 # The 8B-class F16 target with the same drafter: its verification runs the F16
 # matmuls on the tensor cores.
-f16_target=$(model_path 8b-f16 models/target.gguf)
-if [[ $mode == run && -f $f16_target ]]; then
-  f16_pair=(-m "$f16_target" -md "${pair[3]}")
-  step "parspec bench, 8B-class F16 target: ar,sd,dyntree,auto"
-  budgeted 150 "$bin_parspec" bench "${f16_pair[@]}" "${device[@]}" --strategies ar,sd,dyntree,auto \
-    --prompts code,prose --max-prompts 3 -n 64 -t 2 --md "$out/strategies-f16.md" \
-    --json "$out/strategies-f16.json" >"$out/strategies-f16.txt" 2>&1 ||
-    echo "parspec bench (F16 target) failed or timed out: see $out/strategies-f16.txt"
-fi
+bench_other_target 8b-f16 ar,sd,dyntree,auto
 
 # The short prompts with the kernels not yet the default; below, with the drafter on
 # the host's CPU cores while the GPU verifies (-ngld 0; PEARL's case across devices).

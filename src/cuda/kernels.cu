@@ -1380,27 +1380,28 @@ __device__ bool last_block_to_arrive(int32_t* counter, int count) {
 
 // PARSPEC_CUDA_MMA=stream-split: matmul_stream_kernel's steps for up to 8
 // activation rows and 64 weight rows a tile, with each tile's 16 chains split
-// over kGroups blocks of the grid, so that a matrix of few rows (wo and down of
+// over kSplitGroups blocks of the grid, so that a matrix of few rows (wo and down of
 // an 8B-class model: 64 tiles) still gives every SM blocks. Block (tile, k)
-// takes chains k · 16 / kGroups.. (a warp each: blocks of K c, c + 16, ...,
+// takes chains k · 16 / kSplitGroups.. (a warp each: blocks of K c, c + 16, ...,
 // streamed kBlocks at a time), writes their sums to g.chain_sums, and the
 // tile's last block to finish adds the 16 in chain order, as the other kernels
 // add their warps' sums: the same bits.
 constexpr int kSplitTileRows = 4 * kMmaRows;
 constexpr int kSplitRows = 8;  // activation rows: one tile
-template <WeightKind kKind, int kGroups>
-__global__ void __launch_bounds__(kStreamChains / kGroups * kWarp)
+constexpr int kSplitGroups = 4;
+template <WeightKind kKind>
+__global__ void __launch_bounds__(kStreamChains / kSplitGroups * kWarp)
     matmul_stream_split_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M, int n_total,
                                int m_first) {
-  constexpr int kBlocks = kStreamChains / kGroups;  // chains a block: a warp each
+  constexpr int kBlocks = kStreamChains / kSplitGroups;  // chains a block: a warp each
   constexpr int kThreads = kBlocks * kWarp;
   using Stage = StreamStage<kKind, 1, 4, kBlocks>;
   static_assert(Stage::kWeightRows == kSplitTileRows && Stage::kRows == kSplitRows);
   constexpr int R = kSplitRows, kWeightRows = kSplitTileRows;
   extern __shared__ int4 stream_shared[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(stream_shared);
-  const int64_t tile_index = blockIdx.x / kGroups;
-  const int c0 = static_cast<int>(blockIdx.x % kGroups) * kBlocks;
+  const int64_t tile_index = blockIdx.x / kSplitGroups;
+  const int c0 = static_cast<int>(blockIdx.x % kSplitGroups) * kBlocks;
   DeviceMatrix w;
   float* y;
   int part = 0;
@@ -1433,7 +1434,7 @@ __global__ void __launch_bounds__(kStreamChains / kGroups * kWarp)
   float(*sums)[kWeightRows][R] = reinterpret_cast<float(*)[kWeightRows][R]>(
       g.chain_sums + tile_index * kStreamChains * kWeightRows * R);
   store_chain_sums(acc[0], sums[chain], gid, t);
-  if (!last_block_to_arrive(g.chain_counters + tile_index, kGroups)) return;
+  if (!last_block_to_arrive(g.chain_counters + tile_index, kSplitGroups)) return;
   for (int e = threadIdx.x; e < kWeightRows * R; e += kThreads) {
     const int r = e / R, m = e % R;
     const int64_t row = tile_row0 + r;
@@ -1443,7 +1444,6 @@ __global__ void __launch_bounds__(kStreamChains / kGroups * kWarp)
     y[static_cast<int64_t>(m) * w.n_out + row] = total;
   }
 }
-constexpr int kSplitGroups = 4;
 
 // The persistent kernel's blocks an SM: one of 64 weight rows (16 warps), or
 // three of 16 (8 warps each).
@@ -1746,7 +1746,7 @@ bool launch_stream_split(const MatmulGroup& g, const int8_t* xq, const float* xd
   if (g.chain_sums == nullptr || n > kSplitRows || tiles >= multiprocessors() ||
       (g.w[0].n_in / 32) % 2 != 0)
     return false;
-  launch(matmul_stream_split_kernel<kKind, kSplitGroups>, tiles * kSplitGroups,
+  launch(matmul_stream_split_kernel<kKind>, tiles * kSplitGroups,
          kStreamChains / kSplitGroups * kWarp, kShared, stream, g, xq, xd, n, n_total, m_first);
   return true;
 }

@@ -104,8 +104,8 @@ pieces = [
     piece("template <WeightKind kKind, int kTiles, int kW>\n"
           "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<kW, kTiles>)\n"
           "    matmul_stream_kernel("),
-    piece("template <WeightKind kKind, int kGroups>\n"
-          "__global__ void __launch_bounds__(kStreamChains / kGroups * kWarp)\n"
+    piece("template <WeightKind kKind>\n"
+          "__global__ void __launch_bounds__(kStreamChains / kSplitGroups * kWarp)\n"
           "    matmul_stream_split_kernel("),
     piece("template <int kW>\nconstexpr int kPersistentBlocks", ";\n"),
     piece("template <int kTiles>\nconstexpr int kPersistentHeldChains", ";\n"),

@@ -241,8 +241,8 @@ void check_stream_split(int64_t n_in, std::vector<int64_t> outs, int M, int n_to
   using Stage = StreamStage<kKind, 1, 4, kStreamChains / kSplitGroups>;
   run(tiles * kSplitGroups, kStreamChains / kSplitGroups * kWarp, kStreamStages * Stage::kBytes,
       [&] {
-        matmul_stream_split_kernel<kKind, kSplitGroups>(p.group, p.x.values.data(),
-                                                        p.x.scales.data(), M, n_total, m_first);
+        matmul_stream_split_kernel<kKind>(p.group, p.x.values.data(), p.x.scales.data(), M, n_total,
+                                          m_first);
       });
   p.expect_contract([&](int m, int64_t b) { return b * n_total + m_first + m; });
   // Left at zero for the next launch.
