@@ -45,7 +45,8 @@
 # GPU_VARIANTS (measure only these kernel variants, by the names of kernel_env; "all" for
 # every one; default: the other side of each of the latest defaults, and the candidates),
 # GPU_TESTS (the kernel sets the tests run with, tensor-cores first; default: tensor-cores
-# fused-q8k stream-split opt-in newest widest wide4-norm-once previous rows-persistent),
+# fused-q8k stream-split stream-dual prefetch-operands opt-in newest widest wide4-norm-once
+# previous rows-persistent),
 # GPU_FOCUS=kernels (tests, then per model decode, L(n), prefill, the kernel variants and
 # llama-bench, the profile and Nsight Compute: no strategies, no server under load),
 # GPU_FOCUS=strategies (tests, the strategies' main tables, llama.cpp's speculation, per
@@ -243,7 +244,8 @@ fi
 # grid stays large), stream-mixed (the default's 64 weight rows a block where the
 # grid has a block for every SM, 16 elsewhere), stream-split (for up to 8 rows,
 # each tile's 16 chains over 4 blocks where tiles of 64 rows are fewer than the
-# SMs, the last block adding them in order), stream-persistent (that streaming
+# SMs, the last block adding them in order), stream-dual (up to 8 rows, the
+# default's blocks of 64 weight rows two an SM), stream-persistent (that streaming
 # with one block an SM taking tiles in turn, its copies running on from one
 # tile into the next), rows-persistent (that for 2 to 32 rows, the few-rows kernel
 # left out), widest (that everywhere, and the few-rows kernel with 4
@@ -268,7 +270,10 @@ fi
 # tensor-core kernel instead of the default tiles), previous (plain, rows-narrow,
 # prefill-slices and unfused: the defaults before these, for the tests), prefetch
 # (each matmul block requests its weight rows into L2 before it waits for the kernel
-# before it, so that they stream in while that one finishes), per-head (the
+# before it, so that they stream in while that one finishes), prefetch-operands (the
+# one-row, few-rows and streamed Q8_0/Q4_0 kernels and the one- or two-row F16/BF16
+# tensor-core kernel load their first weights into
+# registers or shared memory before that wait), per-head (the
 # attention kernel that was the default before the prestaged one, for every row
 # count), prestaged4 (the prestaged attention for up to 4 rows, not 8),
 # prefill-serial (the prefill tiles with one group of warps walking all of K, the
@@ -296,6 +301,7 @@ kernel_env() {
     stream-wide4) echo "PARSPEC_CUDA_MMA=stream-wide4" ;;
     stream-mixed) echo "PARSPEC_CUDA_MMA=stream-mixed" ;;
     stream-split) echo "PARSPEC_CUDA_MMA=stream-split" ;;
+    stream-dual) echo "PARSPEC_CUDA_MMA=stream-dual" ;;
     stream-persistent) echo "PARSPEC_CUDA_MMA=stream-persistent" ;;
     rows-persistent) echo "PARSPEC_CUDA_ROWS=none PARSPEC_CUDA_MMA=stream-persistent" ;;
     rows-none) echo "PARSPEC_CUDA_ROWS=none" ;;
@@ -314,6 +320,7 @@ kernel_env() {
     newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled PARSPEC_CUDA_PREFETCH=early" ;;
     candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_PREFETCH=early PARSPEC_CUDA_MMA=stream-persistent" ;;
     prefetch) echo "PARSPEC_CUDA_PREFETCH=early" ;;
+    prefetch-operands) echo "PARSPEC_CUDA_PREFETCH=operands" ;;
     per-head) echo "PARSPEC_CUDA_ATTENTION=per-head" ;;
     prestaged4) echo "PARSPEC_CUDA_PRESTAGED_ROWS=4" ;;
     plain) echo "PARSPEC_CUDA_MMA=plain" ;;
@@ -333,7 +340,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     # The default kernels first, with every test; the opt-in ones with the tests
     # of the kernels themselves; the warp matmul (the fallback) only where the
     # defaults fail.
-    read -ra kernels <<<"${GPU_TESTS:-tensor-cores fused-q8k stream-split opt-in newest widest wide4-norm-once previous rows-persistent}"
+    read -ra kernels <<<"${GPU_TESTS:-tensor-cores fused-q8k stream-split stream-dual prefetch-operands opt-in newest widest wide4-norm-once previous rows-persistent}"
     for ((i = 0; i < ${#kernels[@]}; i++)); do
       kernel=${kernels[i]}
       log=$out/tests.txt
@@ -343,7 +350,8 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
       [[ $kernel == warp ]] && filter=(--gtest_filter=-CudaSampling.*)
       [[ $kernel == opt-in || $kernel == newest || $kernel == widest ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaAttention.*:CudaLayerGroups.*:CudaVsCpu.*')
-      [[ $kernel == fused-q8k || $kernel == stream-split || $kernel == wide4-norm-once ||
+      [[ $kernel == fused-q8k || $kernel == stream-split || $kernel == stream-dual ||
+        $kernel == prefetch-operands || $kernel == wide4-norm-once ||
         $kernel == previous || $kernel == rows-persistent ]] &&
         filter=(--gtest_filter='CudaBatchInvariance.*:CudaVsCpu.*')
       env $(kernel_env "$kernel") PARSPEC_SOURCE_DIR="$PWD" \
@@ -726,12 +734,12 @@ fi
 # smaller blocks (at 8 rows an 8B-class model's wo and down give the default's
 # blocks of 64 rows to half the SMs), so that the time budget leaves room for
 # llama.cpp's speculative decoding and the server under load.
-latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp fused-q8k stream-mixed stream-wide stream-split "
+latest_variants=" candidates prefetch per-head prefill-serial prefill-slices rows-none prefill-tiles split-in-block warp fused-q8k stream-mixed stream-wide stream-split stream-dual prefetch-operands "
 for row in "${table[@]}"; do
   read -r name src args <<<"$row"
   case $args in
-    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch per-head prestaged4 prefill-serial rows-none fused-rope stream-split stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
-    *f16*) variants=(split-in-block candidates prefetch per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
+    *q4_0* | *q8_0*) [[ ${PARSPEC_CUDA_MATMUL:-} != warp ]] && variants=(candidates prefetch prefetch-operands per-head prestaged4 prefill-serial rows-none fused-rope stream-split stream-dual stream-mixed stream-persistent rows-persistent prefill-slices plain rows-narrow in-split paired rows-wide norm-once stream attention-tiled fused fused-norm stream-wide rows-wide4 mma-stream paired-all pipelined) || variants=() ;;
+    *f16*) variants=(split-in-block candidates prefetch prefetch-operands per-head prestaged4 prefill-tiles unfused in-split fused-norm norm-once) ;;
     *q4_k*) variants=(fused-q8k warp prefill-slices) ;;
     *) variants=() ;;
   esac
@@ -916,6 +924,7 @@ variant_labels = [
     ("", "default"),
     ("-candidates", "candidates: in-split, paired, weights prefetched early, persistent streaming"),
     ("-prefetch", "each matmul block's weight rows requested into L2 before it waits for the kernel before it"),
+    ("-prefetch-operands", "the first weights loaded into registers or shared memory before that wait"),
     ("-per-head", "attention by the per-head kernel for every row count (the default before the prestaged one)"),
     ("-prestaged4", "the prestaged attention for up to 4 rows, not 8"),
     ("-prefill-serial", "prefill tiles with one group of warps walking all of K (the default before the groups)"),
@@ -934,6 +943,7 @@ variant_labels = [
     ("-stream-wide", "the same with 32 weight rows a block where the grid stays large"),
     ("-stream-mixed", "the default's 64 weight rows a block where the grid has a block for every SM, else 16"),
     ("-stream-split", "up to 8 rows: each tile's chains over 4 blocks where tiles of 64 rows are fewer than SMs"),
+    ("-stream-dual", "up to 8 rows: the default's blocks of 64 weight rows, two an SM"),
     ("-stream-persistent", "the default's streaming with one block an SM taking its tiles in turn, the copies running on across tiles"),
     ("-rows-persistent", "that from 2 rows, instead of the few-rows kernel for 2 to 4"),
     ("-rows-none", "the default streaming from 2 rows, instead of the few-rows kernel for 2 and 3"),
@@ -1272,12 +1282,13 @@ if load(os.path.join(out, "parspec-8b-q4_0-candidates.json")):
     goal("L(32)/L(1), 8b-q4_0, candidates", lat_ratio("8b-q4_0", 32, "-candidates"), 1.5,
          higher=False)
 # The kernels not yet the default, against the same goals.
-for variant in ("fused-rope", "prefetch"):
+for variant in ("fused-rope", "prefetch", "prefetch-operands"):
     for name, target in (("8b-q4_0", 2.0), ("8b-f16", 1.25), ("100m-f16", 3.0)):
         if load(os.path.join(out, f"parspec-{name}-{variant}.json")):
             goal(f"decode × llama.cpp, {name}, {variant}", decode_ratio(name, f"-{variant}"),
                  target)
-for variant in ("stream-persistent", "rows-persistent", "stream-mixed", "stream-split"):
+for variant in ("stream-persistent", "rows-persistent", "stream-mixed", "stream-split",
+                "stream-dual", "prefetch-operands"):
     if load(os.path.join(out, f"parspec-8b-q4_0-{variant}.json")):
         for n, target in ((8, 1.15), (32, 1.5)):
             goal(f"L({n})/L(1), 8b-q4_0, {variant}", lat_ratio("8b-q4_0", n, f"-{variant}"),

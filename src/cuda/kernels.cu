@@ -54,6 +54,22 @@ bool dependent_launch = false;
 // values are the same.
 __constant__ bool weights_early_wanted;
 
+// PARSPEC_CUDA_PREFETCH=operands (prepare_launches sets it): the one-row and
+// few-rows Q8_0/Q4_0 kernels load their lanes' first weight blocks into
+// registers, and the streamed tensor-core kernel copies its first rounds of
+// weights into shared memory, before begin_kernel waits for the kernel before
+// it. Weights never change during a pass, so the values are the same; the
+// loads a block would start after the wait are in flight while that kernel
+// finishes (a norm or SwiGLU kernel of one row runs on a few SMs, and the
+// matmul's first blocks wait on the others).
+__constant__ bool operands_early_wanted;
+
+// The same setting on the host, where it picks a kernel's instance.
+bool operands_before_wait() {
+  static const bool wanted = env_is("PARSPEC_CUDA_PREFETCH", "operands");
+  return wanted;
+}
+
 // The 16-byte pieces wholly inside [p, p + bytes) requested into L2: one bulk
 // prefetch per 32 KiB on sm_90 and later, nothing elsewhere.
 __device__ void prefetch_range_l2(const void* p, int64_t bytes) {
@@ -512,9 +528,8 @@ __device__ void load_block_q(const DeviceMatrix& w, int64_t block, int (&out)[8]
 }
 
 // The exact integer dot product of a block's 32 weight quants (eight words)
-// with 32 activation quants (two 16-byte words).
-__device__ int block_dot_s8(const int (&wq)[8], const int4& a, const int4& c) {
-  int sum = 0;
+// with 32 activation quants (two 16-byte words), added to `sum`.
+__device__ int block_dot_s8(const int (&wq)[8], const int4& a, const int4& c, int sum = 0) {
   sum = __dp4a(wq[0], a.x, sum);
   sum = __dp4a(wq[1], a.y, sum);
   sum = __dp4a(wq[2], a.z, sum);
@@ -526,30 +541,27 @@ __device__ int block_dot_s8(const int (&wq)[8], const int4& a, const int4& c) {
   return sum;
 }
 
-// static_cast<float>(s) for |s| < 2^22, such as a Q8_0/Q4_0 block's integer
-// dot product (at most 32 · 127 · 127), without the conversion unit: s added
-// to the bits of 1.5 · 2^23 gives the float 1.5 · 2^23 + s, and subtracting
-// 1.5 · 2^23 again is exact. Hopper converts 16 values a clock an SM against
-// 64 integer and 128 float operations, and the tensor-core kernels convert four
-// sums an mma: at a few activation rows that unit, not memory, can set their pace.
-__device__ __forceinline__ float small_int_to_float(int s) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23
-  return __fsub_rn(__int_as_float(__float_as_int(kMagic) + s), kMagic);
-}
-
-// The float of one Q8_0/Q4_0 block's int8 tensor-core sum, as
-// small_int_to_float gives it. Q4_0's operands are 16 times its values
-// (q4_high_nibbles_as_16x), so its sum c is 16 times the block's, with |c| at
-// most 16 · 32 · 8 · 127 < 2^22: added to the bits of 1.5 · 2^19, whose last
-// bit is worth 1/16, it gives 1.5 · 2^19 + c / 16 exactly.
+// Integer block sums become floats without the conversion unit: a sum s with
+// |s| < 2^22, such as a Q8_0/Q4_0 block's integer dot product (at most
+// 32 · 127 · 127), added to the bits of 1.5 · 2^23 gives the float
+// 1.5 · 2^23 + s, and subtracting 1.5 · 2^23 again is exact. Hopper converts 16
+// values a clock an SM against 64 integer and 128 float operations, and the
+// tensor-core kernels convert four sums an mma: at a few activation rows that
+// unit, not memory, can set their pace. The dp4a chains and the mmas start
+// their accumulators at the magic bits, so that their own adds do the first step.
+constexpr int kSumMagicBits = 0x4B400000;  // 1.5 · 2^23
+// Q4_0's tensor-core operands are 16 times its values (q4_high_nibbles_as_16x),
+// so their sum c is 16 times the block's, with |c| at most 16 · 32 · 8 · 127 <
+// 2^22: added to the bits of 1.5 · 2^19, whose last bit is worth 1/16, it gives
+// 1.5 · 2^19 + c / 16 exactly.
+constexpr int kSum16MagicBits = 0x49400000;  // 1.5 · 2^19
 template <WeightKind kKind>
-__device__ __forceinline__ float mma_sum_to_float(int c) {
-  if constexpr (kKind == WeightKind::kQ4_0) {
-    constexpr float kMagic = 786432.0f;  // 1.5 · 2^19
-    return __fsub_rn(__int_as_float(__float_as_int(kMagic) + c), kMagic);
-  } else {
-    return small_int_to_float(c);
-  }
+constexpr int kMmaSumMagicBits = kKind == WeightKind::kQ4_0 ? kSum16MagicBits : kSumMagicBits;
+
+// The float of an integer sum accumulated onto `magic_bits` (biased =
+// magic_bits + s), the magic number taken out again.
+__device__ __forceinline__ float biased_sum_to_float(int biased, int magic_bits) {
+  return __fsub_rn(__int_as_float(biased), __int_as_float(magic_bits));
 }
 
 // y[m, n] for rows m of [m0, m0 + kR) below M and one weight row n per warp.
@@ -590,8 +602,8 @@ __global__ void matmul_q_kernel(MatmulGroup g, const int8_t* xq, const float* xd
         if (m0 + r >= M) break;
         const int64_t xb = static_cast<int64_t>(m0 + r) * nb + b;
         const int4* xs = reinterpret_cast<const int4*>(xq + xb * 32);
-        const int s = block_dot_s8(wq, xs[0], xs[1]);
-        acc[r] = __fmaf_rn(__fmul_rn(dw, xd[xb]), small_int_to_float(s), acc[r]);
+        const int s = block_dot_s8(wq, xs[0], xs[1], kSumMagicBits);
+        acc[r] = __fmaf_rn(__fmul_rn(dw, xd[xb]), biased_sum_to_float(s, kSumMagicBits), acc[r]);
       }
     }
 #pragma unroll
@@ -718,6 +730,20 @@ __device__ void mma_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
 #else
   __trap();  // built for sm_80 and later only
 #endif
+}
+
+// One Q8_0/Q4_0 block's int8 mma (A: weights, B: activations) and its four
+// sums as floats: the accumulators start at the magic bits, so that the tensor
+// cores' own add stands in for an integer add a sum (exact: the biased sums
+// stay far inside int32).
+template <WeightKind kKind>
+__device__ __forceinline__ void mma_block_sums(const int (&a)[4], const int (&b)[2],
+                                               float (&sums)[4]) {
+  constexpr int kBits = kMmaSumMagicBits<kKind>;
+  int c[4] = {kBits, kBits, kBits, kBits};
+  mma_s8(c, a, b);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) sums[i] = biased_sum_to_float(c[i], kBits);
 }
 
 // silu(g) · u, with silu(g) = g·σ(g) and σ from an exponential of −|g|
@@ -935,8 +961,8 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
             bf[1] = src[4 + t];
           }
         }
-        int c[4] = {0, 0, 0, 0};
-        mma_s8(c, a, bf);
+        float sums[4];
+        mma_block_sums<kKind>(a, bf, sums);
         // C: rows gid and gid + 8, activation rows 8i + 2t and 8i + 2t + 1.
         const int m0 = 8 * i + 2 * t;
         const int64_t d0 =
@@ -944,10 +970,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
         const int64_t d1 = kBlockMajor ? d0 + 1 : d0 + nb;
         const float dx0 = m0 < M ? xd[d0] : 0.0f;
         const float dx1 = m0 + 1 < M ? xd[d1] : 0.0f;
-        acc[i][0] = __fmaf_rn(__fmul_rn(dw_a, dx0), mma_sum_to_float<kKind>(c[0]), acc[i][0]);
-        acc[i][1] = __fmaf_rn(__fmul_rn(dw_a, dx1), mma_sum_to_float<kKind>(c[1]), acc[i][1]);
-        acc[i][2] = __fmaf_rn(__fmul_rn(dw_b, dx0), mma_sum_to_float<kKind>(c[2]), acc[i][2]);
-        acc[i][3] = __fmaf_rn(__fmul_rn(dw_b, dx1), mma_sum_to_float<kKind>(c[3]), acc[i][3]);
+        acc[i][0] = __fmaf_rn(__fmul_rn(dw_a, dx0), sums[0], acc[i][0]);
+        acc[i][1] = __fmaf_rn(__fmul_rn(dw_a, dx1), sums[1], acc[i][1]);
+        acc[i][2] = __fmaf_rn(__fmul_rn(dw_b, dx0), sums[2], acc[i][2]);
+        acc[i][3] = __fmaf_rn(__fmul_rn(dw_b, dx1), sums[3], acc[i][3]);
       }
     };
 
@@ -987,16 +1013,12 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
           const float dw_b = __shfl_sync(0xffffffffu, __half2float(sb), gid * 4 + j);
 #pragma unroll
           for (int i = 0; i < kTiles; ++i) {
-            int c[4] = {0, 0, 0, 0};
-            mma_s8(c, a[j], bf[j][i]);
-            acc[i][0] =
-                __fmaf_rn(__fmul_rn(dw_a, dx[j][i][0]), mma_sum_to_float<kKind>(c[0]), acc[i][0]);
-            acc[i][1] =
-                __fmaf_rn(__fmul_rn(dw_a, dx[j][i][1]), mma_sum_to_float<kKind>(c[1]), acc[i][1]);
-            acc[i][2] =
-                __fmaf_rn(__fmul_rn(dw_b, dx[j][i][0]), mma_sum_to_float<kKind>(c[2]), acc[i][2]);
-            acc[i][3] =
-                __fmaf_rn(__fmul_rn(dw_b, dx[j][i][1]), mma_sum_to_float<kKind>(c[3]), acc[i][3]);
+            float sums[4];
+            mma_block_sums<kKind>(a[j], bf[j][i], sums);
+            acc[i][0] = __fmaf_rn(__fmul_rn(dw_a, dx[j][i][0]), sums[0], acc[i][0]);
+            acc[i][1] = __fmaf_rn(__fmul_rn(dw_a, dx[j][i][1]), sums[1], acc[i][1]);
+            acc[i][2] = __fmaf_rn(__fmul_rn(dw_b, dx[j][i][0]), sums[2], acc[i][2]);
+            acc[i][3] = __fmaf_rn(__fmul_rn(dw_b, dx[j][i][1]), sums[3], acc[i][3]);
           }
         }
       }
@@ -1161,6 +1183,10 @@ struct StreamStage {
   static_assert(kQuants % 16 == 0 && kScales % 16 == 0 && kActs % 16 == 0, "16-byte copies");
 };
 
+// Which operands of a round issue_stream_round copies: the weights (a kernel
+// may copy them before it waits for the kernel before it), the activations, or both.
+enum class StreamParts { kAll, kWeights, kActivations };
+
 // Round `round` of a streamed matmul's operands into the stage at `base`: the
 // round's kBlocks blocks from block c0 of its 16 (the chains c0.. of the round)
 // of weight rows row0.. of w (quants, then scales) and of activation rows
@@ -1170,31 +1196,36 @@ template <WeightKind kKind, int kTiles, int kW, int kThreads, int kBlocks = 16>
 __device__ __forceinline__ void issue_stream_round(uint8_t* base, const DeviceMatrix& w,
                                                    int64_t row0, int64_t nb, int round,
                                                    const int8_t* xq, const float* xd, int M,
-                                                   int64_t n_total, int64_t first, int c0 = 0) {
+                                                   int64_t n_total, int64_t first, int c0 = 0,
+                                                   StreamParts parts = StreamParts::kAll) {
   using Stage = StreamStage<kKind, kTiles, kW, kBlocks>;
   constexpr int R = Stage::kRows, kWeightRows = Stage::kWeightRows;
   const uint8_t* wq = static_cast<const uint8_t*>(w.q);
   const __half* ws = static_cast<const __half*>(w.scales);
   const int64_t b0 = static_cast<int64_t>(round) * 16 + c0;
   constexpr int kChunksPerRow = kBlocks * Stage::kQuantBytes / 16;
-#pragma unroll 1
-  for (int e = threadIdx.x; e < kWeightRows * kChunksPerRow; e += kThreads) {
-    const int r = e / kChunksPerRow, chunk = e % kChunksPerRow;
-    const int64_t row = row0 + r;
-    const int64_t b = b0 + chunk * 16 / Stage::kQuantBytes;
-    const bool valid = row < w.n_out && b < nb;
-    const uint8_t* src = valid ? wq + (row * nb + b0) * Stage::kQuantBytes + chunk * 16 : wq;
-    copy_async<16>(base + r * Stage::kQuantRow + chunk * 16, src, valid);
-  }
   uint8_t* scales = base + Stage::kQuants;
-#pragma unroll 1
-  for (int e = threadIdx.x; e < kWeightRows * (kBlocks / 2); e += kThreads) {
-    const int r = e / (kBlocks / 2), pair = e % (kBlocks / 2);
-    const int64_t row = row0 + r, b = b0 + 2 * pair;
-    const bool valid = row < w.n_out && b < nb;  // nb is even: b + 1 < nb too
-    copy_async<4>(scales + r * Stage::kScaleRow + 4 * pair, valid ? ws + row * nb + b : ws, valid);
-  }
   uint8_t* acts = scales + Stage::kScales;
+  if (parts != StreamParts::kActivations) {
+#pragma unroll 1
+    for (int e = threadIdx.x; e < kWeightRows * kChunksPerRow; e += kThreads) {
+      const int r = e / kChunksPerRow, chunk = e % kChunksPerRow;
+      const int64_t row = row0 + r;
+      const int64_t b = b0 + chunk * 16 / Stage::kQuantBytes;
+      const bool valid = row < w.n_out && b < nb;
+      const uint8_t* src = valid ? wq + (row * nb + b0) * Stage::kQuantBytes + chunk * 16 : wq;
+      copy_async<16>(base + r * Stage::kQuantRow + chunk * 16, src, valid);
+    }
+#pragma unroll 1
+    for (int e = threadIdx.x; e < kWeightRows * (kBlocks / 2); e += kThreads) {
+      const int r = e / (kBlocks / 2), pair = e % (kBlocks / 2);
+      const int64_t row = row0 + r, b = b0 + 2 * pair;
+      const bool valid = row < w.n_out && b < nb;  // nb is even: b + 1 < nb too
+      copy_async<4>(scales + r * Stage::kScaleRow + 4 * pair, valid ? ws + row * nb + b : ws,
+                    valid);
+    }
+  }
+  if (parts == StreamParts::kWeights) return;
 #pragma unroll 1
   for (int e = threadIdx.x; e < kBlocks * R * 2; e += kThreads) {
     const int c = e / (2 * R), m = e / 2 % R, half = e % 2;
@@ -1246,13 +1277,13 @@ __device__ __forceinline__ void stream_step(const uint8_t* base, int c, int gid,
     const float dw_b = __half2float(scales[(16 * j + gid + 8) * (Stage::kScaleRow / 2) + c]);
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
-      int cs[4] = {0, 0, 0, 0};
-      mma_s8(cs, a, bf[i]);
+      float cs[4];
+      mma_block_sums<kKind>(a, bf[i], cs);
       float(&o)[4] = acc[j][i];
-      o[0] = __fmaf_rn(__fmul_rn(dw_a, dx[i].x), mma_sum_to_float<kKind>(cs[0]), o[0]);
-      o[1] = __fmaf_rn(__fmul_rn(dw_a, dx[i].y), mma_sum_to_float<kKind>(cs[1]), o[1]);
-      o[2] = __fmaf_rn(__fmul_rn(dw_b, dx[i].x), mma_sum_to_float<kKind>(cs[2]), o[2]);
-      o[3] = __fmaf_rn(__fmul_rn(dw_b, dx[i].y), mma_sum_to_float<kKind>(cs[3]), o[3]);
+      o[0] = __fmaf_rn(__fmul_rn(dw_a, dx[i].x), cs[0], o[0]);
+      o[1] = __fmaf_rn(__fmul_rn(dw_a, dx[i].y), cs[1], o[1]);
+      o[2] = __fmaf_rn(__fmul_rn(dw_b, dx[i].x), cs[2], o[2]);
+      o[3] = __fmaf_rn(__fmul_rn(dw_b, dx[i].y), cs[3], o[3]);
     }
   }
 }
@@ -1290,9 +1321,11 @@ __device__ __forceinline__ void store_chain_sums(const float (&acc)[kW][kTiles][
 
 // kW (PARSPEC_CUDA_MMA=stream-wide: 2, =stream-wide4: 4) tiles of 16 weight
 // rows per block: each round's activations, read from the L2 cache, then
-// serve kW times the rows.
-template <WeightKind kKind, int kTiles, int kW>
-__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<kW, kTiles>)
+// serve kW times the rows. kMinBlocks: the blocks an SM should hold at once
+// (=stream-dual: two of 64 weight rows at one activation tile, so that one
+// block's copies are in flight while the other computes or waits at a barrier).
+template <WeightKind kKind, int kTiles, int kW, int kMinBlocks = kStreamMinBlocks<kW, kTiles>>
+__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kMinBlocks)
     matmul_stream_kernel(MatmulGroup g, const int8_t* xq, const float* xd, int M_all, int n_total,
                          int m_first) {
   using Stage = StreamStage<kKind, kTiles, kW>;
@@ -1307,18 +1340,30 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
   // The same for the whole block.
   const bool has_tile = block_tile(g, w, y_all, tile_row0, kWeightRows);
   if (has_tile) prefetch_rows_early(w, kWeightRows, [&](int r) { return tile_row0 + r; });
+  const int64_t nb = has_tile ? w.n_in / 32 : 0;
+  const int rounds = static_cast<int>((nb + 15) / 16);
+  // PARSPEC_CUDA_PREFETCH=operands: the weights of the rounds the pipeline
+  // starts with are copied before the wait, and the first slice's start then
+  // copies only their activations (the same stages, so the same steps).
+  bool weights_copied = operands_early_wanted && has_tile;
+  if (weights_copied) {
+    for (int s = 0; s < kStreamStages - 1 && s < rounds; ++s)
+      issue_stream_round<kKind, kTiles, kW, kThreads>(smem + s * Stage::kBytes, w, tile_row0, nb, s,
+                                                      xq, xd, 0, n_total, 0, 0,
+                                                      StreamParts::kWeights);
+  }
   begin_kernel();
   if (!has_tile) return;
-  const int64_t nb = w.n_in / 32;
-  const int rounds = static_cast<int>((nb + 15) / 16);
   // The slice of activation rows being computed: M rows from row `first` of n_total.
   int M = 0;
   int64_t first = 0;
 
   // Round `round`'s operands into stage `s`.
   auto issue = [&](int s, int round) {
+    const StreamParts parts =
+        weights_copied && round < kStreamStages - 1 ? StreamParts::kActivations : StreamParts::kAll;
     issue_stream_round<kKind, kTiles, kW, kThreads>(smem + s * Stage::kBytes, w, tile_row0, nb,
-                                                    round, xq, xd, M, n_total, first);
+                                                    round, xq, xd, M, n_total, first, 0, parts);
   };
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -1346,7 +1391,8 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<k
 #pragma unroll
       for (int k = 0; k < kChainsPerWarp; ++k) step(s, round, k);
     });
-    __syncthreads();  // the stages' memory now holds the chains' sums
+    weights_copied = false;  // a later slice copies all its operands
+    __syncthreads();         // the stages' memory now holds the chains' sums
 
     float(*partial)[kWeightRows][R] = reinterpret_cast<float(*)[kWeightRows][R]>(smem);
 #pragma unroll
@@ -1602,8 +1648,9 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<
 // (=stream-mixed: 64 where the grid still has a block for every SM, else 16),
 // 6 (=stream-persistent: matmul_stream_persistent_kernel where it takes the
 // launch, else as 4), 7 (=stream-split: matmul_stream_split_kernel for up to 8
-// rows where it takes the launch, else as 4), 0 (=plain or =pipelined: the
-// tensor-core kernel loading its own operands).
+// rows where it takes the launch, else as 4), 8 (=stream-dual: as 4, two blocks
+// an SM at one activation tile), 0 (=plain or =pipelined: the tensor-core
+// kernel loading its own operands).
 int streamed_weight_tiles() {
   static const int tiles =
       env_is("PARSPEC_CUDA_MMA", "stream")                                             ? 1
@@ -1612,24 +1659,30 @@ int streamed_weight_tiles() {
       : env_is("PARSPEC_CUDA_MMA", "stream-mixed")                                     ? 5
       : env_is("PARSPEC_CUDA_MMA", "stream-persistent")                                ? 6
       : env_is("PARSPEC_CUDA_MMA", "stream-split")                                     ? 7
+      : env_is("PARSPEC_CUDA_MMA", "stream-dual")                                      ? 8
       : env_is("PARSPEC_CUDA_MMA", "plain") || env_is("PARSPEC_CUDA_MMA", "pipelined") ? 0
                                                                                        : 4;
   return tiles;
 }
 
-// Whether matmul_stream_kernel<kKind, kTiles, kW> has its shared memory on
-// this process's device (prepare_launches asks for it, before any graph capture).
-template <WeightKind kKind, int kTiles, int kW>
+// Whether matmul_stream_kernel<kKind, kTiles, kW, kMinBlocks> has its shared
+// memory on this process's device (prepare_launches asks for it, before any
+// graph capture).
+template <WeightKind kKind, int kTiles, int kW, int kMinBlocks = kStreamMinBlocks<kW, kTiles>>
 bool stream_kernel_ready = false;
 
-template <WeightKind kKind, int kTiles, int kW>
+template <WeightKind kKind, int kTiles, int kW, int kMinBlocks = kStreamMinBlocks<kW, kTiles>>
 void prepare_stream_kernel() {
-  stream_kernel_ready<kKind, kTiles, kW> =
-      cudaFuncSetAttribute(matmul_stream_kernel<kKind, kTiles, kW>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           StreamStage<kKind, kTiles, kW>::kAllBytes) == cudaSuccess;
+  const auto kernel = matmul_stream_kernel<kKind, kTiles, kW, kMinBlocks>;
+  bool ready = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    StreamStage<kKind, kTiles, kW>::kAllBytes) == cudaSuccess;
+  // Several blocks an SM need the most shared memory the SM can give.
+  if (ready && kMinBlocks > 1)
+    ready = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared) == cudaSuccess;
+  stream_kernel_ready<kKind, kTiles, kW, kMinBlocks> = ready;
   // A device with less shared memory runs the other kernel: not an error of a pass.
-  if (!stream_kernel_ready<kKind, kTiles, kW>) (void)cudaGetLastError();
+  if (!ready) (void)cudaGetLastError();
 }
 
 // f(kind, tiles) for every weight type and activation tile count the
@@ -1678,13 +1731,15 @@ void prepare_stream_persistent_kernels() {
 // matmul_stream_kernel over n rows (slices of 8 · kTiles), when its scales
 // can be copied in pairs (an even number of blocks a row) and its stages fit
 // in this device's shared memory; false where it did not launch.
-template <WeightKind kKind, int kTiles, int kW>
+template <WeightKind kKind, int kTiles, int kW, int kMinBlocks = kStreamMinBlocks<kW, kTiles>>
 bool launch_stream_tiles(const MatmulGroup& g, const int8_t* xq, const float* xd, int n,
                          int n_total, int m_first, cudaStream_t stream) {
   using Stage = StreamStage<kKind, kTiles, kW>;
-  if (!stream_kernel_ready<kKind, kTiles, kW> || (g.w[0].n_in / 32) % 2 != 0) return false;
-  launch(matmul_stream_kernel<kKind, kTiles, kW>, weight_row_tiles(g, Stage::kWeightRows),
-         kStreamWarpsFor<kW> * kWarp, Stage::kAllBytes, stream, g, xq, xd, n, n_total, m_first);
+  if (!stream_kernel_ready<kKind, kTiles, kW, kMinBlocks> || (g.w[0].n_in / 32) % 2 != 0)
+    return false;
+  launch(matmul_stream_kernel<kKind, kTiles, kW, kMinBlocks>,
+         weight_row_tiles(g, Stage::kWeightRows), kStreamWarpsFor<kW> * kWarp, Stage::kAllBytes,
+         stream, g, xq, xd, n, n_total, m_first);
   return true;
 }
 // The device's streaming multiprocessors (0 where it cannot say).
@@ -1762,8 +1817,10 @@ bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int 
   if constexpr (kTiles == 1) {
     if (mode == 7 && launch_stream_split<kKind>(g, xq, xd, n, n_total, m_first, stream))
       return true;
+    if (mode == 8 && launch_stream_tiles<kKind, 1, 4, 2>(g, xq, xd, n, n_total, m_first, stream))
+      return true;
   }
-  if (mode == 4 || mode == 6 || mode == 7)
+  if (mode == 4 || mode >= 6)
     return launch_stream_tiles<kKind, kTiles, 4>(g, xq, xd, n, n_total, m_first, stream);
   // =stream-mixed: a matrix with fewer blocks of 64 rows than SMs (wo, down and
   // q/k/v of an 8B-class model on an H100) would leave SMs idle; 16 rows a block
@@ -2040,13 +2097,13 @@ __device__ __forceinline__ void add_prefill_block(const uint8_t* base, int b, in
     const float2 dx = *reinterpret_cast<const float2*>(act_scales + col + 2 * t);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      int cs[4] = {0, 0, 0, 0};
-      mma_s8(cs, a[i], bf);
+      float cs[4];
+      mma_block_sums<kKind>(a[i], bf, cs);
       float(&o)[4] = chain[i][j];
-      o[0] = __fmaf_rn(__fmul_rn(dw[i][0], dx.x), mma_sum_to_float<kKind>(cs[0]), o[0]);
-      o[1] = __fmaf_rn(__fmul_rn(dw[i][0], dx.y), mma_sum_to_float<kKind>(cs[1]), o[1]);
-      o[2] = __fmaf_rn(__fmul_rn(dw[i][1], dx.x), mma_sum_to_float<kKind>(cs[2]), o[2]);
-      o[3] = __fmaf_rn(__fmul_rn(dw[i][1], dx.y), mma_sum_to_float<kKind>(cs[3]), o[3]);
+      o[0] = __fmaf_rn(__fmul_rn(dw[i][0], dx.x), cs[0], o[0]);
+      o[1] = __fmaf_rn(__fmul_rn(dw[i][0], dx.y), cs[1], o[1]);
+      o[2] = __fmaf_rn(__fmul_rn(dw[i][1], dx.x), cs[2], o[2]);
+      o[3] = __fmaf_rn(__fmul_rn(dw[i][1], dx.y), cs[3], o[3]);
     }
   }
 }
@@ -2303,8 +2360,10 @@ enum class HalfEpilogue { kPlain, kGated, kQkv };
 // - kSplit: the rows come split in g.half_split (split_halves_kernel; x_all unused).
 enum class HalfInput { kRows, kPairs, kNormed, kSplit };
 
+// kEarly (PARSPEC_CUDA_PREFETCH=operands): each lane loads its first chunk of
+// weights before begin_kernel waits for the kernel before it (the same values).
 template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain,
-          HalfInput kInput = HalfInput::kRows>
+          HalfInput kInput = HalfInput::kRows, bool kEarly = false>
 __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     matmul_half_mma_kernel(MatmulGroup g, const float* x_all, int M_all, QkvStore st) {
   constexpr bool kNormed = kInput == HalfInput::kNormed;
@@ -2339,8 +2398,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
     has_tile = block_tile(g, w, y_all, tile_row0);
     if (has_tile) prefetch_rows_early(w, kMmaRows, [&](int r) { return tile_row0 + r; });
   }
-  begin_kernel();
-  if (!has_tile) return;
+  if (!has_tile) {
+    begin_kernel();
+    return;
+  }
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int gid = lane / 4, t = lane % 4;
   const int64_t n_in = w.n_in, chunks = n_in / 32;
@@ -2351,6 +2412,16 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
                                : row_a + 8;
   const uint16_t* wq = static_cast<const uint16_t*>(w.q);
   const uint16_t* wq_b = static_cast<const uint16_t*>(kGated ? g.w[1].q : w.q);
+  const uint4 zero = {0u, 0u, 0u, 0u};
+  // A lane's chunk c of its two weight rows (zeros past the matrix).
+  auto weights_of = [&](int64_t c, uint4& pa, uint4& pb) {
+    const int64_t k0 = c * 32 + 8 * t;
+    pa = row_a < w.n_out ? *reinterpret_cast<const uint4*>(wq + row_a * n_in + k0) : zero;
+    pb = row_b < w.n_out ? *reinterpret_cast<const uint4*>(wq_b + row_b * n_in + k0) : zero;
+  };
+  uint4 first_a = zero, first_b = zero;
+  if (kEarly && warp < chunks) weights_of(warp, first_a, first_b);
+  begin_kernel();
   float norm_scale = 0.0f;
   if constexpr (kNormed) {
     x_all = g.norm.h;
@@ -2375,11 +2446,8 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)
 #pragma unroll kUnroll
     for (int64_t c = warp; c < chunks; c += kMmaWarps) {
       const int64_t k0 = c * 32 + 8 * t;
-      const uint4 zero = {0u, 0u, 0u, 0u};
-      const uint4 pa =
-          row_a < w.n_out ? *reinterpret_cast<const uint4*>(wq + row_a * n_in + k0) : zero;
-      const uint4 pb =
-          row_b < w.n_out ? *reinterpret_cast<const uint4*>(wq_b + row_b * n_in + k0) : zero;
+      uint4 pa = first_a, pb = first_b;
+      if (!kEarly || m_base > 0 || c != warp) weights_of(c, pa, pb);
       const unsigned a1[4] = {pa.x, pb.x, pa.y, pb.y};
       const unsigned a2[4] = {pa.z, pb.z, pa.w, pb.w};
 #pragma unroll
@@ -2629,6 +2697,9 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
                   0, stream, own, x, n, st);
   switch ((n + 7) / 8) {
     case 1:
+      if (n <= 2 && !half_split_in_block() && operands_before_wait())
+        return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, HalfInput::kPairs, true>, tiles,
+                      kThreads, 0, stream, own, x, n, st);
       if (n <= 2 && !half_split_in_block())
         return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, HalfInput::kPairs>, tiles,
                       kThreads, 0, stream, own, x, n, st);
@@ -2792,8 +2863,10 @@ __global__ void __launch_bounds__(kGemvThreads)
     prefetch_rows_early(w, kMmaRows, [&](int r) {
       return kQkv ? qkv_tile_row(st.shape, part, tile, r) : row0 + r;
     });
-  begin_kernel();
-  if (!has_tile) return;
+  if (!has_tile) {
+    begin_kernel();
+    return;
+  }
   const int64_t nb = w.n_in / 32;
   const int lane = threadIdx.x % kWarp, v = threadIdx.x % 16;
   const int64_t row =
@@ -2801,10 +2874,13 @@ __global__ void __launch_bounds__(kGemvThreads)
   const bool has_row = row < w.n_out;
   const __half* scales = static_cast<const __half*>(w.scales) + row * nb;
   // The lane's first weight blocks are requested before the activation row
-  // is staged, so that their loads overlap it (the blocks are still summed in
-  // the same order).
+  // is staged (PARSPEC_CUDA_PREFETCH=operands: before the wait), so that
+  // their loads overlap it (the blocks are still summed in the same order).
   FirstBlocks<kKind> first;
+  const bool early = operands_early_wanted;
+  if (!early) begin_kernel();
   if (has_row) first.load(w, scales, row, nb, v, 16);
+  if (early) begin_kernel();
   const int8_t* xs;
   const float* ds;
   stage_input_row(gemv_shared, g.norm, xq, xd, nb, kGemvThreads, xs, ds);
@@ -2813,8 +2889,8 @@ __global__ void __launch_bounds__(kGemvThreads)
     // Block b's product, added in block order.
     auto step = [&](int64_t b, const int(&wq)[8], float dw) {
       const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
-      const int sum = block_dot_s8(wq, x4[0], x4[1]);
-      acc = __fmaf_rn(__fmul_rn(dw, ds[b]), small_int_to_float(sum), acc);
+      const int sum = block_dot_s8(wq, x4[0], x4[1], kSumMagicBits);
+      acc = __fmaf_rn(__fmul_rn(dw, ds[b]), biased_sum_to_float(sum, kSumMagicBits), acc);
     };
     first.each(nb, v, 16, step);
     each_later_block<kKind, 8>(w, scales, row, nb, v, 16, step);
@@ -2862,8 +2938,9 @@ __global__ void __launch_bounds__(kGemvThreads)
         if (r >= M) break;  // M is the same on every lane
         const int64_t xb = static_cast<int64_t>(r) * nb + b;
         const int4* x4 = reinterpret_cast<const int4*>(xq + xb * 32);
-        const int sum = block_dot_s8(wq, __ldg(x4), __ldg(x4 + 1));
-        acc[r] = __fmaf_rn(__fmul_rn(dw, __ldg(xd + xb)), small_int_to_float(sum), acc[r]);
+        const int sum = block_dot_s8(wq, __ldg(x4), __ldg(x4 + 1), kSumMagicBits);
+        acc[r] = __fmaf_rn(__fmul_rn(dw, __ldg(xd + xb)), biased_sum_to_float(sum, kSumMagicBits),
+                           acc[r]);
       }
     };
     // The lane's first weight blocks are all requested before any is used.
@@ -2901,8 +2978,10 @@ __global__ void __launch_bounds__(kGemvThreads / kW)
   int64_t row0;
   const bool has_tile = block_tile(g, w, y, row0);  // the same for the whole block
   if (has_tile) prefetch_rows_early(w, kMmaRows, [&](int r) { return row0 + r; });
-  begin_kernel();
-  if (!has_tile) return;
+  if (!has_tile) {
+    begin_kernel();
+    return;
+  }
   const int64_t nb = w.n_in / 32;
   const int v = threadIdx.x % 16, h = threadIdx.x / 16;
   // Rows past the matrix load its last row instead; their sums are not stored.
@@ -2914,11 +2993,6 @@ __global__ void __launch_bounds__(kGemvThreads / kW)
     rows[j] = row < w.n_out ? row : w.n_out - 1;
     scales[j] = static_cast<const __half*>(w.scales) + rows[j] * nb;
   }
-  float acc[kR][kW];
-#pragma unroll
-  for (int r = 0; r < kR; ++r)
-#pragma unroll
-    for (int j = 0; j < kW; ++j) acc[r][j] = 0.0f;
   // A ring of the lane's next kDepth steps (blocks b, b + 16, ...), each step
   // the block of every one of its kW rows.
   RawBlock raw[kDepth][kW];
@@ -2931,8 +3005,17 @@ __global__ void __launch_bounds__(kGemvThreads / kW)
       scale[slot][j] = scales[j][b];
     }
   };
+  // The first steps' loads, after the wait or (PARSPEC_CUDA_PREFETCH=operands) before it.
+  const bool early = operands_early_wanted;
+  if (!early) begin_kernel();
 #pragma unroll
   for (int s = 0; s < kDepth; ++s) load_step(s, v + 16 * s);
+  if (early) begin_kernel();
+  float acc[kR][kW];
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int j = 0; j < kW; ++j) acc[r][j] = 0.0f;
   for (int64_t b0 = v; b0 < nb; b0 += 16 * kDepth) {
 #pragma unroll
     for (int s = 0; s < kDepth; ++s) {
@@ -2955,8 +3038,9 @@ __global__ void __launch_bounds__(kGemvThreads / kW)
         const float dx = __ldg(xd + xb);
 #pragma unroll
         for (int j = 0; j < kW; ++j) {
-          const int sum = block_dot_s8(wq[j], a, c);
-          acc[r][j] = __fmaf_rn(__fmul_rn(dw[j], dx), small_int_to_float(sum), acc[r][j]);
+          const int sum = block_dot_s8(wq[j], a, c, kSumMagicBits);
+          acc[r][j] =
+              __fmaf_rn(__fmul_rn(dw[j], dx), biased_sum_to_float(sum, kSumMagicBits), acc[r][j]);
         }
       }
     }
@@ -3022,7 +3106,7 @@ __global__ void __launch_bounds__(kPairedThreads, 2)
   };
   auto product = [&](int64_t b, const int(&wq)[8], float dw, float& x, float& c) {
     const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
-    c = small_int_to_float(block_dot_s8(wq, x4[0], x4[1]));
+    c = biased_sum_to_float(block_dot_s8(wq, x4[0], x4[1], kSumMagicBits), kSumMagicBits);
     x = __fmul_rn(dw, ds[b]);
   };
   const int64_t pairs = (nb + 31) / 32;  // of chain 0, the longest: the same on every lane
@@ -3094,8 +3178,8 @@ __global__ void __launch_bounds__(kGatedThreads)
     // Block b's product, added in block order, as in matmul_gemv_kernel.
     auto product = [&](int64_t b, const int(&wq)[8], float dw, float& acc) {
       const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
-      const int sum = block_dot_s8(wq, x4[0], x4[1]);
-      acc = __fmaf_rn(__fmul_rn(dw, ds[b]), small_int_to_float(sum), acc);
+      const int sum = block_dot_s8(wq, x4[0], x4[1], kSumMagicBits);
+      acc = __fmaf_rn(__fmul_rn(dw, ds[b]), biased_sum_to_float(sum, kSumMagicBits), acc);
     };
     auto gate_step = [&](int64_t b, const int(&wq)[8], float dw) { product(b, wq, dw, acc_gate); };
     auto up_step = [&](int64_t b, const int(&wq)[8], float dw) { product(b, wq, dw, acc_up); };
@@ -5328,6 +5412,9 @@ void prepare_launches() {
   // Without it the kernels wait before reading weights, as they would anyway.
   if (cudaMemcpyToSymbol(weights_early_wanted, &early, sizeof early) != cudaSuccess)
     (void)cudaGetLastError();
+  const bool operands = operands_before_wait();
+  if (cudaMemcpyToSymbol(operands_early_wanted, &operands, sizeof operands) != cudaSuccess)
+    (void)cudaGetLastError();
   if (prefill_grouped_wanted()) {
     prepare_prefill_tiles<WeightKind::kQ8_0>();
     prepare_prefill_tiles<WeightKind::kQ4_0>();
@@ -5335,6 +5422,10 @@ void prepare_launches() {
   if (streamed_weight_tiles() > 0) prepare_stream_kernels<1>();
   if (streamed_weight_tiles() == 2 || streamed_weight_tiles() == 3) prepare_stream_kernels<2>();
   if (streamed_weight_tiles() >= 4) prepare_stream_kernels<4>();
+  if (streamed_weight_tiles() == 8) {
+    prepare_stream_kernel<WeightKind::kQ8_0, 1, 4, 2>();
+    prepare_stream_kernel<WeightKind::kQ4_0, 1, 4, 2>();
+  }
   if (streamed_weight_tiles() == 6) {
     prepare_stream_persistent_kernels<1>();
     prepare_stream_persistent_kernels<4>();

@@ -20,6 +20,7 @@ def piece(start, end="\n}\n"):
 
 pieces = [
     piece("__constant__ bool weights_early_wanted;", "\n"),
+    piece("__constant__ bool operands_early_wanted;", "\n"),
     piece("__device__ void prefetch_range_l2("),
     piece("__device__ __forceinline__ void prefetch_weight_row("),
     piece("template <class RowOf>\n__device__ void prefetch_rows_early("),
@@ -37,8 +38,8 @@ pieces = [
     piece("template <WeightKind kKind>\n__device__ void unpack_raw_block("),
     piece("template <WeightKind kKind>\n__device__ void load_block_q("),
     piece("__device__ int block_dot_s8("),
-    piece("__device__ __forceinline__ float small_int_to_float("),
-    piece("template <WeightKind kKind>\n__device__ __forceinline__ float mma_sum_to_float("),
+    piece("template <WeightKind kKind>\nconstexpr int kMmaSumMagicBits", ";\n"),
+    piece("__device__ __forceinline__ float biased_sum_to_float("),
     piece("__device__ __forceinline__ float swiglu_value("),
     piece("__global__ void swiglu_kernel("),
     piece("__device__ bool tile_of_part("),
@@ -72,6 +73,7 @@ pieces = [
     piece("template <WeightKind kKind>\n__global__ void __launch_bounds__(kGatedThreads)\n"
           "    matmul_gemv_gated_kernel("),
     piece("__device__ __forceinline__ int q4_high_nibbles_as_16x("),
+    piece("template <WeightKind kKind>\n__device__ __forceinline__ void mma_block_sums("),
     piece("template <WeightKind kKind>\n__device__ __forceinline__ void wide_a_words("),
     piece("template <int kTiles>\n__device__ __forceinline__ void store_warp_accumulators("),
     piece("template <int kTiles>\n__device__ __forceinline__ void add_warp_sums("),
@@ -84,15 +86,17 @@ pieces = [
     piece("enum class HalfEpilogue {", "\n"),
     piece("enum class HalfInput {", "\n"),
     piece("template <WeightKind kKind, int kTiles, HalfEpilogue kEpilogue = HalfEpilogue::kPlain,\n"
-          "          HalfInput kInput = HalfInput::kRows>\n"
+          "          HalfInput kInput = HalfInput::kRows, bool kEarly = false>\n"
           "__global__ void __launch_bounds__(kMmaWarps* kWarp, kTiles == 1 ? 2 : 1)\n"
           "    matmul_half_mma_kernel("),
     piece("template <int kStages, class Issue, class Compute>\n"
           "__device__ __forceinline__ void each_position_streamed("),
     piece("template <int kW>\nconstexpr int kStreamWarpsFor", ";\n"),
+    piece("template <int kW, int kTiles>\nconstexpr int kStreamMinBlocks", ";\n"),
     piece("__host__ __device__ int weight_row_tiles("),
     piece("template <WeightKind kKind, int kTiles, int kW, int kBlocks = 16>\nstruct StreamStage {",
           "\n};\n"),
+    piece("enum class StreamParts {", "\n"),
     piece("template <WeightKind kKind, int kTiles, int kW, int kThreads, int kBlocks = 16>\n"
           "__device__ __forceinline__ void issue_stream_round("),
     piece("template <WeightKind kKind, int kTiles, int kW, int kBlocks = 16>\n"
@@ -101,8 +105,8 @@ pieces = [
           "__device__ __forceinline__ void zero_accumulators("),
     piece("template <int kW, int kTiles, int kWeightRows, int R>\n"
           "__device__ __forceinline__ void store_chain_sums("),
-    piece("template <WeightKind kKind, int kTiles, int kW>\n"
-          "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kStreamMinBlocks<kW, kTiles>)\n"
+    piece("template <WeightKind kKind, int kTiles, int kW, int kMinBlocks = kStreamMinBlocks<kW, kTiles>>\n"
+          "__global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kMinBlocks)\n"
           "    matmul_stream_kernel("),
     piece("template <WeightKind kKind>\n"
           "__global__ void __launch_bounds__(kStreamChains / kSplitGroups * kWarp)\n"
@@ -163,7 +167,7 @@ pieces.append(source[source.index(attention_start):source.index(attention_end)])
 
 # The constants they use, as kernels.cu defines them.
 constants = []
-for name in ("kWarp", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps",
+for name in ("kWarp", "kSumMagicBits", "kSum16MagicBits", "kMmaRows", "kMmaWarps", "kMmaMaxTiles", "kStreamWarps",
              "kStreamChains", "kStreamStages", "kSplitTileRows", "kSplitRows", "kSplitGroups", "kPrefillRows", "kPrefillCols", "kPrefillWarps",
              "kPrefillThreads", "kPrefillStages", "kPrefillGroups", "kPrefillGroupedStages", "kPrefillTileStride",
              "kPrefillTileFloats", "kHalfPrefillStages", "kKPrefillRows",
@@ -183,9 +187,11 @@ text = text.replace("__global__ void ", "void ")
 text = text.replace("// One activation tile: registers for two blocks per SM (the decode step).\n", "")
 text = text.replace("__device__ __forceinline__ ", "")
 text = text.replace("__device__ ", "")
-text = text.replace("begin_kernel();", "")
+# An empty statement: a kernel may wait in one of two places.
+text = text.replace("begin_kernel();", "{}")
 # The early weight requests run (as no-ops) wherever a kernel would make them.
 text = text.replace("__constant__ bool weights_early_wanted;", "inline bool weights_early_wanted = true;")
+text = text.replace("__constant__ bool operands_early_wanted;", "inline bool operands_early_wanted = false;")
 # Unrolling is code generation only; a constant named there stays used.
 text = re.sub(r"^(\s*)#pragma unroll ([A-Za-z_]\w*)\s*\n", r"\1(void)\2;\n", text, flags=re.M)
 text = re.sub(r"^\s*#pragma unroll.*\n", "", text, flags=re.M)

@@ -164,7 +164,7 @@ struct GroupProblem {
 };
 
 // matmul_stream_kernel over M activation rows from m_first of n_total, block-major.
-template <WeightKind kKind, int kTiles, int kW>
+template <WeightKind kKind, int kTiles, int kW, int kMinBlocks = kStreamMinBlocks<kW, kTiles>>
 void check_streamed(int64_t n_in, std::vector<int64_t> outs, int M, int n_total, int m_first,
                     unsigned seed) {
   SCOPED_TRACE("n_in " + std::to_string(n_in) + ", M " + std::to_string(M) + ", tiles " +
@@ -172,18 +172,18 @@ void check_streamed(int64_t n_in, std::vector<int64_t> outs, int M, int n_total,
   GroupProblem p(kKind, n_in, std::move(outs), M, n_total, seed);
   using Stage = StreamStage<kKind, kTiles, kW>;
   run(p.blocks(Stage::kWeightRows), kStreamWarpsFor<kW> * kWarp, Stage::kAllBytes, [&] {
-    matmul_stream_kernel<kKind, kTiles, kW>(p.group, p.x.values.data(), p.x.scales.data(), M,
-                                            n_total, m_first);
+    matmul_stream_kernel<kKind, kTiles, kW, kMinBlocks>(p.group, p.x.values.data(),
+                                                        p.x.scales.data(), M, n_total, m_first);
   });
   p.expect_contract([&](int m, int64_t b) { return b * n_total + m_first + m; });
 }
 
-TEST(CudaKernelsOnCpu, SmallIntToFloatIsTheConversionOverItsWholeRange) {
+TEST(CudaKernelsOnCpu, BiasedSumsAreTheConversionOverTheirWholeRange) {
   // The kernels convert exact block sums this way; a Q8_0 block's reaches 32 · 127 · 127.
   static_assert(32 * 127 * 127 < (1 << 22));
   int differences = 0;
   for (int s = -(1 << 22); s < (1 << 22); ++s)
-    differences += std::bit_cast<uint32_t>(small_int_to_float(s)) !=
+    differences += std::bit_cast<uint32_t>(biased_sum_to_float(kSumMagicBits + s, kSumMagicBits)) !=
                    std::bit_cast<uint32_t>(static_cast<float>(s));
   EXPECT_EQ(differences, 0);
 }
@@ -203,7 +203,8 @@ TEST(CudaKernelsOnCpu, Q4TensorCoreOperandsAreSixteenTimesTheValues) {
   static_assert(16 * 32 * 8 * 127 < (1 << 22));
   int differences = 0;
   for (int s = -(1 << 18); s < (1 << 18); ++s)
-    differences += std::bit_cast<uint32_t>(mma_sum_to_float<WeightKind::kQ4_0>(16 * s)) !=
+    differences += std::bit_cast<uint32_t>(biased_sum_to_float(
+                       kMmaSumMagicBits<WeightKind::kQ4_0> + 16 * s, kSum16MagicBits)) !=
                    std::bit_cast<uint32_t>(static_cast<float>(s));
   EXPECT_EQ(differences, 0);
 }
@@ -221,6 +222,7 @@ TEST(CudaKernelsOnCpu, StreamedMatmulGivesTheContractsBits) {
   check_streamed<WeightKind::kQ8_0, 2, 2>(1088, {50, 16}, 16, 16, 0, 7);
   check_streamed<WeightKind::kQ4_0, 4, 2>(576, {33}, 40, 45, 5, 8);
   check_streamed<WeightKind::kQ8_0, 1, 4>(640, {70}, 6, 6, 0, 9);
+  check_streamed<WeightKind::kQ4_0, 1, 4, 2>(1280, {70}, 8, 8, 0, 12);  // =stream-dual
   check_streamed<WeightKind::kQ4_0, 4, 4>(1088, {64, 20}, 29, 33, 2, 10);
   check_streamed<WeightKind::kQ8_0, 4, 4>(128, {130}, 70, 70, 0, 11);
 }
@@ -1234,6 +1236,45 @@ TEST(CudaKernelsOnCpu, OneRowKernelsGiveTheContractsBits) {
   check_one_row_kernels<WeightKind::kQ4_0>(1280, 96, 3);
   check_one_row_kernels<WeightKind::kQ8_0>(3072, 33, 4);
   check_one_row_kernels<WeightKind::kQ4_0>(96, 48, 5);
+}
+
+// The one- or two-row tensor-core kernel loading its first weights before
+// it waits (kEarly) gives the bits of the one that loads them after.
+template <WeightKind kKind, HalfEpilogue kEpilogue>
+void check_half_early(int64_t n_in, int64_t n_out, int M, unsigned seed) {
+  SCOPED_TRACE("n_in " + std::to_string(n_in) + ", n_out " + std::to_string(n_out) + ", M " +
+               std::to_string(M));
+  HalfPair<kKind> p(n_in, n_out, M, seed);
+  using enum HalfInput;
+  expect_same_pair_bits<kKind, kEpilogue>(
+      p, n_out, M, nullptr,
+      [&](const MatmulGroup& g) {
+        matmul_half_mma_kernel<kKind, 1, kEpilogue, kPairs>(g, p.x.data(), M, QkvStore{});
+      },
+      [&](const MatmulGroup& g) {
+        matmul_half_mma_kernel<kKind, 1, kEpilogue, kPairs, true>(g, p.x.data(), M, QkvStore{});
+      });
+}
+
+// PARSPEC_CUDA_PREFETCH=operands: the one-row, few-rows and streamed kernels
+// loading their first weights before they wait give the contract's bits, also
+// where a launch's later slices of activation rows copy all their operands.
+TEST(CudaKernelsOnCpu, KernelsLoadingWeightsBeforeTheirWaitGiveTheContractsBits) {
+  struct Early {
+    Early() { operands_early_wanted = true; }
+    ~Early() { operands_early_wanted = false; }
+  } early;
+  check_one_row_kernels<WeightKind::kQ4_0>(1280, 96, 21);
+  check_one_row_kernels<WeightKind::kQ8_0>(96, 40, 22);
+  check_wide_rows<WeightKind::kQ4_0, 4, 2>(1280, {16, 8, 33}, 3, 23);
+  check_wide_rows<WeightKind::kQ8_0, 2, 4>(32, {5}, 2, 24);
+  check_streamed<WeightKind::kQ4_0, 1, 4>(1280, {70}, 8, 8, 0, 25);
+  check_streamed<WeightKind::kQ8_0, 4, 1>(192, {17}, 70, 72, 1, 26);  // three slices
+  check_streamed<WeightKind::kQ4_0, 2, 2>(640, {20, 8, 12}, 13, 20, 4, 27);
+  // F16/BF16, one or two rows: the first chunk before the wait, the rest after.
+  check_half_early<WeightKind::kF16, HalfEpilogue::kPlain>(1024, 40, 1, 28);
+  check_half_early<WeightKind::kBF16, HalfEpilogue::kGated>(96, 24, 2, 29);
+  check_half_early<WeightKind::kF16, HalfEpilogue::kPlain>(64, 17, 2, 30);
 }
 
 // A row's view of a cache of `capacity` cells per layer, from layer 0.
