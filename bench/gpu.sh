@@ -280,9 +280,8 @@ fi
 # default before the four groups), rows-none (2 and 3 rows on the tensor cores, the
 # default streaming), split-in-block (F16/BF16 input split by every lane in every
 # block, as before the split kernel for more than 16 rows and the pairs for one
-# or two), candidates
-# (in-split, paired, prefetch and stream-persistent: what would become the default
-# together).
+# or two), candidates (stream-dual and prefetch-operands: what would become the
+# default together).
 kernel_env() {
   case $1 in
     warp | mma) echo "PARSPEC_CUDA_MATMUL=$1" ;;
@@ -318,7 +317,7 @@ kernel_env() {
     wide4-norm-once) echo "PARSPEC_CUDA_FUSE=swiglu,rope,norm-once" ;;
     prefill-tiles) echo "PARSPEC_CUDA_PREFILL=tiled" ;;
     newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled PARSPEC_CUDA_PREFETCH=early" ;;
-    candidates) echo "PARSPEC_CUDA_ATTENTION_MERGE=in-split PARSPEC_CUDA_GEMV=paired PARSPEC_CUDA_PREFETCH=early PARSPEC_CUDA_MMA=stream-persistent" ;;
+    candidates) echo "PARSPEC_CUDA_MMA=stream-dual PARSPEC_CUDA_PREFETCH=operands" ;;
     prefetch) echo "PARSPEC_CUDA_PREFETCH=early" ;;
     prefetch-operands) echo "PARSPEC_CUDA_PREFETCH=operands" ;;
     per-head) echo "PARSPEC_CUDA_ATTENTION=per-head" ;;
@@ -556,6 +555,18 @@ bench_other_target() {
 }
 bench_other_target 8b-q4_k_m ar,sd,sd:2,dyntree,auto
 
+# The short prompts with the kernels not yet the default (the drafter on the host's
+# CPU cores while the GPU verifies, -ngld 0, PEARL's case across devices, is below).
+if ! focus_skips strategies; then
+  opt_in_set=ar,sd,sd:2,tree,dyntree,pearl
+  step "parspec bench with $(kernel_env candidates): $opt_in_set"
+  budgeted 120 env $(kernel_env candidates) "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
+    --strategies "$opt_in_set" --prompts code,prose --max-prompts 3 -n 64 -t 2 \
+    --md "$out/strategies-candidates.md" --json "$out/strategies-candidates.json" \
+    >"$out/strategies-candidates.txt" 2>&1 ||
+    echo "parspec bench failed or timed out: see $out/strategies-candidates.txt"
+fi
+
 if ! focus_skips strategies-extra; then
 # A long prompt (over 2000 tokens: the bench prompts joined), where verifying a
 # chain or tree attends over a long cache (past the zoo's training context its
@@ -610,14 +621,6 @@ fi
 # matmuls on the tensor cores.
 bench_other_target 8b-f16 ar,sd,dyntree,auto
 
-# The short prompts with the kernels not yet the default; below, with the drafter on
-# the host's CPU cores while the GPU verifies (-ngld 0; PEARL's case across devices).
-opt_in_set=ar,sd,tree,dyntree,pearl
-step "parspec bench with $(kernel_env candidates): $opt_in_set"
-budgeted 120 env $(kernel_env candidates) "$bin_parspec" bench "${pair[@]}" "${device[@]}" \
-  --strategies "$opt_in_set" --prompts code,prose --max-prompts 3 -n 64 -t 2 \
-  --md "$out/strategies-candidates.md" --json "$out/strategies-candidates.json" >"$out/strategies-candidates.txt" 2>&1 ||
-  echo "parspec bench failed or timed out: see $out/strategies-candidates.txt"
 fi
 
 fi
@@ -922,7 +925,7 @@ if graph_rows:
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 variant_labels = [
     ("", "default"),
-    ("-candidates", "candidates: in-split, paired, weights prefetched early, persistent streaming"),
+    ("-candidates", "candidates: stream-dual and prefetch-operands together"),
     ("-prefetch", "each matmul block's weight rows requested into L2 before it waits for the kernel before it"),
     ("-prefetch-operands", "the first weights loaded into registers or shared memory before that wait"),
     ("-per-head", "attention by the per-head kernel for every row count (the default before the prestaged one)"),
@@ -1042,7 +1045,7 @@ for md, title in (("strategies.md", ""), ("strategies-more.md", ""), ("strategie
                   ("strategies-long.md", "A prompt of over 2000 tokens"),
                   ("strategies-long-grouped.md", "The same with PARSPEC_CUDA_ATTENTION=grouped"),
                   ("strategies-candidates.md",
-                   "With the candidate kernels (in-split, paired, weights prefetched early)"),
+                   "With the candidate kernels (stream-dual, prefetch-operands)"),
                   ("strategies-cpu-draft.md", "The drafter on the CPU (-ngld 0)"),
                   ("strategies-f16.md", "The 8B-class F16 target"),
                   ("strategies-q4_k_m.md", "The 8B-class Q4_K_M target"),
