@@ -280,7 +280,8 @@ fi
 # default before the four groups), rows-none (2 and 3 rows on the tensor cores, the
 # default streaming), split-in-block (F16/BF16 input split by every lane in every
 # block, as before the split kernel for more than 16 rows and the pairs for one
-# or two), candidates (stream-dual and prefetch-operands: what would become the
+# or two), candidates (stream-split-dual, which is stream-split where it takes a
+# launch and stream-dual elsewhere, and prefetch-operands: what would become the
 # default together).
 kernel_env() {
   case $1 in
@@ -301,6 +302,7 @@ kernel_env() {
     stream-mixed) echo "PARSPEC_CUDA_MMA=stream-mixed" ;;
     stream-split) echo "PARSPEC_CUDA_MMA=stream-split" ;;
     stream-dual) echo "PARSPEC_CUDA_MMA=stream-dual" ;;
+    stream-split-dual) echo "PARSPEC_CUDA_MMA=stream-split-dual" ;;
     stream-persistent) echo "PARSPEC_CUDA_MMA=stream-persistent" ;;
     rows-persistent) echo "PARSPEC_CUDA_ROWS=none PARSPEC_CUDA_MMA=stream-persistent" ;;
     rows-none) echo "PARSPEC_CUDA_ROWS=none" ;;
@@ -317,7 +319,7 @@ kernel_env() {
     wide4-norm-once) echo "PARSPEC_CUDA_FUSE=swiglu,rope,norm-once" ;;
     prefill-tiles) echo "PARSPEC_CUDA_PREFILL=tiled" ;;
     newest) echo "PARSPEC_CUDA_MMA=stream PARSPEC_CUDA_GEMV=paired-all PARSPEC_CUDA_FUSE=all PARSPEC_CUDA_ROWS=wide2 PARSPEC_CUDA_PREFILL=tiled PARSPEC_CUDA_PREFETCH=early" ;;
-    candidates) echo "PARSPEC_CUDA_MMA=stream-dual PARSPEC_CUDA_PREFETCH=operands" ;;
+    candidates) echo "PARSPEC_CUDA_MMA=stream-split-dual PARSPEC_CUDA_PREFETCH=operands" ;;
     prefetch) echo "PARSPEC_CUDA_PREFETCH=early" ;;
     prefetch-operands) echo "PARSPEC_CUDA_PREFETCH=operands" ;;
     per-head) echo "PARSPEC_CUDA_ATTENTION=per-head" ;;
@@ -925,7 +927,7 @@ if graph_rows:
               f"| {fmt(c['latency_ms'].get('8') if c else None, 2)} |")
 variant_labels = [
     ("", "default"),
-    ("-candidates", "candidates: stream-dual and prefetch-operands together"),
+    ("-candidates", "candidates: stream-split where it takes a launch, else stream-dual, and prefetch-operands"),
     ("-prefetch", "each matmul block's weight rows requested into L2 before it waits for the kernel before it"),
     ("-prefetch-operands", "the first weights loaded into registers or shared memory before that wait"),
     ("-per-head", "attention by the per-head kernel for every row count (the default before the prestaged one)"),
@@ -1045,7 +1047,7 @@ for md, title in (("strategies.md", ""), ("strategies-more.md", ""), ("strategie
                   ("strategies-long.md", "A prompt of over 2000 tokens"),
                   ("strategies-long-grouped.md", "The same with PARSPEC_CUDA_ATTENTION=grouped"),
                   ("strategies-candidates.md",
-                   "With the candidate kernels (stream-dual, prefetch-operands)"),
+                   "With the candidate kernels (stream-split-dual, prefetch-operands)"),
                   ("strategies-cpu-draft.md", "The drafter on the CPU (-ngld 0)"),
                   ("strategies-f16.md", "The 8B-class F16 target"),
                   ("strategies-q4_k_m.md", "The 8B-class Q4_K_M target"),

@@ -1649,8 +1649,9 @@ __global__ void __launch_bounds__(kStreamWarpsFor<kW>* kWarp, kPersistentBlocks<
 // 6 (=stream-persistent: matmul_stream_persistent_kernel where it takes the
 // launch, else as 4), 7 (=stream-split: matmul_stream_split_kernel for up to 8
 // rows where it takes the launch, else as 4), 8 (=stream-dual: as 4, two blocks
-// an SM at one activation tile), 0 (=plain or =pipelined: the tensor-core
-// kernel loading its own operands).
+// an SM at one activation tile), 9 (=stream-split-dual: 7 where it takes the
+// launch, else 8), 0 (=plain or =pipelined: the tensor-core kernel loading its
+// own operands).
 int streamed_weight_tiles() {
   static const int tiles =
       env_is("PARSPEC_CUDA_MMA", "stream")                                             ? 1
@@ -1660,6 +1661,7 @@ int streamed_weight_tiles() {
       : env_is("PARSPEC_CUDA_MMA", "stream-persistent")                                ? 6
       : env_is("PARSPEC_CUDA_MMA", "stream-split")                                     ? 7
       : env_is("PARSPEC_CUDA_MMA", "stream-dual")                                      ? 8
+      : env_is("PARSPEC_CUDA_MMA", "stream-split-dual")                                ? 9
       : env_is("PARSPEC_CUDA_MMA", "plain") || env_is("PARSPEC_CUDA_MMA", "pipelined") ? 0
                                                                                        : 4;
   return tiles;
@@ -1815,9 +1817,11 @@ bool launch_stream(const MatmulGroup& g, const int8_t* xq, const float* xd, int 
   if (mode == 6 && launch_stream_persistent<kKind, kTiles>(g, xq, xd, n, n_total, m_first, stream))
     return true;
   if constexpr (kTiles == 1) {
-    if (mode == 7 && launch_stream_split<kKind>(g, xq, xd, n, n_total, m_first, stream))
+    if ((mode == 7 || mode == 9) &&
+        launch_stream_split<kKind>(g, xq, xd, n, n_total, m_first, stream))
       return true;
-    if (mode == 8 && launch_stream_tiles<kKind, 1, 4, 2>(g, xq, xd, n, n_total, m_first, stream))
+    if ((mode == 8 || mode == 9) &&
+        launch_stream_tiles<kKind, 1, 4, 2>(g, xq, xd, n, n_total, m_first, stream))
       return true;
   }
   if (mode == 4 || mode >= 6)
@@ -5422,7 +5426,7 @@ void prepare_launches() {
   if (streamed_weight_tiles() > 0) prepare_stream_kernels<1>();
   if (streamed_weight_tiles() == 2 || streamed_weight_tiles() == 3) prepare_stream_kernels<2>();
   if (streamed_weight_tiles() >= 4) prepare_stream_kernels<4>();
-  if (streamed_weight_tiles() == 8) {
+  if (streamed_weight_tiles() == 8 || streamed_weight_tiles() == 9) {
     prepare_stream_kernel<WeightKind::kQ8_0, 1, 4, 2>();
     prepare_stream_kernel<WeightKind::kQ4_0, 1, 4, 2>();
   }
@@ -5636,7 +5640,7 @@ bool half_split_in_block() {
 }
 
 bool stream_split_wanted() {
-  return streamed_weight_tiles() == 7;
+  return streamed_weight_tiles() == 7 || streamed_weight_tiles() == 9;
 }
 
 size_t stream_split_counters() {
