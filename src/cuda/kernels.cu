@@ -564,6 +564,12 @@ __device__ __forceinline__ float biased_sum_to_float(int biased, int magic_bits)
   return __fsub_rn(__int_as_float(biased), __int_as_float(magic_bits));
 }
 
+// A block's exact integer dot product (block_dot_s8) as a float: the dp4a
+// chain starts at the magic bits, so that its own adds do the integer step.
+__device__ __forceinline__ float block_dot_float(const int (&wq)[8], const int4& a, const int4& c) {
+  return biased_sum_to_float(block_dot_s8(wq, a, c, kSumMagicBits), kSumMagicBits);
+}
+
 // y[m, n] for rows m of [m0, m0 + kR) below M and one weight row n per warp.
 // Each lane reduces the blocks lane, lane + 32, ... in order; the lanes' sums
 // are then added by warp_sum. Nothing in a row's arithmetic depends on kR or M.
@@ -602,8 +608,8 @@ __global__ void matmul_q_kernel(MatmulGroup g, const int8_t* xq, const float* xd
         if (m0 + r >= M) break;
         const int64_t xb = static_cast<int64_t>(m0 + r) * nb + b;
         const int4* xs = reinterpret_cast<const int4*>(xq + xb * 32);
-        const int s = block_dot_s8(wq, xs[0], xs[1], kSumMagicBits);
-        acc[r] = __fmaf_rn(__fmul_rn(dw, xd[xb]), biased_sum_to_float(s, kSumMagicBits), acc[r]);
+        const float s = block_dot_float(wq, xs[0], xs[1]);
+        acc[r] = __fmaf_rn(__fmul_rn(dw, xd[xb]), s, acc[r]);
       }
     }
 #pragma unroll
@@ -2701,12 +2707,13 @@ void launch_half_mma(const MatmulGroup& g, const float* x, int n, cudaStream_t s
                   0, stream, own, x, n, st);
   switch ((n + 7) / 8) {
     case 1:
-      if (n <= 2 && !half_split_in_block() && operands_before_wait())
-        return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, HalfInput::kPairs, true>, tiles,
-                      kThreads, 0, stream, own, x, n, st);
-      if (n <= 2 && !half_split_in_block())
+      if (n <= 2 && !half_split_in_block()) {
+        if (operands_before_wait())
+          return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, HalfInput::kPairs, true>, tiles,
+                        kThreads, 0, stream, own, x, n, st);
         return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue, HalfInput::kPairs>, tiles,
                       kThreads, 0, stream, own, x, n, st);
+      }
       return launch(matmul_half_mma_kernel<kKind, 1, kEpilogue>, tiles, kThreads, 0, stream, own, x,
                     n, st);
     case 2:
@@ -2893,8 +2900,8 @@ __global__ void __launch_bounds__(kGemvThreads)
     // Block b's product, added in block order.
     auto step = [&](int64_t b, const int(&wq)[8], float dw) {
       const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
-      const int sum = block_dot_s8(wq, x4[0], x4[1], kSumMagicBits);
-      acc = __fmaf_rn(__fmul_rn(dw, ds[b]), biased_sum_to_float(sum, kSumMagicBits), acc);
+      const float sum = block_dot_float(wq, x4[0], x4[1]);
+      acc = __fmaf_rn(__fmul_rn(dw, ds[b]), sum, acc);
     };
     first.each(nb, v, 16, step);
     each_later_block<kKind, 8>(w, scales, row, nb, v, 16, step);
@@ -2942,9 +2949,8 @@ __global__ void __launch_bounds__(kGemvThreads)
         if (r >= M) break;  // M is the same on every lane
         const int64_t xb = static_cast<int64_t>(r) * nb + b;
         const int4* x4 = reinterpret_cast<const int4*>(xq + xb * 32);
-        const int sum = block_dot_s8(wq, __ldg(x4), __ldg(x4 + 1), kSumMagicBits);
-        acc[r] = __fmaf_rn(__fmul_rn(dw, __ldg(xd + xb)), biased_sum_to_float(sum, kSumMagicBits),
-                           acc[r]);
+        const float sum = block_dot_float(wq, __ldg(x4), __ldg(x4 + 1));
+        acc[r] = __fmaf_rn(__fmul_rn(dw, __ldg(xd + xb)), sum, acc[r]);
       }
     };
     // The lane's first weight blocks are all requested before any is used.
@@ -3042,9 +3048,8 @@ __global__ void __launch_bounds__(kGemvThreads / kW)
         const float dx = __ldg(xd + xb);
 #pragma unroll
         for (int j = 0; j < kW; ++j) {
-          const int sum = block_dot_s8(wq[j], a, c, kSumMagicBits);
-          acc[r][j] =
-              __fmaf_rn(__fmul_rn(dw[j], dx), biased_sum_to_float(sum, kSumMagicBits), acc[r][j]);
+          const float sum = block_dot_float(wq[j], a, c);
+          acc[r][j] = __fmaf_rn(__fmul_rn(dw[j], dx), sum, acc[r][j]);
         }
       }
     }
@@ -3110,7 +3115,7 @@ __global__ void __launch_bounds__(kPairedThreads, 2)
   };
   auto product = [&](int64_t b, const int(&wq)[8], float dw, float& x, float& c) {
     const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
-    c = biased_sum_to_float(block_dot_s8(wq, x4[0], x4[1], kSumMagicBits), kSumMagicBits);
+    c = block_dot_float(wq, x4[0], x4[1]);
     x = __fmul_rn(dw, ds[b]);
   };
   const int64_t pairs = (nb + 31) / 32;  // of chain 0, the longest: the same on every lane
@@ -3182,8 +3187,8 @@ __global__ void __launch_bounds__(kGatedThreads)
     // Block b's product, added in block order, as in matmul_gemv_kernel.
     auto product = [&](int64_t b, const int(&wq)[8], float dw, float& acc) {
       const int4* x4 = reinterpret_cast<const int4*>(xs + b * 32);
-      const int sum = block_dot_s8(wq, x4[0], x4[1], kSumMagicBits);
-      acc = __fmaf_rn(__fmul_rn(dw, ds[b]), biased_sum_to_float(sum, kSumMagicBits), acc);
+      const float sum = block_dot_float(wq, x4[0], x4[1]);
+      acc = __fmaf_rn(__fmul_rn(dw, ds[b]), sum, acc);
     };
     auto gate_step = [&](int64_t b, const int(&wq)[8], float dw) { product(b, wq, dw, acc_gate); };
     auto up_step = [&](int64_t b, const int(&wq)[8], float dw) { product(b, wq, dw, acc_up); };

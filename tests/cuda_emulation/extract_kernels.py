@@ -40,6 +40,7 @@ pieces = [
     piece("__device__ int block_dot_s8("),
     piece("template <WeightKind kKind>\nconstexpr int kMmaSumMagicBits", ";\n"),
     piece("__device__ __forceinline__ float biased_sum_to_float("),
+    piece("__device__ __forceinline__ float block_dot_float("),
     piece("__device__ __forceinline__ float swiglu_value("),
     piece("__global__ void swiglu_kernel("),
     piece("__device__ bool tile_of_part("),
